@@ -1,0 +1,39 @@
+# dra-jupyter: two commands do everything on a fresh machine.
+#   make demo   run the main job on the embedded default
+#   make test   install everything and run the whole suite (pytest, mypy --strict, ruff)
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test lint typecheck pytest demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+pytest: install
+	$(BIN)/python -m pytest -q
+
+typecheck: install
+	$(BIN)/mypy
+
+lint: install
+	$(BIN)/ruff check dra_jupyter tests
+	$(BIN)/ruff format --check dra_jupyter tests
+
+test: install
+	$(BIN)/ruff check dra_jupyter tests
+	$(BIN)/ruff format --check dra_jupyter tests
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/dra-jupyter demo
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,337 @@
+"""The embedded allocator: :class:`Allocator`."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from dra_jupyter.allocator.explain import Explanation, explain
+from dra_jupyter.allocator.pools import Pool, gather_pools, slices_for_node
+from dra_jupyter.allocator.results import allocation_result
+from dra_jupyter.allocator.search import (
+    Candidate,
+    RequestData,
+    Search,
+    SearchBudgetExceeded,
+    list_candidates,
+    selectable,
+)
+from dra_jupyter.allocator.state import AllocatedState
+from dra_jupyter.allocator.capacity import consumed_capacity, fits
+from dra_jupyter.errors import InvalidInputError, ObjectError, SelectorError
+from dra_jupyter.model.limits import MAX_RESULTS_PER_CLAIM
+from dra_jupyter.model.objects import (
+    AllocationResult,
+    Device,
+    DeviceClass,
+    DeviceID,
+    ExactRequest,
+    Node,
+    ResourceClaim,
+    ResourceSlice,
+)
+from dra_jupyter.model.parse import (
+    parse_device_class,
+    parse_many,
+    parse_node,
+    parse_resource_claim,
+    parse_resource_slice,
+)
+from dra_jupyter.selectors import (
+    CelEvaluationError,
+    CompiledSelector,
+    compile_selector,
+    device_view,
+)
+
+Strategy = Literal["first-fit", "topology"]
+STRATEGIES: tuple[Strategy, ...] = ("first-fit", "topology")
+DEFAULT_MAX_STEPS = 200_000
+
+
+class Allocator:
+    """Decides which devices ResourceClaims get, exactly as the Kubernetes 1.36 scheduler would.
+
+    Pure and thread-safe: it reads the objects it is given and writes nothing; the
+    caller persists allocations. Objects may be wire dicts (as ``kubectl get -o yaml``
+    shows them) or objects from :mod:`dra_jupyter.model`.
+
+    ``strategy="first-fit"`` reproduces upstream's choice: nodes in name order, and on
+    a node the first solution of upstream's depth-first search. ``"topology"`` ranks
+    the candidate nodes and solutions by locality and packing instead.
+    """
+
+    def __init__(
+        self,
+        slices: Iterable[Mapping[str, Any] | ResourceSlice],
+        device_classes: Iterable[Mapping[str, Any] | DeviceClass],
+        allocated_claims: Iterable[Mapping[str, Any] | ResourceClaim] = (),
+        strategy: Strategy = "first-fit",
+        *,
+        nodes: Iterable[Mapping[str, Any] | Node] = (),
+        share_id_factory: Callable[[], str] | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise InvalidInputError(
+                f"strategy {strategy!r} is not known; use one of {', '.join(STRATEGIES)}"
+            )
+        self.strategy: Strategy = strategy
+        self.slices: list[ResourceSlice] = parse_many(slices, parse_resource_slice, ResourceSlice)
+        self.classes: dict[str, DeviceClass] = {}
+        for cls in parse_many(device_classes, parse_device_class, DeviceClass):
+            if cls.name in self.classes:
+                raise ObjectError(f"DeviceClass {cls.name}", "metadata.name", "is defined twice")
+            self.classes[cls.name] = cls
+        self.allocated: list[ResourceClaim] = parse_many(
+            allocated_claims, parse_resource_claim, ResourceClaim
+        )
+        self.state = AllocatedState.from_claims(self.allocated)
+        self.nodes: dict[str, Node] = {n.name: n for n in parse_many(nodes, parse_node, Node)}
+        self.share_id_factory = share_id_factory or (lambda: str(uuid.uuid4()))
+        self.max_steps = max_steps
+        self._views: dict[int, object] = {}
+        self._matches: dict[tuple[str, int], bool | str] = {}
+
+    # --- public ------------------------------------------------------------------------------
+
+    def node_names(self) -> list[str]:
+        """Candidate nodes, in name order: nodes with node-local slices, and known Node objects."""
+        names = {
+            s.node_selection.node_name
+            for s in self.slices
+            if s.node_selection is not None and s.node_selection.node_name and not s.shared_counters
+        }
+        names.update(
+            d.node_selection.node_name
+            for s in self.slices
+            for d in s.devices
+            if d.node_selection is not None and d.node_selection.node_name
+        )
+        names.update(self.nodes)
+        return sorted(names)
+
+    def allocate(
+        self, claims: Iterable[Mapping[str, Any] | ResourceClaim], node: str | None = None
+    ) -> list[AllocationResult] | None:
+        """Allocate all ``claims`` together on one node; ``None`` when no allocation exists.
+
+        With ``node``, only that node is considered. Raises
+        :class:`~dra_jupyter.errors.InvalidInputError` for input that can never work
+        (unknown DeviceClass, bad CEL, a CEL error on a device, too many devices).
+        """
+        parsed = self._prepare(claims)
+        for name in self._nodes_to_try(node):
+            found, _ = self.search_on(parsed, name)
+            if found is not None:
+                return found
+        return None
+
+    def explain(
+        self, claims: Iterable[Mapping[str, Any] | ResourceClaim], node: str | None = None
+    ) -> Explanation:
+        """Why the claims can or cannot be allocated, node by node and request by request."""
+        return explain(self, self._prepare(claims), node)
+
+    def search_on(
+        self, claims: list[ResourceClaim], node_name: str | None
+    ) -> tuple[list[AllocationResult] | None, bool]:
+        """Allocate prepared claims on one node; also says whether the step budget ran out."""
+        try:
+            return self._allocate_on(claims, node_name), False
+        except SearchBudgetExceeded:
+            return None, True
+
+    # --- preparation -------------------------------------------------------------------------
+
+    def _nodes_to_try(self, node: str | None) -> list[str | None]:
+        if node is not None:
+            return [node]
+        names: list[str | None] = list(self.node_names())
+        return names or [None]
+
+    def node(self, name: str | None) -> Node | None:
+        if name is None:
+            return None
+        return self.nodes.get(name) or Node(name=name)
+
+    def _prepare(self, claims: Iterable[Mapping[str, Any] | ResourceClaim]) -> list[ResourceClaim]:
+        parsed = parse_many(claims, parse_resource_claim, ResourceClaim)
+        for claim in parsed:
+            where = f"ResourceClaim {claim.key}"
+            for i, request in enumerate(claim.requests):
+                for j, alt in enumerate(request.alternatives):
+                    path = (
+                        f"spec.devices.requests[{i}].exactly"
+                        if request.exactly is not None
+                        else f"spec.devices.requests[{i}].firstAvailable[{j}]"
+                    )
+                    cls = self.classes.get(alt.device_class_name)
+                    if cls is None:
+                        known = ", ".join(sorted(self.classes)) or "none are defined"
+                        raise ObjectError(
+                            where,
+                            f"{path}.deviceClassName",
+                            f"device class {alt.device_class_name!r} does not exist",
+                            f"use one of the DeviceClasses given ({known})",
+                        )
+                    for k, expr in enumerate(cls.selectors):
+                        self._compile(expr, f"DeviceClass {cls.name}, spec.selectors[{k}]")
+                    for k, expr in enumerate(alt.selectors):
+                        self._compile(expr, f"{where}, {path}.selectors[{k}]")
+            minimum = sum(
+                min((a.count if a.allocation_mode == "ExactCount" else 0) for a in r.alternatives)
+                for r in claim.requests
+            )
+            if minimum > MAX_RESULTS_PER_CLAIM:
+                raise ObjectError(
+                    where,
+                    "spec.devices.requests",
+                    f"the number of requested devices {minimum} exceeds the claim limit of "
+                    f"{MAX_RESULTS_PER_CLAIM}",
+                    "split the request over several claims",
+                )
+        return parsed
+
+    @staticmethod
+    def _compile(expression: str, where: str) -> CompiledSelector:
+        return compile_selector(expression, where=where)
+
+    # --- selectors ---------------------------------------------------------------------------
+
+    def _view(self, device: Device, driver: str) -> object:
+        view = self._views.get(id(device))
+        if view is None:
+            view = device_view(
+                driver,
+                device.attributes,
+                {k: c.value for k, c in device.capacity.items()},
+                device.allow_multiple_allocations,
+            )
+            self._views[id(device)] = view
+        return view
+
+    def _selector_holds(
+        self, expression: str, device: Device, dev_id: DeviceID, where: str
+    ) -> bool:
+        key = (expression, id(device))
+        result = self._matches.get(key)
+        if result is None:
+            compiled = compile_selector(expression, where=where)
+            try:
+                result = compiled.matches(self._view(device, dev_id.driver))  # type: ignore[arg-type]
+            except CelEvaluationError as err:
+                result = err.problem
+            self._matches[key] = result
+        if isinstance(result, str):
+            raise SelectorError(
+                f"{where}, device {dev_id}",
+                f"CEL runtime error: {result}",
+                "guard optional attributes with has(...) or 'name' in device.attributes[...]",
+            )
+        return result
+
+    def matches(
+        self,
+        cls: DeviceClass,
+        request: ExactRequest,
+        claim: ResourceClaim,
+        device: Device,
+        dev_id: DeviceID,
+    ) -> bool:
+        for i, expr in enumerate(cls.selectors):
+            if not self._selector_holds(expr, device, dev_id, f"class {cls.name}, selector #{i}"):
+                return False
+        for i, expr in enumerate(request.selectors):
+            where = f"claim {claim.key}, request {request.name}, selector #{i}"
+            if not self._selector_holds(expr, device, dev_id, where):
+                return False
+        return True
+
+    # --- one node ----------------------------------------------------------------------------
+
+    def pools_for(self, node: Node | None) -> list[Pool]:
+        name = node.name if node is not None else None
+        return gather_pools(slices_for_node(self.slices, name), node, self.slices)
+
+    def request_data(
+        self, claims: Sequence[ResourceClaim], pools: list[Pool], node: Node | None
+    ) -> dict[tuple[int, int, int], RequestData]:
+        data: dict[tuple[int, int, int], RequestData] = {}
+        for ci, claim in enumerate(claims):
+            for ri, request in enumerate(claim.requests):
+                parent = request if request.exactly is None else None
+                for si, alt in enumerate(request.alternatives):
+                    rd = RequestData(alt, parent, self.classes[alt.device_class_name], alt.count)
+                    if alt.allocation_mode == "All":
+                        rd.all_devices = self._all_devices(rd, claim, pools, node)
+                        rd.num_devices = len(rd.all_devices)
+                    else:
+                        rd.candidates = list_candidates(
+                            rd, claim, pools, node, self.state, self.matches
+                        )
+                    data[(ci, ri, si)] = rd
+        return data
+
+    def _all_devices(
+        self, rd: RequestData, claim: ResourceClaim, pools: list[Pool], node: Node | None
+    ) -> list[Candidate]:
+        out: list[Candidate] = []
+        for pool in pools:
+            state = (
+                "is currently being updated"
+                if pool.incomplete
+                else "is invalid"
+                if pool.invalid
+                else ""
+            )
+            if state:
+                raise InvalidInputError(
+                    f"claim {claim.key}, request {rd.name}: asks for all devices, but resource "
+                    f"pool {pool.id} {state}; try again when its driver has published it whole"
+                )
+            for slice_ in pool.slices:
+                for device in slice_.devices:
+                    dev_id = DeviceID(slice_.driver, slice_.pool, device.name)
+                    if not selectable(rd, claim, slice_, device, dev_id, node, self.matches):
+                        continue
+                    consumed = consumed_capacity(rd.request.capacity_requests, device)
+                    if consumed is None or not fits(
+                        device, consumed, self.state.capacity.get(dev_id)
+                    ):
+                        continue
+                    out.append(
+                        Candidate(
+                            dev_id,
+                            device,
+                            slice_,
+                            pool,
+                            consumed if device.allow_multiple_allocations else None,
+                        )
+                    )
+        return out
+
+    def _allocate_on(
+        self, claims: list[ResourceClaim], node_name: str | None
+    ) -> list[AllocationResult] | None:
+        node = self.node(node_name)
+        pools = self.pools_for(node)
+        data = self.request_data(claims, pools, node)
+        search = Search(claims, pools, node, self.state, data, self.max_steps)
+        if not search.run():
+            return None
+        out = []
+        for ci, claim in enumerate(claims):
+            chosen = []
+            for ri, request in enumerate(claim.requests):
+                rd = data[(ci, ri, 0)]
+                if request.exactly is None:
+                    rd = data[(ci, ri, rd.selected_sub)]
+                chosen.append(rd)
+            out.append(
+                allocation_result(
+                    claim, search.results[ci], chosen, node_name, self.share_id_factory
+                )
+            )
+        return out

@@ -1,0 +1,138 @@
+"""Which pools and devices a node can use: upstream ``GatherPools`` (1.36, incubating).
+
+Pools are sorted by driver then pool name, slices in a pool by name, and pools with
+binding-condition devices go last: that order decides which device first-fit picks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dra_jupyter.model.nodes import selection_matches
+from dra_jupyter.model.objects import CounterSet, Node, PoolID, ResourceSlice
+
+
+@dataclass
+class Pool:
+    id: PoolID
+    incomplete: bool = False
+    invalid: bool = False
+    invalid_reason: str = ""
+    slices: list[ResourceSlice] = field(default_factory=list)  # device slices usable on the node
+    other_slices: list[ResourceSlice] = field(default_factory=list)  # same pool, other nodes
+    counter_sets: dict[str, CounterSet] = field(default_factory=dict)
+
+    @property
+    def usable(self) -> bool:
+        return not (self.incomplete or self.invalid)
+
+
+def slices_for_node(slices: Sequence[ResourceSlice], node: str | None) -> list[ResourceSlice]:
+    """Node-local slices of ``node`` followed by all node-independent or counter slices."""
+    local = [
+        s
+        for s in slices
+        if s.node_selection is not None
+        and s.node_selection.node_name == node
+        and not s.shared_counters
+    ]
+    shared = [
+        s
+        for s in slices
+        if s.shared_counters or s.node_selection is None or s.node_selection.node_name is None
+    ]
+    return local + shared
+
+
+def _relevant(slice_: ResourceSlice, node: Node | None) -> bool:
+    if slice_.shared_counters:
+        return True
+    if slice_.node_selection is not None:
+        return selection_matches(slice_.node_selection, node)
+    if slice_.per_device_node_selection:
+        return any(
+            d.node_selection is not None and selection_matches(d.node_selection, node)
+            for d in slice_.devices
+        )
+    return False
+
+
+def gather_pools(
+    candidates: Sequence[ResourceSlice], node: Node | None, all_slices: Sequence[ResourceSlice]
+) -> list[Pool]:
+    by_pool: dict[PoolID, list[ResourceSlice]] = {}
+    for s in candidates:
+        if not _relevant(s, node):
+            continue
+        current = by_pool.get(s.pool_id)
+        if current is None or s.generation > current[0].generation:
+            by_pool[s.pool_id] = [s]
+        elif s.generation == current[0].generation:
+            current.append(s)
+
+    plain: list[Pool] = []
+    binding: list[Pool] = []
+    for pool_id, pool_slices in by_pool.items():
+        expected = pool_slices[0].resource_slice_count
+        all_for_pool: list[ResourceSlice] | None = None
+        if len(pool_slices) != expected:
+            generation = pool_slices[0].generation
+            same = [s for s in all_slices if s.pool_id == pool_id]
+            if any(s.generation > generation for s in same):
+                continue  # obsolete: a newer generation is being published elsewhere
+            all_for_pool = [s for s in same if s.generation == generation]
+            if len(all_for_pool) != expected:
+                plain.append(Pool(pool_id, incomplete=True))
+                continue
+        pool = _build_pool(pool_id, pool_slices, all_for_pool)
+        has_binding = any(d.binding_conditions for s in pool.slices for d in s.devices)
+        (binding if has_binding else plain).append(pool)
+    plain.sort(key=lambda p: (p.id.driver, p.id.pool))
+    binding.sort(key=lambda p: (p.id.driver, p.id.pool))
+    return plain + binding
+
+
+def _build_pool(
+    pool_id: PoolID, pool_slices: list[ResourceSlice], all_for_pool: list[ResourceSlice] | None
+) -> Pool:
+    ordered = sorted(pool_slices, key=lambda s: s.name)
+    device_slices = [s for s in ordered if not s.shared_counters]
+    names: set[str] = set()
+    for s in device_slices:
+        for d in s.devices:
+            if d.name in names:
+                return Pool(pool_id, invalid=True, invalid_reason=f"duplicate device name {d.name}")
+            names.add(d.name)
+    counter_sets: dict[str, CounterSet] = {}
+    for s in ordered:
+        for cs in s.shared_counters:
+            if cs.name in counter_sets:
+                return Pool(
+                    pool_id, invalid=True, invalid_reason=f"duplicate counter set name {cs.name}"
+                )
+            counter_sets[cs.name] = cs
+    problem = _counter_problem(counter_sets, ordered)
+    if problem:
+        return Pool(pool_id, invalid=True, invalid_reason=problem)
+    other: list[ResourceSlice] = []
+    if all_for_pool is not None and len(all_for_pool) != len(pool_slices):
+        local_names = {s.name for s in pool_slices}
+        other = [s for s in all_for_pool if s.name not in local_names]
+        problem = _counter_problem(counter_sets, other)
+        if problem:
+            return Pool(pool_id, invalid=True, invalid_reason=problem)
+    return Pool(pool_id, slices=device_slices, other_slices=other, counter_sets=counter_sets)
+
+
+def _counter_problem(counter_sets: dict[str, CounterSet], slices: Sequence[ResourceSlice]) -> str:
+    for s in slices:
+        for d in s.devices:
+            for use in d.consumes_counters:
+                cs = counter_sets.get(use.counter_set)
+                if cs is None:
+                    return f"counter set {use.counter_set} not found"
+                for name in use.counters:
+                    if name not in cs.counters:
+                        return f"counter {name} not found in counter set {cs.name}"
+    return ""

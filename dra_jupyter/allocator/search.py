@@ -1,0 +1,420 @@
+"""The search: upstream's depth-first ``allocateOne``, with the same order and first answer.
+
+Claims in order, requests in spec order, ``firstAvailable`` alternatives in order,
+devices of a request as combinations in pool/slice/device order; the first complete
+solution wins. Three things keep the time bounded without changing that answer:
+
+* per request, the eligible devices are listed once before the search (class and
+  request selectors, node selection, static capacity, taints), so the search never
+  looks at a device that cannot serve the request; a CEL error found while listing is
+  kept in place and raised only if the search reaches that device, as upstream would;
+* a branch stops as soon as too few candidates remain for the devices still needed;
+* failed sub-searches are remembered by the state that decides them (devices in use,
+  shared capacity in use, constraint values, position), so an equivalent state is
+  never searched twice. Only failures are remembered, so the first solution is the same.
+
+A step budget is the last guard: past it the search gives up and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from dra_jupyter.allocator.capacity import Consumed, consumed_capacity, fits
+from dra_jupyter.allocator.constraints import ConstraintState, lookup_attribute, typed_values
+from dra_jupyter.allocator.pools import Pool
+from dra_jupyter.allocator.state import AllocatedState
+from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.model.limits import MAX_RESULTS_PER_CLAIM
+from dra_jupyter.model.objects import (
+    Device,
+    DeviceClass,
+    DeviceID,
+    DeviceRequest,
+    ExactRequest,
+    Node,
+    ResourceClaim,
+    ResourceSlice,
+)
+from dra_jupyter.model.nodes import selection_matches
+from dra_jupyter.model.quantity import Quantity
+
+Matcher = Callable[[DeviceClass, ExactRequest, ResourceClaim, Device, DeviceID], bool]
+"""Whether a device passes a class's and a request's selectors; raises SelectorError."""
+
+
+class Outcome(Enum):
+    FAIL = 0
+    DONE = 1
+    MAX_SIZE = 2  # upstream errAllocationResultMaxSizeExceeded
+
+
+class SearchBudgetExceeded(Exception):
+    """The search took more steps than its budget allows."""
+
+
+@dataclass(slots=True)
+class Candidate:
+    id: DeviceID
+    device: Device
+    slice: ResourceSlice
+    pool: Pool
+    consumed: Consumed | None = None  # what the request consumes of a shared device
+    error: InvalidInputError | None = None  # raised if the search reaches this device
+
+
+@dataclass(slots=True)
+class RequestData:
+    request: ExactRequest
+    parent: DeviceRequest | None
+    device_class: DeviceClass
+    num_devices: int
+    candidates: list[Candidate] = field(default_factory=list)
+    all_devices: list[Candidate] | None = None
+    selected_sub: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.parent.name}/{self.request.name}" if self.parent else self.request.name
+
+
+@dataclass(slots=True)
+class Pick:
+    request_data: RequestData
+    candidate: Candidate
+    consumed: Consumed | None  # set for shared devices
+
+
+def taint_prevents(device: Device, request: ExactRequest) -> bool:
+    return any(
+        taint.effect in ("NoSchedule", "NoExecute")
+        and not any(t.tolerates(taint) for t in request.tolerations)
+        for taint in device.taints
+    )
+
+
+class Search:
+    """One ``Allocate(node, claims)`` call."""
+
+    def __init__(
+        self,
+        claims: Sequence[ResourceClaim],
+        pools: list[Pool],
+        node: Node | None,
+        state: AllocatedState,
+        data: dict[tuple[int, int, int], RequestData],
+        max_steps: int,
+    ) -> None:
+        self.claims = claims
+        self.pools = pools
+        self.node = node
+        self.state = state
+        self.data = data
+        self.max_steps = max_steps
+        self.steps = 0
+        self.constraints = [[ConstraintState(c) for c in claim.constraints] for claim in claims]
+        self.results: list[list[Pick]] = [[] for _ in claims]
+        self.allocating: dict[DeviceID, set[int]] = {}
+        self.allocating_capacity: dict[DeviceID, list[Consumed]] = {}
+        self.counter_users: dict[DeviceID, int] = {}  # shared devices counted in consumed_counters
+        self.available_counters: dict[tuple[str, str], dict[str, dict[str, int | float]]] = {}
+        self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, object]]] = {}
+        self.memo: dict[object, Outcome] = {}
+
+    # --- state -------------------------------------------------------------------------------
+
+    def in_use(self, device: DeviceID) -> bool:
+        return device in self.state.dedicated or bool(self.allocating.get(device))
+
+    def capacity_in_use(self, device: DeviceID) -> bool:
+        return device in self.state.capacity or bool(self.allocating_capacity.get(device))
+
+    def _available(self, pool: Pool) -> dict[str, dict[str, object]]:
+        key = (pool.id.driver, pool.id.pool)
+        cached = self.available_counters.get(key)
+        if cached is None:
+            avail: dict[str, dict[str, object]] = {
+                name: {c: q.value for c, q in cs.counters.items()}
+                for name, cs in pool.counter_sets.items()
+            }
+            for slice_ in (*pool.slices, *pool.other_slices):
+                for device in slice_.devices:
+                    if (
+                        DeviceID(slice_.driver, slice_.pool, device.name)
+                        not in self.state.dedicated
+                    ):
+                        continue
+                    for use in device.consumes_counters:
+                        counters = avail.get(use.counter_set, {})
+                        for name, q in use.counters.items():
+                            if name in counters:
+                                counters[name] = counters[name] - q.value  # type: ignore[operator]
+            self.available_counters[key] = avail  # type: ignore[assignment]
+            cached = avail  # type: ignore[assignment]
+        return cached  # type: ignore[return-value]
+
+    def _take_counters(self, cand: Candidate) -> bool:
+        pool = cand.pool
+        key = (pool.id.driver, pool.id.pool)
+        available = self._available(pool)
+        consumed = self.consumed_counters.setdefault(key, {})
+        self._add_counters(consumed, cand.device, 1)
+        for set_name, counters in available.items():
+            used = consumed.get(set_name, {})
+            for name, value in counters.items():
+                if value < used.get(name, 0):  # type: ignore[operator]
+                    self._add_counters(consumed, cand.device, -1)
+                    return False
+        return True
+
+    def _release_counters(self, cand: Candidate) -> None:
+        key = (cand.pool.id.driver, cand.pool.id.pool)
+        self._add_counters(self.consumed_counters[key], cand.device, -1)
+
+    @staticmethod
+    def _add_counters(consumed: dict[str, dict[str, object]], device: Device, sign: int) -> None:
+        for use in device.consumes_counters:
+            counters = consumed.setdefault(use.counter_set, {})
+            for name, q in use.counters.items():
+                counters[name] = counters.get(name, 0) + sign * q.value  # type: ignore[operator]
+
+    # --- one device --------------------------------------------------------------------------
+
+    def allocate_device(
+        self, claim_index: int, rd: RequestData, cand: Candidate, *, must: bool
+    ) -> Callable[[], None] | None:
+        """Tentatively give ``cand`` to the request; the undo function, or None if it cannot."""
+        request = rd.request
+        device, dev_id = cand.device, cand.id
+        shared = device.allow_multiple_allocations
+        if not shared and request.admin_access and claim_index in self.allocating.get(dev_id, ()):
+            return None
+        if not request.admin_access and self.in_use(dev_id):
+            return None
+        takes_counters = bool(device.consumes_counters) and not (
+            shared and self.capacity_in_use(dev_id)
+        )
+        if takes_counters and not self._take_counters(cand):
+            return None
+        if taint_prevents(device, request):
+            if takes_counters:
+                self._release_counters(cand)
+            return None
+        base, sub = (rd.parent.name, request.name) if rd.parent else (request.name, "")
+        added: list[ConstraintState] = []
+        for constraint in self.constraints[claim_index]:
+            if not constraint.applies(base, sub):
+                continue
+            value = lookup_attribute(device, dev_id, constraint.constraint.attribute)
+            if not constraint.add(None if value is None else typed_values(value)):
+                if must:
+                    raise InvalidInputError(
+                        f"claim {self.claims[claim_index].key}, request {rd.name}: cannot add "
+                        f"device {dev_id} because a claim constraint would not be satisfied"
+                    )
+                for c in reversed(added):
+                    c.remove()
+                if takes_counters:
+                    self._release_counters(cand)
+                return None
+            added.append(constraint)
+        consumed: Consumed | None = None
+        if shared:
+            consumed = cand.consumed
+            if consumed is None or not fits(
+                device,
+                consumed,
+                self.state.capacity.get(dev_id),
+                *self.allocating_capacity.get(dev_id, ()),
+            ):
+                for c in reversed(added):
+                    c.remove()
+                if takes_counters:
+                    self._release_counters(cand)
+                return None
+            self.allocating_capacity.setdefault(dev_id, []).append(consumed)
+        else:
+            self.allocating.setdefault(dev_id, set()).add(claim_index)
+        picks = self.results[claim_index]
+        picks.append(Pick(rd, cand, consumed))
+
+        def undo() -> None:
+            picks.pop()
+            if shared:
+                self.allocating_capacity[dev_id].pop()
+            else:
+                self.allocating[dev_id].discard(claim_index)
+            for c in reversed(added):
+                c.remove()
+            if takes_counters:
+                self._release_counters(cand)
+
+        return undo
+
+    # --- the recursion -----------------------------------------------------------------------
+
+    def run(self) -> bool:
+        return self.one(0, 0, 0, 0, False, 0) is Outcome.DONE
+
+    def _memo_key(self, ci: int, ri: int, si: int, di: int, start: int, in_sub: bool) -> object:
+        shared = frozenset(
+            (dev, tuple(sorted((k, v.value) for c in uses for k, v in c.items())))
+            for dev, uses in self.allocating_capacity.items()
+            if uses
+        )
+        return (
+            ci,
+            ri,
+            si,
+            di,
+            start,
+            in_sub,
+            len(self.results[ci]),
+            frozenset(d for d, users in self.allocating.items() if users),
+            frozenset(p.candidate.id for p in self.results[ci]),
+            shared,
+            tuple(c.current for c in self.constraints[ci]),
+        )
+
+    def one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int) -> Outcome:
+        self.steps += 1
+        if self.steps > self.max_steps:
+            raise SearchBudgetExceeded
+        if ci >= len(self.claims):
+            return Outcome.DONE
+        claim = self.claims[ci]
+        if ri >= len(claim.requests):
+            outcome = self.one(ci + 1, 0, 0, 0, False, 0)
+            return Outcome.FAIL if outcome is Outcome.MAX_SIZE else outcome
+        rd = self.data[(ci, ri, si)]
+        if not in_sub and rd.parent is not None:
+            all_exceeded = True
+            sub = 0
+            while (ci, ri, sub) in self.data:
+                outcome = self.one(ci, ri, sub, di, True, 0)
+                if outcome is Outcome.MAX_SIZE:
+                    sub += 1
+                    continue
+                all_exceeded = False
+                if outcome is Outcome.DONE:
+                    self.data[(ci, ri, 0)].selected_sub = sub
+                    return Outcome.DONE
+                sub += 1
+            return Outcome.MAX_SIZE if all_exceeded else Outcome.FAIL
+
+        all_mode = rd.all_devices is not None
+        if all_mode and not rd.all_devices:
+            return Outcome.FAIL
+        if di >= rd.num_devices:
+            return self.one(ci, ri + 1, 0, 0, False, 0)
+        if len(self.results[ci]) + rd.num_devices - di > MAX_RESULTS_PER_CLAIM:
+            return Outcome.MAX_SIZE
+
+        if rd.all_devices is not None:
+            undo = self.allocate_device(ci, rd, rd.all_devices[di], must=True)
+            if undo is None:
+                return Outcome.FAIL
+            outcome = self.one(ci, ri, si, di + 1, in_sub, 0)
+            if outcome is not Outcome.DONE:
+                undo()
+            return outcome
+
+        key = self._memo_key(ci, ri, si, di, start, in_sub)
+        known = self.memo.get(key)
+        if known is not None:
+            return known
+        outcome = self._try_candidates(ci, ri, si, di, in_sub, start, rd)
+        if outcome is not Outcome.DONE:
+            self.memo[key] = outcome
+        return outcome
+
+    def _try_candidates(
+        self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: RequestData
+    ) -> Outcome:
+        request = rd.request
+        candidates = rd.candidates
+        needed = rd.num_devices - di
+        for index in range(start, len(candidates)):
+            if len(candidates) - index < needed:
+                break
+            cand = candidates[index]
+            if request.admin_access:
+                if ci in self.allocating.get(cand.id, ()):
+                    continue
+            elif self.in_use(cand.id):
+                continue
+            if cand.error is not None:
+                raise cand.error
+            undo = self.allocate_device(ci, rd, cand, must=False)
+            if undo is None:
+                continue
+            outcome = self.one(ci, ri, si, di + 1, in_sub, index + 1)
+            if outcome is Outcome.DONE:
+                return outcome
+            undo()
+            if outcome is Outcome.MAX_SIZE:
+                return outcome
+        return Outcome.FAIL
+
+
+def list_candidates(
+    rd: RequestData,
+    claim: ResourceClaim,
+    pools: list[Pool],
+    node: Node | None,
+    state: AllocatedState,
+    matches: Matcher,
+) -> list[Candidate]:
+    """Devices that could ever serve the request on this node, in upstream's order."""
+    out: list[Candidate] = []
+    request = rd.request
+    for pool in pools:
+        if not pool.usable:
+            continue
+        for slice_ in pool.slices:
+            for device in slice_.devices:
+                dev_id = DeviceID(slice_.driver, slice_.pool, device.name)
+                if not request.admin_access and dev_id in state.dedicated:
+                    continue  # in use for the whole search: upstream never evaluates it
+                cand = Candidate(dev_id, device, slice_, pool)
+                try:
+                    if not selectable(rd, claim, slice_, device, dev_id, node, matches):
+                        continue
+                except InvalidInputError as err:
+                    cand.error = err
+                    out.append(cand)
+                    continue
+                consumed = consumed_capacity(request.capacity_requests, device)
+                if consumed is None or taint_prevents(device, request):
+                    continue
+                if device.allow_multiple_allocations:
+                    cand.consumed = consumed
+                out.append(cand)
+    return out
+
+
+def selectable(
+    rd: RequestData,
+    claim: ResourceClaim,
+    slice_: ResourceSlice,
+    device: Device,
+    dev_id: DeviceID,
+    node: Node | None,
+    matches: Matcher,
+) -> bool:
+    """Upstream ``isSelectable``: selectors of class and request, then per-device node selection."""
+    if not matches(rd.device_class, rd.request, claim, device, dev_id):
+        return False
+    if slice_.per_device_node_selection:
+        return device.node_selection is not None and selection_matches(device.node_selection, node)
+    return True
+
+
+def shared_total(uses: Sequence[Consumed]) -> dict[str, Quantity]:
+    total: dict[str, Quantity] = {}
+    for use in uses:
+        for name, q in use.items():
+            total[name] = total[name] + q if name in total else q
+    return total

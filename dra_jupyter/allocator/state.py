@@ -1,0 +1,42 @@
+"""What allocated claims already hold: upstream's ``AllocatedState``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from dra_jupyter.model.objects import DeviceID, ResourceClaim
+from dra_jupyter.model.quantity import Quantity
+
+
+@dataclass
+class AllocatedState:
+    """Devices held exclusively, and capacity consumed on shared devices.
+
+    Results with ``adminAccess`` hold nothing; results with a ``shareID`` hold only
+    their ``consumedCapacity`` of a device that allows multiple allocations.
+    """
+
+    dedicated: set[DeviceID] = field(default_factory=set)
+    capacity: dict[DeviceID, dict[str, Quantity]] = field(default_factory=dict)
+    holders: dict[DeviceID, list[str]] = field(default_factory=dict)  # claim keys, for messages
+
+    @classmethod
+    def from_claims(cls, claims: Iterable[ResourceClaim]) -> AllocatedState:
+        state = cls()
+        for claim in claims:
+            if claim.allocation is None:
+                continue
+            for result in claim.allocation.results:
+                if result.admin_access:
+                    continue
+                state.holders.setdefault(result.device, []).append(claim.key)
+                if result.share_id is not None:
+                    if not result.consumed_capacity:
+                        continue
+                    totals = state.capacity.setdefault(result.device, {})
+                    for name, q in result.consumed_capacity.items():
+                        totals[name] = totals[name] + q if name in totals else q
+                else:
+                    state.dedicated.add(result.device)
+        return state

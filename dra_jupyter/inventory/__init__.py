@@ -1,0 +1,1 @@
+"""Simulated device inventories, shaped exactly like what real DRA drivers publish."""

@@ -1,0 +1,1 @@
+"""The ``resource.k8s.io/v1`` object model: typed, validated, pure."""

@@ -1,0 +1,267 @@
+"""Typed, validated views of the ``resource.k8s.io/v1`` objects the allocator reads.
+
+Objects are parsed from their wire form (camelCase dicts, as ``kubectl get -o yaml``
+shows them) by :mod:`dra_jupyter.model.parse`; they are immutable and hold only
+what allocation needs, plus the raw dict where it must be echoed back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+from dra_jupyter.model.attributes import AttributeValue
+from dra_jupyter.model.quantity import Quantity
+
+Wire = dict[str, Any]
+"""An object or field in its wire form: JSON-compatible, camelCase keys."""
+
+AllocationMode = Literal["ExactCount", "All"]
+TaintEffect = Literal["NoSchedule", "NoExecute", "None"]
+
+
+class DeviceID(NamedTuple):
+    """A device's identity across the cluster: ``<driver>/<pool>/<device>``."""
+
+    driver: str
+    pool: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+class PoolID(NamedTuple):
+    driver: str
+    pool: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """The parts of a core/v1 Node that node selectors look at."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...] = ()
+    config: tuple[Wire, ...] = ()  # DeviceClassConfiguration entries, as on the wire
+    extended_resource_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    raw: Wire = field(default_factory=dict, compare=False)
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Upstream ``resourceclaim.ToleratesTaint``."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.operator == "Equal" and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class ValidRange:
+    min: Quantity
+    max: Quantity | None = None
+    step: Quantity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    default: Quantity | None = None
+    valid_values: tuple[Quantity, ...] = ()
+    valid_range: ValidRange | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCapacity:
+    value: Quantity
+    request_policy: RequestPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CounterConsumption:
+    counter_set: str
+    counters: Mapping[str, Quantity]
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSet:
+    name: str
+    counters: Mapping[str, Quantity]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelection:
+    """Where a slice's (or, with perDeviceNodeSelection, a device's) devices are usable."""
+
+    node_name: str | None = None
+    node_selector: Wire | None = None  # core/v1 NodeSelector
+    all_nodes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    name: str
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    capacity: Mapping[str, DeviceCapacity] = field(default_factory=dict)
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    taints: tuple[Taint, ...] = ()
+    allow_multiple_allocations: bool = False
+    binds_to_node: bool = False
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+    node_selection: NodeSelection | None = None  # only with perDeviceNodeSelection
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSlice:
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    resource_slice_count: int
+    node_selection: NodeSelection | None  # None with perDeviceNodeSelection
+    per_device_node_selection: bool = False
+    devices: tuple[Device, ...] = ()
+    shared_counters: tuple[CounterSet, ...] = ()
+
+    @property
+    def pool_id(self) -> PoolID:
+        return PoolID(self.driver, self.pool)
+
+
+@dataclass(frozen=True, slots=True)
+class ExactRequest:
+    """An ``exactly`` request or one ``firstAvailable`` subrequest (which has no adminAccess)."""
+
+    name: str
+    device_class_name: str
+    selectors: tuple[str, ...] = ()
+    allocation_mode: AllocationMode = "ExactCount"
+    count: int = 1
+    admin_access: bool = False
+    tolerations: tuple[Toleration, ...] = ()
+    capacity_requests: Mapping[str, Quantity] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    name: str
+    exactly: ExactRequest | None = None
+    first_available: tuple[ExactRequest, ...] = ()
+
+    @property
+    def alternatives(self) -> tuple[ExactRequest, ...]:
+        """What can satisfy the request, in order of preference."""
+        return (self.exactly,) if self.exactly is not None else self.first_available
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    requests: tuple[str, ...] = ()
+    match_attribute: str | None = None
+    distinct_attribute: str | None = None
+
+    @property
+    def attribute(self) -> str:
+        return self.match_attribute or self.distinct_attribute or ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimConfig:
+    requests: tuple[str, ...]
+    configuration: Wire  # the DeviceConfiguration part ({"opaque": {...}})
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceResult:
+    """One entry of ``status.allocation.devices.results``."""
+
+    request: str
+    device: DeviceID
+    admin_access: bool = False
+    tolerations: tuple[Toleration, ...] = ()
+    share_id: str | None = None
+    consumed_capacity: Mapping[str, Quantity] | None = None
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+
+    def to_dict(self) -> Wire:
+        out: Wire = {
+            "request": self.request,
+            "driver": self.device.driver,
+            "pool": self.device.pool,
+            "device": self.device.device,
+        }
+        if self.admin_access:
+            out["adminAccess"] = True
+        if self.tolerations:
+            out["tolerations"] = [dict(t.raw) for t in self.tolerations]
+        if self.binding_conditions:
+            out["bindingConditions"] = list(self.binding_conditions)
+        if self.binding_failure_conditions:
+            out["bindingFailureConditions"] = list(self.binding_failure_conditions)
+        if self.share_id is not None:
+            out["shareID"] = self.share_id
+        if self.consumed_capacity:
+            out["consumedCapacity"] = {k: str(v) for k, v in sorted(self.consumed_capacity.items())}
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationResult:
+    """A claim's ``status.allocation``."""
+
+    results: tuple[DeviceResult, ...]
+    config: tuple[Wire, ...] = ()
+    node_selector: Wire | None = None
+    node: str | None = field(default=None, compare=False)  # the node it was made for
+
+    def to_dict(self) -> Wire:
+        devices: Wire = {"results": [r.to_dict() for r in self.results]}
+        if self.config:
+            devices["config"] = [dict(c) for c in self.config]
+        out: Wire = {"devices": devices}
+        if self.node_selector is not None:
+            out["nodeSelector"] = self.node_selector
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaim:
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    requests: tuple[DeviceRequest, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    config: tuple[ClaimConfig, ...] = ()
+    allocation: AllocationResult | None = None
+    raw: Wire = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"

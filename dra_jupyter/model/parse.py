@@ -1,0 +1,656 @@
+"""Parse and validate wire-form ``resource.k8s.io/v1`` objects into :mod:`.objects`.
+
+Every problem raises :class:`~dra_jupyter.errors.ObjectError` naming the object
+(``ResourceClaim default/nb-7``), the field path
+(``spec.devices.requests[0].exactly.count``) and what to do.  The checks are the
+ones the apiserver makes for these fields, so input accepted here would be
+accepted by a cluster (CEL is compiled separately, by the allocator).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from dra_jupyter.errors import ObjectError
+from dra_jupyter.model import limits
+from dra_jupyter.model.attributes import AttributeValue, Version
+from dra_jupyter.model.objects import (
+    AllocationResult,
+    ClaimConfig,
+    Constraint,
+    CounterConsumption,
+    CounterSet,
+    Device,
+    DeviceCapacity,
+    DeviceClass,
+    DeviceID,
+    DeviceRequest,
+    DeviceResult,
+    ExactRequest,
+    Node,
+    NodeSelection,
+    RequestPolicy,
+    ResourceClaim,
+    ResourceSlice,
+    Taint,
+    Toleration,
+    ValidRange,
+    Wire,
+)
+from dra_jupyter.model.quantity import Quantity
+
+API_VERSION = "resource.k8s.io/v1"
+T = TypeVar("T")
+
+
+class _Ctx:
+    """Where we are: the object being parsed, for error messages."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, path: str, problem: str, remedy: str = "") -> ObjectError:
+        return ObjectError(self.where, path, problem, remedy)
+
+    def mapping(self, value: Any, path: str, *, required: bool = False) -> Mapping[str, Any]:
+        if value is None:
+            if required:
+                raise self.fail(path, "is required")
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"must be an object, not {type(value).__name__}")
+        return value
+
+    def seq(self, value: Any, path: str, max_items: int | None = None) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.fail(path, f"must be a list, not {type(value).__name__}")
+        if max_items is not None and len(value) > max_items:
+            raise self.fail(path, f"has {len(value)} entries, more than the limit of {max_items}")
+        return value
+
+    def string(self, value: Any, path: str, *, required: bool = False) -> str:
+        if value is None or value == "":
+            if required:
+                raise self.fail(path, "is required")
+            return ""
+        if not isinstance(value, str):
+            raise self.fail(path, f"must be a string, not {type(value).__name__}")
+        return value
+
+    def boolean(self, value: Any, path: str) -> bool:
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise self.fail(path, f"must be true or false, not {value!r}")
+        return value
+
+    def integer(self, value: Any, path: str, default: int) -> int:
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"must be an integer, not {value!r}")
+        return value
+
+    def quantity(self, value: Any, path: str) -> Quantity:
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise self.fail(path, f"must be a quantity such as 40Gi, not {value!r}")
+        try:
+            return Quantity.parse(value)
+        except ValueError as err:
+            raise self.fail(path, str(err), "write a quantity such as 80Gi, 500m or 4") from err
+
+    def name(self, value: Any, path: str, check: Callable[[str], str | None]) -> str:
+        text = self.string(value, path, required=True)
+        problem = check(text)
+        if problem:
+            raise self.fail(path, problem)
+        return text
+
+    def unique(self, names: list[str], path: str, what: str) -> None:
+        seen: set[str] = set()
+        for n in names:
+            if n in seen:
+                raise self.fail(path, f"{what} {n!r} appears more than once")
+            seen.add(n)
+
+
+def _metadata(obj: Mapping[str, Any], kind: str, *, namespaced: bool) -> tuple[_Ctx, str, str]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise ObjectError(kind, "metadata", "is missing", "every object needs metadata.name")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ObjectError(kind, "metadata.name", "is missing")
+    namespace = str(meta.get("namespace") or "default") if namespaced else ""
+    ctx = _Ctx(f"{kind} {namespace}/{name}" if namespaced else f"{kind} {name}")
+    problem = limits.dns_subdomain_problem(name)
+    if problem:
+        raise ctx.fail("metadata.name", problem)
+    return ctx, name, namespace
+
+
+def _check_kind(obj: Any, kind: str) -> Mapping[str, Any]:
+    if not isinstance(obj, Mapping):
+        raise ObjectError(kind, "", f"must be an object, not {type(obj).__name__}")
+    got = obj.get("kind", kind)
+    if got != kind:
+        raise ObjectError(kind, "kind", f"expected {kind}, got {got!r}")
+    version = obj.get("apiVersion", API_VERSION)
+    if kind != "Node" and version != API_VERSION:
+        raise ObjectError(
+            kind,
+            "apiVersion",
+            f"{version!r} is not supported",
+            f"convert it to {API_VERSION} (kubectl get -o yaml shows v1 since Kubernetes 1.34)",
+        )
+    return obj
+
+
+# --- DeviceClass -------------------------------------------------------------------------------
+
+
+def _selectors(ctx: _Ctx, raw: Any, path: str) -> tuple[str, ...]:
+    out = []
+    for i, sel in enumerate(ctx.seq(raw, path, limits.MAX_SELECTORS)):
+        sel_map = ctx.mapping(sel, f"{path}[{i}]", required=True)
+        cel = ctx.mapping(sel_map.get("cel"), f"{path}[{i}].cel", required=True)
+        out.append(ctx.string(cel.get("expression"), f"{path}[{i}].cel.expression", required=True))
+    return tuple(out)
+
+
+def _opaque(ctx: _Ctx, raw: Mapping[str, Any], path: str) -> Wire:
+    opaque = ctx.mapping(raw.get("opaque"), f"{path}.opaque", required=True)
+    ctx.name(opaque.get("driver"), f"{path}.opaque.driver", _driver_problem)
+    if "parameters" not in opaque:
+        raise ctx.fail(f"{path}.opaque.parameters", "is required")
+    return {"opaque": dict(opaque)}
+
+
+def parse_device_class(obj: Any) -> DeviceClass:
+    obj = _check_kind(obj, "DeviceClass")
+    ctx, name, _ = _metadata(obj, "DeviceClass", namespaced=False)
+    spec = ctx.mapping(obj.get("spec"), "spec")
+    config = tuple(
+        _opaque(ctx, ctx.mapping(c, f"spec.config[{i}]", required=True), f"spec.config[{i}]")
+        for i, c in enumerate(ctx.seq(spec.get("config"), "spec.config", limits.MAX_CONFIGS))
+    )
+    return DeviceClass(
+        name=name,
+        selectors=_selectors(ctx, spec.get("selectors"), "spec.selectors"),
+        config=config,
+        extended_resource_name=spec.get("extendedResourceName") or None,
+    )
+
+
+# --- ResourceSlice -----------------------------------------------------------------------------
+
+
+def _driver_problem(name: str) -> str | None:
+    return limits.dns_subdomain_problem(name, limits.MAX_DRIVER_NAME_LENGTH)
+
+
+def _attribute(ctx: _Ctx, raw: Any, path: str) -> AttributeValue:
+    m = ctx.mapping(raw, path, required=True)
+    kinds = [
+        k
+        for k in ("bool", "int", "string", "version", "bools", "ints", "strings", "versions")
+        if m.get(k) is not None
+    ]
+    if len(kinds) != 1:
+        raise ctx.fail(path, "must have exactly one of bool, int, string, version")
+    kind = kinds[0]
+    value = m[kind]
+    if kind.endswith("s"):
+        raise ctx.fail(
+            f"{path}.{kind}",
+            "list values need the DRAListTypeAttributes feature gate, which is off in "
+            "Kubernetes 1.36 (the apiserver drops them)",
+            "publish a scalar bool, int, string or version",
+        )
+    try:
+        if kind.endswith("s"):
+            items = ctx.seq(value, f"{path}.{kind}")
+            return tuple(_scalar(ctx, kind[:-1], v, f"{path}.{kind}") for v in items)  # type: ignore[return-value]
+        return _scalar(ctx, kind, value, f"{path}.{kind}")
+    except ValueError as err:
+        raise ctx.fail(f"{path}.{kind}", str(err)) from err
+
+
+def _scalar(ctx: _Ctx, kind: str, value: Any, path: str) -> bool | int | str | Version:
+    if kind == "bool":
+        return ctx.boolean(value, path)
+    if kind == "int":
+        return ctx.integer(value, path, 0)
+    text = ctx.string(value, path)
+    if len(text) > limits.MAX_ATTRIBUTE_STRING_LENGTH:
+        raise ctx.fail(path, f"is longer than {limits.MAX_ATTRIBUTE_STRING_LENGTH} characters")
+    return Version(text) if kind == "version" else text
+
+
+def _qualified_keys(ctx: _Ctx, raw: Mapping[str, Any], path: str) -> None:
+    for key in raw:
+        problem = limits.qualified_name_problem(str(key))
+        if problem:
+            raise ctx.fail(f"{path}[{key}]", problem)
+
+
+def _capacity(ctx: _Ctx, raw: Any, path: str) -> DeviceCapacity:
+    m = ctx.mapping(raw, path, required=True)
+    value = ctx.quantity(m.get("value"), f"{path}.value")
+    policy = None
+    if m.get("requestPolicy") is not None:
+        p = ctx.mapping(m.get("requestPolicy"), f"{path}.requestPolicy")
+        ppath = f"{path}.requestPolicy"
+        default = (
+            ctx.quantity(p["default"], f"{ppath}.default") if p.get("default") is not None else None
+        )
+        values = tuple(
+            ctx.quantity(v, f"{ppath}.validValues[{i}]")
+            for i, v in enumerate(ctx.seq(p.get("validValues"), f"{ppath}.validValues", 10))
+        )
+        if list(values) != sorted(set(values)):
+            raise ctx.fail(f"{ppath}.validValues", "must be unique and in ascending order")
+        valid_range = None
+        if p.get("validRange") is not None:
+            r = ctx.mapping(p["validRange"], f"{ppath}.validRange")
+            if r.get("min") is None:
+                raise ctx.fail(f"{ppath}.validRange.min", "is required")
+            valid_range = ValidRange(
+                min=ctx.quantity(r["min"], f"{ppath}.validRange.min"),
+                max=ctx.quantity(r["max"], f"{ppath}.validRange.max") if r.get("max") else None,
+                step=ctx.quantity(r["step"], f"{ppath}.validRange.step") if r.get("step") else None,
+            )
+        if values and valid_range:
+            raise ctx.fail(ppath, "must not set both validValues and validRange")
+        policy = RequestPolicy(default=default, valid_values=values, valid_range=valid_range)
+    return DeviceCapacity(value=value, request_policy=policy)
+
+
+def _counters(ctx: _Ctx, raw: Any, path: str) -> dict[str, Quantity]:
+    m = ctx.mapping(raw, path)
+    if len(m) > limits.MAX_COUNTERS_PER_SET:
+        raise ctx.fail(path, f"has more than {limits.MAX_COUNTERS_PER_SET} counters")
+    out = {}
+    for key, c in m.items():
+        cm = ctx.mapping(c, f"{path}[{key}]", required=True)
+        out[str(key)] = ctx.quantity(cm.get("value"), f"{path}[{key}].value")
+    return out
+
+
+def _node_selection(ctx: _Ctx, m: Mapping[str, Any], path: str) -> NodeSelection | None:
+    node_name = ctx.string(m.get("nodeName"), f"{path}nodeName") or None
+    selector = m.get("nodeSelector")
+    if selector is not None:
+        terms = ctx.seq(
+            ctx.mapping(selector, f"{path}nodeSelector").get("nodeSelectorTerms"),
+            f"{path}nodeSelector.nodeSelectorTerms",
+        )
+        if len(terms) != 1:
+            raise ctx.fail(f"{path}nodeSelector.nodeSelectorTerms", "must have exactly one term")
+    all_nodes = ctx.boolean(m.get("allNodes"), f"{path}allNodes")
+    chosen = sum((node_name is not None, selector is not None, all_nodes))
+    if chosen > 1:
+        raise ctx.fail(
+            path.rstrip(".") or "spec", "sets more than one of nodeName, nodeSelector, allNodes"
+        )
+    if chosen == 0:
+        return None
+    return NodeSelection(node_name=node_name, node_selector=selector, all_nodes=all_nodes)
+
+
+def _taint(ctx: _Ctx, raw: Any, path: str) -> Taint:
+    m = ctx.mapping(raw, path, required=True)
+    effect = ctx.string(m.get("effect"), f"{path}.effect", required=True)
+    if effect not in ("NoSchedule", "NoExecute", "None"):
+        raise ctx.fail(f"{path}.effect", f"{effect!r} is not NoSchedule, NoExecute or None")
+    return Taint(
+        key=ctx.string(m.get("key"), f"{path}.key", required=True),
+        value=ctx.string(m.get("value"), f"{path}.value"),
+        effect=effect,
+    )
+
+
+def _device(ctx: _Ctx, raw: Any, path: str, per_device: bool) -> Device:
+    m = ctx.mapping(raw, path, required=True)
+    name = ctx.name(m.get("name"), f"{path}.name", limits.dns_label_problem)
+    attrs_raw = ctx.mapping(m.get("attributes"), f"{path}.attributes")
+    caps_raw = ctx.mapping(m.get("capacity"), f"{path}.capacity")
+    _qualified_keys(ctx, attrs_raw, f"{path}.attributes")
+    _qualified_keys(ctx, caps_raw, f"{path}.capacity")
+    if len(attrs_raw) + len(caps_raw) > limits.MAX_ATTRIBUTES_AND_CAPACITIES:
+        raise ctx.fail(
+            path, f"has more than {limits.MAX_ATTRIBUTES_AND_CAPACITIES} attributes and capacities"
+        )
+    consumes = []
+    for i, c in enumerate(
+        ctx.seq(m.get("consumesCounters"), f"{path}.consumesCounters", limits.MAX_CONSUMES_COUNTERS)
+    ):
+        cpath = f"{path}.consumesCounters[{i}]"
+        cm = ctx.mapping(c, cpath, required=True)
+        consumes.append(
+            CounterConsumption(
+                counter_set=ctx.string(cm.get("counterSet"), f"{cpath}.counterSet", required=True),
+                counters=_counters(ctx, cm.get("counters"), f"{cpath}.counters"),
+            )
+        )
+    selection = _node_selection(ctx, m, f"{path}.")
+    if per_device and selection is None:
+        raise ctx.fail(
+            path,
+            "needs one of nodeName, nodeSelector, allNodes (the slice sets perDeviceNodeSelection)",
+        )
+    if not per_device and selection is not None:
+        raise ctx.fail(
+            path, "sets node selection, but the slice does not set perDeviceNodeSelection"
+        )
+    return Device(
+        name=name,
+        attributes={
+            str(k): _attribute(ctx, v, f"{path}.attributes[{k}]") for k, v in attrs_raw.items()
+        },
+        capacity={str(k): _capacity(ctx, v, f"{path}.capacity[{k}]") for k, v in caps_raw.items()},
+        consumes_counters=tuple(consumes),
+        taints=tuple(
+            _taint(ctx, t, f"{path}.taints[{i}]")
+            for i, t in enumerate(ctx.seq(m.get("taints"), f"{path}.taints", limits.MAX_TAINTS))
+        ),
+        allow_multiple_allocations=ctx.boolean(
+            m.get("allowMultipleAllocations"), f"{path}.allowMultipleAllocations"
+        ),
+        binds_to_node=ctx.boolean(m.get("bindsToNode"), f"{path}.bindsToNode"),
+        binding_conditions=tuple(
+            ctx.seq(
+                m.get("bindingConditions"),
+                f"{path}.bindingConditions",
+                limits.MAX_BINDING_CONDITIONS,
+            )
+        ),
+        binding_failure_conditions=tuple(
+            ctx.seq(
+                m.get("bindingFailureConditions"),
+                f"{path}.bindingFailureConditions",
+                limits.MAX_BINDING_CONDITIONS,
+            )
+        ),
+        node_selection=selection,
+    )
+
+
+def parse_resource_slice(obj: Any) -> ResourceSlice:
+    obj = _check_kind(obj, "ResourceSlice")
+    ctx, name, _ = _metadata(obj, "ResourceSlice", namespaced=False)
+    spec = ctx.mapping(obj.get("spec"), "spec", required=True)
+    driver = ctx.name(spec.get("driver"), "spec.driver", _driver_problem)
+    pool = ctx.mapping(spec.get("pool"), "spec.pool", required=True)
+    pool_name = ctx.name(pool.get("name"), "spec.pool.name", limits.pool_name_problem)
+    generation = ctx.integer(pool.get("generation"), "spec.pool.generation", 0)
+    count = ctx.integer(pool.get("resourceSliceCount"), "spec.pool.resourceSliceCount", 0)
+    if count <= 0:
+        raise ctx.fail("spec.pool.resourceSliceCount", "must be greater than zero")
+    per_device = ctx.boolean(spec.get("perDeviceNodeSelection"), "spec.perDeviceNodeSelection")
+    selection = _node_selection(ctx, spec, "spec.")
+    shared_raw = ctx.seq(
+        spec.get("sharedCounters"), "spec.sharedCounters", limits.MAX_COUNTER_SETS_PER_SLICE
+    )
+    chosen = (selection is not None) + per_device
+    if chosen > 1 or (chosen == 0 and not shared_raw):
+        raise ctx.fail(
+            "spec",
+            "must set exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection",
+        )
+    devices_raw = ctx.seq(spec.get("devices"), "spec.devices", limits.MAX_DEVICES_PER_SLICE)
+    if shared_raw and devices_raw:
+        raise ctx.fail(
+            "spec",
+            "holds both devices and sharedCounters; since Kubernetes 1.35 a "
+            "slice holds one or the other",
+            "move the counter sets into a slice of their own",
+        )
+    devices = tuple(
+        _device(ctx, d, f"spec.devices[{i}]", per_device) for i, d in enumerate(devices_raw)
+    )
+    ctx.unique([d.name for d in devices], "spec.devices", "device name")
+    if len(devices) > limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS and any(
+        d.taints or d.consumes_counters for d in devices
+    ):
+        raise ctx.fail(
+            "spec.devices",
+            f"has more than {limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS} "
+            "devices while some use taints or counters",
+        )
+    shared = []
+    for i, s in enumerate(shared_raw):
+        sm = ctx.mapping(s, f"spec.sharedCounters[{i}]", required=True)
+        shared.append(
+            CounterSet(
+                name=ctx.name(
+                    sm.get("name"), f"spec.sharedCounters[{i}].name", limits.dns_label_problem
+                ),
+                counters=_counters(ctx, sm.get("counters"), f"spec.sharedCounters[{i}].counters"),
+            )
+        )
+    ctx.unique([s.name for s in shared], "spec.sharedCounters", "counter set")
+    return ResourceSlice(
+        name=name,
+        driver=driver,
+        pool=pool_name,
+        generation=generation,
+        resource_slice_count=count,
+        node_selection=selection,
+        per_device_node_selection=per_device,
+        devices=devices,
+        shared_counters=tuple(shared),
+    )
+
+
+# --- ResourceClaim -----------------------------------------------------------------------------
+
+
+def _toleration(ctx: _Ctx, raw: Any, path: str) -> Toleration:
+    m = ctx.mapping(raw, path, required=True)
+    operator = ctx.string(m.get("operator"), f"{path}.operator") or "Equal"
+    if operator not in ("Equal", "Exists"):
+        raise ctx.fail(f"{path}.operator", f"{operator!r} is not Equal or Exists")
+    effect = ctx.string(m.get("effect"), f"{path}.effect")
+    if effect not in ("", "NoSchedule", "NoExecute", "None"):
+        raise ctx.fail(f"{path}.effect", f"{effect!r} is not NoSchedule, NoExecute or None")
+    value = ctx.string(m.get("value"), f"{path}.value")
+    if operator == "Exists" and value:
+        raise ctx.fail(f"{path}.value", "must be empty when operator is Exists")
+    return Toleration(
+        key=ctx.string(m.get("key"), f"{path}.key"),
+        operator=operator,
+        value=value,
+        effect=effect,
+        raw=dict(m),
+    )
+
+
+def _exact(ctx: _Ctx, raw: Any, path: str, name: str, *, sub: bool) -> ExactRequest:
+    m = ctx.mapping(raw, path, required=True)
+    mode = ctx.string(m.get("allocationMode"), f"{path}.allocationMode") or "ExactCount"
+    if mode not in ("ExactCount", "All"):
+        raise ctx.fail(f"{path}.allocationMode", f"{mode!r} is not ExactCount or All")
+    count = ctx.integer(m.get("count"), f"{path}.count", 1)
+    if mode == "ExactCount" and count <= 0:
+        raise ctx.fail(
+            f"{path}.count",
+            f"must be at least 1, not {count}",
+            "ask for one or more devices, or use allocationMode: All",
+        )
+    if sub and m.get("adminAccess") is not None:
+        raise ctx.fail(f"{path}.adminAccess", "is not allowed in a firstAvailable subrequest")
+    caps = ctx.mapping(
+        ctx.mapping(m.get("capacity"), f"{path}.capacity").get("requests"),
+        f"{path}.capacity.requests",
+    )
+    _qualified_keys(ctx, caps, f"{path}.capacity.requests")
+    return ExactRequest(
+        name=name,
+        device_class_name=ctx.name(
+            m.get("deviceClassName"), f"{path}.deviceClassName", limits.dns_subdomain_problem
+        ),
+        selectors=_selectors(ctx, m.get("selectors"), f"{path}.selectors"),
+        allocation_mode=mode,  # type: ignore[arg-type]
+        count=count if mode == "ExactCount" else 0,
+        admin_access=ctx.boolean(m.get("adminAccess"), f"{path}.adminAccess"),
+        tolerations=tuple(
+            _toleration(ctx, t, f"{path}.tolerations[{i}]")
+            for i, t in enumerate(
+                ctx.seq(m.get("tolerations"), f"{path}.tolerations", limits.MAX_TOLERATIONS)
+            )
+        ),
+        capacity_requests={
+            str(k): ctx.quantity(v, f"{path}.capacity.requests[{k}]") for k, v in caps.items()
+        },
+    )
+
+
+def _request(ctx: _Ctx, raw: Any, path: str) -> DeviceRequest:
+    m = ctx.mapping(raw, path, required=True)
+    name = ctx.name(m.get("name"), f"{path}.name", limits.dns_label_problem)
+    has_exact = m.get("exactly") is not None
+    subs_raw = ctx.seq(m.get("firstAvailable"), f"{path}.firstAvailable", limits.MAX_SUBREQUESTS)
+    if has_exact == bool(subs_raw):
+        raise ctx.fail(path, "must set exactly one of exactly and firstAvailable")
+    if has_exact:
+        return DeviceRequest(
+            name=name, exactly=_exact(ctx, m["exactly"], f"{path}.exactly", name, sub=False)
+        )
+    subs = []
+    for i, s in enumerate(subs_raw):
+        spath = f"{path}.firstAvailable[{i}]"
+        sm = ctx.mapping(s, spath, required=True)
+        sub_name = ctx.name(sm.get("name"), f"{spath}.name", limits.dns_label_problem)
+        subs.append(_exact(ctx, sm, spath, sub_name, sub=True))
+    ctx.unique([s.name for s in subs], f"{path}.firstAvailable", "subrequest")
+    return DeviceRequest(name=name, first_available=tuple(subs))
+
+
+def _known_request(ctx: _Ctx, ref: str, path: str, requests: tuple[DeviceRequest, ...]) -> None:
+    base, _, sub = ref.partition("/")
+    for r in requests:
+        if r.name == base and (not sub or any(s.name == sub for s in r.first_available)):
+            return
+    raise ctx.fail(path, f"names request {ref!r}, which the claim does not have")
+
+
+def parse_resource_claim(obj: Any) -> ResourceClaim:
+    obj = _check_kind(obj, "ResourceClaim")
+    ctx, name, namespace = _metadata(obj, "ResourceClaim", namespaced=True)
+    spec = ctx.mapping(obj.get("spec"), "spec")
+    devices = ctx.mapping(spec.get("devices"), "spec.devices")
+    requests = tuple(
+        _request(ctx, r, f"spec.devices.requests[{i}]")
+        for i, r in enumerate(
+            ctx.seq(devices.get("requests"), "spec.devices.requests", limits.MAX_REQUESTS_PER_CLAIM)
+        )
+    )
+    ctx.unique([r.name for r in requests], "spec.devices.requests", "request")
+    constraints = []
+    for i, c in enumerate(
+        ctx.seq(devices.get("constraints"), "spec.devices.constraints", limits.MAX_CONSTRAINTS)
+    ):
+        cpath = f"spec.devices.constraints[{i}]"
+        cm = ctx.mapping(c, cpath, required=True)
+        refs = tuple(str(x) for x in ctx.seq(cm.get("requests"), f"{cpath}.requests"))
+        for j, ref in enumerate(refs):
+            _known_request(ctx, ref, f"{cpath}.requests[{j}]", requests)
+        match = cm.get("matchAttribute")
+        distinct = cm.get("distinctAttribute")
+        if (match is None) == (distinct is None):
+            raise ctx.fail(cpath, "must set exactly one of matchAttribute and distinctAttribute")
+        attr_path = f"{cpath}.{'matchAttribute' if match is not None else 'distinctAttribute'}"
+        attr = ctx.string(match if match is not None else distinct, attr_path, required=True)
+        problem = limits.qualified_name_problem(attr, fully=True)
+        if problem:
+            raise ctx.fail(attr_path, problem)
+        constraints.append(
+            Constraint(
+                requests=refs,
+                match_attribute=attr if match is not None else None,
+                distinct_attribute=attr if distinct is not None else None,
+            )
+        )
+    config = []
+    for i, c in enumerate(
+        ctx.seq(devices.get("config"), "spec.devices.config", limits.MAX_CONFIGS)
+    ):
+        cpath = f"spec.devices.config[{i}]"
+        cm = ctx.mapping(c, cpath, required=True)
+        refs = tuple(str(x) for x in ctx.seq(cm.get("requests"), f"{cpath}.requests"))
+        for j, ref in enumerate(refs):
+            _known_request(ctx, ref, f"{cpath}.requests[{j}]", requests)
+        config.append(ClaimConfig(requests=refs, configuration=_opaque(ctx, cm, cpath)))
+    status = ctx.mapping(obj.get("status"), "status")
+    allocation = (
+        _allocation(ctx, status["allocation"], "status.allocation")
+        if status.get("allocation") is not None
+        else None
+    )
+    meta = obj.get("metadata", {})
+    return ResourceClaim(
+        name=name,
+        namespace=namespace,
+        uid=str(meta.get("uid") or ""),
+        requests=requests,
+        constraints=tuple(constraints),
+        config=tuple(config),
+        allocation=allocation,
+        raw=dict(obj),
+    )
+
+
+def _allocation(ctx: _Ctx, raw: Any, path: str) -> AllocationResult:
+    m = ctx.mapping(raw, path)
+    devices = ctx.mapping(m.get("devices"), f"{path}.devices")
+    results = []
+    for i, r in enumerate(ctx.seq(devices.get("results"), f"{path}.devices.results")):
+        rpath = f"{path}.devices.results[{i}]"
+        rm = ctx.mapping(r, rpath, required=True)
+        consumed_raw = ctx.mapping(rm.get("consumedCapacity"), f"{rpath}.consumedCapacity")
+        results.append(
+            DeviceResult(
+                request=ctx.string(rm.get("request"), f"{rpath}.request", required=True),
+                device=DeviceID(
+                    ctx.string(rm.get("driver"), f"{rpath}.driver", required=True),
+                    ctx.string(rm.get("pool"), f"{rpath}.pool", required=True),
+                    ctx.string(rm.get("device"), f"{rpath}.device", required=True),
+                ),
+                admin_access=ctx.boolean(rm.get("adminAccess"), f"{rpath}.adminAccess"),
+                share_id=ctx.string(rm.get("shareID"), f"{rpath}.shareID") or None,
+                consumed_capacity={
+                    str(k): ctx.quantity(v, f"{rpath}.consumedCapacity[{k}]")
+                    for k, v in consumed_raw.items()
+                }
+                or None,
+            )
+        )
+    return AllocationResult(results=tuple(results), node_selector=m.get("nodeSelector"))
+
+
+def parse_node(obj: Any) -> Node:
+    if not isinstance(obj, Mapping):
+        raise ObjectError("Node", "", "must be an object")
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ObjectError("Node", "metadata.name", "is missing")
+    labels = meta.get("labels") or {}
+    return Node(name=name, labels={str(k): str(v) for k, v in labels.items()})
+
+
+PARSERS: dict[str, Callable[[Any], object]] = {
+    "DeviceClass": parse_device_class,
+    "ResourceSlice": parse_resource_slice,
+    "ResourceClaim": parse_resource_claim,
+    "Node": parse_node,
+}
+
+
+def parse_many(items: Any, parser: Callable[[Any], T], kind: type[T]) -> list[T]:
+    """Parse wire dicts (or pass through objects already parsed)."""
+    return [i if isinstance(i, kind) else parser(i) for i in items]

@@ -1,0 +1,290 @@
+"""Compile DRA selectors once; evaluate them on devices converted once.
+
+The engine is ``common-expression-language`` (the Rust ``cel`` crate). Around it:
+
+* :func:`compile_selector` checks length, syntax, names and the estimated cost
+  (:mod:`.cost`) first, then rewrites two things the engine lacks or does slowly:
+  ``cel.bind(x, init, body)`` becomes ``[init].map(x, body)[0]``, and ``quantity("40Gi")`` /
+  ``semver("1.2.3")`` with literal arguments become their tagged-bytes constants;
+* :func:`device_view` builds the ``device`` variable and its ``cel.Context`` once per device;
+* ``device.attributes["other.domain"]`` is an empty map upstream. The engine has no default
+  for missing map keys, so when an evaluation fails with a missing key that is a string
+  literal of the selector (or the device's driver), it is retried with that domain added as
+  an empty map to ``attributes`` and ``capacity``. Such a retry sees the extra (empty) domain
+  when it iterates over ``device.attributes`` itself, which upstream would not.
+
+Not supported (the Kubernetes environment has them; compile_selector says so): optional
+syntax ``x.?f``, ``m[?k]``, ``[?e]`` and ``{?k: v}`` (the ``optional.*`` functions do work),
+two-variable comprehensions (``all(i, v, ...)``, ``transformList``, ...), the URL, IP, CIDR,
+format and image libraries, ext.Lists (``sort``, ``distinct``, ...), and time-zone arguments of
+the timestamp getters. Expressions nested deeper than 100 levels are rejected.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import cel
+
+from dra_jupyter.errors import SelectorError
+from dra_jupyter.model.attributes import AttributeValue, Version
+from dra_jupyter.model.quantity import Quantity
+from dra_jupyter.selectors import library
+from dra_jupyter.selectors.cost import CheckError, analyze
+from dra_jupyter.selectors.parser import CelSyntaxError, Node, parse
+
+MAX_EXPRESSION_LENGTH = 10 * 1024
+MAX_COST = 1_000_000  # CELSelectorExpressionMaxCost
+_ENGINE_ERRORS = (
+    TypeError, ValueError, RuntimeError, IndexError, ZeroDivisionError, OverflowError,
+)  # fmt: skip
+_CALLBACK = re.compile(
+    r"Function '([\w.]+)' error: (?:Python function call failed: (\w+): )?(.*?)\.? "
+    r"Check function arguments and their types\.$"
+)
+_KINDS = {"int": "an int", "uint": "a uint", "optional": "an optional", "null": "null"}
+_KINDS |= {"bytes": "bytes", "semver": "a semantic version"}
+
+
+class CelEvaluationError(Exception):
+    """A selector failed on a device; ``problem`` is a one-line description."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
+
+
+class _QuietCallbacks(logging.Filter):
+    """The engine logs a warning for each failing Python callback; we raise them instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        match = re.match(r"Python function '([\w.]+)' failed", record.getMessage())
+        return match is None or match.group(1) not in library.FUNCTIONS
+
+
+logging.getLogger("cel").addFilter(_QuietCallbacks())
+
+
+class DeviceView:
+    """One device as the CEL variable ``device``, converted once; see :func:`device_view`."""
+
+    __slots__ = ("_allow", "_attributes", "_capacity", "_context", "_driver", "_widened")
+
+    def __init__(
+        self,
+        driver: str,
+        attributes: dict[str, dict[str, object]],
+        capacity: dict[str, dict[str, object]],
+        allow_multiple_allocations: bool,
+    ) -> None:
+        self._driver = driver
+        self._attributes = attributes
+        self._capacity = capacity
+        self._allow = allow_multiple_allocations
+        self._context = self._build(attributes, capacity)
+        self._widened: dict[frozenset[str], Any] = {}
+
+    @property
+    def driver(self) -> str:
+        return self._driver
+
+    def _build(self, attributes: object, capacity: object) -> Any:
+        device = {"driver": self._driver, "attributes": attributes, "capacity": capacity}
+        device["allowMultipleAllocations"] = self._allow
+        return cel.Context(variables={"device": device}, functions=library.FUNCTIONS)
+
+    def _with_domains(self, domains: frozenset[str]) -> Any:
+        """The context with ``domains`` present (empty) in attributes and capacity."""
+        if domains not in self._widened:
+            empty: dict[str, dict[str, object]] = {d: {} for d in domains}
+            self._widened[domains] = self._build(empty | self._attributes, empty | self._capacity)
+        return self._widened[domains]
+
+
+def _cel_value(value: AttributeValue) -> object:
+    if isinstance(value, tuple):
+        return [_cel_value(item) for item in value]
+    if isinstance(value, Version):
+        return library.parse_semver(value.text)
+    return value
+
+
+def _by_domain(driver: str, values: Mapping[str, object]) -> dict[str, dict[str, object]]:
+    result: dict[str, dict[str, object]] = {}
+    for name, value in values.items():
+        domain, slash, ident = name.partition("/")
+        if not slash:
+            domain, ident = driver, name
+        result.setdefault(domain, {})[ident] = value
+    return result
+
+
+def device_view(
+    driver: str,
+    attributes: Mapping[str, AttributeValue],
+    capacity: Mapping[str, Quantity],
+    allow_multiple_allocations: bool,
+) -> DeviceView:
+    """Convert a device once for all selectors.
+
+    Names are as a ResourceSlice publishes them: ``"domain/name"``, or a bare name that
+    belongs to the driver's domain. Versions become semvers, capacities quantities, tuples lists.
+    """
+    attrs = {name: _cel_value(value) for name, value in attributes.items()}
+    caps = {name: library.encode_quantity(q.value) for name, q in capacity.items()}
+    return DeviceView(
+        driver, _by_domain(driver, attrs), _by_domain(driver, caps), allow_multiple_allocations
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSelector:
+    """A selector ready to run; ``cost`` is its estimated worst-case cost."""
+
+    expression: str
+    cost: int
+    _program: Any = field(repr=False)
+    _literals: frozenset[str] = field(repr=False)
+
+    def matches(self, device: DeviceView) -> bool:
+        """Whether the device is selected; raise :class:`CelEvaluationError` if it fails."""
+        try:
+            result = self._program.execute(device._context)
+        except KeyError as error:
+            result = self._retry(device, error)
+        except _ENGINE_ERRORS as error:
+            raise CelEvaluationError(_describe(error)) from error
+        if result is True or result is False:
+            return result
+        kind = library.kind_of(result)
+        raise CelEvaluationError(f"expression returned {_KINDS.get(kind, f'a {kind}')}, not a bool")
+
+    def _retry(self, device: DeviceView, error: KeyError) -> object:
+        domains: frozenset[str] = frozenset()
+        while True:
+            key = str(error.args[0]) if error.args else ""
+            if key in domains or (key not in self._literals and key != device.driver):
+                raise CelEvaluationError(f"no such key: {key}") from error
+            domains |= {key}
+            try:
+                return self._program.execute(device._with_domains(domains))
+            except KeyError as again:
+                error = again
+            except _ENGINE_ERRORS as failure:
+                raise CelEvaluationError(_describe(failure)) from failure
+
+
+@dataclass(frozen=True, slots=True)
+class _Rejected:
+    problem: str
+    remedy: str = ""
+
+
+def compile_selector(expression: str, *, where: str) -> CompiledSelector:
+    """Compile (once per expression text) or raise :class:`~dra_jupyter.errors.SelectorError`."""
+    result = _compile(expression)
+    if isinstance(result, _Rejected):
+        raise SelectorError(where, result.problem, result.remedy)
+    return result
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile(expression: str) -> CompiledSelector | _Rejected:
+    if not expression.strip():
+        return _Rejected("the CEL expression is empty", 'write one, e.g. device.driver == "x"')
+    length = len(expression.encode())
+    if length > MAX_EXPRESSION_LENGTH:
+        return _Rejected(
+            f"the CEL expression has {length} bytes, more than {MAX_EXPRESSION_LENGTH}"
+        )
+    try:
+        node = parse(expression)
+        cost = analyze(node).cost
+    except CelSyntaxError as error:
+        return _Rejected(str(error) if error.unsupported else f"syntax error: {error}")
+    except CheckError as error:
+        return _Rejected(error.problem, error.remedy)
+    if cost > MAX_COST:
+        return _Rejected(
+            f"estimated cost {cost} exceeds the limit of {MAX_COST}",
+            "loops (all, exists, map, filter) multiply the sizes they iterate over; flatten them",
+        )
+    try:
+        program = cel.compile(_rewrite(expression, node))
+    except ValueError as error:
+        found = re.search(r"ERROR: <input>:(\d+):(\d+): (?:Syntax error: )?([^\n]*)", str(error))
+        detail = str(error).split("\n", 1)[0] if found is None else found.expand(r"\3 (\1:\2)")
+        return _Rejected("syntax error: " + re.sub(r" expecting \{.*\}", "", detail))
+    return CompiledSelector(expression, cost, program, frozenset(_strings(node)))
+
+
+def _strings(node: Node) -> list[str]:
+    found = [node.value] if node.kind == "literal" and isinstance(node.value, str) else []
+    for child in node.children():
+        found.extend(_strings(child))
+    return found
+
+
+def _constant(node: Node) -> str | None:
+    """The tagged-bytes literal for quantity("...") or semver("..."[, bool]), if valid."""
+    args = node.args
+    if node.kind != "call" or node.target is not None or not args:
+        return None
+    if any(a.kind != "literal" for a in args) or not isinstance(args[0].value, str):
+        return None
+    try:
+        if node.name == "quantity" and len(args) == 1:
+            raw = library.parse_quantity(args[0].value)
+        elif node.name == "semver" and (len(args) == 1 or isinstance(args[-1].value, bool)):
+            raw = library.parse_semver(args[0].value, len(args) == 2 and args[1].value is True)
+        else:
+            return None
+    except ValueError:
+        return None  # fails at run time, as upstream
+    return 'b"' + raw.replace(b"\x01", b"\\x01").decode() + '"'
+
+
+def _is_bind(node: Node) -> bool:
+    target = node.target
+    calls = node.kind == "call" and node.name == "bind" and len(node.args) == 3
+    return calls and target is not None and target.kind == "ident" and target.name == "cel"
+
+
+def _rewrite(text: str, node: Node) -> str:
+    """The source of ``node`` with constants folded and ``cel.bind`` expanded."""
+    constant = _constant(node)
+    if constant is not None:
+        return constant
+    args = node.args
+    if _is_bind(node):
+        return f"[{_rewrite(text, args[1])}].map({args[0].name}, {_rewrite(text, args[2])})[0]"
+    if node.kind == "call" and node.target is None and node.name == "matches" and len(args) == 2:
+        return f"({_rewrite(text, args[0])}).matches({_rewrite(text, args[1])})"
+    if node.kind == "ident":  # also drops the leading dot of ".device", unknown to the engine
+        return node.name
+    parts, pos = [], node.start + (node.kind == "call" and text.startswith(".", node.start))
+    for child in node.children():
+        parts += [text[pos : child.start], _rewrite(text, child)]
+        pos = child.end
+    return "".join(parts) + text[pos : node.end]
+
+
+def _describe(error: Exception) -> str:
+    """One line for an engine error."""
+    text = " ".join(str(error).split())
+    match = _CALLBACK.match(text)
+    if match:
+        name, _, message = match.groups()
+        return message if message.startswith("no such overload") else f"{name}(): {message}"
+    if text.startswith("No such overload"):
+        return "no such overload"
+    undefined = re.match(r"Undefined variable or function: ('[^']*')", text)
+    if undefined:
+        return f"undeclared reference to {undefined.group(1)}"
+    first = text.split(". ")[0].rstrip(".")
+    return first[:1].lower() + first[1:]
