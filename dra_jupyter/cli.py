@@ -1,6 +1,7 @@
 """The ``dra-jupyter`` command line.
 
-    dra-jupyter allocate -f OBJECTS.yaml [--strategy first-fit|topology] [--node NODE] [-o json|yaml]
+    dra-jupyter allocate -f OBJECTS.yaml [--strategy first-fit|topology] [--node NODE]
+                         [-o yaml|json]
     dra-jupyter explain  -f OBJECTS.yaml [--strategy ...] [--node NODE] [-o text|json]
     dra-jupyter demo
 
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from dra_jupyter.allocator import STRATEGIES, Allocator
+from dra_jupyter.demo import run_demo
 from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.objectfile import ObjectSet, dump_yaml, load_objects
 
@@ -25,7 +27,7 @@ EXIT_OK, EXIT_UNSATISFIABLE, EXIT_INVALID = 0, 1, 2
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-jupyter",
-        description="Allocate DRA devices (resource.k8s.io/v1) offline, exactly as Kubernetes would.",
+        description="Allocate DRA devices (resource.k8s.io/v1) offline, as Kubernetes would.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (
@@ -108,8 +110,6 @@ def main(
             return run_allocate(args, out, err)
         if args.command == "explain":
             return run_explain(args, out, err)
-        from dra_jupyter.demo import run_demo
-
         return run_demo(out)
     except DraJupyterError as error:
         err.write(f"error: {error}\n")

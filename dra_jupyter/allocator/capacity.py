@@ -48,9 +48,8 @@ def _violates(amount: Quantity, policy: RequestPolicy | None) -> bool:
         rng = policy.valid_range
         if rng.max is not None and amount > rng.max:
             return True
-        if rng.step is not None and int(rng.step) and (int(amount) - int(rng.min)) % int(rng.step):
-            return True
-        return False
+        step = int(rng.step) if rng.step is not None else 0
+        return bool(step) and (int(amount) - int(rng.min)) % step != 0
     if policy.valid_values:
         return amount not in policy.valid_values
     return False

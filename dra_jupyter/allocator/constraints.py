@@ -34,7 +34,7 @@ def typed_values(value: AttributeValue) -> frozenset[Typed]:
 
 
 def lookup_attribute(device: Device, device_id: DeviceID, name: str) -> AttributeValue | None:
-    """Upstream ``lookupAttribute``: the fully qualified name, else the bare name in the driver's domain."""
+    """Upstream ``lookupAttribute``: the qualified name, else the bare name of the driver's."""
     value = device.attributes.get(name)
     if value is not None:
         return value
@@ -63,7 +63,7 @@ class ConstraintState:
         return request in names or (bool(subrequest) and f"{request}/{subrequest}" in names)
 
     def add(self, values: frozenset[Typed] | None) -> bool:
-        """Record a device with these attribute values, or refuse it (``None``: attribute missing)."""
+        """Record a device with these values, or refuse it (``None``: attribute missing)."""
         if values is None or not values:
             return False
         current = self.current

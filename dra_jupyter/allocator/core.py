@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
+from dra_jupyter.allocator.capacity import consumed_capacity, fits
 from dra_jupyter.allocator.explain import Explanation, explain
 from dra_jupyter.allocator.pools import Pool, gather_pools, slices_for_node
 from dra_jupyter.allocator.results import allocation_result
@@ -13,12 +14,12 @@ from dra_jupyter.allocator.search import (
     Candidate,
     RequestData,
     Search,
-    SearchBudgetExceeded,
+    SearchBudgetError,
     list_candidates,
     selectable,
 )
 from dra_jupyter.allocator.state import AllocatedState
-from dra_jupyter.allocator.capacity import consumed_capacity, fits
+from dra_jupyter.allocator.topology import node_order, order_candidates
 from dra_jupyter.errors import InvalidInputError, ObjectError, SelectorError
 from dra_jupyter.model.limits import MAX_RESULTS_PER_CLAIM
 from dra_jupyter.model.objects import (
@@ -46,6 +47,14 @@ from dra_jupyter.selectors import (
 )
 
 Strategy = Literal["first-fit", "topology"]
+
+
+class Plan(NamedTuple):
+    node: Node | None
+    pools: list[Pool]
+    data: dict[tuple[int, int, int], RequestData]
+
+
 STRATEGIES: tuple[Strategy, ...] = ("first-fit", "topology")
 DEFAULT_MAX_STEPS = 200_000
 
@@ -122,11 +131,41 @@ class Allocator:
         (unknown DeviceClass, bad CEL, a CEL error on a device, too many devices).
         """
         parsed = self._prepare(claims)
-        for name in self._nodes_to_try(node):
-            found, _ = self.search_on(parsed, name)
+        names = self._nodes_to_try(node)
+        plans: dict[str | None, Plan] = {}
+        if self.strategy == "topology" and len(names) > 1:
+            names, plans = self._best_fit_nodes(parsed, names)
+        for name in names:
+            found, _ = self.search_on(parsed, name, plans.get(name))
             if found is not None:
                 return found
         return None
+
+    def _best_fit_nodes(
+        self, claims: list[ResourceClaim], names: list[str | None]
+    ) -> tuple[list[str | None], dict[str | None, Plan]]:
+        """Order nodes best fit first, keeping each node's plan for the search."""
+        plans: dict[str | None, Plan] = {}
+        free: dict[str | None, tuple[bool, int]] = {}
+        for name in names:
+            try:
+                plan = plans[name] = self.plan(claims, name)
+            except InvalidInputError:
+                free[name] = (False, 0)  # the search raises it again if it gets there
+                continue
+            enough, total = True, 0
+            for ci, claim in enumerate(claims):
+                for ri, request in enumerate(claim.requests):
+                    alts = [plan.data[(ci, ri, si)] for si in range(len(request.alternatives))]
+                    enough = enough and any(
+                        len(rd.all_devices or ()) > 0
+                        if rd.all_devices is not None
+                        else len(rd.candidates) >= rd.num_devices
+                        for rd in alts
+                    )
+                    total += len(alts[0].candidates)
+            free[name] = (enough, total)
+        return node_order(free), plans
 
     def explain(
         self, claims: Iterable[Mapping[str, Any] | ResourceClaim], node: str | None = None
@@ -135,13 +174,19 @@ class Allocator:
         return explain(self, self._prepare(claims), node)
 
     def search_on(
-        self, claims: list[ResourceClaim], node_name: str | None
+        self, claims: list[ResourceClaim], node_name: str | None, plan: Plan | None = None
     ) -> tuple[list[AllocationResult] | None, bool]:
         """Allocate prepared claims on one node; also says whether the step budget ran out."""
         try:
-            return self._allocate_on(claims, node_name), False
-        except SearchBudgetExceeded:
+            return self._allocate_on(claims, node_name, plan), False
+        except SearchBudgetError:
             return None, True
+
+    def plan(self, claims: list[ResourceClaim], node_name: str | None) -> Plan:
+        """The node's pools and, per request, the devices that could serve it."""
+        node = self.node(node_name)
+        pools = self.pools_for(node)
+        return Plan(node, pools, self.request_data(claims, pools, node))
 
     # --- preparation -------------------------------------------------------------------------
 
@@ -271,6 +316,8 @@ class Allocator:
                         rd.candidates = list_candidates(
                             rd, claim, pools, node, self.state, self.matches
                         )
+                        if self.strategy == "topology":
+                            rd.candidates = order_candidates(rd, self.state)
                     data[(ci, ri, si)] = rd
         return data
 
@@ -313,11 +360,9 @@ class Allocator:
         return out
 
     def _allocate_on(
-        self, claims: list[ResourceClaim], node_name: str | None
+        self, claims: list[ResourceClaim], node_name: str | None, plan: Plan | None
     ) -> list[AllocationResult] | None:
-        node = self.node(node_name)
-        pools = self.pools_for(node)
-        data = self.request_data(claims, pools, node)
+        node, pools, data = plan if plan is not None else self.plan(claims, node_name)
         search = Search(claims, pools, node, self.state, data, self.max_steps)
         if not search.run():
             return None

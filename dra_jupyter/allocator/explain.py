@@ -108,7 +108,7 @@ class Explanation:
 
 
 def explain(allocator: Allocator, claims: list[ResourceClaim], node: str | None) -> Explanation:
-    names = [node] if node is not None else (allocator.node_names() or [None])
+    names: list[str | None] = [node] if node is not None else [*allocator.node_names()] or [None]
     reports = []
     found_on: str | None = None
     for name in names:
@@ -160,7 +160,7 @@ def _request_report(
     rep = RequestReport(
         claim=claim.key, request=rd.name, device_class=rd.device_class.name, needed=needed
     )
-    funnel = Counter({stage: 0 for stage in STAGES})
+    funnel = Counter(dict.fromkeys(STAGES, 0))
     holders: Counter[str] = Counter()
     rejected_by_selector: Counter[int] = Counter()
     blocked_taints: Counter[str] = Counter()
@@ -322,7 +322,10 @@ def _reason(
             f"selector #{i} ({rd.request.selectors[i]!r}) rejects {n}"
             for i, n in rejected.most_common(2)
         )
-        text = f"{after} of {before} devices of class {rd.device_class.name} match the selectors, {need}"
+        text = (
+            f"{after} of {before} devices of class {rd.device_class.name} match the selectors, "
+            f"{need}"
+        )
         return f"{text}: {worst}" if worst else text
     if stage == "free":
         who = ", ".join(f"{c} ({n})" for c, n in holders.most_common(3))
@@ -331,7 +334,10 @@ def _reason(
         )
     if stage == "capacity":
         asked = ", ".join(f"{k} >= {v}" for k, v in rd.request.capacity_requests.items())
-        text = f"{after} of {before} free devices have the capacity asked for ({asked or 'whole device'})"
+        text = (
+            f"{after} of {before} free devices have the capacity asked for "
+            f"({asked or 'whole device'})"
+        )
         big = "; ".join(f"the largest {k} is {v[0]} ({v[1]})" for k, v in largest.items())
         return f"{text}, {need}" + (f"; {big}" if big else "")
     if stage == "counters":

@@ -21,13 +21,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from fractions import Fraction
 
 from dra_jupyter.allocator.capacity import Consumed, consumed_capacity, fits
-from dra_jupyter.allocator.constraints import ConstraintState, lookup_attribute, typed_values
+from dra_jupyter.allocator.constraints import (
+    ConstraintState,
+    Typed,
+    lookup_attribute,
+    typed_values,
+)
 from dra_jupyter.allocator.pools import Pool
 from dra_jupyter.allocator.state import AllocatedState
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.model.limits import MAX_RESULTS_PER_CLAIM
+from dra_jupyter.model.nodes import selection_matches
 from dra_jupyter.model.objects import (
     Device,
     DeviceClass,
@@ -35,11 +42,14 @@ from dra_jupyter.model.objects import (
     DeviceRequest,
     ExactRequest,
     Node,
+    PoolID,
     ResourceClaim,
     ResourceSlice,
 )
-from dra_jupyter.model.nodes import selection_matches
 from dra_jupyter.model.quantity import Quantity
+
+CounterTotals = dict[str, dict[str, Fraction]]
+"""Counter values per counter set, per counter."""
 
 Matcher = Callable[[DeviceClass, ExactRequest, ResourceClaim, Device, DeviceID], bool]
 """Whether a device passes a class's and a request's selectors; raises SelectorError."""
@@ -51,7 +61,7 @@ class Outcome(Enum):
     MAX_SIZE = 2  # upstream errAllocationResultMaxSizeExceeded
 
 
-class SearchBudgetExceeded(Exception):
+class SearchBudgetError(Exception):
     """The search took more steps than its budget allows."""
 
 
@@ -87,6 +97,19 @@ class Pick:
     consumed: Consumed | None  # set for shared devices
 
 
+def _add_counters(
+    totals: CounterTotals, device: Device, sign: int, *, only_known: bool = False
+) -> None:
+    for use in device.consumes_counters:
+        if only_known and use.counter_set not in totals:
+            continue
+        counters = totals.setdefault(use.counter_set, {})
+        for name, q in use.counters.items():
+            if only_known and name not in counters:
+                continue
+            counters[name] = counters.get(name, Fraction(0)) + sign * q.value
+
+
 def taint_prevents(device: Device, request: ExactRequest) -> bool:
     return any(
         taint.effect in ("NoSchedule", "NoExecute")
@@ -118,9 +141,8 @@ class Search:
         self.results: list[list[Pick]] = [[] for _ in claims]
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, list[Consumed]] = {}
-        self.counter_users: dict[DeviceID, int] = {}  # shared devices counted in consumed_counters
-        self.available_counters: dict[tuple[str, str], dict[str, dict[str, int | float]]] = {}
-        self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, object]]] = {}
+        self.available_counters: dict[PoolID, CounterTotals] = {}
+        self.consumed_counters: dict[PoolID, CounterTotals] = {}
         self.memo: dict[object, Outcome] = {}
 
     # --- state -------------------------------------------------------------------------------
@@ -131,54 +153,35 @@ class Search:
     def capacity_in_use(self, device: DeviceID) -> bool:
         return device in self.state.capacity or bool(self.allocating_capacity.get(device))
 
-    def _available(self, pool: Pool) -> dict[str, dict[str, object]]:
-        key = (pool.id.driver, pool.id.pool)
-        cached = self.available_counters.get(key)
+    def _available(self, pool: Pool) -> CounterTotals:
+        """The pool's counters less what allocated claims' devices consume."""
+        cached = self.available_counters.get(pool.id)
         if cached is None:
-            avail: dict[str, dict[str, object]] = {
+            cached = {
                 name: {c: q.value for c, q in cs.counters.items()}
                 for name, cs in pool.counter_sets.items()
             }
             for slice_ in (*pool.slices, *pool.other_slices):
                 for device in slice_.devices:
-                    if (
-                        DeviceID(slice_.driver, slice_.pool, device.name)
-                        not in self.state.dedicated
-                    ):
-                        continue
-                    for use in device.consumes_counters:
-                        counters = avail.get(use.counter_set, {})
-                        for name, q in use.counters.items():
-                            if name in counters:
-                                counters[name] = counters[name] - q.value  # type: ignore[operator]
-            self.available_counters[key] = avail  # type: ignore[assignment]
-            cached = avail  # type: ignore[assignment]
-        return cached  # type: ignore[return-value]
+                    if DeviceID(slice_.driver, slice_.pool, device.name) in self.state.dedicated:
+                        _add_counters(cached, device, -1, only_known=True)
+            self.available_counters[pool.id] = cached
+        return cached
 
     def _take_counters(self, cand: Candidate) -> bool:
-        pool = cand.pool
-        key = (pool.id.driver, pool.id.pool)
-        available = self._available(pool)
-        consumed = self.consumed_counters.setdefault(key, {})
-        self._add_counters(consumed, cand.device, 1)
+        available = self._available(cand.pool)
+        consumed = self.consumed_counters.setdefault(cand.pool.id, {})
+        _add_counters(consumed, cand.device, 1)
         for set_name, counters in available.items():
             used = consumed.get(set_name, {})
             for name, value in counters.items():
-                if value < used.get(name, 0):  # type: ignore[operator]
-                    self._add_counters(consumed, cand.device, -1)
+                if value < used.get(name, 0):
+                    _add_counters(consumed, cand.device, -1)
                     return False
         return True
 
     def _release_counters(self, cand: Candidate) -> None:
-        key = (cand.pool.id.driver, cand.pool.id.pool)
-        self._add_counters(self.consumed_counters[key], cand.device, -1)
-
-    @staticmethod
-    def _add_counters(consumed: dict[str, dict[str, object]], device: Device, sign: int) -> None:
-        for use in device.consumes_counters:
-            counters = consumed.setdefault(use.counter_set, {})
-            for name, q in use.counters.items():
-                counters[name] = counters.get(name, 0) + sign * q.value  # type: ignore[operator]
+        _add_counters(self.consumed_counters[cand.pool.id], cand.device, -1)
 
     # --- one device --------------------------------------------------------------------------
 
@@ -281,7 +284,7 @@ class Search:
     def one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int) -> Outcome:
         self.steps += 1
         if self.steps > self.max_steps:
-            raise SearchBudgetExceeded
+            raise SearchBudgetError
         if ci >= len(self.claims):
             return Outcome.DONE
         claim = self.claims[ci]
@@ -289,6 +292,8 @@ class Search:
             outcome = self.one(ci + 1, 0, 0, 0, False, 0)
             return Outcome.FAIL if outcome is Outcome.MAX_SIZE else outcome
         rd = self.data[(ci, ri, si)]
+        if di == 0 and not in_sub and not self._constraints_feasible(ci, ri):
+            return Outcome.FAIL
         if not in_sub and rd.parent is not None:
             all_exceeded = True
             sub = 0
@@ -329,6 +334,57 @@ class Search:
         if outcome is not Outcome.DONE:
             self.memo[key] = outcome
         return outcome
+
+    def _constraints_feasible(self, ci: int, ri: int) -> bool:
+        """Whether the claim's constraints can still hold for requests ``ri`` onwards.
+
+        A cheap upper bound, checked when a request starts: the devices still usable by
+        the remaining covered requests must offer one shared value for ``matchAttribute``
+        and enough unused values for ``distinctAttribute``. It only cuts branches without
+        a solution, so it never changes which solution is found first.
+        """
+        self.claims[ci]
+        return all(self._bound_constraint(state, ci, ri) for state in self.constraints[ci])
+
+    def _bound_constraint(self, state: ConstraintState, ci: int, ri: int) -> bool:
+        """The bound of one constraint (True when it cannot rule the branch out)."""
+        claim = self.claims[ci]
+        need = 0
+        values: dict[DeviceID, frozenset[Typed]] = {}
+        for rj in range(ri, len(claim.requests)):
+            request = claim.requests[rj]
+            alts = [self.data[(ci, rj, s)] for s in range(len(request.alternatives))]
+            covered = [
+                rd
+                for rd in alts
+                if state.applies(request.name, rd.request.name if rd.parent else "")
+            ]
+            if len(covered) < len(alts):
+                continue  # an alternative outside the constraint: no bound from it
+            if any(rd.all_devices is not None or rd.request.admin_access for rd in covered):
+                return True  # "All" must reach its own error; admin access may reuse devices
+            need += min(rd.num_devices for rd in covered)
+            for rd in covered:
+                pool = rd.all_devices if rd.all_devices is not None else rd.candidates
+                for cand in pool:
+                    if cand.device.allow_multiple_allocations:
+                        return True  # one shared device can serve several requests
+                    if cand.id in values or (not rd.request.admin_access and self.in_use(cand.id)):
+                        continue
+                    value = lookup_attribute(cand.device, cand.id, state.constraint.attribute)
+                    if value is not None:
+                        values[cand.id] = typed_values(value)
+        if need == 0:
+            return True
+        current = state.current
+        if state.constraint.match_attribute is not None:
+            counts: dict[Typed, int] = {}
+            for vals in values.values():
+                for v in vals if current is None else vals & current:
+                    counts[v] = counts.get(v, 0) + 1
+            return max(counts.values(), default=0) >= need
+        unused = set().union(*values.values()) - (current or frozenset())
+        return len(unused) >= need
 
     def _try_candidates(
         self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: RequestData

@@ -31,7 +31,7 @@ Scalar = bool | int | str | Version
 """One attribute value: ``bool``, ``int`` (int64), ``string`` (<= 64 chars) or ``version``."""
 
 AttributeValue = Scalar | tuple[bool, ...] | tuple[int, ...] | tuple[str, ...] | tuple[Version, ...]
-"""A scalar, or a list value (``bools``/``ints``/``strings``/``versions``, DRAListTypeAttributes)."""
+"""A scalar, or a list (``bools``/``ints``/``strings``/``versions``; DRAListTypeAttributes)."""
 
 
 def as_set(value: AttributeValue) -> frozenset[Scalar]:

@@ -1,4 +1,4 @@
-"""core/v1 NodeSelector matching, as ``component-helpers/scheduling/corev1/nodeaffinity`` does it."""
+"""core/v1 NodeSelector matching, as upstream ``corev1/nodeaffinity`` does it."""
 
 from __future__ import annotations
 

@@ -211,9 +211,6 @@ def _attribute(ctx: _Ctx, raw: Any, path: str) -> AttributeValue:
             "publish a scalar bool, int, string or version",
         )
     try:
-        if kind.endswith("s"):
-            items = ctx.seq(value, f"{path}.{kind}")
-            return tuple(_scalar(ctx, kind[:-1], v, f"{path}.{kind}") for v in items)  # type: ignore[return-value]
         return _scalar(ctx, kind, value, f"{path}.{kind}")
     except ValueError as err:
         raise ctx.fail(f"{path}.{kind}", str(err)) from err

@@ -242,8 +242,9 @@ def _call(node: Node, scope: dict[str, Shape]) -> tuple[int, Shape]:
         cost, shape = _visit(args[0].target, scope)
         _select(shape, args[0].name)
         return cost, _BOOL
+    shown = name
     if target is not None and target.kind == "ident" and target.name not in scope:
-        qualified = f"{target.name}.{name}"
+        shown = qualified = f"{target.name}.{name}"
         if qualified == "cel.bind":
             return _bind(args, scope)
         if qualified in SIGNATURES or qualified in NOT_SUPPORTED:
@@ -257,7 +258,7 @@ def _call(node: Node, scope: dict[str, Shape]) -> tuple[int, Shape]:
                 f"{name}() is part of the Kubernetes CEL environment but not supported by "
                 "dra-jupyter's CEL engine"
             )
-        raise CheckError(f"undeclared reference to function '{name}'")
+        raise CheckError(f"undeclared reference to function '{shown}'")
     if target is not None and not signature.member:
         raise CheckError(f"{name}() is not a method; call it as {name}(x)")
     if target is None and not signature.glob:
@@ -343,7 +344,9 @@ def _bind(args: tuple[Node, ...], scope: dict[str, Shape]) -> tuple[int, Shape]:
 def _comprehension(
     name: str, target: Node, args: tuple[Node, ...], scope: dict[str, Shape]
 ) -> tuple[int, Shape]:
-    if name in TWO_VARIABLE or (len(args) == 3 and name != "map") or len(args) not in (2, 3):
+    if len(args) not in (2, 3, 4):
+        raise CheckError(f"wrong number of arguments to {name}()")
+    if name in TWO_VARIABLE or (len(args) >= 3 and name != "map") or len(args) == 4:
         raise CheckError(
             f"{name}() with two variables is part of the Kubernetes CEL environment but not "
             "supported by dra-jupyter's CEL engine"

@@ -2,11 +2,14 @@
 
 The engine is ``common-expression-language`` (the Rust ``cel`` crate). Around it:
 
-* :func:`compile_selector` checks length, syntax, names and the estimated cost
-  (:mod:`.cost`) first, then rewrites two things the engine lacks or does slowly:
-  ``cel.bind(x, init, body)`` becomes ``[init].map(x, body)[0]``, and ``quantity("40Gi")`` /
-  ``semver("1.2.3")`` with literal arguments become their tagged-bytes constants;
-* :func:`device_view` builds the ``device`` variable and its ``cel.Context`` once per device;
+* :func:`compile_selector` checks length (in bytes, as upstream), syntax, names and the
+  estimated cost (:mod:`.cost`) first, then rewrites what the engine lacks or does slowly:
+  ``cel.bind(x, init, body)`` becomes ``[init].map(x, body)[0]``, ``matches(s, re)`` becomes
+  ``s.matches(re)``, ``.device`` becomes ``device``, and ``quantity("40Gi")`` /
+  ``semver("1.2.3")`` with literal arguments become their tagged-bytes constants
+  (:mod:`.library`), so that the common comparisons cost one Python callback;
+* :func:`device_view` builds the ``device`` variable and its ``cel.Context`` once per device
+  (about 30 µs); ``allowMultipleAllocations`` is always present (DRAConsumableCapacity on);
 * ``device.attributes["other.domain"]`` is an empty map upstream. The engine has no default
   for missing map keys, so when an evaluation fails with a missing key that is a string
   literal of the selector (or the device's driver), it is retried with that domain added as
@@ -134,6 +137,7 @@ def device_view(
 
     Names are as a ResourceSlice publishes them: ``"domain/name"``, or a bare name that
     belongs to the driver's domain. Versions become semvers, capacities quantities, tuples lists.
+    Raises ``ValueError`` for a version that is not strict semver 2.0.0.
     """
     attrs = {name: _cel_value(value) for name, value in attributes.items()}
     caps = {name: library.encode_quantity(q.value) for name, q in capacity.items()}

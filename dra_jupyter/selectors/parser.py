@@ -9,34 +9,19 @@ balanced trees, and ``-`` in front of a number literal is part of the literal.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 NodeKind = Literal["literal", "ident", "select", "index", "call", "list", "map", "cond", "op"]
 MAX_DEPTH = 100
 """Deepest tree accepted (upstream: 250); keeps every recursive walk far from Python's limit."""
 
-RESERVED = frozenset(
-    [
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-        "void",
-        "while",
-    ]
-)
+# fmt: off
+RESERVED = frozenset((
+    "as", "break", "const", "continue", "else", "for", "function", "if", "import", "let", "loop",
+    "package", "namespace", "return", "var", "void", "while",
+))
+# fmt: on
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,11 +279,10 @@ class _Parser:
                 args, end = self.arguments(")")
                 return Node("call", token.start, end, name.text, args)
             return Node("ident", token.start, name.end, name.text)
-        if self.at("("):
+        if self.at("("):  # the span takes in the parentheses, so that rewrites keep them
             self.take()
             inner = self.expr()
-            self.expect(")")
-            return inner
+            return replace(inner, start=token.start, end=self.expect(")").end)
         if self.at("[", "{"):
             args, end = self.arguments("]" if token.text == "[" else "}")
             return Node("list" if token.text == "[" else "map", token.start, end, args=args)

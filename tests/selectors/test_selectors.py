@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from fractions import Fraction
 
 import pytest
@@ -201,12 +200,14 @@ MIG_CLASS = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.
             True,
         ),
         (
-            "device.driver == 'tpu.google.com' && device.attributes['tpu.google.com'].tpuGen == 'v6e'",
+            "device.driver == 'tpu.google.com' && "
+            "device.attributes['tpu.google.com'].tpuGen == 'v6e'",
             TPU,
             True,
         ),
         (
-            'cel.bind(gpu, device.attributes["gpu.nvidia.com"], gpu.type == "gpu" && gpu.brand == "Nvidia")',
+            'cel.bind(gpu, device.attributes["gpu.nvidia.com"], gpu.type == "gpu" && '
+            'gpu.brand == "Nvidia")',
             A100,
             True,
         ),
@@ -361,7 +362,11 @@ for variable in ("z5", "z4", "z3", "z2", "z", "y", "x"):
         ),
         ("device.attributes['x'].l.all(i, v, v > 0)", "all() with two variables"),
         ("device.attributes['x'].l.transformList(i, v, v).size() > 0", "transformList()"),
-        ("url('https://x').getHost() == 'x'", "url() is part of the Kubernetes CEL environment"),
+        (
+            "url('https://x').getHost() == 'x'",
+            "getHost() is part of the Kubernetes CEL environment",
+        ),
+        ("ip('10.0.0.1') == ip('10.0.0.1')", "ip() is part of the Kubernetes CEL environment"),
         ("1", "must evaluate to a bool, not an int"),
         ("device.driver", "must evaluate to a bool, not a string"),
         ('quantity("1")', "must evaluate to a bool, not a quantity"),
@@ -448,7 +453,8 @@ def test_device_view_domains() -> None:
     view = _view("d.example.com", {"a": 1, "other.example.com/a": 2}, {"mem": "1Gi"})
     assert compile_selector(
         'device.attributes["d.example.com"].a == 1 && device.attributes["other.example.com"].a == 2'
-        ' && device.capacity["d.example.com"].mem == quantity("1Gi") && device.driver == "d.example.com"',
+        ' && device.capacity["d.example.com"].mem == quantity("1Gi") && '
+        'device.driver == "d.example.com"',
         where="test",
     ).matches(view)
 
@@ -470,31 +476,45 @@ def test_versions_ignore_build_metadata_and_strings_are_not_versions() -> None:
         '"Hello".lowerAscii() == "hello" && "hello".upperAscii() == "HELLO"',
         '"  x ".trim() == "x" && "abc".charAt(1) == "b" && "hello".substring(1, 3) == "el"',
         '"a,b".split(",") == ["a", "b"] && ["a", "b"].join("-") == "a-b"',
-        '"aXa".replace("a", "b") == "bXb" && "abc".indexOf("c") == 2 && "abca".lastIndexOf("a") == 3',
+        '"aXa".replace("a", "b") == "bXb" && '
+        '"abc".indexOf("c") == 2 && "abca".lastIndexOf("a") == 3',
         'strings.quote("a") == "\\"a\\""',
         '"abc".find("[bc]+") == "bc" && "a1b2".findAll("[0-9]") == ["1", "2"]',
         "[1, 2, 3].isSorted() && [1, 2].sum() == 3 && [3, 1].min() == 1 && [3, 1].max() == 3",
         "[1, 2, 3].indexOf(2) == 1 && [1, 2, 1].lastIndexOf(1) == 2",
-        "sets.contains([1, 2], [2]) && sets.equivalent([1, 2], [2, 1]) && !sets.intersects([1], [2])",
+        "sets.contains([1, 2], [2]) && sets.equivalent([1, 2], [2, 1]) && "
+        "!sets.intersects([1], [2])",
         'bool("true") && isQuantity("1.3G") && !isQuantity("1,3G") && !isQuantity("200K")',
-        'quantity("50k").add(20) == quantity("50020") && quantity("50k").sub(20000) == quantity("30k")',
+        'quantity("50k").add(20) == quantity("50020") && '
+        'quantity("50k").sub(20000) == quantity("30k")',
         'quantity("50k").add(20).sub(quantity("100k")).sub(-50000) == quantity("20")',
-        'quantity("200M").compareTo(quantity("0.2G")) == 0 && quantity("50M").compareTo(quantity("50Mi")) == -1',
-        'quantity("150Mi").isGreaterThan(quantity("100Mi")) && quantity("50M").isLessThan(quantity("100M"))',
-        'quantity("50000000G").isInteger() && !quantity("9999999999999999999999999999999999999G").isInteger()',
-        'quantity("50k").asInteger() == 50000 && quantity("50k").sub(20000).asApproximateFloat() == 30000.0',
+        'quantity("200M").compareTo(quantity("0.2G")) == 0 && '
+        'quantity("50M").compareTo(quantity("50Mi")) == -1',
+        'quantity("150Mi").isGreaterThan(quantity("100Mi")) && '
+        'quantity("50M").isLessThan(quantity("100M"))',
+        'quantity("50000000G").isInteger() && '
+        '!quantity("9999999999999999999999999999999999999G").isInteger()',
+        'quantity("50k").asInteger() == 50000 && '
+        'quantity("50k").sub(20000).asApproximateFloat() == 30000.0',
         'quantity("-1").sign() == -1 && sign(quantity("0")) == 0 && quantity("1m").sign() == 1',
-        'semver("1.2.3").major() == 1 && semver("1.2.3").minor() == 2 && semver("1.2.3").patch() == 3',
+        'semver("1.2.3").major() == 1 && semver("1.2.3").minor() == 2 && '
+        'semver("1.2.3").patch() == 3',
         'semver("v1.0", true) == semver("1.0.0") && semver("01.01.01", true) == semver("1.1.1")',
         'isSemver("1.0.0") && !isSemver("v1.0") && isSemver("v1.0", true) && !isSemver("hello")',
-        'semver("1.2.3").compareTo(semver("2.0.0")) == -1 && semver("1.2.3").isLessThan(semver("1.2.4"))',
-        "optional.of(1).orValue(2) == 1 && !optional.none().hasValue() && optional.of(3).value() == 3",
-        'matches("abc", "^a") && "abc".contains("b") && "abc".startsWith("a") && "abc".endsWith("c")',
+        'semver("1.2.3").compareTo(semver("2.0.0")) == -1 && '
+        'semver("1.2.3").isLessThan(semver("1.2.4"))',
+        "optional.of(1).orValue(2) == 1 && "
+        "!optional.none().hasValue() && optional.of(3).value() == 3",
+        'matches("abc", "^a") && "abc".contains("b") && '
+        '"abc".startsWith("a") && "abc".endsWith("c")',
         'timestamp("2020-01-01T05:00:00Z").getHours() == 5 && duration("90s").getMinutes() == 1',
-        'int("5") == 5 && uint(1) == 1u && double(1) == 1.0 && string(1) == "1" && bytes("a") == b"a"',
+        'int("5") == 5 && uint(1) == 1u && '
+        'double(1) == 1.0 && string(1) == "1" && bytes("a") == b"a"',
         "type(1) == int && dyn(1) == 1 && size([1, 2]) == 2 && 1 < 1.5",
-        "[1, 2].map(x, x * 2) == [2, 4] && [1, 2].filter(x, x > 1) == [2] && [1, 2].exists_one(x, x == 1)",
+        "[1, 2].map(x, x * 2) == [2, 4] && [1, 2].filter(x, x > 1) == [2] && "
+        "[1, 2].exists_one(x, x == 1)",
         '.device.driver == "gpu.nvidia.com"',
+        "(1 + 2) * 3 == 9 && (true ? 1 : 2) == 1",  # rewrites keep parentheses
     ],
 )
 def test_environment_functions(expression: str) -> None:
@@ -571,18 +591,3 @@ def test_is_semver_agrees_with_semver(text: str, normalize: bool) -> None:
     strict = semver.Version.is_valid(text)
     expected = strict or (normalize and text in ("1.0", "v2", "01.2.3", "1.2"))
     assert selector.matches(A100) is expected
-
-
-def test_matching_is_fast() -> None:
-    selectors = [compile_selector(e, where="test") for e in (GPU_CLASS, MIG_CLASS)]
-    selectors.append(
-        compile_selector(
-            'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0', where="t"
-        )
-    )
-    start = time.perf_counter()
-    for _ in range(2000):
-        for selector in selectors:
-            selector.matches(A100)
-    per_call = (time.perf_counter() - start) / 6000
-    assert per_call < 100e-6  # measured ~2 µs; generous for slow CI machines
