@@ -23,17 +23,21 @@ typecheck: install
 	$(BIN)/mypy
 
 lint: install
-	$(BIN)/ruff check dra_jupyter tests
-	$(BIN)/ruff format --check dra_jupyter tests
+	$(BIN)/ruff check dra_jupyter tests benchmarks
+	$(BIN)/ruff format --check dra_jupyter tests benchmarks
 
 test: install
-	$(BIN)/ruff check dra_jupyter tests
-	$(BIN)/ruff format --check dra_jupyter tests
+	$(BIN)/ruff check dra_jupyter tests benchmarks
+	$(BIN)/ruff format --check dra_jupyter tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 demo: install
 	$(BIN)/dra-jupyter demo
+
+# Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
+bench: install
+	$(BIN)/python benchmarks/bench_allocator.py --repeat 20
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

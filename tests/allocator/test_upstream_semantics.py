@@ -4636,7 +4636,7 @@ UPSTREAM_CASES: dict[str, Case] = {
                 ),
             )
         ],
-        error=r"stringAttribute\]\.strings: list values need the DRAListTypeAttributes feature gate",
+        error=r"stringAttribute\]\.strings: list values need the DRAListTypeAttributes",
     ),
     # upstream runs this with its gate off; the outcome is the same with the 1.36 defaults
     "list-attributes-disabled-distinct-constraint-with-lists": Case(
@@ -4664,7 +4664,7 @@ UPSTREAM_CASES: dict[str, Case] = {
                 ),
             )
         ],
-        error=r"stringAttribute\]\.strings: list values need the DRAListTypeAttributes feature gate",
+        error=r"stringAttribute\]\.strings: list values need the DRAListTypeAttributes",
     ),
     "allocation-mode-all-with-multi-host-resource-pool": Case(
         claims=[claim("claim-0", all_device_request("req-0", "class-a"))],
