@@ -104,7 +104,10 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse printed the usage and the problem
+        return int(exit_.code or 0)
     try:
         if args.command == "allocate":
             return run_allocate(args, out, err)

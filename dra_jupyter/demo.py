@@ -45,7 +45,7 @@ def demo_claims() -> list[tuple[str, dict[str, Any]]]:
             _claim("train-4", [_request("gpu", 4, hopper, big)], constraints=same_numa),
         ),
         (
-            "eight GPUs, else two (firstAvailable)",
+            "eight GPUs, else one (firstAvailable)",
             _claim(
                 "sweep",
                 [
@@ -53,7 +53,7 @@ def demo_claims() -> list[tuple[str, dict[str, Any]]]:
                         "name": "gpus",
                         "firstAvailable": [
                             {"name": "eight", "deviceClassName": GPU, "count": 8},
-                            {"name": "two", "deviceClassName": GPU, "count": 2},
+                            {"name": "one", "deviceClassName": GPU, "count": 1},
                         ],
                     }
                 ],

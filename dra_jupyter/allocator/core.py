@@ -42,6 +42,7 @@ from dra_jupyter.model.parse import (
 from dra_jupyter.selectors import (
     CelEvaluationError,
     CompiledSelector,
+    DeviceView,
     compile_selector,
     device_view,
 )
@@ -100,7 +101,7 @@ class Allocator:
         self.nodes: dict[str, Node] = {n.name: n for n in parse_many(nodes, parse_node, Node)}
         self.share_id_factory = share_id_factory or (lambda: str(uuid.uuid4()))
         self.max_steps = max_steps
-        self._views: dict[int, object] = {}
+        self._views: dict[int, DeviceView] = {}
         self._matches: dict[tuple[str, int], bool | str] = {}
 
     # --- public ------------------------------------------------------------------------------
@@ -131,15 +132,21 @@ class Allocator:
         (unknown DeviceClass, bad CEL, a CEL error on a device, too many devices).
         """
         parsed = self._prepare(claims)
-        names = self._nodes_to_try(node)
-        plans: dict[str | None, Plan] = {}
-        if self.strategy == "topology" and len(names) > 1:
-            names, plans = self._best_fit_nodes(parsed, names)
+        names, plans = self.node_order(parsed, node)
         for name in names:
             found, _ = self.search_on(parsed, name, plans.get(name))
             if found is not None:
                 return found
         return None
+
+    def node_order(
+        self, claims: list[ResourceClaim], node: str | None
+    ) -> tuple[list[str | None], dict[str | None, Plan]]:
+        """The nodes to try, in the strategy's order, with any plans made to order them."""
+        names = self._nodes_to_try(node)
+        if self.strategy == "topology" and len(names) > 1:
+            return self._best_fit_nodes(claims, names)
+        return names, {}
 
     def _best_fit_nodes(
         self, claims: list[ResourceClaim], names: list[str | None]
@@ -192,6 +199,18 @@ class Allocator:
 
     def _nodes_to_try(self, node: str | None) -> list[str | None]:
         if node is not None:
+            known = self.node_names()
+            reachable = any(
+                s.per_device_node_selection
+                or (s.node_selection is not None and s.node_selection.node_name is None)
+                for s in self.slices
+                if not s.shared_counters
+            )
+            if node not in known and not reachable:
+                raise InvalidInputError(
+                    f"node {node!r} has no ResourceSlices and no Node object was given; "
+                    f"nodes with devices: {', '.join(known) or 'none'}"
+                )
             return [node]
         names: list[str | None] = list(self.node_names())
         return names or [None]
@@ -245,7 +264,7 @@ class Allocator:
 
     # --- selectors ---------------------------------------------------------------------------
 
-    def _view(self, device: Device, driver: str) -> object:
+    def _view(self, device: Device, driver: str) -> DeviceView:
         view = self._views.get(id(device))
         if view is None:
             view = device_view(
@@ -257,21 +276,32 @@ class Allocator:
             self._views[id(device)] = view
         return view
 
-    def _selector_holds(
-        self, expression: str, device: Device, dev_id: DeviceID, where: str
+    def selector_holds(
+        self,
+        expression: str,
+        device: Device,
+        dev_id: DeviceID,
+        owner: DeviceClass | ResourceClaim,
+        request: ExactRequest | None,
+        index: int,
     ) -> bool:
+        """Whether selector ``index`` of a class (or of a claim's request) holds for a device.
+
+        Results are cached per expression and device. A CEL runtime error raises
+        :class:`SelectorError` naming the selector's object, field and the device.
+        """
         key = (expression, id(device))
         result = self._matches.get(key)
         if result is None:
-            compiled = compile_selector(expression, where=where)
+            compiled = compile_selector(expression, where=_selector_path(owner, request, index))
             try:
-                result = compiled.matches(self._view(device, dev_id.driver))  # type: ignore[arg-type]
+                result = compiled.matches(self._view(device, dev_id.driver))
             except CelEvaluationError as err:
                 result = err.problem
             self._matches[key] = result
         if isinstance(result, str):
             raise SelectorError(
-                f"{where}, device {dev_id}",
+                f"{_selector_path(owner, request, index)}, on device {dev_id}",
                 f"CEL runtime error: {result}",
                 "guard optional attributes with has(...) or 'name' in device.attributes[...]",
             )
@@ -286,11 +316,10 @@ class Allocator:
         dev_id: DeviceID,
     ) -> bool:
         for i, expr in enumerate(cls.selectors):
-            if not self._selector_holds(expr, device, dev_id, f"class {cls.name}, selector #{i}"):
+            if not self.selector_holds(expr, device, dev_id, cls, None, i):
                 return False
         for i, expr in enumerate(request.selectors):
-            where = f"claim {claim.key}, request {request.name}, selector #{i}"
-            if not self._selector_holds(expr, device, dev_id, where):
+            if not self.selector_holds(expr, device, dev_id, claim, request, i):
                 return False
         return True
 
@@ -380,3 +409,22 @@ class Allocator:
                 )
             )
         return out
+
+
+def request_path(claim: ResourceClaim, request: ExactRequest) -> str:
+    """The field path of a request or subrequest: ``spec.devices.requests[0].exactly``."""
+    for i, r in enumerate(claim.requests):
+        if r.exactly is request:
+            return f"spec.devices.requests[{i}].exactly"
+        for j, sub in enumerate(r.first_available):
+            if sub is request:
+                return f"spec.devices.requests[{i}].firstAvailable[{j}]"
+    return f"request {request.name}"
+
+
+def _selector_path(
+    owner: DeviceClass | ResourceClaim, request: ExactRequest | None, index: int
+) -> str:
+    if isinstance(owner, DeviceClass) or request is None:
+        return f"DeviceClass {owner.name}, spec.selectors[{index}]"
+    return f"ResourceClaim {owner.key}, {request_path(owner, request)}.selectors[{index}]"

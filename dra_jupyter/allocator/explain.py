@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.allocator.capacity import consumed_capacity, fits
@@ -21,6 +22,7 @@ from dra_jupyter.allocator.search import RequestData, taint_prevents
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.model.nodes import selection_matches
 from dra_jupyter.model.objects import Device, DeviceID, ResourceClaim, ResourceSlice
+from dra_jupyter.model.quantity import Quantity
 
 if TYPE_CHECKING:
     from dra_jupyter.allocator.core import Allocator
@@ -46,14 +48,11 @@ class RequestReport:
     needed: int | str  # a count, or "all"
     funnel: dict[str, int] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
+    enough: bool = True  # whether this request alone could be served on the node
 
     @property
     def eligible(self) -> int:
         return self.funnel.get("taints", 0)
-
-    @property
-    def enough(self) -> bool:
-        return self.needed == "all" or self.eligible >= int(self.needed)
 
 
 @dataclass
@@ -108,17 +107,15 @@ class Explanation:
 
 
 def explain(allocator: Allocator, claims: list[ResourceClaim], node: str | None) -> Explanation:
-    names: list[str | None] = [node] if node is not None else [*allocator.node_names()] or [None]
+    """Report on the nodes in the order the allocator tries them, up to the first that fits."""
+    names, _plans = allocator.node_order(claims, node)
     reports = []
-    found_on: str | None = None
     for name in names:
         report = _node_report(allocator, claims, name)
         reports.append(report)
-        if report.satisfiable and found_on is None:
-            found_on = name
-            if allocator.strategy == "first-fit":
-                break
-    return Explanation(satisfiable=found_on is not None, node=found_on, nodes=reports)
+        if report.satisfiable:
+            return Explanation(satisfiable=True, node=name, nodes=reports)
+    return Explanation(satisfiable=False, node=None, nodes=reports)
 
 
 def _node_report(allocator: Allocator, claims: list[ResourceClaim], name: str | None) -> NodeReport:
@@ -132,12 +129,8 @@ def _node_report(allocator: Allocator, claims: list[ResourceClaim], name: str | 
             )
         elif pool.invalid:
             report.reasons.append(f"pool {pool.id} is invalid: {pool.invalid_reason}")
-    try:
-        data = allocator.request_data(claims, pools, node)
-        found, exhausted = allocator.search_on(claims, name)
-    except InvalidInputError as err:
-        report.reasons.append(str(err))
-        return report
+    data = allocator.request_data(claims, pools, node)
+    found, exhausted = allocator.search_on(claims, name)
     report.satisfiable = found is not None
     if exhausted:
         report.reasons.append(
@@ -152,65 +145,59 @@ def _node_report(allocator: Allocator, claims: list[ResourceClaim], name: str | 
     return report
 
 
+@dataclass
+class _Tally:
+    """What one request's funnel saw, for the reason that names the blocking stage."""
+
+    funnel: Counter[str] = field(default_factory=lambda: Counter(dict.fromkeys(STAGES, 0)))
+    rejected: Counter[int] = field(default_factory=Counter)  # per request selector
+    holders: Counter[str] = field(default_factory=Counter)  # claims holding matching devices
+    counter_sets: Counter[str] = field(default_factory=Counter)  # devices blocked per set
+    scarce: dict[str, dict[str, Fraction]] = field(default_factory=dict)  # set -> counter -> left
+    counter_holders: Counter[str] = field(default_factory=Counter)
+    taints: Counter[str] = field(default_factory=Counter)
+    largest_left: dict[str, tuple[Quantity, str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
 def _request_report(
     allocator: Allocator, claim: ResourceClaim, rd: RequestData, pools: list[Pool], node: Any
 ) -> RequestReport:
     request = rd.request
-    needed: int | str = "all" if request.allocation_mode == "All" else request.count
+    all_mode = request.allocation_mode == "All"
     rep = RequestReport(
-        claim=claim.key, request=rd.name, device_class=rd.device_class.name, needed=needed
+        claim=claim.key,
+        request=rd.name,
+        device_class=rd.device_class.name,
+        needed="all" if all_mode else request.count,
     )
-    funnel = Counter(dict.fromkeys(STAGES, 0))
-    holders: Counter[str] = Counter()
-    rejected_by_selector: Counter[int] = Counter()
-    blocked_taints: Counter[str] = Counter()
-    largest: dict[str, tuple[Any, str]] = {}
-    errors: list[str] = []
+    tally = _Tally()
     for pool in pools:
         if not pool.usable:
             continue
         for slice_ in pool.slices:
             for device in slice_.devices:
                 dev_id = DeviceID(slice_.driver, slice_.pool, device.name)
-                stage = _stage(
-                    allocator, claim, rd, slice_, device, dev_id, node, rejected_by_selector, errors
-                )
+                stage = _stage(allocator, claim, rd, slice_, device, dev_id, node, tally)
                 if stage is None:
                     continue
                 if stage == "selectors":
-                    for name, cap in device.capacity.items():
-                        if name in request.capacity_requests and (
-                            name not in largest or cap.value > largest[name][0]
-                        ):
-                            largest[name] = (cap.value, str(dev_id))
-                    stage = _availability(
-                        allocator, rd, device, dev_id, pool, holders, blocked_taints
-                    )
+                    stage = _availability(allocator, rd, device, dev_id, pool, tally)
                 for s in STAGES[: STAGES.index(stage) + 1]:
-                    funnel[s] += 1
+                    tally.funnel[s] += 1
+    funnel = tally.funnel
     rep.funnel = dict(funnel)
-    rep.reasons.extend(errors[:1])
-    if rep.enough and not errors:
+    rep.reasons.extend(tally.errors[:1])
+    # "All" needs every device that matches the selectors, and at least one.
+    want = max(funnel["selectors"], 1) if all_mode else request.count
+    if funnel["taints"] >= want and not tally.errors:
         return rep
-    # The first stage that leaves too few devices.
-    want = 1 if needed == "all" else int(needed)
+    rep.enough = False
     for stage in STAGES[1:]:
         if funnel[stage] >= want:
             continue
         before = funnel[STAGES[STAGES.index(stage) - 1]]
-        rep.reasons.append(
-            _reason(
-                stage,
-                before,
-                funnel[stage],
-                want,
-                rd,
-                rejected_by_selector,
-                holders,
-                blocked_taints,
-                largest,
-            )
-        )
+        rep.reasons.append(_reason(stage, before, funnel[stage], want, rd, tally))
         break
     return rep
 
@@ -223,29 +210,25 @@ def _stage(
     device: Device,
     dev_id: DeviceID,
     node: Any,
-    rejected: Counter[int],
-    errors: list[str],
+    tally: _Tally,
 ) -> str | None:
     """Count a device in the 'devices', 'class' and 'selectors' stages; None if it stops there."""
     try:
         cls = rd.device_class
         for i, expr in enumerate(cls.selectors):
-            if not allocator._selector_holds(
-                expr, device, dev_id, f"class {cls.name}, selector #{i}"
-            ):
+            if not allocator.selector_holds(expr, device, dev_id, cls, None, i):
                 return "devices"
         passed = True
         for i, expr in enumerate(rd.request.selectors):
-            where = f"claim {claim.key}, request {rd.request.name}, selector #{i}"
-            if not allocator._selector_holds(expr, device, dev_id, where):
-                rejected[i] += 1
+            if not allocator.selector_holds(expr, device, dev_id, claim, rd.request, i):
+                tally.rejected[i] += 1
                 passed = False
         if slice_.per_device_node_selection and not (
             device.node_selection is not None and selection_matches(device.node_selection, node)
         ):
             passed = False
     except InvalidInputError as err:
-        errors.append(str(err))
+        tally.errors.append(str(err))
         return None
     return "selectors" if passed else "class"
 
@@ -256,98 +239,131 @@ def _availability(
     device: Device,
     dev_id: DeviceID,
     pool: Pool,
-    holders: Counter[str],
-    blocked_taints: Counter[str],
+    tally: _Tally,
 ) -> str:
+    """The last stage a device that matches the selectors passes."""
     state = allocator.state
     request = rd.request
     if not request.admin_access and dev_id in state.dedicated:
         for holder in state.holders.get(dev_id, ()):
-            holders[holder] += 1
+            tally.holders[holder] += 1
         return "selectors"
+    used = state.capacity.get(dev_id, {})
     consumed = consumed_capacity(request.capacity_requests, device)
-    if consumed is None or not fits(device, consumed, state.capacity.get(dev_id)):
+    if consumed is None or not fits(device, consumed, used):
+        for name, cap in device.capacity.items():
+            if name in request.capacity_requests:
+                left = cap.value - used[name] if name in used else cap.value
+                best = tally.largest_left.get(name)
+                if best is None or left > best[0]:
+                    tally.largest_left[name] = (left, str(dev_id))
         return "free"
-    if device.consumes_counters and not _counters_left(allocator, device, pool):
+    if device.consumes_counters and not _counters_left(allocator, device, pool, tally):
         return "capacity"
     if taint_prevents(device, request):
         for t in device.taints:
             if t.effect in ("NoSchedule", "NoExecute"):
-                blocked_taints[
-                    f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
-                ] += 1
+                name = f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+                tally.taints[name] += 1
         return "counters"
     return "taints"
 
 
-def _counters_left(allocator: Allocator, device: Device, pool: Pool) -> bool:
+def _counters_left(allocator: Allocator, device: Device, pool: Pool, tally: _Tally) -> bool:
+    """Whether the device's counters are left after what allocated devices consume; if not,
+    note the exhausted counter and the claims whose devices consume it."""
     used: dict[tuple[str, str], Any] = {}
+    users: dict[tuple[str, str], set[str]] = {}
     for slice_ in (*pool.slices, *pool.other_slices):
         for other in slice_.devices:
-            if DeviceID(slice_.driver, slice_.pool, other.name) not in allocator.state.dedicated:
+            other_id = DeviceID(slice_.driver, slice_.pool, other.name)
+            if other_id not in allocator.state.dedicated:
                 continue
             for use in other.consumes_counters:
                 for name, q in use.counters.items():
-                    used[(use.counter_set, name)] = used.get((use.counter_set, name), 0) + q.value
+                    key = (use.counter_set, name)
+                    used[key] = used.get(key, 0) + q.value
+                    users.setdefault(key, set()).update(allocator.state.holders.get(other_id, ()))
+    blocked: set[str] = set()
+    holders: set[str] = set()
     for use in device.consumes_counters:
         cs = pool.counter_sets.get(use.counter_set)
         if cs is None:
             return False
         for name, q in use.counters.items():
-            if used.get((use.counter_set, name), 0) + q.value > cs.counters[name].value:
-                return False
-    return True
+            key = (use.counter_set, name)
+            total = cs.counters[name].value
+            if used.get(key, 0) + q.value > total:
+                blocked.add(use.counter_set)
+                holders.update(users.get(key, ()))
+                left = (total - used.get(key, 0)) / total if total else Fraction(0)
+                tally.scarce.setdefault(use.counter_set, {})[name] = left
+    for name in blocked:
+        tally.counter_sets[name] += 1
+    for holder in holders:
+        tally.counter_holders[holder] += 1
+    return not blocked
 
 
-def _reason(
-    stage: str,
-    before: int,
-    after: int,
-    want: int,
-    rd: RequestData,
-    rejected: Counter[int],
-    holders: Counter[str],
-    taints: Counter[str],
-    largest: dict[str, tuple[Any, str]],
-) -> str:
-    need = "all matching devices" if rd.request.allocation_mode == "All" else f"{want} needed"
+def _scarce_counters(counters: dict[str, Fraction]) -> str:
+    """The counters of a set that ran out, the most used up first."""
+    names = sorted(counters, key=lambda n: (counters[n], n))
+    shown = ", ".join(names[:3])
+    return f"{shown}, +{len(names) - 3} more" if len(names) > 3 else shown
+
+
+def _listed(counts: Counter[str], unit: str = "") -> str:
+    """The three most common entries, and how many more there are."""
+    shown = [f"{k} ({n}{unit})" for k, n in counts.most_common(3)]
+    if len(counts) > 3:
+        shown.append(f"and {len(counts) - 3} more")
+    return ", ".join(shown)
+
+
+def _reason(stage: str, before: int, after: int, want: int, rd: RequestData, t: _Tally) -> str:
+    all_mode = rd.request.allocation_mode == "All"
+    need = f"all {want} matching devices needed" if all_mode else f"{want} needed"
+    cls = rd.device_class.name
     if stage == "class":
-        return (
-            f"no device matches class {rd.device_class.name} ({need})"
-            if after == 0
-            else (f"only {after} devices match class {rd.device_class.name}, {need}")
-        )
+        if after == 0:
+            return f"no device matches class {cls} ({need})"
+        return f"only {after} devices match class {cls}, {need}"
     if stage == "selectors":
         worst = ", ".join(
             f"selector #{i} ({rd.request.selectors[i]!r}) rejects {n}"
-            for i, n in rejected.most_common(2)
+            for i, n in t.rejected.most_common(2)
         )
-        text = (
-            f"{after} of {before} devices of class {rd.device_class.name} match the selectors, "
-            f"{need}"
-        )
+        text = f"{after} of {before} devices of class {cls} match the selectors, {need}"
         return f"{text}: {worst}" if worst else text
     if stage == "free":
-        who = ", ".join(f"{c} ({n})" for c, n in holders.most_common(3))
-        return f"{after} of {before} matching devices are free, {need}" + (
-            f"; held by {who}" if who else ""
-        )
+        text = f"{after} of {before} matching devices are free, {need}"
+        return f"{text}; held by {_listed(t.holders)}" if t.holders else text
     if stage == "capacity":
         asked = ", ".join(f"{k} >= {v}" for k, v in rd.request.capacity_requests.items())
         text = (
             f"{after} of {before} free devices have the capacity asked for "
-            f"({asked or 'whole device'})"
+            f"({asked or 'the whole device'}), {need}"
         )
-        big = "; ".join(f"the largest {k} is {v[0]} ({v[1]})" for k, v in largest.items())
-        return f"{text}, {need}" + (f"; {big}" if big else "")
+        others = "the others have" if after else "the devices have"
+        left = "; ".join(
+            f"{others} at most {v[0]} of {k} left ({v[1]})" for k, v in t.largest_left.items()
+        )
+        return f"{text}; {left}" if left else text
     if stage == "counters":
-        return (
-            f"{after} of {before} devices have enough shared counters left (a partition or the "
-            f"whole device is taken), {need}"
-        )
-    listed = ", ".join(f"{t} on {n}" for t, n in taints.most_common(3))
+        text = f"{after} of {before} devices have enough shared counters left, {need}"
+        if t.counter_sets:
+            sets = [
+                f"{name} ({_scarce_counters(t.scarce[name])})"
+                for name, _n in t.counter_sets.most_common(3)
+            ]
+            more = len(t.counter_sets) - len(sets)
+            text += f"; used up: {'; '.join(sets)}" + (f"; and {more} more sets" if more else "")
+        if t.counter_holders:
+            text += f"; consumed by {_listed(t.counter_holders)}"
+        return text
     return (
-        f"{after} of {before} devices have only tolerated taints, {need}; not tolerated: {listed}"
+        f"{after} of {before} devices have only tolerated taints, {need}; "
+        f"not tolerated: {_listed(t.taints, ' devices')}"
     )
 
 

@@ -9,6 +9,7 @@ accepted by a cluster (CEL is compiled separately, by the allocator).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -62,13 +63,19 @@ class _Ctx:
             raise self.fail(path, f"must be an object, not {type(value).__name__}")
         return value
 
-    def seq(self, value: Any, path: str, max_items: int | None = None) -> list[Any]:
+    def seq(
+        self, value: Any, path: str, max_items: int | None = None, remedy: str = ""
+    ) -> list[Any]:
         if value is None:
             return []
         if not isinstance(value, list):
             raise self.fail(path, f"must be a list, not {type(value).__name__}")
         if max_items is not None and len(value) > max_items:
-            raise self.fail(path, f"has {len(value)} entries, more than the limit of {max_items}")
+            raise self.fail(
+                path,
+                f"has {len(value)} entries, more than the limit of {max_items}",
+                remedy or f"keep at most {max_items}",
+            )
         return value
 
     def string(self, value: Any, path: str, *, required: bool = False) -> str:
@@ -106,7 +113,8 @@ class _Ctx:
         text = self.string(value, path, required=True)
         problem = check(text)
         if problem:
-            raise self.fail(path, problem)
+            suggestion = re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip("-.") or "name"
+            raise self.fail(path, problem, f"rename it, for example to {suggestion!r}")
         return text
 
     def unique(self, names: list[str], path: str, what: str) -> None:
@@ -132,16 +140,27 @@ def _metadata(obj: Mapping[str, Any], kind: str, *, namespaced: bool) -> tuple[_
     return ctx, name, namespace
 
 
+def _describe(obj: Mapping[str, Any], kind: str) -> str:
+    """``ResourceClaim default/nb-7`` when the object has a name, else just the kind."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+        return kind
+    if kind == "ResourceClaim":
+        return f"{kind} {meta.get('namespace') or 'default'}/{meta['name']}"
+    return f"{kind} {meta['name']}"
+
+
 def _check_kind(obj: Any, kind: str) -> Mapping[str, Any]:
     if not isinstance(obj, Mapping):
         raise ObjectError(kind, "", f"must be an object, not {type(obj).__name__}")
     got = obj.get("kind", kind)
+    where = _describe(obj, kind)
     if got != kind:
-        raise ObjectError(kind, "kind", f"expected {kind}, got {got!r}")
+        raise ObjectError(where, "kind", f"expected {kind}, got {got!r}")
     version = obj.get("apiVersion", API_VERSION)
     if kind != "Node" and version != API_VERSION:
         raise ObjectError(
-            kind,
+            where,
             "apiVersion",
             f"{version!r} is not supported",
             f"convert it to {API_VERSION} (kubectl get -o yaml shows v1 since Kubernetes 1.34)",
@@ -543,7 +562,12 @@ def parse_resource_claim(obj: Any) -> ResourceClaim:
     requests = tuple(
         _request(ctx, r, f"spec.devices.requests[{i}]")
         for i, r in enumerate(
-            ctx.seq(devices.get("requests"), "spec.devices.requests", limits.MAX_REQUESTS_PER_CLAIM)
+            ctx.seq(
+                devices.get("requests"),
+                "spec.devices.requests",
+                limits.MAX_REQUESTS_PER_CLAIM,
+                "split the requests over several claims",
+            )
         )
     )
     ctx.unique([r.name for r in requests], "spec.devices.requests", "request")
