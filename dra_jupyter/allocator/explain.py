@@ -277,7 +277,7 @@ def _counters_left(allocator: Allocator, device: Device, pool: Pool, tally: _Tal
     for slice_ in (*pool.slices, *pool.other_slices):
         for other in slice_.devices:
             other_id = DeviceID(slice_.driver, slice_.pool, other.name)
-            if other_id not in allocator.state.dedicated:
+            if not allocator.state.consumes_counters(other_id):
                 continue
             for use in other.consumes_counters:
                 for name, q in use.counters.items():

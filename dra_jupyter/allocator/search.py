@@ -151,7 +151,8 @@ class Search:
         return device in self.state.dedicated or bool(self.allocating.get(device))
 
     def capacity_in_use(self, device: DeviceID) -> bool:
-        return device in self.state.capacity or bool(self.allocating_capacity.get(device))
+        """Whether a shared device already has shares (whose counters are then taken)."""
+        return device in self.state.shared or bool(self.allocating_capacity.get(device))
 
     def _available(self, pool: Pool) -> CounterTotals:
         """The pool's counters less what allocated claims' devices consume."""
@@ -163,7 +164,8 @@ class Search:
             }
             for slice_ in (*pool.slices, *pool.other_slices):
                 for device in slice_.devices:
-                    if DeviceID(slice_.driver, slice_.pool, device.name) in self.state.dedicated:
+                    dev_id = DeviceID(slice_.driver, slice_.pool, device.name)
+                    if self.state.consumes_counters(dev_id):
                         _add_counters(cached, device, -1, only_known=True)
             self.available_counters[pool.id] = cached
         return cached

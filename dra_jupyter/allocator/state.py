@@ -18,8 +18,14 @@ class AllocatedState:
     """
 
     dedicated: set[DeviceID] = field(default_factory=set)
+    shared: set[DeviceID] = field(default_factory=set)  # devices with at least one share
     capacity: dict[DeviceID, dict[str, Quantity]] = field(default_factory=dict)
     holders: dict[DeviceID, list[str]] = field(default_factory=dict)  # claim keys, for messages
+
+    def consumes_counters(self, device: DeviceID) -> bool:
+        """Whether the device's counters are taken: held whole, or through any share
+        (kubernetes/kubernetes#139034, fixed upstream in 1.37)."""
+        return device in self.dedicated or device in self.shared
 
     @classmethod
     def from_claims(cls, claims: Iterable[ResourceClaim]) -> AllocatedState:
@@ -32,6 +38,7 @@ class AllocatedState:
                     continue
                 state.holders.setdefault(result.device, []).append(claim.key)
                 if result.share_id is not None:
+                    state.shared.add(result.device)
                     if not result.consumed_capacity:
                         continue
                     totals = state.capacity.setdefault(result.device, {})

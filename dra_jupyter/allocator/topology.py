@@ -63,7 +63,7 @@ def _available(cand: Candidate, state: AllocatedState) -> dict[tuple[str, str], 
     }
     for slice_ in (*pool.slices, *pool.other_slices):
         for device in slice_.devices:
-            if DeviceID(slice_.driver, slice_.pool, device.name) in state.dedicated:
+            if state.consumes_counters(DeviceID(slice_.driver, slice_.pool, device.name)):
                 for use in device.consumes_counters:
                     for name, q in use.counters.items():
                         key = (use.counter_set, name)
