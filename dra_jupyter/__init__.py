@@ -1,8 +1,18 @@
 """dra-jupyter: GPUs, MIG slices and TPUs for Jupyter through Kubernetes DRA, without YAML.
 
-Importing the package does no I/O: nothing probes hardware or clusters until asked.
-The embedded allocator lives in :mod:`dra_jupyter.allocator`.
+>>> import dra_jupyter as dra
+>>> dra.devices()                                        # doctest: +SKIP
+>>> c = dra.request(gpu=2, memory="80Gi", same="pcieRoot", timeout="5m")  # doctest: +SKIP
+>>> c.env, c.devices; c.release()                        # doctest: +SKIP
+
+Importing the package does no I/O and loads neither NVML, pandas nor a Kubernetes
+client: the first call makes the default session (settings from the environment, see
+:mod:`dra_jupyter.settings`). The embedded allocator is :mod:`dra_jupyter.allocator`.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.errors import (
     AllocationError,
@@ -12,7 +22,68 @@ from dra_jupyter.errors import (
     SelectorError,
 )
 
+if TYPE_CHECKING:
+    from dra_jupyter.api import Claim, Session
+    from dra_jupyter.tables import ClaimRow, DeviceRow, Table
+
 __version__ = "0.1.0"
+
+
+def request(**kwargs: Any) -> Claim:
+    """Get devices: ``request(gpu=2, memory="80Gi", same="pcieRoot", timeout="5m")``.
+
+    Keywords: ``gpu``, ``tpu``, ``mig``, ``count``, ``memory``, ``model``, ``selector``,
+    ``share``, ``same``, ``distinct``, ``alternatives``, ``device_class`` (see
+    :mod:`dra_jupyter.claimspec`), and ``timeout`` (0: fail at once when busy; '5m': wait
+    in line), ``lease`` (release after this long), ``name``, ``apply_env`` (set
+    CUDA_VISIBLE_DEVICES and friends in this process, default True).
+    """
+    from dra_jupyter.api import default_session  # noqa: PLC0415  # keeps import cheap
+
+    return default_session().request(**kwargs)
+
+
+def devices() -> Table[DeviceRow]:
+    """Every device of the inventory, with its state and holder; ``.to_pandas()``."""
+    from dra_jupyter.api import default_session  # noqa: PLC0415
+
+    return default_session().devices()
+
+
+def claims(*, all_users: bool = False) -> Table[ClaimRow]:
+    """Your live claims (everyone's with ``all_users=True``); ``.to_pandas()``."""
+    from dra_jupyter.api import default_session  # noqa: PLC0415
+
+    return default_session().claims(all_users=all_users)
+
+
+def claim(name: str) -> Claim:
+    """A live claim by name."""
+    from dra_jupyter.api import default_session  # noqa: PLC0415
+
+    return default_session().claim(name)
+
+
+def release(name: str) -> bool:
+    """Release one of your claims by name; False if it was already gone."""
+    from dra_jupyter.api import default_session  # noqa: PLC0415
+
+    return default_session().release(name)
+
+
+def release_all() -> list[str]:
+    """Release all your claims; returns their names."""
+    from dra_jupyter.api import default_session  # noqa: PLC0415
+
+    return default_session().release_all()
+
+
+def configure(**kwargs: Any) -> Session:
+    """Use another inventory, ledger or strategy from now on (see :func:`api.configure`)."""
+    from dra_jupyter.api import configure as _configure  # noqa: PLC0415
+
+    return _configure(**kwargs)
+
 
 __all__ = [
     "AllocationError",
@@ -21,4 +92,11 @@ __all__ = [
     "ObjectError",
     "SelectorError",
     "__version__",
+    "claim",
+    "claims",
+    "configure",
+    "devices",
+    "release",
+    "release_all",
+    "request",
 ]

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from dra_jupyter.allocator import STRATEGIES, Allocator
+from dra_jupyter.cli_local import add_local_commands, run_local
 from dra_jupyter.demo import run_demo
-from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.errors import AllocationError, DraJupyterError
 from dra_jupyter.objectfile import ObjectSet, dump_yaml, load_objects
 
 EXIT_OK, EXIT_UNSATISFIABLE, EXIT_INVALID = 0, 1, 2
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         formats = ("yaml", "json") if name == "allocate" else ("text", "json")
         p.add_argument("-o", "--output", choices=formats, default=formats[0])
     sub.add_parser("demo", help="allocate claims of a few shapes on a bundled 8x H200 node")
+    add_local_commands(sub)
     return parser
 
 
@@ -113,7 +115,12 @@ def main(
             return run_allocate(args, out, err)
         if args.command == "explain":
             return run_explain(args, out, err)
-        return run_demo(out)
+        if args.command == "demo":
+            return run_demo(out)
+        return run_local(args, out)
+    except AllocationError as error:
+        err.write(f"{error}\n")
+        return EXIT_UNSATISFIABLE
     except DraJupyterError as error:
         err.write(f"error: {error}\n")
         return EXIT_INVALID

@@ -1,17 +1,24 @@
-"""``make demo`` for the foundation: claims of several shapes on a simulated 8x H200 node.
+"""``make demo``: the main job on the embedded default.
 
-Each claim is allocated in turn by the embedded allocator, on top of what the earlier
-ones hold, and what it got (or why it cannot be served) is printed.
+The inventory is what ``auto`` finds: real GPUs through NVML, else a simulated 8x H200
+node (and the output says it is simulated). Claims of several shapes are requested in
+turn through the local backend, on a throw-away ledger, each on top of what the earlier
+ones hold; then a request that can never be met is explained, and everything is
+released.
 """
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any, TextIO
 
-from dra_jupyter.allocator import Allocator
-from dra_jupyter.inventory import nvidia
+from dra_jupyter.api import Session
+from dra_jupyter.errors import AllocationError
+from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.inventory.resolve import resolve_inventory
+from dra_jupyter.settings import Settings
 
-NODE = "gpu-node-1"
 GPU = "gpu.nvidia.com"
 
 
@@ -32,6 +39,7 @@ def _claim(name: str, requests: list[dict[str, Any]], **devices: Any) -> dict[st
 
 
 def demo_claims() -> list[tuple[str, dict[str, Any]]]:
+    """Claims of several shapes, as ResourceClaims (the schema tests validate them)."""
     big = f"device.capacity['{GPU}'].memory.compareTo(quantity('100Gi')) >= 0"
     huge = f"device.capacity['{GPU}'].memory.compareTo(quantity('200Gi')) >= 0"
     hopper = f"device.attributes['{GPU}'].architecture == 'Hopper'"
@@ -63,26 +71,38 @@ def demo_claims() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-def run_demo(out: TextIO) -> int:
-    slices = [nvidia.hgx_node(NODE)]
-    classes = nvidia.device_classes()
-    held: list[dict[str, Any]] = []
+def run_demo(out: TextIO, inventory: Inventory | None = None) -> int:
+    inventory = inventory or resolve_inventory(Settings.from_env().inventory)
+    kind = "SIMULATED inventory" if inventory.simulated else "inventory found through NVML"
+    out.write(f"{kind}: {inventory.description}\n")
+    for warning in inventory.warnings:
+        out.write(f"  note: {warning}\n")
+    with tempfile.TemporaryDirectory(prefix="dra-demo-") as tmp:
+        settings = Settings(ledger=Path(tmp) / "ledger.sqlite", inventory=inventory.name)
+        session = Session(settings, inventory=inventory)
+        out.write(f"\n{session.devices()}\n\n")
+        for title, claim in demo_claims():
+            name = claim["metadata"]["name"]
+            try:
+                record = session.backend.allocate(claim)
+            except AllocationError as err:
+                out.write(f"claim {name} ({title}): cannot be allocated\n")
+                out.writelines(f"    {line}\n" for line in str(err).splitlines()[1:])
+                continue
+            results = record.allocation["devices"]["results"]
+            devices = ", ".join(f"{r['device']} ({r['request']})" for r in results)
+            out.write(f"claim {name} ({title}): {devices}\n")
+        out.write(f"\n{session.claims(all_users=True)}\n")
+        session.backend.release("nb-1")
+        c = session.request(gpu=1, apply_env=False)
+        out.write(f"\nreleased nb-1; dra.request(gpu=1) -> {c.name} on {c.devices[0].device}:\n")
+        out.writelines(f"    {k}={v}\n" for k, v in c.env.items())
+        released = [r.name for r in session.backend.claims(all_users=True)]
+        for name in released:
+            session.backend.release(name)
+        out.write(f"\nreleased {', '.join(released)}; the ledger was {settings.ledger}\n")
     out.write(
-        f"Simulated inventory: node {NODE}, 8x NVIDIA H200 (143771Mi each), "
-        "2 NUMA nodes, 4 PCIe roots.\n\n"
+        "\nNext: 'dra-jupyter explain -f FILE' on your own objects, or in Python:\n"
+        "    import dra_jupyter as dra; c = dra.request(gpu=2, same='pcieRoot'); c.env\n"
     )
-    for title, claim in demo_claims():
-        allocator = Allocator(slices, classes, held)
-        name = claim["metadata"]["name"]
-        results = allocator.allocate([claim])
-        if results is None:
-            out.write(f"claim {name} ({title}): cannot be allocated\n")
-            for line in allocator.explain([claim]).summary().splitlines():
-                out.write(f"    {line}\n")
-            continue
-        result = results[0]
-        devices = ", ".join(f"{r.device.device} ({r.request})" for r in result.results)
-        out.write(f"claim {name} ({title}): {devices}\n")
-        held.append({**claim, "status": {"allocation": result.to_dict()}})
-    out.write("\nRun 'dra-jupyter explain -f FILE' on your own objects to see the full analysis.\n")
     return 0

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from dra_jupyter.allocator import Allocator
-from dra_jupyter.demo import NODE, demo_claims
+from dra_jupyter.demo import demo_claims
 from dra_jupyter.inventory import nvidia
 
 from .builders import Wire
@@ -32,6 +32,7 @@ from .test_properties import World, class_objects, worlds
 from .test_upstream_semantics import CASES, Case
 
 SCHEMA_VERSION = "1.36.0"
+NODE = "gpu-node-1"  # any node name: the demo claims do not name one
 API_VERSION = "resource.k8s.io/v1"
 
 # resource.Quantity's pattern in the OpenAPI schema (kubernetes-validate does not enforce it).

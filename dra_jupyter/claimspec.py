@@ -1,0 +1,228 @@
+"""From ``dra.request(gpu=2, memory="80Gi", same="pcieRoot")`` to a ``resource.k8s.io/v1``
+ResourceClaim: the one place where the friendly keywords become DRA.
+
+Every keyword has a direct DRA meaning, so the claim works unchanged on a cluster:
+
+========================  ==============================================================
+keyword                   ResourceClaim
+========================  ==============================================================
+``gpu=N`` / ``tpu=N``     a request for N devices of the GPU (TPU) DeviceClass; ``"all"``
+                          asks for every matching device (``allocationMode: All``)
+``mig="3g.71gb"``         a request of class ``mig.nvidia.com`` selecting that profile
+``count=N``               how many devices, with ``mig``, ``selector`` or ``device_class``
+``memory="80Gi"``         selector ``device.capacity[<driver>].memory >= 80Gi``
+``model="H200"``          selector: the product name contains it (case-insensitive)
+``selector="<CEL>"``      a CEL selector of your own
+``share="20Gi"``          ``capacity.requests.memory``: a share of a device that allows
+                          multiple allocations
+``same="pcieRoot"``       constraint ``matchAttribute`` (``pcieRoot``, ``numaNode``,
+                          ``parentUUID`` or any fully qualified attribute)
+``distinct=...``          constraint ``distinctAttribute``
+``alternatives=[...]``    ``firstAvailable``: the first list entry that can be met wins
+``device_class="..."``    any DeviceClass by name
+========================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.model.quantity import Quantity
+
+Wire = dict[str, Any]
+
+GPU_CLASSES = ("gpu.nvidia.com", "gpu.amd.com")
+TPU_CLASS = "tpu.google.com"
+MIG_CLASS = "mig.nvidia.com"
+SHORT_ATTRIBUTES = {
+    "pcieRoot": "resource.kubernetes.io/pcieRoot",
+    "numaNode": "resource.kubernetes.io/numaNode",
+    "pciBusID": "resource.kubernetes.io/pciBusID",
+    "parentUUID": "gpu.nvidia.com/parentUUID",
+}
+DEVICE_KEYS = (
+    "gpu",
+    "tpu",
+    "mig",
+    "count",
+    "memory",
+    "model",
+    "selector",
+    "share",
+    "device_class",
+)
+CLAIM_KEYS = (*DEVICE_KEYS, "same", "distinct", "alternatives")
+
+
+def class_driver(device_class: str) -> str:
+    """The driver whose domain a class's attributes live in (``mig.nvidia.com`` is NVIDIA's)."""
+    return "gpu.nvidia.com" if device_class == MIG_CLASS else device_class
+
+
+def _count(value: Any, what: str) -> int | str:
+    if value == "all":
+        return "all"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(
+            f"dra.request: {what} must be a positive number of devices (or 'all'), not {value!r}"
+        )
+    if value > 32:
+        raise InvalidInputError(
+            f"dra.request: {what}={value} exceeds the limit of 32 devices per claim; "
+            "split the work over several claims"
+        )
+    return value
+
+
+def _quantity(value: Any, what: str) -> str:
+    try:
+        return str(Quantity.parse(value))
+    except (ValueError, TypeError) as err:
+        raise InvalidInputError(
+            f"dra.request: {what}={value!r} is not a quantity; write e.g. '80Gi' or '40G'"
+        ) from err
+
+
+def _literal(text: str) -> str:
+    """A CEL string literal."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
+
+
+def _attribute(name: str, what: str) -> str:
+    full = SHORT_ATTRIBUTES.get(name, name)
+    if "/" not in full:
+        known = ", ".join(SHORT_ATTRIBUTES)
+        raise InvalidInputError(
+            f"dra.request: {what}={name!r} is not an attribute; use one of {known} "
+            "or a fully qualified name such as gpu.nvidia.com/parentUUID"
+        )
+    return full
+
+
+def _selectors(spec: Mapping[str, Any], cls: str, what: str) -> list[str]:
+    """CEL for ``memory``, ``model`` and ``selector``, in the class's driver domain."""
+    driver = _literal(class_driver(cls))
+    out = []
+    if spec.get("memory") is not None:
+        amount = _literal(_quantity(spec["memory"], "memory"))
+        out.append(
+            f"'memory' in device.capacity[{driver}] && "
+            f"device.capacity[{driver}].memory.compareTo(quantity({amount})) >= 0"
+        )
+    if spec.get("model") is not None:
+        model = _literal(str(spec["model"]).lower())
+        attr = "tpuGen" if cls == TPU_CLASS else "productName"
+        out.append(
+            f"'{attr}' in device.attributes[{driver}] && "
+            f"device.attributes[{driver}].{attr}.lowerAscii().contains({model})"
+        )
+    if spec.get("selector") is not None:
+        if not isinstance(spec["selector"], str) or not spec["selector"].strip():
+            raise InvalidInputError(f"{what}: selector must be a CEL expression (a string)")
+        out.append(spec["selector"])
+    return out
+
+
+def device_request(
+    spec: Mapping[str, Any], classes: Sequence[str], *, what: str = "dra.request"
+) -> tuple[str, Wire]:
+    """The kind of device (``gpu``, ``tpu``, ``mig`` or a class) and the ``exactly`` body."""
+    unknown = sorted(set(spec) - set(DEVICE_KEYS))
+    if unknown:
+        raise InvalidInputError(
+            f"{what}: unknown keyword {unknown[0]!r}; use {', '.join(DEVICE_KEYS)}"
+        )
+    kinds = [k for k in ("gpu", "tpu", "mig", "device_class") if spec.get(k) is not None]
+    if len(kinds) > 1:
+        raise InvalidInputError(f"{what}: give one of gpu, tpu, mig, device_class, not {kinds}")
+    kind = kinds[0] if kinds else "gpu"
+    selectors: list[str] = []
+    count: int | str = 1
+    if kind in ("gpu", "tpu"):
+        if kind == "tpu":
+            cls = TPU_CLASS
+        else:
+            cls = next((c for c in GPU_CLASSES if c in classes), GPU_CLASSES[0])
+        if spec.get(kind) is not None:
+            count = _count(spec[kind], kind)
+            if spec.get("count") is not None and spec["count"] != spec[kind]:
+                raise InvalidInputError(f"{what}: give the number once ({kind}=N), not count too")
+        elif spec.get("count") is not None:
+            count = _count(spec["count"], "count")
+    elif kind == "mig":
+        cls = MIG_CLASS
+        profile = spec["mig"]
+        if not isinstance(profile, str) or not profile:
+            raise InvalidInputError(f"{what}: mig must be a profile name such as '3g.71gb'")
+        selectors.append(f"device.attributes['gpu.nvidia.com'].profile == {_literal(profile)}")
+        count = _count(spec.get("count", 1), "count")
+    else:
+        cls = str(spec["device_class"])
+        count = _count(spec.get("count", 1), "count")
+    selectors.extend(_selectors(spec, cls, what))
+    body: Wire = {"deviceClassName": cls}
+    if count == "all":
+        body["allocationMode"] = "All"
+    else:
+        body["count"] = count
+    if selectors:
+        body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    if spec.get("share") is not None:
+        body["capacity"] = {"requests": {"memory": _quantity(spec["share"], "share")}}
+    return kind, body
+
+
+def build_claim(
+    name: str,
+    spec: Mapping[str, Any],
+    *,
+    namespace: str = "default",
+    classes: Sequence[str] = (),
+    labels: Mapping[str, str] | None = None,
+) -> Wire:
+    """The ResourceClaim for one ``dra.request(...)`` call."""
+    unknown = sorted(set(spec) - set(CLAIM_KEYS))
+    if unknown:
+        raise InvalidInputError(
+            f"dra.request: unknown keyword {unknown[0]!r}; use {', '.join(CLAIM_KEYS)}"
+        )
+    alternatives = spec.get("alternatives")
+    device_spec = {k: v for k, v in spec.items() if k in DEVICE_KEYS}
+    if alternatives is not None:
+        if device_spec:
+            raise InvalidInputError(
+                "dra.request: with alternatives, put gpu/memory/... inside each alternative"
+            )
+        if not isinstance(alternatives, list | tuple) or not alternatives:
+            raise InvalidInputError("dra.request: alternatives must be a non-empty list of dicts")
+        if len(alternatives) > 8:
+            raise InvalidInputError("dra.request: at most 8 alternatives (a DRA limit)")
+        subs = []
+        for i, alt in enumerate(alternatives):
+            if not isinstance(alt, Mapping):
+                raise InvalidInputError(f"dra.request: alternatives[{i}] must be a dict")
+            _kind, body = device_request(alt, classes, what=f"dra.request alternatives[{i}]")
+            subs.append({"name": f"option-{i + 1}", **body})
+        request: Wire = {"name": "devices", "firstAvailable": subs}
+    else:
+        kind, body = device_request(device_spec, classes)
+        request = {"name": "gpu" if kind == "device_class" else kind, "exactly": body}
+    constraints = []
+    for key, field in (("same", "matchAttribute"), ("distinct", "distinctAttribute")):
+        if spec.get(key) is not None:
+            constraints.append({field: _attribute(str(spec[key]), key)})
+    devices: Wire = {"requests": [request]}
+    if constraints:
+        devices["constraints"] = constraints
+    metadata: Wire = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": metadata,
+        "spec": {"devices": devices},
+    }

@@ -1,0 +1,112 @@
+"""``dra-jupyter devices | request | claims | release``: the local backend from a shell."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from typing import Any, TextIO
+
+from dra_jupyter.api import Session
+from dra_jupyter.durations import parse_duration
+from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.local.owners import Owner
+from dra_jupyter.settings import Settings
+
+INTEGER_KEYS = ("gpu", "tpu", "count")
+
+
+def add_local_commands(sub: Any) -> None:
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--inventory", help="auto, nvml, a bundled name, or a YAML file of slices")
+        p.add_argument("--ledger", help="the ledger file (default: per user, see README)")
+        p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("devices", help="list the devices, their state and holders")
+    common(p)
+    p = sub.add_parser(
+        "request",
+        help="hold devices, e.g.: request gpu=2 memory=80Gi same=pcieRoot --lease 2h",
+        description="Hold devices until released or the lease ends. Keywords as in "
+        "dra.request(): gpu, tpu, mig, count, memory, model, selector, share, same, "
+        "distinct, device_class.",
+    )
+    p.add_argument("spec", nargs="+", metavar="KEY=VALUE")
+    p.add_argument("--timeout", default="0", help="wait in line this long (e.g. 5m)")
+    p.add_argument("--lease", default="1h", help="release after this long (default 1h)")
+    p.add_argument("--name", default="", help="the claim's name (default: <user>-<n>)")
+    common(p)
+    p = sub.add_parser("claims", help="list live claims")
+    p.add_argument("--all", action="store_true", help="every user's claims")
+    common(p)
+    p = sub.add_parser("release", help="release claims")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--all", action="store_true", help="all your claims")
+    common(p)
+
+
+def _session(args: argparse.Namespace, *, detached: bool = False) -> Session:
+    settings = Settings.from_env()
+    if args.inventory:
+        settings = dataclasses.replace(settings, inventory=args.inventory)
+    if args.ledger:
+        from pathlib import Path  # noqa: PLC0415
+
+        settings = dataclasses.replace(settings, ledger=Path(args.ledger))
+    owner = Owner.current()
+    if detached:  # the command exits at once: its claims live by their lease, not its pid
+        owner = dataclasses.replace(owner, pid=0, start_time=None)
+    return Session(settings, owner=owner)
+
+
+def _spec(pairs: list[str]) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidInputError(f"request: {pair!r} is not KEY=VALUE (e.g. gpu=2)")
+        if key in INTEGER_KEYS and value != "all":
+            try:
+                spec[key] = int(value)
+            except ValueError as err:
+                raise InvalidInputError(f"request: {key}={value!r} is not a number") from err
+        else:
+            spec[key] = value
+    return spec
+
+
+def run_local(args: argparse.Namespace, out: TextIO) -> int:
+    if args.command == "request":
+        session = _session(args, detached=True)
+        claim = session.request(
+            timeout=parse_duration(args.timeout, what="--timeout"),
+            lease=args.lease,
+            name=args.name,
+            apply_env=False,
+            **_spec(args.spec),
+        )
+        if args.output == "json":
+            out.write(json.dumps({"claim": claim.to_dict(), "env": claim.env}, indent=2) + "\n")
+        else:
+            out.write(f"{claim.devices}\n")
+            out.writelines(f"export {k}={v}\n" for k, v in claim.env.items())
+        return 0
+    session = _session(args)
+    if args.command == "devices":
+        table: Any = session.devices()
+    elif args.command == "claims":
+        table = session.claims(all_users=args.all)
+    else:
+        if not args.names and not args.all:
+            raise InvalidInputError("release: name the claims to release, or pass --all")
+        names = session.release_all() if args.all else [n for n in args.names if session.release(n)]
+        missing = sorted(set(args.names) - set(names))
+        out.write(f"released: {', '.join(names) or 'nothing'}\n")
+        if missing:
+            out.write(f"not found (already released?): {', '.join(missing)}\n")
+        return 0
+    if args.output == "json":
+        out.write(json.dumps(table.to_records(), indent=2) + "\n")
+    else:
+        out.write(f"{table}\n")
+    return 0

@@ -1,0 +1,32 @@
+"""What an inventory is: the ResourceSlices and DeviceClasses of one machine (or cluster)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Wire = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Devices as DRA drivers would publish them, plus where they came from.
+
+    ``slices`` and ``device_classes`` are ``resource.k8s.io/v1`` wire dicts, exactly what
+    the allocator and a real cluster take. ``simulated`` is True for anything not read
+    from real hardware: every view of a simulated inventory must say so.
+    """
+
+    name: str
+    description: str
+    slices: tuple[Wire, ...]
+    device_classes: tuple[Wire, ...]
+    simulated: bool
+    source: str  # "nvml", "simulated:<name>" or "file:<path>"
+    warnings: tuple[str, ...] = field(default=())  # e.g. NVML calls that were not supported
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted(
+            {s["spec"]["nodeName"] for s in self.slices if s.get("spec", {}).get("nodeName")}
+        )

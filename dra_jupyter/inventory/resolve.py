@@ -1,0 +1,46 @@
+"""Which inventory to use: real GPUs through NVML, a bundled simulation, or a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dra_jupyter.errors import DraJupyterError, InvalidInputError
+from dra_jupyter.inventory.base import Inventory
+
+DEFAULT_SIMULATED = "h200-8x"
+
+
+def resolve_inventory(choice: str) -> Inventory:
+    """``auto``: NVML when it finds GPUs, else the simulated ``h200-8x`` (which says so);
+    ``nvml``: NVML or a clear error; a bundled name; or a path to a YAML file of slices."""
+    from dra_jupyter.inventory import simulated  # noqa: PLC0415  # not at import time
+
+    if choice in ("auto", "nvml"):
+        from dra_jupyter.inventory import nvml  # noqa: PLC0415  # NVML is probed on use only
+
+        try:
+            found = nvml.discover()
+        except DraJupyterError as err:
+            if choice == "nvml":
+                raise
+            inventory = simulated.load(DEFAULT_SIMULATED)
+            return Inventory(
+                name=inventory.name,
+                description=inventory.description,
+                slices=inventory.slices,
+                device_classes=inventory.device_classes,
+                simulated=True,
+                source=inventory.source,
+                warnings=(*inventory.warnings, f"no GPUs found through NVML ({err})"),
+            )
+        if not found.slices and choice == "auto":
+            return simulated.load(DEFAULT_SIMULATED)
+        return found
+    if choice in simulated.names():
+        return simulated.load(choice)
+    if Path(choice).suffix in (".yaml", ".yml", ".json") or Path(choice).exists():
+        return simulated.from_file(choice)
+    raise InvalidInputError(
+        f"inventory {choice!r} is not known; use auto, nvml, a file of ResourceSlices, or one "
+        f"of {', '.join(simulated.names())}"
+    )

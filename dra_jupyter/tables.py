@@ -1,0 +1,207 @@
+"""Tables of devices and claims: rows as dataclasses, shown as text, HTML or pandas."""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from dra_jupyter.local.ledger import ClaimRecord
+from dra_jupyter.model.quantity import Quantity
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Wire = dict[str, Any]
+Row = TypeVar("Row")
+
+
+def human_bytes(q: Quantity | None) -> str:
+    """``143771Mi`` → ``140.4Gi``: memory as people read it."""
+    if q is None:
+        return ""
+    value = q.value
+    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20)):
+        if value >= size:
+            shown = value / size
+            return f"{int(shown)}{unit}" if shown.denominator == 1 else f"{float(shown):.1f}{unit}"
+    return str(q)
+
+
+def _attr(device: Mapping[str, Any], *names: str) -> str:
+    attrs = device.get("attributes") or {}
+    for name in names:
+        value = attrs.get(name)
+        if value:
+            return str(next(iter(value.values())))
+    return ""
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    device: str  # driver/pool/device
+    kind: str  # gpu, mig, tpu, amdgpu, ...
+    model: str
+    memory: str
+    mig_profile: str
+    node: str
+    state: str  # free, held, shared, blocked (a partition or the whole GPU is taken)
+    holder: str  # claim (user)
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    claim: str
+    user: str
+    kernel: str
+    devices: str
+    created: str
+    last_activity: str
+    lease_expires: str
+
+
+class Table(Generic[Row]):
+    """Rows with a text form (``print``), an HTML form (notebooks) and ``to_pandas()``."""
+
+    def __init__(self, rows: Sequence[Row], title: str = "") -> None:
+        self.rows = list(rows)
+        self.title = title
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Any:
+        return iter(self.rows)
+
+    def __getitem__(self, index: int) -> Row:
+        return self.rows[index]
+
+    def _columns(self) -> list[str]:
+        return [f.name for f in fields(self.rows[0])] if self.rows else []  # type: ignore[arg-type]
+
+    def to_records(self) -> list[dict[str, Any]]:
+        return [asdict(r) for r in self.rows]  # type: ignore[call-overload]
+
+    def to_pandas(self) -> pd.DataFrame:
+        import pandas as pd  # noqa: PLC0415  # pandas is heavy: loaded only when asked for
+
+        return pd.DataFrame.from_records(self.to_records(), columns=self._columns() or None)
+
+    def __str__(self) -> str:
+        columns = self._columns()
+        lines = [self.title] if self.title else []
+        if not columns:
+            return "\n".join([*lines, "(none)"])
+        cells = [[str(v) for v in r.values()] for r in self.to_records()]
+        widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+        lines.append("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+        lines.extend(
+            "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+            for row in cells
+        )
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        columns = self._columns()
+        head = f"<p>{html.escape(self.title)}</p>" if self.title else ""
+        header = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r.values()) + "</tr>"
+            for r in self.to_records()
+        )
+        return f"{head}<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def device_rows(slices: Sequence[Wire], held: Sequence[ClaimRecord]) -> list[DeviceRow]:
+    """One row per device of the inventory, with who holds it and what blocks it."""
+    holders: dict[tuple[str, str, str], list[str]] = {}
+    shared: set[tuple[str, str, str]] = set()
+    for record in held:
+        for result in record.allocation.get("devices", {}).get("results", []):
+            key = (result["driver"], result["pool"], result["device"])
+            holders.setdefault(key, []).append(f"{record.name} ({record.owner.user})")
+            if result.get("shareID"):
+                shared.add(key)
+    counters = _counters_left(slices, holders)
+    rows = []
+    for s in slices:
+        spec = s.get("spec", {})
+        for d in spec.get("devices") or ():
+            key = (spec["driver"], spec["pool"]["name"], d["name"])
+            memory = ((d.get("capacity") or {}).get("memory") or {}).get("value")
+            if key in holders:
+                state = "shared" if key in shared else "held"
+            elif not _fits(d, counters.get((spec["driver"], spec["pool"]["name"]), {})):
+                state = "blocked"
+            else:
+                state = "free"
+            rows.append(
+                DeviceRow(
+                    device="/".join(key),
+                    kind=_attr(d, "type") or spec["driver"].split(".")[0],
+                    model=_attr(d, "productName", "tpuGen", "model"),
+                    memory=human_bytes(Quantity.parse(memory)) if memory is not None else "",
+                    mig_profile=_attr(d, "profile"),
+                    node=spec.get("nodeName") or "",
+                    state=state,
+                    holder=", ".join(holders.get(key, [])),
+                )
+            )
+    return rows
+
+
+def _counters_left(
+    slices: Sequence[Wire], holders: Mapping[tuple[str, str, str], Any]
+) -> dict[tuple[str, str], dict[tuple[str, str], Fraction]]:
+    left: dict[tuple[str, str], dict[tuple[str, str], Fraction]] = {}
+    for s in slices:
+        spec = s.get("spec", {})
+        pool = left.setdefault((spec["driver"], spec["pool"]["name"]), {})
+        for cs in spec.get("sharedCounters") or ():
+            for name, c in (cs.get("counters") or {}).items():
+                pool[(cs["name"], name)] = Quantity.parse(c["value"]).value
+    for s in slices:
+        spec = s.get("spec", {})
+        pool = left.setdefault((spec["driver"], spec["pool"]["name"]), {})
+        for d in spec.get("devices") or ():
+            if (spec["driver"], spec["pool"]["name"], d["name"]) in holders:
+                for use in d.get("consumesCounters") or ():
+                    for name, c in (use.get("counters") or {}).items():
+                        key = (use["counterSet"], name)
+                        if key in pool:
+                            pool[key] -= Quantity.parse(c["value"]).value
+    return left
+
+
+def _fits(device: Mapping[str, Any], left: Mapping[tuple[str, str], Fraction]) -> bool:
+    for use in device.get("consumesCounters") or ():
+        for name, c in (use.get("counters") or {}).items():
+            if left.get((use["counterSet"], name), Fraction(0)) < Quantity.parse(c["value"]).value:
+                return False
+    return True
+
+
+def _clock(when: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+
+
+def claim_rows(records: Sequence[ClaimRecord]) -> list[ClaimRow]:
+    return [
+        ClaimRow(
+            claim=r.name,
+            user=r.owner.user,
+            kernel=r.owner.kernel_id or "",
+            devices=", ".join(
+                x["device"] for x in r.allocation.get("devices", {}).get("results", [])
+            ),
+            created=_clock(r.created),
+            last_activity=_clock(r.last_activity),
+            lease_expires=_clock(r.lease_expires) if r.lease_expires else "",
+        )
+        for r in records
+    ]

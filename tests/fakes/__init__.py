@@ -1,0 +1,1 @@
+"""Fakes of hardware libraries, built from captures of real machines (tests/fixtures)."""

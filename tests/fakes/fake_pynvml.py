@@ -1,0 +1,326 @@
+# ruff: noqa: N802, N803  (the names and parameter names are those of pynvml)
+"""A fake ``pynvml`` module that answers as the real NVIDIA H200 of tests/fixtures/nvidia-h200.
+
+Every value comes from that capture (driver 580.159.04, NVML 13.580.159.04, one H200 in a VM
+with PCIe pass-through): ``nvml.json`` (what nvidia-ml-py returned, including which calls
+raised NotSupported or InvalidArgument), ``topo-mig.txt`` (``nvidia-smi mig -lgipp``: the
+possible placements, which the capture script failed to read through NVML) and
+``nvidia-smi-q.xml`` (the addressing mode). Functions have the names, signatures and return
+types of nvidia-ml-py 13.x: ``str`` from string calls, ctypes structs (``bytes`` char fields)
+from struct calls, errors as the real ``pynvml.NVMLError`` subclasses with ``.value``.
+
+Configurable: the number of GPUs (clones of the captured one with derived UUIDs, bus ids and
+minors), MIG mode per GPU, existing MIG devices, lost GPUs, a missing library or unloaded
+driver, and ``overrides`` (function name -> value to return, or NVMLError to raise).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType, ModuleType
+from typing import Any, Literal
+
+# Untyped (no stubs): through importlib it is a ModuleType, its attributes Any.
+pynvml = importlib.import_module("pynvml")
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia-h200"
+_ERRORS = MappingProxyType({"NVMLError_NotSupported": 3, "NVMLError_InvalidArgument": 2})
+_ADDRESSING = MappingProxyType({"None": 0, "HMM": 1, "ATS": 2})
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What the real machine said: ``nvml.json``, placements and addressing mode."""
+
+    nvml: dict[str, Any]
+    placements: dict[int, tuple[tuple[int, int], ...]]  # GI profile id -> (start, size)
+    addressing_mode: int | None  # None: NotSupported (nvidia-smi prints N/A)
+
+    @property
+    def device(self) -> dict[str, Any]:
+        gpu: dict[str, Any] = self.nvml["devices"][0]
+        return gpu
+
+
+def parse_placements(text: str) -> dict[int, tuple[tuple[int, int], ...]]:
+    """``nvidia-smi mig -lgipp``: ``GPU  0 Profile ID 19 Placements: {0,1,...}:1``."""
+    out: dict[int, tuple[tuple[int, int], ...]] = {}
+    pattern = r"Profile ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,]+)\}:(\d+)"
+    for profile_id, starts, size in re.findall(pattern, text):
+        out[int(profile_id)] = tuple((int(s), int(size)) for s in starts.split(","))
+    return out
+
+
+def load_capture(directory: Path = FIXTURES) -> Capture:
+    nvml = json.loads((directory / "nvml.json").read_text())
+    placements = parse_placements((directory / "topo-mig.txt").read_text())
+    mode = ET.parse(directory / "nvidia-smi-q.xml").findtext("gpu/addressing_mode", "N/A")
+    return Capture(nvml, placements, _ADDRESSING.get(mode.strip()))
+
+
+@dataclass(frozen=True)
+class Handle:
+    index: int
+
+
+@dataclass(frozen=True)
+class MigHandle:
+    parent: int
+    slot: int
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    parent: int
+    gi_id: int
+
+
+class FakePynvml(ModuleType):
+    """The ``pynvml`` API over the capture; ``calls`` records every call by name."""
+
+    def __init__(
+        self,
+        capture: Capture | None = None,
+        *,
+        gpus: int = 1,
+        mig: bool | Sequence[bool] = False,
+        mig_devices: Mapping[int, Sequence[tuple[int, int]]] | None = None,
+        lost: Sequence[int] = (),
+        lost_at: Literal["handle", "query"] = "query",
+        library_missing: bool = False,
+        driver_not_loaded: bool = False,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__("pynvml", "fake pynvml answering from a captured NVIDIA H200")
+        for name in dir(pynvml):  # constants, error classes and structs are the real ones
+            if name.startswith(("NVML_", "NVMLError", "c_nvml", "nvmlPciInfo", "nvmlMemory")):
+                setattr(self, name, getattr(pynvml, name))
+        self.NVMLError = pynvml.NVMLError
+        self.capture = capture or load_capture()
+        self.gpus = gpus
+        self.mig = [mig] * gpus if isinstance(mig, bool) else list(mig)
+        self.mig_devices = {k: list(v) for k, v in (mig_devices or {}).items()}
+        for index, devices in self.mig_devices.items():
+            for profile_id, start in devices:
+                if not self.mig[index] or start not in dict(self.capture.placements[profile_id]):
+                    raise ValueError(f"GPU {index}: no MIG placement {profile_id}@{start}")
+        self.lost, self.lost_at = set(lost), lost_at
+        self.library_missing, self.driver_not_loaded = library_missing, driver_not_loaded
+        self.overrides = dict(overrides or {})
+        self.initialized = False
+        self.calls: list[str] = []
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _enter(self, name: str, handle: Handle | MigHandle | None = None) -> Any:
+        """Record the call; raise as NVML would; return an override if there is one."""
+        self.calls.append(name)
+        if not self.initialized:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        index = handle.index if isinstance(handle, Handle) else getattr(handle, "parent", None)
+        if index in self.lost and (self.lost_at == "query" or name.endswith("ByIndex")):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        value = self.overrides.get(name)
+        if isinstance(value, pynvml.NVMLError):
+            raise value
+        return value
+
+    def _uuid(self, index: int, prefix: str = "GPU-") -> str:
+        """The captured UUID for GPU 0; clones count up in the last group."""
+        uuid: str = self.capture.device["uuid"].removeprefix("GPU-")
+        head, last = uuid.rsplit("-", 1)
+        return f"{prefix}{head}-{(int(last, 16) + index) % 16**12:012x}"
+
+    def _pci(self, index: int) -> tuple[int, int, int]:
+        pci = self.capture.device["pci"]
+        return int(pci["domain"]), int(pci["bus"]), int(pci["device"]) + index
+
+    # --- system ---------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self.calls.append("nvmlInit")
+        if self.library_missing:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+        if self.driver_not_loaded:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+        self.initialized = True
+
+    def nvmlShutdown(self) -> None:
+        self._enter("nvmlShutdown")
+        self.initialized = False
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        value = self._enter("nvmlSystemGetDriverVersion")
+        return str(value if value is not None else self.capture.nvml["driver"])
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        value = self._enter("nvmlSystemGetCudaDriverVersion")
+        return int(value if value is not None else self.capture.nvml["cuda_driver"])
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        self._enter("nvmlSystemGetNVMLVersion")
+        return str(self.capture.nvml["nvml"])
+
+    def nvmlDeviceGetCount(self) -> int:
+        value = self._enter("nvmlDeviceGetCount")
+        return int(value if value is not None else self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Handle:
+        self._enter("nvmlDeviceGetHandleByIndex", Handle(index))
+        if not 0 <= index < self.gpus:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return Handle(index)
+
+    # --- identity -------------------------------------------------------------------------
+
+    def _get(self, name: str, handle: Handle, default: Any) -> Any:
+        value = self._enter(name, handle)
+        return value if value is not None else default
+
+    def nvmlDeviceGetName(self, handle: Handle) -> str:
+        return str(self._get("nvmlDeviceGetName", handle, self.capture.device["name"]))
+
+    def nvmlDeviceGetUUID(self, handle: Handle | MigHandle) -> str:
+        if isinstance(handle, MigHandle):
+            self._enter("nvmlDeviceGetUUID", handle)
+            return self._uuid(100 * (handle.parent + 1) + handle.slot, "MIG-")
+        return str(self._get("nvmlDeviceGetUUID", handle, self._uuid(handle.index)))
+
+    def nvmlDeviceGetMinorNumber(self, handle: Handle) -> int:
+        minor = int(self.capture.device["minor"]) + handle.index
+        return int(self._get("nvmlDeviceGetMinorNumber", handle, minor))
+
+    def nvmlDeviceGetBrand(self, handle: Handle) -> int:
+        return int(self._get("nvmlDeviceGetBrand", handle, self.capture.device["brand"]))
+
+    def nvmlDeviceGetArchitecture(self, handle: Handle) -> int:
+        return int(self._get("nvmlDeviceGetArchitecture", handle, self.capture.device["arch"]))
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Handle) -> tuple[int, int]:
+        major, minor = self._get(
+            "nvmlDeviceGetCudaComputeCapability", handle, self.capture.device["cc"]
+        )
+        return int(major), int(minor)
+
+    def nvmlDeviceGetPciInfo(self, handle: Handle) -> Any:
+        self._enter("nvmlDeviceGetPciInfo", handle)
+        pci, (domain, bus, device) = self.capture.device["pci"], self._pci(handle.index)
+        info = pynvml.nvmlPciInfo_t()
+        info.busIdLegacy = f"{domain:04X}:{bus:02X}:{device:02X}.0".encode()
+        info.busId = f"{domain:08X}:{bus:02X}:{device:02X}.0".encode()
+        info.domain, info.bus, info.device = domain, bus, device
+        info.pciDeviceId, info.pciSubSystemId = pci["pciDeviceId"], pci["pciSubSystemId"]
+        return info
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Handle, version: int | None = None) -> Any:
+        self._enter("nvmlDeviceGetMemoryInfo", handle)
+        memory = self.capture.device["memory"]
+        info = pynvml.c_nvmlMemory_t() if not version else pynvml.c_nvmlMemory_v2_t()
+        info.total, info.free, info.used = memory["total"], memory["free"], memory["used"]
+        return info
+
+    def nvmlDeviceGetNumaNodeId(self, handle: Handle) -> int:
+        self._enter("nvmlDeviceGetNumaNodeId", handle)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # as captured
+
+    def nvmlDeviceGetAddressingMode(self, handle: Handle) -> int:
+        mode = self._get("nvmlDeviceGetAddressingMode", handle, self.capture.addressing_mode)
+        if mode is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(mode)
+
+    def nvmlDeviceGetVirtualizationMode(self, handle: Handle) -> int:
+        mode = self.capture.device["vgpu_mode"]
+        return int(self._get("nvmlDeviceGetVirtualizationMode", handle, mode))
+
+    # --- MIG --------------------------------------------------------------------------------
+
+    def nvmlDeviceGetMigMode(self, handle: Handle) -> list[int]:
+        captured = [int(m) for m in self.capture.device["mig_mode"]]
+        modes = [1, 1] if self.mig[handle.index] else captured
+        return list(self._get("nvmlDeviceGetMigMode", handle, modes))
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(
+        self, device: Handle, profile: int, version: int = 2
+    ) -> Any:
+        self._enter("nvmlDeviceGetGpuInstanceProfileInfo", device)
+        entry = self.capture.device["gi_profiles"].get(str(profile))
+        if entry is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if "error" in entry:
+            raise pynvml.NVMLError(_ERRORS[entry["error"].split(":")[0]])
+        info: Any = (
+            pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
+            if version == 2
+            else pynvml.c_nvmlGpuInstanceProfileInfo_t()
+        )
+        for name, _ in info._fields_:
+            value = entry[name]
+            setattr(info, name, value.encode() if isinstance(value, str) else value)
+        return info
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(
+        self, device: Handle, profileId: int, placementsRef: Any, countRef: Any
+    ) -> int:
+        self._enter("nvmlDeviceGetGpuInstancePossiblePlacements", device)
+        placements = self.capture.placements.get(profileId)
+        if placements is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        count = countRef._obj  # the c_uint behind ctypes.byref()
+        if placementsRef is None:
+            count.value = len(placements)
+            return int(pynvml.NVML_SUCCESS)
+        if count.value < len(placements):
+            count.value = len(placements)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+        for i, (start, size) in enumerate(placements):
+            placementsRef[i].start, placementsRef[i].size = start, size
+        count.value = len(placements)
+        return int(pynvml.NVML_SUCCESS)
+
+    def _max_mig(self, index: int) -> int:
+        """As captured with MIG off (0); with MIG on, the most instances of any profile."""
+        if not self.mig[index]:
+            return int(self.capture.device["max_mig"])
+        profiles = self.capture.device["gi_profiles"].values()
+        return max(int(p["instanceCount"]) for p in profiles if "error" not in p)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Handle) -> int:
+        self._enter("nvmlDeviceGetMaxMigDeviceCount", device)
+        return self._max_mig(device.index)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Handle, index: int) -> MigHandle:
+        self._enter("nvmlDeviceGetMigDeviceHandleByIndex", device)
+        if index >= self._max_mig(device.index):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if index >= len(self.mig_devices.get(device.index, ())):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return MigHandle(device.index, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, device: MigHandle) -> int:
+        self._enter("nvmlDeviceGetGpuInstanceId", device)
+        return device.slot + 1  # NVML numbers GPU instances from 1 up, in creation order
+
+    def nvmlDeviceGetComputeInstanceId(self, device: MigHandle) -> int:
+        self._enter("nvmlDeviceGetComputeInstanceId", device)
+        return 0
+
+    def nvmlDeviceGetGpuInstanceById(self, device: Handle, gpuInstanceId: int) -> GpuInstance:
+        self._enter("nvmlDeviceGetGpuInstanceById", device)
+        if not 1 <= gpuInstanceId <= len(self.mig_devices.get(device.index, ())):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return GpuInstance(device.index, gpuInstanceId)
+
+    def nvmlGpuInstanceGetInfo(self, gpuInstance: GpuInstance) -> Any:
+        self._enter("nvmlGpuInstanceGetInfo")
+        profile_id, start = self.mig_devices[gpuInstance.parent][gpuInstance.gi_id - 1]
+        sizes = dict(self.capture.placements[profile_id])
+        info = pynvml.c_nvmlGpuInstanceInfo_t()
+        info.id, info.profileId = gpuInstance.gi_id, profile_id
+        info.placement.start, info.placement.size = start, sizes[start]
+        return info
