@@ -30,7 +30,15 @@ from dra_jupyter.local.backend import LocalBackend, Waiting
 from dra_jupyter.local.ledger import ClaimRecord, Ledger
 from dra_jupyter.local.owners import Owner
 from dra_jupyter.settings import Settings
-from dra_jupyter.tables import ClaimRow, DeviceRow, Table, claim_rows, device_rows
+from dra_jupyter.tables import (
+    CLAIM_COLUMNS,
+    DEVICE_COLUMNS,
+    ClaimRow,
+    DeviceRow,
+    Table,
+    claim_rows,
+    device_rows,
+)
 
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
 
@@ -78,7 +86,7 @@ class Claim:
             for r in device_rows(self._session.inventory.slices, [self._record])
             if r.device in mine
         ]
-        return Table(rows, title=f"claim {self.name}")
+        return Table(rows, DEVICE_COLUMNS, title=f"claim {self.name}")
 
     @property
     def env(self) -> dict[str, str]:
@@ -223,10 +231,10 @@ class Session:
         held = self.backend.claims(all_users=True)
         inv = self.inventory
         title = f"{inv.description}" + (" (SIMULATED)" if inv.simulated else "")
-        return Table(device_rows(inv.slices, held), title=title)
+        return Table(device_rows(inv.slices, held), DEVICE_COLUMNS, title=title)
 
     def claims(self, *, all_users: bool = False) -> Table[ClaimRow]:
-        return Table(claim_rows(self.backend.claims(all_users=all_users)))
+        return Table(claim_rows(self.backend.claims(all_users=all_users)), CLAIM_COLUMNS)
 
     def claim(self, name: str) -> Claim:
         for record in self.backend.claims(all_users=True):

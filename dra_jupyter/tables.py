@@ -66,8 +66,9 @@ class ClaimRow:
 class Table(Generic[Row]):
     """Rows with a text form (``print``), an HTML form (notebooks) and ``to_pandas()``."""
 
-    def __init__(self, rows: Sequence[Row], title: str = "") -> None:
+    def __init__(self, rows: Sequence[Row], columns: Sequence[str], title: str = "") -> None:
         self.rows = list(rows)
+        self.columns = list(columns)
         self.title = title
 
     def __len__(self) -> int:
@@ -80,7 +81,7 @@ class Table(Generic[Row]):
         return self.rows[index]
 
     def _columns(self) -> list[str]:
-        return [f.name for f in fields(self.rows[0])] if self.rows else []  # type: ignore[arg-type]
+        return self.columns
 
     def to_records(self) -> list[dict[str, Any]]:
         return [asdict(r) for r in self.rows]  # type: ignore[call-overload]
@@ -88,16 +89,16 @@ class Table(Generic[Row]):
     def to_pandas(self) -> pd.DataFrame:
         import pandas as pd  # noqa: PLC0415  # pandas is heavy: loaded only when asked for
 
-        return pd.DataFrame.from_records(self.to_records(), columns=self._columns() or None)
+        return pd.DataFrame.from_records(self.to_records(), columns=self._columns())
 
     def __str__(self) -> str:
         columns = self._columns()
         lines = [self.title] if self.title else []
-        if not columns:
+        if not self.rows:
             return "\n".join([*lines, "(none)"])
         cells = [[str(v) for v in r.values()] for r in self.to_records()]
         widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-        lines.append("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+        lines.append("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
         lines.extend(
             "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
             for row in cells
@@ -205,3 +206,7 @@ def claim_rows(records: Sequence[ClaimRecord]) -> list[ClaimRow]:
         )
         for r in records
     ]
+
+
+DEVICE_COLUMNS = [f.name for f in fields(DeviceRow)]
+CLAIM_COLUMNS = [f.name for f in fields(ClaimRow)]

@@ -139,16 +139,17 @@ class LocalBackend:
                 return None, position  # earlier requests of the same shape go first
             held = Ledger.claims(conn)
             meta = dict(claim["metadata"])
-            if not meta.get("name"):
-                meta["name"] = Ledger.next_name(conn, claim_prefix(self.owner.user))
-            named = {**claim, "metadata": meta}
-            if any(r.name == meta["name"] for r in held):
+            if meta.get("name") and any(r.name == meta["name"] for r in held):
                 raise AllocationError(
                     f"claim {meta['name']} exists already; release it first or use another name"
                 )
-            results = self.allocator(held).allocate([named])
+            probe = {**claim, "metadata": {**meta, "name": meta.get("name") or "new"}}
+            results = self.allocator(held).allocate([probe])
             if results is None:
                 return None, position
+            if not meta.get("name"):  # named only once it is allocated
+                meta["name"] = Ledger.next_name(conn, claim_prefix(self.owner.user))
+            named = {**claim, "metadata": meta}
             record = ClaimRecord(
                 name=meta["name"],
                 namespace=meta.get("namespace", "default"),
@@ -157,7 +158,7 @@ class LocalBackend:
                 allocation=results[0].to_dict(),
                 created=now,
                 last_activity=now,
-                lease_expires=now + lease if lease else None,
+                lease_expires=now + lease if lease is not None else None,
             )
             Ledger.insert(conn, record)
             if waiter is not None:
@@ -171,9 +172,12 @@ class LocalBackend:
         explanation = self.allocator(held).explain([probe])
         waited_text = f" after waiting {waited:.0f}s" if waited >= 1 else ""
         place = f" (number {position} in the queue)" if position > 1 else ""
+        holders = ", ".join(f"{r.name} ({r.owner.user})" for r in held) or "nobody"
         return AllocationError(
             f"the devices are busy{waited_text}{place}; pass timeout='10m' to wait in line, "
-            "or release claims you no longer need:\n" + explanation.summary(),
+            "or release claims you no longer need:\n"
+            + explanation.summary()
+            + f"\nclaims held now: {holders}",
             explanation,
         )
 

@@ -109,12 +109,23 @@ class Ledger:
                 f"ledger {self.path}: cannot create its folder: {err.strerror}; "
                 "choose another path (DRA_JUPYTER_LEDGER)"
             ) from err
-        with self._connect() as conn:
-            conn.executescript(_SCHEMA)
+        with self.transaction() as conn:
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+            ours = {"meta", "claims", "waiters", "releases", "sqlite_sequence"}
+            if tables and "meta" not in tables:
+                raise LedgerError(
+                    f"ledger {self.path}: the file is a SQLite database of something else "
+                    f"(tables {', '.join(sorted(tables - ours) or sorted(tables))}); "
+                    "choose another path (DRA_JUPYTER_LEDGER)"
+                )
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if row is None:
-                conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row["value"]) != SCHEMA_VERSION:
+            if int(row["value"]) != SCHEMA_VERSION:
                 raise LedgerError(
                     f"ledger {self.path}: schema version {row['value']}, this dra-jupyter "
                     f"reads version {SCHEMA_VERSION}; use another path or upgrade dra-jupyter"
@@ -125,15 +136,35 @@ class Ledger:
             conn = sqlite3.connect(
                 self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
             )
+        except sqlite3.DatabaseError as err:
+            raise self._unreadable(err) from err
+        try:
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._wal(conn)
             conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.DatabaseError as err:
-            raise LedgerError(
-                f"ledger {self.path}: cannot open it as a SQLite database ({err}); "
-                "move the file away or choose another path (DRA_JUPYTER_LEDGER)"
-            ) from err
+            conn.close()
+            raise self._unreadable(err) from err
         return conn
+
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """Switch to WAL. Switching needs a moment of exclusive access, which SQLite does not
+        wait for (the busy timeout does not apply): retry for a bounded time."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _unreadable(self, err: sqlite3.DatabaseError) -> LedgerError:
+        return LedgerError(
+            f"ledger {self.path}: cannot open it as a SQLite database ({err}); "
+            "move the file away or choose another path (DRA_JUPYTER_LEDGER)"
+        )
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -166,11 +197,17 @@ class Ledger:
 
     @staticmethod
     def next_name(conn: sqlite3.Connection, prefix: str) -> str:
+        """``<prefix>-<n>``: the next number of the prefix whose name is not taken."""
         key = f"seq:{prefix}"
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        seq = int(row["value"]) + 1 if row else 1
+        seq = int(row["value"]) if row else 0
+        while True:
+            seq += 1
+            name = f"{prefix}-{seq}"
+            if conn.execute("SELECT 1 FROM claims WHERE name = ?", (name,)).fetchone() is None:
+                break
         conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(seq)))
-        return f"{prefix}-{seq}"
+        return name
 
     @staticmethod
     def insert(conn: sqlite3.Connection, record: ClaimRecord) -> None:
@@ -195,14 +232,20 @@ class Ledger:
         conn.execute("DELETE FROM claims WHERE name = ?", (record.name,))
         conn.execute(
             "INSERT INTO releases (name, owner, reason, time) VALUES (?, ?, ?, ?)",
-            (record.name, json.dumps(record.owner.to_dict()), reason, now or time.time()),
+            (
+                record.name,
+                json.dumps(record.owner.to_dict()),
+                reason,
+                time.time() if now is None else now,
+            ),
         )
 
     def touch(self, name: str, now: float | None = None) -> bool:
         """Record activity on a claim; False if it no longer exists."""
         with self.transaction() as conn:
             cur = conn.execute(
-                "UPDATE claims SET last_activity = ? WHERE name = ?", (now or time.time(), name)
+                "UPDATE claims SET last_activity = ? WHERE name = ?",
+                (time.time() if now is None else now, name),
             )
             return cur.rowcount > 0
 

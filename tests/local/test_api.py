@@ -1,0 +1,351 @@
+"""The Python API on the local backend: ``Session.request`` and ``Claim``, tables, YAML, and
+one clear message for each kind of bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from dra_jupyter import api
+from dra_jupyter.api import Claim, DraJupyterWarning, Session
+from dra_jupyter.errors import (
+    AllocationError,
+    DraJupyterError,
+    InvalidInputError,
+    SelectorError,
+)
+from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.local.backend import claim_prefix
+from dra_jupyter.local.owners import Owner
+from dra_jupyter.settings import Settings
+from dra_jupyter.tables import ClaimRow, DeviceRow
+from tests.local.worker import gpu_inventory, partitionable_inventory
+
+Wire = dict[str, Any]
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+SENTINEL = "untouched"
+
+
+@pytest.fixture(autouse=True)
+def environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests write os.environ: give them variables that monkeypatch restores afterwards,
+    and a process without CUDA loaded, whatever the machine."""
+    for name in ENV_NAMES:
+        monkeypatch.setenv(name, SENTINEL)
+    monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: None)
+
+
+def make_session(tmp_path: Path, inventory: Inventory, user: str | None = None) -> Session:
+    owner = None
+    if user is not None:
+        me = Owner.current()
+        owner = dataclasses.replace(me, user=user)
+    return Session(Settings(ledger=tmp_path / "ledger.sqlite"), inventory=inventory, owner=owner)
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[Session]:
+    s = make_session(tmp_path, gpu_inventory())
+    yield s
+    s.release_all()
+
+
+@pytest.fixture
+def mig_session(tmp_path: Path) -> Iterator[Session]:
+    s = make_session(tmp_path, partitionable_inventory())
+    yield s
+    s.release_all()
+
+
+def results(claim: Claim) -> list[Wire]:
+    found: list[Wire] = claim.allocation["devices"]["results"]
+    return found
+
+
+def uuids(session: Session, claim: Claim) -> list[str]:
+    """The GPU UUIDs of a claim's devices, in the order of its allocation results."""
+    by_name = {
+        d["name"]: d["attributes"]["uuid"]["string"]
+        for s in session.inventory.slices
+        for d in s["spec"].get("devices", [])
+        if "uuid" in d["attributes"]
+    }
+    return [by_name[r["device"]] for r in results(claim)]
+
+
+def validate(obj: Wire) -> str:
+    with warnings.catch_warnings():
+        # kubernetes-validate and its jsonschema stack may deprecate their own APIs; only
+        # those are silenced, everything else stays an error
+        warnings.filterwarnings(
+            "ignore",
+            category=DeprecationWarning,
+            module=r"(kubernetes_validate|jsonschema|referencing)(\.|$)",
+        )
+        return str(kubernetes_validate.validate(obj, "1.36.0", strict=True))
+
+
+# --- request, release, context manager --------------------------------------------------------
+
+
+def test_request_and_release(session: Session) -> None:
+    claim = session.request(gpu=2, apply_env=False)
+    assert claim.state == "allocated"
+    assert claim.name == f"{claim_prefix(session.owner.user)}-1"
+    assert [r.device for r in claim.devices] == [
+        f"gpu.nvidia.com/n1/{r['device']}" for r in results(claim)
+    ]
+    assert {r.state for r in claim.devices} == {"held"}
+    assert [r.claim for r in session.claims()] == [claim.name]
+    assert session.claim(claim.name).name == claim.name
+    assert claim.release()
+    assert not claim.release()
+    assert claim.state == "released"
+    assert len(session.claims()) == 0
+    with pytest.raises(DraJupyterError, match=f"claim {claim.name} does not exist"):
+        session.claim(claim.name)
+
+
+def test_context_manager_releases(session: Session) -> None:
+    with session.request(gpu=8, apply_env=False, name="everything") as claim:
+        assert "<Claim everything: gpu-0, " in repr(claim)
+        with pytest.raises(AllocationError, match="held by default/everything"):
+            session.request(gpu=1, apply_env=False)
+    assert claim.state == "released"
+    assert repr(claim).endswith("(released)>")
+    assert len(session.request(gpu=8, apply_env=False).devices) == 8
+
+
+def test_state_follows_a_release_by_the_system(session: Session) -> None:
+    fake_now = [1_000_000.0]
+    session.backend.clock = lambda: fake_now[0]
+    claim = session.request(gpu=1, apply_env=False, lease="10m")
+    assert claim.to_dict()["metadata"]["name"] == claim.name
+    assert claim.state == "allocated"
+    fake_now[0] += 600
+    assert claim.state == "released"  # the lease ran out
+    assert not claim.release()
+
+
+def test_release_all_and_other_users(tmp_path: Path) -> None:
+    inventory = gpu_inventory()
+    alice = make_session(tmp_path, inventory, user="alice")
+    bob = make_session(tmp_path, inventory, user="bob")
+    a1 = alice.request(gpu=1, apply_env=False)
+    a2 = alice.request(gpu=2, apply_env=False)
+    b1 = bob.request(gpu=1, apply_env=False)
+    assert [r.claim for r in bob.claims(all_users=True)] == [a1.name, a2.name, b1.name]
+    assert {r.user for r in bob.claims(all_users=True)} == {"alice", "bob"}
+    with pytest.raises(AllocationError, match=f"claim {a1.name} belongs to user alice"):
+        bob.release(a1.name)
+    assert alice.release_all() == [a1.name, a2.name]
+    assert [r.claim for r in alice.claims(all_users=True)] == [b1.name]
+
+
+# --- the environment --------------------------------------------------------------------------
+
+
+def test_env_lists_gpu_uuids_in_result_order(session: Session) -> None:
+    session.request(gpu=1, apply_env=False)  # so that the next one is not simply gpu-0..
+    claim = session.request(gpu=3, apply_env=False)
+    expected = uuids(session, claim)
+    assert len(expected) == 3
+    assert all(u.startswith("GPU-") for u in expected)
+    assert claim.env == {name: ",".join(expected) for name in ENV_NAMES}
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == SENTINEL  # apply_env=False
+
+
+def test_apply_env_into_a_dict(session: Session) -> None:
+    claim = session.request(gpu=2, apply_env=False)
+    target = {"HOME": "/somewhere", "CUDA_VISIBLE_DEVICES": "0"}
+    assert claim.apply_env(target) == []
+    assert target == {"HOME": "/somewhere", **claim.env}
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == SENTINEL
+
+
+def test_request_applies_env_to_this_process(session: Session) -> None:
+    claim = session.request(gpu=2)
+    assert claim.notes == []
+    for name in ENV_NAMES:
+        assert os.environ[name] == ",".join(uuids(session, claim))
+
+
+def test_runtime_already_loaded_is_a_warning(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: "libcuda.so")
+    with pytest.warns(DraJupyterWarning, match="libcuda.so is already loaded in this process"):
+        claim = session.request(gpu=1)
+    assert len(claim.notes) == 1
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == claim.env["CUDA_VISIBLE_DEVICES"]
+
+
+def test_simulated_partition_has_no_runtime_identity(mig_session: Session) -> None:
+    with pytest.warns(DraJupyterWarning, match=r"no runtime identity for gpu\.nvidia\.com/p1/"):
+        claim = mig_session.request(mig="1g.10gb")
+    assert claim.env == {}
+    assert claim.notes[0].endswith("(simulated inventory)")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == SENTINEL
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+
+def test_tables_and_pandas(session: Session) -> None:
+    claim = session.request(gpu=2, apply_env=False, lease="1h")
+    claims = session.claims()
+    frame = claims.to_pandas()
+    assert list(frame.columns) == [f.name for f in dataclasses.fields(ClaimRow)]
+    assert frame["claim"].tolist() == [claim.name]
+    assert frame["devices"].tolist() == [", ".join(r["device"] for r in results(claim))]
+    assert frame["lease_expires"].tolist() != [""]
+
+    devices = session.devices()
+    assert devices.title == "test (SIMULATED)"
+    table = devices.to_pandas()
+    assert list(table.columns) == [f.name for f in dataclasses.fields(DeviceRow)]
+    assert len(table) == 8
+    assert table["state"].value_counts().to_dict() == {"free": 6, "held": 2}
+    assert set(table["model"]) == {"NVIDIA H200"}
+    assert set(table.loc[table["state"] == "held", "holder"]) == {
+        f"{claim.name} ({session.owner.user})"
+    }
+    text = str(devices)
+    assert text.startswith("test (SIMULATED)\ndevice")
+    assert "<table>" in devices._repr_html_()
+
+
+def test_partition_blocks_its_gpu(mig_session: Session) -> None:
+    claim = mig_session.request(mig="2g.20gb", apply_env=False)
+    [held] = results(claim)
+    gpu = held["device"].split("-mig-")[0]
+    states = {r.device.rsplit("/", 1)[1]: r.state for r in mig_session.devices()}
+    assert states[held["device"]] == "held"
+    assert states[gpu] == "blocked"  # the whole GPU needs the slices the partition holds
+    overlapping = [d for d, s in states.items() if d.startswith(gpu + "-") and s == "blocked"]
+    assert len(overlapping) == 2  # the two 1g partitions on the same memory slices
+    assert sum(s == "free" for s in states.values()) == len(states) - 4
+    frame = mig_session.devices().to_pandas()
+    assert set(frame["mig_profile"]) == {"", "1g.10gb", "2g.20gb"}
+
+
+def test_empty_table_keeps_its_columns(session: Session) -> None:
+    assert list(session.claims().to_pandas().columns) == [
+        f.name for f in dataclasses.fields(ClaimRow)
+    ]
+
+
+# --- YAML -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{"gpu": 2}, {"gpu": 2, "same": "pcieRoot", "memory": "80Gi", "model": "H200"}],
+    ids=["plain", "constrained"],
+)
+def test_yaml_is_a_valid_resource_claim(session: Session, spec: Wire) -> None:
+    claim = session.request(apply_env=False, **spec)
+    obj = yaml.safe_load(claim.to_yaml())
+    assert obj == claim.to_dict()
+    assert validate(obj) == "1.36"
+    assert obj["kind"] == "ResourceClaim"
+    assert obj["metadata"]["labels"]["dra-jupyter/user"] == session.owner.user
+    assert obj["status"]["allocation"]["devices"]["results"] == results(claim)
+
+
+def test_yaml_of_a_partition_is_valid(mig_session: Session) -> None:
+    claim = mig_session.request(mig="1g.10gb", count=2, same="parentUUID", apply_env=False)
+    obj = yaml.safe_load(claim.to_yaml())
+    assert validate(obj) == "1.36"
+    assert obj["spec"]["devices"]["constraints"] == [
+        {"matchAttribute": "gpu.nvidia.com/parentUUID"}
+    ]
+
+
+# --- bad input: one clear message each --------------------------------------------------------
+
+GPU_CASES: list[tuple[Wire, type[Exception], str]] = [
+    (
+        {"model": "A100"},
+        AllocationError,
+        "dra.request: no device of model 'A100' on test (simulated); "
+        "the models are NVIDIA H200 (8)",
+    ),
+    (
+        {"memory": "200Gi"},
+        AllocationError,
+        "dra.request: no device with memory >= 200Gi; the largest is 140.4Gi (n1/gpu-0)",
+    ),
+    (
+        {"gpu": 9},
+        AllocationError,
+        "dra.request: asks for 9 GPU devices; test (simulated) has 8",
+    ),
+    (
+        {"gpu": -1},
+        InvalidInputError,
+        "dra.request: gpu must be a positive number of devices (or 'all'), not -1",
+    ),
+    (
+        {"count": -2},
+        InvalidInputError,
+        "dra.request: count must be a positive number of devices (or 'all'), not -2",
+    ),
+    (
+        {"gpu": 1, "colour": "red"},
+        InvalidInputError,
+        "dra.request: unknown keyword 'colour'; use gpu, tpu, mig, count, memory, model, "
+        "selector, share, device_class, same, distinct, alternatives",
+    ),
+    (
+        {"gpu": 1, "timeout": "soon"},
+        InvalidInputError,
+        "timeout: 'soon' is not a duration; write e.g. '90s', '5m', '1h30m' or seconds",
+    ),
+    (
+        {"gpu": 1, "lease": -5},
+        InvalidInputError,
+        "lease: must not be negative, got -5",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "error", "message"), GPU_CASES, ids=[next(iter(c[0])) for c in GPU_CASES]
+)
+def test_bad_input_gives_one_clear_message(
+    session: Session, spec: Wire, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as info:
+        session.request(apply_env=False, **spec)
+    assert str(info.value) == message
+    assert len(session.claims(all_users=True)) == 0
+
+
+def test_malformed_selector(session: Session) -> None:
+    with pytest.raises(SelectorError) as info:
+        session.request(selector="device.attributes['gpu.nvidia.com'].uuid ==", apply_env=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "ResourceClaim default/new, spec.devices.requests[0].exactly.selectors[0]: syntax error"
+    )
+    assert len(session.claims(all_users=True)) == 0
+
+
+def test_unknown_mig_profile(mig_session: Session) -> None:
+    with pytest.raises(AllocationError) as info:
+        mig_session.request(mig="3g.71gb", apply_env=False)
+    assert str(info.value) == (
+        "dra.request: no MIG profile '3g.71gb' on test partitionable node (simulated); "
+        "the profiles are 1g.10gb (32), 2g.20gb (16)"
+    )
+    assert len(mig_session.claims(all_users=True)) == 0
