@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dra_jupyter.errors import (
     AllocationError,
     DraJupyterError,
+    DraJupyterWarning,
     InvalidInputError,
     ObjectError,
     SelectorError,
@@ -88,6 +89,7 @@ def configure(**kwargs: Any) -> Session:
 __all__ = [
     "AllocationError",
     "DraJupyterError",
+    "DraJupyterWarning",
     "InvalidInputError",
     "ObjectError",
     "SelectorError",

@@ -7,6 +7,7 @@ made on first use (importing the package does nothing).
 
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 from collections.abc import Callable, Mapping
@@ -22,7 +23,13 @@ from dra_jupyter.allocator import STRATEGIES, Explanation
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.durations import parse_duration
 from dra_jupyter.envvars import accelerator_runtime_loaded, environment_for
-from dra_jupyter.errors import AllocationError, DraJupyterError, InvalidInputError
+from dra_jupyter.errors import (
+    AllocationError,
+    DraJupyterError,
+    DraJupyterWarning,
+    InvalidInputError,
+    ObjectError,
+)
 from dra_jupyter.hints import impossible_hint
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_inventory
@@ -43,8 +50,15 @@ from dra_jupyter.tables import (
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
 
 
-class DraJupyterWarning(UserWarning):
-    """Something the user should know, that does not stop the work."""
+def _caller_level() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside this package."""
+    package = str(Path(__file__).parent)
+    frame = inspect.currentframe()
+    level = 0
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame = frame.f_back
+        level += 1
+    return max(level, 1)
 
 
 class Claim:
@@ -212,11 +226,13 @@ class Session:
         claim = self.build(spec, name)
         try:
             self.backend.check_possible(claim)
-        except AllocationError as err:
+        except (AllocationError, ObjectError) as err:
+            # ObjectError: the inventory lacks the DeviceClass (a TPU asked of a GPU machine)
             hint = impossible_hint(spec, self.inventory)
             if hint is None:
                 raise
-            raise AllocationError(f"dra.request: {hint}", err.explanation) from None
+            explanation = err.explanation if isinstance(err, AllocationError) else None
+            raise AllocationError(f"dra.request: {hint}", explanation) from None
         record = self.backend.allocate(
             claim, timeout=wait, lease=lease_s, on_wait=on_wait, checked=True
         )
@@ -224,7 +240,7 @@ class Session:
         if apply_env:
             result.notes = result.apply_env()
             for note in result.notes:
-                warnings.warn(note, DraJupyterWarning, stacklevel=2)
+                warnings.warn(note, DraJupyterWarning, stacklevel=_caller_level())
         return result
 
     def devices(self) -> Table[DeviceRow]:
@@ -268,7 +284,7 @@ def default_session() -> Session:
 def configure(
     *,
     inventory: str | Inventory | None = None,
-    ledger: str | None = None,
+    ledger: str | Path | None = None,
     strategy: str | None = None,
 ) -> Session:
     """Start a new default session: another inventory (a name, a file, ``nvml``, or an

@@ -61,34 +61,49 @@ def class_driver(device_class: str) -> str:
     return "gpu.nvidia.com" if device_class == MIG_CLASS else device_class
 
 
-def _count(value: Any, what: str) -> int | str:
+def _count(value: Any, key: str, what: str) -> int | str:
     if value == "all":
         return "all"
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidInputError(
-            f"dra.request: {what} must be a positive number of devices (or 'all'), not {value!r}"
+            f"{what}: {key} must be a positive number of devices (or 'all'), not {value!r}"
         )
     if value > 32:
         raise InvalidInputError(
-            f"dra.request: {what}={value} exceeds the limit of 32 devices per claim; "
+            f"{what}: {key}={value} exceeds the limit of 32 devices per claim; "
             "split the work over several claims"
         )
     return value
 
 
-def _quantity(value: Any, what: str) -> str:
+def _quantity(value: Any, key: str, what: str) -> str:
     try:
-        return str(Quantity.parse(value))
+        q = Quantity.parse(value)
     except (ValueError, TypeError) as err:
         raise InvalidInputError(
-            f"dra.request: {what}={value!r} is not a quantity; write e.g. '80Gi' or '40G'"
+            f"{what}: {key}={value!r} is not a quantity; write e.g. '80Gi' or '40G'"
         ) from err
+    if q.value <= 0:
+        raise InvalidInputError(f"{what}: {key}={value!r} must be more than zero")
+    return str(q)
 
 
 def _literal(text: str) -> str:
-    """A CEL string literal."""
-    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
+    """A CEL string literal: quotes, backslashes and control characters escaped."""
+    out = []
+    for ch in text:
+        if ch in "\\'\"":
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
+    return "'" + "".join(out) + "'"
+
+
+def _lower_ascii(text: str) -> str:
+    """Lower case as CEL's ``lowerAscii()`` does: ASCII letters only."""
+    return "".join(c.lower() if c.isascii() else c for c in text)
 
 
 def _attribute(name: str, what: str) -> str:
@@ -107,13 +122,13 @@ def _selectors(spec: Mapping[str, Any], cls: str, what: str) -> list[str]:
     driver = _literal(class_driver(cls))
     out = []
     if spec.get("memory") is not None:
-        amount = _literal(_quantity(spec["memory"], "memory"))
+        amount = _literal(_quantity(spec["memory"], "memory", what))
         out.append(
             f"'memory' in device.capacity[{driver}] && "
             f"device.capacity[{driver}].memory.compareTo(quantity({amount})) >= 0"
         )
     if spec.get("model") is not None:
-        model = _literal(str(spec["model"]).lower())
+        model = _literal(_lower_ascii(str(spec["model"])))
         attr = "tpuGen" if cls == TPU_CLASS else "productName"
         out.append(
             f"'{attr}' in device.attributes[{driver}] && "
@@ -147,21 +162,21 @@ def device_request(
         else:
             cls = next((c for c in GPU_CLASSES if c in classes), GPU_CLASSES[0])
         if spec.get(kind) is not None:
-            count = _count(spec[kind], kind)
+            count = _count(spec[kind], kind, what)
             if spec.get("count") is not None and spec["count"] != spec[kind]:
                 raise InvalidInputError(f"{what}: give the number once ({kind}=N), not count too")
         elif spec.get("count") is not None:
-            count = _count(spec["count"], "count")
+            count = _count(spec["count"], "count", what)
     elif kind == "mig":
         cls = MIG_CLASS
         profile = spec["mig"]
         if not isinstance(profile, str) or not profile:
             raise InvalidInputError(f"{what}: mig must be a profile name such as '3g.71gb'")
         selectors.append(f"device.attributes['gpu.nvidia.com'].profile == {_literal(profile)}")
-        count = _count(spec.get("count", 1), "count")
+        count = _count(spec.get("count", 1), "count", what)
     else:
         cls = str(spec["device_class"])
-        count = _count(spec.get("count", 1), "count")
+        count = _count(spec.get("count", 1), "count", what)
     selectors.extend(_selectors(spec, cls, what))
     body: Wire = {"deviceClassName": cls}
     if count == "all":
@@ -171,7 +186,7 @@ def device_request(
     if selectors:
         body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
     if spec.get("share") is not None:
-        body["capacity"] = {"requests": {"memory": _quantity(spec["share"], "share")}}
+        body["capacity"] = {"requests": {"memory": _quantity(spec["share"], "share", what)}}
     return kind, body
 
 
@@ -209,7 +224,7 @@ def build_claim(
         request: Wire = {"name": "devices", "firstAvailable": subs}
     else:
         kind, body = device_request(device_spec, classes)
-        request = {"name": "gpu" if kind == "device_class" else kind, "exactly": body}
+        request = {"name": "devices" if kind == "device_class" else kind, "exactly": body}
     constraints = []
     for key, field in (("same", "matchAttribute"), ("distinct", "distinctAttribute")):
         if spec.get(key) is not None:

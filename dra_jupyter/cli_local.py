@@ -80,7 +80,7 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
         session = _session(args, detached=True)
         claim = session.request(
             timeout=parse_duration(args.timeout, what="--timeout"),
-            lease=args.lease,
+            lease=parse_duration(args.lease, what="--lease"),
             name=args.name,
             apply_env=False,
             **_spec(args.spec),
@@ -104,6 +104,7 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"released: {', '.join(names) or 'nothing'}\n")
         if missing:
             out.write(f"not found (already released?): {', '.join(missing)}\n")
+            return 1
         return 0
     if args.output == "json":
         out.write(json.dumps(table.to_records(), indent=2) + "\n")

@@ -60,6 +60,10 @@ class SelectorError(InvalidInputError):
         super().__init__(text)
 
 
+class DraJupyterWarning(UserWarning):
+    """Something the user should know that does not stop the work (e.g. CUDA already loaded)."""
+
+
 class AllocationError(DraJupyterError):
     """No allocation exists for the claims now; ``explanation`` says why."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -27,7 +28,10 @@ def human_bytes(q: Quantity | None) -> str:
     for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20)):
         if value >= size:
             shown = value / size
-            return f"{int(shown)}{unit}" if shown.denominator == 1 else f"{float(shown):.1f}{unit}"
+            if shown.denominator == 1:
+                return f"{shown.numerator}{unit}"
+            tenths = math.floor(shown * 10)  # rounded down: never more than the device has
+            return f"{tenths // 10}.{tenths % 10}{unit}"
     return str(q)
 
 

@@ -78,7 +78,7 @@ class LocalBackend:
     def check_possible(self, claim: Wire) -> None:
         """Raise AllocationError when the claim could not be met even on an idle machine."""
         idle = self.allocator([])
-        name = claim["metadata"].get("name") or "new"
+        name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
         if idle.allocate([probe]) is None:
             explanation = idle.explain([probe])
@@ -143,7 +143,7 @@ class LocalBackend:
                 raise AllocationError(
                     f"claim {meta['name']} exists already; release it first or use another name"
                 )
-            probe = {**claim, "metadata": {**meta, "name": meta.get("name") or "new"}}
+            probe = {**claim, "metadata": {**meta, "name": meta.get("name") or "new-request"}}
             results = self.allocator(held).allocate([probe])
             if results is None:
                 return None, position
@@ -167,7 +167,7 @@ class LocalBackend:
 
     def _busy(self, claim: Wire, position: int, waited: float) -> AllocationError:
         held = self.ledger.read_claims()
-        name = claim["metadata"].get("name") or "new"
+        name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
         explanation = self.allocator(held).explain([probe])
         waited_text = f" after waiting {waited:.0f}s" if waited >= 1 else ""

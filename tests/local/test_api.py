@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from dra_jupyter import api
-from dra_jupyter.api import Claim, DraJupyterWarning, Session
+from dra_jupyter.api import Claim, Session
 from dra_jupyter.errors import (
     AllocationError,
     DraJupyterError,
+    DraJupyterWarning,
     InvalidInputError,
     SelectorError,
 )
@@ -336,7 +337,8 @@ def test_malformed_selector(session: Session) -> None:
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(
-        "ResourceClaim default/new, spec.devices.requests[0].exactly.selectors[0]: syntax error"
+        "ResourceClaim default/new-request, spec.devices.requests[0].exactly.selectors[0]: "
+        "syntax error"
     )
     assert len(session.claims(all_users=True)) == 0
 

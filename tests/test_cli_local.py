@@ -1,0 +1,441 @@
+"""``dra-jupyter devices | request | claims | release``: the local backend from a shell.
+
+Through :func:`dra_jupyter.cli.main` with the settings in the environment
+(``DRA_JUPYTER_LEDGER``, ``DRA_JUPYTER_INVENTORY``) or in flags (``--ledger``,
+``--inventory``), and through the installed console script for what must outlive the
+process. Exit codes: 0 done, 1 busy or impossible (stderr says why, never a traceback),
+2 invalid input (one line, ``error: ...``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from dra_jupyter.cli import main
+from dra_jupyter.inventory import simulated
+
+Wire = dict[str, Any]
+
+EXPORT = re.compile(r"^export ([A-Z_]+)=(\S+)$", re.MULTILINE)
+STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture(autouse=True)
+def settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A fresh ledger and the 8x H200 inventory, through the environment; returns the ledger."""
+    ledger = tmp_path / "ledger.sqlite"
+    for name in ("DRA_JUPYTER_STRATEGY", "DRA_JUPYTER_KERNEL_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DRA_JUPYTER_LEDGER", str(ledger))
+    monkeypatch.setenv("DRA_JUPYTER_INVENTORY", "h200-8x")
+    monkeypatch.setenv("DRA_JUPYTER_POLL_INTERVAL", "0.02")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return ledger
+
+
+def run(*argv: str, capsys: pytest.CaptureFixture[str] | None = None) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    stderr = err.getvalue()
+    if capsys is not None:  # argparse writes its usage errors to sys.stderr
+        stderr += capsys.readouterr().err
+    assert "Traceback" not in stderr
+    return Result(code, out.getvalue(), stderr)
+
+
+def uuids() -> dict[str, str]:
+    """device name → GPU UUID on the h200-8x inventory."""
+    inv = simulated.load("h200-8x")
+    return {
+        d["name"]: d["attributes"]["uuid"]["string"]
+        for s in inv.slices
+        for d in s["spec"]["devices"]
+    }
+
+
+def request_json(*argv: str) -> Wire:
+    result = run("request", *argv, "-o", "json")
+    assert result.code == 0, result.err
+    document: Wire = json.loads(result.out)
+    return document
+
+
+def claims_json(*argv: str) -> list[Wire]:
+    result = run("claims", "-o", "json", *argv)
+    assert result.code == 0, result.err
+    rows: list[Wire] = json.loads(result.out)
+    return rows
+
+
+def validate(obj: Wire) -> None:
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            category=DeprecationWarning,
+            module=r"(kubernetes_validate|jsonschema|referencing)(\.|$)",
+        )
+        kubernetes_validate.validate(obj, "1.36.0", strict=True)  # raises if invalid
+
+
+# --- devices ---------------------------------------------------------------------------------
+
+
+def test_devices_lists_every_device() -> None:
+    result = run("devices")
+    assert result.code == 0
+    assert result.err == ""
+    lines = result.out.splitlines()
+    assert lines[0] == "8x NVIDIA H200 (HGX): 2 NUMA nodes, 4 PCIe roots (SIMULATED)"
+    assert lines[1].split() == [
+        "device",
+        "kind",
+        "model",
+        "memory",
+        "mig_profile",
+        "node",
+        "state",
+        "holder",
+    ]
+    for name in uuids():
+        assert f"gpu.nvidia.com/gpu-node-1/{name} " in result.out
+    assert len(lines) == 2 + 8
+
+
+def test_devices_json() -> None:
+    rows = json.loads(run("devices", "-o", "json").out)
+    assert len(rows) == 8
+    assert {r["state"] for r in rows} == {"free"}
+    assert rows[0] == {
+        "device": "gpu.nvidia.com/gpu-node-1/gpu-0",
+        "kind": "gpu",
+        "model": "NVIDIA H200",
+        "memory": "140.4Gi",
+        "mig_profile": "",
+        "node": "gpu-node-1",
+        "state": "free",
+        "holder": "",
+    }
+
+
+# --- request ---------------------------------------------------------------------------------
+
+
+def test_request_prints_the_devices_and_the_exports() -> None:
+    result = run("request", "gpu=2", "same=pcieRoot", "--name", "pair")
+    assert result.code == 0, result.err
+    assert result.err == ""
+    lines = result.out.splitlines()
+    assert lines[0] == "claim pair"
+    devices = re.findall(r"^gpu\.nvidia\.com/gpu-node-1/(\S+) .* held +pair \(", result.out, re.M)
+    assert len(devices) == 2
+    exports = dict(EXPORT.findall(result.out))
+    expected = ",".join(uuids()[d] for d in devices)
+    assert exports == {"CUDA_VISIBLE_DEVICES": expected, "NVIDIA_VISIBLE_DEVICES": expected}
+    assert lines[-2:] == [f"export {k}={v}" for k, v in exports.items()]
+
+
+def test_request_json_parses() -> None:
+    document = request_json("gpu=1", "memory=100Gi", "model=h200", "--name", "big")
+    assert set(document) == {"claim", "env"}
+    claim = document["claim"]
+    validate(claim)
+    assert claim["metadata"]["name"] == "big"
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert result["driver"] == "gpu.nvidia.com"
+    assert document["env"]["CUDA_VISIBLE_DEVICES"] == uuids()[result["device"]]
+
+
+def test_request_of_each_kind(tmp_path: Path) -> None:
+    tpu = request_json("tpu=2", "--inventory", "tpu-v5e-8", "--ledger", str(tmp_path / "t"))
+    assert tpu["env"] == {"TPU_VISIBLE_CHIPS": "0,1"}
+    amd = request_json("gpu=all", "--inventory", "mi300x-8", "--ledger", str(tmp_path / "a"))
+    assert len(amd["env"]["ROCR_VISIBLE_DEVICES"].split(",")) == 8
+    mig = request_json(
+        "mig=3g.71gb", "count=2", "--inventory", "h200-mig", "--ledger", str(tmp_path / "m")
+    )
+    assert len(mig["claim"]["status"]["allocation"]["devices"]["results"]) == 2
+    assert mig["env"] == {}  # simulated MIG devices have no UUID
+
+
+def test_request_does_not_set_the_environment_of_the_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "untouched")
+    assert run("request", "gpu=1").code == 0
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "untouched"
+
+
+# --- claims and release ----------------------------------------------------------------------
+
+
+def test_claims_lists_the_claim_with_its_lease() -> None:
+    assert run("request", "gpu=1", "--name", "short", "--lease", "10m").code == 0
+    assert run("request", "gpu=1", "--name", "default-lease").code == 0
+    rows = claims_json()
+    assert [r["claim"] for r in rows] == ["short", "default-lease"]
+    for row in rows:
+        assert STAMP.fullmatch(row["lease_expires"]), row
+        assert row["devices"].startswith("gpu-")
+    text = run("claims")
+    assert text.code == 0
+    assert text.out.splitlines()[0].split() == [
+        "claim",
+        "user",
+        "kernel",
+        "devices",
+        "created",
+        "last_activity",
+        "lease_expires",
+    ]
+    assert re.search(
+        r"^short .*" + STAMP.pattern + r".*" + STAMP.pattern + r".*" + STAMP.pattern, text.out, re.M
+    )
+    assert claims_json("--all") == rows
+
+
+def test_claims_when_there_are_none() -> None:
+    assert claims_json() == []
+    assert run("claims").out == "(none)\n"
+
+
+def test_release_by_name() -> None:
+    run("request", "gpu=1", "--name", "one")
+    run("request", "gpu=1", "--name", "two")
+    result = run("release", "one")
+    assert result.code == 0
+    assert result.out == "released: one\n"
+    assert [r["claim"] for r in claims_json()] == ["two"]
+    rows = json.loads(run("devices", "-o", "json").out)
+    assert [r["holder"].split()[0] for r in rows if r["state"] == "held"] == ["two"]
+
+
+def test_release_all() -> None:
+    for name in ("a", "b", "c"):
+        assert run("request", "gpu=2", "--name", name).code == 0
+    result = run("release", "--all")
+    assert result.code == 0
+    assert result.out == "released: a, b, c\n"
+    assert claims_json() == []
+    assert run("release", "--all").out == "released: nothing\n"
+
+
+def test_release_of_an_unknown_name_says_not_found() -> None:
+    run("request", "gpu=1", "--name", "real")
+    result = run("release", "real", "ghost")
+    assert result.out.splitlines() == [
+        "released: real",
+        "not found (already released?): ghost",
+    ]
+    only = run("release", "ghost")
+    assert "not found" in only.out
+    assert "ghost" in only.out
+
+
+def test_release_needs_names_or_all() -> None:
+    result = run("release")
+    assert result.code == 2
+    assert result.err == "error: release: name the claims to release, or pass --all\n"
+
+
+# --- busy and impossible: exit code 1 --------------------------------------------------------
+
+
+def test_busy_is_exit_1_and_names_the_holder() -> None:
+    assert run("request", "gpu=all", "--name", "everything").code == 0
+    result = run("request", "gpu=1")
+    assert result.code == 1
+    assert result.out == ""
+    assert result.err.startswith("the devices are busy")
+    assert "everything" in result.err
+    assert not result.err.startswith("error:")
+
+
+def test_timeout_waits_then_says_busy() -> None:
+    run("request", "gpu=all")
+    result = run("request", "gpu=1", "--timeout", "0.2")
+    assert result.code == 1
+    assert "busy" in result.err
+
+
+def test_timeout_gets_the_devices_when_a_lease_ends() -> None:
+    assert run("request", "gpu=all", "--lease", "0.2").code == 0
+    result = run("request", "gpu=8", "--timeout", "5s")
+    assert result.code == 0, result.err
+    assert len(EXPORT.findall(result.out)[0][1].split(",")) == 8
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("gpu=9",), "dra.request: asks for 9 GPU devices; "),
+        (("memory=1Ti",), "dra.request: no device with memory >= 1Ti; the largest is 140.4Gi"),
+        (("model=B200",), "dra.request: no device of model 'B200'"),
+        (("mig=1g.10gb",), "dra.request: no MIG devices on "),
+        (("tpu=1",), "dra.request: no TPU devices on "),
+    ],
+    ids=["too many", "too much memory", "unknown model", "no MIG", "no TPU"],
+)
+def test_impossible_is_exit_1_with_one_line(argv: tuple[str, ...], message: str) -> None:
+    result = run("request", *argv)
+    assert (result.code, result.err.count("\n")) == (1, 1), result.err
+    assert result.err.startswith(message), result.err
+    assert result.out == ""
+
+
+# --- bad input: exit code 2, one line --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (("request", "gpu"), "'gpu' is not KEY=VALUE"),
+        (("request", "=2"), "'=2' is not KEY=VALUE"),
+        (("request", "gpu=two"), "gpu='two' is not a number"),
+        (("request", "count=1.5"), "count='1.5'"),
+        (("request", "gpu=0"), "gpu must be a positive number"),
+        (("request", "gpu=2", "tpu=1"), "give one of gpu, tpu"),
+        (("request", "colour=red"), "unknown keyword 'colour'"),
+        (("request", "gpu=1", "memory=lots"), "memory='lots' is not a quantity"),
+        (("request", "gpu=2", "same=root"), "same='root' is not an attribute"),
+        (("request", "gpu=1", "--timeout", "5q"), "--timeout: '5q' is not a duration"),
+        (("request", "gpu=1", "--timeout=-1"), "--timeout"),
+        (("request", "gpu=1", "--lease", "soon"), "lease: 'soon' is not a duration"),
+        (("request", "gpu=1", "selector=device.driver =="), "syntax error"),
+        (("devices", "--inventory", "nope"), "inventory 'nope' is not known"),
+    ],
+)
+def test_bad_input_is_exit_2_with_one_line(argv: tuple[str, ...], names: str) -> None:
+    result = run(*argv)
+    assert result.code == 2, result
+    assert result.out == ""
+    assert result.err.startswith("error: ")
+    assert result.err.count("\n") == 1, result.err
+    assert names in result.err
+    assert claims_json() == []
+
+
+def test_bad_timeout_holds_nothing() -> None:
+    assert run("request", "gpu=8", "--timeout", "forever").code == 2
+    assert run("request", "gpu=8").code == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("request",), ("request", "gpu=1", "-o", "yaml"), ("claims", "--bogus"), ("nonsense",)],
+    ids=["no KEY=VALUE", "bad output", "unknown flag", "unknown command"],
+)
+def test_usage_errors_are_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    result = run(*argv, capsys=capsys)
+    assert result.code == 2
+    assert "usage: dra-jupyter" in result.err
+
+
+# --- flags override the environment ----------------------------------------------------------
+
+
+def test_flags_override_the_environment(tmp_path: Path, settings: Path) -> None:
+    other = tmp_path / "elsewhere" / "other.sqlite"
+    result = run("request", "tpu=1", "--inventory", "tpu-v5e-8", "--ledger", str(other))
+    assert result.code == 0, result.err
+    assert dict(EXPORT.findall(result.out)) == {"TPU_VISIBLE_CHIPS": "0"}
+    assert other.exists()
+    assert claims_json() == []  # the environment's ledger holds nothing
+    [row] = claims_json("--ledger", str(other), "--inventory", "tpu-v5e-8")
+    assert row["devices"] == "accel0"
+    devices = run("devices", "--inventory", "tpu-v5e-8", "--ledger", str(other))
+    assert devices.out.startswith("Google TPU v5e host: 8 chips, topology 2x4 (SIMULATED)\n")
+    assert devices.out.count(" held ") == 1
+
+
+def test_inventory_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DRA_JUPYTER_INVENTORY", "mi300x-8")
+    assert run("devices").out.startswith("8x AMD Instinct MI300X")
+    result = run("request", "gpu=2", "same=numaNode")
+    assert dict(EXPORT.findall(result.out)).keys() == {
+        "ROCR_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+    }
+
+
+# --- a claim outlives the command that made it -----------------------------------------------
+
+
+def console_script() -> str:
+    found = Path(sys.executable).with_name("dra-jupyter")
+    if found.exists():
+        return str(found)
+    on_path = shutil.which("dra-jupyter")
+    if on_path is None:
+        pytest.fail("the dra-jupyter console script is not installed (make install)")
+    return on_path
+
+
+def test_a_claim_survives_the_process_that_made_it(tmp_path: Path, settings: Path) -> None:
+    env = {
+        **os.environ,
+        "DRA_JUPYTER_LEDGER": str(settings),
+        "DRA_JUPYTER_INVENTORY": "h200-8x",
+    }
+    script = console_script()
+    made = subprocess.run(
+        [script, "request", "gpu=2", "--lease", "10m", "--name", "kept", "-o", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    document = json.loads(made.stdout)
+    assert document["claim"]["metadata"]["name"] == "kept"
+
+    listed = subprocess.run(
+        [script, "claims", "-o", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    [row] = json.loads(listed.stdout)
+    assert row["claim"] == "kept"
+    assert STAMP.fullmatch(row["lease_expires"])
+    # and this process sees it too, holding the devices
+    busy = run("request", "gpu=7")
+    assert busy.code == 1
+    assert "kept" in busy.err
+    assert run("release", "kept").out == "released: kept\n"
+
+
+def test_console_script_exit_codes(settings: Path) -> None:
+    env = {**os.environ, "DRA_JUPYTER_LEDGER": str(settings), "DRA_JUPYTER_INVENTORY": "h200-8x"}
+    script = console_script()
+    codes = {}
+    for argv in (["request", "gpu=1"], ["request", "gpu=9"], ["request", "gpu=x"]):
+        done = subprocess.run(
+            [script, *argv], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert "Traceback" not in done.stderr
+        codes[argv[1]] = done.returncode
+    assert codes == {"gpu=1": 0, "gpu=9": 1, "gpu=x": 2}
