@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.allocator.capacity import consumed_capacity, fits
 from dra_jupyter.allocator.constraints import lookup_attribute, typed_values
+from dra_jupyter.allocator.pools import usable_devices
 from dra_jupyter.allocator.search import RequestData, taint_prevents
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.model.nodes import selection_matches
@@ -172,19 +173,14 @@ def _request_report(
         needed="all" if all_mode else request.count,
     )
     tally = _Tally()
-    for pool in pools:
-        if not pool.usable:
+    for pool, slice_, device, dev_id in usable_devices(pools):
+        stage = _stage(allocator, claim, rd, slice_, device, dev_id, node, tally)
+        if stage is None:
             continue
-        for slice_ in pool.slices:
-            for device in slice_.devices:
-                dev_id = DeviceID(slice_.driver, slice_.pool, device.name)
-                stage = _stage(allocator, claim, rd, slice_, device, dev_id, node, tally)
-                if stage is None:
-                    continue
-                if stage == "selectors":
-                    stage = _availability(allocator, rd, device, dev_id, pool, tally)
-                for s in STAGES[: STAGES.index(stage) + 1]:
-                    tally.funnel[s] += 1
+        if stage == "selectors":
+            stage = _availability(allocator, rd, device, dev_id, pool, tally)
+        for s in STAGES[: STAGES.index(stage) + 1]:
+            tally.funnel[s] += 1
     funnel = tally.funnel
     rep.funnel = dict(funnel)
     rep.reasons.extend(tally.errors[:1])

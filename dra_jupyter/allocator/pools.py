@@ -6,11 +6,11 @@ binding-condition devices go last: that order decides which device first-fit pic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from dra_jupyter.model.nodes import selection_matches
-from dra_jupyter.model.objects import CounterSet, Node, PoolID, ResourceSlice
+from dra_jupyter.model.objects import CounterSet, Device, DeviceID, Node, PoolID, ResourceSlice
 
 
 @dataclass
@@ -26,6 +26,16 @@ class Pool:
     @property
     def usable(self) -> bool:
         return not (self.incomplete or self.invalid)
+
+
+def usable_devices(pools: Sequence[Pool]) -> Iterator[tuple[Pool, ResourceSlice, Device, DeviceID]]:
+    """Every device of the complete, valid pools, in upstream's order."""
+    for pool in pools:
+        if not pool.usable:
+            continue
+        for slice_ in pool.slices:
+            for device in slice_.devices:
+                yield pool, slice_, device, DeviceID(slice_.driver, slice_.pool, device.name)
 
 
 def slices_for_node(slices: Sequence[ResourceSlice], node: str | None) -> list[ResourceSlice]:

@@ -30,7 +30,7 @@ from dra_jupyter.allocator.constraints import (
     lookup_attribute,
     typed_values,
 )
-from dra_jupyter.allocator.pools import Pool
+from dra_jupyter.allocator.pools import Pool, usable_devices
 from dra_jupyter.allocator.state import AllocatedState
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.model.limits import MAX_RESULTS_PER_CLAIM
@@ -428,28 +428,23 @@ def list_candidates(
     """Devices that could ever serve the request on this node, in upstream's order."""
     out: list[Candidate] = []
     request = rd.request
-    for pool in pools:
-        if not pool.usable:
+    for pool, slice_, device, dev_id in usable_devices(pools):
+        if not request.admin_access and dev_id in state.dedicated:
+            continue  # in use for the whole search: upstream never evaluates it
+        cand = Candidate(dev_id, device, slice_, pool)
+        try:
+            if not selectable(rd, claim, slice_, device, dev_id, node, matches):
+                continue
+        except InvalidInputError as err:
+            cand.error = err
+            out.append(cand)
             continue
-        for slice_ in pool.slices:
-            for device in slice_.devices:
-                dev_id = DeviceID(slice_.driver, slice_.pool, device.name)
-                if not request.admin_access and dev_id in state.dedicated:
-                    continue  # in use for the whole search: upstream never evaluates it
-                cand = Candidate(dev_id, device, slice_, pool)
-                try:
-                    if not selectable(rd, claim, slice_, device, dev_id, node, matches):
-                        continue
-                except InvalidInputError as err:
-                    cand.error = err
-                    out.append(cand)
-                    continue
-                consumed = consumed_capacity(request.capacity_requests, device)
-                if consumed is None or taint_prevents(device, request):
-                    continue
-                if device.allow_multiple_allocations:
-                    cand.consumed = consumed
-                out.append(cand)
+        consumed = consumed_capacity(request.capacity_requests, device)
+        if consumed is None or taint_prevents(device, request):
+            continue
+        if device.allow_multiple_allocations:
+            cand.consumed = consumed
+        out.append(cand)
     return out
 
 

@@ -8,6 +8,22 @@ from typing import Any
 Wire = dict[str, Any]
 
 
+def node_slice(driver: str, node: str, devices: list[Wire], generation: int = 1) -> Wire:
+    """The one ResourceSlice of a node-local driver: pool named after the node, as the
+    NVIDIA, AMD and TPU drivers publish it."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{driver}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
 @dataclass(frozen=True)
 class Inventory:
     """Devices as DRA drivers would publish them, plus where they came from.

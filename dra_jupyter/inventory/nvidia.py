@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dra_jupyter.inventory.base import node_slice
+
 DRIVER = "gpu.nvidia.com"
 
 
@@ -75,17 +77,7 @@ def gpu_device(
 
 
 def gpu_slice(node: str, devices: Sequence[dict[str, Any]], generation: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{DRIVER}"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
-            "devices": list(devices),
-        },
-    }
+    return node_slice(DRIVER, node, list(devices), generation)
 
 
 def device_classes() -> list[dict[str, Any]]:

@@ -18,6 +18,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from dra_jupyter.inventory.base import node_slice
+
 DRIVER = "tpu.google.com"
 
 
@@ -62,17 +64,8 @@ def tpu_device(node: str, index: int, host: TpuHost = V5E_8) -> dict[str, Any]:
 
 def tpu_node(node: str, host: TpuHost = V5E_8, generation: int = 1) -> dict[str, Any]:
     """The one ResourceSlice of a TPU host: a device per chip, pool named after the node."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{DRIVER}"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
-            "devices": [tpu_device(node, i, host) for i in range(host.chip_count)],
-        },
-    }
+    devices = [tpu_device(node, i, host) for i in range(host.chip_count)]
+    return node_slice(DRIVER, node, devices, generation)
 
 
 def device_classes() -> list[dict[str, Any]]:
