@@ -8,7 +8,7 @@ from typing import Any, Literal, NamedTuple
 
 from dra_jupyter.allocator.capacity import consumed_capacity, fits
 from dra_jupyter.allocator.explain import Explanation, explain
-from dra_jupyter.allocator.pools import Pool, gather_pools, slices_for_node
+from dra_jupyter.allocator.pools import Pool, SliceIndex, gather_pools
 from dra_jupyter.allocator.results import allocation_result
 from dra_jupyter.allocator.search import (
     Candidate,
@@ -89,6 +89,7 @@ class Allocator:
             )
         self.strategy: Strategy = strategy
         self.slices: list[ResourceSlice] = parse_many(slices, parse_resource_slice, ResourceSlice)
+        self._index = SliceIndex(self.slices)
         self.classes: dict[str, DeviceClass] = {}
         for cls in parse_many(device_classes, parse_device_class, DeviceClass):
             if cls.name in self.classes:
@@ -327,7 +328,7 @@ class Allocator:
 
     def pools_for(self, node: Node | None) -> list[Pool]:
         name = node.name if node is not None else None
-        return gather_pools(slices_for_node(self.slices, name), node, self.slices)
+        return gather_pools(self._index.for_node(name), node, self.slices)
 
     def request_data(
         self, claims: Sequence[ResourceClaim], pools: list[Pool], node: Node | None

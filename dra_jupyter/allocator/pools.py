@@ -38,21 +38,25 @@ def usable_devices(pools: Sequence[Pool]) -> Iterator[tuple[Pool, ResourceSlice,
                 yield pool, slice_, device, DeviceID(slice_.driver, slice_.pool, device.name)
 
 
-def slices_for_node(slices: Sequence[ResourceSlice], node: str | None) -> list[ResourceSlice]:
-    """Node-local slices of ``node`` followed by all node-independent or counter slices."""
-    local = [
-        s
-        for s in slices
-        if s.node_selection is not None
-        and s.node_selection.node_name == node
-        and not s.shared_counters
-    ]
-    shared = [
-        s
-        for s in slices
-        if s.shared_counters or s.node_selection is None or s.node_selection.node_name is None
-    ]
-    return local + shared
+class SliceIndex:
+    """Slices split as upstream's ``NewAllocator`` does: node-local ones by node name, and the
+    node-independent or counter slices that every node looks at. Built once, so finding a
+    node's slices does not scan every slice of the cluster."""
+
+    def __init__(self, slices: Sequence[ResourceSlice]) -> None:
+        self.local: dict[str, list[ResourceSlice]] = {}
+        self.shared: list[ResourceSlice] = []
+        for s in slices:
+            name = s.node_selection.node_name if s.node_selection is not None else None
+            if name is None or s.shared_counters:
+                self.shared.append(s)
+            else:
+                self.local.setdefault(name, []).append(s)
+
+    def for_node(self, node: str | None) -> list[ResourceSlice]:
+        """Node-local slices of ``node`` followed by all node-independent or counter slices."""
+        local = self.local.get(node, []) if node is not None else []
+        return local + self.shared
 
 
 def _relevant(slice_: ResourceSlice, node: Node | None) -> bool:
