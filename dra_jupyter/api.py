@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -21,7 +22,7 @@ import yaml
 
 from dra_jupyter.allocator import STRATEGIES, Explanation
 from dra_jupyter.claimspec import build_claim
-from dra_jupyter.durations import parse_duration
+from dra_jupyter.durations import format_duration, parse_duration
 from dra_jupyter.envvars import accelerator_runtime_loaded, environment_for
 from dra_jupyter.errors import (
     AllocationError,
@@ -59,6 +60,26 @@ def _caller_level() -> int:
         frame = frame.f_back
         level += 1
     return max(level, 1)
+
+
+class _QueueReporter:
+    """Says on stderr where a waiting request stands, each time its place changes."""
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.what = ", ".join(f"{k}={v!r}" for k, v in spec.items()) or "devices"
+        self.last: int | None = None
+
+    def __call__(self, waiting: Waiting) -> None:
+        if waiting.position == self.last:
+            return
+        self.last = waiting.position
+        limit = f" of {format_duration(waiting.timeout)}" if waiting.timeout else ""
+        place = "next in line" if waiting.position == 1 else f"number {waiting.position} in line"
+        print(
+            f"dra: waiting for {self.what}: {place} "
+            f"({format_duration(waiting.waited)}{limit} so far)",
+            file=sys.stderr,
+        )
 
 
 class Claim:
@@ -233,6 +254,8 @@ class Session:
                 raise
             explanation = err.explanation if isinstance(err, AllocationError) else None
             raise AllocationError(f"dra.request: {hint}", explanation) from None
+        if on_wait is None and wait != 0:
+            on_wait = _QueueReporter(spec)
         record = self.backend.allocate(
             claim, timeout=wait, lease=lease_s, on_wait=on_wait, checked=True
         )
