@@ -104,6 +104,7 @@ class Allocator:
         self.max_steps = max_steps
         self._views: dict[int, DeviceView] = {}
         self._matches: dict[tuple[str, int], bool | str] = {}
+        self._compiled: dict[str, CompiledSelector] = {}
 
     # --- public ------------------------------------------------------------------------------
 
@@ -294,7 +295,10 @@ class Allocator:
         key = (expression, id(device))
         result = self._matches.get(key)
         if result is None:
-            compiled = compile_selector(expression, where=_selector_path(owner, request, index))
+            compiled = self._compiled.get(expression)
+            if compiled is None:
+                where = _selector_path(owner, request, index)
+                compiled = self._compiled[expression] = compile_selector(expression, where=where)
             try:
                 result = compiled.matches(self._view(device, dev_id.driver))
             except CelEvaluationError as err:

@@ -8,13 +8,19 @@ The engine is ``common-expression-language`` (the Rust ``cel`` crate). Around it
   ``s.matches(re)``, ``.device`` becomes ``device``, and ``quantity("40Gi")`` /
   ``semver("1.2.3")`` with literal arguments become their tagged-bytes constants
   (:mod:`.library`), so that the common comparisons cost one Python callback;
-* :func:`device_view` builds the ``device`` variable and its ``cel.Context`` once per device
-  (about 30 µs); ``allowMultipleAllocations`` is always present (DRAConsumableCapacity on);
+* :func:`device_view` keeps a device as published; the ``device`` variable and its
+  ``cel.Context`` (about 30 µs) are built the first time a selector needs the engine:
+  the common selectors never do, :mod:`.fastpath` evaluates them in plain Python with the
+  same results. ``allowMultipleAllocations`` is always present (DRAConsumableCapacity on);
 * ``device.attributes["other.domain"]`` is an empty map upstream. The engine has no default
-  for missing map keys, so when an evaluation fails with a missing key that is a string
-  literal of the selector (or the device's driver), it is retried with that domain added as
-  an empty map to ``attributes`` and ``capacity``. Such a retry sees the extra (empty) domain
-  when it iterates over ``device.attributes`` itself, which upstream would not.
+  for missing map keys, so when an evaluation fails, it is retried with the domains that the
+  device lacks added as empty maps to ``attributes`` and ``capacity``: the driver's, every
+  string literal the selector indexes with (``m["..."]``), and any string literal of the
+  selector that a retry still misses. All of them at once: a missing domain that fails
+  ``has(...)`` or ``"x" in ...`` may be hidden behind another error that ``&&`` or ``||``
+  would have absorbed. A result without an error needs no retry (absorbed errors do not
+  change results). A retry sees the extra (empty) domains when it iterates over
+  ``device.attributes`` itself, which upstream would not.
 
 Not supported (the Kubernetes environment has them; compile_selector says so): optional
 syntax ``x.?f``, ``m[?k]``, ``[?e]`` and ``{?k: v}`` (the ``optional.*`` functions do work),
@@ -37,8 +43,9 @@ import cel
 from dra_jupyter.errors import SelectorError
 from dra_jupyter.model.attributes import AttributeValue, Version
 from dra_jupyter.model.quantity import Quantity
-from dra_jupyter.selectors import library
+from dra_jupyter.selectors import fastpath, library
 from dra_jupyter.selectors.cost import CheckError, analyze
+from dra_jupyter.selectors.fastpath import FastSelector, compile_fast
 from dra_jupyter.selectors.parser import CelSyntaxError, Node, parse
 
 MAX_EXPRESSION_LENGTH = 10 * 1024
@@ -46,12 +53,11 @@ MAX_COST = 1_000_000  # CELSelectorExpressionMaxCost
 _ENGINE_ERRORS = (
     TypeError, ValueError, RuntimeError, IndexError, ZeroDivisionError, OverflowError,
 )  # fmt: skip
+_PLAIN = frozenset((str, int, bool))  # attribute types that need no check
 _CALLBACK = re.compile(
     r"Function '([\w.]+)' error: (?:Python function call failed: (\w+): )?(.*?)\.? "
     r"Check function arguments and their types\.$"
 )
-_KINDS = {"int": "an int", "uint": "a uint", "optional": "an optional", "null": "null"}
-_KINDS |= {"bytes": "bytes", "semver": "a semantic version"}
 
 
 class CelEvaluationError(Exception):
@@ -74,27 +80,49 @@ logging.getLogger("cel").addFilter(_QuietCallbacks())
 
 
 class DeviceView:
-    """One device as the CEL variable ``device``, converted once; see :func:`device_view`."""
+    """One device for selectors; see :func:`device_view`.
 
-    __slots__ = ("_allow", "_attributes", "_capacity", "_context", "_driver", "_widened")
+    It keeps the device as published, for :mod:`.fastpath`; the CEL variable ``device`` (by
+    domain, versions and quantities encoded) and its context are built on first use.
+    """
+
+    __slots__ = (
+        "_allow", "_attributes", "_by_domain", "_capacity", "_context", "_driver", "_widened",
+    )  # fmt: skip
 
     def __init__(
         self,
         driver: str,
-        attributes: dict[str, dict[str, object]],
-        capacity: dict[str, dict[str, object]],
+        attributes: dict[str, AttributeValue],
+        capacity: dict[str, Quantity],
         allow_multiple_allocations: bool,
     ) -> None:
         self._driver = driver
         self._attributes = attributes
         self._capacity = capacity
         self._allow = allow_multiple_allocations
-        self._context = self._build(attributes, capacity)
+        self._by_domain: tuple[dict[str, dict[str, object]], dict[str, dict[str, object]]] | None
+        self._by_domain = None
+        self._context: Any = None
         self._widened: dict[frozenset[str], Any] = {}
 
     @property
     def driver(self) -> str:
         return self._driver
+
+    def _domains(self) -> tuple[dict[str, dict[str, object]], dict[str, dict[str, object]]]:
+        """Attributes and capacity as the engine sees them: by domain, converted."""
+        if self._by_domain is None:
+            attrs = {name: _cel_value(value) for name, value in self._attributes.items()}
+            caps = {name: library.encode_quantity(q.value) for name, q in self._capacity.items()}
+            self._by_domain = _by_domain(self._driver, attrs), _by_domain(self._driver, caps)
+        return self._by_domain
+
+    def _engine(self) -> Any:
+        """The engine's context, built once."""
+        if self._context is None:
+            self._context = self._build(*self._domains())
+        return self._context
 
     def _build(self, attributes: object, capacity: object) -> Any:
         device = {"driver": self._driver, "attributes": attributes, "capacity": capacity}
@@ -105,7 +133,8 @@ class DeviceView:
         """The context with ``domains`` present (empty) in attributes and capacity."""
         if domains not in self._widened:
             empty: dict[str, dict[str, object]] = {d: {} for d in domains}
-            self._widened[domains] = self._build(empty | self._attributes, empty | self._capacity)
+            attributes, capacity = self._domains()
+            self._widened[domains] = self._build(empty | attributes, empty | capacity)
         return self._widened[domains]
 
 
@@ -133,17 +162,19 @@ def device_view(
     capacity: Mapping[str, Quantity],
     allow_multiple_allocations: bool,
 ) -> DeviceView:
-    """Convert a device once for all selectors.
+    """A device for all selectors; cheap: the engine's view of it is built when first needed.
 
     Names are as a ResourceSlice publishes them: ``"domain/name"``, or a bare name that
-    belongs to the driver's domain. Versions become semvers, capacities quantities, tuples lists.
-    Raises ``ValueError`` for a version that is not strict semver 2.0.0.
+    belongs to the driver's domain. For the engine, versions become semvers, capacities
+    quantities, tuples lists. Raises ``ValueError`` for a version that is not strict semver 2.0.0.
     """
-    attrs = {name: _cel_value(value) for name, value in attributes.items()}
-    caps = {name: library.encode_quantity(q.value) for name, q in capacity.items()}
-    return DeviceView(
-        driver, _by_domain(driver, attrs), _by_domain(driver, caps), allow_multiple_allocations
-    )
+    for value in attributes.values():
+        if type(value) in _PLAIN:
+            continue
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, Version):
+                library.parse_semver(item.text)
+    return DeviceView(driver, dict(attributes), dict(capacity), allow_multiple_allocations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,33 +185,72 @@ class CompiledSelector:
     cost: int
     _program: Any = field(repr=False)
     _literals: frozenset[str] = field(repr=False)
+    _indexes: frozenset[str] = field(default=frozenset(), repr=False)
+    _fast: FastSelector | None = field(default=None, repr=False)
+
+    @property
+    def has_fast_path(self) -> bool:
+        """Whether :mod:`.fastpath` evaluates this selector without the engine."""
+        return self._fast is not None
 
     def matches(self, device: DeviceView) -> bool:
-        """Whether the device is selected; raise :class:`CelEvaluationError` if it fails."""
+        """Whether the device is selected; raise :class:`CelEvaluationError` if it fails.
+
+        Uses the fast path when there is one (and :data:`.fastpath.ENABLED`), else the engine.
+        """
+        if self._fast is not None and fastpath.ENABLED:
+            result = self._fast(device._driver, device._attributes, device._capacity, device._allow)
+            if result is True or result is False:
+                return result
+            if result is not None:
+                raise CelEvaluationError(result)
+        return self.matches_engine(device)
+
+    def matches_fast(
+        self,
+        driver: str,
+        attributes: Mapping[str, AttributeValue],
+        capacity: Mapping[str, Quantity],
+        allow_multiple_allocations: bool,
+    ) -> bool | None:
+        """:meth:`matches` on a device as published, without a view; ``None`` if that needs the
+        engine (no fast path for this selector, or not for this device)."""
+        if self._fast is None:
+            return None
+        result = self._fast(driver, attributes, capacity, allow_multiple_allocations)
+        if isinstance(result, str):
+            raise CelEvaluationError(result)
+        return result
+
+    def matches_engine(self, device: DeviceView) -> bool:
+        """:meth:`matches` on the CEL engine, never the fast path."""
         try:
-            result = self._program.execute(device._context)
-        except KeyError as error:
+            result = self._program.execute(device._engine())
+        except (KeyError, *_ENGINE_ERRORS) as error:
             result = self._retry(device, error)
-        except _ENGINE_ERRORS as error:
-            raise CelEvaluationError(_describe(error)) from error
         if result is True or result is False:
             return result
-        kind = library.kind_of(result)
-        raise CelEvaluationError(f"expression returned {_KINDS.get(kind, f'a {kind}')}, not a bool")
+        kind = library.a_kind(library.kind_of(result))
+        raise CelEvaluationError(f"expression returned {kind}, not a bool")
 
-    def _retry(self, device: DeviceView, error: KeyError) -> object:
-        domains: frozenset[str] = frozenset()
+    def _retry(self, device: DeviceView, error: Exception) -> object:
+        """Evaluate again with missing domains as empty maps; raise if it still fails."""
+        attributes, capacity = device._domains()
+        wanted = self._indexes | {device.driver}
+        domains = frozenset(d for d in wanted if d not in attributes or d not in capacity)
+        tried: frozenset[str] = frozenset()
         while True:
             key = str(error.args[0]) if error.args else ""
-            if key in domains or (key not in self._literals and key != device.driver):
-                raise CelEvaluationError(f"no such key: {key}") from error
-            domains |= {key}
+            if isinstance(error, KeyError) and (key in self._literals or key == device.driver):
+                domains |= {key}
+            if domains == tried:
+                problem = f"no such key: {key}" if isinstance(error, KeyError) else None
+                raise CelEvaluationError(problem or _describe(error)) from error
+            tried = domains
             try:
                 return self._program.execute(device._with_domains(domains))
-            except KeyError as again:
+            except (KeyError, *_ENGINE_ERRORS) as again:
                 error = again
-            except _ENGINE_ERRORS as failure:
-                raise CelEvaluationError(_describe(failure)) from failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,13 +294,25 @@ def _compile(expression: str) -> CompiledSelector | _Rejected:
         found = re.search(r"ERROR: <input>:(\d+):(\d+): (?:Syntax error: )?([^\n]*)", str(error))
         detail = str(error).split("\n", 1)[0] if found is None else found.expand(r"\3 (\1:\2)")
         return _Rejected("syntax error: " + re.sub(r" expecting \{.*\}", "", detail))
-    return CompiledSelector(expression, cost, program, frozenset(_strings(node)))
+    literals, indexes = frozenset(_strings(node)), frozenset(_indexes(node))
+    fast = compile_fast(expression, node)
+    return CompiledSelector(expression, cost, program, literals, indexes, fast)
 
 
 def _strings(node: Node) -> list[str]:
     found = [node.value] if node.kind == "literal" and isinstance(node.value, str) else []
     for child in node.children():
         found.extend(_strings(child))
+    return found
+
+
+def _indexes(node: Node) -> list[str]:
+    """The string literals that the expression indexes with: ``m["..."]``."""
+    found = []
+    if node.kind == "index" and node.args[0].kind == "literal":
+        found = [node.args[0].value] if isinstance(node.args[0].value, str) else []
+    for child in node.children():
+        found.extend(_indexes(child))
     return found
 
 

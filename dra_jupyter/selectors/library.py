@@ -59,6 +59,15 @@ def kind_of(value: object) -> str:
     return "optional" if type(value).__name__ == "OptionalValue" else type(value).__name__
 
 
+_KIND_PHRASES = {"int": "an int", "uint": "a uint", "optional": "an optional", "null": "null"}
+_KIND_PHRASES |= {"bytes": "bytes", "semver": "a semantic version"}
+
+
+def a_kind(kind: str) -> str:
+    """A CEL type name as a noun phrase: ``"an int"``, ``"a string"``, ``"a semantic version"``."""
+    return _KIND_PHRASES.get(kind, f"a {kind}")
+
+
 def _overload(name: str, *args: object) -> TypeError:
     return TypeError(f"no such overload: {name}({', '.join(map(kind_of, args))})")
 
@@ -70,6 +79,11 @@ def encode_quantity(value: Fraction) -> bytes:
 @lru_cache(maxsize=4096)
 def _quantity_of(raw: bytes) -> Fraction:
     return Fraction(raw[3:].decode())
+
+
+def quantity_value(raw: bytes) -> Fraction:
+    """The exact value of an encoded quantity."""
+    return _quantity_of(raw)
 
 
 @lru_cache(maxsize=4096)
@@ -105,6 +119,11 @@ def _semver_key(raw: bytes) -> SemverKey:
     major, minor, patch = (int(n) for n in core.split("."))
     ids = tuple((0, int(p)) if p.isdigit() else (1, p) for p in pre.split(".")) if pre else ()
     return major, minor, patch, 0 if pre else 1, ids
+
+
+def semver_key(raw: bytes) -> SemverKey:
+    """A sort key of an encoded version, in semver 2.0.0 precedence."""
+    return _semver_key(raw)
 
 
 def _quantity(name: str, value: object, *others: object) -> Fraction:
