@@ -79,6 +79,13 @@ def release_all() -> list[str]:
     return default_session().release_all()
 
 
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    """The Jupyter server extension (``jpserver_extensions: {"dra_jupyter": true}``)."""
+    from dra_jupyter.server import _jupyter_server_extension_points as points  # noqa: PLC0415
+
+    return points()
+
+
 def configure(**kwargs: Any) -> Session:
     """Use another inventory, ledger or strategy from now on (see :func:`api.configure`)."""
     from dra_jupyter.api import configure as _configure  # noqa: PLC0415

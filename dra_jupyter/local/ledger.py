@@ -271,7 +271,7 @@ class Ledger:
             if record.lease_expires is not None and record.lease_expires <= now:
                 reason = "expired"
             elif not record.owner.is_alive():
-                reason = "reclaimed"
+                reason = "kernel-shutdown" if record.owner.kernel_id else "reclaimed"
             else:
                 continue
             cls.delete(conn, record, reason, now)

@@ -1,0 +1,319 @@
+"""The Jupyter server extension ``dra_jupyter``: REST API, kernel ownership, idle release.
+
+Configure with ``c.DRAExtensionApp.<trait>`` (``jupyter server --help-all`` lists them).
+Nothing is probed when the extension loads: the inventory is resolved on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from jupyter_events import EventLogger
+from jupyter_server.extension.application import ExtensionApp
+from jupyter_server.serverapp import ServerApp
+from tornado.ioloop import PeriodicCallback
+from traitlets import Bool, Float, Int, Unicode, default
+
+from dra_jupyter.local.ledger import ClaimRecord
+from dra_jupyter.server.idle import Decision, IdlePolicy
+from dra_jupyter.server.kernels import (
+    ExecutionWatcher,
+    install_kernel_env,
+    kernel_env,
+    uninstall_kernel_env,
+)
+from dra_jupyter.server.service import ClaimService, devices_of
+from dra_jupyter.settings import Settings
+
+T = TypeVar("T")
+
+EVENTS_DIR = Path(__file__).parent / "events"
+EVENT_BASE = "https://events.dra-jupyter.dev/dra_jupyter"
+ALLOCATED = f"{EVENT_BASE}/claim_allocated/v1"
+IDLE_WARNING = f"{EVENT_BASE}/idle_warning/v1"
+RELEASED = f"{EVENT_BASE}/claim_released/v1"
+KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
+
+
+class DRAExtensionApp(ExtensionApp):
+    """GPUs, MIG slices and TPUs for the kernels of this server, given back when idle."""
+
+    name = "dra_jupyter"
+    extension_url = "/dra/api/devices"
+    load_other_extensions = True
+
+    inventory = Unicode(
+        config=True,
+        help="""Where devices come from: 'auto' (NVML when it finds GPUs, else the simulated
+        'h200-8x'), 'nvml', a bundled simulated inventory ('h200-8x', 'h100-8x', 'h200-mig',
+        'workstation-4gpu', 'tpu-v5e-8', 'mi300x-8') or a YAML file of ResourceSlices.
+        Default: $DRA_JUPYTER_INVENTORY, else 'auto'.""",
+    )
+    ledger = Unicode(
+        config=True,
+        help="""Path of the claim ledger (a SQLite file shared by every process and user of
+        the machine). Default: $DRA_JUPYTER_LEDGER, else
+        $XDG_STATE_HOME/dra-jupyter/ledger.sqlite.""",
+    )
+    idle_timeout = Float(
+        3600.0,
+        config=True,
+        help="""Seconds a kernel may execute nothing before its claims are released
+        (widget/comm traffic and API polling do not count; a running cell is never idle).
+        0 turns idle release off.""",
+    )
+    idle_warning = Float(
+        300.0,
+        config=True,
+        help="Seconds before the idle deadline at which the idle warning event is emitted.",
+    )
+    check_interval = Float(
+        30.0,
+        config=True,
+        help="""Seconds between checks for idle claims and claims of kernels that are gone.
+        A device comes back at most this long after its deadline.""",
+    )
+    release_on_stop = Bool(
+        True,
+        config=True,
+        help="""Release the claims of this server's kernels (and those made through its REST
+        API) when the server stops. False keeps them; they are reclaimed once their
+        process is gone.""",
+    )
+    max_devices_per_user = Int(
+        0,
+        config=True,
+        help="""Most devices one user may hold through the REST API (counting every claim
+        of that user in the ledger); 0 means no limit.""",
+    )
+    allow_admin_view = Bool(
+        False,
+        config=True,
+        help="""Let admins see and release everyone's claims: users whom the authorizer
+        allows 'read' on the resource 'dra-admin'.""",
+    )
+
+    @default("inventory")
+    def _default_inventory(self) -> str:
+        return Settings.from_env().inventory
+
+    @default("ledger")
+    def _default_ledger(self) -> str:
+        return str(Settings.from_env().ledger)
+
+    # --- set up ------------------------------------------------------------------------------
+
+    @property
+    def server(self) -> ServerApp:
+        if self.serverapp is None:
+            raise RuntimeError("dra_jupyter: the extension is not linked to a server yet")
+        return self.serverapp
+
+    @property
+    def events(self) -> EventLogger:
+        if self.server.event_logger is None:
+            raise RuntimeError("dra_jupyter: the server has no event logger")
+        return self.server.event_logger
+
+    def initialize_settings(self) -> None:
+        settings = replace(Settings.from_env(), inventory=self.inventory, ledger=Path(self.ledger))
+        self.service = ClaimService(
+            settings,
+            live_kernels=self.live_kernels,
+            max_devices_per_user=self.max_devices_per_user,
+        )
+        self.policy = IdlePolicy(self.idle_timeout, self.idle_warning)
+        self.watcher = ExecutionWatcher()
+        self.known_kernels: set[str] = set()  # every kernel this server has run
+        self.seen_claims: set[str] = set()  # claims already announced
+        self.warned: dict[str, float] = {}  # claim -> the idle deadline it was warned of
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dra-ledger")
+        self._checker: PeriodicCallback | None = None
+        self._stopped = False
+        install_kernel_env(
+            self.server.kernel_manager,
+            lambda kernel_id: kernel_env(kernel_id, self.ledger, self.inventory),
+        )
+        logger = self.events
+        for path in sorted(EVENTS_DIR.glob("*.json")):
+            logger.register_event_schema(path)
+        logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
+
+    def initialize_handlers(self) -> None:
+        from dra_jupyter.server.handlers import routes  # noqa: PLC0415  # handlers need the app
+
+        self.handlers.extend(routes())
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        await self.check()  # reconcile the ledger with the live kernels at once
+        if self.check_interval > 0:
+            self._checker = PeriodicCallback(self.check, self.check_interval * 1000)
+            self._checker.start()
+
+    async def stop_extension(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._checker is not None:
+            self._checker.stop()
+        self.events.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
+        uninstall_kernel_env(self.server.kernel_manager)
+        self.watcher.detach_all()
+        if self.release_on_stop:
+            ours = self.known_kernels | set(self.live_kernels())
+            owner = self.service.server_owner
+
+            def select(record: ClaimRecord) -> str | None:
+                made_here = record.owner.host == owner.host and record.owner.pid == owner.pid
+                return "server-stop" if made_here or record.owner.kernel_id in ours else None
+
+            await self.call(self.service.live_claims, select)
+        self._executor.shutdown(wait=True)
+
+    # --- helpers for the handlers -----------------------------------------------------------
+
+    def live_kernels(self) -> list[str]:
+        return list(self.server.kernel_manager.list_kernel_ids())
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking ledger call on the one worker thread (calls never overlap)."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, partial(fn, *args))
+        finally:
+            self._emit_releases()
+
+    def idle_deadline(self, record: ClaimRecord) -> float | None:
+        kernel_id = record.owner.kernel_id
+        execution = self.watcher.execution(kernel_id) if kernel_id else None
+        if execution is None:
+            return None
+        return self.policy.deadline(execution.last_execute, record.last_activity)
+
+    # --- events ------------------------------------------------------------------------------
+
+    def _emit(self, schema_id: str, data: dict[str, Any]) -> None:
+        self.events.emit(schema_id=schema_id, data=data)
+
+    def _claim_data(self, record: ClaimRecord) -> dict[str, Any]:
+        return {
+            "claim": record.name,
+            "user": record.owner.user,
+            "kernel_id": record.owner.kernel_id,
+            "devices": devices_of(record),
+        }
+
+    def emit_allocated(self, record: ClaimRecord, source: str) -> None:
+        self.seen_claims.add(record.name)
+        self._emit(ALLOCATED, {**self._claim_data(record), "source": source})
+
+    def _emit_releases(self) -> None:
+        """Emit what the service released (it runs on the worker thread; events are emitted
+        on the loop). Bounded by what is queued now."""
+        for _ in range(self.service.released.qsize()):
+            try:
+                record, reason = self.service.released.get_nowait()
+            except queue.Empty:
+                return
+            self.seen_claims.discard(record.name)
+            self.warned.pop(record.name, None)
+            self._emit(RELEASED, {**self._claim_data(record), "reason": reason})
+
+    # --- kernels and idle release -----------------------------------------------------------
+
+    async def _on_kernel_action(self, logger: Any, schema_id: str, data: dict[str, Any]) -> None:
+        kernel_id: str | None = data.get("kernel_id")
+        if self._stopped or not kernel_id or data.get("status") != "success":
+            return
+        action = data.get("action")
+        if action == "start":
+            self._watch(kernel_id)
+        elif action == "restart":
+            self.watcher.restarted(kernel_id)
+        elif action == "shutdown":
+            self.watcher.detach(kernel_id)
+            await self.call(
+                self.service.live_claims,
+                lambda r: "kernel-shutdown" if r.owner.kernel_id == kernel_id else None,
+            )
+
+    def _watch(self, kernel_id: str) -> None:
+        self.known_kernels.add(kernel_id)
+        km = self.server.kernel_manager
+        if kernel_id in km:
+            self.watcher.attach(km, kernel_id)
+
+    async def check(self) -> None:
+        """One pass: follow new kernels, release the claims of kernels that are gone and of
+        idle kernels, warn before idle deadlines, announce claims made in kernels."""
+        if self._stopped:
+            return
+        live = set(self.live_kernels())
+        for kernel_id in live:
+            self._watch(kernel_id)
+        for kernel_id in set(self.watcher.watches) - live:
+            self.watcher.detach(kernel_id)
+        now = time.time()
+        # kernels this server ran that are gone; claims of any kernel whose process is gone
+        # (after a server restart, say) are released by ClaimService.live_claims. A claim of
+        # a live kernel process not known here may belong to another server on the ledger.
+        gone = self.known_kernels - live
+
+        def select(record: ClaimRecord) -> str | None:
+            return "kernel-shutdown" if record.owner.kernel_id in gone else None
+
+        for record in await self.call(self.service.live_claims, self._idle_or(select, now), now):
+            if record.owner.kernel_id not in live:
+                continue
+            if record.name not in self.seen_claims and record.owner.pid != (
+                self.service.server_owner.pid
+            ):
+                self.emit_allocated(record, "kernel")
+            self._maybe_warn(record, now)
+
+    def _idle_or(
+        self, select: Callable[[ClaimRecord], str | None], now: float
+    ) -> Callable[[ClaimRecord], str | None]:
+        """``select``, plus: release the claims of live kernels whose idle deadline passed."""
+
+        def combined(record: ClaimRecord) -> str | None:
+            reason = select(record)
+            if reason is not None:
+                return reason
+            kernel_id = record.owner.kernel_id
+            execution = self.watcher.execution(kernel_id) if kernel_id else None
+            if execution is None:
+                return None
+            decision = self.policy.decide(
+                now=now,
+                busy=execution.busy,
+                deadline=self.idle_deadline(record),
+                warned_for=self.warned.get(record.name),
+            )
+            return "idle" if decision is Decision.RELEASE else None
+
+        return combined
+
+    def _maybe_warn(self, record: ClaimRecord, now: float) -> None:
+        kernel_id = record.owner.kernel_id
+        execution = self.watcher.execution(kernel_id) if kernel_id else None
+        if execution is None:
+            return
+        deadline = self.idle_deadline(record)
+        decision = self.policy.decide(
+            now=now, busy=execution.busy, deadline=deadline, warned_for=self.warned.get(record.name)
+        )
+        if decision is Decision.WARN and deadline is not None:
+            self.warned[record.name] = deadline
+            self._emit(
+                IDLE_WARNING,
+                {**self._claim_data(record), "deadline": deadline, "seconds_left": deadline - now},
+            )

@@ -1,0 +1,46 @@
+"""Idle release: the policy (pure) and the periodic check that applies it.
+
+A kernel's claim is idle when the kernel has executed nothing for ``timeout`` seconds
+(see :mod:`dra_jupyter.server.kernels` for what counts) and no cell is running. Its
+deadline is ``timeout`` after the later of the kernel's last execution and the claim's
+own last activity (its creation, or a "keep" that touched it). ``warning`` seconds before
+the deadline the warning event goes out, once per deadline; at the deadline the claim is
+released with reason ``idle``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Decision(enum.Enum):
+    KEEP = "keep"
+    WARN = "warn"
+    RELEASE = "release"
+
+
+@dataclass(frozen=True)
+class IdlePolicy:
+    timeout: float  # seconds without execution; 0 turns idle release off
+    warning: float  # seconds before the deadline
+
+    @property
+    def enabled(self) -> bool:
+        return self.timeout > 0
+
+    def deadline(self, last_execute: float, claim_activity: float) -> float | None:
+        if not self.enabled:
+            return None
+        return max(last_execute, claim_activity) + self.timeout
+
+    def decide(
+        self, *, now: float, busy: bool, deadline: float | None, warned_for: float | None
+    ) -> Decision:
+        if deadline is None or busy:
+            return Decision.KEEP
+        if now >= deadline:
+            return Decision.RELEASE
+        if now >= deadline - self.warning and warned_for != deadline:
+            return Decision.WARN
+        return Decision.KEEP

@@ -1,0 +1,135 @@
+"""The server's kernels: the environment they start with, and what they execute.
+
+**Environment.** Kernels started by this server get ``DRA_JUPYTER_KERNEL_ID``,
+``DRA_JUPYTER_LEDGER`` and ``DRA_JUPYTER_INVENTORY``, so ``dra.request()`` inside a kernel
+records its kernel id in the same ledger and inventory the server uses. We wrap the
+``start_kernel`` of the server's kernel manager *instance* (:func:`install_kernel_env`)
+rather than configure a ``MappingKernelManager`` subclass: ``kernel_manager_class`` stays
+whatever the deployment chose (another extension's, a gateway's), and every path that
+starts a kernel (``POST /api/kernels``, sessions, other extensions) goes through the
+instance's ``start_kernel``. jupyter_client keeps the launch arguments, so a restarted
+kernel keeps the environment. The kernel id is chosen before the start (a fresh uuid,
+as ``MultiKernelManager.new_kernel_id`` does) so it can be put in the environment.
+
+**Execution.** jupyter_server's ``kernel.last_activity`` is bumped by every IOPub message
+whose type or parent type is tracked, and ``comm_msg``/``comm_open`` are tracked, so
+widget traffic counts as activity there (and ``untracked_message_types`` is server-wide:
+changing it would also change jupyter_server's own culling). :class:`ExecutionWatcher`
+subscribes to each kernel's IOPub channel itself and counts only messages whose parent
+is an ``execute_request``: a cell that starts, prints or ends. Its ``status`` messages
+give busy/idle for running cells; comm traffic and REST polling never touch it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_client.session import Session as ZmqSession
+
+KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
+LEDGER_ENV = "DRA_JUPYTER_LEDGER"
+INVENTORY_ENV = "DRA_JUPYTER_INVENTORY"
+
+Clock = Callable[[], float]
+
+
+def kernel_env(kernel_id: str, ledger: str, inventory: str) -> dict[str, str]:
+    return {KERNEL_ID_ENV: kernel_id, LEDGER_ENV: ledger, INVENTORY_ENV: inventory}
+
+
+def install_kernel_env(kernel_manager: Any, extra: Callable[[str], Mapping[str, str]]) -> None:
+    """Wrap ``kernel_manager.start_kernel`` so new kernels get ``extra(kernel_id)`` in their
+    environment. Undone by :func:`uninstall_kernel_env`."""
+    original = kernel_manager.start_kernel
+
+    async def start_kernel(*args: Any, kernel_id: str | None = None, **kwargs: Any) -> Any:
+        if kernel_id is None or kernel_id not in kernel_manager:
+            kernel_id = kernel_id or str(uuid.uuid4())
+            # jupyter_client uses ``env`` as the whole environment when it is given
+            base = kwargs.get("env") or os.environ
+            kwargs["env"] = {**base, **extra(kernel_id)}
+        return await original(*args, kernel_id=kernel_id, **kwargs)
+
+    start_kernel.dra_original = original  # type: ignore[attr-defined]
+    kernel_manager.start_kernel = start_kernel
+
+
+def uninstall_kernel_env(kernel_manager: Any) -> None:
+    original = getattr(kernel_manager.start_kernel, "dra_original", None)
+    if original is not None:
+        kernel_manager.start_kernel = original
+
+
+@dataclass
+class Execution:
+    """What a kernel has executed, as far as idle release is concerned."""
+
+    last_execute: float  # seconds since the epoch: the last message of a running cell
+    busy: bool = False  # a cell is running
+
+
+@dataclass
+class _Watch:
+    stream: Any  # a ZMQStream on the kernel's IOPub channel
+    execution: Execution
+
+
+@dataclass
+class ExecutionWatcher:
+    """Follows the IOPub channel of each kernel; see the module docstring."""
+
+    clock: Clock = time.time
+    watches: dict[str, _Watch] = field(default_factory=dict)
+
+    def execution(self, kernel_id: str) -> Execution | None:
+        watch = self.watches.get(kernel_id)
+        return watch.execution if watch else None
+
+    def attach(self, kernel_manager: Any, kernel_id: str) -> None:
+        if kernel_id in self.watches:
+            return
+        kernel = kernel_manager.get_kernel(kernel_id)
+        execution = Execution(last_execute=self.clock())
+        # our own Session: deserialising records signatures, shared ones would clash
+        session = ZmqSession(config=kernel.session.config, key=kernel.session.key)
+        stream = kernel.connect_iopub()
+
+        def on_recv(msg_list: list[Any]) -> None:
+            _idents, fed = session.feed_identities(msg_list)
+            msg = session.deserialize(fed, content=False)
+            msg_type = msg["header"]["msg_type"]
+            parent_type = (msg.get("parent_header") or {}).get("msg_type")
+            if msg_type != "status" and parent_type != "execute_request":
+                return
+            if msg_type == "status":
+                state = session.deserialize(fed)["content"].get("execution_state")
+                if state == "starting":  # a (re)started kernel runs nothing yet
+                    execution.busy = False
+                    execution.last_execute = self.clock()
+                if parent_type != "execute_request":
+                    return
+                execution.busy = state == "busy"
+            execution.last_execute = self.clock()
+
+        stream.on_recv(on_recv)
+        self.watches[kernel_id] = _Watch(stream, execution)
+
+    def restarted(self, kernel_id: str) -> None:
+        execution = self.execution(kernel_id)
+        if execution is not None:
+            execution.busy = False
+            execution.last_execute = self.clock()
+
+    def detach(self, kernel_id: str) -> None:
+        watch = self.watches.pop(kernel_id, None)
+        if watch is not None and not watch.stream.closed():
+            watch.stream.close()
+
+    def detach_all(self) -> None:
+        for kernel_id in list(self.watches):
+            self.detach(kernel_id)

@@ -1,0 +1,76 @@
+"""The wire contract of the REST API under ``/dra/api/``, typed once.
+
+``specification/dra-rest-api.yml`` describes the same shapes for clients; the tests check
+that every route of the extension is described there.
+"""
+
+from __future__ import annotations
+
+from typing import NotRequired, TypedDict
+
+
+class DeviceModel(TypedDict):
+    """One device of the inventory and who holds it (``GET devices``)."""
+
+    device: str  # driver/pool/device
+    kind: str  # gpu, mig, tpu, amdgpu, ...
+    model: str
+    memory: str  # human units, e.g. 140.4Gi
+    mig_profile: str
+    node: str
+    state: str  # free, held, shared, blocked
+    holder: str  # "claim (user)", empty when free
+
+
+class DevicesResponse(TypedDict):
+    inventory: str  # the inventory's description
+    simulated: bool
+    devices: list[DeviceModel]
+
+
+class ClaimModel(TypedDict):
+    """A live claim (``GET claims``, ``GET claims/{name}``, ``POST claims``)."""
+
+    name: str
+    namespace: str
+    user: str
+    kernel_id: str | None
+    devices: list[str]  # driver/pool/device
+    env: dict[str, str]  # CUDA_VISIBLE_DEVICES and friends
+    created: float  # seconds since the epoch
+    last_activity: float  # seconds since the epoch
+    lease_expires: float | None  # seconds since the epoch
+    idle_deadline: float | None  # seconds since the epoch; None: not subject to idle release
+
+
+class ClaimsResponse(TypedDict):
+    claims: list[ClaimModel]
+
+
+class ClaimRequest(TypedDict, total=False):
+    """The body of ``POST claims``: the keywords of ``dra.request``, plus ``kernel_id``
+    (the claim belongs to that kernel of this server) and ``timeout`` (only 0 for now)."""
+
+    gpu: int | str
+    tpu: int | str
+    mig: str
+    count: int
+    memory: str
+    model: str
+    selector: str
+    share: str
+    device_class: str
+    same: str
+    distinct: str
+    alternatives: list[dict[str, object]]
+    name: str
+    lease: str | float
+    timeout: str | float
+    kernel_id: str
+
+
+class ErrorModel(TypedDict):
+    """Every 4xx answer (written by jupyter_server's ``APIHandler.write_error``)."""
+
+    message: str
+    reason: NotRequired[str | None]

@@ -1,0 +1,270 @@
+"""What the REST API and the idle monitor do, without Tornado: claims on behalf of the
+server's users and kernels, over the same ledger and inventory as ``dra.request``.
+
+Who sees what: a caller sees and releases the claims made under their user name (the
+identity provider's) and the claims of this server's live kernels (whoever can reach the
+server can run code in its kernels anyway); with ``admin`` every claim. Claims of other
+users are refused (:class:`ClaimForbiddenError`), not hidden, when named directly.
+
+Errors (translated to HTTP by the handlers' one error mapper)::
+
+    DraJupyterError
+    ├── InvalidInputError              400
+    ├── NotFoundError                  404
+    │   ├── ClaimNotFoundError
+    │   └── KernelNotFoundError
+    ├── ClaimForbiddenError            403
+    └── AllocationError                409 (busy, name taken, per-user limit)
+        └── NeverPossibleError         422 (could not be met even on an idle machine)
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import time
+from collections.abc import Callable, Collection
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from dra_jupyter.api import Session
+from dra_jupyter.durations import parse_duration
+from dra_jupyter.envvars import environment_for
+from dra_jupyter.errors import AllocationError, DraJupyterError, InvalidInputError, ObjectError
+from dra_jupyter.hints import impossible_hint
+from dra_jupyter.local.backend import LocalBackend
+from dra_jupyter.local.ledger import ClaimRecord, Ledger
+from dra_jupyter.local.owners import Owner, process_start_time
+from dra_jupyter.server.models import ClaimModel, DeviceModel, DevicesResponse
+from dra_jupyter.settings import Settings
+from dra_jupyter.tables import device_rows
+
+# Keywords of POST claims that are not claim keywords (dra.request's own arguments).
+_REQUEST_KEYS = ("name", "lease", "timeout", "kernel_id")
+
+
+class NotFoundError(DraJupyterError):
+    """A claim or kernel that does not exist (any more)."""
+
+
+class ClaimNotFoundError(NotFoundError):
+    pass
+
+
+class KernelNotFoundError(NotFoundError):
+    pass
+
+
+class ClaimForbiddenError(DraJupyterError):
+    """The claim belongs to another user."""
+
+
+class NeverPossibleError(AllocationError):
+    """The request could not be met even if every device were free."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The authenticated user of a REST call."""
+
+    user: str
+    admin: bool = False
+
+
+def devices_of(record: ClaimRecord) -> list[str]:
+    return [
+        f"{r['driver']}/{r['pool']}/{r['device']}"
+        for r in record.allocation.get("devices", {}).get("results", [])
+    ]
+
+
+class ClaimService:
+    """Claims for the server's users and kernels. Blocking (SQLite): the app runs every
+    call on its one worker thread."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        live_kernels: Callable[[], Collection[str]],
+        max_devices_per_user: int = 0,
+    ) -> None:
+        pid = os.getpid()
+        self.server_owner = Owner(
+            user="", host=socket.gethostname(), pid=pid, start_time=process_start_time(pid)
+        )
+        self.session = Session(settings, owner=self.server_owner)
+        self.live_kernels = live_kernels
+        self.max_devices_per_user = max_devices_per_user
+        # what this service released, and why; the app emits the events on its loop
+        self.released: queue.SimpleQueue[tuple[ClaimRecord, str]] = queue.SimpleQueue()
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.session.backend.ledger
+
+    def backend_for(self, user: str, kernel_id: str | None = None) -> LocalBackend:
+        """A backend whose new claims belong to ``user`` (and the kernel), held by this
+        server's process: they are reclaimed if the server dies."""
+        owner = replace(self.server_owner, user=user, kernel_id=kernel_id)
+        base = self.session.backend
+        return LocalBackend(
+            base.inventory,
+            base.ledger,
+            owner,
+            strategy=base.strategy,
+            poll_interval=base.poll_interval,
+        )
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def devices(self) -> DevicesResponse:
+        inventory = self.session.inventory
+        held = self.live_claims()
+        rows = [DeviceModel(**asdict(r)) for r in device_rows(inventory.slices, held)]  # type: ignore[typeddict-item]
+        return DevicesResponse(
+            inventory=inventory.description, simulated=inventory.simulated, devices=rows
+        )
+
+    def visible(self, caller: Caller, record: ClaimRecord, live: Collection[str]) -> bool:
+        return (
+            caller.admin
+            or record.owner.user == caller.user
+            or (record.owner.kernel_id is not None and record.owner.kernel_id in live)
+        )
+
+    def claims(self, caller: Caller) -> list[ClaimRecord]:
+        live = set(self.live_kernels())
+        return [r for r in self.live_claims() if self.visible(caller, r, live)]
+
+    def claim(self, caller: Caller, name: str) -> ClaimRecord:
+        for record in self.live_claims():
+            if record.name != name:
+                continue
+            if not self.visible(caller, record, set(self.live_kernels())):
+                raise ClaimForbiddenError(
+                    f"claim {name} belongs to user {record.owner.user}; "
+                    "only its owner (or an admin) can see or release it"
+                )
+            return record
+        raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
+
+    def kernel_claims(self, caller: Caller, kernel_id: str) -> list[ClaimRecord]:
+        if kernel_id not in set(self.live_kernels()):
+            raise KernelNotFoundError(f"kernel {kernel_id} is not running on this server")
+        return [r for r in self.claims(caller) if r.owner.kernel_id == kernel_id]
+
+    def to_model(self, record: ClaimRecord, idle_deadline: float | None = None) -> ClaimModel:
+        results = record.allocation.get("devices", {}).get("results", [])
+        return ClaimModel(
+            name=record.name,
+            namespace=record.namespace,
+            user=record.owner.user,
+            kernel_id=record.owner.kernel_id,
+            devices=devices_of(record),
+            env=environment_for(results, self.session.inventory.slices).env,
+            created=record.created,
+            last_activity=record.last_activity,
+            lease_expires=record.lease_expires,
+            idle_deadline=idle_deadline,
+        )
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def create(self, caller: Caller, body: Any) -> ClaimRecord:
+        """Allocate now (``timeout`` 0) what ``body`` asks for, as ``dra.request`` would."""
+        if not isinstance(body, dict):
+            raise InvalidInputError(
+                "POST claims: the body must be a JSON object of dra.request keywords, "
+                'e.g. {"gpu": 1}'
+            )
+        spec = {k: v for k, v in body.items() if k not in _REQUEST_KEYS}
+        wait = parse_duration(body.get("timeout", 0), what="timeout")
+        if wait != 0:
+            raise InvalidInputError(
+                "POST claims: only timeout 0 is supported (fail at once when busy); "
+                "retry later, or call dra.request(timeout=...) from a kernel to wait in line"
+            )
+        lease = parse_duration(body.get("lease"), what="lease")
+        name = body.get("name", "")
+        if not isinstance(name, str):
+            raise InvalidInputError(f"POST claims: name must be a string, not {name!r}")
+        kernel_id = body.get("kernel_id")
+        if kernel_id is not None and (
+            not isinstance(kernel_id, str) or kernel_id not in set(self.live_kernels())
+        ):
+            raise KernelNotFoundError(f"kernel {kernel_id!r} is not running on this server")
+        held_now = self._devices_held(caller.user)
+        if self.max_devices_per_user and held_now >= self.max_devices_per_user:
+            raise AllocationError(
+                f"user {caller.user} holds {held_now} devices, the limit per user is "
+                f"{self.max_devices_per_user}; release a claim first"
+            )
+        backend = self.backend_for(caller.user, kernel_id)
+        session = Session(self.session.settings, inventory=backend.inventory, owner=backend.owner)
+        claim = session.build(spec, name)
+        try:
+            backend.check_possible(claim)
+        except (AllocationError, ObjectError) as err:
+            hint = impossible_hint(spec, backend.inventory)
+            if hint is None and isinstance(err, ObjectError):
+                raise
+            raise NeverPossibleError(
+                f"POST claims: {hint or err}",
+                err.explanation if isinstance(err, AllocationError) else None,
+            ) from None
+        record = backend.allocate(claim, timeout=0, lease=lease, checked=True)
+        count = len(devices_of(record))
+        if self.max_devices_per_user and held_now + count > self.max_devices_per_user:
+            backend.release(record.name, "limit", any_owner=True)
+            raise AllocationError(
+                f"claim for user {caller.user} would hold {held_now + count} devices, the "
+                f"limit per user is {self.max_devices_per_user}; ask for fewer devices"
+            )
+        return record
+
+    def _devices_held(self, user: str) -> int:
+        held = self.live_claims()
+        return sum(len(devices_of(r)) for r in held if r.owner.user == user)
+
+    def release(self, caller: Caller, name: str) -> ClaimRecord:
+        record = self.claim(caller, name)
+        if not self.session.backend.release(name, "user", any_owner=True):
+            raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
+        self.released.put((record, "user"))
+        return record
+
+    def live_claims(
+        self, select: Callable[[ClaimRecord], str | None] | None = None, now: float | None = None
+    ) -> list[ClaimRecord]:
+        """Every live claim, after one ledger transaction that releases those for which
+        ``select`` names a reason, and those the ledger would reclaim: an expired lease
+        (``expired``), a holder process that is gone (``kernel-shutdown`` for a kernel's
+        claim, else ``reclaimed``). Each holder is checked once, so a kernel that dies during
+        the transaction cannot be recorded under another reason. Waiters of dead processes
+        are left to the allocating processes (``LocalBackend.allocate`` reclaims).
+        Releases go to :attr:`released`."""
+        now = time.time() if now is None else now
+        kept = []
+        with self.ledger.transaction() as conn:
+            for record in Ledger.claims(conn):
+                reason = select(record) if select is not None else None
+                if reason is None:
+                    reason = _reclaim_reason(record, now)
+                if reason is None:
+                    kept.append(record)
+                    continue
+                Ledger.delete(conn, record, reason, now)
+                self.released.put((record, reason))
+        return kept
+
+
+def _reclaim_reason(record: ClaimRecord, now: float) -> str | None:
+    """Why the ledger would reclaim this claim (``Ledger.reclaim``'s rules), naming a
+    kernel's end ``kernel-shutdown``."""
+    if record.lease_expires is not None and record.lease_expires <= now:
+        return "expired"
+    if not record.owner.is_alive():
+        return "kernel-shutdown" if record.owner.kernel_id else "reclaimed"
+    return None

@@ -1,0 +1,90 @@
+"""Idle release end to end with short timeouts, on a real kernel. Assertions are on events
+and ledger state, never on durations."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.server.idle import Decision, IdlePolicy
+from tests.server.conftest import Events, Fetch, eventually, start_extensions
+from tests.server.test_kernels import REQUEST, started_kernel
+
+
+@pytest.fixture
+def dra_config() -> dict[str, Any]:
+    return {"idle_timeout": 2.0, "idle_warning": 1.0, "check_interval": 0.2}
+
+
+async def test_a_running_cell_keeps_the_claim_then_warning_then_release(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger, events: Events
+) -> None:
+    await start_extensions(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        await kernel.run(REQUEST)
+        (record,) = ledger.read_claims()
+        assert record.owner.kernel_id == kernel.id
+        # a cell that runs longer than idle_timeout: the kernel is busy, never idle
+        await kernel.run("import time; time.sleep(3)")
+        assert [r.name for r in ledger.read_claims()] == [record.name]
+        assert [kind for kind, data in events if data["claim"] == record.name] in (
+            ["claim_allocated"],
+            ["claim_allocated", "idle_warning"],  # the warning may follow the cell's end
+        )
+
+        def released() -> bool:
+            """the claim is released"""
+            return not ledger.read_claims()
+
+        await eventually(released)
+        assert [r.reason for r in ledger.releases() if r.name == record.name] == ["idle"]
+        kinds = [(kind, data.get("reason")) for kind, data in events]
+        assert kinds == [
+            ("claim_allocated", None),
+            ("idle_warning", None),
+            ("claim_released", "idle"),
+        ]
+        warning = events[1][1]
+        assert warning["kernel_id"] == kernel.id
+        assert warning["deadline"] > 0
+        r = await jp_fetch("dra", "api", "kernels", kernel.id, "claims")
+        assert json.loads(r.body)["claims"] == []
+
+
+async def test_comm_traffic_does_not_keep_a_claim(
+    jp_serverapp: Any, ledger: Ledger, events: Events
+) -> None:
+    await start_extensions(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        await kernel.run(REQUEST)
+        (record,) = ledger.read_claims()
+        client = kernel.client
+        for _ in range(300):  # widget-like traffic until the claim goes (bounded)
+            if not ledger.read_claims():
+                break
+            msg = client.session.msg("comm_msg", {"comm_id": "no-such-comm", "data": {}})
+            client.shell_channel.send(msg)
+            await asyncio.sleep(0.1)
+        assert [r.reason for r in ledger.releases() if r.name == record.name] == ["idle"]
+        assert ("claim_released", "idle") in [(k, d.get("reason")) for k, d in events]
+
+
+def test_policy() -> None:
+    policy = IdlePolicy(timeout=10, warning=3)
+    deadline = policy.deadline(100, 95)
+    assert deadline == 110
+    assert policy.decide(now=105, busy=False, deadline=deadline, warned_for=None) is Decision.KEEP
+    assert policy.decide(now=108, busy=False, deadline=deadline, warned_for=None) is Decision.WARN
+    assert policy.decide(now=108, busy=False, deadline=deadline, warned_for=110) is Decision.KEEP
+    assert policy.decide(now=110, busy=False, deadline=deadline, warned_for=110) is (
+        Decision.RELEASE
+    )
+    assert policy.decide(now=500, busy=True, deadline=deadline, warned_for=None) is Decision.KEEP
+    assert policy.deadline(100, 120) == 130  # a claim's own activity (a "keep") counts
+    off = IdlePolicy(timeout=0, warning=3)
+    assert off.deadline(100, 100) is None
+    assert off.decide(now=1e9, busy=False, deadline=None, warned_for=None) is Decision.KEEP

@@ -1,0 +1,177 @@
+"""The REST API on a real server: round trip, errors, users, authorization, the spec."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from jupyter_server.auth import Authorizer
+
+from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.server.app import DRAExtensionApp
+from dra_jupyter.server.handlers import routes
+from dra_jupyter.server.service import Caller
+from tests.server.conftest import Events, Fetch
+
+SPEC = Path(__file__).parents[2] / "specification" / "dra-rest-api.yml"
+
+
+def body(response: Any) -> Any:
+    return json.loads(response.body)
+
+
+def extension(serverapp: Any) -> DRAExtensionApp:
+    app = serverapp.extension_manager.extension_points["dra_jupyter"].app
+    assert isinstance(app, DRAExtensionApp)
+    return app
+
+
+async def post(jp_fetch: Fetch, payload: Any) -> Any:
+    return await jp_fetch(
+        "dra", "api", "claims", method="POST", body=json.dumps(payload), raise_error=False
+    )
+
+
+async def test_round_trip(jp_fetch: Fetch, ledger: Ledger, events: Events) -> None:
+    r = await post(jp_fetch, {"gpu": 2, "same": "pcieRoot"})
+    assert r.code == 201, r.body
+    claim = body(r)
+    assert len(claim["devices"]) == 2
+    assert claim["env"]["CUDA_VISIBLE_DEVICES"]
+    assert r.headers["Location"].endswith(f"/dra/api/claims/{claim['name']}")
+
+    listed = body(await jp_fetch("dra", "api", "claims"))["claims"]
+    assert [c["name"] for c in listed] == [claim["name"]]
+    one = body(await jp_fetch("dra", "api", "claims", claim["name"]))
+    assert one["devices"] == claim["devices"]
+    devices = body(await jp_fetch("dra", "api", "devices"))
+    assert devices["simulated"] is True
+    assert sum(d["state"] == "held" for d in devices["devices"]) == 2
+
+    r = await jp_fetch("dra", "api", "claims", claim["name"], method="DELETE")
+    assert r.code == 204
+    assert body(await jp_fetch("dra", "api", "claims"))["claims"] == []
+    assert [(x.name, x.reason) for x in ledger.releases()] == [(claim["name"], "user")]
+    assert [(kind, data.get("reason")) for kind, data in events] == [
+        ("claim_allocated", None),
+        ("claim_released", "user"),
+    ]
+    r = await jp_fetch("dra", "api", "claims", claim["name"], method="DELETE", raise_error=False)
+    assert r.code == 404
+    assert "does not exist" in body(r)["message"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "words"),
+    [
+        ({"gpu": -1}, "positive number"),
+        ({"bogus": 1}, "unknown keyword 'bogus'"),
+        ({"gpu": 1, "timeout": "5m"}, "only timeout 0"),
+        ({"gpu": 1, "lease": "soon"}, "not a duration"),
+        ([1, 2], "JSON object"),
+    ],
+)
+async def test_bad_input_is_400_with_a_message(jp_fetch: Fetch, payload: Any, words: str) -> None:
+    r = await post(jp_fetch, payload)
+    assert r.code == 400
+    assert words in body(r)["message"]
+
+
+async def test_body_that_is_not_json_is_400(jp_fetch: Fetch) -> None:
+    r = await jp_fetch("dra", "api", "claims", method="POST", body="{gpu", raise_error=False)
+    assert r.code == 400
+
+
+async def test_busy_is_409_and_impossible_is_422(jp_fetch: Fetch) -> None:
+    assert (await post(jp_fetch, {"gpu": 8})).code == 201
+    busy = await post(jp_fetch, {"gpu": 1})
+    assert busy.code == 409
+    assert "busy" in body(busy)["message"]
+    never = await post(jp_fetch, {"gpu": 9})
+    assert never.code == 422
+    assert body(never)["message"]
+
+
+async def test_unknown_kernel_is_404(jp_fetch: Fetch) -> None:
+    r = await post(jp_fetch, {"gpu": 1, "kernel_id": "no-such-kernel"})
+    assert r.code == 404
+    r = await jp_fetch("dra", "api", "kernels", "no-such-kernel", "claims", raise_error=False)
+    assert r.code == 404
+
+
+async def test_another_users_claim_is_hidden_and_refused(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    app = extension(jp_serverapp)
+    theirs = await app.call(app.service.create, Caller("someone-else"), {"gpu": 1})
+    assert body(await jp_fetch("dra", "api", "claims"))["claims"] == []
+    for method in ("GET", "DELETE"):
+        r = await jp_fetch("dra", "api", "claims", theirs.name, method=method, raise_error=False)
+        assert r.code == 403
+        assert "someone-else" in body(r)["message"]
+    devices = body(await jp_fetch("dra", "api", "devices"))["devices"]
+    assert sum(d["state"] == "held" for d in devices) == 1  # devices show every holder
+
+
+async def test_per_user_limit(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    app = extension(jp_serverapp)
+    app.service.max_devices_per_user = 2
+    assert (await post(jp_fetch, {"gpu": 2})).code == 201
+    r = await post(jp_fetch, {"gpu": 1})
+    assert r.code == 409
+    assert "limit per user" in body(r)["message"]
+
+
+async def test_polling_is_not_activity(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    settings = jp_serverapp.web_app.settings
+    before = settings.get("api_last_activity")
+    await jp_fetch("dra", "api", "claims")
+    await jp_fetch("dra", "api", "devices")
+    assert settings.get("api_last_activity") == before
+    await post(jp_fetch, {"gpu": 1})
+    assert settings.get("api_last_activity") != before
+
+
+async def test_no_token_is_refused(
+    http_server_client: Any, jp_serverapp: Any, jp_base_url: str
+) -> None:
+    r = await http_server_client.fetch(f"{jp_base_url}dra/api/claims", raise_error=False)
+    assert r.code == 403  # jupyter_server answers unauthenticated API calls with 403
+
+
+class DenyDRA(Authorizer):
+    def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
+        return resource != "dra"
+
+
+@pytest.fixture
+def deny_dra_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
+    jp_server_config["ServerApp"]["authorizer_class"] = DenyDRA
+    return jp_server_config
+
+
+async def test_an_authorizer_that_denies_dra_is_honoured(
+    deny_dra_config: dict[str, Any], jp_fetch: Fetch
+) -> None:
+    for parts, method in ((("devices",), "GET"), (("claims",), "GET"), (("claims",), "POST")):
+        kwargs = {"body": "{}"} if method == "POST" else {}
+        r = await jp_fetch("dra", "api", *parts, method=method, raise_error=False, **kwargs)
+        assert r.code == 403, parts
+    r = await jp_fetch("api", "status", raise_error=False)
+    assert r.code == 200  # only dra is denied
+
+
+def test_every_route_is_in_the_spec() -> None:
+    spec = yaml.safe_load(SPEC.read_text(encoding="utf-8"))
+    base = spec["servers"][0]["url"]
+    for regex, handler in routes():
+        path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", regex)
+        assert path.startswith(base), path
+        item = spec["paths"].get(path[len(base) :])
+        assert item is not None, f"{path} is not in {SPEC.name}"
+        verbs = {v for v in ("get", "post", "put", "patch", "delete") if v in vars(handler)}
+        assert verbs == set(item) - {"parameters"}, path
