@@ -11,6 +11,8 @@ created, for instance) is reported in ``missing`` instead of being guessed.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,17 +70,34 @@ def environment_for(
     return out
 
 
-def accelerator_runtime_loaded(maps: Path = Path("/proc/self/maps")) -> str | None:
-    """The accelerator runtime library already mapped into this process, if any.
+def nvml_lists_process(pid: int) -> bool | None:
+    """NVML's answer (see :func:`dra_jupyter.inventory.nvml.lists_process`), loaded lazily."""
+    from dra_jupyter.inventory.nvml import lists_process  # noqa: PLC0415
 
-    Once CUDA (or ROCm) is initialised, changing ``CUDA_VISIBLE_DEVICES`` has no effect;
-    a loaded ``libcuda`` is the sign that it may be too late.
+    return lists_process(pid)
+
+
+def accelerator_runtime_loaded(maps: Path = Path("/proc/self/maps")) -> str | None:
+    """The accelerator runtime already initialised in this process, if any.
+
+    Once CUDA is initialised, changing ``CUDA_VISIBLE_DEVICES`` has no effect. A mapped
+    ``libcuda`` alone does not prove it (a bare ``import torch`` maps it), so: torch's own
+    ``torch.cuda.is_initialized()`` when torch is loaded; else, with ``libcuda`` mapped,
+    NVML's list of processes holding a context (framework-neutral); when NVML cannot
+    tell, a mapped runtime library counts, to be safe.
     """
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    initialized = getattr(cuda, "is_initialized", None)
+    if callable(initialized) and initialized():
+        return "libcuda.so"
     try:
         text = maps.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
     for lib in ("libcuda.so", "libamdhip64.so", "libtpu.so"):
         if lib in text:
+            if lib == "libcuda.so" and nvml_lists_process(os.getpid()) is False:
+                return None  # loaded but no context yet: the new environment still works
             return lib
     return None

@@ -340,3 +340,27 @@ def _existing(
         seen.add((profile.gi_profile_id, start))
         out.append(mig.ExistingMig(profile, start, size, uuid))
     return out
+
+
+def lists_process(pid: int) -> bool | None:
+    """Whether NVML lists ``pid`` among the processes holding a GPU context: the
+    framework-neutral sign that CUDA is initialised in it. None when NVML cannot tell
+    (no driver here, or pids of another namespace in a container)."""
+    try:
+        lib = _import_pynvml()
+    except DiscoveryError:
+        return None
+    try:
+        lib.nvmlInit()
+    except lib.NVMLError:
+        return None
+    try:
+        for index in range(lib.nvmlDeviceGetCount()):
+            handle = lib.nvmlDeviceGetHandleByIndex(index)
+            if any(p.pid == pid for p in lib.nvmlDeviceGetComputeRunningProcesses(handle)):
+                return True
+        return False
+    except lib.NVMLError:
+        return None
+    finally:
+        lib.nvmlShutdown()

@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType, ModuleType
+from types import MappingProxyType, ModuleType, SimpleNamespace
 from typing import Any, Literal
 
 # Untyped (no stubs): through importlib it is a ModuleType, its attributes Any.
@@ -194,6 +194,14 @@ class FakePynvml(ModuleType):
     def nvmlDeviceGetMinorNumber(self, handle: Handle) -> int:
         minor = int(self.capture.device["minor"]) + handle.index
         return int(self._get("nvmlDeviceGetMinorNumber", handle, minor))
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[Any]:
+        """The capture's process list (empty on the captured GPU); ``overrides`` may give
+        pids, as ``{"nvmlDeviceGetComputeRunningProcesses": [pid, ...]}``."""
+        pids = self._get("nvmlDeviceGetComputeRunningProcesses", handle, None)
+        if pids is None:
+            pids = [p["pid"] for p in self.capture.device["procs"]]
+        return [SimpleNamespace(pid=pid, usedGpuMemory=None) for pid in pids]
 
     def nvmlDeviceGetBrand(self, handle: Handle) -> int:
         return int(self._get("nvmlDeviceGetBrand", handle, self.capture.device["brand"]))

@@ -12,9 +12,10 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from dra_jupyter import envvars
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import DraJupyterError
-from dra_jupyter.inventory import mig, nvidia
+from dra_jupyter.inventory import mig, nvidia, nvml
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.nvml import (
     DiscoveryError,
@@ -392,3 +393,32 @@ def test_the_check_script_reports_a_different_gpu(
     monkeypatch.setattr(sys, "argv", ["nvml-check.py", "--node", NODE, "--sysfs", str(sysfs)])
     assert _check_script().main() == 1
     assert json.loads(capsys.readouterr().out)["failed"] == ["capture name"]
+
+
+# --- is CUDA initialised in a process? ------------------------------------------------------
+
+
+def test_lists_process_from_the_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The captured GPU runs no process; a pid NVML lists holds a context; no NVML: unknown."""
+    monkeypatch.setitem(sys.modules, "pynvml", FakePynvml())
+    assert nvml.lists_process(4242) is False
+    busy = FakePynvml(overrides={"nvmlDeviceGetComputeRunningProcesses": [4242]})
+    monkeypatch.setitem(sys.modules, "pynvml", busy)
+    assert nvml.lists_process(4242) is True
+    assert busy.calls[-1] == "nvmlShutdown"
+    monkeypatch.setitem(sys.modules, "pynvml", FakePynvml(library_missing=True))
+    assert nvml.lists_process(4242) is None
+
+
+def test_cuda_loaded_but_not_initialised_still_takes_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """libcuda mapped (as after a bare ``import torch``) but no context: no warning."""
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 00:00 0 /usr/lib/x86_64-linux-gnu/libcuda.so.580\n")
+    monkeypatch.setattr(envvars, "nvml_lists_process", lambda pid: False)
+    assert envvars.accelerator_runtime_loaded(maps) is None
+    monkeypatch.setattr(envvars, "nvml_lists_process", lambda pid: True)
+    assert envvars.accelerator_runtime_loaded(maps) == "libcuda.so"
+    monkeypatch.setattr(envvars, "nvml_lists_process", lambda pid: None)
+    assert envvars.accelerator_runtime_loaded(maps) == "libcuda.so"  # cannot tell: warn
