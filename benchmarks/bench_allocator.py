@@ -109,6 +109,8 @@ CASES: dict[str, Callable[[], tuple[list[Wire], list[Wire], Wire]]] = {
     ),
     "1 GPU >= 200Gi, 100 nodes (unsat)": lambda: (*_cluster(100), _gpu_claim(1, HUGE)),
     "8 GPUs, 100 nodes": lambda: (*_cluster(100), _gpu_claim(8)),
+    "1 GPU, 1,000 nodes": lambda: (*_cluster(1000), _gpu_claim(1)),
+    "1 GPU >= 200Gi, 1,000 nodes (unsat)": lambda: (*_cluster(1000), _gpu_claim(1, HUGE)),
 }
 
 
