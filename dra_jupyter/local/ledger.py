@@ -240,6 +240,13 @@ class Ledger:
             ),
         )
 
+    @staticmethod
+    def set_owner(conn: sqlite3.Connection, name: str, owner: Owner) -> None:
+        """Hand a claim to another holder (the server, while it restarts the kernel)."""
+        conn.execute(
+            "UPDATE claims SET owner = ? WHERE name = ?", (json.dumps(owner.to_dict()), name)
+        )
+
     def touch(self, name: str, now: float | None = None) -> bool:
         """Record activity on a claim; False if it no longer exists."""
         with self.transaction() as conn:

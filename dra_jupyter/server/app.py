@@ -30,7 +30,7 @@ from dra_jupyter.server.kernels import (
     kernel_env,
     uninstall_kernel_env,
 )
-from dra_jupyter.server.service import ClaimService, devices_of
+from dra_jupyter.server.service import ClaimService, KernelRestartError, devices_of
 from dra_jupyter.settings import Settings
 
 T = TypeVar("T")
@@ -135,6 +135,8 @@ class DRAExtensionApp(ExtensionApp):
         self.known_kernels: set[str] = set()  # every kernel this server has run
         self.seen_claims: set[str] = set()  # claims already announced
         self.warned: dict[str, float] = {}  # claim -> the idle deadline it was warned of
+        # kernel -> restarts with claims under way, whose "restart" event must not release
+        self.keeping: dict[str, int] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dra-ledger")
         self._checker: PeriodicCallback | None = None
         self._stopped = False
@@ -191,6 +193,32 @@ class DRAExtensionApp(ExtensionApp):
         finally:
             self._emit_releases()
 
+    async def restart_with_claims(self, kernel_id: str) -> tuple[list[ClaimRecord], dict[str, str]]:
+        """Restart a kernel of this server keeping its claims, with their environment
+        (``CUDA_VISIBLE_DEVICES`` and friends) in the new kernel's. Returns the claims and
+        that environment."""
+        records = await self.call(self.service.adopt_kernel_claims, kernel_id)
+        env = await self.call(self.service.environment, records)
+        km: Any = self.server.kernel_manager  # jupyter_server's methods are untyped
+        # jupyter_client's update_env: the launch environment of the next (re)start
+        km.get_kernel(kernel_id).update_env(env=env)
+        self.keeping[kernel_id] = self.keeping.get(kernel_id, 0) + 1
+        try:
+            ready = await km.restart_kernel(kernel_id)
+        except Exception as err:
+            self.keeping[kernel_id] -= 1  # no successful restart event will consume it
+            raise KernelRestartError(
+                f"kernel {kernel_id} could not be restarted ({err}); its claims are kept, "
+                "held by the server until the kernel shuts down or is idle"
+            ) from err
+        try:
+            await ready  # the restarted kernel answered kernel_info
+        except (RuntimeError, TimeoutError) as err:
+            raise KernelRestartError(
+                f"kernel {kernel_id} was restarted but did not answer ({err}); check the server log"
+            ) from err
+        return records, env
+
     def idle_deadline(self, record: ClaimRecord) -> float | None:
         kernel_id = record.owner.kernel_id
         execution = self.watcher.execution(kernel_id) if kernel_id else None
@@ -238,6 +266,14 @@ class DRAExtensionApp(ExtensionApp):
             self._watch(kernel_id)
         elif action == "restart":
             self.watcher.restarted(kernel_id)
+            if self.keeping.get(kernel_id, 0) > 0:
+                self.keeping[kernel_id] -= 1  # our own restart with claims
+                return
+            # a plain restart (or the restarter's, after the kernel died) ends the claims
+            await self.call(
+                self.service.live_claims,
+                lambda r: "kernel-shutdown" if r.owner.kernel_id == kernel_id else None,
+            )
         elif action == "shutdown":
             self.watcher.detach(kernel_id)
             await self.call(

@@ -22,7 +22,7 @@ from tornado import web
 
 from dra_jupyter.errors import AllocationError, DraJupyterError, InvalidInputError
 from dra_jupyter.server.app import DRAExtensionApp
-from dra_jupyter.server.models import ClaimModel, ClaimsResponse
+from dra_jupyter.server.models import ClaimModel, ClaimsResponse, RestartResponse
 from dra_jupyter.server.service import (
     Caller,
     ClaimForbiddenError,
@@ -146,6 +146,18 @@ class ClaimHandler(_DRAHandler):
             self.finish()
 
 
+class KeepHandler(_DRAHandler):
+    """The "keep" action of the idle warning: the claim's idle countdown starts again."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        caller = await self.caller()
+        with _handle_error():
+            record = await self.dra.call(self.dra.service.keep, caller, name)
+            self.reply(self.claim_model(record))
+
+
 class KernelClaimsHandler(_DRAHandler):
     @web.authenticated
     @authorized
@@ -156,11 +168,26 @@ class KernelClaimsHandler(_DRAHandler):
             self.reply(ClaimsResponse(claims=[self.claim_model(r) for r in records]))
 
 
+class RestartWithClaimsHandler(_DRAHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, kernel_id: str) -> None:
+        with _handle_error():
+            records, env = await self.dra.restart_with_claims(kernel_id)
+            self.reply(
+                RestartResponse(
+                    kernel_id=kernel_id, env=env, claims=[self.claim_model(r) for r in records]
+                )
+            )
+
+
 def routes() -> list[tuple[str, type[_DRAHandler]]]:
     """The REST routes, relative to the server's base URL."""
     return [
         (r"/dra/api/devices", DevicesHandler),
         (r"/dra/api/claims", ClaimsHandler),
         (rf"/dra/api/claims/{_NAME}", ClaimHandler),
+        (rf"/dra/api/claims/{_NAME}/keep", KeepHandler),
         (rf"/dra/api/kernels/{_KERNEL}/claims", KernelClaimsHandler),
+        (rf"/dra/api/kernels/{_KERNEL}/restart-with-claims", RestartWithClaimsHandler),
     ]

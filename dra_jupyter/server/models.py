@@ -47,6 +47,14 @@ class ClaimsResponse(TypedDict):
     claims: list[ClaimModel]
 
 
+class RestartResponse(TypedDict):
+    """The answer of ``POST kernels/{id}/restart-with-claims``."""
+
+    kernel_id: str
+    env: dict[str, str]  # what the restarted kernel's environment got from its claims
+    claims: list[ClaimModel]  # the kernel's claims, now held by the server for it
+
+
 class ClaimRequest(TypedDict, total=False):
     """The body of ``POST claims``: the keywords of ``dra.request``, plus ``kernel_id``
     (the claim belongs to that kernel of this server) and ``timeout`` (only 0 for now)."""

@@ -14,6 +14,7 @@ Errors (translated to HTTP by the handlers' one error mapper)::
     │   ├── ClaimNotFoundError
     │   └── KernelNotFoundError
     ├── ClaimForbiddenError            403
+    ├── KernelRestartError             503 (as any other DraJupyterError)
     └── AllocationError                409 (busy, name taken, per-user limit)
         └── NeverPossibleError         422 (could not be met even on an idle machine)
 """
@@ -54,6 +55,10 @@ class ClaimNotFoundError(NotFoundError):
 
 class KernelNotFoundError(NotFoundError):
     pass
+
+
+class KernelRestartError(DraJupyterError):
+    """The kernel manager could not restart a kernel (503)."""
 
 
 class ClaimForbiddenError(DraJupyterError):
@@ -234,6 +239,56 @@ class ClaimService:
             raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
         self.released.put((record, "user"))
         return record
+
+    def keep(self, caller: Caller, name: str, now: float | None = None) -> ClaimRecord:
+        """The "keep" action of the idle warning: record activity on the claim, so its idle
+        deadline moves to ``idle_timeout`` from now."""
+        self.claim(caller, name)  # exists and is visible to the caller
+        now = time.time() if now is None else now
+        if not self.ledger.touch(name, now):
+            raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
+        return self.claim(caller, name)
+
+    def adopt_kernel_claims(self, kernel_id: str) -> list[ClaimRecord]:
+        """Before a restart with claims: make this server's process the holder of every
+        claim of ``kernel_id`` (keeping its user and kernel id), in one ledger transaction.
+
+        A claim made by ``dra.request()`` in the kernel is held by the kernel's process, and
+        any process on the ledger reclaims it once that process is gone, which a restart
+        makes happen; re-owning after the restart would race with those reclaims. Held by
+        the server (as ``POST claims`` with a ``kernel_id`` are), the claim lives while the
+        server does, and the server releases it when the kernel shuts down, restarts
+        without claims or dies, when it is idle, or when the server stops. A claim whose
+        holder is already gone is released (as :meth:`live_claims` would), not adopted."""
+        if kernel_id not in set(self.live_kernels()):
+            raise KernelNotFoundError(f"kernel {kernel_id} is not running on this server")
+        now = time.time()
+        adopted = []
+        with self.ledger.transaction() as conn:
+            for record in Ledger.claims(conn):
+                if record.owner.kernel_id != kernel_id:
+                    continue
+                reason = _reclaim_reason(record, now)
+                if reason is not None:
+                    Ledger.delete(conn, record, reason, now)
+                    self.released.put((record, reason))
+                    continue
+                owner = replace(self.server_owner, user=record.owner.user, kernel_id=kernel_id)
+                if owner != record.owner:
+                    # the ledger has no owner update of its own; its claims table keeps the
+                    Ledger.set_owner(conn, record.name, owner)
+                    record = replace(record, owner=owner)  # noqa: PLW2901
+                adopted.append(record)
+        return adopted
+
+    def environment(self, records: list[ClaimRecord]) -> dict[str, str]:
+        """The device environment of all these claims together."""
+        results = [
+            result
+            for record in records
+            for result in record.allocation.get("devices", {}).get("results", [])
+        ]
+        return environment_for(results, self.session.inventory.slices).env
 
     def live_claims(
         self, select: Callable[[ClaimRecord], str | None] | None = None, now: float | None = None

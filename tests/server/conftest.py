@@ -70,6 +70,13 @@ async def eventually(check: Callable[[], bool], *, tries: int = 300, pause: floa
     raise AssertionError(f"condition not met after {tries} tries: {check.__doc__ or check}")
 
 
+def release_announced(events: Events, claim: str) -> bool:
+    """The claim_released event of ``claim`` was received. The ledger commits a release
+    before the event is emitted, and listeners run as tasks: wait on this before asserting
+    on events."""
+    return any(kind == "claim_released" and data["claim"] == claim for kind, data in events)
+
+
 async def start_extensions(serverapp: Any) -> None:
     """What ``ServerApp.start_ioloop`` does once the loop runs (pytest-jupyter does not):
     start the extensions' background work (here, the periodic check)."""

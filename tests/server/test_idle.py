@@ -11,7 +11,13 @@ import pytest
 
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.server.idle import Decision, IdlePolicy
-from tests.server.conftest import Events, Fetch, eventually, start_extensions
+from tests.server.conftest import (
+    Events,
+    Fetch,
+    eventually,
+    release_announced,
+    start_extensions,
+)
 from tests.server.test_kernels import REQUEST, started_kernel
 
 
@@ -37,8 +43,8 @@ async def test_a_running_cell_keeps_the_claim_then_warning_then_release(
         )
 
         def released() -> bool:
-            """the claim is released"""
-            return not ledger.read_claims()
+            """the claim is released and that is announced"""
+            return not ledger.read_claims() and release_announced(events, record.name)
 
         await eventually(released)
         assert [r.reason for r in ledger.releases() if r.name == record.name] == ["idle"]
@@ -70,7 +76,57 @@ async def test_comm_traffic_does_not_keep_a_claim(
             client.shell_channel.send(msg)
             await asyncio.sleep(0.1)
         assert [r.reason for r in ledger.releases() if r.name == record.name] == ["idle"]
+        await eventually(lambda: release_announced(events, record.name))
         assert ("claim_released", "idle") in [(k, d.get("reason")) for k, d in events]
+
+
+async def test_keep_moves_the_deadline_then_the_claim_is_released_later(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger, events: Events
+) -> None:
+    await start_extensions(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        await kernel.run(REQUEST)
+        (record,) = ledger.read_claims()
+
+        def warnings() -> list[dict[str, Any]]:
+            return [data for kind, data in events if kind == "idle_warning"]
+
+        await eventually(lambda: len(warnings()) == 1)
+        original = warnings()[0]["deadline"]
+        r = await jp_fetch("dra", "api", "claims", record.name, "keep", method="POST", body="")
+        kept = json.loads(r.body)
+        assert kept["name"] == record.name
+        assert kept["last_activity"] > record.last_activity
+        assert kept["idle_deadline"] > original
+
+        # The warning for the new deadline comes from a check pass at or after the original
+        # deadline (the keep came at most idle_warning before it): that pass kept the claim.
+        await eventually(lambda: len(warnings()) == 2)
+        second = warnings()[1]
+        assert second["deadline"] > original
+        assert second["deadline"] - second["seconds_left"] >= original  # the pass's clock
+        assert not any(r.name == record.name for r in ledger.releases())
+
+        def released() -> bool:
+            """the kept claim is released and that is announced"""
+            return not ledger.read_claims() and release_announced(events, record.name)
+
+        await eventually(released)
+        assert [r.reason for r in ledger.releases() if r.name == record.name] == ["idle"]
+        assert [(kind, data.get("reason")) for kind, data in events] == [
+            ("claim_allocated", None),
+            ("idle_warning", None),
+            ("idle_warning", None),
+            ("claim_released", "idle"),
+        ]
+
+
+async def test_keep_of_an_unknown_claim_is_404(jp_fetch: Fetch) -> None:
+    r = await jp_fetch(
+        "dra", "api", "claims", "no-such-claim", "keep", method="POST", body="", raise_error=False
+    )
+    assert r.code == 404
+    assert "does not exist" in json.loads(r.body)["message"]
 
 
 def test_policy() -> None:

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from dra_jupyter.local.ledger import Ledger
-from tests.server.conftest import Events, Fetch, eventually, start_extensions
+from tests.server.conftest import (
+    Events,
+    Fetch,
+    eventually,
+    release_announced,
+    start_extensions,
+)
+from tests.server.test_rest import extension
 
 REQUEST = "import dra_jupyter as dra; c = dra.request(gpu=1)"
 
@@ -25,6 +34,18 @@ class Kernel:
         )
         assert reply["content"]["status"] == "ok", reply["content"]
         return reply
+
+    async def run_on_shell(self, code: str) -> None:
+        """Run ``code`` and check its reply on the shell channel only. After a restart the
+        client's IOPub subscription may miss the new kernel's first messages (a late
+        joiner), which ``run`` waits for; the shell channel queues until reconnected."""
+        msg_id = self.client.execute(code)
+        for _ in range(100):  # bounded: replies to other requests are skipped
+            reply: dict[str, Any] = await self.client.get_shell_msg(timeout=120)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                assert reply["content"]["status"] == "ok", reply["content"]
+                return
+        raise AssertionError(f"no reply to {code!r}")
 
 
 @asynccontextmanager
@@ -80,8 +101,8 @@ async def kernel_made_claim_goes_with_it(
     await jp_serverapp.kernel_manager.shutdown_kernel(kernel.id, now=True)
 
     def released() -> bool:
-        """the claim is released with reason kernel-shutdown"""
-        return any(r.name == name for r in ledger.releases())
+        """the claim is released with reason kernel-shutdown, and that is announced"""
+        return any(r.name == name for r in ledger.releases()) and release_announced(events, name)
 
     await eventually(released)
     assert [r.reason for r in ledger.releases() if r.name == name] == ["kernel-shutdown"]
@@ -108,3 +129,107 @@ async def rest_claim_goes_with_kernel(
     await jp_serverapp.kernel_manager.shutdown_kernel(kernel.id, now=True)
     await eventually(lambda: any(r.name == name for r in ledger.releases()))
     assert [r.reason for r in ledger.releases() if r.name == name] == ["kernel-shutdown"]
+
+
+async def test_restart_with_claims_keeps_them_and_gives_their_environment(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger, events: Events
+) -> None:
+    await start_extensions(jp_serverapp)
+    app = extension(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        # CUDA "initialised" before the request: the variable was unset when it started
+        await kernel.run("import os; assert 'CUDA_VISIBLE_DEVICES' not in os.environ")
+        await kernel.run(REQUEST)
+        (before,) = ledger.read_claims()
+        assert before.owner.pid != os.getpid()  # held by the kernel's process
+
+        r = await jp_fetch(
+            "dra", "api", "kernels", kernel.id, "restart-with-claims", method="POST", body=""
+        )
+        answer = json.loads(r.body)
+        assert answer["kernel_id"] == kernel.id
+        (claim,) = answer["claims"]
+        assert claim["name"] == before.name
+        assert claim["kernel_id"] == kernel.id
+        assert answer["env"] == claim["env"]
+        assert claim["env"]["CUDA_VISIBLE_DEVICES"]
+
+        # the old process is gone; the restart event and a check pass keep the claim
+        await eventually(lambda: app.keeping.get(kernel.id) == 0)
+        await app.check()
+        (after,) = ledger.read_claims()
+        assert after.name == before.name
+        assert after.owner.kernel_id == kernel.id
+        assert after.owner.pid == os.getpid()  # held by the server for the kernel
+        assert not any(r.name == before.name for r in ledger.releases())
+        assert [c["name"] for c in await kernel_claims(jp_fetch, kernel.id)] == [before.name]
+
+        # the restarted kernel has the claim's environment from its start
+        cuda = claim["env"]["CUDA_VISIBLE_DEVICES"]
+        await kernel.run_on_shell(
+            f"import os; assert os.environ['CUDA_VISIBLE_DEVICES'] == {cuda!r}"
+        )
+
+        # the kept claim still goes with its kernel
+        kernel.client.stop_channels()
+        await jp_serverapp.kernel_manager.shutdown_kernel(kernel.id, now=True)
+        await eventually(lambda: any(r.name == before.name for r in ledger.releases()))
+        assert [r.reason for r in ledger.releases() if r.name == before.name] == ["kernel-shutdown"]
+
+
+async def test_restart_with_claims_of_an_unknown_kernel_is_404(jp_fetch: Fetch) -> None:
+    r = await jp_fetch(
+        "dra",
+        "api",
+        "kernels",
+        "no-such-kernel",
+        "restart-with-claims",
+        method="POST",
+        body="",
+        raise_error=False,
+    )
+    assert r.code == 404
+    assert "not running" in json.loads(r.body)["message"]
+
+
+async def test_a_plain_restart_releases_the_kernels_claims(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger
+) -> None:
+    await start_extensions(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        r = await jp_fetch(
+            "dra",
+            "api",
+            "claims",
+            method="POST",
+            body=json.dumps({"gpu": 1, "kernel_id": kernel.id}),
+        )
+        name = json.loads(r.body)["name"]  # held by the server for the kernel
+        await (await jp_serverapp.kernel_manager.restart_kernel(kernel.id))
+        await eventually(lambda: any(r.name == name for r in ledger.releases()))
+        assert [r.reason for r in ledger.releases() if r.name == name] == ["kernel-shutdown"]
+
+
+async def test_kill_9_of_a_kernel_releases_its_claims(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger, events: Events
+) -> None:
+    await start_extensions(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        await kernel.run(REQUEST)
+        (record,) = ledger.read_claims()
+        assert record.owner.kernel_id == kernel.id
+        assert record.owner.pid != os.getpid()
+        os.kill(record.owner.pid, signal.SIGKILL)
+
+        def released() -> bool:
+            """the killed kernel's claim is released, and that is announced"""
+            released = any(r.name == record.name for r in ledger.releases())
+            return released and release_announced(events, record.name)
+
+        await eventually(released)
+        reasons = [r.reason for r in ledger.releases() if r.name == record.name]
+        assert reasons in (["kernel-shutdown"], ["reclaimed"])
+        assert ledger.read_claims() == []
+        listed = json.loads((await jp_fetch("dra", "api", "claims")).body)["claims"]
+        assert listed == []
+        assert (("claim_released", reasons[0])) in [(k, d.get("reason")) for k, d in events]
