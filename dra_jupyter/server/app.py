@@ -20,7 +20,7 @@ from jupyter_events import EventLogger
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.serverapp import ServerApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Float, Int, Unicode, default
+from traitlets import Bool, Enum, Float, Int, Unicode, default
 
 from dra_jupyter.local.ledger import ClaimRecord
 from dra_jupyter.server.idle import Decision, IdlePolicy
@@ -50,6 +50,13 @@ class DRAExtensionApp(ExtensionApp):
     extension_url = "/dra/api/devices"
     load_other_extensions = True
 
+    backend = Enum(
+        ["local"],
+        default_value="local",
+        config=True,
+        help="""Where claims are allocated: 'local' (this machine's devices, the embedded
+        allocator and the SQLite ledger). The Kubernetes backend will add 'kubernetes'.""",
+    )
     inventory = Unicode(
         config=True,
         help="""Where devices come from: 'auto' (NVML when it finds GPUs, else the simulated
