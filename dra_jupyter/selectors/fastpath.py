@@ -219,46 +219,36 @@ def _logic_error(a: object, b: object) -> _Error:
     return _Error(_NO_OVERLOAD)
 
 
-def _and(left: Eval, right: Eval) -> Eval:
+def _logic(left: Eval, right: Eval, absorbing: bool) -> Eval:
+    """``&&`` (``absorbing=False``) or ``||`` (``True``): an operand equal to ``absorbing``
+    decides, whatever (or whichever error) the other side gives, in either order."""
+
     def run(dr: str, at: Mapping[str, Any], ca: Mapping[str, Any], al: bool) -> object:
         try:
             a = left(dr, at, ca, al)
         except _Error as error:
             a = error
-        if a is False:
-            return False
+        if a is absorbing:
+            return absorbing
         try:
             b = right(dr, at, ca, al)
         except _Error as error:
             b = error
-        if b is False:
-            return False
-        if a is True and b is True:
-            return True
+        if b is absorbing:
+            return absorbing
+        if a is (not absorbing) and b is (not absorbing):
+            return not absorbing
         raise _logic_error(a, b)
 
     return run
+
+
+def _and(left: Eval, right: Eval) -> Eval:
+    return _logic(left, right, absorbing=False)
 
 
 def _or(left: Eval, right: Eval) -> Eval:
-    def run(dr: str, at: Mapping[str, Any], ca: Mapping[str, Any], al: bool) -> object:
-        try:
-            a = left(dr, at, ca, al)
-        except _Error as error:
-            a = error
-        if a is True:
-            return True
-        try:
-            b = right(dr, at, ca, al)
-        except _Error as error:
-            b = error
-        if b is True:
-            return True
-        if a is False and b is False:
-            return False
-        raise _logic_error(a, b)
-
-    return run
+    return _logic(left, right, absorbing=True)
 
 
 def _not(operand: Eval) -> Eval:
