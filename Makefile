@@ -37,7 +37,7 @@ demo: install
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
 bench: install
-	$(BIN)/python benchmarks/bench_allocator.py --repeat 20
+	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -10,6 +10,7 @@ results are built inside the timed call).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -130,10 +131,34 @@ def measure(
     return statistics.median(times), p99, ok
 
 
+def slowest_oracle_cases(top: int = 3) -> list[tuple[float, str]]:
+    """Best-of-5 time of each case of the oracle table, slowest first."""
+    from dra_jupyter.errors import InvalidInputError  # noqa: PLC0415
+    from tests.allocator.test_upstream_semantics import CASES  # noqa: PLC0415
+
+    times = []
+    for name, case in CASES.items():
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            with contextlib.suppress(InvalidInputError):
+                Allocator(case.slices, case.classes, case.allocated, nodes=[case.node]).allocate(
+                    case.claims, node=case.node["metadata"]["name"]
+                )
+            best = min(best, time.perf_counter() - start)
+        times.append((best * 1000, name))
+    return sorted(times, reverse=True)[:top]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--oracle", action="store_true", help="also time the oracle table")
     args = parser.parse_args()
+    if args.oracle:
+        for ms, name in slowest_oracle_cases():
+            print(f"oracle case {name}: {ms:.1f} ms (best of 5)")
+        print()
     print(f"repeat {args.repeat}")
     print()
     print("| input | result | first-fit p50 / p99 ms | topology p50 / p99 ms |")
