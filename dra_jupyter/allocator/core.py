@@ -8,7 +8,7 @@ from typing import Any, Literal, NamedTuple
 
 from dra_jupyter.allocator.capacity import consumed_capacity, fits
 from dra_jupyter.allocator.explain import Explanation, explain
-from dra_jupyter.allocator.pools import Pool, SliceIndex, gather_pools
+from dra_jupyter.allocator.pools import Pool, SliceIndex, gather_pools, usable_devices
 from dra_jupyter.allocator.results import allocation_result
 from dra_jupyter.allocator.search import (
     Candidate,
@@ -134,47 +134,42 @@ class Allocator:
         (unknown DeviceClass, bad CEL, a CEL error on a device, too many devices).
         """
         parsed = self._prepare(claims)
-        names, plans = self.node_order(parsed, node)
-        for name in names:
-            found, _ = self.search_on(parsed, name, plans.get(name))
+        for name in self.node_order(parsed, node):
+            found, _ = self.search_on(parsed, name)
             if found is not None:
                 return found
         return None
 
-    def node_order(
-        self, claims: list[ResourceClaim], node: str | None
-    ) -> tuple[list[str | None], dict[str | None, Plan]]:
-        """The nodes to try, in the strategy's order, with any plans made to order them."""
+    def node_order(self, claims: list[ResourceClaim], node: str | None) -> list[str | None]:
+        """The nodes to try, in the strategy's order."""
         names = self._nodes_to_try(node)
         if self.strategy == "topology" and len(names) > 1:
             return self._best_fit_nodes(claims, names)
-        return names, {}
+        return names
 
     def _best_fit_nodes(
         self, claims: list[ResourceClaim], names: list[str | None]
-    ) -> tuple[list[str | None], dict[str | None, Plan]]:
-        """Order nodes best fit first, keeping each node's plan for the search."""
-        plans: dict[str | None, Plan] = {}
+    ) -> list[str | None]:
+        """Order nodes best fit first by a cheap count, without evaluating any selector:
+        the free devices of each node's usable pools. Nodes with fewer free devices than
+        the claims need at least go last; the search then plans nodes one by one in this
+        order and stops at the first that fits, as first-fit does in name order."""
+        needed = sum(
+            min((a.count if a.allocation_mode == "ExactCount" else 1) for a in r.alternatives)
+            for claim in claims
+            for r in claim.requests
+        )
         free: dict[str | None, tuple[bool, int]] = {}
         for name in names:
-            try:
-                plan = plans[name] = self.plan(claims, name)
-            except InvalidInputError:
-                free[name] = (False, 0)  # the search raises it again if it gets there
-                continue
-            enough, total = True, 0
-            for ci, claim in enumerate(claims):
-                for ri, request in enumerate(claim.requests):
-                    alts = [plan.data[(ci, ri, si)] for si in range(len(request.alternatives))]
-                    enough = enough and any(
-                        len(rd.all_devices or ()) > 0
-                        if rd.all_devices is not None
-                        else len(rd.candidates) >= rd.num_devices
-                        for rd in alts
-                    )
-                    total += len(alts[0].candidates)
-            free[name] = (enough, total)
-        return node_order(free), plans
+            count = sum(
+                1
+                for _pool, _slice, _device, dev_id in usable_devices(
+                    self.pools_for(self.node(name))
+                )
+                if dev_id not in self.state.dedicated
+            )
+            free[name] = (count >= needed, count)
+        return node_order(free)
 
     def explain(
         self, claims: Iterable[Mapping[str, Any] | ResourceClaim], node: str | None = None
@@ -183,11 +178,11 @@ class Allocator:
         return explain(self, self._prepare(claims), node)
 
     def search_on(
-        self, claims: list[ResourceClaim], node_name: str | None, plan: Plan | None = None
+        self, claims: list[ResourceClaim], node_name: str | None
     ) -> tuple[list[AllocationResult] | None, bool]:
         """Allocate prepared claims on one node; also says whether the step budget ran out."""
         try:
-            return self._allocate_on(claims, node_name, plan), False
+            return self._allocate_on(claims, node_name), False
         except SearchBudgetError:
             return None, True
 
@@ -394,9 +389,9 @@ class Allocator:
         return out
 
     def _allocate_on(
-        self, claims: list[ResourceClaim], node_name: str | None, plan: Plan | None
+        self, claims: list[ResourceClaim], node_name: str | None
     ) -> list[AllocationResult] | None:
-        node, pools, data = plan if plan is not None else self.plan(claims, node_name)
+        node, pools, data = self.plan(claims, node_name)
         search = Search(claims, pools, node, self.state, data, self.max_steps)
         if not search.run():
             return None

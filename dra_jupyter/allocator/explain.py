@@ -109,9 +109,8 @@ class Explanation:
 
 def explain(allocator: Allocator, claims: list[ResourceClaim], node: str | None) -> Explanation:
     """Report on the nodes in the order the allocator tries them, up to the first that fits."""
-    names, _plans = allocator.node_order(claims, node)
     reports = []
-    for name in names:
+    for name in allocator.node_order(claims, node):
         report = _node_report(allocator, claims, name)
         reports.append(report)
         if report.satisfiable:

@@ -5,8 +5,10 @@ PCIe roots and NUMA nodes and carves MIG slices out of whole GPUs. ``topology`` 
 every rule of the search and changes only the order in which it tries things, so it
 finds a valid allocation whenever first-fit does, in the same bounded time:
 
-* nodes: best fit first — the node with the fewest eligible free devices that still has
-  enough for every request, keeping emptier nodes whole for large claims (ties by name);
+* nodes: best fit first — the node with the fewest free devices that still has as many
+  as the claims need, keeping emptier nodes whole for large claims (ties by name); the
+  count needs no selector, so ordering costs little and the search still stops at the
+  first node that fits;
 * devices of a request for ``count`` devices: grouped by ``pcieRoot`` when some root has
   ``count`` eligible devices, else by ``numaNode``; the smallest group that fits comes
   first (best fit), so the devices of one request share a root or NUMA node whenever
