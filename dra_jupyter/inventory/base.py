@@ -8,18 +8,29 @@ from typing import Any
 Wire = dict[str, Any]
 
 
-def node_slice(driver: str, node: str, devices: list[Wire], generation: int = 1) -> Wire:
-    """The one ResourceSlice of a node-local driver: pool named after the node, as the
-    NVIDIA, AMD and TPU drivers publish it."""
+def node_slice(
+    driver: str,
+    node: str,
+    devices: list[Wire] | None = None,
+    generation: int = 1,
+    *,
+    suffix: str = "",
+    slice_count: int = 1,
+    shared_counters: list[Wire] | None = None,
+) -> Wire:
+    """A ResourceSlice of a node-local driver's pool, named after the node, as the NVIDIA,
+    AMD and TPU drivers publish it: ``devices``, or (``shared_counters``) a counters-only
+    slice of a pool split over ``slice_count`` slices."""
+    body: Wire = {"sharedCounters": shared_counters} if shared_counters else {"devices": devices}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{driver}"},
+        "metadata": {"name": f"{node}-{driver}" + (f"-{suffix}" if suffix else "")},
         "spec": {
             "driver": driver,
             "nodeName": node,
-            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
-            "devices": devices,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": slice_count},
+            **body,
         },
     }
 

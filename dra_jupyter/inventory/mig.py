@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dra_jupyter.inventory import nvidia
+from dra_jupyter.inventory.base import node_slice
 from dra_jupyter.model.limits import MAX_COUNTER_SETS_PER_SLICE, MAX_DEVICES_PER_SLICE_WITH_EXTRAS
 from dra_jupyter.model.quantity import Quantity
 
@@ -264,17 +265,15 @@ def split_slices(
             suffix = f"gpu-{minor}" if len(chunks) == 1 else f"gpu-{minor}-{i}"
             specs.append((suffix, {"devices": chunk}))
     return [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-{nvidia.DRIVER}-{suffix}"},
-            "spec": {
-                "driver": nvidia.DRIVER,
-                "nodeName": node,
-                "pool": {"name": node, "generation": generation, "resourceSliceCount": len(specs)},
-                **body,
-            },
-        }
+        node_slice(
+            nvidia.DRIVER,
+            node,
+            body.get("devices"),
+            generation,
+            suffix=suffix,
+            slice_count=len(specs),
+            shared_counters=body.get("sharedCounters"),
+        )
         for suffix, body in specs
     ]
 
