@@ -72,6 +72,7 @@ EXPECT = {
     "h200-8x": Expect("gpu", 1, "gpu", 8, "NVIDIA H200", "CUDA_VISIBLE_DEVICES"),
     "h100-8x": Expect("gpu", 1, "gpu", 8, "NVIDIA H100 80GB HBM3", "CUDA_VISIBLE_DEVICES"),
     "h200-mig": Expect("mig", "3g.71gb", "gpu", 1, "NVIDIA H200", ""),
+    "h200-shared": Expect("gpu", 1, "gpu", 8, "NVIDIA H200", "CUDA_VISIBLE_DEVICES"),
     "workstation-4gpu": Expect(
         "gpu", 1, "gpu", 4, "NVIDIA RTX 6000 Ada Generation", "CUDA_VISIBLE_DEVICES"
     ),
@@ -211,7 +212,7 @@ def test_one_device_its_environment_and_release(session: Session) -> None:
     assert (e.env in claim.env) == bool(e.env)
 
     shown = states(session)[row.device]
-    assert shown.state == "held"
+    assert shown.state == ("shared" if device.get("allowMultipleAllocations") else "held")
     assert shown.holder == f"{claim.name} ({session.owner.user})"
     assert [r.claim for r in session.claims()] == [claim.name]
     assert claim.state == "allocated"
@@ -221,6 +222,33 @@ def test_one_device_its_environment_and_release(session: Session) -> None:
     assert {r.state for r in session.devices()} == {"free"}
     assert len(session.claims()) == 0
     assert not session.release(claim.name)
+
+
+def test_shared_gpus_take_claims_by_memory_and_by_share(tmp_path: Path) -> None:
+    session = make_session(tmp_path, "h200-shared")
+    model = "NVIDIA H200"
+    first = session.request(apply_env=False, share="60Gi", model=model)
+    second = session.request(apply_env=False, share="60Gi")
+    [a], [b] = first.devices, second.devices
+    assert a.device == b.device  # packed onto one GPU, not spread over two
+    assert first.env == second.env
+    assert states(session)[a.device].state == "shared"
+    assert states(session)[a.device].holder == (
+        f"{first.name} ({session.owner.user}), {second.name} ({session.owner.user})"
+    )
+    third = session.request(apply_env=False, share="60Gi")  # 120Gi of 140Gi are taken
+    assert third.devices[0].device != a.device
+    smalls = [session.request(apply_env=False, share="1Gi") for _ in range(2)]
+    # the GPU of the first two takes two more claims, then its 4 shares are gone
+    assert [s.devices[0].device for s in smalls] == [a.device, a.device]
+    fifth = session.request(apply_env=False, share="1Gi")
+    assert fifth.devices[0].device != a.device
+    whole = session.request(apply_env=False, gpu=6)  # a plain request takes all the memory
+    assert {r.device for r in whole.devices}.isdisjoint({a.device, third.devices[0].device})
+    with pytest.raises(AllocationError, match="busy"):
+        session.request(apply_env=False, gpu=1)
+    session.release_all()
+    assert {r.state for r in session.devices()} == {"free"}
 
 
 def test_release_by_name_and_release_all(session: Session) -> None:

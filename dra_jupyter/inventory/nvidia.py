@@ -76,6 +76,25 @@ def gpu_device(
     }
 
 
+def consumable_shares(device: dict[str, Any], shares: int) -> dict[str, Any]:
+    """The GPU as the NVIDIA driver publishes it with ``--consumable-shares=N`` (gate
+    ``ConsumableShares``): several claims may hold it at once (``allowMultipleAllocations``),
+    each taking the memory it asks for (any multiple of 1Mi; all of it when it names none)
+    and one of ``shares`` slots, so at most ``shares`` claims share the GPU."""
+    memory = device["capacity"]["memory"]["value"]
+    return {
+        **device,
+        "allowMultipleAllocations": True,
+        "capacity": {
+            "memory": {
+                "value": memory,
+                "requestPolicy": {"validRange": {"min": "1Mi", "max": memory, "step": "1Mi"}},
+            },
+            "shares": {"value": str(shares), "requestPolicy": {"default": "1"}},
+        },
+    }
+
+
 def gpu_slice(node: str, devices: Sequence[dict[str, Any]], generation: int = 1) -> dict[str, Any]:
     return node_slice(DRIVER, node, list(devices), generation)
 
@@ -106,8 +125,9 @@ def device_classes() -> list[dict[str, Any]]:
     return [cls("gpu.nvidia.com", "gpu", "nvidia.com/gpu"), cls("mig.nvidia.com", "mig")]
 
 
-def hgx_node(node: str, model: GpuModel = H200) -> dict[str, Any]:
-    """An 8-GPU HGX node: 2 NUMA nodes, 4 PCIe root complexes with 2 GPUs each."""
+def hgx_node(node: str, model: GpuModel = H200, *, shares: int = 0) -> dict[str, Any]:
+    """An 8-GPU HGX node: 2 NUMA nodes, 4 PCIe root complexes with 2 GPUs each; with
+    ``shares``, every GPU is shared by up to that many claims (:func:`consumable_shares`)."""
     buses = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]
     roots = ["15", "15", "37", "37", "97", "97", "b7", "b7"]
     devices = [
@@ -119,4 +139,6 @@ def hgx_node(node: str, model: GpuModel = H200) -> dict[str, Any]:
         )
         for i, (bus, root) in enumerate(zip(buses, roots, strict=True))
     ]
+    if shares:
+        devices = [consumable_shares(d, shares) for d in devices]
     return gpu_slice(node, devices)

@@ -13,6 +13,8 @@ devices):
 * ``h200-8x``: ``gpu-node-1``, 8 H200 (``make demo``'s node, :data:`DEFAULT`);
 * ``h100-8x``: ``h100-node-1``, 8 H100 SXM with Fabric Manager NVLink partitions;
 * ``h200-mig``: ``h200-mig-1``, 1 H200 in MIG mode (:mod:`dra_jupyter.inventory.mig`);
+* ``h200-shared``: ``gpu-shared-1``, 8 H200 that up to 4 claims share each, by memory
+  (the NVIDIA driver's consumable shares);
 * ``workstation-4gpu``: ``workstation-1``, 4 RTX 6000 Ada, one per PCIe root, 2 per NUMA node;
 * ``tpu-v5e-8``: ``tpu-v5e-node-1``, 8 TPU v5e chips in a 2x4 topology;
 * ``mi300x-8``: ``mi300x-node-1``, 8 AMD Instinct MI300X, one per PCIe root, 4 per NUMA node.
@@ -79,6 +81,10 @@ def _h100_8x() -> tuple[list[Wire], list[Wire]]:
     return [node], nvidia.device_classes()
 
 
+def _h200_shared() -> tuple[list[Wire], list[Wire]]:
+    return [nvidia.hgx_node("gpu-shared-1", nvidia.H200, shares=4)], nvidia.device_classes()
+
+
 def _h200_mig() -> tuple[list[Wire], list[Wire]]:
     # Imported here: only this inventory needs the MIG tables.
     from dra_jupyter.inventory import mig  # noqa: PLC0415
@@ -122,6 +128,11 @@ _BUNDLED: tuple[_Bundled, ...] = (
         _h100_8x,
     ),
     _Bundled("h200-mig", "1x NVIDIA H200 in MIG mode, with its MIG profiles", _h200_mig),
+    _Bundled(
+        "h200-shared",
+        "8x NVIDIA H200 (HGX), each shared by up to 4 claims by memory (consumable shares)",
+        _h200_shared,
+    ),
     _Bundled(
         "workstation-4gpu",
         "4x NVIDIA RTX 6000 Ada (PCIe): 2 NUMA nodes, one PCIe root per GPU",

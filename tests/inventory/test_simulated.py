@@ -36,11 +36,19 @@ SERVED = {
     "h200-8x": {NV},
     "h100-8x": {NV},
     "h200-mig": {NV, "mig.nvidia.com"},
+    "h200-shared": {NV},
     "workstation-4gpu": {NV},
     "tpu-v5e-8": {TPU},
     "mi300x-8": {AMD},
 }
-DEVICES = {"h200-8x": 8, "h100-8x": 8, "workstation-4gpu": 4, "tpu-v5e-8": 8, "mi300x-8": 8}
+DEVICES = {
+    "h200-8x": 8,
+    "h100-8x": 8,
+    "h200-shared": 8,
+    "workstation-4gpu": 4,
+    "tpu-v5e-8": 8,
+    "mi300x-8": 8,
+}
 ROOT, NUMA = "resource.kubernetes.io/pcieRoot", "resource.kubernetes.io/numaNode"
 
 
