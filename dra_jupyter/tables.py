@@ -52,6 +52,8 @@ class DeviceRow:
     memory: str
     mig_profile: str
     node: str
+    numa_node: str  # resource.kubernetes.io/numaNode, "" when not published
+    pcie_root: str  # resource.kubernetes.io/pcieRoot, "" when not published
     state: str  # free, held, shared, blocked (a partition or the whole GPU is taken)
     holder: str  # claim (user)
 
@@ -153,6 +155,8 @@ def device_rows(slices: Sequence[Wire], held: Sequence[ClaimRecord]) -> list[Dev
                     memory=human_bytes(Quantity.parse(memory)) if memory is not None else "",
                     mig_profile=_attr(d, "profile"),
                     node=spec.get("nodeName") or "",
+                    numa_node=_attr(d, "resource.kubernetes.io/numaNode"),
+                    pcie_root=_attr(d, "resource.kubernetes.io/pcieRoot"),
                     state=state,
                     holder=", ".join(holders.get(key, [])),
                 )

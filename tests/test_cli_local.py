@@ -113,6 +113,8 @@ def test_devices_lists_every_device() -> None:
         "memory",
         "mig_profile",
         "node",
+        "numa_node",
+        "pcie_root",
         "state",
         "holder",
     ]
@@ -132,6 +134,8 @@ def test_devices_json() -> None:
         "memory": "140.4Gi",
         "mig_profile": "",
         "node": "gpu-node-1",
+        "numa_node": "0",
+        "pcie_root": "pci0000:15",
         "state": "free",
         "holder": "",
     }

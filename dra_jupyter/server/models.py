@@ -18,6 +18,8 @@ class DeviceModel(TypedDict):
     memory: str  # human units, e.g. 140.4Gi
     mig_profile: str
     node: str
+    numa_node: str  # resource.kubernetes.io/numaNode, empty when not published
+    pcie_root: str  # resource.kubernetes.io/pcieRoot, empty when not published
     state: str  # free, held, shared, blocked
     holder: str  # "claim (user)", empty when free
 
