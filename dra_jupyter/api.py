@@ -10,13 +10,14 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -48,7 +49,25 @@ from dra_jupyter.tables import (
     device_rows,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dra_jupyter.metrics.recorder import Recorder
+    from dra_jupyter.widgets.card import CardReporter, ClaimCard
+
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
+HISTORY_STEP = 5.0  # seconds between the points of a simulated device's history
+
+
+def in_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (ipykernel's IPython): not a plain Python
+    process, not IPython in a terminal. Imports nothing unless ipykernel is loaded."""
+    if "ipykernel" not in sys.modules:
+        return False
+    from IPython import get_ipython  # noqa: PLC0415  # loaded already when ipykernel is
+
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def _caller_level() -> int:
@@ -62,11 +81,15 @@ def _caller_level() -> int:
     return max(level, 1)
 
 
+def _describe(spec: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in spec.items()) or "devices"
+
+
 class _QueueReporter:
     """Says on stderr where a waiting request stands, each time its place changes."""
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
-        self.what = ", ".join(f"{k}={v!r}" for k, v in spec.items()) or "devices"
+        self.what = _describe(spec)
         self.last: int | None = None
 
     def __call__(self, waiting: Waiting) -> None:
@@ -90,6 +113,7 @@ class Claim:
         self._session = session
         self._record = record
         self._released = False
+        self._card: ClaimCard | None = None
         self.notes: list[str] = []
 
     @property
@@ -163,6 +187,37 @@ class Claim:
         self._released = True
         return self._session.backend.release(self.name)
 
+    def history(self) -> pd.DataFrame:
+        """Utilisation, memory and temperature of this claim's devices since it was made
+        (one row per device and time; ``simulated`` says whether the values are made up)."""
+        return self._session.history(list(self._device_keys()), since=self._record.created)
+
+    def _device_keys(self) -> list[str]:
+        return [
+            f"{r['driver']}/{r['pool']}/{r['device']}"
+            for r in self.allocation.get("devices", {}).get("results", [])
+        ]
+
+    def card(self) -> ClaimCard:
+        """This claim's card widget (one per claim: the one shown while it waited)."""
+        if self._card is None:
+            from dra_jupyter.widgets.card import ClaimCard  # noqa: PLC0415  # widgets on use
+
+            self._card = ClaimCard(self)
+        else:
+            self._card.refresh()
+        return self._card
+
+    def _repr_mimebundle_(
+        self, include: Any = None, exclude: Any = None
+    ) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
+        """In a notebook: the claim card; elsewhere (a terminal, a plain process): text."""
+        bundle = self.card()._repr_mimebundle_() if in_kernel() else None
+        if bundle is None:
+            return {"text/plain": repr(self)}
+        data, metadata = bundle
+        return {**data, "text/plain": repr(self)}, metadata
+
     def to_dict(self) -> dict[str, Any]:
         """The ResourceClaim, with ``status.allocation``."""
         return self._record.to_object()
@@ -216,6 +271,58 @@ class Session:
             poll_interval=self.settings.poll_interval,
         )
 
+    @cached_property
+    def metrics(self) -> Recorder:
+        """This process's metrics of the inventory's devices (NVML, or simulated)."""
+        from dra_jupyter.metrics import source_for  # noqa: PLC0415  # NVML only when asked
+        from dra_jupyter.metrics.recorder import Recorder  # noqa: PLC0415
+
+        return Recorder(source_for(self.inventory))
+
+    def device_key(self, device: str) -> str:
+        """``driver/pool/device`` of a device named in full or by its name (``gpu-0``)."""
+        keys = [r.device for r in device_rows(self.inventory.slices, [])]
+        if device in keys:
+            return device
+        found = [k for k in keys if k.rsplit("/", 1)[-1] == device]
+        if len(found) == 1:
+            return found[0]
+        what = "is ambiguous" if found else "is not a device of this inventory"
+        raise InvalidInputError(
+            f"dra.history: {device!r} {what}; use a name from dra.devices(), "
+            f"e.g. {keys[0] if keys else 'gpu-0'!r}"
+        )
+
+    def history(
+        self, devices: str | list[str], *, since: float | None = None, last: str | float = "10m"
+    ) -> pd.DataFrame:
+        """Utilisation, memory and temperature of devices over time, as a DataFrame.
+
+        Simulated inventories: values computed for the whole window (they are a function
+        of time and of the devices' current claims), marked ``simulated``. Real GPUs: the
+        samples this process took (each call, and each refresh of a board in this
+        kernel, takes one); the live board shows the server extension's longer history."""
+        from dra_jupyter.metrics.history import to_frame  # noqa: PLC0415
+
+        now = time.time()
+        if since is None:
+            since = now - (parse_duration(last, what="last") or 0)
+        keys = [self.device_key(d) for d in ([devices] if isinstance(devices, str) else devices)]
+        held_since: dict[str, float] = {}
+        for record in self.backend.claims(all_users=True):
+            for result in record.allocation.get("devices", {}).get("results", []):
+                key = f"{result['driver']}/{result['pool']}/{result['device']}"
+                held_since[key] = min(held_since.get(key, record.created), record.created)
+        self.metrics.sample(set(held_since), now)
+        samples = [
+            s
+            for key in keys
+            for s in self.metrics.series(
+                key, since=since, now=now, held_since=held_since, step=HISTORY_STEP
+            )
+        ]
+        return to_frame(samples)
+
     def class_names(self) -> list[str]:
         return [c["metadata"]["name"] for c in self.inventory.device_classes]
 
@@ -254,16 +361,29 @@ class Session:
                 raise
             explanation = err.explanation if isinstance(err, AllocationError) else None
             raise AllocationError(f"dra.request: {hint}", explanation) from None
+        card: CardReporter | None = None
         if on_wait is None and wait != 0:
-            on_wait = _QueueReporter(spec)
-        record = self.backend.allocate(
-            claim, timeout=wait, lease=lease_s, on_wait=on_wait, checked=True
-        )
+            if in_kernel():  # a card in the notebook instead of lines on stderr
+                from dra_jupyter.widgets.card import CardReporter  # noqa: PLC0415
+
+                on_wait = card = CardReporter(_describe(spec), self.inventory.simulated)
+            else:
+                on_wait = _QueueReporter(spec)
+        try:
+            record = self.backend.allocate(
+                claim, timeout=wait, lease=lease_s, on_wait=on_wait, checked=True
+            )
+        except DraJupyterError as err:
+            if card is not None:
+                card.failed(str(err))
+            raise
         result = Claim(self, record)
         if apply_env:
             result.notes = result.apply_env()
             for note in result.notes:
                 warnings.warn(note, DraJupyterWarning, stacklevel=_caller_level())
+        if card is not None:
+            card.allocated(result)
         return result
 
     def devices(self) -> Table[DeviceRow]:

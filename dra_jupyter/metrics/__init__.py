@@ -1,0 +1,16 @@
+"""Live device metrics: memory used/total, utilisation and temperature per device.
+
+Two sources with one interface (:class:`~dra_jupyter.metrics.base.MetricsSource`):
+:class:`~dra_jupyter.metrics.nvml.NvmlSource` reads NVML on a machine with NVIDIA GPUs,
+:class:`~dra_jupyter.metrics.simulated.SimulatedSource` computes values for simulated
+inventories (a deterministic function of time and of whether the device is held; every
+sample says ``simulated``). :class:`~dra_jupyter.metrics.history.MetricsHistory` keeps
+the last samples of each device in a bounded ring buffer. Nothing here runs at import.
+"""
+
+from __future__ import annotations
+
+from dra_jupyter.metrics.base import MetricsSource, Sample, source_for
+from dra_jupyter.metrics.history import MetricsHistory
+
+__all__ = ["MetricsHistory", "MetricsSource", "Sample", "source_for"]

@@ -1,0 +1,56 @@
+"""A metrics sample and the interface of a metrics source."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import asdict, dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from dra_jupyter.inventory.base import Inventory
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one device reported at one time; ``None`` where the source does not know."""
+
+    device: str  # driver/pool/device, as in dra.devices()
+    time: float  # seconds since the epoch
+    memory_used: int | None = None  # bytes
+    memory_total: int | None = None  # bytes
+    utilization: float | None = None  # percent of time a kernel ran (NVML's GPU utilisation)
+    temperature: float | None = None  # degrees Celsius
+    simulated: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class MetricsSource(Protocol):
+    """Samples every device it knows; never raises for a device that cannot be read."""
+
+    name: str  # "nvml" or "simulated"
+    simulated: bool
+    problem: str  # why nothing could be read (empty when fine)
+
+    def sample(self, held: Collection[str], now: float) -> list[Sample]:
+        """One sample per device it can read. ``held``: the devices held now (keys)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def device_key(driver: str, pool: str, device: str) -> str:
+    return f"{driver}/{pool}/{device}"
+
+
+def source_for(inventory: Inventory, nvml: ModuleType | None = None) -> MetricsSource:
+    """NVML for an inventory read through NVML, the simulated source for anything else."""
+    if inventory.source == "nvml":
+        from dra_jupyter.metrics.nvml import NvmlSource  # noqa: PLC0415  # NVML only when asked
+
+        return NvmlSource(inventory, nvml)
+    from dra_jupyter.metrics.simulated import SimulatedSource  # noqa: PLC0415
+
+    return SimulatedSource(inventory)

@@ -1,0 +1,131 @@
+"""Metrics read through NVML: memory, utilisation and temperature of each GPU, and memory
+of each existing MIG device (NVML reports neither utilisation nor temperature for MIG).
+
+NVML is initialised on the first sample and shut down by :meth:`NvmlSource.close`. Any
+NVML error leaves that value (or that device) out: a sample is never an exception.
+Devices are matched to the inventory by UUID, so a sample's ``device`` is the key that
+``dra.devices()`` shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Collection
+from functools import partial
+from types import ModuleType
+from typing import Any, TypeVar
+
+from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.metrics.base import Sample, device_key
+
+T = TypeVar("T")
+
+MIG_ENABLE = 1
+TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
+
+
+def uuid_keys(inventory: Inventory) -> dict[str, str]:
+    """UUID -> ``driver/pool/device`` for every device of the inventory that has one."""
+    keys = {}
+    for s in inventory.slices:
+        spec = s.get("spec", {})
+        for d in spec.get("devices") or ():
+            uuid = ((d.get("attributes") or {}).get("uuid") or {}).get("string")
+            if uuid:
+                keys[uuid] = device_key(spec["driver"], spec["pool"]["name"], d["name"])
+    return keys
+
+
+class NvmlSource:
+    """Samples the GPUs (and MIG devices) of an inventory read through NVML."""
+
+    name = "nvml"
+    simulated = False
+
+    def __init__(self, inventory: Inventory, nvml: ModuleType | None = None) -> None:
+        self.keys = uuid_keys(inventory)
+        self._nvml = nvml
+        self._lib: ModuleType | None = None
+        self.problem = ""
+
+    def _start(self) -> ModuleType | None:
+        if self._lib is not None:
+            return self._lib
+        try:
+            lib = self._nvml if self._nvml is not None else importlib.import_module("pynvml")
+        except ImportError:
+            self.problem = "the nvidia-ml-py package (module pynvml) is not installed"
+            return None
+        try:
+            lib.nvmlInit()
+        except lib.NVMLError as err:
+            self.problem = f"NVML failed to start ({err})"
+            return None
+        self.problem = ""
+        self._lib = lib
+        return lib
+
+    def close(self) -> None:
+        lib, self._lib = self._lib, None
+        if lib is not None:
+            with contextlib.suppress(lib.NVMLError):
+                lib.nvmlShutdown()
+
+    def sample(self, held: Collection[str], now: float) -> list[Sample]:
+        lib = self._start()
+        if lib is None:
+            return []
+        count = _try(lib, lib.nvmlDeviceGetCount)
+        out = []
+        for index in range(count or 0):
+            handle = _try(lib, partial(lib.nvmlDeviceGetHandleByIndex, index))
+            if handle is None:
+                continue
+            key = self._key(lib, handle)
+            if key is not None:
+                out.append(self._measure(lib, handle, key, now, mig=False))
+            modes = _try(lib, partial(lib.nvmlDeviceGetMigMode, handle))
+            if modes and modes[0] == MIG_ENABLE:
+                out.extend(self._mig_samples(lib, handle, now))
+        return out
+
+    def _mig_samples(self, lib: ModuleType, parent: Any, now: float) -> list[Sample]:
+        out = []
+        for slot in range(_try(lib, lambda: int(lib.nvmlDeviceGetMaxMigDeviceCount(parent))) or 0):
+            handle = _try(lib, partial(lib.nvmlDeviceGetMigDeviceHandleByIndex, parent, slot))
+            key = self._key(lib, handle) if handle is not None else None
+            if key is not None:
+                out.append(self._measure(lib, handle, key, now, mig=True))
+        return out
+
+    def _key(self, lib: ModuleType, handle: Any) -> str | None:
+        uuid = _try(lib, lambda: lib.nvmlDeviceGetUUID(handle))
+        if uuid is None:
+            return None
+        return self.keys.get(uuid.decode() if isinstance(uuid, bytes) else str(uuid))
+
+    def _measure(self, lib: ModuleType, handle: Any, key: str, now: float, *, mig: bool) -> Sample:
+        memory = _try(lib, lambda: lib.nvmlDeviceGetMemoryInfo(handle))
+        utilization = None if mig else _try(lib, lambda: lib.nvmlDeviceGetUtilizationRates(handle))
+        temperature = (
+            None
+            if mig
+            else _try(lib, lambda: lib.nvmlDeviceGetTemperature(handle, TEMPERATURE_GPU))
+        )
+        return Sample(
+            device=key,
+            time=now,
+            memory_used=int(memory.used) if memory is not None else None,
+            memory_total=int(memory.total) if memory is not None else None,
+            utilization=float(utilization.gpu) if utilization is not None else None,
+            temperature=float(temperature) if temperature is not None else None,
+        )
+
+
+def _try(lib: ModuleType, call: Callable[[], T]) -> T | None:
+    """``call()``, or None for any NVML error (not supported, GPU lost, ...)."""
+    try:
+        return call()
+    except lib.NVMLError:
+        return None

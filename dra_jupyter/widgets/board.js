@@ -1,0 +1,183 @@
+// The live device board. Data comes from the dra-jupyter server extension's REST API
+// (polled from here, never through the kernel), or, where no extension answers, from the
+// kernel: a {type: "refresh"} message that the kernel answers by updating `rows`.
+
+function draJoin(devices, claims, metrics) {
+  const byDevice = new Map();
+  for (const m of metrics.devices) byDevice.set(m.device, m);
+  const claimsOf = new Map();
+  for (const c of claims.claims) {
+    for (const d of c.devices) {
+      if (!claimsOf.has(d)) claimsOf.set(d, []);
+      claimsOf.get(d).push({
+        name: c.name,
+        user: c.user,
+        kernel: c.kernel_id || "",
+        idle_deadline: c.idle_deadline,
+      });
+    }
+  }
+  return devices.devices.map((d) => {
+    const m = byDevice.get(d.device) || {};
+    const cur = m.current || {};
+    return {
+      ...d,
+      name: d.device.split("/").pop(),
+      claims: claimsOf.get(d.device) || [],
+      memory_used: cur.memory_used ?? null,
+      memory_total: cur.memory_total ?? null,
+      utilization: cur.utilization ?? null,
+      temperature: cur.temperature ?? null,
+      spark: (m.history && m.history.utilization) || [],
+    };
+  });
+}
+
+function draHolder(row, warning) {
+  const cell = draEl("td", "dra-holder");
+  if (!row.claims.length) {
+    cell.textContent = row.holder || "";
+    return cell;
+  }
+  for (const c of row.claims) {
+    const line = draEl("div", "dra-claim");
+    line.append(draEl("span", "dra-claim-name", c.name), " ", draEl("span", "dra-dim", c.user));
+    if (c.kernel) line.append(" ", draEl("span", "dra-dim", "kernel " + c.kernel.slice(0, 8)));
+    if (c.idle_deadline) {
+      const left = draEl("span", "dra-countdown");
+      left.dataset.deadline = String(c.idle_deadline);
+      left.dataset.warning = String(warning);
+      line.append(" ", left);
+    }
+    cell.append(line);
+  }
+  return cell;
+}
+
+function draTick(root) {
+  const now = Date.now() / 1000;
+  for (const e of root.querySelectorAll(".dra-countdown")) {
+    const left = Number(e.dataset.deadline) - now;
+    e.textContent = left > 0 ? "idle release in " + draDuration(left) : "idle: releasing";
+    e.classList.toggle("dra-warn", left <= Number(e.dataset.warning || 0));
+  }
+}
+
+function draRender(el, model, view) {
+  const rows = view.rows !== null ? view.rows : model.get("rows");
+  const simulated = view.rows !== null ? view.simulated : model.get("simulated");
+  const title = view.rows !== null ? view.inventory : model.get("inventory");
+  el.replaceChildren();
+  const head = draEl("div", "dra-head");
+  head.append(draEl("span", "dra-title", title || "devices"));
+  if (simulated) {
+    const badge = draEl("span", "dra-badge dra-simulated", "simulated");
+    badge.title = "a simulated inventory: no real devices, made-up metrics";
+    head.append(badge);
+  }
+  const source = view.server === true ? "live" : view.server === false ? "from kernel" : "";
+  if (source) head.append(draEl("span", "dra-badge", source));
+  if (view.error) head.append(draEl("span", "dra-error", view.error));
+  el.append(head);
+  const table = draEl("table", "dra-table");
+  const hr = draEl("tr");
+  for (const h of ["device", "model", "memory", "util", "temp", "state", "holder"]) {
+    hr.append(draEl("th", "", h));
+  }
+  table.append(draEl("thead"));
+  table.tHead.append(hr);
+  const body = draEl("tbody");
+  for (const row of rows) {
+    const tr = draEl("tr", "dra-state-" + row.state);
+    const dev = draEl("td", "dra-device");
+    dev.append(draEl("div", "", row.name), draEl("div", "dra-dim", row.node));
+    const modelCell = draEl("td");
+    modelCell.append(draEl("div", "", row.model));
+    if (row.mig_profile) modelCell.append(draEl("div", "dra-dim", "MIG " + row.mig_profile));
+    const mem = draEl("td");
+    if (row.memory_used !== null && row.memory_total) {
+      mem.append(
+        draBar(
+          row.memory_used / row.memory_total,
+          draBytes(row.memory_used) + " / " + draBytes(row.memory_total),
+        ),
+      );
+    } else {
+      mem.textContent = row.memory || "";
+    }
+    const util = draEl("td", "dra-util");
+    if (row.utilization !== null && row.utilization !== undefined) {
+      util.append(draEl("span", "dra-num", Math.round(row.utilization) + "%"));
+      util.append(draSparkline(row.spark));
+    }
+    const temp = draEl(
+      "td",
+      "dra-num",
+      row.temperature !== null && row.temperature !== undefined
+        ? Math.round(row.temperature) + "\u00b0C"
+        : "",
+    );
+    const state = draEl("td");
+    state.append(draEl("span", "dra-pill dra-pill-" + row.state, row.state));
+    tr.append(dev, modelCell, mem, util, temp, state, draHolder(row, view.warning));
+    body.append(tr);
+  }
+  table.append(body);
+  el.append(table);
+  draTick(el);
+}
+
+export default {
+  render({ model, el }) {
+    el.classList.add("dra-widget", "dra-board");
+    const view = {
+      server: null, // null: not known yet, true: the REST API answers, false: ask the kernel
+      rows: null, // rows from REST, when the server answers
+      simulated: false,
+      inventory: "",
+      warning: 0,
+      error: "",
+    };
+    const presence = draPresence();
+    const redraw = () => draRender(el, model, view);
+    async function step() {
+      if (view.server !== false) {
+        try {
+          const [devices, claims, metrics] = await Promise.all([
+            draApi("devices"),
+            draApi("claims"),
+            draApi("metrics?history=40"),
+          ]);
+          view.server = true;
+          view.rows = draJoin(devices, claims, metrics);
+          view.simulated = devices.simulated;
+          view.inventory = devices.inventory;
+          view.warning = metrics.idle_warning || 0;
+          view.error = "";
+          redraw();
+          return;
+        } catch (e) {
+          if (view.server === true) {
+            view.error = "server: " + (e.message || e);
+            redraw();
+            return;
+          }
+          view.server = false;
+        }
+      }
+      if (presence.recent(5 * 60 * 1000)) model.send({ type: "refresh" });
+    }
+    const poller = draPoller(el, step, () => Math.max(250, 1000 * model.get("interval")));
+    const ticker = setInterval(() => draTick(el), 1000);
+    model.on("change:rows", redraw);
+    model.on("change:simulated", redraw);
+    redraw();
+    return () => {
+      poller.stop();
+      presence.stop();
+      clearInterval(ticker);
+      model.off("change:rows", redraw);
+      model.off("change:simulated", redraw);
+    };
+  },
+};

@@ -1,0 +1,189 @@
+// The claim card: a waiting request's place in line, then the claim, its idle countdown
+// and buttons. The kernel sets the state; the server extension (when it answers) gives
+// the idle deadline, notices releases made elsewhere and carries Keep and Release.
+
+function draCardRender(el, model, view) {
+  const state = view.released ? "released" : model.get("state");
+  const shown = state === "allocated" && view.warningNow ? "warning" : state;
+  el.replaceChildren();
+  const head = draEl("div", "dra-head");
+  head.append(draEl("span", "dra-title", model.get("name") || "request"));
+  head.append(draEl("span", "dra-pill dra-pill-" + shown, shown));
+  if (model.get("simulated")) {
+    const badge = draEl("span", "dra-badge dra-simulated", "simulated");
+    badge.title = "a simulated inventory: these devices do not exist";
+    head.append(badge);
+  }
+  el.append(head);
+  if (model.get("what")) el.append(draEl("div", "dra-card-line dra-dim", model.get("what")));
+  if (state === "waiting") {
+    const pos = model.get("position");
+    const line = draEl("div", "dra-card-line dra-waiting");
+    line.dataset.since = String(model.get("waiting_since"));
+    line.dataset.timeout = String(model.get("timeout") || 0);
+    line.dataset.place = pos === 1 ? "next in line" : pos > 1 ? `number ${pos} in line` : "";
+    el.append(line);
+  }
+  const devices = model.get("devices");
+  if (devices.length) {
+    const list = draEl("div", "dra-card-line");
+    list.append(
+      draEl("span", "dra-dim", devices.length === 1 ? "device: " : `${devices.length} devices: `),
+    );
+    list.append(
+      devices.map((d) => `${d.name} (${[d.model, d.memory].filter(Boolean).join(", ")})`).join("; "),
+    );
+    el.append(list);
+  }
+  if (model.get("message")) el.append(draEl("div", "dra-card-line dra-error", model.get("message")));
+  if (state === "allocated") {
+    const info = draEl("div", "dra-card-line");
+    if (view.deadline) {
+      const c = draEl("span", "dra-countdown");
+      c.dataset.deadline = String(view.deadline);
+      c.dataset.warning = String(view.warning);
+      info.append(c);
+    } else if (view.server === false) {
+      info.append(draEl("span", "dra-dim", "no idle release here (no dra-jupyter server extension)"));
+    }
+    if (model.get("lease_expires")) {
+      const lease = draEl("span", "dra-dim dra-lease");
+      lease.dataset.expires = String(model.get("lease_expires"));
+      info.append(" ", lease);
+    }
+    el.append(info);
+    const buttons = draEl("div", "dra-buttons");
+    const release = draEl("button", "dra-release", "Release");
+    release.title = "give the devices back now";
+    release.onclick = () => view.release(release);
+    const keep = draEl("button", "dra-keep", "Keep");
+    if (view.server === true) {
+      keep.title = "reset the idle countdown";
+      keep.onclick = () => view.keep(keep);
+    } else {
+      keep.disabled = true;
+      keep.title =
+        view.server === false
+          ? "needs the dra-jupyter server extension (idle release is the server's)"
+          : "looking for the dra-jupyter server extension";
+    }
+    buttons.append(release, keep);
+    el.append(buttons);
+  }
+  draCardTick(el);
+}
+
+function draCardTick(el) {
+  const now = Date.now() / 1000;
+  for (const e of el.querySelectorAll(".dra-waiting")) {
+    const waited = now - Number(e.dataset.since);
+    const limit = Number(e.dataset.timeout);
+    const parts = ["waiting"];
+    if (e.dataset.place) parts.push(e.dataset.place);
+    parts.push(draDuration(waited) + (limit > 0 ? " of " + draDuration(limit) : ""));
+    e.textContent = parts.join(" \u00b7 ");
+  }
+  for (const e of el.querySelectorAll(".dra-countdown")) {
+    const left = Number(e.dataset.deadline) - now;
+    e.textContent = left > 0 ? "idle release in " + draDuration(left) : "idle: releasing";
+    e.classList.toggle("dra-warn", left <= Number(e.dataset.warning || 0));
+  }
+  for (const e of el.querySelectorAll(".dra-lease")) {
+    e.textContent = "lease ends in " + draDuration(Number(e.dataset.expires) - now);
+  }
+}
+
+export default {
+  render({ model, el }) {
+    el.classList.add("dra-widget", "dra-card");
+    const view = {
+      server: null,
+      deadline: null,
+      warning: 0,
+      warningNow: false,
+      released: false,
+    };
+    const presence = draPresence();
+    const redraw = () => draCardRender(el, model, view);
+    const name = () => encodeURIComponent(model.get("name"));
+    const gone = () => {
+      view.released = true;
+      model.send({ type: "refresh" }); // once: the kernel's claim object learns it too
+      redraw();
+    };
+    view.release = async (button) => {
+      button.disabled = true;
+      if (view.server === true) {
+        try {
+          await draApi("claims/" + name(), "DELETE");
+        } catch (e) {
+          if (e.status !== 404) {
+            model.send({ type: "release" });
+            return;
+          }
+        }
+        gone();
+      } else {
+        model.send({ type: "release" });
+      }
+    };
+    view.keep = async (button) => {
+      button.disabled = true;
+      try {
+        const claim = await draApi("claims/" + name() + "/keep", "POST");
+        view.deadline = claim.idle_deadline;
+      } catch (e) {
+        if (e.status === 404) view.released = true;
+      }
+      redraw();
+    };
+    async function step() {
+      if (model.get("state") !== "allocated" || view.released) return;
+      if (view.server !== false) {
+        try {
+          if (view.server === null) {
+            const metrics = await draApi("metrics?history=0");
+            view.warning = metrics.idle_warning || 0;
+          }
+          const claim = await draApi("claims/" + name());
+          const changed = view.server !== true || view.deadline !== claim.idle_deadline;
+          view.server = true;
+          view.deadline = claim.idle_deadline;
+          const warningNow =
+            view.deadline !== null && view.deadline - Date.now() / 1000 <= view.warning;
+          if (changed || warningNow !== view.warningNow) {
+            view.warningNow = warningNow;
+            redraw();
+          }
+          return;
+        } catch (e) {
+          if (e.status === 404 && view.server === true) {
+            gone();
+            return;
+          }
+          if (view.server === true) return;
+          view.server = false;
+          redraw();
+        }
+      }
+      if (presence.recent(5 * 60 * 1000)) model.send({ type: "refresh" });
+    }
+    const poller = draPoller(el, step, () =>
+      1000 * Math.max(model.get("interval"), view.server === false ? 10 : 0),
+    );
+    const ticker = setInterval(() => draCardTick(el), 1000);
+    const changed = () => {
+      redraw();
+      poller.now();
+    };
+    const traits = ["state", "position", "devices", "message", "name", "lease_expires"];
+    for (const t of traits) model.on("change:" + t, changed);
+    redraw();
+    return () => {
+      poller.stop();
+      presence.stop();
+      clearInterval(ticker);
+      for (const t of traits) model.off("change:" + t, changed);
+    };
+  },
+};
