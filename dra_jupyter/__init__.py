@@ -79,6 +79,19 @@ def release_all() -> list[str]:
     return default_session().release_all()
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext dra_jupyter``: the ``%dra`` and ``%%dra`` magics (see ``%dra?``)."""
+    from dra_jupyter.magics import load_ipython_extension as load  # noqa: PLC0415
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from dra_jupyter.magics import unload_ipython_extension as unload  # noqa: PLC0415
+
+    unload(ipython)
+
+
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
     """The Jupyter server extension (``jpserver_extensions: {"dra_jupyter": true}``)."""
     from dra_jupyter.server import _jupyter_server_extension_points as points  # noqa: PLC0415

@@ -1,0 +1,42 @@
+"""Where user errors stop: a :class:`DraJupyterError` becomes one line, not a traceback.
+
+IPython shows an exception through its ``_render_traceback_`` when it has one, so the
+line still arrives as an error (the cell fails, "Run all" stops there, nbclient raises)
+but reads like a message. Errors that are not the user's (bugs) are left alone and keep
+their traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from dra_jupyter.errors import DraJupyterError
+
+RED, RESET = "\x1b[31m", "\x1b[0m"
+
+
+class MagicError(DraJupyterError):
+    """A user error at the ``%dra`` boundary, shown as its one message."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{RED}{self}{RESET}"]
+
+
+def one_line(where: str, err: BaseException) -> str:
+    """The message, prefixed with where it happened unless it already says so."""
+    text = str(err).strip() or type(err).__name__
+    return text if text.startswith(("dra", "%%dra")) else f"{where}: {text}"
+
+
+@contextmanager
+def user_errors(where: str) -> Iterator[None]:
+    """Turn the package's errors into :class:`MagicError`, an interrupt into one line."""
+    try:
+        yield
+    except MagicError:
+        raise
+    except DraJupyterError as err:
+        raise MagicError(one_line(where, err)) from None
+    except KeyboardInterrupt:
+        raise MagicError(f"{where}: interrupted; %dra status lists your claims") from None

@@ -1,0 +1,90 @@
+"""``%%dra gpu=1``: run a cell with devices held for exactly as long as the cell runs.
+
+The claim is made before the cell runs (under a name chosen here, so that it can be
+released even when an interrupt lands while it is being made), its environment is set
+for the cell and put back after, and the claim is released after the cell whatever
+happens: success, an exception, ``KeyboardInterrupt`` — and an interrupt during the
+release itself does not stop the release.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from dra_jupyter.local.backend import claim_prefix
+from dra_jupyter.magics.boundary import MagicError
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import ExecutionResult
+
+    from dra_jupyter.api import Claim, Session
+
+
+def cell_claim_name(session: Session) -> str:
+    """``<user>-cell-<6 hex>``: says where the claim comes from, and is known in advance."""
+    return f"{claim_prefix(session.owner.user)}-cell-{secrets.token_hex(3)}"
+
+
+def release_surely(session: Session, name: str) -> None:
+    """Release ``name`` (if it exists); a second interrupt must not leave it held."""
+    while True:
+        try:
+            session.backend.release(name)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+@contextmanager
+def environment(env: Mapping[str, str]) -> Iterator[None]:
+    """Set ``env`` in this process, and put back what was there before."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextmanager
+def held_for_cell(session: Session, spec: Mapping[str, Any]) -> Iterator[Claim]:
+    """Hold a claim for the duration of the ``with`` block, its environment applied."""
+    options = dict(spec)
+    name = str(options.pop("name", "") or cell_claim_name(session))
+    try:
+        claim = session.request(name=name, apply_env=False, **options)
+        scratch: dict[str, str] = {}
+        for note in claim.apply_env(scratch):  # only the notes: environment() sets it
+            print(f"dra: {note}", file=sys.stderr)
+        with environment(claim.env):
+            yield claim
+    finally:
+        release_surely(session, name)
+
+
+def run_with_claim(shell: Any, session: Session, spec: Mapping[str, Any], cell: str) -> None:
+    """Run ``cell`` as IPython runs any cell (its output, its traceback), holding the claim.
+
+    When the cell fails the claim is already released; a one-line error then marks this
+    cell as failed too, so "Run all" and nbclient stop as they would without ``%%dra``.
+    """
+    result: ExecutionResult | None = None
+    with held_for_cell(session, spec) as claim:
+        result = shell.run_cell(cell, store_history=False)
+    error = result.error_before_exec or result.error_in_exec
+    if error is not None:
+        what = (
+            "was interrupted"
+            if isinstance(error, KeyboardInterrupt)
+            else f"raised {type(error).__name__}"
+        )
+        raise MagicError(f"%%dra: the cell {what}; claim {claim.name} was released")

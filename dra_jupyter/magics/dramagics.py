@@ -1,0 +1,114 @@
+"""The ``%dra`` line magic and the ``%%dra`` cell magic.
+
+Every form goes through :meth:`DraMagics.dra`; the package's own errors stop at this
+boundary as one line (:mod:`dra_jupyter.magics.boundary`). The session is the package's
+default session (:func:`dra_jupyter.api.default_session`), so ``dra.configure()`` and the
+server's environment apply to the magics as to ``dra.request()``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+from dra_jupyter.magics.boundary import MagicError, user_errors
+from dra_jupyter.magics.helptext import HELP
+from dra_jupyter.magics.parsing import Command, parse_cell_line, parse_line
+
+if TYPE_CHECKING:
+    from dra_jupyter.api import Session
+
+
+def session() -> Session:
+    from dra_jupyter.api import default_session  # noqa: PLC0415  # made on first use
+
+    return default_session()
+
+
+@magics_class
+class DraMagics(Magics):
+    """``%dra`` and ``%%dra``."""
+
+    @line_cell_magic
+    def dra(self, line: str, cell: str | None = None) -> Any:
+        if cell is not None:
+            with user_errors("%%dra"):
+                command = parse_cell_line(line)
+                from dra_jupyter.magics.cell import run_with_claim  # noqa: PLC0415
+
+                run_with_claim(self.shell, session(), command.spec, cell)
+            return None
+        with user_errors("dra"):
+            command = parse_line(line)
+        with user_errors(command.where):
+            return getattr(self, f"_{command.name}")(command)
+
+    dra.__doc__ = HELP
+
+    def _help(self, command: Command) -> None:
+        print(HELP)
+
+    def _devices(self, command: Command) -> Any:
+        if "--table" in command.flags:
+            return session().devices()
+        from IPython.display import display  # noqa: PLC0415
+
+        from dra_jupyter.widgets import DeviceBoard  # noqa: PLC0415  # ipywidgets: on use
+
+        show: Any = display  # untyped in IPython
+        show(DeviceBoard(session()))
+        return None
+
+    def _request(self, command: Command) -> Any:
+        spec = dict(command.spec)
+        apply_env = bool(spec.pop("apply_env", True))
+        claim = session().request(apply_env=False, **spec)
+        if apply_env:
+            claim.notes = claim.apply_env()
+            for note in claim.notes:
+                print(f"dra: {note}", file=sys.stderr)
+        return claim
+
+    def _status(self, command: Command) -> Any:
+        from dra_jupyter.magics.reports import status_table  # noqa: PLC0415
+
+        return status_table(session(), all_users="--all" in command.flags)
+
+    def _release(self, command: Command) -> None:
+        s = session()
+        if "--all" in command.flags:
+            if command.args:
+                raise MagicError("dra release: give claim names or --all, not both")
+            names = s.release_all()
+            print(f"dra: released {', '.join(names)}" if names else "dra: you hold no claims")
+            return
+        if not command.args:
+            raise MagicError("dra release: name the claims to release, or pass --all")
+        released = [n for n in command.args if s.release(n)]
+        missing = [n for n in command.args if n not in released]
+        if released:
+            print(f"dra: released {', '.join(released)}")
+        if missing:
+            raise MagicError(
+                f"dra release: no claim {', '.join(missing)} (already released?); "
+                "%dra status lists your claims"
+            )
+
+    def _explain(self, command: Command) -> Any:
+        from dra_jupyter.magics.reports import explain_request  # noqa: PLC0415
+
+        return explain_request(session(), command.spec, verbose="--verbose" in command.flags)
+
+    def _env(self, command: Command) -> Any:
+        from dra_jupyter.magics.reports import kernel_environment  # noqa: PLC0415
+
+        return kernel_environment(session())
+
+    def _yaml(self, command: Command) -> Any:
+        from dra_jupyter.magics.reports import claim_yaml  # noqa: PLC0415
+
+        spec = dict(command.spec)
+        name = str(spec.pop("name", ""))
+        return claim_yaml(session(), spec, name)

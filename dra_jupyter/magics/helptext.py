@@ -1,0 +1,79 @@
+"""The documentation of ``%dra`` and ``%%dra``: what ``%dra?`` and ``%dra help`` show."""
+
+HELP = """\
+Devices (GPUs, MIG slices, TPUs) for this notebook, through Kubernetes DRA.
+
+Load once per kernel with ``%load_ext dra_jupyter``. Every form, with examples:
+
+%dra devices [--table]
+    The live device board: every device and MIG partition, its memory, use and holder,
+    refreshed every second. ``--table`` returns a plain table instead.
+
+%dra request KEY=VALUE ...
+    Hold devices and return the claim; its CUDA_VISIBLE_DEVICES (and friends) are set in
+    this kernel.
+        %dra request gpu=1
+        %dra request gpu=2 memory=80Gi same=pcieRoot timeout=5m
+        %dra request mig=3g.71gb
+        c = %dra request gpu=1 model=H200 lease=2h      # c is the Claim: c.env, c.release()
+
+%dra status [--all]
+    This user's claims (everyone's with --all): devices, state, who holds them, the time
+    left on a lease, and what releases them when idle. This kernel's claims come first.
+
+%dra release NAME ... | --all
+    Give back claims by name, or all of this user's claims.
+
+%dra explain KEY=VALUE ... [--verbose]
+    Why a request can or cannot be met: now (on which devices), only once others release
+    theirs (who holds them), or never on this machine (why).
+        %dra explain gpu=9
+        %dra explain gpu=4 same=pcieRoot --verbose      # --verbose: the device funnel
+
+%dra env
+    The environment variables (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES,
+    ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, TPU_VISIBLE_CHIPS) of this kernel's claims,
+    as a dict.
+
+%dra yaml KEY=VALUE ...
+    The ResourceClaim (resource.k8s.io/v1) a request would create, without creating it.
+        %dra yaml gpu=2 memory=80Gi same=pcieRoot
+
+%dra help
+    This text (also: %dra?).
+
+%%dra KEY=VALUE ...
+    Run the cell with the devices held for exactly the cell's duration: the claim is made
+    before the cell, its environment is set during the cell and put back after, and it is
+    released after the cell even when the cell raises or is interrupted.
+        %%dra gpu=1 memory=80Gi
+        import torch; print(torch.cuda.get_device_name())
+
+Keywords (as in dra.request()):
+    gpu=N | gpu=all     GPUs of the inventory's GPU class (NVIDIA or AMD)
+    tpu=N               TPU chips
+    mig=PROFILE         a MIG device of that profile, e.g. mig=3g.71gb (count=N for more)
+    count=N             how many, with mig, selector or device_class
+    memory=80Gi         devices with at least this much memory
+    model=H200          the product name contains this (case-insensitive)
+    selector='CEL'      any CEL selector; quote it when it has spaces:
+                        selector='device.attributes["gpu.nvidia.com"].architecture == "Hopper"'
+    share=20Gi          a share of a device that allows several allocations
+    same=pcieRoot       all devices share this attribute (numaNode, parentUUID, pciBusID, or
+                        a fully qualified name); distinct=... for the opposite
+    device_class=NAME   any DeviceClass of the inventory
+    alternatives=LIST   a Python list of dicts; the first one that can be met wins:
+                        alternatives="[{'gpu': 1, 'model': 'H200'}, {'gpu': 2}]"
+    timeout=5m          wait in line this long when the devices are busy (default: fail
+                        at once); request and %%dra only
+    lease=2h            release after this long; request and %%dra only
+    name=NAME           the claim's name (default: <user>-<n>, <user>-cell-<id> for %%dra)
+    apply_env=false     do not set the environment in this kernel; request only
+
+Values are split as a shell does, so quotes group words; whole numbers for gpu, tpu and
+count; durations as 90s, 5m, 1h30m. IPython expands {expressions} and $names first:
+``%dra request gpu={n}``. Tab completes commands, keywords, device classes, models and MIG
+profiles of this machine, and claim names for release.
+
+User errors (a request that cannot be met, a bad keyword) show one line, not a traceback.
+"""

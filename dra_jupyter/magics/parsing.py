@@ -1,0 +1,154 @@
+"""From the text after ``%dra`` (or ``%%dra``) to a command, its request keywords and flags.
+
+The line is split as a shell would (``shlex``), so a selector with spaces can be quoted:
+``%dra request selector='device.attributes["gpu.nvidia.com"].architecture == "Hopper"'``.
+Each ``key=value`` token becomes a keyword of :func:`dra_jupyter.request`: whole numbers
+for ``gpu``, ``tpu`` and ``count`` (or ``all``), a Python list of dicts for
+``alternatives``, ``true``/``false`` for ``apply_env``, text for everything else (the API
+parses durations and quantities, and says what is wrong with them).
+"""
+
+from __future__ import annotations
+
+import ast
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_jupyter.claimspec import CLAIM_KEYS
+from dra_jupyter.cli_local import INTEGER_KEYS
+from dra_jupyter.errors import InvalidInputError
+
+# the subcommands of %dra, and the flags each one takes
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "devices": ("--table",),
+    "request": (),
+    "status": ("--all",),
+    "release": ("--all",),
+    "explain": ("--verbose",),
+    "env": (),
+    "yaml": (),
+    "help": (),
+}
+SHORT_FLAGS = {"-a": "--all", "-v": "--verbose", "-t": "--table"}
+# keywords of dra.request() besides the claim's own (claimspec.CLAIM_KEYS)
+REQUEST_KEYS = ("timeout", "lease", "name", "apply_env")
+# which keywords each form accepts
+KEYWORDS: dict[str, tuple[str, ...]] = {
+    "request": (*CLAIM_KEYS, *REQUEST_KEYS),
+    "explain": CLAIM_KEYS,
+    "yaml": (*CLAIM_KEYS, "name"),
+    "cell": (*CLAIM_KEYS, "timeout", "lease", "name"),  # %%dra: the environment is always set
+}
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+
+
+@dataclass
+class Command:
+    """One parsed ``%dra`` line: ``name`` is the subcommand (``cell`` for ``%%dra``)."""
+
+    name: str
+    spec: dict[str, Any] = field(default_factory=dict)  # request keywords, typed
+    flags: set[str] = field(default_factory=set)  # --all, --verbose, --table
+    args: list[str] = field(default_factory=list)  # plain words (claim names for release)
+
+    @property
+    def where(self) -> str:
+        """How the user wrote it, for error messages: ``dra request`` or ``%%dra``."""
+        return "%%dra" if self.name == "cell" else f"dra {self.name}"
+
+
+def split(line: str, where: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError as err:  # an unclosed quote
+        raise InvalidInputError(f"{where}: {err} in {line.strip()!r}; close the quote") from None
+
+
+def _value(key: str, text: str, where: str) -> Any:
+    if key in INTEGER_KEYS:
+        if text == "all":
+            return text
+        try:
+            return int(text)
+        except ValueError:
+            raise InvalidInputError(
+                f"{where}: {key}={text!r} is not a whole number; write e.g. {key}=2"
+            ) from None
+    if key == "alternatives":
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise InvalidInputError(
+                f"{where}: alternatives must be a list of dicts, e.g. "
+                "alternatives=\"[{'gpu': 1, 'model': 'H200'}, {'gpu': 2}]\""
+            ) from None
+        return value
+    if key == "apply_env":
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise InvalidInputError(f"{where}: apply_env={text!r} must be true or false")
+    return text
+
+
+def keywords(tokens: list[str], command: Command) -> None:
+    """Fill ``command.spec`` from ``key=value`` tokens, checking each key for the form."""
+    allowed = KEYWORDS[command.name]
+    for token in tokens:
+        key, sep, text = token.partition("=")
+        if not sep or not key:
+            raise InvalidInputError(
+                f"{command.where}: {token!r} is not key=value; write e.g. gpu=2 or mig=3g.71gb"
+            )
+        if key not in allowed:
+            raise InvalidInputError(
+                f"{command.where}: unknown keyword {key!r}; use {', '.join(allowed)}"
+            )
+        if key in command.spec:
+            raise InvalidInputError(f"{command.where}: {key} is given twice")
+        command.spec[key] = _value(key, text, command.where)
+
+
+def parse_line(line: str) -> Command:
+    """``%dra <command> ...``; an empty line is ``help``."""
+    tokens = split(line, "dra")
+    if not tokens:
+        return Command("help")
+    name, rest = tokens[0], tokens[1:]
+    if name not in COMMANDS:
+        if "=" in name:
+            raise InvalidInputError(
+                f"dra: {name!r} is not a command; to hold devices write %dra request {line.strip()}"
+            )
+        raise InvalidInputError(
+            f"dra: unknown command {name!r}; use {', '.join(COMMANDS)} (%dra help shows examples)"
+        )
+    command = Command(name)
+    words = []
+    for token in rest:
+        flag = SHORT_FLAGS.get(token, token)
+        if token.startswith("-") and "=" not in token:
+            if flag not in COMMANDS[name]:
+                takes = ", ".join(COMMANDS[name]) or "no flags"
+                raise InvalidInputError(
+                    f"{command.where}: unknown flag {token!r}; it takes {takes}"
+                )
+            command.flags.add(flag)
+        else:
+            words.append(token)
+    if name in KEYWORDS:
+        keywords(words, command)
+    elif name == "release":
+        command.args = words
+    elif words:
+        raise InvalidInputError(f"{command.where}: takes no arguments, got {' '.join(words)!r}")
+    return command
+
+
+def parse_cell_line(line: str) -> Command:
+    """The first line of ``%%dra gpu=1 ...``: request keywords only."""
+    command = Command("cell")
+    keywords(split(line, "%%dra"), command)
+    return command

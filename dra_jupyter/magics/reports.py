@@ -1,0 +1,266 @@
+"""What ``%dra status``, ``explain``, ``env`` and ``yaml`` show, as values usable in Python.
+
+Each is a plain value (a :class:`~dra_jupyter.tables.Table`, a dict, a string, a small
+dataclass) that IPython shows as readable text: ``e = %dra env`` is a dict of the
+variables, ``y = %dra yaml gpu=2`` the YAML text.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from dra_jupyter.durations import format_duration
+from dra_jupyter.envvars import environment_for
+from dra_jupyter.errors import ObjectError
+from dra_jupyter.hints import impossible_hint
+from dra_jupyter.local.backend import claim_prefix
+from dra_jupyter.local.ledger import ClaimRecord
+from dra_jupyter.tables import Table
+
+if TYPE_CHECKING:
+    from IPython.lib.pretty import RepresentationPrinter
+
+    from dra_jupyter.allocator import Explanation
+    from dra_jupyter.api import Session
+
+PROBE = "new-request"  # the name a claim is explained under before it has one
+
+
+def _pretty_text(text: str, printer: RepresentationPrinter) -> None:
+    p: Any = printer  # IPython's printer is not typed
+    for i, line in enumerate(text.split("\n")):
+        if i:
+            p.break_()
+        p.text(line)
+
+
+def describe(spec: Mapping[str, Any]) -> str:
+    """``gpu=2 same=pcieRoot``: a request as it was typed."""
+    return " ".join(f"{k}={v}" for k, v in spec.items()) or "gpu=1"
+
+
+def held_by_this_kernel(session: Session, record: ClaimRecord) -> bool:
+    """Made by this kernel: the same Jupyter kernel id, or else the same process."""
+    mine, theirs = session.owner, record.owner
+    if mine.kernel_id and theirs.kernel_id:
+        return mine.kernel_id == theirs.kernel_id
+    return (theirs.host, theirs.pid, theirs.start_time) == (mine.host, mine.pid, mine.start_time)
+
+
+def kernel_claims(session: Session) -> list[ClaimRecord]:
+    return [r for r in session.backend.claims() if held_by_this_kernel(session, r)]
+
+
+# --- %dra status --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    claim: str
+    devices: str
+    state: str
+    holder: str  # this kernel, another kernel, a process, or a shell command (lease only)
+    lease_left: str  # countdown to the lease's end, where there is one
+    idle_release: str  # who releases it when idle
+
+
+def _holder(session: Session, record: ClaimRecord) -> str:
+    if held_by_this_kernel(session, record):
+        return "this kernel"
+    owner = record.owner
+    if owner.kernel_id:
+        return f"kernel {owner.kernel_id[:8]}"
+    if owner.pid <= 0:
+        return "shell (lease)"
+    return f"pid {owner.pid} on {owner.host}"
+
+
+def _idle_release(record: ClaimRecord) -> str:
+    if record.owner.kernel_id:
+        return "Jupyter server idle policy"
+    if record.owner.pid <= 0:
+        return "lease only"
+    return "when its process exits"
+
+
+def status_table(
+    session: Session, *, all_users: bool = False, now: float | None = None
+) -> Table[StatusRow]:
+    """This user's claims (everyone's with ``all_users``), this kernel's first."""
+    now = time.time() if now is None else now
+    records = session.backend.claims(all_users=all_users)
+    records.sort(key=lambda r: (not held_by_this_kernel(session, r), r.created))
+    rows = [
+        StatusRow(
+            claim=r.name,
+            devices=", ".join(
+                x["device"] for x in r.allocation.get("devices", {}).get("results", [])
+            ),
+            state="allocated",
+            holder=_holder(session, r) + ("" if not all_users else f" ({r.owner.user})"),
+            lease_left=format_duration(r.lease_expires - now) if r.lease_expires else "",
+            idle_release=_idle_release(r),
+        )
+        for r in records
+    ]
+    inv = session.inventory
+    where = inv.description + (" (SIMULATED)" if inv.simulated else "")
+    kernel = session.owner.kernel_id
+    managed = f"kernel {kernel}" if kernel else f"process {session.owner.pid} (no Jupyter server)"
+    title = f"{'all claims' if all_users else 'your claims'} on {where}; this is {managed}"
+    return Table(rows, list(StatusRow.__dataclass_fields__), title=title)
+
+
+# --- %dra env -----------------------------------------------------------------------------------
+
+
+class KernelEnvironment(dict[str, str]):
+    """The device environment of this kernel's claims (``CUDA_VISIBLE_DEVICES`` and so on)."""
+
+    claims: list[str]
+
+    def _repr_pretty_(self, p: RepresentationPrinter, cycle: bool) -> None:
+        if not self:
+            held = ", ".join(self.claims)
+            text = (
+                f"claims {held} have no device environment (simulated or not-created devices)"
+                if held
+                else "this kernel holds no claims; %dra request gpu=1 makes one"
+            )
+            _pretty_text(text, p)
+            return
+        lines = []
+        for key, value in self.items():
+            note = "" if os.environ.get(key) == value else "   # not set in this process"
+            lines.append(f"{key}={value}{note}")
+        lines.append(f"# from claims {', '.join(self.claims)}")
+        _pretty_text("\n".join(lines), p)
+
+
+def kernel_environment(session: Session) -> KernelEnvironment:
+    records = kernel_claims(session)
+    results = [x for r in records for x in r.allocation.get("devices", {}).get("results", [])]
+    env = KernelEnvironment(environment_for(results, session.inventory.slices).env)
+    env.claims = [r.name for r in records]
+    return env
+
+
+# --- %dra yaml ----------------------------------------------------------------------------------
+
+
+class YamlText(str):
+    """YAML that IPython shows as YAML (not as a quoted string)."""
+
+    __slots__ = ()
+
+    def _repr_pretty_(self, p: RepresentationPrinter, cycle: bool) -> None:
+        _pretty_text(self.rstrip("\n"), p)
+
+
+def claim_yaml(session: Session, spec: Mapping[str, Any], name: str = "") -> YamlText:
+    """The ResourceClaim ``%dra request`` would create; without a name, ``generateName``."""
+    claim = session.build(spec, name)
+    if not name:
+        meta = claim["metadata"]
+        claim["metadata"] = {
+            "generateName": f"{claim_prefix(session.owner.user)}-",
+            **{k: v for k, v in meta.items() if k != "name"},
+        }
+    return YamlText(yaml.safe_dump(claim, sort_keys=False))
+
+
+# --- %dra explain -------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """Whether a request can be met now, later (when devices are released), or never here."""
+
+    request: str
+    answer: str  # "now", "later" or "never"
+    headline: str
+    explanation: Explanation | None
+    held_now: list[str] = field(default_factory=list)  # "claim (user): devices"
+    verbose: bool = False
+
+    def __str__(self) -> str:
+        lines = [self.headline]
+        if self.explanation is not None and self.answer != "now":
+            lines.extend(self.explanation.summary().splitlines())
+        if self.held_now:
+            lines.append("held now: " + "; ".join(self.held_now))
+        if self.verbose and self.explanation is not None:
+            lines.extend(["", self.explanation.to_text()])
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: RepresentationPrinter, cycle: bool) -> None:
+        _pretty_text(str(self), p)
+
+
+def _devices(results: Any) -> str:
+    found = results[0].to_dict().get("devices", {}).get("results", [])
+    return ", ".join(r["device"] for r in found)
+
+
+def explain_request(session: Session, spec: Mapping[str, Any], *, verbose: bool = False) -> Verdict:
+    """Say whether ``spec`` can be met: now (and on which devices), once others release
+    theirs (and who holds them), or never on this inventory (and why, in the user's terms)."""
+    what = describe(spec)
+    claim = session.build(spec, PROBE)
+    backend = session.backend
+    inv = session.inventory
+    where = inv.description + (" (simulated)" if inv.simulated else "")
+    idle = backend.allocator([])
+    try:
+        possible = idle.allocate([claim])
+    except ObjectError:  # the inventory lacks the DeviceClass (a TPU asked of a GPU machine)
+        hint = impossible_hint(spec, inv)
+        if hint is None:
+            raise
+        return Verdict(
+            what, "never", f"{what}: can never be met here: {hint}", None, verbose=verbose
+        )
+    if possible is None:
+        hint = impossible_hint(spec, inv)
+        return Verdict(
+            what,
+            "never",
+            f"{what}: can never be met here: {hint}"
+            if hint
+            else f"{what}: can never be met on {where}",
+            idle.explain([claim]),
+            verbose=verbose,
+        )
+    held = backend.claims(all_users=True)
+    allocator = backend.allocator(held)
+    results = allocator.allocate([claim])
+    explanation = allocator.explain([claim])
+    if results is not None:
+        node = explanation.node or "this machine"
+        return Verdict(
+            what,
+            "now",
+            f"{what}: can be met now on {node}: {_devices(results)}",
+            explanation,
+            verbose=verbose,
+        )
+    holders = [
+        f"{r.name} ({r.owner.user}): "
+        + ", ".join(x["device"] for x in r.allocation.get("devices", {}).get("results", []))
+        for r in held
+    ]
+    return Verdict(
+        what,
+        "later",
+        f"{what}: cannot be met now, only once other claims release devices; "
+        "add timeout=10m to wait in line",
+        explanation,
+        holders,
+        verbose=verbose,
+    )
