@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint typecheck pytest demo bench bench-latency bench-placement clean
+.PHONY: install test lint typecheck pytest demo lab bench bench-latency bench-placement clean
 
 install: $(STAMP)
 
@@ -32,8 +32,18 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
+# The main job on the embedded default, then (from a terminal) the example notebooks in
+# JupyterLab with the server extension; idle release after 2 minutes so it can be watched.
+LAB_ARGS := --ServerApp.root_dir=examples --DRAExtensionApp.idle_timeout=120 \
+	--DRAExtensionApp.idle_warning=60 $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 demo: install
 	$(BIN)/dra-jupyter demo
+	@if [ -t 0 ] && [ -t 1 ]; then $(MAKE) --no-print-directory lab; \
+	else echo "Not a terminal, so JupyterLab was not opened: run 'make lab' for the notebooks."; fi
+
+lab: install
+	$(BIN)/jupyter lab $(LAB_ARGS)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
 bench: bench-latency bench-placement
