@@ -23,6 +23,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode, default
 
 from dra_jupyter.local.ledger import ClaimRecord
+from dra_jupyter.metrics import MetricsHistory, MetricsSource, Sample, source_for
 from dra_jupyter.server.idle import Decision, IdlePolicy
 from dra_jupyter.server.kernels import (
     ExecutionWatcher,
@@ -108,6 +109,20 @@ class DRAExtensionApp(ExtensionApp):
         allows 'read' on the resource 'dra-admin'.""",
     )
 
+    metrics_interval = Float(
+        2.0,
+        config=True,
+        help="""Seconds between samples of the devices' metrics (memory, utilisation,
+        temperature; NVML, or simulated for a simulated inventory) kept for GET
+        /dra/api/metrics. 0 turns the history off (the current values are still read on
+        request).""",
+    )
+    metrics_history = Int(
+        900,
+        config=True,
+        help="Most metric samples kept per device (a ring buffer; 900 x 2 s = 30 minutes).",
+    )
+
     @default("inventory")
     def _default_inventory(self) -> str:
         return Settings.from_env().inventory
@@ -147,6 +162,12 @@ class DRAExtensionApp(ExtensionApp):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dra-ledger")
         self._checker: PeriodicCallback | None = None
         self._stopped = False
+        self.metrics = MetricsHistory(max(self.metrics_history, 1))
+        self.metrics_current: list[Sample] = []
+        self.metrics_time = 0.0  # when metrics_current was read
+        self._metrics_source: MetricsSource | None = None  # made on first use (may probe)
+        self._sampler: PeriodicCallback | None = None
+        self._sampling: asyncio.Future[list[Sample]] | None = None
         install_kernel_env(
             self.server.kernel_manager,
             lambda kernel_id: kernel_env(kernel_id, self.ledger, self.inventory),
@@ -166,6 +187,9 @@ class DRAExtensionApp(ExtensionApp):
         if self.check_interval > 0:
             self._checker = PeriodicCallback(self.check, self.check_interval * 1000)
             self._checker.start()
+        if self.metrics_interval > 0:
+            self._sampler = PeriodicCallback(self._record_metrics, self.metrics_interval * 1000)
+            self._sampler.start()
 
     async def stop_extension(self) -> None:
         if self._stopped:
@@ -173,6 +197,10 @@ class DRAExtensionApp(ExtensionApp):
         self._stopped = True
         if self._checker is not None:
             self._checker.stop()
+        if self._sampler is not None:
+            self._sampler.stop()
+        if self._metrics_source is not None:
+            await self.call(self._metrics_source.close)
         self.events.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
         uninstall_kernel_env(self.server.kernel_manager)
         self.watcher.detach_all()
@@ -232,6 +260,44 @@ class DRAExtensionApp(ExtensionApp):
         if execution is None:
             return None
         return self.policy.deadline(execution.last_execute, record.last_activity)
+
+    # --- metrics -----------------------------------------------------------------------------
+
+    def metrics_source(self) -> MetricsSource:
+        """The inventory's metrics source (resolving the inventory on first use)."""
+        if self._metrics_source is None:
+            self._metrics_source = source_for(self.service.session.inventory)
+        return self._metrics_source
+
+    def _read_metrics(self, now: float) -> list[Sample]:
+        """One sample of every device (blocking: on the worker thread)."""
+        held = {device for r in self.service.ledger.read_claims() for device in devices_of(r)}
+        return self.metrics_source().sample(held, now)
+
+    async def read_metrics(self) -> list[Sample]:
+        """Read the devices' metrics now; concurrent callers share one read."""
+        if self._sampling is None:
+            self._sampling = asyncio.ensure_future(self._read_once())
+        return await self._sampling
+
+    async def _read_once(self) -> list[Sample]:
+        now = time.time()
+        try:
+            samples = await self.call(self._read_metrics, now)
+        finally:
+            self._sampling = None
+        self.metrics_current, self.metrics_time = samples, now
+        return samples
+
+    async def _record_metrics(self) -> None:
+        if not self._stopped:
+            self.metrics.add(await self.read_metrics())
+
+    async def current_metrics(self, max_age: float = 1.0) -> list[Sample]:
+        """The latest samples, read again when older than ``max_age`` seconds."""
+        if time.time() - self.metrics_time > max_age:
+            await self.read_metrics()
+        return self.metrics_current
 
     # --- events ------------------------------------------------------------------------------
 

@@ -21,8 +21,17 @@ from jupyter_server.utils import ensure_async
 from tornado import web
 
 from dra_jupyter.errors import AllocationError, DraJupyterError, InvalidInputError
+from dra_jupyter.metrics import Sample
 from dra_jupyter.server.app import DRAExtensionApp
-from dra_jupyter.server.models import ClaimModel, ClaimsResponse, RestartResponse
+from dra_jupyter.server.models import (
+    ClaimModel,
+    ClaimsResponse,
+    DeviceMetricsModel,
+    HistoryModel,
+    MetricsResponse,
+    RestartResponse,
+    SampleModel,
+)
 from dra_jupyter.server.service import (
     Caller,
     ClaimForbiddenError,
@@ -181,10 +190,72 @@ class RestartWithClaimsHandler(_DRAHandler):
             )
 
 
+def _sample_model(s: Sample) -> SampleModel:
+    return SampleModel(
+        time=s.time,
+        memory_used=s.memory_used,
+        memory_total=s.memory_total,
+        utilization=s.utilization,
+        temperature=s.temperature,
+    )
+
+
+def _history_model(samples: list[Sample]) -> HistoryModel:
+    return HistoryModel(
+        time=[s.time for s in samples],
+        memory_used=[s.memory_used for s in samples],
+        utilization=[s.utilization for s in samples],
+        temperature=[s.temperature for s in samples],
+    )
+
+
+class MetricsHandler(_DRAHandler):
+    """Current metrics of every device and their recent history (``?history=N``: the
+    last N samples per device; ``?device=KEY``: that device only)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        app = self.dra
+        raw = self.get_argument("history", "")
+        only = self.get_argument("device", "")
+        with _handle_error():
+            if raw and not raw.isdigit():
+                raise InvalidInputError(
+                    f"GET metrics: history must be a whole number of samples, not {raw!r}"
+                )
+            last = int(raw) if raw else app.metrics.length
+            current = {s.device: s for s in await app.current_metrics()}
+            source = app.metrics_source()
+        keys = list(dict.fromkeys([*current, *app.metrics.devices()]))
+        devices = [
+            DeviceMetricsModel(
+                device=key,
+                current=_sample_model(current[key]) if key in current else None,
+                history=_history_model(app.metrics.series(key, last)),
+            )
+            for key in keys
+            if not only or key == only
+        ]
+        self.reply(
+            MetricsResponse(
+                source=source.name,
+                simulated=source.simulated,
+                problem=source.problem,
+                interval=app.metrics_interval,
+                length=app.metrics.length,
+                idle_timeout=app.idle_timeout,
+                idle_warning=app.idle_warning,
+                devices=devices,
+            )
+        )
+
+
 def routes() -> list[tuple[str, type[_DRAHandler]]]:
     """The REST routes, relative to the server's base URL."""
     return [
         (r"/dra/api/devices", DevicesHandler),
+        (r"/dra/api/metrics", MetricsHandler),
         (r"/dra/api/claims", ClaimsHandler),
         (rf"/dra/api/claims/{_NAME}", ClaimHandler),
         (rf"/dra/api/claims/{_NAME}/keep", KeepHandler),

@@ -84,3 +84,41 @@ class ErrorModel(TypedDict):
 
     message: str
     reason: NotRequired[str | None]
+
+
+class SampleModel(TypedDict):
+    """A device's metrics at one time; null where the source does not know."""
+
+    time: float  # seconds since the epoch
+    memory_used: int | None  # bytes
+    memory_total: int | None  # bytes
+    utilization: float | None  # percent
+    temperature: float | None  # degrees Celsius
+
+
+class HistoryModel(TypedDict):
+    """A device's recent samples as columns, oldest first."""
+
+    time: list[float]
+    memory_used: list[int | None]
+    utilization: list[float | None]
+    temperature: list[float | None]
+
+
+class DeviceMetricsModel(TypedDict):
+    device: str  # driver/pool/device
+    current: SampleModel | None
+    history: HistoryModel
+
+
+class MetricsResponse(TypedDict):
+    """``GET metrics``: current values and a bounded history of every device."""
+
+    source: str  # "nvml" or "simulated"
+    simulated: bool  # True: the values are made up (a simulated inventory)
+    problem: str  # why the source could not be read; empty when fine
+    interval: float  # seconds between history samples (0: no history)
+    length: int  # most history samples kept per device
+    idle_timeout: float  # the server's idle policy, for countdowns
+    idle_warning: float
+    devices: list[DeviceMetricsModel]

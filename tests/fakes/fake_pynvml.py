@@ -225,12 +225,39 @@ class FakePynvml(ModuleType):
         info.pciDeviceId, info.pciSubSystemId = pci["pciDeviceId"], pci["pciSubSystemId"]
         return info
 
-    def nvmlDeviceGetMemoryInfo(self, handle: Handle, version: int | None = None) -> Any:
-        self._enter("nvmlDeviceGetMemoryInfo", handle)
+    def nvmlDeviceGetMemoryInfo(
+        self, handle: Handle | MigHandle, version: int | None = None
+    ) -> Any:
+        """As captured for a GPU. No MIG device was captured: a MIG device's memory is
+        NotSupported here unless ``overrides`` gives a value."""
+        value = self._enter("nvmlDeviceGetMemoryInfo", handle)
+        if value is not None:
+            return value
+        if isinstance(handle, MigHandle):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         memory = self.capture.device["memory"]
         info = pynvml.c_nvmlMemory_t() if not version else pynvml.c_nvmlMemory_v2_t()
         info.total, info.free, info.used = memory["total"], memory["free"], memory["used"]
         return info
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Handle | MigHandle) -> Any:
+        """As captured (``util``); NotSupported for a MIG device, as NVML answers."""
+        value = self._enter("nvmlDeviceGetUtilizationRates", handle)
+        if isinstance(handle, MigHandle):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if value is not None:
+            return value
+        info = pynvml.c_nvmlUtilization_t()
+        util = self.capture.device["util"]
+        info.gpu, info.memory = util["gpu"], util["memory"]
+        return info
+
+    def nvmlDeviceGetTemperature(self, handle: Handle | MigHandle, sensor: int) -> int:
+        """As captured (``temp``, the GPU sensor); NotSupported for a MIG device."""
+        value = self._enter("nvmlDeviceGetTemperature", handle)
+        if isinstance(handle, MigHandle) or sensor != pynvml.NVML_TEMPERATURE_GPU:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(value if value is not None else self.capture.device["temp"])
 
     def nvmlDeviceGetNumaNodeId(self, handle: Handle) -> int:
         self._enter("nvmlDeviceGetNumaNodeId", handle)
