@@ -8,7 +8,7 @@ from typing import Any, Literal, NamedTuple
 
 from dra_jupyter.allocator.capacity import consumed_capacity, fits
 from dra_jupyter.allocator.explain import Explanation, explain
-from dra_jupyter.allocator.pools import Pool, SliceIndex, gather_pools, usable_devices
+from dra_jupyter.allocator.pools import Pool, SliceIndex, gather_pools
 from dra_jupyter.allocator.results import allocation_result
 from dra_jupyter.allocator.search import (
     Candidate,
@@ -19,7 +19,7 @@ from dra_jupyter.allocator.search import (
     selectable,
 )
 from dra_jupyter.allocator.state import AllocatedState
-from dra_jupyter.allocator.topology import node_order, order_candidates
+from dra_jupyter.allocator.topology import node_capacity, node_order, order_candidates
 from dra_jupyter.errors import InvalidInputError, ObjectError, SelectorError
 from dra_jupyter.model.limits import MAX_RESULTS_PER_CLAIM
 from dra_jupyter.model.objects import (
@@ -150,26 +150,14 @@ class Allocator:
     def _best_fit_nodes(
         self, claims: list[ResourceClaim], names: list[str | None]
     ) -> list[str | None]:
-        """Order nodes best fit first by a cheap count, without evaluating any selector:
-        the free devices of each node's usable pools. Nodes with fewer free devices than
-        the claims need at least go last; the search then plans nodes one by one in this
-        order and stops at the first that fits, as first-fit does in name order."""
-        needed = sum(
-            min((a.count if a.allocation_mode == "ExactCount" else 1) for a in r.alternatives)
-            for claim in claims
-            for r in claim.requests
-        )
-        free: dict[str | None, tuple[bool, int]] = {}
-        for name in names:
-            count = sum(
-                1
-                for _pool, _slice, _device, dev_id in usable_devices(
-                    self.pools_for(self.node(name))
-                )
-                if dev_id not in self.state.dedicated
-            )
-            free[name] = (count >= needed, count)
-        return node_order(free)
+        """Order nodes by a cheap count, without evaluating any selector (``topology``'s
+        :func:`~dra_jupyter.allocator.topology.node_order`); the search then plans nodes
+        one by one in this order and stops at the first that fits, as first-fit does in
+        name order."""
+        capacities = {
+            name: node_capacity(self.pools_for(self.node(name)), self.state) for name in names
+        }
+        return node_order(capacities, claims)
 
     def explain(
         self, claims: Iterable[Mapping[str, Any] | ResourceClaim], node: str | None = None
