@@ -24,6 +24,8 @@ from dra_jupyter.errors import (
 )
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from dra_jupyter.api import Claim, Session
     from dra_jupyter.tables import ClaimRow, DeviceRow, Table
 
@@ -79,6 +81,15 @@ def release_all() -> list[str]:
     return default_session().release_all()
 
 
+def history(device: str | list[str], *, last: str | float = "10m") -> pd.DataFrame:
+    """Utilisation, memory and temperature of a device (``"gpu-0"`` or its full
+    ``driver/pool/device``) over the ``last`` minutes, as a DataFrame; a claim's own:
+    ``claim.history()``. Simulated inventories give made-up values (column ``simulated``)."""
+    from dra_jupyter.api import default_session  # noqa: PLC0415
+
+    return default_session().history(device, last=last)
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext dra_jupyter``: the ``%dra`` and ``%%dra`` magics (see ``%dra?``)."""
     from dra_jupyter.magics import load_ipython_extension as load  # noqa: PLC0415
@@ -118,6 +129,7 @@ __all__ = [
     "claims",
     "configure",
     "devices",
+    "history",
     "release",
     "release_all",
     "request",

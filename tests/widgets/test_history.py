@@ -1,0 +1,89 @@
+"""Utilisation history as DataFrames (simulated and NVML), device names, and what
+``import dra_jupyter`` leaves unloaded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import dra_jupyter as dra
+from dra_jupyter import api
+from dra_jupyter.api import Session
+from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.inventory.nvml import discover
+from dra_jupyter.metrics.history import FRAME_COLUMNS
+from dra_jupyter.metrics.nvml import NvmlSource
+from dra_jupyter.metrics.recorder import Recorder
+from dra_jupyter.settings import Settings
+from tests.fakes.fake_pynvml import FakePynvml, load_capture
+
+
+def test_a_claims_history_is_its_devices_while_held(session: Session) -> None:
+    claim = session.request(gpu=2, apply_env=False)
+    try:
+        frame = claim.history()
+    finally:
+        claim.release()
+    assert list(frame.columns) == FRAME_COLUMNS
+    assert set(frame["device"]) == set(claim._device_keys())
+    assert frame["simulated"].all()
+    assert (frame["utilization"] > 0).all()  # simulated load: the devices are held
+    assert str(frame["time"].dtype) == "datetime64[ns, UTC]"
+
+
+def test_a_free_device_over_a_window(session: Session) -> None:
+    frame = session.history("gpu-3", last="1m")
+    assert len(frame) == 13  # every 5 s over a minute, both ends
+    assert set(frame["device"]) == {"gpu.nvidia.com/gpu-node-1/gpu-3"}
+    assert (frame["utilization"] == 0.0).all()
+    assert frame["time"].is_monotonic_increasing
+    assert session.history("gpu.nvidia.com/gpu-node-1/gpu-3", last="1m")["device"].nunique() == 1
+
+
+def test_unknown_or_ambiguous_devices_are_one_clear_line(session: Session) -> None:
+    with pytest.raises(InvalidInputError, match=r"'gpu-99' is not a device of this inventory"):
+        session.history("gpu-99")
+    with pytest.raises(InvalidInputError, match="not a duration"):
+        session.history("gpu-0", last="a while")
+
+
+def test_dra_history_uses_the_default_session(
+    ledger_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api._Default, "session", None)
+    dra.configure(inventory="h200-8x", ledger=ledger_path)
+    frame = dra.history(["gpu-0", "gpu-1"], last=10)
+    assert isinstance(frame, pd.DataFrame)
+    assert frame["device"].nunique() == 2
+
+
+def test_nvml_history_is_what_this_process_sampled(tmp_path: Path) -> None:
+    fake = FakePynvml(gpus=2)
+    inventory = discover(fake, node="n", sysfs=tmp_path / "no-sysfs")
+    session = Session(Settings(ledger=tmp_path / "ledger.sqlite"), inventory=inventory)
+    session.__dict__["metrics"] = Recorder(NvmlSource(inventory, fake))  # the fake NVML
+    first = session.history("gpu-1")
+    second = session.history("gpu-1")
+    assert len(first) == 1  # one sample per call: nothing was recorded before
+    assert len(second) == 2
+    captured = load_capture().device
+    assert (second["memory_used"] == captured["memory"]["used"]).all()
+    assert (second["temperature"] == captured["temp"]).all()
+    assert not second["simulated"].any()
+
+
+def test_import_loads_no_widget_kernel_nvml_or_pandas_module() -> None:
+    code = (
+        "import sys, dra_jupyter, dra_jupyter.api\n"
+        "heavy = ('IPython', 'ipykernel', 'ipywidgets', 'anywidget', 'pandas', 'pynvml',"
+        " 'dra_jupyter.widgets', 'dra_jupyter.metrics')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
