@@ -78,3 +78,48 @@ class DeviceBoard(anywidget.AnyWidget):
     def __repr__(self) -> str:
         title = self.inventory + (" (SIMULATED)" if self.simulated else "")
         return f"<DeviceBoard {title}: {len(self.rows)} devices>"
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The widget, with the rows as a text table for front ends without widgets (a
+        terminal, nbconvert, an executed notebook's text output)."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is None:
+            return None
+        data, metadata = bundle
+        return {**data, "text/plain": board_text(self.inventory, self.simulated, self.rows)}, (
+            metadata
+        )
+
+
+def _percent(value: Any) -> str:
+    return f"{value:.0f}%" if isinstance(value, int | float) else ""
+
+
+def board_text(title: str, simulated: bool, rows: list[dict[str, Any]]) -> str:
+    """The board as a text table (device, model, memory, util, temp, state, holder)."""
+    lines = []
+    for r in rows:
+        used, total = r.get("memory_used"), r.get("memory_total")
+        memory = r["memory"]
+        if isinstance(used, int) and isinstance(total, int) and total:
+            memory = f"{used / 2**30:.1f}/{total / 2**30:.1f}Gi"
+        temp = r.get("temperature")
+        lines.append(
+            {
+                "device": r["name"],
+                "model": r["model"] + (f" {r['mig_profile']}" if r["mig_profile"] else ""),
+                "memory": memory,
+                "util": _percent(r.get("utilization")),
+                "temp": f"{temp:.0f}C" if isinstance(temp, int | float) else "",
+                "state": r["state"],
+                "holder": r["holder"],
+            }
+        )
+    columns = ["device", "model", "memory", "util", "temp", "state", "holder"]
+    cells = [[line[c] for c in columns] for line in lines]
+    widths = [max([len(c), *(len(x[i]) for x in cells)]) for i, c in enumerate(columns)]
+    out = [title + (" (SIMULATED)" if simulated else "")]
+    out += [
+        "  ".join(v.ljust(w) for v, w in zip(x, widths, strict=True)) for x in [columns, *cells]
+    ]
+    return "\n".join(line.rstrip() for line in out)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.widgets.conftest import Kernel
+from tests.widgets.conftest import WIDGET_MIME, Kernel
 
 ROW_FIELDS = ["device", "kind", "model", "memory", "mig_profile", "node", "state", "holder"]
 
@@ -80,3 +80,16 @@ def test_closing_leaves_no_comm_widget_task_or_timer(kernel: Kernel) -> None:
     assert kernel.value("ours()") == []
     closed = {m["content"]["comm_id"] for m in kernel.iopub if m["msg_type"] == "comm_close"}
     assert set(ids) <= closed  # the front end is told: its views clean up their timers
+
+
+def test_the_board_displays_as_a_widget_with_a_text_table(kernel: Kernel) -> None:
+    kernel.run(SETUP + "c = dra.request(gpu=1); b.refresh()")
+    (result,) = [m for m in kernel.run("b") if m["msg_type"] == "execute_result"]
+    data = result["content"]["data"]
+    assert data[WIDGET_MIME]["model_id"] == kernel.value("b.model_id")
+    title, header, *lines = data["text/plain"].splitlines()
+    assert title.endswith("(SIMULATED)")
+    assert header.split() == ["device", "model", "memory", "util", "temp", "state", "holder"]
+    assert len(lines) == 8
+    (held,) = [line for line in lines if " held " in line]
+    assert kernel.value("c.name") in held
