@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,14 @@ class Kernel:
         assert outcome.status == "ok", (outcome.reply["content"], outcome.messages)
         return outcome
 
+    def start(self, code: str, until: Callable[[dict[str, Any]], bool]) -> Running:
+        """Execute ``code`` without waiting for it to end: until an IOPub message for it
+        satisfies ``until``."""
+        running = Running(self, self.client.execute(code))
+        while not until(running.next()):
+            pass
+        return running
+
     def claims(self) -> list[ClaimRecord]:
         """The live claims, read from the ledger by this (the test) process."""
         return Ledger(self.ledger_path).read_claims()
@@ -103,27 +111,71 @@ class Kernel:
         return content
 
 
-def start_kernel(ledger: Path, inventory: str) -> Kernel:
+@dataclass
+class Running:
+    """An execution in progress: its IOPub messages so far."""
+
+    kernel: Kernel
+    msg_id: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def next(self) -> dict[str, Any]:
+        while True:
+            msg: dict[str, Any] = self.kernel.client.get_iopub_msg(timeout=TIMEOUT)
+            if msg["parent_header"].get("msg_id") == self.msg_id:
+                self.messages.append(msg)
+                return msg
+
+    def interrupt(self) -> Outcome:
+        """Interrupt the kernel (SIGINT) and wait for the execution to end."""
+        self.kernel.manager.interrupt_kernel()
+        while True:
+            msg = self.next()
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        while True:
+            reply: dict[str, Any] = self.kernel.client.get_shell_msg(timeout=TIMEOUT)
+            if reply["parent_header"].get("msg_id") == self.msg_id:
+                return Outcome(reply, self.messages)
+
+
+def printed(text: str) -> Callable[[dict[str, Any]], bool]:
+    """``until`` for :meth:`Kernel.start`: the code printed ``text`` on stdout."""
+    return lambda msg: msg["msg_type"] == "stream" and text in msg["content"]["text"]
+
+
+def waiting(msg: dict[str, Any]) -> bool:
+    """``until`` for :meth:`Kernel.start`: a request says it waits in line (on its claim
+    card, or on stderr where there is no card)."""
+    if msg["msg_type"] == "display_data":
+        return "waiting" in str(msg["content"]["data"].get("text/plain", ""))
+    return msg["msg_type"] == "stream" and "dra: waiting for" in msg["content"]["text"]
+
+
+def start_kernel(ledger: Path, inventory: str, kernel_id: str = "") -> Kernel:
+    """A kernel as a plain one (no Jupyter server) or, with ``kernel_id``, as one that a
+    server with the dra-jupyter extension started."""
     env = {
         **os.environ,
         "DRA_JUPYTER_LEDGER": str(ledger),
         "DRA_JUPYTER_INVENTORY": inventory,
         "DRA_JUPYTER_POLL_INTERVAL": "0.05",
+        "DRA_JUPYTER_KERNEL_ID": kernel_id,
     }
-    env.pop("DRA_JUPYTER_KERNEL_ID", None)
     manager, client = start_new_kernel(kernel_name="python3", startup_timeout=TIMEOUT, env=env)
     kernel = Kernel(manager, client, ledger)
     kernel.ok("%load_ext dra_jupyter")
     return kernel
 
 
-def kernel_fixture(inventory: str) -> Any:
+def kernel_fixture(inventory: str, kernel_id: str = "") -> Any:
     """A module-scoped fixture: one kernel for the module's tests, claims released after
     each test so that tests do not see each other's."""
 
     @pytest.fixture(scope="module")
     def module_kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
-        kernel = start_kernel(tmp_path_factory.mktemp("magics") / "ledger.sqlite", inventory)
+        ledger = tmp_path_factory.mktemp("magics") / "ledger.sqlite"
+        kernel = start_kernel(ledger, inventory, kernel_id)
         try:
             yield kernel
         finally:

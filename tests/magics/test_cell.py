@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import getpass
 import re
-from typing import Any
 
 from dra_jupyter.local.backend import claim_prefix
-from tests.magics.conftest import TIMEOUT, Kernel, Outcome, kernel_fixture, plain
+from tests.magics.conftest import Kernel, kernel_fixture, plain, printed, waiting
 
 module_kernel = kernel_fixture("h200-8x")
 
@@ -56,44 +55,16 @@ def test_the_claim_is_released_when_the_cell_raises(kernel: Kernel) -> None:
     assert kernel.ok(ENV_NOW).stdout.split() == ["before", "None"]
 
 
-def run_until_printed(kernel: Kernel, code: str, marker: str) -> tuple[str, list[dict[str, Any]]]:
-    msg_id = kernel.client.execute(code)
-    messages: list[dict[str, Any]] = []
-    while True:
-        msg = kernel.client.get_iopub_msg(timeout=TIMEOUT)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        messages.append(msg)
-        if msg["msg_type"] == "stream" and marker in msg["content"]["text"]:
-            return msg_id, messages
-
-
-def finish(kernel: Kernel, msg_id: str, messages: list[dict[str, Any]]) -> Outcome:
-    while True:
-        msg = kernel.client.get_iopub_msg(timeout=TIMEOUT)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        messages.append(msg)
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
-    while True:
-        reply = kernel.client.get_shell_msg(timeout=TIMEOUT)
-        if reply["parent_header"].get("msg_id") == msg_id:
-            return Outcome(reply, messages)
-
-
 def test_the_claim_is_released_when_the_cell_is_interrupted(kernel: Kernel) -> None:
     kernel.ok(SENTINEL)
-    msg_id, messages = run_until_printed(
-        kernel,
+    running = kernel.start(
         "%%dra gpu=4 name=interrupted-cell\nimport time\nprint('holding', flush=True)\n"
         "time.sleep(600)",
-        "holding",
+        printed("holding"),
     )
     [held] = kernel.claims()  # seen from this process: the cell holds it now
     assert held.name == "interrupted-cell"
-    kernel.manager.interrupt_kernel()
-    out = finish(kernel, msg_id, messages)
+    out = running.interrupt()
     assert out.status == "error"
     first, second = out.errors
     assert first["ename"] == "KeyboardInterrupt"
@@ -119,10 +90,15 @@ def test_a_bad_cell_line_runs_nothing_and_holds_nothing(kernel: Kernel) -> None:
     assert kernel.claims() == []
 
 
-def test_a_busy_cell_waits_in_line_or_fails_at_once(kernel: Kernel) -> None:
+def test_a_busy_cell_fails_at_once_or_waits_in_line_until_interrupted(kernel: Kernel) -> None:
     kernel.ok("c = %dra request gpu=8")
+    holder = kernel.ok("print(c.name)").stdout.strip()
     out = kernel.run("%%dra gpu=1\nprint('must not run')")
     assert out.status == "error"
     assert out.stdout == ""
     assert "the devices are busy" in out.error_lines()[0]
-    assert [r.name for r in kernel.claims()] == [kernel.ok("print(c.name)").stdout.strip()]
+    running = kernel.start("%%dra gpu=1 timeout=10m\nprint('must not run')", waiting)
+    out = running.interrupt()
+    assert out.stdout == ""
+    assert out.error_lines() == ["%%dra: interrupted; %dra status lists your claims"]
+    assert [r.name for r in kernel.claims()] == [holder]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.magics.conftest import Kernel, Outcome, kernel_fixture
+from tests.magics.conftest import Kernel, Outcome, kernel_fixture, waiting
 
 module_kernel = kernel_fixture("h200-8x")
 
@@ -95,6 +95,16 @@ def test_busy_devices_are_explained_without_a_traceback(kernel: Kernel) -> None:
     assert f"claims held now: {kernel.claims()[0].name}" in text
     assert "Traceback" not in text and "File " not in text
     assert len(kernel.claims()) == 1
+
+
+def test_an_interrupted_wait_is_one_line_and_holds_nothing(kernel: Kernel) -> None:
+    kernel.ok("c = %dra request gpu=8")
+    holder = kernel.claims()[0].name
+    out = kernel.start("d = %dra request gpu=2 timeout=10m", waiting).interrupt()
+    assert out.status == "error"
+    assert out.error_lines() == ["dra request: interrupted; %dra status lists your claims"]
+    assert [r.name for r in kernel.claims()] == [holder]
+    assert kernel.ok("print('d' in globals())").stdout.strip() == "False"
 
 
 def test_a_bug_keeps_its_traceback(kernel: Kernel) -> None:
