@@ -71,12 +71,27 @@ def held_for_cell(session: Session, spec: Mapping[str, Any]) -> Iterator[Claim]:
         release_surely(session, name)
 
 
+def needs_await(shell: Any, cell: str) -> bool:
+    """Whether IPython would run ``cell`` as a coroutine (top-level ``await``)."""
+    try:
+        transformed = shell.transform_cell(cell)
+    except Exception:  # the cell's own run reports its syntax
+        return False
+    return bool(shell.should_run_async(cell, transformed_cell=transformed))
+
+
 def run_with_claim(shell: Any, session: Session, spec: Mapping[str, Any], cell: str) -> None:
     """Run ``cell`` as IPython runs any cell (its output, its traceback), holding the claim.
 
     When the cell fails the claim is already released; a one-line error then marks this
     cell as failed too, so "Run all" and nbclient stop as they would without ``%%dra``.
     """
+    if needs_await(shell, cell):
+        keywords = ", ".join(f"{k}={v!r}" for k, v in spec.items())
+        raise MagicError(
+            "%%dra: this cell uses top-level await, which IPython cannot run under a cell "
+            f"magic; hold the devices inside the cell: with dra.request({keywords}) as claim: ..."
+        )
     result: ExecutionResult | None = None
     with held_for_cell(session, spec) as claim:
         result = shell.run_cell(cell, store_history=False)

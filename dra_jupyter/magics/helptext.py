@@ -48,6 +48,8 @@ Load once per kernel with ``%load_ext dra_jupyter``. Every form, with examples:
     released after the cell even when the cell raises or is interrupted.
         %%dra gpu=1 memory=80Gi
         import torch; print(torch.cuda.get_device_name())
+    A cell with top-level await cannot run under a cell magic: write
+    ``with dra.request(gpu=1) as claim:`` inside it instead.
 
 Keywords (as in dra.request()):
     gpu=N | gpu=all     GPUs of the inventory's GPU class (NVIDIA or AMD)

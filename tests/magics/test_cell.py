@@ -102,3 +102,15 @@ def test_a_busy_cell_fails_at_once_or_waits_in_line_until_interrupted(kernel: Ke
     assert out.stdout == ""
     assert out.error_lines() == ["%%dra: interrupted; %dra status lists your claims"]
     assert [r.name for r in kernel.claims()] == [holder]
+
+
+def test_a_cell_with_top_level_await_is_refused_before_claiming(kernel: Kernel) -> None:
+    out = kernel.run(
+        "%%dra gpu=1 memory=80Gi\nimport asyncio\nawait asyncio.sleep(0)\nprint('ran')"
+    )
+    assert out.stdout == ""
+    assert out.error_lines() == [
+        "%%dra: this cell uses top-level await, which IPython cannot run under a cell magic; "
+        "hold the devices inside the cell: with dra.request(gpu=1, memory='80Gi') as claim: ..."
+    ]
+    assert kernel.claims() == []

@@ -30,6 +30,17 @@ def test_request_returns_the_claim_and_sets_its_environment(kernel: Kernel) -> N
     assert check.stdout.split() == ["Claim", record.name, "True"]
 
 
+def test_request_shows_the_claim_card_and_expands_python_values(kernel: Kernel) -> None:
+    out = kernel.ok("n, where = 2, 'pcieRoot'\n%dra request gpu={n} same=$where")
+    [view] = out.results("application/vnd.jupyter.widget-view+json")
+    assert view["model_id"]
+    [record] = kernel.claims()
+    assert len(record.allocation["devices"]["results"]) == 2
+    assert record.spec["spec"]["devices"]["constraints"] == [
+        {"matchAttribute": "resource.kubernetes.io/pcieRoot"}
+    ]
+
+
 def test_request_without_applying_the_environment(kernel: Kernel) -> None:
     kernel.ok("import os; os.environ.pop('CUDA_VISIBLE_DEVICES', None)")
     kernel.ok("c = %dra request gpu=1 apply_env=false")
