@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -363,7 +364,9 @@ class Session:
             raise AllocationError(f"dra.request: {hint}", explanation) from None
         card: CardReporter | None = None
         if on_wait is None and wait != 0:
-            if in_kernel():  # a card in the notebook instead of lines on stderr
+            # a card in the notebook instead of lines on stderr; only from the kernel's main
+            # thread (ipykernel 7 loses widget messages sent from other threads)
+            if in_kernel() and threading.current_thread() is threading.main_thread():
                 from dra_jupyter.widgets.card import CardReporter  # noqa: PLC0415
 
                 on_wait = card = CardReporter(_describe(spec), self.inventory.simulated)

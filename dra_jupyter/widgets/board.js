@@ -139,6 +139,7 @@ export default {
       error: "",
     };
     const presence = draPresence();
+    const asker = draAsker(model);
     const redraw = () => draRender(el, model, view);
     async function step() {
       if (view.server !== false) {
@@ -165,7 +166,7 @@ export default {
           view.server = false;
         }
       }
-      if (presence.recent(5 * 60 * 1000)) model.send({ type: "refresh" });
+      if (presence.recent(5 * 60 * 1000)) asker.ask();
     }
     const poller = draPoller(el, step, () => Math.max(250, 1000 * model.get("interval")));
     const ticker = setInterval(() => draTick(el), 1000);
@@ -175,6 +176,7 @@ export default {
     return () => {
       poller.stop();
       presence.stop();
+      asker.stop();
       clearInterval(ticker);
       model.off("change:rows", redraw);
       model.off("change:simulated", redraw);

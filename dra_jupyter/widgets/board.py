@@ -37,6 +37,7 @@ class DeviceBoard(anywidget.AnyWidget):
     simulated = traitlets.Bool(False).tag(sync=True)
     inventory = traitlets.Unicode("").tag(sync=True)
     interval = traitlets.Float(1.0).tag(sync=True)
+    revision = traitlets.Int(0).tag(sync=True)  # counts refreshes: the view's answer
 
     def __init__(self, session: Session | None = None, *, interval: float = 1.0) -> None:
         if session is None:
@@ -68,8 +69,10 @@ class DeviceBoard(anywidget.AnyWidget):
             layout.close()
 
     def refresh(self) -> None:
-        """Recompute :attr:`rows` (devices, holders, metrics) now."""
-        self.rows = board_rows(self.session)
+        """Recompute :attr:`rows` (devices, holders, metrics) now: one update message."""
+        with self.hold_sync():
+            self.rows = board_rows(self.session)
+            self.revision += 1
 
     def _on_message(self, widget: Any, content: Any, buffers: Any) -> None:
         if isinstance(content, dict) and content.get("type") == "refresh":

@@ -104,6 +104,7 @@ export default {
       released: false,
     };
     const presence = draPresence();
+    const asker = draAsker(model);
     const redraw = () => draCardRender(el, model, view);
     const name = () => encodeURIComponent(model.get("name"));
     const gone = () => {
@@ -166,7 +167,7 @@ export default {
           redraw();
         }
       }
-      if (presence.recent(5 * 60 * 1000)) model.send({ type: "refresh" });
+      if (presence.recent(5 * 60 * 1000)) asker.ask();
     }
     const poller = draPoller(el, step, () =>
       1000 * Math.max(model.get("interval"), view.server === false ? 10 : 0),
@@ -182,6 +183,7 @@ export default {
     return () => {
       poller.stop();
       presence.stop();
+      asker.stop();
       clearInterval(ticker);
       for (const t of traits) model.off("change:" + t, changed);
     };

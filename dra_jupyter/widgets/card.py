@@ -43,6 +43,7 @@ class ClaimCard(anywidget.AnyWidget):
     lease_expires = traitlets.Float(0.0).tag(sync=True)  # 0: no lease
     simulated = traitlets.Bool(False).tag(sync=True)
     interval = traitlets.Float(2.0).tag(sync=True)  # seconds between the view's polls
+    revision = traitlets.Int(0).tag(sync=True)  # counts refreshes: the view's answer
 
     def __init__(
         self,
@@ -105,8 +106,10 @@ class ClaimCard(anywidget.AnyWidget):
 
     def refresh(self) -> None:
         """Recheck the claim (it may have been released elsewhere, or expired)."""
-        if self.claim is not None and self.state != "released":
-            self.state = self.claim.state
+        with self.hold_sync():
+            if self.claim is not None and self.state != "released":
+                self.state = self.claim.state
+            self.revision += 1
 
     def release(self) -> None:
         if self.claim is not None:

@@ -182,3 +182,21 @@ function draSparkline(values, width = 80, height = 18) {
   svg.append(path);
   return svg;
 }
+
+// Asks the kernel for a refresh, one request at a time: a busy kernel (a long cell) does
+// not pile up messages; the kernel answers by bumping the `revision` trait.
+function draAsker(model) {
+  let sent = 0;
+  const answered = () => {
+    sent = 0;
+  };
+  model.on("change:revision", answered);
+  return {
+    ask: () => {
+      if (sent && Date.now() - sent < 60 * 1000) return; // an answer is still due
+      sent = Date.now();
+      model.send({ type: "refresh" });
+    },
+    stop: () => model.off("change:revision", answered),
+  };
+}

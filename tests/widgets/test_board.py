@@ -44,7 +44,7 @@ def test_rows_are_the_devices_and_follow_a_claim_after_a_refresh_message(
         for m in kernel.iopub
         if m["msg_type"] == "comm_msg" and m["parent_header"].get("msg_id") == sent
     ]
-    assert [list(m["content"]["data"]["state"]) for m in answers] == [["rows"]]
+    assert [sorted(m["content"]["data"]["state"]) for m in answers] == [["revision", "rows"]]
     assert len(kernel.updates(comm_id)) == before + 1
 
 

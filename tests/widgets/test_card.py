@@ -77,7 +77,9 @@ def test_card_states_allocated_then_released_by_message_and_elsewhere(kernel: Ke
     assert kernel.value("d._card.state") == "allocated"
     kernel.custom(other, {"type": "refresh"})
     assert kernel.value("d._card.state") == "released"
-    assert kernel.updates(other)[-1] == {"state": "released"}
+    last = kernel.updates(other)[-1]
+    assert last["state"] == "released"
+    assert set(last) == {"state", "revision"}  # one update: the state and the answer
 
 
 def test_a_claim_outside_a_kernel_is_text(session: Session) -> None:
@@ -87,3 +89,22 @@ def test_a_claim_outside_a_kernel_is_text(session: Session) -> None:
         assert claim._card is None  # no widget made outside a kernel
     finally:
         claim.release()
+
+
+def test_a_request_from_another_thread_shows_no_card(kernel: Kernel, session: Session) -> None:
+    held = session.request(gpu=8, apply_env=False)
+    try:
+        kernel.run(
+            "import threading\n"
+            "errors = []\n"
+            "def wait():\n"
+            "    try:\n"
+            "        dra.request(gpu=1, timeout='1s')\n"
+            "    except dra.AllocationError as err:\n"
+            "        errors.append(type(err).__name__)\n"
+            "t = threading.Thread(target=wait); t.start(); t.join()"
+        )
+        assert kernel.value("errors") == ["AllocationError"]
+        assert opened(kernel, "ClaimCard") == []
+    finally:
+        held.release()
