@@ -6,22 +6,34 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
+from dra_jupyter.allocator.cache import (
+    AllocatorCache,
+    Listed,
+    Shape,
+    read_values,
+    request_shape,
+)
 from dra_jupyter.allocator.capacity import consumed_capacity, fits
 from dra_jupyter.allocator.explain import Explanation, explain
-from dra_jupyter.allocator.pools import Pool, SliceIndex, gather_pools
+from dra_jupyter.allocator.pools import Pool, usable_devices
 from dra_jupyter.allocator.results import allocation_result
 from dra_jupyter.allocator.search import (
     Candidate,
     RequestData,
     Search,
     SearchBudgetError,
-    list_candidates,
     selectable,
+    taint_prevents,
 )
-from dra_jupyter.allocator.state import AllocatedState
-from dra_jupyter.allocator.topology import node_capacity, node_order, order_candidates
+from dra_jupyter.allocator.topology import (
+    NodeCapacity,
+    node_capacity,
+    node_order,
+    order_candidates,
+)
 from dra_jupyter.errors import InvalidInputError, ObjectError, SelectorError
 from dra_jupyter.model.limits import MAX_RESULTS_PER_CLAIM
+from dra_jupyter.model.nodes import selection_matches
 from dra_jupyter.model.objects import (
     AllocationResult,
     Device,
@@ -32,13 +44,7 @@ from dra_jupyter.model.objects import (
     ResourceClaim,
     ResourceSlice,
 )
-from dra_jupyter.model.parse import (
-    parse_device_class,
-    parse_many,
-    parse_node,
-    parse_resource_claim,
-    parse_resource_slice,
-)
+from dra_jupyter.model.parse import parse_many, parse_resource_claim
 from dra_jupyter.selectors import (
     CelEvaluationError,
     CompiledSelector,
@@ -70,6 +76,11 @@ class Allocator:
     ``strategy="first-fit"`` reproduces upstream's choice: nodes in name order, and on
     a node the first solution of upstream's depth-first search. ``"topology"`` ranks
     the candidate nodes and solutions by locality and packing instead.
+
+    ``cache``: an :class:`~dra_jupyter.allocator.cache.AllocatorCache` that a long-running
+    caller keeps and passes to each allocator it makes, so that what depends only on the
+    slices (and on unchanged allocated claims) is computed once. Inputs are compared by
+    identity: pass new objects when slices or claims change, never change them in place.
     """
 
     def __init__(
@@ -82,47 +93,32 @@ class Allocator:
         nodes: Iterable[Mapping[str, Any] | Node] = (),
         share_id_factory: Callable[[], str] | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        cache: AllocatorCache | None = None,
     ) -> None:
         if strategy not in STRATEGIES:
             raise InvalidInputError(
                 f"strategy {strategy!r} is not known; use one of {', '.join(STRATEGIES)}"
             )
         self.strategy: Strategy = strategy
-        self.slices: list[ResourceSlice] = parse_many(slices, parse_resource_slice, ResourceSlice)
-        self._index = SliceIndex(self.slices)
-        self.classes: dict[str, DeviceClass] = {}
-        for cls in parse_many(device_classes, parse_device_class, DeviceClass):
-            if cls.name in self.classes:
-                raise ObjectError(f"DeviceClass {cls.name}", "metadata.name", "is defined twice")
-            self.classes[cls.name] = cls
-        self.allocated: list[ResourceClaim] = parse_many(
-            allocated_claims, parse_resource_claim, ResourceClaim
-        )
-        self.state = AllocatedState.from_claims(self.allocated)
-        self.nodes: dict[str, Node] = {n.name: n for n in parse_many(nodes, parse_node, Node)}
+        cache = cache or AllocatorCache()
+        self.catalog = cache.catalog(slices, device_classes, nodes)
+        self.slices: list[ResourceSlice] = self.catalog.slices
+        self.classes: dict[str, DeviceClass] = self.catalog.classes
+        self.nodes: dict[str, Node] = self.catalog.nodes
+        self.holdings = cache.holdings(allocated_claims)
+        self.allocated: list[ResourceClaim] = self.holdings.claims
+        self.state = self.holdings.state
         self.share_id_factory = share_id_factory or (lambda: str(uuid.uuid4()))
         self.max_steps = max_steps
-        self._views: dict[int, DeviceView] = {}
-        self._matches: dict[tuple[str, int], bool | str] = {}
-        self._compiled: dict[str, CompiledSelector] = {}
+        self._views: dict[int, DeviceView] = self.catalog.views
+        self._matches: dict[tuple[str, int], bool | str] = self.catalog.results
+        self._compiled: dict[str, CompiledSelector] = self.catalog.compiled
 
     # --- public ------------------------------------------------------------------------------
 
     def node_names(self) -> list[str]:
         """Candidate nodes, in name order: nodes with node-local slices, and known Node objects."""
-        names = {
-            s.node_selection.node_name
-            for s in self.slices
-            if s.node_selection is not None and s.node_selection.node_name and not s.shared_counters
-        }
-        names.update(
-            d.node_selection.node_name
-            for s in self.slices
-            for d in s.devices
-            if d.node_selection is not None and d.node_selection.node_name
-        )
-        names.update(self.nodes)
-        return sorted(names)
+        return list(self.catalog.node_names())
 
     def allocate(
         self, claims: Iterable[Mapping[str, Any] | ResourceClaim], node: str | None = None
@@ -134,11 +130,72 @@ class Allocator:
         (unknown DeviceClass, bad CEL, a CEL error on a device, too many devices).
         """
         parsed = self._prepare(claims)
-        for name in self.node_order(parsed, node):
+        quick = all(
+            alt.allocation_mode == "ExactCount"
+            for claim in parsed
+            for request in claim.requests
+            for alt in request.alternatives
+        )
+        if quick and node is None and self._never_enough(parsed):
+            return None
+        names = self._nodes_to_try(node)
+        if self.strategy == "topology" and len(names) > 1:
+            # Ordering counts what is free on every node: leave out first the nodes where
+            # the search must fail, so an impossible claim costs no count at all.
+            if quick:
+                names = [name for name in names if not self._too_few(parsed, name)]
+            names = self._best_fit_nodes(parsed, names)
+        for name in names:
+            if quick and self._too_few(parsed, name):
+                continue
             found, _ = self.search_on(parsed, name)
             if found is not None:
                 return found
         return None
+
+    def _never_enough(self, claims: list[ResourceClaim]) -> bool:
+        """Whether some request has too few devices on every node, ignoring allocations:
+        known once each node has been listed for the request's shape, so an impossible
+        request fails in one step from the second time on."""
+        shapes = [
+            [(request_shape(alt), alt.count) for alt in request.alternatives]
+            for claim in claims
+            for request in claim.requests
+        ]
+        if any(self.catalog.any_errors.get(shape, True) for alts in shapes for shape, _ in alts):
+            return False  # not every node is listed yet, or a CEL error must be reached
+        return any(
+            all(self.catalog.never_enough(shape, count) for shape, count in alts) for alts in shapes
+        )
+
+    def _too_few(self, claims: list[ResourceClaim], name: str | None) -> bool:
+        """Whether the search must fail on the node because, before any request whose
+        devices could fail with a CEL error, a request has fewer free devices than it needs
+        in each of its alternatives: the search would stop there at once."""
+        for claim in claims:
+            for request in claim.requests:
+                enough = False
+                for alt in request.alternatives:
+                    listed = self._listed(alt, claim, name)
+                    if listed.errors:
+                        return False
+                    if self._free(alt, listed, name) >= alt.count:
+                        enough = True
+                if not enough:
+                    return True
+        return False
+
+    def _free(self, request: ExactRequest, listed: Listed, name: str | None) -> int:
+        """How many of the listed devices are not held whole (all of them for admin access)."""
+        if request.admin_access:
+            return len(listed.candidates)
+        key = (request_shape(request), name)
+        free = self.holdings.free.get(key)
+        if free is None:
+            dedicated = self.state.dedicated
+            free = sum(1 for c in listed.candidates if c.id not in dedicated)
+            self.holdings.free[key] = free
+        return free
 
     def node_order(self, claims: list[ResourceClaim], node: str | None) -> list[str | None]:
         """The nodes to try, in the strategy's order."""
@@ -154,10 +211,16 @@ class Allocator:
         :func:`~dra_jupyter.allocator.topology.node_order`); the search then plans nodes
         one by one in this order and stops at the first that fits, as first-fit does in
         name order."""
-        capacities = {
-            name: node_capacity(self.pools_for(self.node(name)), self.state) for name in names
-        }
+        capacities = {name: self._node_capacity(name) for name in names}
         return node_order(capacities, claims)
+
+    def _node_capacity(self, name: str | None) -> NodeCapacity:
+        """What is free on the node, kept while the slices and allocated claims are the same."""
+        found = self.holdings.capacities.get(name)
+        if found is None:
+            found = node_capacity(self.pools_for(self.node(name)), self.state)
+            self.holdings.capacities[name] = found
+        return found
 
     def explain(
         self, claims: Iterable[Mapping[str, Any] | ResourceClaim], node: str | None = None
@@ -201,9 +264,7 @@ class Allocator:
         return names or [None]
 
     def node(self, name: str | None) -> Node | None:
-        if name is None:
-            return None
-        return self.nodes.get(name) or Node(name=name)
+        return self.catalog.node(name)
 
     def _prepare(self, claims: Iterable[Mapping[str, Any] | ResourceClaim]) -> list[ResourceClaim]:
         parsed = parse_many(claims, parse_resource_claim, ResourceClaim)
@@ -275,24 +336,57 @@ class Allocator:
         Results are cached per expression and device. A CEL runtime error raises
         :class:`SelectorError` naming the selector's object, field and the device.
         """
-        key = (expression, id(device))
-        result = self._matches.get(key)
-        if result is None:
-            compiled = self._compiled.get(expression)
-            if compiled is None:
-                where = _selector_path(owner, request, index)
-                compiled = self._compiled[expression] = compile_selector(expression, where=where)
-            try:
-                result = compiled.matches(self._view(device, dev_id.driver))
-            except CelEvaluationError as err:
-                result = err.problem
-            self._matches[key] = result
+        result = self._result(expression, device, dev_id, owner, request, index)
         if isinstance(result, str):
             raise SelectorError(
                 f"{_selector_path(owner, request, index)}, on device {dev_id}",
                 f"CEL runtime error: {result}",
                 "guard optional attributes with has(...) or 'name' in device.attributes[...]",
             )
+        return result
+
+    def _result(
+        self,
+        expression: str,
+        device: Device,
+        dev_id: DeviceID,
+        owner: DeviceClass | ResourceClaim,
+        request: ExactRequest | None,
+        index: int,
+    ) -> bool | str:
+        """The selector's result on the device, or the problem of its CEL runtime error."""
+        key = (expression, id(device))
+        result = self._matches.get(key)
+        if result is not None:
+            return result
+        compiled = self._compiled.get(expression)
+        if compiled is None:
+            where = _selector_path(owner, request, index)
+            compiled = self._compiled[expression] = compile_selector(expression, where=where)
+        reads = compiled.reads
+        if reads is not None:  # devices that agree on what the selector reads share a result
+            by_values = self.catalog.by_values
+            values = (expression, *read_values(reads, dev_id.driver, device))
+            result = by_values.get(values)
+            if result is None:
+                found: bool | str | None
+                try:
+                    found = compiled.matches_fast(
+                        dev_id.driver,
+                        device.attributes,
+                        {k: c.value for k, c in device.capacity.items()},
+                        device.allow_multiple_allocations,
+                    )
+                except CelEvaluationError as err:
+                    found = err.problem
+                if found is not None:
+                    result = by_values[values] = found
+        if result is None:
+            try:
+                result = compiled.matches(self._view(device, dev_id.driver))
+            except CelEvaluationError as err:
+                result = err.problem
+        self._matches[key] = result
         return result
 
     def matches(
@@ -314,8 +408,7 @@ class Allocator:
     # --- one node ----------------------------------------------------------------------------
 
     def pools_for(self, node: Node | None) -> list[Pool]:
-        name = node.name if node is not None else None
-        return gather_pools(self._index.for_node(name), node, self.slices)
+        return self.catalog.pools(node.name if node is not None else None)
 
     def request_data(
         self, claims: Sequence[ResourceClaim], pools: list[Pool], node: Node | None
@@ -330,13 +423,80 @@ class Allocator:
                         rd.all_devices = self._all_devices(rd, claim, pools, node)
                         rd.num_devices = len(rd.all_devices)
                     else:
-                        rd.candidates = list_candidates(
-                            rd, claim, pools, node, self.state, self.matches
-                        )
+                        rd.candidates = self._candidates(rd, claim, node)
                         if self.strategy == "topology":
                             rd.candidates = order_candidates(rd, self.state)
                     data[(ci, ri, si)] = rd
         return data
+
+    def _listed(self, request: ExactRequest, claim: ResourceClaim, name: str | None) -> Listed:
+        """The node's devices that could ever serve requests of this shape (cached)."""
+        shape = request_shape(request)
+        listed = self.catalog.listed.get((shape, name))
+        if listed is None:
+            listed = self._list(shape, request, claim, name)
+            self.catalog.remember(shape, name, listed)
+        return listed
+
+    def _list(
+        self, shape: Shape, request: ExactRequest, claim: ResourceClaim, name: str | None
+    ) -> Listed:
+        node = self.node(name)
+        cls = self.classes[request.device_class_name]
+        out = Listed([], [])
+        for pool, slice_, device, dev_id in usable_devices(self.pools_for(node)):
+            result: bool | str = True
+            for owner, selectors in ((cls, cls.selectors), (claim, request.selectors)):
+                for i, expr in enumerate(selectors):
+                    result = self._result(
+                        expr, device, dev_id, owner, None if owner is cls else request, i
+                    )
+                    if result is not True:
+                        break
+                if result is not True:
+                    break
+            if result is False:
+                continue
+            if result is True:
+                if slice_.per_device_node_selection and not (
+                    device.node_selection is not None
+                    and selection_matches(device.node_selection, node)
+                ):
+                    continue
+                consumed = consumed_capacity(request.capacity_requests, device)
+                if consumed is None or taint_prevents(device, request):
+                    continue
+                shared = consumed if device.allow_multiple_allocations else None
+                out.candidates.append(Candidate(dev_id, device, slice_, pool, shared))
+            else:
+                out.candidates.append(Candidate(dev_id, device, slice_, pool))
+            out.failed.append(result is not True)
+        return out
+
+    def _candidates(
+        self, rd: RequestData, claim: ResourceClaim, node: Node | None
+    ) -> list[Candidate]:
+        """The devices that could serve the request now, in upstream's order: the listed
+        ones less those held whole; a device whose selector fails with a CEL error carries
+        the error (naming this claim), raised only if the search reaches it."""
+        request = rd.request
+        listed = self._listed(request, claim, node.name if node is not None else None)
+        dedicated = self.state.dedicated
+        admin = request.admin_access
+        out: list[Candidate] = []
+        for cand, failed in zip(listed.candidates, listed.failed, strict=True):
+            if not admin and cand.id in dedicated:
+                continue
+            if not failed:
+                out.append(cand)
+                continue
+            fresh = Candidate(cand.id, cand.device, cand.slice, cand.pool)
+            try:
+                selectable(rd, claim, cand.slice, cand.device, cand.id, node, self.matches)
+            except InvalidInputError as err:
+                fresh.error = err
+            out.append(fresh)
+        return out
 
     def _all_devices(
         self, rd: RequestData, claim: ResourceClaim, pools: list[Pool], node: Node | None

@@ -39,24 +39,40 @@ def usable_devices(pools: Sequence[Pool]) -> Iterator[tuple[Pool, ResourceSlice,
 
 
 class SliceIndex:
-    """Slices split as upstream's ``NewAllocator`` does: node-local ones by node name, and the
-    node-independent or counter slices that every node looks at. Built once, so finding a
-    node's slices does not scan every slice of the cluster."""
+    """Slices split as upstream's ``NewAllocator`` does: node-local ones by node name, the
+    node-independent ones that every node looks at, and the slices of shared counters, which
+    every node sees. Built once, so finding a node's pools does not scan every slice of the
+    cluster."""
 
     def __init__(self, slices: Sequence[ResourceSlice]) -> None:
         self.local: dict[str, list[ResourceSlice]] = {}
-        self.shared: list[ResourceSlice] = []
+        self.shared: list[ResourceSlice] = []  # device slices usable on more than one node
+        self.counters: dict[PoolID, list[ResourceSlice]] = {}  # relevant to every node
+        self.by_pool: dict[PoolID, list[ResourceSlice]] = {}
         for s in slices:
+            self.by_pool.setdefault(s.pool_id, []).append(s)
             name = s.node_selection.node_name if s.node_selection is not None else None
-            if name is None or s.shared_counters:
+            if s.shared_counters:
+                self.counters.setdefault(s.pool_id, []).append(s)
+            elif name is None:
                 self.shared.append(s)
             else:
                 self.local.setdefault(name, []).append(s)
+        self._counter_only: list[Pool] | None = None
 
-    def for_node(self, node: str | None) -> list[ResourceSlice]:
-        """Node-local slices of ``node`` followed by all node-independent or counter slices."""
-        local = self.local.get(node, []) if node is not None else []
-        return local + self.shared
+    def counter_only_pools(self) -> list[Pool]:
+        """Pools that a node sees only through their counter slices, when they need saying:
+        incomplete or invalid ones. Complete, valid ones hold no device usable there and are
+        left out; they are the same for every node, so they are built once."""
+        if self._counter_only is None:
+            self._counter_only = [
+                pool
+                for pool in _group(
+                    [s for group in self.counters.values() for s in group], self.by_pool
+                )
+                if not pool.usable
+            ]
+        return self._counter_only
 
 
 def _relevant(slice_: ResourceSlice, node: Node | None) -> bool:
@@ -72,39 +88,56 @@ def _relevant(slice_: ResourceSlice, node: Node | None) -> bool:
     return False
 
 
-def gather_pools(
-    candidates: Sequence[ResourceSlice], node: Node | None, all_slices: Sequence[ResourceSlice]
+def gather_pools(index: SliceIndex, node: Node | None) -> list[Pool]:
+    """The pools a node can use, in upstream's order (see the module's docstring)."""
+    name = node.name if node is not None else None
+    candidates = [
+        s for s in (index.local.get(name, []) if name is not None else []) if _relevant(s, node)
+    ]
+    candidates.extend(s for s in index.shared if _relevant(s, node))
+    touched = {s.pool_id for s in candidates}
+    for pool_id in touched:
+        candidates.extend(index.counters.get(pool_id, ()))
+    pools = _group(candidates, index.by_pool)
+    pools.extend(p for p in index.counter_only_pools() if p.id not in touched)
+    plain = [p for p in pools if not _has_binding(p)]
+    binding = [p for p in pools if _has_binding(p)]
+    plain.sort(key=lambda p: (p.id.driver, p.id.pool))
+    binding.sort(key=lambda p: (p.id.driver, p.id.pool))
+    return plain + binding
+
+
+def _has_binding(pool: Pool) -> bool:
+    return any(d.binding_conditions for s in pool.slices for d in s.devices)
+
+
+def _group(
+    candidates: Sequence[ResourceSlice], by_pool: dict[PoolID, list[ResourceSlice]]
 ) -> list[Pool]:
-    by_pool: dict[PoolID, list[ResourceSlice]] = {}
+    """Pools from the slices relevant to a node: the highest generation of each, checked
+    for completeness against every slice of the pool."""
+    grouped: dict[PoolID, list[ResourceSlice]] = {}
     for s in candidates:
-        if not _relevant(s, node):
-            continue
-        current = by_pool.get(s.pool_id)
+        current = grouped.get(s.pool_id)
         if current is None or s.generation > current[0].generation:
-            by_pool[s.pool_id] = [s]
+            grouped[s.pool_id] = [s]
         elif s.generation == current[0].generation:
             current.append(s)
-
-    plain: list[Pool] = []
-    binding: list[Pool] = []
-    for pool_id, pool_slices in by_pool.items():
+    out: list[Pool] = []
+    for pool_id, pool_slices in grouped.items():
         expected = pool_slices[0].resource_slice_count
         all_for_pool: list[ResourceSlice] | None = None
         if len(pool_slices) != expected:
             generation = pool_slices[0].generation
-            same = [s for s in all_slices if s.pool_id == pool_id]
+            same = by_pool.get(pool_id, [])
             if any(s.generation > generation for s in same):
                 continue  # obsolete: a newer generation is being published elsewhere
             all_for_pool = [s for s in same if s.generation == generation]
             if len(all_for_pool) != expected:
-                plain.append(Pool(pool_id, incomplete=True))
+                out.append(Pool(pool_id, incomplete=True))
                 continue
-        pool = _build_pool(pool_id, pool_slices, all_for_pool)
-        has_binding = any(d.binding_conditions for s in pool.slices for d in s.devices)
-        (binding if has_binding else plain).append(pool)
-    plain.sort(key=lambda p: (p.id.driver, p.id.pool))
-    binding.sort(key=lambda p: (p.id.driver, p.id.pool))
-    return plain + binding
+        out.append(_build_pool(pool_id, pool_slices, all_for_pool))
+    return out
 
 
 def _build_pool(

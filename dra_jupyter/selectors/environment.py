@@ -45,7 +45,7 @@ from dra_jupyter.model.attributes import AttributeValue, Version
 from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.selectors import fastpath, library
 from dra_jupyter.selectors.cost import CheckError, analyze
-from dra_jupyter.selectors.fastpath import FastSelector, compile_fast
+from dra_jupyter.selectors.fastpath import FastSelector, Reads, compile_fast_reads
 from dra_jupyter.selectors.parser import CelSyntaxError, Node, parse
 
 MAX_EXPRESSION_LENGTH = 10 * 1024
@@ -187,11 +187,18 @@ class CompiledSelector:
     _literals: frozenset[str] = field(repr=False)
     _indexes: frozenset[str] = field(default=frozenset(), repr=False)
     _fast: FastSelector | None = field(default=None, repr=False)
+    _reads: Reads | None = field(default=None, repr=False)
 
     @property
     def has_fast_path(self) -> bool:
         """Whether :mod:`.fastpath` evaluates this selector without the engine."""
         return self._fast is not None
+
+    @property
+    def reads(self) -> Reads | None:
+        """What the fast path reads of a device (devices that agree on it get the same
+        result); ``None`` when this selector runs on the engine."""
+        return self._reads if self._fast is not None and fastpath.ENABLED else None
 
     def matches(self, device: DeviceView) -> bool:
         """Whether the device is selected; raise :class:`CelEvaluationError` if it fails.
@@ -295,8 +302,9 @@ def _compile(expression: str) -> CompiledSelector | _Rejected:
         detail = str(error).split("\n", 1)[0] if found is None else found.expand(r"\3 (\1:\2)")
         return _Rejected("syntax error: " + re.sub(r" expecting \{.*\}", "", detail))
     literals, indexes = frozenset(_strings(node)), frozenset(_indexes(node))
-    fast = compile_fast(expression, node)
-    return CompiledSelector(expression, cost, program, literals, indexes, fast)
+    fast_reads = compile_fast_reads(expression, node)
+    fast, reads = (None, None) if fast_reads is None else fast_reads
+    return CompiledSelector(expression, cost, program, literals, indexes, fast, reads)
 
 
 def _strings(node: Node) -> list[str]:

@@ -55,7 +55,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 import cel
 from cel import stdlib
@@ -110,13 +110,36 @@ class _UnsupportedError(Exception):
     """The expression is outside the subset."""
 
 
+class Reads(NamedTuple):
+    """What a fast selector reads of a device, besides its driver: the names it looks up in
+    the attributes and in the capacity (as published: qualified, or bare in the driver's
+    domain), and whether it reads ``allowMultipleAllocations``. Two devices of one driver
+    that agree on these get the same fast-path result."""
+
+    attributes: tuple[str, ...]
+    capacity: tuple[str, ...]
+    allow: bool
+
+
 def compile_fast(text: str, node: Node) -> FastSelector | None:
     """The fast path for expression ``text`` (parsed as ``node``), or ``None``."""
+    found = compile_fast_reads(text, node)
+    return None if found is None else found[0]
+
+
+def compile_fast_reads(text: str, node: Node) -> tuple[FastSelector, Reads] | None:
+    """The fast path and what it reads of a device, or ``None``."""
+    builder = _Builder(text)
     try:
-        root = _Builder(text).build(node)
+        root = builder.build(node)
     except _UnsupportedError:
         return None
-    return _selector(root)
+    reads = Reads(
+        tuple(sorted(builder.reads["attributes"])),
+        tuple(sorted(builder.reads["capacity"])),
+        builder.reads_allow,
+    )
+    return _selector(root), reads
 
 
 def _selector(root: Eval) -> FastSelector:
@@ -465,6 +488,11 @@ def _terms(node: Node) -> list[Node]:
 class _Builder:
     def __init__(self, text: str) -> None:
         self.text = text
+        self.reads: dict[str, set[str]] = {"attributes": set(), "capacity": set()}
+        self.reads_allow = False
+
+    def read(self, collection: str, domain: str, name: str) -> None:
+        self.reads[collection].update(k for k in _keys(domain, name) if k is not None)
 
     def build(self, node: Node) -> Eval:
         kind = node.kind
@@ -474,9 +502,11 @@ class _Builder:
             if node.name == "driver":
                 return _driver
             if node.name == "allowMultipleAllocations":
+                self.reads_allow = True
                 return _allow
         if kind in ("select", "index"):
             collection, domain, name = self.entry(node)
+            self.read(collection, domain, name)
             return (
                 _attribute(domain, name) if collection == "attributes" else _capacity(domain, name)
             )
@@ -558,6 +588,7 @@ class _Builder:
                 return _in_list(self.build(args[0]), self.build(args[1]))
             if args[0].kind != "literal":
                 raise _UnsupportedError
+            self.read(collection, domain, self.string(args[0]))
             return _present(collection, domain, self.string(args[0]))
         raise _UnsupportedError
 
@@ -578,6 +609,7 @@ class _Builder:
         if target is None:
             if name == "has" and len(args) == 1 and args[0].kind == "select":
                 collection, domain = self.domain(args[0].target)
+                self.read(collection, domain, args[0].name)
                 return _present(collection, domain, args[0].name)
             return _constant(self.constant(node))
         if name in _STRING_TESTS and len(args) == 1:

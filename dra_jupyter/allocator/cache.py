@@ -1,0 +1,278 @@
+"""What ``Allocator`` calls can share, so a long-running process does not redo it per call.
+
+Two layers, each rebuilt only when its input changes:
+
+* a :class:`Catalog` holds what depends only on the ResourceSlices, DeviceClasses and
+  Nodes: the parsed objects, the slices indexed by node and pool, each node's pools, the
+  CEL views of devices, every selector's result per device, and per request shape and node
+  the devices that could ever serve it (before looking at what is allocated);
+* a :class:`Holdings` holds what depends on the allocated claims as well: the parsed
+  claims, the :class:`~dra_jupyter.allocator.state.AllocatedState`, and per node what is
+  free (for the quick rejection of nodes and for ``topology``'s node order).
+
+An :class:`AllocatorCache` keeps the latest of each. Inputs are compared by identity: the
+same list of the same slice objects reuses the catalog, and a claim object seen in the last
+call is not parsed again. The objects must therefore not be changed in place: a slice or
+claim that changes must be a new object (as a Kubernetes informer or a ledger read gives
+them). Without a cache, every ``Allocator`` builds its own, used for that allocator only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dra_jupyter.allocator.pools import Pool, SliceIndex, gather_pools
+from dra_jupyter.allocator.search import Candidate
+from dra_jupyter.allocator.state import AllocatedState
+from dra_jupyter.errors import ObjectError
+from dra_jupyter.model.objects import (
+    Device,
+    DeviceClass,
+    ExactRequest,
+    Node,
+    PoolID,
+    ResourceClaim,
+    ResourceSlice,
+    Toleration,
+)
+from dra_jupyter.model.parse import (
+    parse_device_class,
+    parse_many,
+    parse_node,
+    parse_resource_claim,
+    parse_resource_slice,
+)
+from dra_jupyter.model.quantity import Quantity
+from dra_jupyter.selectors import CompiledSelector, DeviceView
+from dra_jupyter.selectors.fastpath import Reads
+
+if TYPE_CHECKING:
+    from dra_jupyter.allocator.topology import NodeCapacity
+
+Shape = tuple[str, tuple[str, ...], bool, tuple[Toleration, ...], tuple[tuple[str, Quantity], ...]]
+"""What decides which devices could serve a request, apart from the node: its class,
+selectors, admin access, tolerations and capacity requests."""
+
+
+def request_shape(request: ExactRequest) -> Shape:
+    return (
+        request.device_class_name,
+        request.selectors,
+        request.admin_access,
+        request.tolerations,
+        tuple(sorted(request.capacity_requests.items(), key=lambda kv: kv[0])),
+    )
+
+
+def _tagged(value: object) -> object:
+    """A value with its type, so that ``True`` and ``1`` (equal in Python) stay apart."""
+    if isinstance(value, tuple):
+        return (tuple, tuple(_tagged(v) for v in value))
+    return (type(value), value)
+
+
+def read_values(reads: Reads, driver: str, device: Device) -> tuple[object, ...]:
+    """What a fast selector reads of the device (see :class:`~.fastpath.Reads`)."""
+    values: tuple[object, ...] = tuple(map(device.attributes.get, reads.attributes))
+    kinds = tuple(map(type, values))
+    if tuple in kinds:
+        values = tuple(map(_tagged, values))
+    capacity = device.capacity
+    return (
+        driver,
+        device.allow_multiple_allocations if reads.allow else None,
+        values,
+        kinds,
+        tuple(capacity[k].value if k in capacity else None for k in reads.capacity)
+        if reads.capacity
+        else (),
+    )
+
+
+@dataclass
+class Listed:
+    """The devices of one node that could ever serve requests of one shape, in upstream's
+    order: their selectors hold (or fail with a CEL error, ``failed``), capacity and taints
+    allow it. Allocations are not looked at; the caller leaves out the devices in use."""
+
+    candidates: list[Candidate]
+    failed: list[bool]
+
+    @property
+    def errors(self) -> bool:
+        return any(self.failed)
+
+
+class Catalog:
+    """Work that depends only on the slices, device classes and nodes."""
+
+    def __init__(
+        self,
+        slices: Sequence[Mapping[str, Any] | ResourceSlice],
+        device_classes: Sequence[Mapping[str, Any] | DeviceClass],
+        nodes: Sequence[Mapping[str, Any] | Node],
+    ) -> None:
+        self.sources = (slices, device_classes, nodes)
+        self.slices: list[ResourceSlice] = parse_many(slices, parse_resource_slice, ResourceSlice)
+        self.index = SliceIndex(self.slices)
+        self.classes: dict[str, DeviceClass] = {}
+        for cls in parse_many(device_classes, parse_device_class, DeviceClass):
+            if cls.name in self.classes:
+                raise ObjectError(f"DeviceClass {cls.name}", "metadata.name", "is defined twice")
+            self.classes[cls.name] = cls
+        self.nodes: dict[str, Node] = {n.name: n for n in parse_many(nodes, parse_node, Node)}
+        self.views: dict[int, DeviceView] = {}
+        self.results: dict[tuple[str, int], bool | str] = {}  # selector, id(device) -> result
+        self.by_values: dict[tuple[object, ...], bool | str] = {}  # selector, what it reads
+        self.compiled: dict[str, CompiledSelector] = {}
+        self.listed: dict[tuple[Shape, str | None], Listed] = {}
+        self._pools: dict[str | None, list[Pool]] = {}
+        self.pool_nodes: dict[PoolID, set[str | None]] = {}  # nodes whose pools are known
+        self._names: list[str] | None = None
+        # Per shape, over every node of node_names(): the most devices one node lists, and
+        # whether any listed device fails with a CEL error. Known once every node is listed.
+        self.most: dict[Shape, int] = {}
+        self.any_errors: dict[Shape, bool] = {}
+        self._listed_nodes: dict[Shape, set[str | None]] = {}
+
+    def same_inputs(self, *given: Sequence[object]) -> bool:
+        """Whether ``(slices, classes, nodes)`` are the very objects this catalog was built from."""
+        return all(
+            len(mine) == len(new) and all(a is b for a, b in zip(mine, new, strict=True))
+            for mine, new in zip(self.sources, given, strict=True)
+        )
+
+    def node_names(self) -> list[str]:
+        """Candidate nodes, in name order: nodes with node-local slices, and known Node objects."""
+        if self._names is None:
+            names = {
+                s.node_selection.node_name
+                for s in self.slices
+                if s.node_selection is not None
+                and s.node_selection.node_name
+                and not s.shared_counters
+            }
+            names.update(
+                d.node_selection.node_name
+                for s in self.slices
+                for d in s.devices
+                if d.node_selection is not None and d.node_selection.node_name
+            )
+            names.update(self.nodes)
+            self._names = sorted(names)
+        return self._names
+
+    def node(self, name: str | None) -> Node | None:
+        if name is None:
+            return None
+        return self.nodes.get(name) or Node(name=name)
+
+    def pools(self, name: str | None) -> list[Pool]:
+        pools = self._pools.get(name)
+        if pools is None:
+            pools = self._pools[name] = gather_pools(self.index, self.node(name))
+            for pool in pools:
+                self.pool_nodes.setdefault(pool.id, set()).add(name)
+        return pools
+
+    def remember(self, shape: Shape, name: str | None, listed: Listed) -> None:
+        """Keep a node's list, and the bound over nodes once every node is listed."""
+        self.listed[(shape, name)] = listed
+        if name is None or name not in self.node_names():
+            return
+        seen = self._listed_nodes.setdefault(shape, set())
+        seen.add(name)
+        self.most[shape] = max(self.most.get(shape, 0), len(listed.candidates))
+        self.any_errors[shape] = self.any_errors.get(shape, False) or listed.errors
+
+    def never_enough(self, shape: Shape, count: int) -> bool | None:
+        """Whether no node lists ``count`` devices for the shape (and none fails with a CEL
+        error); None while some node is not listed yet."""
+        names = self.node_names()
+        if not names or len(self._listed_nodes.get(shape, ())) < len(names):
+            return None
+        return self.most.get(shape, 0) < count and not self.any_errors.get(shape, False)
+
+
+@dataclass
+class Holdings:
+    """Work that depends on the allocated claims too."""
+
+    sources: tuple[object, ...]
+    claims: list[ResourceClaim]
+    state: AllocatedState
+    free: dict[tuple[Shape, str | None], int] = field(default_factory=dict)
+    capacities: dict[str | None, NodeCapacity] = field(default_factory=dict)  # topology's count
+
+
+class AllocatorCache:
+    """The latest :class:`Catalog` and :class:`Holdings`, reused while their inputs are the
+    same objects. Keep one per inventory in a long-running process (a server, a backend)
+    and pass it to every ``Allocator``; safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._catalog: Catalog | None = None
+        self._holdings: Holdings | None = None
+
+    def catalog(
+        self,
+        slices: Iterable[Mapping[str, Any] | ResourceSlice],
+        device_classes: Iterable[Mapping[str, Any] | DeviceClass],
+        nodes: Iterable[Mapping[str, Any] | Node] = (),
+    ) -> Catalog:
+        given = (tuple(slices), tuple(device_classes), tuple(nodes))
+        current = self._catalog
+        if current is not None and current.same_inputs(*given):
+            return current
+        current = Catalog(*given)
+        self._catalog = current
+        self._holdings = None
+        return current
+
+    def holdings(self, claims: Iterable[Mapping[str, Any] | ResourceClaim]) -> Holdings:
+        given = tuple(claims)
+        current = self._holdings
+        if (
+            current is not None
+            and len(current.sources) == len(given)
+            and all(a is b for a, b in zip(current.sources, given, strict=True))
+        ):
+            return current
+        known = (
+            {id(src): parsed for src, parsed in zip(current.sources, current.claims, strict=True)}
+            if current is not None
+            else {}
+        )
+        parsed = [
+            known.get(id(c)) or parse_many([c], parse_resource_claim, ResourceClaim)[0]
+            for c in given
+        ]
+        new = Holdings(given, parsed, AllocatedState.from_claims(parsed))
+        if current is not None and self._catalog is not None:
+            _carry_over(current, new, self._catalog)
+        self._holdings = new
+        return new
+
+
+def _changed_pools(old: AllocatedState, new: AllocatedState) -> set[PoolID]:
+    """The pools with a device whose holding differs between the two states."""
+    devices = old.dedicated ^ new.dedicated
+    devices |= old.shared ^ new.shared
+    devices.update(
+        d
+        for d in old.capacity.keys() | new.capacity.keys()
+        if old.capacity.get(d) != new.capacity.get(d)
+    )
+    return {PoolID(d.driver, d.pool) for d in devices}
+
+
+def _carry_over(old: Holdings, new: Holdings, catalog: Catalog) -> None:
+    """Keep what was counted per node in ``old`` for the nodes whose pools did not change:
+    after one claim comes or goes, only the nodes of its devices are counted again."""
+    affected: set[str | None] = set()
+    for pool in _changed_pools(old.state, new.state):
+        affected |= catalog.pool_nodes.get(pool, set())
+    new.capacities = {n: c for n, c in old.capacities.items() if n not in affected}
+    new.free = {k: v for k, v in old.free.items() if k[1] not in affected}
