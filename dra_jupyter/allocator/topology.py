@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 from dra_jupyter.allocator.pools import Pool
@@ -60,7 +60,7 @@ CounterKey = tuple[str, str]  # (counter set, counter)
 # --- nodes -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass
 class NodeCapacity:
     """What is free on one node, counted without evaluating any selector."""
 
@@ -68,38 +68,107 @@ class NodeCapacity:
     whole: float  # free GPU-equivalents: free devices, parts of shared devices and counter sets
     untouched: bool  # nothing on the node is in use
     flexible: bool  # some device is partitionable or shared (MIG, consumable capacity)
-    roots: Counter[object] = field(default_factory=Counter)  # free whole devices per pcieRoot
-    numas: Counter[object] = field(default_factory=Counter)  # ... per numaNode
+    pools: Sequence[Pool] = ()
+    state: AllocatedState | None = None
+    _found: tuple[Counter[object], Counter[object]] | None = None
+
+    def groups(self) -> tuple[Counter[object], Counter[object]]:
+        """Free whole devices per ``pcieRoot`` and per ``numaNode`` (computed when needed)."""
+        if self._found is None:
+            roots: Counter[object] = Counter()
+            numas: Counter[object] = Counter()
+            state = self.state or AllocatedState()
+            for device in _free_whole(self.pools, state):
+                roots[device.attributes.get(ROOT)] += 1
+                numas[device.attributes.get(NUMA)] += 1
+            roots.pop(None, None)
+            numas.pop(None, None)
+            self._found = (roots, numas)
+        return self._found
 
 
-def _counter_totals(pool: Pool) -> dict[CounterKey, Fraction]:
+class _Counters:
+    """A pool's counters in one pass: totals, what the devices in use leave, and what each
+    of the node's devices needs, by counter set (floats: this only orders candidates)."""
+
+    def __init__(self, pool: Pool, state: AllocatedState) -> None:
+        self.pool = pool
+        self.totals: dict[CounterKey, float] = {
+            (cs.name, name): _float(q.value)
+            for cs in pool.counter_sets.values()
+            for name, q in cs.counters.items()
+        }
+        self.left = dict(self.totals)
+        for slice_ in (*pool.slices, *pool.other_slices):
+            for device in slice_.devices:
+                if device.consumes_counters and state.consumes_counters(
+                    DeviceID(slice_.driver, slice_.pool, device.name)
+                ):
+                    for key, value in _needs(device).items():
+                        if key in self.left:
+                            self.left[key] -= value
+        self._by_set: dict[str, list[tuple[Device, dict[CounterKey, float]]]] | None = None
+        self._fitting: dict[str, list[dict[CounterKey, float]]] = {}
+
+    @property
+    def by_set(self) -> dict[str, list[tuple[Device, dict[CounterKey, float]]]]:
+        """The node's devices that consume counters, and what they need, by counter set."""
+        if self._by_set is None:
+            self._by_set = {}
+            for slice_ in self.pool.slices:
+                for device in slice_.devices:
+                    if device.consumes_counters:
+                        needs = _needs(device)
+                        for set_name in {k[0] for k in needs}:
+                            self._by_set.setdefault(set_name, []).append((device, needs))
+        return self._by_set
+
+    def untouched(self, set_name: str) -> bool:
+        return all(self.left[k] == v for k, v in self.totals.items() if k[0] == set_name)
+
+    def parts_left(self) -> list[float]:
+        """Per counter set, the mean part of its counters left."""
+        by_set: dict[str, list[float]] = {}
+        for key, total in self.totals.items():
+            if total > 0:
+                by_set.setdefault(key[0], []).append(self.left[key] / total)
+        return [sum(v) / len(v) for v in by_set.values()]
+
+    def whole_free(self) -> Iterable[Device]:
+        """Devices that take all of an unused counter set (a whole MIG-capable GPU)."""
+        for set_name, devices in self.by_set.items():
+            if not self.untouched(set_name):
+                continue
+            full = {k: v for k, v in self.totals.items() if k[0] == set_name}
+            for device, needs in devices:
+                if {k[0] for k in needs} == {set_name} and all(
+                    needs.get(k, 0.0) >= v for k, v in full.items()
+                ):
+                    yield device
+
+    def fitting(self, set_name: str) -> list[dict[CounterKey, float]]:
+        """What each device of the set that fits now needs."""
+        found = self._fitting.get(set_name)
+        if found is None:
+            left = self.left
+            found = self._fitting[set_name] = [
+                needs
+                for _device, needs in self.by_set.get(set_name, ())
+                if all(left.get(k, 0.0) >= v for k, v in needs.items())
+            ]
+        return found
+
+
+def _float(value: Fraction) -> float:
+    return value.numerator / value.denominator
+
+
+def _needs(device: Device) -> dict[CounterKey, float]:
     return {
-        (cs.name, name): q.value
-        for cs in pool.counter_sets.values()
-        for name, q in cs.counters.items()
-    }
-
-
-def _needs(device: Device) -> dict[CounterKey, Fraction]:
-    return {
-        (use.counter_set, name): q.value
+        (use.counter_set, name): _float(q.value)
         for use in device.consumes_counters
         for name, q in use.counters.items()
     }
-
-
-def _counters_left(pool: Pool, state: AllocatedState) -> dict[CounterKey, Fraction]:
-    """The pool's counters less what the devices in use consume."""
-    left = _counter_totals(pool)
-    for slice_ in (*pool.slices, *pool.other_slices):
-        for device in slice_.devices:
-            if device.consumes_counters and state.consumes_counters(
-                DeviceID(slice_.driver, slice_.pool, device.name)
-            ):
-                for key, value in _needs(device).items():
-                    if key in left:
-                        left[key] -= value
-    return left
 
 
 def _share_left(device: Device, dev_id: DeviceID, state: AllocatedState) -> float:
@@ -114,71 +183,54 @@ def _share_left(device: Device, dev_id: DeviceID, state: AllocatedState) -> floa
 
 
 def node_capacity(pools: Sequence[Pool], state: AllocatedState) -> NodeCapacity:
-    """Free devices and GPU-equivalents of a node's usable pools, and where whole ones sit."""
+    """Free devices and GPU-equivalents of a node's usable pools (see :class:`NodeCapacity`)."""
     free, whole, untouched, flexible = 0, 0.0, True, False
-    roots: Counter[object] = Counter()
-    numas: Counter[object] = Counter()
+    dedicated, shared = state.dedicated, state.shared
+    for pool in pools:
+        if not pool.usable:
+            continue
+        partitioned = False
+        for slice_ in pool.slices:
+            driver, name = slice_.driver, slice_.pool
+            for device in slice_.devices:
+                dev_id = DeviceID(driver, name, device.name)
+                if dev_id in dedicated:
+                    untouched = False
+                elif device.consumes_counters:
+                    free += 1
+                    partitioned = flexible = True
+                elif dev_id in shared:
+                    free += 1
+                    untouched, flexible = False, True
+                    whole += _share_left(device, dev_id, state)
+                else:
+                    free += 1
+                    whole += 1
+                    flexible = flexible or device.allow_multiple_allocations
+        if partitioned:
+            parts = _Counters(pool, state).parts_left()
+            whole += sum(parts)
+            untouched = untouched and all(p == 1.0 for p in parts)
+    return NodeCapacity(free, whole, untouched, flexible, pools, state)
+
+
+def _free_whole(pools: Sequence[Pool], state: AllocatedState) -> Iterable[Device]:
+    """Free devices that are whole: neither shared now nor a part of a counter set, or
+    taking all of a counter set (a whole MIG-capable GPU) that is unused."""
     for pool in pools:
         if not pool.usable:
             continue
         partitioned = False
         for slice_ in pool.slices:
             for device in slice_.devices:
-                dev_id = DeviceID(slice_.driver, slice_.pool, device.name)
-                if dev_id in state.dedicated:
-                    untouched = False
-                    continue
-                free += 1
                 if device.consumes_counters:
-                    partitioned = flexible = True
+                    partitioned = True
                     continue
-                flexible = flexible or device.allow_multiple_allocations
-                if dev_id in state.shared:
-                    untouched = False
-                    whole += _share_left(device, dev_id, state)
-                    continue
-                whole += 1
-                roots[device.attributes.get(ROOT)] += 1
-                numas[device.attributes.get(NUMA)] += 1
+                dev_id = DeviceID(slice_.driver, slice_.pool, device.name)
+                if dev_id not in state.dedicated and dev_id not in state.shared:
+                    yield device
         if partitioned:
-            w, fresh = _partitioned(pool, state)
-            whole += w
-            untouched = untouched and fresh
-            for device in _whole_free(pool, state):
-                roots[device.attributes.get(ROOT)] += 1
-                numas[device.attributes.get(NUMA)] += 1
-    roots.pop(None, None)
-    numas.pop(None, None)
-    return NodeCapacity(free, whole, untouched, flexible, roots, numas)
-
-
-def _partitioned(pool: Pool, state: AllocatedState) -> tuple[float, bool]:
-    """The counter sets' free part (each set counts 1 when nothing of it is used)."""
-    totals = _counter_totals(pool)
-    left = _counters_left(pool, state)
-    by_set: dict[str, list[float]] = {}
-    for key, total in totals.items():
-        if total > 0:
-            by_set.setdefault(key[0], []).append(float(left[key] / total))
-    parts = [sum(v) / len(v) for v in by_set.values()]
-    return sum(parts), all(p == 1.0 for p in parts)
-
-
-def _whole_free(pool: Pool, state: AllocatedState) -> Iterable[Device]:
-    """Devices that take all of a counter set (a whole MIG-capable GPU) whose set is unused."""
-    totals = _counter_totals(pool)
-    left = _counters_left(pool, state)
-    untouched_sets = {k[0] for k in totals} - {k[0] for k, v in left.items() if v != totals[k]}
-    for slice_ in pool.slices:
-        for device in slice_.devices:
-            needs = _needs(device)
-            sets = {k[0] for k in needs}
-            if (
-                len(sets) == 1
-                and sets <= untouched_sets
-                and all(needs.get(k, Fraction(0)) >= v for k, v in totals.items() if k[0] in sets)
-            ):
-                yield device
+            yield from _Counters(pool, state).whole_free()
 
 
 def claims_need(claims: Sequence[ResourceClaim]) -> tuple[int, int]:
@@ -193,9 +245,14 @@ def claims_need(claims: Sequence[ResourceClaim]) -> tuple[int, int]:
 
 
 def _locality(cap: NodeCapacity, count: int) -> int:
-    if count <= 1 or max(cap.roots.values(), default=0) >= count:
+    """0: ``count`` free whole devices share a root; 1: a NUMA node; 2: neither. An
+    untouched node counts 0: nothing fragments it (and its groups need not be counted)."""
+    if count <= 1 or cap.untouched:
         return 0
-    return 1 if max(cap.numas.values(), default=0) >= count else 2
+    roots, numas = cap.groups()
+    if max(roots.values(), default=0) >= count:
+        return 0
+    return 1 if max(numas.values(), default=0) >= count else 2
 
 
 def node_order(
@@ -247,66 +304,20 @@ def _locality_key(root: list[int], numa: list[int], count: int) -> tuple[int, in
     return (2, -len(numa), 0, first_numa, first_root)
 
 
-def _blocking(candidates: Sequence[Candidate], state: AllocatedState) -> list[int]:
-    """For each partitionable candidate: how many devices of its counter sets that fit now
-    would no longer fit once it is taken (0 for devices without counters)."""
-    out = [0] * len(candidates)
-    left_by_pool: dict[object, dict[CounterKey, Fraction]] = {}
-    fitting_by_set: dict[tuple[object, str], list[dict[CounterKey, Fraction]]] = {}
-    for i, cand in enumerate(candidates):
-        needs = _needs(cand.device)
-        if not needs:
-            continue
-        pool = cand.pool
-        left = left_by_pool.get(pool.id)
-        if left is None:
-            left = left_by_pool[pool.id] = _counters_left(pool, state)
-        blocked = 0
-        for set_name in {k[0] for k in needs}:
-            fitting = fitting_by_set.get((pool.id, set_name))
-            if fitting is None:
-                fitting = fitting_by_set[(pool.id, set_name)] = _fitting(pool, set_name, left)
-            for other in fitting:
-                if any(
-                    key in needs and left.get(key, Fraction(0)) - needs[key] < value
-                    for key, value in other.items()
-                ):
-                    blocked += 1
-        out[i] = blocked
-    return out
-
-
-def _fitting(
-    pool: Pool, set_name: str, left: dict[CounterKey, Fraction]
-) -> list[dict[CounterKey, Fraction]]:
-    """What each device of the pool that consumes ``set_name`` and fits now needs."""
-    out = []
-    for slice_ in pool.slices:
-        for device in slice_.devices:
-            needs = _needs(device)
-            if any(k[0] == set_name for k in needs) and all(
-                left.get(k, Fraction(0)) >= v for k, v in needs.items()
+def _blocking(cand: Candidate, counters: _Counters) -> int:
+    """How many devices of the candidate's counter sets that fit now would no longer fit
+    once it is taken (0 for devices without counters)."""
+    needs = _needs(cand.device)
+    left = counters.left
+    blocked = 0
+    for set_name in {k[0] for k in needs}:
+        for other in counters.fitting(set_name):
+            if any(
+                key in needs and left.get(key, 0.0) - needs[key] < value
+                for key, value in other.items()
             ):
-                out.append(needs)
-    return out
-
-
-def _touched(cand: Candidate, state: AllocatedState, left: dict[object, bool]) -> bool:
-    """Whether the device is already partly in use: shares held, or its counters started."""
-    if cand.id in state.shared:
-        return True
-    if not cand.device.consumes_counters:
-        return False
-    sets = tuple(use.counter_set for use in cand.device.consumes_counters)
-    key = (cand.pool.id, sets)
-    found = left.get(key)
-    if found is None:
-        totals = _counter_totals(cand.pool)
-        counters = _counters_left(cand.pool, state)
-        found = left[key] = any(
-            counters[k] != v for k, v in totals.items() if k[0] in sets and k in counters
-        )
-    return found
+                blocked += 1
+    return blocked
 
 
 def order_candidates(rd: RequestData, state: AllocatedState) -> list[Candidate]:
@@ -317,19 +328,16 @@ def order_candidates(rd: RequestData, state: AllocatedState) -> list[Candidate]:
     count = max(rd.num_devices, 1)
     roots = _groups(candidates, ROOT)
     numas = _groups(candidates, NUMA)
-    blocking = _blocking(candidates, state)
-    touched_cache: dict[object, bool] = {}
-    consumed = [
-        -sum(float(q.value) for q in state.capacity.get(c.id, {}).values()) for c in candidates
-    ]
-    keys = [
-        (
-            not _touched(c, state, touched_cache),
-            _locality_key(roots[i], numas[i], count),
-            blocking[i],
-            consumed[i],
-            i,
-        )
-        for i, c in enumerate(candidates)
-    ]
+    pools: dict[object, _Counters] = {}
+    keys = []
+    for i, c in enumerate(candidates):
+        touched, blocked = c.id in state.shared, 0
+        if c.device.consumes_counters:
+            counters = pools.get(c.pool.id)
+            if counters is None:
+                counters = pools[c.pool.id] = _Counters(c.pool, state)
+            touched = not all(counters.untouched(u.counter_set) for u in c.device.consumes_counters)
+            blocked = _blocking(c, counters)
+        consumed = -sum(float(q.value) for q in state.capacity.get(c.id, {}).values())
+        keys.append((not touched, _locality_key(roots[i], numas[i], count), blocked, consumed, i))
     return [candidates[i] for i in sorted(range(len(candidates)), key=keys.__getitem__)]
