@@ -109,7 +109,7 @@ export default {
     const name = () => encodeURIComponent(model.get("name"));
     const gone = () => {
       view.released = true;
-      model.send({ type: "refresh" }); // once: the kernel's claim object learns it too
+      draSend(model, { type: "refresh" }); // once: the kernel's claim object learns it too
       redraw();
     };
     view.release = async (button) => {
@@ -119,13 +119,13 @@ export default {
           await draApi("claims/" + name(), "DELETE");
         } catch (e) {
           if (e.status !== 404) {
-            model.send({ type: "release" });
+            draSend(model, { type: "release" });
             return;
           }
         }
         gone();
       } else {
-        model.send({ type: "release" });
+        draSend(model, { type: "release" });
       }
     };
     view.keep = async (button) => {
@@ -145,27 +145,26 @@ export default {
           if (view.server === null) {
             const metrics = await draApi("metrics?history=0");
             view.warning = metrics.idle_warning || 0;
+            view.server = true;
+            redraw();
           }
           const claim = await draApi("claims/" + name());
-          const changed = view.server !== true || view.deadline !== claim.idle_deadline;
-          view.server = true;
-          view.deadline = claim.idle_deadline;
           const warningNow =
-            view.deadline !== null && view.deadline - Date.now() / 1000 <= view.warning;
-          if (changed || warningNow !== view.warningNow) {
+            claim.idle_deadline !== null && claim.idle_deadline - Date.now() / 1000 <= view.warning;
+          if (claim.idle_deadline !== view.deadline || warningNow !== view.warningNow) {
+            view.deadline = claim.idle_deadline;
             view.warningNow = warningNow;
             redraw();
           }
-          return;
         } catch (e) {
-          if (e.status === 404 && view.server === true) {
-            gone();
+          if (view.server === true) {
+            if (e.status === 404) gone(); // released by someone or something else
             return;
           }
-          if (view.server === true) return;
           view.server = false;
           redraw();
         }
+        if (view.server === true) return;
       }
       if (presence.recent(5 * 60 * 1000)) asker.ask();
     }

@@ -195,8 +195,17 @@ function draAsker(model) {
     ask: () => {
       if (sent && Date.now() - sent < 60 * 1000) return; // an answer is still due
       sent = Date.now();
-      model.send({ type: "refresh" });
+      draSend(model, { type: "refresh" });
     },
     stop: () => model.off("change:revision", answered),
   };
+}
+
+// A message to the kernel; a view restored from a saved notebook has no kernel to tell.
+function draSend(model, content) {
+  try {
+    model.send(content);
+  } catch (e) {
+    console.debug("dra-jupyter: no kernel to send to", e);
+  }
 }
