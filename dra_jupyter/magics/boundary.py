@@ -24,9 +24,12 @@ class MagicError(DraJupyterError):
 
 
 def one_line(where: str, err: BaseException) -> str:
-    """The message, prefixed with where it happened unless it already says so."""
+    """The message, prefixed with where it happened: the API's ``dra.request`` becomes the
+    form the user typed (``dra request gpu=9: asks for 9 GPU devices; ...``)."""
     text = str(err).strip() or type(err).__name__
-    return text if text.startswith(("dra", "%%dra")) else f"{where}: {text}"
+    if text.startswith("dra.request"):
+        return where + text.removeprefix("dra.request")
+    return text if text.startswith(("dra ", "dra:", "%%dra")) else f"{where}: {text}"
 
 
 @contextmanager

@@ -36,13 +36,14 @@ class DraMagics(Magics):
         if cell is not None:
             with user_errors("%%dra"):
                 command = parse_cell_line(line)
+            with user_errors(command.doing):
                 from dra_jupyter.magics.cell import run_with_claim  # noqa: PLC0415
 
                 run_with_claim(self.shell, session(), command.spec, cell)
             return None
         with user_errors("dra"):
             command = parse_line(line)
-        with user_errors(command.where):
+        with user_errors(command.doing):
             return getattr(self, f"_{command.name}")(command)
 
     dra.__doc__ = HELP

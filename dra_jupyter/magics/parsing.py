@@ -57,6 +57,13 @@ class Command:
         """How the user wrote it, for error messages: ``dra request`` or ``%%dra``."""
         return "%%dra" if self.name == "cell" else f"dra {self.name}"
 
+    @property
+    def doing(self) -> str:
+        """The form with what it asks for, for errors met while doing it:
+        ``dra request gpu=9``."""
+        asked = " ".join(f"{k}={v}" for k, v in self.spec.items())
+        return f"{self.where} {asked}" if asked else self.where
+
 
 def split(line: str, where: str) -> list[str]:
     try:

@@ -81,7 +81,7 @@ def test_a_bad_cell_line_runs_nothing_and_holds_nothing(kernel: Kernel) -> None:
     assert out.status == "error"
     assert out.stdout == ""
     assert [line for e in out.errors for line in e["traceback"]] == [
-        "\x1b[31mdra.request: gpu=99 exceeds the limit of 32 devices per claim; "
+        "\x1b[31m%%dra gpu=99: gpu=99 exceeds the limit of 32 devices per claim; "
         "split the work over several claims\x1b[0m"
     ]
     out = kernel.run("%%dra lease=2h apply_env=false\nprint('must not run')")
@@ -100,7 +100,9 @@ def test_a_busy_cell_fails_at_once_or_waits_in_line_until_interrupted(kernel: Ke
     running = kernel.start("%%dra gpu=1 timeout=10m\nprint('must not run')", waiting)
     out = running.interrupt()
     assert out.stdout == ""
-    assert out.error_lines() == ["%%dra: interrupted; %dra status lists your claims"]
+    assert out.error_lines() == [
+        "%%dra gpu=1 timeout=10m: interrupted; %dra status lists your claims"
+    ]
     assert [r.name for r in kernel.claims()] == [holder]
 
 

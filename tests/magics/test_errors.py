@@ -30,18 +30,19 @@ def one_line(outcome: Outcome) -> str:
         ),
         (
             "%dra request gpu=99",
-            "dra.request: gpu=99 exceeds the limit of 32 devices per claim; "
+            "dra request gpu=99: gpu=99 exceeds the limit of 32 devices per claim; "
             "split the work over several claims",
         ),
         ("%dra request gpu=two", "dra request: gpu='two' is not a whole number; write e.g. gpu=2"),
         (
             "%dra request gpu=1 timeout=5x",
-            "dra request: timeout: '5x' is not a duration; write e.g. '90s', '5m', '1h30m' "
+            "dra request gpu=1 timeout=5x: timeout: '5x' is not a duration; write e.g. '90s', "
+            "'5m', '1h30m' "
             "or seconds",
         ),
         (
             "%dra request memory=lots",
-            "dra.request: memory='lots' is not a quantity; write e.g. '80Gi' or '40G'",
+            "dra request memory=lots: memory='lots' is not a quantity; write e.g. '80Gi' or '40G'",
         ),
         (
             "%dra bogus",
@@ -80,9 +81,9 @@ def test_a_user_error_is_one_line(kernel: Kernel, code: str, line: str) -> None:
 
 def test_a_request_that_can_never_be_met_says_why_in_one_line(kernel: Kernel) -> None:
     line = one_line(kernel.run("%dra request gpu=9"))
-    assert line.startswith("dra.request: asks for 9 GPU devices; 8x NVIDIA H200")
+    assert line.startswith("dra request gpu=9: asks for 9 GPU devices; 8x NVIDIA H200")
     line = one_line(kernel.run("%dra request mig=3g.71gb"))
-    assert line.startswith("dra.request: no MIG devices on 8x NVIDIA H200")
+    assert line.startswith("dra request mig=3g.71gb: no MIG devices on 8x NVIDIA H200")
 
 
 def test_busy_devices_are_explained_without_a_traceback(kernel: Kernel) -> None:
@@ -102,7 +103,9 @@ def test_an_interrupted_wait_is_one_line_and_holds_nothing(kernel: Kernel) -> No
     holder = kernel.claims()[0].name
     out = kernel.start("d = %dra request gpu=2 timeout=10m", waiting).interrupt()
     assert out.status == "error"
-    assert out.error_lines() == ["dra request: interrupted; %dra status lists your claims"]
+    assert out.error_lines() == [
+        "dra request gpu=2 timeout=10m: interrupted; %dra status lists your claims"
+    ]
     assert [r.name for r in kernel.claims()] == [holder]
     assert kernel.ok("print('d' in globals())").stdout.strip() == "False"
 
