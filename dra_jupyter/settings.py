@@ -11,6 +11,9 @@ variable                          meaning (default)
                                   name, or a YAML file of ResourceSlices
 ``DRA_JUPYTER_STRATEGY``          ``topology`` or ``first-fit`` (``topology``)
 ``DRA_JUPYTER_POLL_INTERVAL``     seconds between attempts while a request waits (0.5)
+``DRA_JUPYTER_IDLE_TIMEOUT``      seconds without a cell after which the Jupyter server
+                                  releases this kernel's claims (set by the server
+                                  extension; 0: no idle release known)
 ================================  ===========================================================
 """
 
@@ -37,6 +40,7 @@ class Settings:
     strategy: Strategy = "topology"
     poll_interval: float = 0.5  # seconds
     namespace: str = "default"
+    idle_timeout: float = 0  # seconds; what the server extension told this kernel
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -46,16 +50,17 @@ class Settings:
             raise InvalidInputError(
                 f"DRA_JUPYTER_STRATEGY={strategy!r} is not known; use {' or '.join(STRATEGIES)}"
             )
-        try:
-            poll = float(env.get("DRA_JUPYTER_POLL_INTERVAL", "0.5"))
-        except ValueError as err:
-            raise InvalidInputError(
-                "DRA_JUPYTER_POLL_INTERVAL must be a number of seconds, not "
-                f"{env['DRA_JUPYTER_POLL_INTERVAL']!r}"
-            ) from err
         return cls(
             ledger=Path(env.get("DRA_JUPYTER_LEDGER") or default_ledger(env)),
             inventory=env.get("DRA_JUPYTER_INVENTORY", "auto"),
             strategy=strategy,
-            poll_interval=poll,
+            poll_interval=_seconds(env, "DRA_JUPYTER_POLL_INTERVAL", 0.5),
+            idle_timeout=_seconds(env, "DRA_JUPYTER_IDLE_TIMEOUT", 0),
         )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        return float(env.get(name, default))
+    except ValueError as err:
+        raise InvalidInputError(f"{name} must be a number of seconds, not {env[name]!r}") from err

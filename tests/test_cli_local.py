@@ -443,3 +443,13 @@ def test_console_script_exit_codes(settings: Path) -> None:
         assert "Traceback" not in done.stderr
         codes[argv[1]] = done.returncode
     assert codes == {"gpu=1": 0, "gpu=9": 1, "gpu=x": 2}
+
+
+@pytest.mark.parametrize("name", ["DRA_JUPYTER_POLL_INTERVAL", "DRA_JUPYTER_IDLE_TIMEOUT"])
+def test_a_setting_in_seconds_that_is_not_a_number(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(name, "soon")
+    result = run("claims")
+    assert result.code == 2
+    assert result.err.strip() == f"error: {name} must be a number of seconds, not 'soon'"

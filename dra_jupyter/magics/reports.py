@@ -81,7 +81,10 @@ def _holder(session: Session, record: ClaimRecord) -> str:
     return f"pid {owner.pid} on {owner.host}"
 
 
-def _idle_release(record: ClaimRecord) -> str:
+def _idle_release(session: Session, record: ClaimRecord) -> str:
+    idle = session.settings.idle_timeout
+    if idle > 0 and held_by_this_kernel(session, record):
+        return f"{format_duration(idle)} after the last cell"
     if record.owner.kernel_id:
         return "Jupyter server idle policy"
     if record.owner.pid <= 0:
@@ -105,7 +108,7 @@ def status_table(
             state="allocated",
             holder=_holder(session, r) + ("" if not all_users else f" ({r.owner.user})"),
             lease_left=format_duration(r.lease_expires - now) if r.lease_expires else "",
-            idle_release=_idle_release(r),
+            idle_release=_idle_release(session, r),
         )
         for r in records
     ]

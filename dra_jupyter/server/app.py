@@ -170,7 +170,7 @@ class DRAExtensionApp(ExtensionApp):
         self._sampling: asyncio.Future[list[Sample]] | None = None
         install_kernel_env(
             self.server.kernel_manager,
-            lambda kernel_id: kernel_env(kernel_id, self.ledger, self.inventory),
+            lambda kernel_id: kernel_env(kernel_id, self.ledger, self.inventory, self.idle_timeout),
         )
         logger = self.events
         for path in sorted(EVENTS_DIR.glob("*.json")):

@@ -1,7 +1,8 @@
 """The server's kernels: the environment they start with, and what they execute.
 
 **Environment.** Kernels started by this server get ``DRA_JUPYTER_KERNEL_ID``,
-``DRA_JUPYTER_LEDGER`` and ``DRA_JUPYTER_INVENTORY``, so ``dra.request()`` inside a kernel
+``DRA_JUPYTER_LEDGER``, ``DRA_JUPYTER_INVENTORY`` (and ``DRA_JUPYTER_IDLE_TIMEOUT`` when idle
+release is on, for ``%dra status``), so ``dra.request()`` inside a kernel
 records its kernel id in the same ledger and inventory the server uses. We wrap the
 ``start_kernel`` of the server's kernel manager *instance* (:func:`install_kernel_env`)
 rather than configure a ``MappingKernelManager`` subclass: ``kernel_manager_class`` stays
@@ -34,12 +35,20 @@ from jupyter_client.session import Session as ZmqSession
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
 LEDGER_ENV = "DRA_JUPYTER_LEDGER"
 INVENTORY_ENV = "DRA_JUPYTER_INVENTORY"
+IDLE_TIMEOUT_ENV = "DRA_JUPYTER_IDLE_TIMEOUT"  # seconds; only when idle release is on
 
 Clock = Callable[[], float]
 
 
-def kernel_env(kernel_id: str, ledger: str, inventory: str) -> dict[str, str]:
-    return {KERNEL_ID_ENV: kernel_id, LEDGER_ENV: ledger, INVENTORY_ENV: inventory}
+def kernel_env(
+    kernel_id: str, ledger: str, inventory: str, idle_timeout: float = 0
+) -> dict[str, str]:
+    """What a kernel of this server needs to share its ledger and inventory, to own its
+    claims, and to tell its user when they are released for idleness."""
+    env = {KERNEL_ID_ENV: kernel_id, LEDGER_ENV: ledger, INVENTORY_ENV: inventory}
+    if idle_timeout > 0:
+        env[IDLE_TIMEOUT_ENV] = f"{idle_timeout:g}"
+    return env
 
 
 def install_kernel_env(kernel_manager: Any, extra: Callable[[str], Mapping[str, str]]) -> None:

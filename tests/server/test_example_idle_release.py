@@ -49,6 +49,7 @@ async def test_walking_away_releases_the_claim_with_a_warning_first(
     assert claim is not None
     assert claim in text(nb, "request")
     assert claim in text(nb, "status")
+    assert "2s after the last cell" in text(nb, "status")  # the server's idle_timeout
     assert "'allocated'" in text(nb, "busy")  # a running cell is activity
     assert "'released'" in text(nb, WALK_AWAY)
     assert claim not in text(nb, "status-after") or "idle" in text(nb, "status-after")
