@@ -66,6 +66,26 @@ def request_shape(request: ExactRequest) -> Shape:
     )
 
 
+def claims_shape(claims: Sequence[ResourceClaim]) -> object:
+    """What decides whether claims can fit on a node, apart from the node and allocations:
+    per claim, its requests (names, and per alternative its name, shape and count) and its
+    constraints."""
+    return tuple(
+        (
+            tuple(
+                (
+                    r.name,
+                    r.exactly is None,
+                    tuple((a.name, request_shape(a), a.count) for a in r.alternatives),
+                )
+                for r in claim.requests
+            ),
+            claim.constraints,
+        )
+        for claim in claims
+    )
+
+
 def _tagged(value: object) -> object:
     """A value with its type, so that ``True`` and ``1`` (equal in Python) stay apart."""
     if isinstance(value, tuple):
@@ -204,6 +224,7 @@ class Holdings:
     claims: list[ResourceClaim]
     state: AllocatedState
     free: dict[tuple[Shape, str | None], int] = field(default_factory=dict)
+    hopeless: dict[tuple[object, str | None], bool] = field(default_factory=dict)
     capacities: dict[str | None, NodeCapacity] = field(default_factory=dict)  # topology's count
 
 
@@ -276,3 +297,4 @@ def _carry_over(old: Holdings, new: Holdings, catalog: Catalog) -> None:
         affected |= catalog.pool_nodes.get(pool, set())
     new.capacities = {n: c for n, c in old.capacities.items() if n not in affected}
     new.free = {k: v for k, v in old.free.items() if k[1] not in affected}
+    new.hopeless = {k: v for k, v in old.hopeless.items() if k[1] not in affected}

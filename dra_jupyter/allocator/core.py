@@ -10,6 +10,7 @@ from dra_jupyter.allocator.cache import (
     AllocatorCache,
     Listed,
     Shape,
+    claims_shape,
     read_values,
     request_shape,
 )
@@ -139,14 +140,15 @@ class Allocator:
         if quick and node is None and self._never_enough(parsed):
             return None
         names = self._nodes_to_try(node)
+        shape = claims_shape(parsed) if quick else None
         if self.strategy == "topology" and len(names) > 1:
             # Ordering counts what is free on every node: leave out first the nodes where
             # the search must fail, so an impossible claim costs no count at all.
-            if quick:
-                names = [name for name in names if not self._too_few(parsed, name)]
+            if shape is not None:
+                names = [name for name in names if not self._hopeless(parsed, shape, name)]
             names = self._best_fit_nodes(parsed, names)
         for name in names:
-            if quick and self._too_few(parsed, name):
+            if shape is not None and self._hopeless(parsed, shape, name):
                 continue
             found, _ = self.search_on(parsed, name)
             if found is not None:
@@ -168,10 +170,19 @@ class Allocator:
             all(self.catalog.never_enough(shape, count) for shape, count in alts) for alts in shapes
         )
 
+    def _hopeless(self, claims: list[ResourceClaim], shape: object, name: str | None) -> bool:
+        """:meth:`_too_few`, kept per claim shape and node while the allocations are the same."""
+        key = (shape, name)
+        found = self.holdings.hopeless.get(key)
+        if found is None:
+            found = self.holdings.hopeless[key] = self._too_few(claims, name)
+        return found
+
     def _too_few(self, claims: list[ResourceClaim], name: str | None) -> bool:
         """Whether the search must fail on the node because, before any request whose
         devices could fail with a CEL error, a request has fewer free devices than it needs
-        in each of its alternatives: the search would stop there at once."""
+        in each of its alternatives, or (no such device at all) a claim's constraints cannot
+        hold: the search would stop there at once."""
         for claim in claims:
             for request in claim.requests:
                 enough = False
@@ -183,7 +194,18 @@ class Allocator:
                         enough = True
                 if not enough:
                     return True
-        return False
+        return self._constraints_fail(claims, name)
+
+    def _constraints_fail(self, claims: list[ResourceClaim], name: str | None) -> bool:
+        """Whether a claim's constraints cannot hold on the node even before anything is
+        chosen: the bound the search checks when a claim starts, taken before planning."""
+        if not any(claim.constraints for claim in claims):
+            return False
+        node = self.node(name)
+        pools = self.pools_for(node)
+        data = self.request_data(claims, pools, node, ordered=False)
+        search = Search(claims, pools, node, self.state, data, self.max_steps)
+        return not all(search.constraints_feasible(ci, 0) for ci in range(len(claims)))
 
     def _free(self, request: ExactRequest, listed: Listed, name: str | None) -> int:
         """How many of the listed devices are not held whole (all of them for admin access)."""
@@ -411,8 +433,15 @@ class Allocator:
         return self.catalog.pools(node.name if node is not None else None)
 
     def request_data(
-        self, claims: Sequence[ResourceClaim], pools: list[Pool], node: Node | None
+        self,
+        claims: Sequence[ResourceClaim],
+        pools: list[Pool],
+        node: Node | None,
+        *,
+        ordered: bool = True,
     ) -> dict[tuple[int, int, int], RequestData]:
+        """Per request and alternative, the devices that could serve it, in the order the
+        search tries them (upstream's order unless ``ordered`` and the strategy says else)."""
         data: dict[tuple[int, int, int], RequestData] = {}
         for ci, claim in enumerate(claims):
             for ri, request in enumerate(claim.requests):
@@ -424,7 +453,7 @@ class Allocator:
                         rd.num_devices = len(rd.all_devices)
                     else:
                         rd.candidates = self._candidates(rd, claim, node)
-                        if self.strategy == "topology":
+                        if ordered and self.strategy == "topology":
                             rd.candidates = order_candidates(rd, self.state)
                     data[(ci, ri, si)] = rd
         return data

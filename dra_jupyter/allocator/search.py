@@ -294,7 +294,7 @@ class Search:
             outcome = self.one(ci + 1, 0, 0, 0, False, 0)
             return Outcome.FAIL if outcome is Outcome.MAX_SIZE else outcome
         rd = self.data[(ci, ri, si)]
-        if di == 0 and not in_sub and not self._constraints_feasible(ci, ri):
+        if di == 0 and not in_sub and not self.constraints_feasible(ci, ri):
             return Outcome.FAIL
         if not in_sub and rd.parent is not None:
             all_exceeded = True
@@ -337,7 +337,7 @@ class Search:
             self.memo[key] = outcome
         return outcome
 
-    def _constraints_feasible(self, ci: int, ri: int) -> bool:
+    def constraints_feasible(self, ci: int, ri: int) -> bool:
         """Whether the claim's constraints can still hold for requests ``ri`` onwards.
 
         A cheap upper bound, checked when a request starts: the devices still usable by
@@ -345,7 +345,6 @@ class Search:
         and enough unused values for ``distinctAttribute``. It only cuts branches without
         a solution, so it never changes which solution is found first.
         """
-        self.claims[ci]
         return all(self._bound_constraint(state, ci, ri) for state in self.constraints[ci])
 
     def _bound_constraint(self, state: ConstraintState, ci: int, ri: int) -> bool:
