@@ -35,7 +35,10 @@ function draCardRender(el, model, view) {
     );
     el.append(list);
   }
-  if (model.get("message")) el.append(draEl("div", "dra-card-line dra-error", model.get("message")));
+  if (model.get("message")) {
+    const kind = state === "failed" ? "dra-error" : "dra-dim"; // else: notes, e.g. simulated
+    el.append(draEl("div", "dra-card-line " + kind, model.get("message")));
+  }
   if (state === "allocated") {
     const info = draEl("div", "dra-card-line");
     if (view.deadline) {
