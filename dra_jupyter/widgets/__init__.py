@@ -10,5 +10,6 @@ from __future__ import annotations
 
 from dra_jupyter.widgets.board import DeviceBoard
 from dra_jupyter.widgets.card import ClaimCard
+from dra_jupyter.widgets.history import HistoryChart
 
-__all__ = ["ClaimCard", "DeviceBoard"]
+__all__ = ["ClaimCard", "DeviceBoard", "HistoryChart"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pandas as pd
 import pytest
@@ -19,6 +20,7 @@ from dra_jupyter.metrics.history import FRAME_COLUMNS
 from dra_jupyter.metrics.nvml import NvmlSource
 from dra_jupyter.metrics.recorder import Recorder
 from dra_jupyter.settings import Settings
+from dra_jupyter.widgets import HistoryChart
 from tests.fakes.fake_pynvml import FakePynvml, load_capture
 
 
@@ -87,3 +89,22 @@ def test_import_loads_no_widget_kernel_nvml_or_pandas_module() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_a_history_chart_is_svg_with_a_line_per_device(session: Session) -> None:
+    claim = session.request(gpu=2, apply_env=False)
+    try:
+        frame = session.history(["gpu-0", "gpu-1", "gpu-2"], last="2m")
+    finally:
+        claim.release()
+    svg = HistoryChart(frame)._repr_svg_()
+    root = ElementTree.fromstring(svg)  # well-formed
+    lines = root.findall("{http://www.w3.org/2000/svg}polyline")
+    assert [line.findtext("{http://www.w3.org/2000/svg}title") for line in lines] == [
+        f"gpu.nvidia.com/gpu-node-1/gpu-{i}" for i in range(3)
+    ]
+    assert all(len(line.get("points", "").split()) == 25 for line in lines)
+    assert "SIMULATED" in svg
+    empty = HistoryChart(frame.iloc[0:0])._repr_svg_()
+    assert "no samples" in empty
+    assert "SIMULATED" not in empty
