@@ -22,6 +22,7 @@ from jupyter_server.serverapp import ServerApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode, default
 
+from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.local.ledger import ClaimRecord
 from dra_jupyter.metrics import MetricsHistory, MetricsSource, Sample, source_for
 from dra_jupyter.server.idle import Decision, IdlePolicy
@@ -168,6 +169,7 @@ class DRAExtensionApp(ExtensionApp):
         self._metrics_source: MetricsSource | None = None  # made on first use (may probe)
         self._sampler: PeriodicCallback | None = None
         self._sampling: asyncio.Future[list[Sample]] | None = None
+        self._metrics_problem = ""  # the last sampling error logged
         install_kernel_env(
             self.server.kernel_manager,
             lambda kernel_id: kernel_env(kernel_id, self.ledger, self.inventory, self.idle_timeout),
@@ -290,8 +292,16 @@ class DRAExtensionApp(ExtensionApp):
         return samples
 
     async def _record_metrics(self) -> None:
-        if not self._stopped:
+        if self._stopped:
+            return
+        try:
             self.metrics.add(await self.read_metrics())
+        except DraJupyterError as err:  # e.g. an inventory that cannot be read: say it once
+            if str(err) != self._metrics_problem:
+                self._metrics_problem = str(err)
+                self.log.warning("dra_jupyter: no device metrics: %s", err)
+        else:
+            self._metrics_problem = ""
 
     async def current_metrics(self, max_age: float = 1.0) -> list[Sample]:
         """The latest samples, read again when older than ``max_age`` seconds."""

@@ -77,7 +77,8 @@ function draRender(el, model, view) {
   }
   const source = view.server === true ? "live" : view.server === false ? "from kernel" : "";
   if (source) head.append(draEl("span", "dra-badge", source));
-  if (view.error) head.append(draEl("span", "dra-error", view.error));
+  const error = view.error || (view.server !== true ? model.get("error") : "");
+  if (error) head.append(draEl("span", "dra-error", error));
   el.append(head);
   const table = draEl("table", "dra-table");
   const hr = draEl("tr");
@@ -172,6 +173,7 @@ export default {
     const ticker = setInterval(() => draTick(el), 1000);
     model.on("change:rows", redraw);
     model.on("change:simulated", redraw);
+    model.on("change:error", redraw);
     redraw();
     return () => {
       poller.stop();
@@ -180,6 +182,7 @@ export default {
       clearInterval(ticker);
       model.off("change:rows", redraw);
       model.off("change:simulated", redraw);
+      model.off("change:error", redraw);
     };
   },
 };

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
+from dra_jupyter.errors import DraJupyterError, InvalidInputError
 from dra_jupyter.widgets.assets import asset, esm
 from dra_jupyter.widgets.rows import board_rows
 
@@ -38,6 +39,7 @@ class DeviceBoard(anywidget.AnyWidget):
     inventory = traitlets.Unicode("").tag(sync=True)
     interval = traitlets.Float(1.0).tag(sync=True)
     revision = traitlets.Int(0).tag(sync=True)  # counts refreshes: the view's answer
+    error = traitlets.Unicode("").tag(sync=True)  # why the last refresh failed
 
     def __init__(self, session: Session | None = None, *, interval: float = 1.0) -> None:
         if session is None:
@@ -45,8 +47,6 @@ class DeviceBoard(anywidget.AnyWidget):
 
             session = default_session()
         if interval <= 0:
-            from dra_jupyter.errors import InvalidInputError  # noqa: PLC0415
-
             raise InvalidInputError(
                 f"DeviceBoard: interval must be a positive number of seconds, not {interval!r}"
             )
@@ -71,7 +71,11 @@ class DeviceBoard(anywidget.AnyWidget):
     def refresh(self) -> None:
         """Recompute :attr:`rows` (devices, holders, metrics) now: one update message."""
         with self.hold_sync():
-            self.rows = board_rows(self.session)
+            try:
+                self.rows = board_rows(self.session)
+                self.error = ""
+            except DraJupyterError as err:  # e.g. the ledger cannot be read: shown, kept
+                self.error = str(err)
             self.revision += 1
 
     def _on_message(self, widget: Any, content: Any, buffers: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.widgets.conftest import WIDGET_MIME, Kernel
 
 ROW_FIELDS = ["device", "kind", "model", "memory", "mig_profile", "node", "state", "holder"]
@@ -93,3 +95,18 @@ def test_the_board_displays_as_a_widget_with_a_text_table(kernel: Kernel) -> Non
     assert len(lines) == 8
     (held,) = [line for line in lines if " held " in line]
     assert kernel.value("c.name") in held
+
+
+def test_a_refresh_that_fails_keeps_the_rows_and_says_why(
+    kernel: Kernel, ledger_path: Path
+) -> None:
+    kernel.run(SETUP)
+    comm_id = kernel.value("b.model_id")
+    for path in ledger_path.parent.glob(ledger_path.name + "*"):
+        path.unlink()
+    ledger_path.write_bytes(b"this is not a ledger\n" * 200)
+    kernel.custom(comm_id, {"type": "refresh"})
+    assert len(kernel.value("b.rows")) == 8
+    error = kernel.value("b.error")
+    assert str(ledger_path) in error
+    assert kernel.updates(comm_id)[-1]["error"] == error
