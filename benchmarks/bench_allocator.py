@@ -23,8 +23,8 @@ timed):
 * warm, one claim changed: as warm, but one allocated claim is replaced by a new object
   before each call (a claim came or went since the last call).
 
-The 1,000-node cold rows run ``--cold-repeat-big`` times (default 3: their p99 is the
-slowest of 3), every other figure ``--repeat`` times.
+Cold figures are ``--repeat`` calls, on 1,000 nodes ``--cold-repeat-big`` (default 3:
+their p99 is the slowest of 3); warm figures ``--warm-repeat`` calls (default 100).
 """
 
 from __future__ import annotations
@@ -371,6 +371,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--cold-repeat-big", type=int, default=3, help="cold calls on 1,000 nodes")
+    parser.add_argument("--warm-repeat", type=int, default=100, help="warm calls per figure")
     parser.add_argument("--sizes", default="10,100,1000", help="node counts, comma-separated")
     parser.add_argument("--occupancies", default="0,50,90", help="percent, comma-separated")
     parser.add_argument("--oracle", action="store_true", help="also time the oracle table")
@@ -382,7 +383,10 @@ def main() -> None:
     hard_inputs(args.repeat)
     sizes = [int(s) for s in args.sizes.split(",")]
     occupancies = [int(p) for p in args.occupancies.split(",")]
-    print(f"repeat {args.repeat}, cold on 1,000 nodes {args.cold_repeat_big}")
+    print(
+        f"cold: {args.repeat} calls ({args.cold_repeat_big} on 1,000 nodes); "
+        f"warm: {args.warm_repeat} calls"
+    )
     print()
     print(
         "| nodes (devices) | occupied | claim | result | cold first-fit | cold topology "
@@ -402,7 +406,11 @@ def main() -> None:
                 outcomes: set[bool] = set()
                 for mode in ("cold", "warm"):
                     repeat = (
-                        args.cold_repeat_big if mode == "cold" and nodes >= 1000 else args.repeat
+                        args.warm_repeat
+                        if mode == "warm"
+                        else args.cold_repeat_big
+                        if nodes >= 1000
+                        else args.repeat
                     )
                     for strategy in STRATEGIES:
                         p50, p99, ok = measure(w, held, claim, strategy, mode, repeat)
@@ -420,7 +428,7 @@ def main() -> None:
                     flush=True,
                 )
             if occupancy == 50:
-                changed.append(changed_row(w, held, args.repeat))
+                changed.append(changed_row(w, held, args.warm_repeat))
     print()
     print("Warm, one allocated claim replaced by a new object before each call:")
     print()

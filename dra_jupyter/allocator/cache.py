@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.allocator.pools import Pool, SliceIndex, gather_pools
-from dra_jupyter.allocator.search import Candidate
+from dra_jupyter.allocator.search import Candidate, CounterTotals
 from dra_jupyter.allocator.state import AllocatedState
 from dra_jupyter.errors import ObjectError
 from dra_jupyter.model.objects import (
@@ -225,6 +225,8 @@ class Holdings:
     state: AllocatedState
     free: dict[tuple[Shape, str | None], int] = field(default_factory=dict)
     hopeless: dict[tuple[object, str | None], bool] = field(default_factory=dict)
+    counters: dict[PoolID, CounterTotals] = field(default_factory=dict)  # left per pool
+    orders: dict[tuple[object, str | None], list[str | None]] = field(default_factory=dict)
     capacities: dict[str | None, NodeCapacity] = field(default_factory=dict)  # topology's count
 
 
@@ -293,8 +295,10 @@ def _carry_over(old: Holdings, new: Holdings, catalog: Catalog) -> None:
     """Keep what was counted per node in ``old`` for the nodes whose pools did not change:
     after one claim comes or goes, only the nodes of its devices are counted again."""
     affected: set[str | None] = set()
-    for pool in _changed_pools(old.state, new.state):
+    changed = _changed_pools(old.state, new.state)
+    for pool in changed:
         affected |= catalog.pool_nodes.get(pool, set())
+    new.counters = {k: v for k, v in old.counters.items() if k not in changed}
     new.capacities = {n: c for n, c in old.capacities.items() if n not in affected}
     new.free = {k: v for k, v in old.free.items() if k[1] not in affected}
     new.hopeless = {k: v for k, v in old.hopeless.items() if k[1] not in affected}

@@ -20,9 +20,12 @@ from dra_jupyter.allocator.pools import Pool, usable_devices
 from dra_jupyter.allocator.results import allocation_result
 from dra_jupyter.allocator.search import (
     Candidate,
+    CounterTotals,
     RequestData,
     Search,
     SearchBudgetError,
+    available_counters,
+    counters_fit,
     selectable,
     taint_prevents,
 )
@@ -142,11 +145,17 @@ class Allocator:
         names = self._nodes_to_try(node)
         shape = claims_shape(parsed) if quick else None
         if self.strategy == "topology" and len(names) > 1:
-            # Ordering counts what is free on every node: leave out first the nodes where
-            # the search must fail, so an impossible claim costs no count at all.
-            if shape is not None:
-                names = [name for name in names if not self._hopeless(parsed, shape, name)]
-            names = self._best_fit_nodes(parsed, names)
+            known = self.holdings.orders.get((shape, node)) if shape is not None else None
+            if known is not None:
+                names = known
+            else:
+                # Ordering counts what is free on every node: leave out first the nodes where
+                # the search must fail, so an impossible claim costs no count at all.
+                if shape is not None:
+                    names = [name for name in names if not self._hopeless(parsed, shape, name)]
+                names = self._best_fit_nodes(parsed, names)
+                if shape is not None:
+                    self.holdings.orders[(shape, node)] = names
         for name in names:
             if shape is not None and self._hopeless(parsed, shape, name):
                 continue
@@ -208,16 +217,34 @@ class Allocator:
         return not all(search.constraints_feasible(ci, 0) for ci in range(len(claims)))
 
     def _free(self, request: ExactRequest, listed: Listed, name: str | None) -> int:
-        """How many of the listed devices are not held whole (all of them for admin access)."""
+        """How many of the listed devices are free: not held whole, and with their counters
+        left (all of them for admin access)."""
         if request.admin_access:
             return len(listed.candidates)
         key = (request_shape(request), name)
         free = self.holdings.free.get(key)
         if free is None:
-            dedicated = self.state.dedicated
-            free = sum(1 for c in listed.candidates if c.id not in dedicated)
+            dedicated, shared = self.state.dedicated, self.state.shared
+            free = 0
+            for c in listed.candidates:
+                if c.id in dedicated:
+                    continue
+                device = c.device
+                if (
+                    device.consumes_counters
+                    and not (device.allow_multiple_allocations and c.id in shared)
+                    and not counters_fit(device, self._counters_left(c.pool))
+                ):
+                    continue  # its counters are used up: the search could not take it
+                free += 1
             self.holdings.free[key] = free
         return free
+
+    def _counters_left(self, pool: Pool) -> CounterTotals:
+        left = self.holdings.counters.get(pool.id)
+        if left is None:
+            left = self.holdings.counters[pool.id] = available_counters(pool, self.state)
+        return left
 
     def node_order(self, claims: list[ResourceClaim], node: str | None) -> list[str | None]:
         """The nodes to try, in the strategy's order."""

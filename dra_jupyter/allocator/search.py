@@ -110,6 +110,33 @@ def _add_counters(
             counters[name] = counters.get(name, Fraction(0)) + sign * q.value
 
 
+def available_counters(pool: Pool, state: AllocatedState) -> CounterTotals:
+    """The pool's counters less what allocated claims' devices consume."""
+    left = {
+        name: {c: q.value for c, q in cs.counters.items()} for name, cs in pool.counter_sets.items()
+    }
+    for slice_ in (*pool.slices, *pool.other_slices):
+        for device in slice_.devices:
+            if device.consumes_counters and state.consumes_counters(
+                DeviceID(slice_.driver, slice_.pool, device.name)
+            ):
+                _add_counters(left, device, -1, only_known=True)
+    return left
+
+
+def counters_fit(device: Device, available: CounterTotals) -> bool:
+    """Whether the device alone fits in the counters left (as :meth:`Search._take_counters`
+    checks it: only the counters the pool defines)."""
+    for use in device.consumes_counters:
+        left = available.get(use.counter_set)
+        if left is None:
+            continue
+        for name, q in use.counters.items():
+            if name in left and left[name] < q.value:
+                return False
+    return True
+
+
 def taint_prevents(device: Device, request: ExactRequest) -> bool:
     return any(
         taint.effect in ("NoSchedule", "NoExecute")
@@ -158,16 +185,7 @@ class Search:
         """The pool's counters less what allocated claims' devices consume."""
         cached = self.available_counters.get(pool.id)
         if cached is None:
-            cached = {
-                name: {c: q.value for c, q in cs.counters.items()}
-                for name, cs in pool.counter_sets.items()
-            }
-            for slice_ in (*pool.slices, *pool.other_slices):
-                for device in slice_.devices:
-                    dev_id = DeviceID(slice_.driver, slice_.pool, device.name)
-                    if self.state.consumes_counters(dev_id):
-                        _add_counters(cached, device, -1, only_known=True)
-            self.available_counters[pool.id] = cached
+            cached = self.available_counters[pool.id] = available_counters(pool, self.state)
         return cached
 
     def _take_counters(self, cand: Candidate) -> bool:

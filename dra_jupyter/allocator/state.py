@@ -30,20 +30,27 @@ class AllocatedState:
     @classmethod
     def from_claims(cls, claims: Iterable[ResourceClaim]) -> AllocatedState:
         state = cls()
+        holders, dedicated = state.holders, state.dedicated
         for claim in claims:
             if claim.allocation is None:
                 continue
+            key = claim.key
             for result in claim.allocation.results:
                 if result.admin_access:
                     continue
-                state.holders.setdefault(result.device, []).append(claim.key)
-                if result.share_id is not None:
-                    state.shared.add(result.device)
-                    if not result.consumed_capacity:
-                        continue
-                    totals = state.capacity.setdefault(result.device, {})
-                    for name, q in result.consumed_capacity.items():
-                        totals[name] = totals[name] + q if name in totals else q
+                device = result.device
+                held = holders.get(device)
+                if held is None:
+                    holders[device] = [key]
                 else:
-                    state.dedicated.add(result.device)
+                    held.append(key)
+                if result.share_id is None:
+                    dedicated.add(device)
+                    continue
+                state.shared.add(device)
+                if not result.consumed_capacity:
+                    continue
+                totals = state.capacity.setdefault(device, {})
+                for name, q in result.consumed_capacity.items():
+                    totals[name] = totals[name] + q if name in totals else q
         return state
