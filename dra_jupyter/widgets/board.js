@@ -150,6 +150,9 @@ export default {
             draApi("claims"),
             draApi("metrics?history=40"),
           ]);
+          if (devices.inventory !== model.get("inventory")) {
+            throw new Error("the server shows another inventory than this kernel's");
+          }
           view.server = true;
           view.rows = draJoin(devices, claims, metrics);
           view.simulated = devices.simulated;

@@ -148,10 +148,13 @@ export default {
           if (view.server === null) {
             const metrics = await draApi("metrics?history=0");
             view.warning = metrics.idle_warning || 0;
+          }
+          // a server that does not know the claim (another ledger) is not this card's
+          const claim = await draApi("claims/" + name());
+          if (view.server === null) {
             view.server = true;
             redraw();
           }
-          const claim = await draApi("claims/" + name());
           const warningNow =
             claim.idle_deadline !== null && claim.idle_deadline - Date.now() / 1000 <= view.warning;
           if (claim.idle_deadline !== view.deadline || warningNow !== view.warningNow) {
