@@ -52,7 +52,7 @@ bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
 
 bench-placement: install
-	@echo "placement benchmark: not written yet (issue 7)"
+	$(BIN)/python benchmarks/bench_placement.py --json benchmarks/placement.json --plot benchmarks/placement.png
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Benchmarks (kept out of ``make test``): ``make bench``; results in BENCHMARKS.md."""

@@ -1,0 +1,7 @@
+"""The placement-quality benchmark (issue 7): a seeded trace of claims that arrive and leave,
+served by several placement policies that all use the real :class:`Allocator`.
+
+Modules: ``cluster`` (the simulated inventory), ``trace`` (claims over time), ``policies``
+(first-fit, spreading scheduler, topology), ``bound`` (the free-repacking bound, CP-SAT),
+``simulate`` (the event loop), ``metrics`` (what is reported), ``report`` (table and plot).
+"""
