@@ -19,6 +19,7 @@ them). Without a cache, every ``Allocator`` builds its own, used for that alloca
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -220,6 +221,7 @@ class Catalog:
 class Holdings:
     """Work that depends on the allocated claims too."""
 
+    catalog: Catalog
     sources: tuple[object, ...]
     claims: list[ResourceClaim]
     state: AllocatedState
@@ -238,6 +240,7 @@ class AllocatorCache:
     def __init__(self) -> None:
         self._catalog: Catalog | None = None
         self._holdings: Holdings | None = None
+        self._lock = threading.Lock()
 
     def catalog(
         self,
@@ -246,17 +249,29 @@ class AllocatorCache:
         nodes: Iterable[Mapping[str, Any] | Node] = (),
     ) -> Catalog:
         given = (tuple(slices), tuple(device_classes), tuple(nodes))
-        current = self._catalog
-        if current is not None and current.same_inputs(*given):
+        with self._lock:
+            current = self._catalog
+            if current is not None and current.same_inputs(*given):
+                return current
+            current = Catalog(*given)
+            self._catalog = current
+            self._holdings = None
             return current
-        current = Catalog(*given)
-        self._catalog = current
-        self._holdings = None
-        return current
 
-    def holdings(self, claims: Iterable[Mapping[str, Any] | ResourceClaim]) -> Holdings:
+    def holdings(
+        self, claims: Iterable[Mapping[str, Any] | ResourceClaim], catalog: Catalog
+    ) -> Holdings:
+        """What depends on the allocated claims, for allocators on ``catalog``."""
         given = tuple(claims)
+        with self._lock:
+            return self._holdings_for(given, catalog)
+
+    def _holdings_for(
+        self, given: tuple[Mapping[str, Any] | ResourceClaim, ...], catalog: Catalog
+    ) -> Holdings:
         current = self._holdings
+        if current is not None and current.catalog is not catalog:
+            current = None  # made for other slices: nothing of it holds
         if (
             current is not None
             and len(current.sources) == len(given)
@@ -272,9 +287,9 @@ class AllocatorCache:
             known.get(id(c)) or parse_many([c], parse_resource_claim, ResourceClaim)[0]
             for c in given
         ]
-        new = Holdings(given, parsed, AllocatedState.from_claims(parsed))
-        if current is not None and self._catalog is not None:
-            _carry_over(current, new, self._catalog)
+        new = Holdings(catalog, given, parsed, AllocatedState.from_claims(parsed))
+        if current is not None:
+            _carry_over(current, new, catalog)
         self._holdings = new
         return new
 
@@ -298,7 +313,8 @@ def _carry_over(old: Holdings, new: Holdings, catalog: Catalog) -> None:
     changed = _changed_pools(old.state, new.state)
     for pool in changed:
         affected |= catalog.pool_nodes.get(pool, set())
-    new.counters = {k: v for k, v in old.counters.items() if k not in changed}
-    new.capacities = {n: c for n, c in old.capacities.items() if n not in affected}
-    new.free = {k: v for k, v in old.free.items() if k[1] not in affected}
-    new.hopeless = {k: v for k, v in old.hopeless.items() if k[1] not in affected}
+    new.counters = {k: v for k, v in dict(old.counters).items() if k not in changed}
+    # dict() copies first: another thread may be adding to old's entries meanwhile.
+    new.capacities = {n: c for n, c in dict(old.capacities).items() if n not in affected}
+    new.free = {k: v for k, v in dict(old.free).items() if k[1] not in affected}
+    new.hopeless = {k: v for k, v in dict(old.hopeless).items() if k[1] not in affected}

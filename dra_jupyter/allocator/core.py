@@ -109,7 +109,7 @@ class Allocator:
         self.slices: list[ResourceSlice] = self.catalog.slices
         self.classes: dict[str, DeviceClass] = self.catalog.classes
         self.nodes: dict[str, Node] = self.catalog.nodes
-        self.holdings = cache.holdings(allocated_claims)
+        self.holdings = cache.holdings(allocated_claims, self.catalog)
         self.allocated: list[ResourceClaim] = self.holdings.claims
         self.state = self.holdings.state
         self.share_id_factory = share_id_factory or (lambda: str(uuid.uuid4()))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_jupyter.allocator import Allocator, Strategy
+from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.errors import AllocationError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.ledger import ClaimRecord, Ledger
@@ -66,6 +67,9 @@ class LocalBackend:
         self.poll_interval = poll_interval
         self.clock = clock
         self.sleep = sleep
+        # What the allocator learns of the inventory (which never changes here) is kept
+        # across calls.
+        self._cache = AllocatorCache()
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
         return Allocator(
@@ -73,6 +77,7 @@ class LocalBackend:
             self.inventory.device_classes,
             [r.to_object() for r in held],
             self.strategy,
+            cache=self._cache,
         )
 
     def check_possible(self, claim: Wire) -> None:
