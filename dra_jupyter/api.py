@@ -8,6 +8,7 @@ made on first use (importing the package does nothing).
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import sys
 import threading
@@ -80,6 +81,14 @@ def _caller_level() -> int:
         frame = frame.f_back
         level += 1
     return max(level, 1)
+
+
+def _device_keys(record: ClaimRecord) -> list[str]:
+    """``driver/pool/device`` of each device of a claim."""
+    return [
+        f"{r['driver']}/{r['pool']}/{r['device']}"
+        for r in record.allocation.get("devices", {}).get("results", [])
+    ]
 
 
 def _describe(spec: Mapping[str, Any]) -> str:
@@ -191,13 +200,19 @@ class Claim:
     def history(self) -> pd.DataFrame:
         """Utilisation, memory and temperature of this claim's devices since it was made
         (one row per device and time; ``simulated`` says whether the values are made up)."""
-        return self._session.history(list(self._device_keys()), since=self._record.created)
+        end = math.inf
+        if self.state == "released":
+            ended = [
+                r.time for r in self._session.backend.ledger.releases(1000) if r.name == self.name
+            ]
+            end = max(ended) if ended else time.time()
+        keys = self._device_keys()
+        return self._session.history(
+            keys, since=self._record.created, held={k: [(self._record.created, end)] for k in keys}
+        )
 
     def _device_keys(self) -> list[str]:
-        return [
-            f"{r['driver']}/{r['pool']}/{r['device']}"
-            for r in self.allocation.get("devices", {}).get("results", [])
-        ]
+        return _device_keys(self._record)
 
     def card(self) -> ClaimCard:
         """This claim's card widget (one per claim: the one shown while it waited)."""
@@ -295,7 +310,12 @@ class Session:
         )
 
     def history(
-        self, devices: str | list[str], *, since: float | None = None, last: str | float = "10m"
+        self,
+        devices: str | list[str],
+        *,
+        since: float | None = None,
+        last: str | float = "10m",
+        held: Mapping[str, list[tuple[float, float]]] | None = None,
     ) -> pd.DataFrame:
         """Utilisation, memory and temperature of devices over time, as a DataFrame.
 
@@ -309,18 +329,17 @@ class Session:
         if since is None:
             since = now - (parse_duration(last, what="last") or 0)
         keys = [self.device_key(d) for d in ([devices] if isinstance(devices, str) else devices)]
-        held_since: dict[str, float] = {}
+        spans: dict[str, list[tuple[float, float]]] = {k: list(v) for k, v in (held or {}).items()}
+        live = set()
         for record in self.backend.claims(all_users=True):
-            for result in record.allocation.get("devices", {}).get("results", []):
-                key = f"{result['driver']}/{result['pool']}/{result['device']}"
-                held_since[key] = min(held_since.get(key, record.created), record.created)
-        self.metrics.sample(set(held_since), now)
+            for key in _device_keys(record):
+                spans.setdefault(key, []).append((record.created, math.inf))
+                live.add(key)
+        self.metrics.sample(live, now)
         samples = [
             s
             for key in keys
-            for s in self.metrics.series(
-                key, since=since, now=now, held_since=held_since, step=HISTORY_STEP
-            )
+            for s in self.metrics.series(key, since=since, now=now, held=spans, step=HISTORY_STEP)
         ]
         return to_frame(samples)
 

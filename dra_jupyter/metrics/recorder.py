@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from dra_jupyter.metrics.base import MetricsSource, Sample
 from dra_jupyter.metrics.history import MetricsHistory
@@ -31,21 +31,22 @@ class Recorder:
         *,
         since: float,
         now: float,
-        held_since: Mapping[str, float],
+        held: Mapping[str, Sequence[tuple[float, float]]],
         step: float = 5.0,
     ) -> list[Sample]:
         """The device's samples from ``since`` to ``now``. A simulated device's past is
-        computed (its values are a function of time and of being held, ``held_since``:
-        device -> when its current claim began); a real one's is what was recorded."""
+        computed (its values are a function of time and of being held; ``held``: device ->
+        the intervals [start, end) of the claims that held it); a real one's is what was
+        recorded."""
         if isinstance(self.source, SimulatedSource):
-            total = self.source.totals.get(device)
             if device not in self.source.totals:
                 return []
-            start = held_since.get(device)
+            total = self.source.totals[device]
+            spans = held.get(device, ())
             count = max(int((now - since) // step), 0)
             times = [now - (count - i) * step for i in range(count + 1)]
             return [
-                simulated_sample(device, total, start is not None and t >= start, t) for t in times
+                simulated_sample(device, total, any(a <= t < b for a, b in spans), t) for t in times
             ]
         return [s for s in self.history.series(device) if since <= s.time <= now]
 

@@ -150,15 +150,16 @@ def test_history_is_a_bounded_ring_per_device() -> None:
 def test_recorder_computes_a_simulated_past_and_keeps_a_real_one(sysfs: Path) -> None:
     recorder = Recorder(source_for(simulated.load("h200-8x")))
     key = "gpu.nvidia.com/gpu-node-1/gpu-0"
-    past = recorder.series(key, since=NOW - 60, now=NOW, held_since={key: NOW - 30}, step=5)
+    held = {key: [(NOW - 30, NOW - 10)]}  # a claim held it from 30 s ago to 10 s ago
+    past = recorder.series(key, since=NOW - 60, now=NOW, held=held, step=5)
     assert [s.time for s in past] == [NOW - 60 + 5 * i for i in range(13)]
-    assert [s.utilization == 0.0 for s in past] == [True] * 6 + [False] * 7
+    assert [s.utilization == 0.0 for s in past] == [True] * 6 + [False] * 4 + [True] * 3
 
     fake = FakePynvml()
     real = Recorder(NvmlSource(nvml_inventory(fake, sysfs), fake), length=2)
     gpu = f"gpu.nvidia.com/{NODE}/gpu-0"
     for t in (NOW - 20, NOW - 10, NOW):
         real.sample((), t)
-    kept = real.series(gpu, since=NOW - 60, now=NOW, held_since={})
+    kept = real.series(gpu, since=NOW - 60, now=NOW, held={})
     assert [s.time for s in kept] == [NOW - 10, NOW]
     real.close()

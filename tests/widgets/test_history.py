@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -35,6 +36,21 @@ def test_a_claims_history_is_its_devices_while_held(session: Session) -> None:
     assert frame["simulated"].all()
     assert (frame["utilization"] > 0).all()  # simulated load: the devices are held
     assert str(frame["time"].dtype) == "datetime64[ns, UTC]"
+
+
+def test_a_released_claims_history_shows_when_it_was_held(session: Session) -> None:
+    claim = session.request(gpu=1, apply_env=False)
+    (key,) = claim._device_keys()
+    record = claim._record
+    # a claim made 10 minutes ago (the ledger keeps what it was given), then released
+    claim._record = replace(record, created=record.created - 600)
+    claim.release()
+    frame = claim.history()
+    assert set(frame["device"]) == {key}
+    assert len(frame) > 100  # every 5 s since it was made
+    busy = frame["utilization"] > 0
+    assert busy.iloc[:-3].all()  # held until the release...
+    assert not busy.iloc[-1]  # ...idle after it (the last point is now)
 
 
 def test_a_free_device_over_a_window(session: Session) -> None:
