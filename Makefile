@@ -16,7 +16,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-pytest: install
+# Debian's chromium for the browser tests (Playwright drives it; it never downloads one)
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "the browser tests need Debian's chromium package at $(CHROMIUM)"; exit 1; }
+	@[ "$$(id -u)" = 0 ] || { echo "the browser tests need Debian's chromium: run 'sudo apt-get install chromium', or make test as root"; exit 1; }
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+pytest: install $(CHROMIUM)
 	$(BIN)/python -m pytest -q
 
 typecheck: install
@@ -26,7 +34,7 @@ lint: install
 	$(BIN)/ruff check dra_jupyter tests benchmarks
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks
 
-test: install
+test: install $(CHROMIUM)
 	$(BIN)/ruff check dra_jupyter tests benchmarks
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks
 	$(BIN)/mypy
