@@ -23,7 +23,7 @@ CELLS = [
 
 
 def write_notebook(root: Path) -> str:
-    nb = new_notebook(cells=[new_code_cell(c) for c in CELLS])
+    nb = new_notebook(cells=[new_code_cell(c) for c in CELLS])  # type: ignore[no-untyped-call]
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3 (ipykernel)",
