@@ -211,12 +211,14 @@ def percentiles(times: Sequence[float]) -> tuple[float, float]:
     return statistics.median(ordered), p99
 
 
-def timed(call: Callable[[], object], repeat: int) -> tuple[list[float], object]:
+def timed(
+    call: Callable[[], object], repeat: int, clock: Callable[[], float] = time.perf_counter
+) -> tuple[list[float], object]:
     times, result = [], None
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = clock()
         result = call()
-        times.append((time.perf_counter() - start) * 1000)
+        times.append((clock() - start) * 1000)
     return times, result
 
 
@@ -228,6 +230,7 @@ def measure(
     mode: str,
     repeat: int,
     variants: Sequence[Wire] = (),
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[float, float, bool]:
     if mode == "cold":
 
@@ -252,7 +255,7 @@ def measure(
             current[0] = parse_resource_claim(variants[calls[0] % len(variants)])
             return Allocator(w.slices, w.classes, current, strategy, cache=cache).allocate([claim])
 
-    times, result = timed(call, repeat)
+    times, result = timed(call, repeat, clock)
     p50, p99 = percentiles(times)
     return p50, p99, result is not None
 
@@ -367,20 +370,29 @@ def slowest_oracle_cases(top: int = 3) -> list[tuple[float, str]]:
     return sorted(times, reverse=True)[:top]
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--cold-repeat-big", type=int, default=3, help="cold calls on 1,000 nodes")
     parser.add_argument("--warm-repeat", type=int, default=100, help="warm calls per figure")
     parser.add_argument("--sizes", default="10,100,1000", help="node counts, comma-separated")
     parser.add_argument("--occupancies", default="0,50,90", help="percent, comma-separated")
+    parser.add_argument("--cpu-repeat", type=int, default=2000, help="calls of the CPU table")
+    parser.add_argument("--claims", default="", help="only these claims, separated by ';'")
+    parser.add_argument("--no-hard", action="store_true", help="skip the 64-device inputs")
     parser.add_argument("--oracle", action="store_true", help="also time the oracle table")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     if args.oracle:
         for ms, name in slowest_oracle_cases():
             print(f"oracle case {name}: {ms:.1f} ms (best of 5)")
         print()
-    hard_inputs(args.repeat)
+    if not args.no_hard:
+        hard_inputs(args.repeat)
+    claims = {n: c for n, c in CLAIMS.items() if not args.claims or n in args.claims.split(";")}
     sizes = [int(s) for s in args.sizes.split(",")]
     occupancies = [int(p) for p in args.occupancies.split(",")]
     print(
@@ -394,6 +406,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     growth: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
+    targets: World | None = None
     changed: list[str] = []
     for nodes in sizes:
         w = world(nodes)
@@ -401,7 +414,7 @@ def main() -> None:
             held = parse_many(
                 held_claims(nodes, occupancy / 100), parse_resource_claim, ResourceClaim
             )
-            for name, claim in CLAIMS.items():
+            for name, claim in claims.items():
                 cells: list[str] = []
                 outcomes: set[bool] = set()
                 for mode in ("cold", "warm"):
@@ -427,8 +440,10 @@ def main() -> None:
                     + " |",
                     flush=True,
                 )
-            if occupancy == 50:
+            if occupancy == 50 and "1 GPU" in claims:
                 changed.append(changed_row(w, held, args.warm_repeat))
+        if nodes == max(sizes) and "1 GPU" in claims:
+            targets = w
     print()
     print("Warm, one allocated claim replaced by a new object before each call:")
     print()
@@ -437,7 +452,31 @@ def main() -> None:
     for line in changed:
         print(line)
     if len(sizes) > 1 and growth:
-        growth_table(growth)
+        growth_table(growth, list(claims))
+    if targets is not None:
+        cpu_rows(targets, args.cpu_repeat)
+
+
+def cpu_rows(w: World, repeat: int) -> None:
+    """The 1-GPU target: warm p50 and p99 of wall-clock time and of the thread's CPU time
+    (which leaves out the time the process waits while the machine runs others)."""
+    print()
+    print(f"1 GPU on {w.nodes:,} nodes, warm, {repeat} calls: wall-clock and CPU time")
+    print()
+    print("| occupied | strategy | wall p50 / p99 ms | CPU p50 / p99 ms |")
+    print("|---|---|---|---|")
+    for occupancy in (0, 50, 90):
+        held = parse_many(
+            held_claims(w.nodes, occupancy / 100), parse_resource_claim, ResourceClaim
+        )
+        for strategy in STRATEGIES:
+            cells = [
+                "{:.2f} / {:.2f}".format(
+                    *measure(w, held, CLAIMS["1 GPU"], strategy, "warm", repeat, (), clock)[:2]
+                )
+                for clock in (time.perf_counter, time.thread_time)
+            ]
+            print(f"| {occupancy}% | {strategy} | " + " | ".join(cells) + " |")
 
 
 def changed_row(w: World, held: list[ResourceClaim], repeat: int) -> str:
@@ -455,13 +494,15 @@ def changed_row(w: World, held: list[ResourceClaim], repeat: int) -> str:
     return f"| {w.nodes:,} ({w.devices:,}) | 50% | 1 GPU | " + " | ".join(cells) + " |"
 
 
-def growth_table(growth: dict[tuple[str, str, str], list[tuple[int, float]]]) -> None:
+def growth_table(
+    growth: dict[tuple[str, str, str], list[tuple[int, float]]], claims: list[str]
+) -> None:
     print()
     print("Growth with devices (50% occupied): exponent of p50 in devices (1.0 = linear)")
     print()
     print("| claim | cold first-fit | cold topology | warm first-fit | warm topology |")
     print("|---|---|---|---|---|")
-    for name in CLAIMS:
+    for name in claims:
         cells = [
             f"{fitted_exponent(growth[(name, s, m)]):.2f}"
             for m in ("cold", "warm")
