@@ -33,9 +33,17 @@ def write_notebook(root: Path) -> str:
     return "board.ipynb"
 
 
-def held_rows(page: Any) -> int:
-    count: int = page.locator(".dra-board tr", has_text="held").count()
-    return count
+def accept_kernel_dialog_until(page: Any, shown: Any) -> None:
+    """Until ``shown`` is visible: when JupyterLab asks which kernel to start (it may, if
+    the run starts while it still connects the notebook's session), accept its choice,
+    the notebook's own kernel."""
+    for _ in range(WAIT_MS // 200):
+        if shown.count() and shown.first.is_visible():
+            return
+        accept = page.locator(".jp-Dialog .jp-mod-accept")
+        if accept.count():
+            accept.first.click()
+        page.wait_for_timeout(200)
 
 
 def test_board_and_card_follow_claims_made_anywhere(lab: Lab, page: Any, tmp_path: Path) -> None:
@@ -58,6 +66,7 @@ def test_board_and_card_follow_claims_made_anywhere(lab: Lab, page: Any, tmp_pat
 
     card = page.locator(".dra-card")
     board = page.locator(".dra-board")
+    accept_kernel_dialog_until(page, card)
     card.wait_for(timeout=WAIT_MS)
     board.wait_for(timeout=WAIT_MS)
     [claim] = lab.api("GET", "/dra/api/claims")["claims"]
