@@ -6,19 +6,20 @@ slices out of whole GPUs. ``topology`` keeps every rule of the search and change
 the order in which it tries nodes and devices, so it finds a valid allocation whenever
 first-fit does, in the same bounded time, and the same input gives the same answer.
 
-**Nodes** are ranked by a count that needs no selector (:func:`node_capacity`), by these
-keys in turn (:func:`node_order`):
+**Nodes** are ranked by what is in use on them, counted without any selector
+(:func:`node_capacity`), by these keys in turn (:func:`node_order`):
 
 1. nodes with fewer free devices than the claims need at least go last;
 2. nodes with something in use come before untouched nodes: a claim breaks a wholly free
    node only when no used node can take it, which keeps whole nodes for 8-GPU claims;
-3. locality: for a claim whose largest request asks for ``k`` devices, nodes where ``k``
+3. nodes without partitionable or shared devices first, so whole-GPU claims leave MIG
+   and shared GPUs to the claims that need them;
+4. locality: for a claim whose largest request asks for ``k`` devices, nodes where ``k``
    free whole devices share a ``pcieRoot`` come first, then nodes where they share a
-   ``numaNode``, then the rest;
-4. best fit: the fewest free GPU-equivalents (a free device counts 1, a device with
-   shares the part of its capacity left, a counter set — a MIG-capable GPU — the part of
-   its counters left), so claims fill the fullest node that can hold them;
-5. the node's name.
+   ``numaNode``, then the rest (an untouched node counts as local);
+5. the node's name: among equals, nodes fill in one fixed order, as first-fit's name order
+   does, so the last nodes stay empty longest. (Best fit by free devices here served fewer
+   8-GPU claims in the placement benchmark: BENCHMARKS.md.)
 
 The search then plans nodes one by one in this order and stops at the first that fits.
 
@@ -65,7 +66,6 @@ class NodeCapacity:
     """What is free on one node, counted without evaluating any selector."""
 
     free: int  # devices not held whole (MIG placements and shared devices included)
-    whole: float  # free GPU-equivalents: free devices, parts of shared devices and counter sets
     untouched: bool  # nothing on the node is in use
     flexible: bool  # some device is partitionable or shared (MIG, consumable capacity)
     pools: Sequence[Pool] = ()
@@ -126,14 +126,6 @@ class _Counters:
     def untouched(self, set_name: str) -> bool:
         return all(self.left[k] == v for k, v in self.totals.items() if k[0] == set_name)
 
-    def parts_left(self) -> list[float]:
-        """Per counter set, the mean part of its counters left."""
-        by_set: dict[str, list[float]] = {}
-        for key, total in self.totals.items():
-            if total > 0:
-                by_set.setdefault(key[0], []).append(self.left[key] / total)
-        return [sum(v) / len(v) for v in by_set.values()]
-
     def whole_free(self) -> Iterable[Device]:
         """Devices that take all of an unused counter set (a whole MIG-capable GPU)."""
         for set_name, devices in self.by_set.items():
@@ -171,47 +163,26 @@ def _needs(device: Device) -> dict[CounterKey, float]:
     }
 
 
-def _share_left(device: Device, dev_id: DeviceID, state: AllocatedState) -> float:
-    """The part of a shared device's capacity not consumed yet (mean over its capacities)."""
-    used = state.capacity.get(dev_id, {})
-    parts = [
-        1 - float(used[name].value / cap.value.value) if name in used else 1.0
-        for name, cap in device.capacity.items()
-        if cap.value.value > 0
-    ]
-    return sum(parts) / len(parts) if parts else 1.0
-
-
 def node_capacity(pools: Sequence[Pool], state: AllocatedState) -> NodeCapacity:
-    """Free devices and GPU-equivalents of a node's usable pools (see :class:`NodeCapacity`)."""
-    free, whole, untouched, flexible = 0, 0.0, True, False
+    """Free devices of a node's usable pools, and whether anything there is in use."""
+    free, untouched, flexible = 0, True, False
     dedicated, shared = state.dedicated, state.shared
     for pool in pools:
         if not pool.usable:
             continue
-        partitioned = False
         for slice_ in pool.slices:
             driver, name = slice_.driver, slice_.pool
             for device in slice_.devices:
                 dev_id = DeviceID(driver, name, device.name)
                 if dev_id in dedicated:
                     untouched = False
-                elif device.consumes_counters:
-                    free += 1
-                    partitioned = flexible = True
-                elif dev_id in shared:
-                    free += 1
-                    untouched, flexible = False, True
-                    whole += _share_left(device, dev_id, state)
-                else:
-                    free += 1
-                    whole += 1
-                    flexible = flexible or device.allow_multiple_allocations
-        if partitioned:
-            parts = _Counters(pool, state).parts_left()
-            whole += sum(parts)
-            untouched = untouched and all(p == 1.0 for p in parts)
-    return NodeCapacity(free, whole, untouched, flexible, pools, state)
+                    continue
+                free += 1
+                if dev_id in shared:
+                    untouched = False
+                if device.consumes_counters or device.allow_multiple_allocations:
+                    flexible = True
+    return NodeCapacity(free, untouched, flexible, pools, state)
 
 
 def _free_whole(pools: Sequence[Pool], state: AllocatedState) -> Iterable[Device]:
@@ -261,16 +232,13 @@ def node_order(
     """The nodes to try, best first (see the module's docstring)."""
     needed, largest = claims_need(claims)
 
-    def key(name: str | None) -> tuple[bool, bool, bool, bool, int, float, str]:
+    def key(name: str | None) -> tuple[bool, bool, bool, int, str]:
         cap = capacities[name]
-        locality = _locality(cap, largest)
         return (
             cap.free < needed,
-            locality == 2,
             cap.untouched,
             cap.flexible,
-            locality,
-            cap.whole,
+            _locality(cap, largest),
             name or "",
         )
 
