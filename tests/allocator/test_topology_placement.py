@@ -1,0 +1,119 @@
+"""Where ``topology`` puts claims written without constraints, on the NVIDIA driver's shapes:
+each test is a state where first-fit places badly and topology must not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dra_jupyter.allocator import Allocator
+from dra_jupyter.inventory import mig, nvidia
+
+Wire = dict[str, Any]
+DRIVER = nvidia.DRIVER
+
+
+def held(name: str, node: str, *devices: str, share: bool = False) -> Wire:
+    """An allocated claim holding ``devices`` of ``node``'s pool (a 20Gi share with ``share``)."""
+    results = []
+    for i, device in enumerate(devices):
+        result: Wire = {"request": "gpu", "driver": DRIVER, "pool": node, "device": device}
+        if share:
+            result["shareID"] = f"00000000-0000-0000-0000-00000000000{i}"
+            result["consumedCapacity"] = {"memory": "20Gi", "shares": "1"}
+        results.append(result)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com"}}]}},
+        "status": {"allocation": {
+            "devices": {"results": results},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
+        }},
+    }  # fmt: skip
+
+
+def wanted(count: int = 1, *, profile: str | None = None, memory: str | None = None) -> Wire:
+    exactly: Wire = {"deviceClassName": "gpu.nvidia.com", "count": count}
+    if profile is not None:
+        cel = f"device.attributes['{DRIVER}'].profile == '{profile}'"
+        exactly = {"deviceClassName": "mig.nvidia.com", "selectors": [{"cel": {"expression": cel}}]}
+    if memory is not None:
+        exactly["capacity"] = {"requests": {"memory": memory}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "new", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+
+
+def placed(slices: list[Wire], allocated: list[Wire], claim: Wire, strategy: str) -> set[str]:
+    allocator = Allocator(slices, nvidia.device_classes(), allocated, strategy)  # type: ignore[arg-type]
+    found = allocator.allocate([claim])
+    assert found is not None
+    return {f"{r.device.pool}/{r.device.device}" for r in found[0].results}
+
+
+def test_two_gpus_share_a_pcie_root() -> None:
+    slices = [nvidia.hgx_node("n1")]
+    allocated = [held("a", "n1", "gpu-0")]
+    assert placed(slices, allocated, wanted(2), "first-fit") == {"n1/gpu-1", "n1/gpu-2"}
+    assert placed(slices, allocated, wanted(2), "topology") == {"n1/gpu-2", "n1/gpu-3"}
+
+
+def test_four_gpus_share_a_numa_node() -> None:
+    slices = [nvidia.hgx_node("n1")]
+    allocated = [held("a", "n1", "gpu-1")]
+    assert placed(slices, allocated, wanted(4), "first-fit") == {
+        "n1/gpu-0", "n1/gpu-2", "n1/gpu-3", "n1/gpu-4"}  # fmt: skip
+    assert placed(slices, allocated, wanted(4), "topology") == {
+        "n1/gpu-4", "n1/gpu-5", "n1/gpu-6", "n1/gpu-7"}  # fmt: skip
+
+
+def test_a_single_gpu_completes_a_started_pair() -> None:
+    slices = [nvidia.hgx_node("n1")]
+    allocated = [held("a", "n1", "gpu-3")]
+    assert placed(slices, allocated, wanted(1), "first-fit") == {"n1/gpu-0"}
+    assert placed(slices, allocated, wanted(1), "topology") == {"n1/gpu-2"}
+    allocated = [held("a", "n1", "gpu-0", "gpu-1", "gpu-7")]  # gpu-7's root is half used
+    assert placed(slices, allocated, wanted(1), "topology") == {"n1/gpu-6"}
+
+
+def test_a_used_node_is_filled_before_an_untouched_one() -> None:
+    slices = [nvidia.hgx_node("n1"), nvidia.hgx_node("n2")]
+    allocated = [held("a", "n2", "gpu-0")]
+    assert placed(slices, allocated, wanted(1), "first-fit") == {"n1/gpu-0"}
+    assert placed(slices, allocated, wanted(1), "topology") == {"n2/gpu-1"}
+
+
+def test_whole_gpus_leave_mig_gpus_alone_while_plain_ones_are_free() -> None:
+    slices = [nvidia.hgx_node("n2"), *mig.h200_mig_node("n1", gpus=8)]
+    allocated = [
+        held("a", "n1", "gpu-0-mig-1g18gb-19-0"),
+        held("b", "n2", "gpu-0"),
+    ]
+    assert placed(slices, allocated, wanted(1), "first-fit") == {"n1/gpu-1"}
+    assert placed(slices, allocated, wanted(1), "topology") == {"n2/gpu-1"}
+
+
+def test_a_mig_slice_keeps_a_3g_placement_open() -> None:
+    slices = mig.h200_mig_node("n1", gpus=2)
+    allocated = [held("a", "n1", "gpu-0-mig-1g18gb-19-6")]
+    claim = wanted(profile="1g.18gb")
+    assert placed(slices, allocated, claim, "first-fit") == {"n1/gpu-0-mig-1g18gb-19-0"}
+    found = placed(slices, allocated, claim, "topology")
+    assert found <= {"n1/gpu-0-mig-1g18gb-19-4", "n1/gpu-0-mig-1g18gb-19-5"}, found
+    # the 3g at start 0 of GPU 0 stays open, and GPU 1 stays whole
+    after = [*allocated, held("b", "n1", found.pop().split("/")[1])]
+    three = placed(slices, after, wanted(profile="3g.71gb"), "topology")
+    assert three == {"n1/gpu-0-mig-3g71gb-9-0"}
+
+
+def test_shares_fill_a_gpu_already_shared() -> None:
+    slices = [nvidia.hgx_node("n1", shares=4)]
+    allocated = [held("a", "n1", "gpu-5", share=True)]
+    assert placed(slices, allocated, wanted(memory="20Gi"), "first-fit") == {"n1/gpu-0"}
+    assert placed(slices, allocated, wanted(memory="20Gi"), "topology") == {"n1/gpu-5"}
