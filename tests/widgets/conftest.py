@@ -15,6 +15,7 @@ from jupyter_client.manager import KernelManager
 
 from dra_jupyter.api import Session
 from dra_jupyter.settings import Settings
+from tests.browser.conftest import browser, page  # noqa: F401  # fixtures of the browser tests
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
