@@ -195,7 +195,10 @@ class Claim:
         if self._released:
             return False
         self._released = True
-        return self._session.backend.release(self.name)
+        released = self._session.backend.release(self.name)
+        if self._card is not None and threading.current_thread() is threading.main_thread():
+            self._card.refresh()  # its card says so at once (widgets: main thread only)
+        return released
 
     def history(self) -> pd.DataFrame:
         """Utilisation, memory and temperature of this claim's devices since it was made

@@ -82,6 +82,15 @@ def test_card_states_allocated_then_released_by_message_and_elsewhere(kernel: Ke
     assert set(last) == {"state", "revision"}  # one update: the state and the answer
 
 
+def test_releasing_a_claim_in_code_updates_its_card_at_once(kernel: Kernel) -> None:
+    kernel.run("c = dra.request(gpu=1); card = c.card()")
+    comm_id = kernel.value("card.model_id")
+    kernel.run("with dra.request(gpu=1) as d:\n    d.card()")  # a context manager's claim
+    kernel.run("c.release()")
+    assert kernel.updates(comm_id)[-1]["state"] == "released"
+    assert kernel.value("d._card.state") == "released"
+
+
 def test_a_claim_outside_a_kernel_is_text(session: Session) -> None:
     claim = session.request(gpu=1, apply_env=False)
     try:
