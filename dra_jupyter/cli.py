@@ -4,8 +4,10 @@
                          [-o yaml|json]
     dra-jupyter explain  -f OBJECTS.yaml [--strategy ...] [--node NODE] [-o text|json]
     dra-jupyter demo
+    dra-jupyter publish-slices --inventory NAME [--nodes N] [--kubeconfig PATH]
 
-Exit codes: 0 allocated (or explained), 1 no allocation exists, 2 invalid input.
+Exit codes: 0 allocated (or explained), 1 no allocation exists, 2 invalid input,
+3 the Kubernetes API server could not be reached or refused.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from dra_jupyter.allocator import STRATEGIES, Allocator
+from dra_jupyter.cli_kube import KUBE_COMMANDS, add_kube_commands, run_kube
 from dra_jupyter.cli_local import add_local_commands, run_local
 from dra_jupyter.demo import run_demo
-from dra_jupyter.errors import AllocationError, DraJupyterError
+from dra_jupyter.errors import AllocationError, ClusterError, DraJupyterError
 from dra_jupyter.objectfile import ObjectSet, dump_yaml, load_objects
 
-EXIT_OK, EXIT_UNSATISFIABLE, EXIT_INVALID = 0, 1, 2
+EXIT_OK, EXIT_UNSATISFIABLE, EXIT_INVALID, EXIT_CLUSTER = 0, 1, 2, 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("-o", "--output", choices=formats, default=formats[0])
     sub.add_parser("demo", help="allocate claims of a few shapes on a bundled 8x H200 node")
     add_local_commands(sub)
+    add_kube_commands(sub)
     return parser
 
 
@@ -117,10 +121,15 @@ def main(
             return run_explain(args, out, err)
         if args.command == "demo":
             return run_demo(out)
+        if args.command in KUBE_COMMANDS:
+            return run_kube(args, out)
         return run_local(args, out)
     except AllocationError as error:
         err.write(f"{error}\n")
         return EXIT_UNSATISFIABLE
+    except ClusterError as error:
+        err.write(f"error: {error}\n")
+        return EXIT_CLUSTER
     except DraJupyterError as error:
         err.write(f"error: {error}\n")
         return EXIT_INVALID

@@ -9,8 +9,10 @@ wrong, and what to do about it::
     │   ├── ObjectError            a malformed Kubernetes object or field
     │   └── SelectorError          CEL that does not compile, is too costly,
     │                              or fails while it is evaluated on a device
-    └── AllocationError            a claim that cannot be allocated (exit code 1);
-                                   carries the structured explanation
+    ├── AllocationError            a claim that cannot be allocated (exit code 1);
+    │                              carries the structured explanation
+    └── ClusterError               the Kubernetes API server could not be reached, or
+                                   refused a request (exit code 3)
 """
 
 from __future__ import annotations
@@ -69,4 +71,15 @@ class AllocationError(DraJupyterError):
 
     def __init__(self, message: str, explanation: Explanation | None = None) -> None:
         self.explanation = explanation
+        super().__init__(message)
+
+
+class ClusterError(DraJupyterError):
+    """The Kubernetes API server could not be reached or refused a request.
+
+    ``status`` is the HTTP status it answered (0 when it could not be reached).
+    """
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        self.status = status
         super().__init__(message)

@@ -279,7 +279,7 @@ def _pem_key(key: Any) -> bytes:
 
 def _certificate(
     subject: str,
-    organization: str | None,
+    groups: Sequence[str] = (),
     *,
     issuer: tuple[Any, Any] | None = None,
     hosts: Sequence[str] = (),
@@ -292,9 +292,8 @@ def _certificate(
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: PLC0415
 
     key = ec.generate_private_key(ec.SECP256R1())
-    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, subject)]
-    if organization:
-        attributes.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
+    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, subject))
     name = x509.Name(attributes)
     signer_cert, signer_key = issuer if issuer else (None, key)
     now = dt.datetime.now(dt.UTC)
@@ -344,7 +343,7 @@ def write_pki(pki: Path) -> None:
 
     pki.mkdir(parents=True, exist_ok=True)
     pki.chmod(0o700)
-    ca = _certificate("dra-jupyter-testenv-ca", None)
+    ca = _certificate("dra-jupyter-testenv-ca")
 
     def save(name: str, pair: tuple[Any, Any]) -> None:
         cert, key = pair
@@ -353,13 +352,13 @@ def write_pki(pki: Path) -> None:
 
     save("ca", ca)
     hosts = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "10.96.0.1")
-    save("serving", _certificate("kube-apiserver", None, issuer=ca, hosts=hosts))
-    for name, cn, org in (
-        ("admin", "dra-jupyter-testenv-admin", "system:masters"),
-        ("kube-scheduler", "system:kube-scheduler", None),
-        ("kube-controller-manager", "system:kube-controller-manager", None),
+    save("serving", _certificate("kube-apiserver", issuer=ca, hosts=hosts))
+    for name, cn, groups in (
+        ("admin", "dra-jupyter-testenv-admin", ["system:masters"]),
+        ("kube-scheduler", "system:kube-scheduler", []),
+        ("kube-controller-manager", "system:kube-controller-manager", []),
     ):
-        save(name, _certificate(cn, org, issuer=ca, client=True))
+        save(name, _certificate(cn, groups, issuer=ca, client=True))
     sa = ec.generate_private_key(ec.SECP256R1())
     (pki / "sa.key").write_bytes(_pem_key(sa))
     (pki / "sa.pub").write_bytes(
@@ -473,6 +472,23 @@ class Cluster:
                 return int(r.status), r.read().decode()
         except urllib.error.HTTPError as error:
             return int(error.code), error.read().decode(errors="replace")
+
+    def kubeconfig_for(self, user: str, groups: Sequence[str] = ()) -> Path:
+        """A kubeconfig of a client certificate for ``user`` (and ``groups``), whom RBAC
+        allows nothing until a binding says otherwise."""
+        import yaml  # noqa: PLC0415
+        from cryptography import x509  # noqa: PLC0415
+        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
+        pki = self.state_dir / "pki"
+        ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+        ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
+        cert, key = _certificate(user, groups, issuer=(ca_cert, ca_key), client=True)
+        (pki / f"{user}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (pki / f"{user}.key").write_bytes(_pem_key(key))
+        path = self.state_dir / f"{user}.kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig(self.server, pki, user)))
+        return path
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Stop every component, newest first: SIGTERM to its process group, then SIGKILL."""

@@ -1,0 +1,13 @@
+"""The Kubernetes side of dra-jupyter.
+
+The only package that imports the ``kubernetes`` client (an optional extra:
+``pip install 'dra-jupyter[kubernetes]'``); everything else stays free of it, and the CLI
+imports this package only for the commands that talk to a cluster.
+
+* :mod:`dra_jupyter.kube.simulate`: pure; an inventory spread over N simulated nodes
+  (Node objects, their ResourceSlices, the DeviceClasses);
+* :mod:`dra_jupyter.kube.connect`: credentials (``--kubeconfig``, in-cluster, ``$KUBECONFIG``,
+  ``~/.kube/config``) and API errors as :class:`~dra_jupyter.errors.ClusterError`;
+* :mod:`dra_jupyter.kube.publish`: ``dra-jupyter publish-slices``, acting as the DRA driver
+  of simulated nodes.
+"""

@@ -1,0 +1,104 @@
+"""Credentials for the Kubernetes API server, and its errors in our terms.
+
+Credentials are looked up in this order: an explicit kubeconfig file; the pod's service
+account when running in a cluster (``KUBERNETES_SERVICE_HOST`` set); ``$KUBECONFIG``;
+``~/.kube/config``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Protocol, Self, TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.errors import ClusterError
+
+MAX_MESSAGE = 300  # characters of the server's message kept in ours
+Wire = dict[str, Any]
+
+
+class _Model(Protocol):
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any] | None) -> Self | None: ...
+
+
+M = TypeVar("M", bound=_Model)
+
+
+def to_model(cls: type[M], wire: Wire) -> M:
+    """A wire dict as the client's model ``cls`` (what its typed methods take)."""
+    obj = cls.from_dict(wire)
+    if obj is None:
+        raise ValueError(f"{cls.__name__}: empty object")
+    return obj
+
+
+def to_wire(api: client.ApiClient, obj: object) -> Wire:
+    """A model the client returned as a wire dict (camelCase, no unset fields)."""
+    wire: Wire = api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    return wire
+
+
+def api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """An API client from the first credentials found (see the module's docstring).
+
+    Close it when done (``with api_client(...) as api:``).
+    """
+    try:
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = client.Configuration()
+            config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+            return client.ApiClient(configuration)
+        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, persist_config=False
+        )
+        return api
+    except (config.ConfigException, OSError, ValueError) as error:
+        source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise ClusterError(
+            f"no usable Kubernetes credentials in {source}: {_first_line(error)}; pass "
+            "--kubeconfig PATH or set KUBECONFIG"
+        ) from error
+
+
+def _first_line(error: object) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:MAX_MESSAGE]
+
+
+def server_message(body: Any) -> str:
+    """The ``message`` of a ``Status`` response body, else the body itself, shortened."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    try:
+        status = json.loads(text)
+    except ValueError:
+        return text.strip()[:MAX_MESSAGE]
+    if isinstance(status, dict) and status.get("message"):
+        return str(status["message"])[:MAX_MESSAGE]
+    return text.strip()[:MAX_MESSAGE]
+
+
+def cluster_error(error: Exception, action: str, api: client.ApiClient) -> ClusterError:
+    """``error`` from the client, while doing ``action``, as one clear line."""
+    host = api.configuration.host
+    if isinstance(error, ApiException):
+        status = int(error.status or 0)
+        message = server_message(error.body) or str(error.reason)
+        remedy = {
+            401: "; the credentials were not accepted: check --kubeconfig",
+            403: "; a cluster admin must allow it (RBAC)",
+        }.get(status, "")
+        return ClusterError(f"{action}: {host} answered {status}: {message}{remedy}", status)
+    if isinstance(error, urllib3.exceptions.HTTPError):
+        reason = getattr(error, "reason", None) or error
+        return ClusterError(
+            f"{action}: cannot reach the API server at {host} ({_first_line(reason)}); check "
+            "that it runs and that --kubeconfig points at it"
+        )
+    raise error

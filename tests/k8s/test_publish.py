@@ -1,0 +1,139 @@
+"""``dra-jupyter publish-slices`` against the real API server."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from dra_jupyter.cli import main as cli_main
+from dra_jupyter.inventory import simulated
+from dra_jupyter.kube.connect import to_wire
+from dra_jupyter.kube.simulate import SimulatedCluster
+from tests.k8s import testenv
+from tests.k8s.testenv import free_port
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["publish-slices", *argv], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_published_slices_and_classes_are_listed_back_equal(
+    api: client.ApiClient, published: SimulatedCluster
+) -> None:
+    resource = client.ResourceV1Api(api)
+    items = resource.list_resource_slice(field_selector="spec.driver=gpu.nvidia.com").items
+    listed = {w["metadata"]["name"]: w for w in (to_wire(api, s) for s in items)}
+    for wanted in published.slices:
+        got = listed[wanted["metadata"]["name"]]
+        assert got["spec"] == wanted["spec"]
+    wires = [to_wire(api, c) for c in resource.list_device_class().items]
+    classes = {w["metadata"]["name"]: w for w in wires}
+    for wanted in published.device_classes:
+        assert classes[wanted["metadata"]["name"]]["spec"] == wanted["spec"]
+    core = client.CoreV1Api(api)
+    for name in published.node_names:
+        node = to_wire(api, core.read_node(name))
+        assert "taints" not in node["spec"]  # schedulable: the not-ready taint was lifted
+        assert [(c["type"], c["status"]) for c in node["status"]["conditions"]] == [
+            ("Ready", "True")
+        ]
+        assert node["status"]["allocatable"]["pods"] == "110"
+
+
+def test_publishing_again_changes_nothing(kubeconfig: Path, published: SimulatedCluster) -> None:
+    code, out, err = run("--inventory", "h200-8x", "--nodes", "2", "--kubeconfig", str(kubeconfig))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert (
+        "ResourceSlice gpu-node-2-gpu.nvidia.com: unchanged (pool gpu-node-2 generation 1)" in lines
+    )
+    assert "Node gpu-node-1: refreshed (Ready heartbeat)" in lines
+    assert lines[-1].endswith("(gpu-node-1, gpu-node-2): 2 refreshed, 4 unchanged")
+
+
+def test_a_changed_pool_is_republished_at_the_next_generation(
+    api: client.ApiClient, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """As a driver does: changed slices get generation + 1, slices no longer published go."""
+    inventory = simulated.load("workstation-4gpu")
+    [one] = inventory.slices
+    one = {**one, "spec": {**one["spec"], "nodeName": "file-node-1"}}
+    one["spec"]["pool"] = {**one["spec"]["pool"], "name": "file-node-1"}
+    one["metadata"] = {"name": "file-node-1-gpus"}
+    extra = {**one, "metadata": {"name": "file-node-1-extra"}}
+    extra["spec"] = {**one["spec"], "pool": {**one["spec"]["pool"], "name": "extra-pool"}}
+    path = tmp_path / "slices.yaml"
+    path.write_text(yaml.safe_dump_all([one, extra, *inventory.device_classes]))
+    args = ("--inventory", str(path), "--kubeconfig", str(kubeconfig))
+    code, out, _ = run(*args)
+    assert code == 0
+    assert "ResourceSlice file-node-1-gpus: created (pool file-node-1 generation 1)" in out
+
+    one["spec"]["devices"] = one["spec"]["devices"][:3]  # a GPU went away
+    path.write_text(yaml.safe_dump_all([one, *inventory.device_classes]))
+    code, out, _ = run(*args)
+    assert code == 0
+    assert "ResourceSlice file-node-1-gpus: updated (pool file-node-1 generation 2)" in out
+    assert "ResourceSlice file-node-1-extra: deleted (no longer published)" in out
+    resource = client.ResourceV1Api(api)
+    got = to_wire(api, resource.read_resource_slice("file-node-1-gpus"))
+    assert got["spec"]["pool"]["generation"] == 2
+    assert [d["name"] for d in got["spec"]["devices"]] == ["gpu-0", "gpu-1", "gpu-2"]
+    names = [to_wire(api, s)["metadata"]["name"] for s in resource.list_resource_slice().items]
+    assert "file-node-1-extra" not in names
+
+
+def test_an_unreachable_api_server_is_one_line(cluster: testenv.Cluster, tmp_path: Path) -> None:
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    port = free_port()  # nothing listens there
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    code, out, err = run("--inventory", "h200-8x", "--kubeconfig", str(path))
+    assert (code, out) == (3, "")
+    assert err.startswith(
+        f"error: publish-slices: DeviceClass gpu.nvidia.com: cannot reach the API server at "
+        f"https://127.0.0.1:{port} ("
+    )
+    assert err.endswith("check that it runs and that --kubeconfig points at it\n")
+    assert err.count("\n") == 1
+
+
+def test_forbidden_names_what_rbac_refused(cluster: testenv.Cluster) -> None:
+    path = cluster.kubeconfig_for("notebook-user", ["notebook-users"])
+    code, out, err = run("--inventory", "h200-8x", "--kubeconfig", str(path))
+    assert (code, out) == (3, "")
+    assert err == (
+        f"error: publish-slices: DeviceClass gpu.nvidia.com: {cluster.server} answered 403: "
+        'deviceclasses.resource.k8s.io is forbidden: User "notebook-user" cannot create '
+        'resource "deviceclasses" in API group "resource.k8s.io" at the cluster scope; '
+        "a cluster admin must allow it (RBAC)\n"
+    )
+
+
+def test_missing_credentials_are_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    code, _, err = run("--inventory", "h200-8x", "--kubeconfig", str(missing))
+    assert code == 3
+    assert err.startswith(f"error: no usable Kubernetes credentials in {missing}: ")
+    assert err.endswith("; pass --kubeconfig PATH or set KUBECONFIG\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--inventory", "nvml"], "give a simulated inventory or a file"),
+        (["--inventory", "h200-9x"], "inventory 'h200-9x' is not known"),
+        (["--inventory", "h200-8x", "--nodes", "0"], "--nodes must be between 1 and 500"),
+    ],
+)
+def test_bad_input_is_refused_before_any_request(argv: list[str], message: str) -> None:
+    code, out, err = run(*argv, "--kubeconfig", "/nonexistent")
+    assert (code, out) == (2, "")
+    assert message in err
