@@ -71,7 +71,7 @@ def quality_table(summaries: Sequence[Summary]) -> str:
 
 PANELS: tuple[tuple[str, str], ...] = (
     ("8-GPU claims served on arrival", "8 GPUs"),
-    ("2-GPU claims served on arrival", "2 GPUs"),
+    ("MIG memory slices served on arrival", "mig_slices_served"),
     ("MIG 3g.71gb claims served on arrival", "MIG 3g.71gb"),
     ("2-GPU claims on one PCIe root", "root_local_2"),
     ("4-GPU claims on one NUMA node", "numa_local_4"),
