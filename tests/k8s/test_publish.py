@@ -137,3 +137,25 @@ def test_bad_input_is_refused_before_any_request(argv: list[str], message: str) 
     code, out, err = run(*argv, "--kubeconfig", "/nonexistent")
     assert (code, out) == (2, "")
     assert message in err
+
+
+SHARED_REJECTED = (
+    "the API server requires requestPolicy.default wherever validRange is set "
+    "(spec.devices[*].capacity[memory].requestPolicy.default: Required value); the "
+    "h200-shared inventory sets only validRange"
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=SHARED_REJECTED))
+        if n == "h200-shared"
+        else n
+        for n in simulated.names()
+    ],
+)
+def test_every_bundled_inventory_is_accepted(kubeconfig: Path, name: str) -> None:
+    code, out, err = run("--inventory", name, "--kubeconfig", str(kubeconfig))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[-1].startswith(f"published inventory {name} on 1 simulated node(s)")
