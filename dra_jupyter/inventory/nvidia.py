@@ -88,7 +88,11 @@ def consumable_shares(device: dict[str, Any], shares: int) -> dict[str, Any]:
         "capacity": {
             "memory": {
                 "value": memory,
-                "requestPolicy": {"validRange": {"min": "1Mi", "max": memory, "step": "1Mi"}},
+                # the API server requires a default beside validRange: all of it
+                "requestPolicy": {
+                    "default": memory,
+                    "validRange": {"min": "1Mi", "max": memory, "step": "1Mi"},
+                },
             },
             "shares": {"value": str(shares), "requestPolicy": {"default": "1"}},
         },

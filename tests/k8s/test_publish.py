@@ -139,22 +139,7 @@ def test_bad_input_is_refused_before_any_request(argv: list[str], message: str) 
     assert message in err
 
 
-SHARED_REJECTED = (
-    "the API server requires requestPolicy.default wherever validRange is set "
-    "(spec.devices[*].capacity[memory].requestPolicy.default: Required value); the "
-    "h200-shared inventory sets only validRange"
-)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=SHARED_REJECTED))
-        if n == "h200-shared"
-        else n
-        for n in simulated.names()
-    ],
-)
+@pytest.mark.parametrize("name", simulated.names())
 def test_every_bundled_inventory_is_accepted(kubeconfig: Path, name: str) -> None:
     code, out, err = run("--inventory", name, "--kubeconfig", str(kubeconfig))
     assert (code, err) == (0, "")
