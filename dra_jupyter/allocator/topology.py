@@ -27,14 +27,14 @@ The search then plans nodes one by one in this order and stops at the first that
 
 1. packing: devices already in use (a device with shares, a GPU with MIG slices taken)
    before untouched ones, so shares and slices fill GPUs already started;
-2. locality, best fit: devices in a ``pcieRoot`` with at least ``count`` candidates
+2. for partitionable devices (MIG), the placement that blocks the fewest other devices of
+   the same counter set that fit now: a 1g goes where it keeps a 3g placement (start 0 or
+   4 on an H200) open;
+3. locality, best fit: devices in a ``pcieRoot`` with at least ``count`` candidates
    first, the root with the fewest first, then (within it) the ``numaNode`` with the
    fewest; else devices in the smallest ``numaNode`` that holds ``count``; else the
    biggest NUMA node first. One group's devices stay together, so the ``count`` devices
    of one request share a root or NUMA node whenever possible, without a constraint;
-3. for partitionable devices (MIG), the placement that blocks the fewest other devices of
-   the same counter set that fit now: a 1g goes where it keeps a 3g placement (start 0 or
-   4 on an H200) open;
 4. for shared devices, the most capacity already consumed;
 5. upstream's order.
 """
@@ -307,5 +307,9 @@ def order_candidates(rd: RequestData, state: AllocatedState) -> list[Candidate]:
             touched = not all(counters.untouched(u.counter_set) for u in c.device.consumes_counters)
             blocked = _blocking(c, counters)
         consumed = -sum(float(q.value) for q in state.capacity.get(c.id, {}).values())
-        keys.append((not touched, _locality_key(roots[i], numas[i], count), blocked, consumed, i))
+        # a MIG placement (count 1) is placed by what it blocks, before locality
+        first, then = (blocked, 0) if c.device.consumes_counters else (0, blocked)
+        keys.append(
+            (not touched, first, _locality_key(roots[i], numas[i], count), then, consumed, i)
+        )
     return [candidates[i] for i in sorted(range(len(candidates)), key=keys.__getitem__)]
