@@ -14,10 +14,10 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks.placement import policies, report, simulate
+from benchmarks.placement import bound, policies, report, simulate
 from benchmarks.placement.cluster import Cluster
 from benchmarks.placement.metrics import Summary, summarize
-from benchmarks.placement.trace import generate
+from benchmarks.placement.trace import KINDS, generate
 
 POLICIES = ("first-fit", "spread", "topology", "bound")
 
@@ -29,8 +29,11 @@ def run(args: argparse.Namespace) -> list[Summary]:
         arrivals = generate(args.seed, load, cluster.gpus, args.hours)
         for name in args.policies:
             start = time.perf_counter()
+            note = ""
             if name == "bound":
-                records = simulate.run_bound(cluster, arrivals)
+                packing = bound.Packing(cluster, KINDS)
+                records = simulate.run_bound(cluster, arrivals, packing)
+                note = f", {packing.unknown} CP-SAT solves stopped at the time limit"
             else:
                 records = simulate.run(
                     policies.make(name, cluster), cluster, arrivals, repack_check=args.repack_check
@@ -38,7 +41,7 @@ def run(args: argparse.Namespace) -> list[Summary]:
             out.append(summarize(name, load, cluster, records, args.warmup))
             print(
                 f"# load {load:.0%}, {name}: {len(arrivals)} arrivals in "
-                f"{time.perf_counter() - start:.1f} s",
+                f"{time.perf_counter() - start:.1f} s{note}",
                 flush=True,
             )
     return out
@@ -65,21 +68,25 @@ def main() -> None:
         help="skip asking the bound's model about every claim not served",
     )
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--markdown", type=Path, help="write the tables here too")
     parser.add_argument("--plot", type=Path, help="write the PNG plot here")
     args = parser.parse_args()
     for name in args.policies:
         if name not in POLICIES:
             parser.error(f"unknown policy {name!r}; use {', '.join(POLICIES)}")
     summaries = run(args)
-    print()
-    print(
-        f"seed {args.seed}, {args.nodes} nodes x 8 GPUs ({args.mig_nodes} MIG, "
-        f"{args.shared_nodes} shared), {args.hours:g} h, first {args.warmup:g} h left out"
+    tables = "\n\n".join(
+        [
+            f"seed {args.seed}, {args.nodes} nodes x 8 GPUs ({args.mig_nodes} MIG, "
+            f"{args.shared_nodes} shared), {args.hours:g} h, first {args.warmup:g} h left out",
+            report.service_table(summaries),
+            report.quality_table(summaries),
+        ]
     )
     print()
-    print(report.service_table(summaries))
-    print()
-    print(report.quality_table(summaries))
+    print(tables)
+    if args.markdown:
+        args.markdown.write_text(tables + "\n")
     if args.json:
         args.json.write_text(json.dumps([s.to_json() for s in summaries], indent=1) + "\n")
     if args.plot:

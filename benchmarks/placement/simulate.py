@@ -82,10 +82,12 @@ def _record(
     )
 
 
-def run_bound(cluster: Cluster, arrivals: Sequence[Arrival]) -> list[Record]:
+def run_bound(
+    cluster: Cluster, arrivals: Sequence[Arrival], packing: bound.Packing | None = None
+) -> list[Record]:
     """The free-repacking bound: a claim is served if all running claims and it could be
     placed, moving running claims at will (``bound.Packing``); no devices are chosen."""
-    packing = bound.Packing(cluster, KINDS)
+    packing = packing or bound.Packing(cluster, KINDS)
     ends: list[tuple[float, int]] = []
     held: dict[int, Arrival] = {}
     records: list[Record] = []
