@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+
 from dra_jupyter.allocator import Allocator
+from dra_jupyter.allocator.pools import usable_devices
 from dra_jupyter.inventory import mig, nvidia
+from tests.allocator.test_properties import PROFILE, World, make_allocator, node_of, worlds
 
 Wire = dict[str, Any]
 DRIVER = nvidia.DRIVER
@@ -117,3 +121,28 @@ def test_shares_fill_a_gpu_already_shared() -> None:
     allocated = [held("a", "n1", "gpu-5", share=True)]
     assert placed(slices, allocated, wanted(memory="20Gi"), "first-fit") == {"n1/gpu-0"}
     assert placed(slices, allocated, wanted(memory="20Gi"), "topology") == {"n1/gpu-5"}
+
+
+@settings(PROFILE, max_examples=200)
+@given(worlds(admin=False))
+def test_an_untouched_node_is_used_only_when_no_used_node_can_take_the_claims(
+    world: World,
+) -> None:
+    claims = world.claim_objects()
+    allocator = make_allocator(world, "topology")
+    found = allocator.allocate(claims)
+    if found is None:
+        return
+    held = allocator.state.dedicated | allocator.state.shared
+
+    def used(name: str) -> bool:
+        pools = allocator.pools_for(allocator.node(name))
+        return any(dev_id in held for *_, dev_id in usable_devices(pools))
+
+    chosen = node_of(found)
+    assert chosen is not None
+    if used(chosen):
+        return
+    for name in world.nodes:
+        if name != chosen and used(name):
+            assert make_allocator(world, "topology").allocate(claims, node=name) is None, name
