@@ -38,6 +38,7 @@ test: install $(CHROMIUM)
 	$(BIN)/ruff check dra_jupyter tests benchmarks
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/python scripts/k8s-testenv build  # Kubernetes for tests/k8s: once, then cached
 	$(BIN)/python -m pytest -q
 
 # The main job on the embedded default, then (from a terminal) the example notebooks in

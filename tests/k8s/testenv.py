@@ -51,6 +51,7 @@ KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.6.16"
 GO_DIRECTIVE = "1.26.0"  # what k8s.io/kubernetes v1.37.2 and etcd v3.6.16 declare
 
+GO_FALLBACKS = ("/usr/local/go/bin/go",)  # where the official archive installs Go
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 BINARIES = ("etcd", *KUBE_COMMANDS)
 SERVICE_CIDR = "10.96.0.0/16"
@@ -93,9 +94,7 @@ def is_built() -> bool:
 
 def find_go() -> str:
     """The ``go`` command: on PATH, or where the official archive installs it."""
-    found = shutil.which("go") or next(
-        (p for p in ("/usr/local/go/bin/go",) if os.access(p, os.X_OK)), None
-    )
+    found = shutil.which("go") or next((p for p in GO_FALLBACKS if os.access(p, os.X_OK)), None)
     if found is None:
         raise TestenvError(
             "k8s-testenv build: the Go toolchain (1.26 or newer) is not installed; install it "
@@ -408,12 +407,13 @@ def free_port() -> int:
 
 def _start_time(pid: int) -> str | None:
     """The process's start time in clock ticks (/proc/PID/stat field 22), to tell a reused
-    pid from ours; None when no such process is running."""
+    pid from ours; None when no such process is running (or it has exited, unreaped)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 @dataclass
@@ -504,8 +504,10 @@ def _ours(component: Component) -> bool:
 
 
 def _stop_one(component: Component, child: subprocess.Popen[bytes] | None, timeout: float) -> None:
-    if not _ours(component):
-        return  # gone already (or the pid now belongs to someone else: leave it alone)
+    if not _ours(component):  # exited (or the pid now belongs to someone else: leave it)
+        if child is not None:
+            child.wait(timeout)  # ours and exited: reap it
+        return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(component.pid, sig)  # each component leads its own process group
