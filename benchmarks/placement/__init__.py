@@ -3,5 +3,6 @@ served by several placement policies that all use the real :class:`Allocator`.
 
 Modules: ``cluster`` (the simulated inventory), ``trace`` (claims over time), ``policies``
 (first-fit, spreading scheduler, topology), ``bound`` (the free-repacking bound, CP-SAT),
+``occupancy`` (what is in use per GPU),
 ``simulate`` (the event loop), ``metrics`` (what is reported), ``report`` (table and plot).
 """
