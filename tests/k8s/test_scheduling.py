@@ -39,8 +39,8 @@ def pod(name: str, claim: Wire) -> Wire:
     }
 
 
-def template(name: str, spec: Wire, namespace: str) -> Wire:
-    claim = build_claim(name, spec, namespace=namespace, classes=CLASSES)
+def template(name: str, spec: Wire, namespace: str, classes: list[str] = CLASSES) -> Wire:
+    claim = build_claim(name, spec, namespace=namespace, classes=classes)
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
