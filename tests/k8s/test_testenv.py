@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s import testenv
+from tests.k8s import k8sbuild, testenv
 
 
 def test_staging_modules_are_replaced_by_their_published_versions() -> None:
@@ -19,19 +19,19 @@ def test_staging_modules_are_replaced_by_their_published_versions() -> None:
         "\tk8s.io/client-go => ./staging/src/k8s.io/client-go\n"
         ")\n"
     )
-    assert testenv.staging_replaces(go_mod, "v1.37.2") == [
+    assert k8sbuild.staging_replaces(go_mod, "v1.37.2") == [
         "k8s.io/api => k8s.io/api v0.37.2",
         "k8s.io/client-go => k8s.io/client-go v0.37.2",
     ]
     with pytest.raises(testenv.TestenvError, match="replaces no staging module"):
-        testenv.staging_replaces("module k8s.io/kubernetes\n", "v1.37.2")
+        k8sbuild.staging_replaces("module k8s.io/kubernetes\n", "v1.37.2")
 
 
 def test_a_missing_go_toolchain_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setattr(testenv, "GO_FALLBACKS", ())
+    monkeypatch.setattr(k8sbuild, "GO_FALLBACKS", ())
     with pytest.raises(testenv.TestenvError) as raised:
-        testenv.find_go()
+        k8sbuild.find_go()
     assert str(raised.value) == (
         "k8s-testenv build: the Go toolchain (1.26 or newer) is not installed; install it "
         "(e.g. to /usr/local/go) or put `go` on PATH, then run `scripts/k8s-testenv build`"
@@ -43,7 +43,7 @@ def test_a_failed_build_names_the_step_and_the_log(
 ) -> None:
     """A Kubernetes version the module proxy does not have: the real go command fails."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(testenv, "KUBERNETES_VERSION", "v1.37.999")
+    monkeypatch.setattr(k8sbuild, "KUBERNETES_VERSION", "v1.37.999")
     log = io.StringIO()
     with pytest.raises(testenv.TestenvError) as raised:
         testenv.build(log=log)

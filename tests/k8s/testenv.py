@@ -1,35 +1,25 @@
 """A real Kubernetes control plane for the tests: etcd, kube-apiserver, kube-controller-manager
-and kube-scheduler, built from the Go module proxy at pinned versions and run on loopback.
+and kube-scheduler, built from the Go module proxy at pinned versions (:mod:`.k8sbuild`) and
+run on loopback.
 
     scripts/k8s-testenv build                 # once per machine; later calls reuse the cache
     scripts/k8s-testenv start [--state-dir D] # prints the admin kubeconfig's path
     scripts/k8s-testenv stop  [--state-dir D]
 
-``k8s.io/kubernetes`` cannot be ``go install``-ed (its go.mod replaces every ``k8s.io/*``
-staging module with a local directory), so :func:`build` writes a throwaway module that
-requires it and replaces each staging module with its published ``v0.X.Y``, then builds the
-three commands; etcd gets a module of its own (its server and Kubernetes' etcd client would
-otherwise be pushed to one version). Everything lives in a cache directory outside the
-repository, ``${XDG_CACHE_HOME:-~/.cache}/dra-jupyter/k8s/<versions>/``, with a stamp of the
-versions: a second build is a no-op.
-
-:func:`start` runs them on 127.0.0.1 with free ports: a CA and certificates made here, a
-service-account key pair, admin/scheduler/controller-manager kubeconfigs, and etcd with a data
-directory in the state directory. There is no kubelet: the node lifecycle controller is off,
-so simulated Node objects (``dra-jupyter publish-slices``) stay Ready and untainted and the
-scheduler binds pods to them; the pods stay Pending, which is all the tests need.
+:func:`start` runs them on 127.0.0.1 with free ports: a CA and certificates made here
+(:mod:`.pki`), a service-account key pair, admin/scheduler/controller-manager kubeconfigs, and
+etcd with a data directory in the state directory. There is no kubelet: the node lifecycle
+controller is off, so simulated Node objects (``dra-jupyter publish-slices``) stay Ready and
+untainted and the scheduler binds pods to them; the pods stay Pending, which is all the tests
+need.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
-import fcntl
-import ipaddress
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -39,361 +29,36 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from base64 import b64encode
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-# Pinned versions: the newest Kubernetes release the Go module proxy serves, and the newest
-# etcd 3.6 (the series Kubernetes 1.37 is tested with).
-KUBERNETES_VERSION = "v1.37.2"
-ETCD_VERSION = "v3.6.16"
-GO_DIRECTIVE = "1.26.0"  # what k8s.io/kubernetes v1.37.2 and etcd v3.6.16 declare
+from tests.k8s.k8sbuild import (
+    ETCD_VERSION,
+    KUBERNETES_VERSION,
+    TestenvError,
+    bin_dir,
+    build,
+    cache_dir,
+    is_built,
+)
 
-GO_FALLBACKS = ("/usr/local/go/bin/go",)  # where the official archive installs Go
-KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
-BINARIES = ("etcd", *KUBE_COMMANDS)
+__all__ = [
+    "Cluster",
+    "TestenvError",
+    "build",
+    "cache_dir",
+    "free_port",
+    "is_built",
+    "main",
+    "start",
+    "stop",
+]
+
 SERVICE_CIDR = "10.96.0.0/16"
 START_TIMEOUT_S = 180.0  # a loaded 2-core machine needs ~30 s; bounded, polled
 STOP_TIMEOUT_S = 30.0
-
-
-class TestenvError(Exception):
-    """The control plane could not be built, started or stopped; the message says why."""
-
-    __test__ = False  # not a pytest test class
-
-
-# --- building ---------------------------------------------------------------------------------
-
-
-def cache_dir() -> Path:
-    """Where the binaries of the pinned versions are built and kept."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "dra-jupyter" / "k8s" / f"kubernetes-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}"
-
-
-def bin_dir() -> Path:
-    return cache_dir() / "bin"
-
-
-def _stamp() -> dict[str, str]:
-    return {"kubernetes": KUBERNETES_VERSION, "etcd": ETCD_VERSION}
-
-
-def is_built() -> bool:
-    """True when every binary exists and the stamp names the pinned versions."""
-    stamp = cache_dir() / "stamp.json"
-    try:
-        built = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        return False
-    return built == _stamp() and all((bin_dir() / b).is_file() for b in BINARIES)
-
-
-def find_go() -> str:
-    """The ``go`` command: on PATH, or where the official archive installs it."""
-    found = shutil.which("go") or next((p for p in GO_FALLBACKS if os.access(p, os.X_OK)), None)
-    if found is None:
-        raise TestenvError(
-            "k8s-testenv build: the Go toolchain (1.26 or newer) is not installed; install it "
-            "(e.g. to /usr/local/go) or put `go` on PATH, then run `scripts/k8s-testenv build`"
-        )
-    return found
-
-
-def staging_replaces(kubernetes_go_mod: str, version: str) -> list[str]:
-    """``k8s.io/X => k8s.io/X v0.Y.Z`` for every staging module that ``k8s.io/kubernetes``'s
-    go.mod replaces with a local directory (``./staging/src/k8s.io/X``)."""
-    staging = "v0." + version.removeprefix("v1.")
-    modules = re.findall(r"(k8s\.io/[\w.-]+)\s+=>\s+\./staging/src/", kubernetes_go_mod)
-    if not modules:
-        raise TestenvError(
-            f"k8s-testenv build: k8s.io/kubernetes {version}'s go.mod replaces no staging module; "
-            "the build recipe does not fit this version"
-        )
-    return [f"{m} => {m} {staging}" for m in sorted(set(modules))]
-
-
-def kubernetes_module(go_mod_of_kubernetes: str) -> str:
-    """The throwaway go.mod that builds the Kubernetes commands."""
-    replaces = "\n".join(
-        f"\t{r}" for r in staging_replaces(go_mod_of_kubernetes, KUBERNETES_VERSION)
-    )
-    return (
-        "module k8stestenv\n\n"
-        f"go {GO_DIRECTIVE}\n\n"
-        f"require k8s.io/kubernetes {KUBERNETES_VERSION}\n\n"
-        f"replace (\n{replaces}\n)\n"
-    )
-
-
-def etcd_module() -> str:
-    return (
-        "module etcdtestenv\n\n"
-        f"go {GO_DIRECTIVE}\n\n"
-        f"require go.etcd.io/etcd/server/v3 {ETCD_VERSION}\n"
-    )
-
-
-def _tools_go(packages: Sequence[str]) -> str:
-    """Imports that keep the commands' modules required through ``go mod tidy``."""
-    imports = "\n".join(f'\t_ "{p}"' for p in packages)
-    return f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n"
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One build at a time per cache directory (make test and a fixture may race)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-class _Go:
-    def __init__(self, log: TextIO, log_path: Path) -> None:
-        self.go = find_go()
-        self.log = log
-        self.log_path = log_path
-        self.env = {
-            **os.environ,
-            "GOFLAGS": "-mod=mod",
-            "GOTOOLCHAIN": "local",  # never download another toolchain
-            "CGO_ENABLED": "0",
-        }
-        self.nice = ["nice", "-n", "19"] if shutil.which("nice") else []
-
-    def run(self, args: Sequence[str], cwd: Path, what: str) -> str:
-        command = [*self.nice, self.go, *args]
-        with self.log_path.open("a") as log:
-            log.write(f"\n$ (cd {cwd} && {' '.join(command)})\n")
-            log.flush()
-            done = subprocess.run(
-                command,
-                check=False,
-                cwd=cwd,
-                env=self.env,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-            )
-        if done.returncode != 0:
-            tail = self.log_path.read_text().splitlines()[-15:]
-            raise TestenvError(
-                f"k8s-testenv build: {what} failed (go exit code {done.returncode}); "
-                f"full log: {self.log_path}\n" + "\n".join(tail)
-            )
-        return done.stdout
-
-
-def build(*, force: bool = False, log: TextIO = sys.stderr) -> Path:
-    """Build the four binaries into :func:`bin_dir` unless they are there already."""
-    root = cache_dir()
-    with _locked(root.parent / f"{root.name}.lock"):
-        if is_built() and not force:
-            return bin_dir()
-        start = time.monotonic()
-        root.mkdir(parents=True, exist_ok=True)
-        log_path = root / "build.log"
-        log_path.write_text("")
-        log.write(
-            f"k8s-testenv: building Kubernetes {KUBERNETES_VERSION} and etcd {ETCD_VERSION} into "
-            f"{root} (once per machine; 20-30 minutes on 2 cores; log: {log_path})\n"
-        )
-        log.flush()
-        go = _Go(log, log_path)
-        out = bin_dir()
-        out.mkdir(exist_ok=True)
-
-        kube = root / "kubernetes"
-        kube.mkdir(exist_ok=True)
-        (kube / "go.mod").write_text(
-            f"module k8stestenv\n\ngo {GO_DIRECTIVE}\n\nrequire k8s.io/kubernetes "
-            f"{KUBERNETES_VERSION}\n"
-        )
-        info = json.loads(
-            go.run(
-                ["mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
-                kube,
-                f"downloading k8s.io/kubernetes {KUBERNETES_VERSION}",
-            )
-        )
-        (kube / "go.mod").write_text(kubernetes_module(Path(info["GoMod"]).read_text()))
-        commands = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS]
-        (kube / "tools.go").write_text(_tools_go(commands))
-        go.run(["mod", "tidy"], kube, "resolving the Kubernetes modules (go mod tidy)")
-        version = KUBERNETES_VERSION.removeprefix("v").split(".")
-        ldflags = " ".join(
-            [
-                "-s -w",
-                f"-X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION}",
-                f"-X k8s.io/component-base/version.gitMajor={version[0]}",
-                f"-X k8s.io/component-base/version.gitMinor={version[1]}",
-            ]
-        )
-        go.run(
-            ["build", "-ldflags", ldflags, "-o", f"{out}/", *commands],
-            kube,
-            "building " + ", ".join(KUBE_COMMANDS),
-        )
-
-        etcd = root / "etcd"
-        etcd.mkdir(exist_ok=True)
-        (etcd / "go.mod").write_text(etcd_module())
-        (etcd / "tools.go").write_text(_tools_go(["go.etcd.io/etcd/server/v3"]))
-        go.run(["mod", "tidy"], etcd, "resolving the etcd modules (go mod tidy)")
-        go.run(
-            ["build", "-ldflags", "-s -w", "-o", str(out / "etcd"), "go.etcd.io/etcd/server/v3"],
-            etcd,
-            "building etcd",
-        )
-        missing = [b for b in BINARIES if not (out / b).is_file()]
-        if missing:
-            raise TestenvError(f"k8s-testenv build: go build left no {', '.join(missing)}")
-        (root / "stamp.json").write_text(json.dumps(_stamp()))
-        sizes = ", ".join(f"{b} {(out / b).stat().st_size / 2**20:.0f} MiB" for b in BINARIES)
-        log.write(f"k8s-testenv: built in {time.monotonic() - start:.0f} s: {sizes}\n")
-        return out
-
-
-# --- certificates and kubeconfigs --------------------------------------------------------------
-
-
-def _pem_key(key: Any) -> bytes:
-    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
-
-    return bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-
-
-def _certificate(
-    subject: str,
-    groups: Sequence[str] = (),
-    *,
-    issuer: tuple[Any, Any] | None = None,
-    hosts: Sequence[str] = (),
-    client: bool = False,
-) -> tuple[Any, Any]:
-    """An ECDSA P-256 key and a certificate for it, signed by ``issuer`` (else self-signed)."""
-    from cryptography import x509  # noqa: PLC0415
-    from cryptography.hazmat.primitives import hashes  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: PLC0415
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
-    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, subject))
-    name = x509.Name(attributes)
-    signer_cert, signer_key = issuer if issuer else (None, key)
-    now = dt.datetime.now(dt.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(signer_cert.subject if signer_cert else name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=2))
-    )
-    if issuer is None:
-        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=0), True)
-        builder = builder.add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            True,
-        )
-    else:
-        usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), False)
-        if hosts:
-            names: list[x509.GeneralName] = []
-            for host in hosts:
-                try:
-                    names.append(x509.IPAddress(ipaddress.ip_address(host)))
-                except ValueError:
-                    names.append(x509.DNSName(host))
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), False)
-    return builder.sign(signer_key, hashes.SHA256()), key
-
-
-def write_pki(pki: Path) -> None:
-    """CA, serving certificate, client certificates and the service-account key pair."""
-    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
-
-    pki.mkdir(parents=True, exist_ok=True)
-    pki.chmod(0o700)
-    ca = _certificate("dra-jupyter-testenv-ca")
-
-    def save(name: str, pair: tuple[Any, Any]) -> None:
-        cert, key = pair
-        (pki / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (pki / f"{name}.key").write_bytes(_pem_key(key))
-
-    save("ca", ca)
-    hosts = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "10.96.0.1")
-    save("serving", _certificate("kube-apiserver", issuer=ca, hosts=hosts))
-    for name, cn, groups in (
-        ("admin", "dra-jupyter-testenv-admin", ["system:masters"]),
-        ("kube-scheduler", "system:kube-scheduler", []),
-        ("kube-controller-manager", "system:kube-controller-manager", []),
-    ):
-        save(name, _certificate(cn, groups, issuer=ca, client=True))
-    sa = ec.generate_private_key(ec.SECP256R1())
-    (pki / "sa.key").write_bytes(_pem_key(sa))
-    (pki / "sa.pub").write_bytes(
-        sa.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-
-
-def kubeconfig(server: str, pki: Path, user: str) -> dict[str, Any]:
-    """A kubeconfig with the CA and the client certificate embedded (portable)."""
-
-    def data(name: str) -> str:
-        return b64encode((pki / name).read_bytes()).decode()
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "testenv",
-                "cluster": {"server": server, "certificate-authority-data": data("ca.crt")},
-            }
-        ],
-        "users": [
-            {
-                "name": user,
-                "user": {
-                    "client-certificate-data": data(f"{user}.crt"),
-                    "client-key-data": data(f"{user}.key"),
-                },
-            }
-        ],
-        "contexts": [{"name": "testenv", "context": {"cluster": "testenv", "user": user}}],
-        "current-context": "testenv",
-    }
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -476,18 +141,11 @@ class Cluster:
     def kubeconfig_for(self, user: str, groups: Sequence[str] = ()) -> Path:
         """A kubeconfig of a client certificate for ``user`` (and ``groups``), whom RBAC
         allows nothing until a binding says otherwise."""
-        import yaml  # noqa: PLC0415
-        from cryptography import x509  # noqa: PLC0415
-        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+        from tests.k8s import pki  # noqa: PLC0415  # needs cryptography
 
-        pki = self.state_dir / "pki"
-        ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
-        ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
-        cert, key = _certificate(user, groups, issuer=(ca_cert, ca_key), client=True)
-        (pki / f"{user}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (pki / f"{user}.key").write_bytes(_pem_key(key))
+        pki.issue_client(self.state_dir / "pki", user, groups)
         path = self.state_dir / f"{user}.kubeconfig"
-        path.write_text(yaml.safe_dump(kubeconfig(self.server, pki, user)))
+        pki.write_kubeconfig(path, self.server, self.state_dir / "pki", user)
         return path
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
@@ -585,7 +243,7 @@ def start(state_dir: Path, *, timeout: float = START_TIMEOUT_S) -> Cluster:
             f"k8s-testenv start: a control plane already runs from {state_dir}; "
             f"`scripts/k8s-testenv stop --state-dir {state_dir}` first"
         )
-    import yaml  # noqa: PLC0415  # `build` runs with any Python 3.11, without PyYAML
+    from tests.k8s.pki import write_kubeconfig, write_pki  # noqa: PLC0415  # `build` needs neither
 
     state_dir.mkdir(parents=True, exist_ok=True)
     pki = state_dir / "pki"
@@ -599,8 +257,7 @@ def start(state_dir: Path, *, timeout: float = START_TIMEOUT_S) -> Cluster:
     cluster = Cluster(state_dir, server, state_dir / "kubeconfig", ports=ports)
     for user in ("admin", "kube-scheduler", "kube-controller-manager"):
         path = cluster.kubeconfig if user == "admin" else state_dir / f"{user}.kubeconfig"
-        path.write_text(yaml.safe_dump(kubeconfig(server, pki, user)))
-        path.chmod(0o600)
+        write_kubeconfig(path, server, pki, user)
     deadline = time.monotonic() + timeout
     try:
         _start_all(cluster, deadline)
