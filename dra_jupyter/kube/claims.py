@@ -1,0 +1,97 @@
+"""ResourceClaims on a cluster, as the Kubernetes backend will keep them: created in the user's
+namespace and labelled with their owner and kernel, read back, listed per owner, deleted.
+
+Errors are :class:`~dra_jupyter.errors.ClusterError` in one line; a refusal by RBAC names the
+verb, the resource and the namespace, and who was refused::
+
+    dra.request: RBAC forbids create on resourceclaims.resource.k8s.io in namespace team-a for
+    User "system:serviceaccount:team-a:notebook"; ask a cluster admin for a Role that allows it
+"""
+
+from __future__ import annotations
+
+import re
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.errors import ClusterError
+from dra_jupyter.inventory.base import Wire
+from dra_jupyter.kube.connect import cluster_error, server_message, to_model, to_wire
+
+RESOURCE = "resourceclaims.resource.k8s.io"
+USER_LABEL = "dra-jupyter/user"
+KERNEL_LABEL = "dra-jupyter/kernel"
+
+
+class ClaimClient:
+    """The claims of one namespace, through one API client."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.resource = client.ResourceV1Api(api)
+
+    def _error(self, error: Exception, verb: str, action: str) -> ClusterError:
+        if isinstance(error, ApiException) and error.status == 403:
+            return forbidden(error, verb, RESOURCE, self.namespace, action)
+        return cluster_error(error, action, self.api)
+
+    def create(self, claim: Wire, action: str = "dra.request") -> Wire:
+        body = to_model(client.ResourceV1ResourceClaim, claim)
+        try:
+            created = self.resource.create_namespaced_resource_claim(self.namespace, body=body)
+        except (ApiException, urllib3.exceptions.HTTPError) as error:
+            raise self._error(error, "create", action) from error
+        return to_wire(self.api, created)
+
+    def get(self, name: str, action: str = "dra") -> Wire | None:
+        """The claim, or None when it is gone (deleted by someone else, or released)."""
+        try:
+            got = self.resource.read_namespaced_resource_claim(name, self.namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise self._error(error, "get", action) from error
+        except urllib3.exceptions.HTTPError as error:
+            raise self._error(error, "get", action) from error
+        return to_wire(self.api, got)
+
+    def list(self, *, user: str | None = None, kernel: str | None = None) -> list[Wire]:
+        """Claims made by dra-jupyter in this namespace, of ``user`` and ``kernel`` if given."""
+        selector = [USER_LABEL if user is None else f"{USER_LABEL}={user}"]
+        if kernel is not None:
+            selector.append(f"{KERNEL_LABEL}={kernel}")
+        try:
+            listed = self.resource.list_namespaced_resource_claim(
+                self.namespace, label_selector=",".join(selector)
+            )
+        except (ApiException, urllib3.exceptions.HTTPError) as error:
+            raise self._error(error, "list", "dra.claims") from error
+        return [to_wire(self.api, c) for c in listed.items]
+
+    def delete(self, name: str, action: str = "release") -> bool:
+        """Delete the claim; False if it was already gone."""
+        try:
+            self.resource.delete_namespaced_resource_claim(name, self.namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise self._error(error, "delete", action) from error
+        except urllib3.exceptions.HTTPError as error:
+            raise self._error(error, "delete", action) from error
+        return True
+
+
+def forbidden(
+    error: ApiException, verb: str, resource: str, namespace: str, action: str
+) -> ClusterError:
+    """A 403 as one line: what was refused, where, to whom, and what to ask for."""
+    match = re.search(r'User "([^"]*)"', server_message(error.body))
+    who = f' for User "{match.group(1)}"' if match else ""
+    return ClusterError(
+        f"{action}: RBAC forbids {verb} on {resource} in namespace {namespace}{who}; "
+        "ask a cluster admin for a Role that allows it",
+        403,
+    )
