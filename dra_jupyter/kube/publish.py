@@ -64,11 +64,38 @@ class Publisher:
             raise cluster_error(error, action, self.api) from error
 
     def publish(self, cluster: SimulatedCluster, now: dt.datetime | None = None) -> list[Change]:
+        self.check(cluster)
         changes = [self.device_class(c) for c in cluster.device_classes]
         for node in cluster.nodes:
             changes += self.node(node)
         changes += self.slices(cluster)
         return changes
+
+    def check(self, cluster: SimulatedCluster) -> None:
+        """Have the API server validate every class and slice (a dry run, under a generated
+        name) before anything is written: a refused object leaves the cluster as it was."""
+        for kind, objects, create, model in (
+            (
+                "DeviceClass",
+                cluster.device_classes,
+                self.resource.create_device_class,
+                client.V1DeviceClass,
+            ),
+            (
+                "ResourceSlice",
+                cluster.slices,
+                self.resource.create_resource_slice,
+                client.V1ResourceSlice,
+            ),
+        ):
+            for wanted in objects:
+                body = {**wanted, "metadata": {"generateName": "dra-jupyter-check-"}}
+                self.call(
+                    f"publish-slices: {kind} {wanted['metadata']['name']} (nothing was changed)",
+                    create,
+                    body=to_model(model, body),
+                    dry_run="All",
+                )
 
     # --- DeviceClasses and Nodes ---------------------------------------------------------
 

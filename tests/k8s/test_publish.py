@@ -98,8 +98,8 @@ def test_an_unreachable_api_server_is_one_line(cluster: testenv.Cluster, tmp_pat
     code, out, err = run("--inventory", "h200-8x", "--kubeconfig", str(path))
     assert (code, out) == (3, "")
     assert err.startswith(
-        f"error: publish-slices: DeviceClass gpu.nvidia.com: cannot reach the API server at "
-        f"https://127.0.0.1:{port} ("
+        "error: publish-slices: DeviceClass gpu.nvidia.com (nothing was changed): cannot reach "
+        f"the API server at https://127.0.0.1:{port} ("
     )
     assert err.endswith("check that it runs and that --kubeconfig points at it\n")
     assert err.count("\n") == 1
@@ -110,7 +110,8 @@ def test_forbidden_names_what_rbac_refused(cluster: testenv.Cluster) -> None:
     code, out, err = run("--inventory", "h200-8x", "--kubeconfig", str(path))
     assert (code, out) == (3, "")
     assert err == (
-        f"error: publish-slices: DeviceClass gpu.nvidia.com: {cluster.server} answered 403: "
+        "error: publish-slices: DeviceClass gpu.nvidia.com (nothing was changed): "
+        f"{cluster.server} answered 403: "
         'deviceclasses.resource.k8s.io is forbidden: User "notebook-user" cannot create '
         'resource "deviceclasses" in API group "resource.k8s.io" at the cluster scope; '
         "a cluster admin must allow it (RBAC)\n"
@@ -144,3 +145,27 @@ def test_every_bundled_inventory_is_accepted(kubeconfig: Path, name: str) -> Non
     code, out, err = run("--inventory", name, "--kubeconfig", str(kubeconfig))
     assert (code, err) == (0, "")
     assert out.splitlines()[-1].startswith(f"published inventory {name} on 1 simulated node(s)")
+
+
+def test_a_refused_slice_leaves_the_cluster_as_it_was(
+    api: client.ApiClient, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """The API server validates everything (dry run) before publish-slices writes anything."""
+    inventory = simulated.load("h200-shared")
+    [one] = inventory.slices
+    for device in one["spec"]["devices"]:  # validRange without the default it requires
+        del device["capacity"]["memory"]["requestPolicy"]["default"]
+    one["spec"] = {**one["spec"], "nodeName": "refused-node-1"}
+    one["spec"]["pool"] = {**one["spec"]["pool"], "name": "refused-node-1"}
+    one["metadata"] = {"name": "refused-node-1-gpus"}
+    path = tmp_path / "slices.yaml"
+    path.write_text(yaml.safe_dump_all([one, *inventory.device_classes]))
+    code, out, err = run("--inventory", str(path), "--kubeconfig", str(kubeconfig))
+    assert (code, out) == (3, "")
+    assert err.startswith(
+        "error: publish-slices: ResourceSlice refused-node-1-gpus (nothing was changed): "
+    )
+    assert "requestPolicy.default: Required value: required when validRange is defined" in err
+    assert err.count("\n") == 1
+    nodes = [to_wire(api, n)["metadata"]["name"] for n in client.CoreV1Api(api).list_node().items]
+    assert "refused-node-1" not in nodes
