@@ -9,5 +9,7 @@ imports this package only for the commands that talk to a cluster.
 * :mod:`dra_jupyter.kube.connect`: credentials (``--kubeconfig``, in-cluster, ``$KUBECONFIG``,
   ``~/.kube/config``) and API errors as :class:`~dra_jupyter.errors.ClusterError`;
 * :mod:`dra_jupyter.kube.publish`: ``dra-jupyter publish-slices``, acting as the DRA driver
-  of simulated nodes.
+  of simulated nodes;
+* :mod:`dra_jupyter.kube.claims`: ResourceClaims in a namespace, labelled per owner and
+  kernel (the storage of the coming Kubernetes backend), RBAC refusals in one line.
 """
