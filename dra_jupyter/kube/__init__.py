@@ -11,5 +11,7 @@ imports this package only for the commands that talk to a cluster.
 * :mod:`dra_jupyter.kube.publish`: ``dra-jupyter publish-slices``, acting as the DRA driver
   of simulated nodes;
 * :mod:`dra_jupyter.kube.claims`: ResourceClaims in a namespace, labelled per owner and
-  kernel (the storage of the coming Kubernetes backend), RBAC refusals in one line.
+  kernel (the storage of the coming Kubernetes backend), RBAC refusals in one line;
+* :mod:`dra_jupyter.kube.pods`: a Pod that uses claims (what ``dra.run`` will launch) and
+  waiting for kube-scheduler to place it, with its reason while it cannot.
 """
