@@ -16,12 +16,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import pytest
+from nbformat.v4 import new_code_cell, new_notebook
 
 CHROMIUM = os.environ.get("DRA_JUPYTER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -64,58 +67,72 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+@contextmanager
+def running_lab(
+    tmp: Path, extra_argv: Sequence[str] = (), extra_env: Mapping[str, str] | None = None
+) -> Iterator[Lab]:
+    """``jupyter lab`` on a free loopback port with a fresh token, stopped on exit."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: run 'make test' (it installs Debian's chromium)")
-    tmp = tmp_path_factory.mktemp("lab")
     root = tmp / "notebooks"
     root.mkdir()
     port, token = free_port(), secrets.token_hex(16)
-    ledger = tmp / "ledger.sqlite"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_JUPYTER_")}
     settings = tmp / "lab-settings"
     news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text(json.dumps({"fetchNews": "false"}))  # no "get news?" toast over the page
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_JUPYTER_")}
     env.update(
         JUPYTER_CONFIG_DIR=str(tmp / "config"),
         JUPYTER_RUNTIME_DIR=str(tmp / "rt"),
         JUPYTERLAB_SETTINGS_DIR=str(settings),
+        **(extra_env or {}),
     )
     argv = [
         sys.executable, "-m", "jupyterlab",
         "--no-browser", f"--port={port}", "--ip=127.0.0.1",
         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        f"--DRAExtensionApp.ledger={ledger}", "--DRAExtensionApp.inventory=h200-8x",
-        "--DRAExtensionApp.check_interval=0.5",
+        *extra_argv,
     ]  # fmt: skip
     if os.geteuid() == 0:
         argv.append("--allow-root")
-    log = (tmp / "lab.log").open("w")
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-    server = Lab(f"http://127.0.0.1:{port}", token, root, ledger)
-    try:
-        for _ in range(START_TRIES):
-            if proc.poll() is not None:
-                raise AssertionError(f"jupyter lab exited: {(tmp / 'lab.log').read_text()}")
-            try:
-                server.api("GET", "/api/status")
-                break
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.1)
-        else:
-            raise AssertionError(f"jupyter lab did not answer: {(tmp / 'lab.log').read_text()}")
-        yield server
-    finally:
-        proc.terminate()
+    log_path = tmp / "lab.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        server = Lab(f"http://127.0.0.1:{port}", token, root, tmp / "ledger.sqlite")
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            for _ in range(START_TRIES):
+                if proc.poll() is not None:
+                    raise AssertionError(f"jupyter lab exited: {log_path.read_text()}")
+                try:
+                    server.api("GET", "/api/status")
+                    break
+                except (urllib.error.URLError, ConnectionError):
+                    time.sleep(0.1)
+            else:
+                raise AssertionError(f"jupyter lab did not answer: {log_path.read_text()}")
+            yield server
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """JupyterLab with the extension, its own ledger and the simulated h200-8x."""
+    tmp = tmp_path_factory.mktemp("lab")
+    extension = [
+        f"--DRAExtensionApp.ledger={tmp / 'ledger.sqlite'}",
+        "--DRAExtensionApp.inventory=h200-8x",
+        "--DRAExtensionApp.check_interval=0.5",
+    ]
+    with running_lab(tmp, extension) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -153,3 +170,46 @@ def screenshots_dir(tmp_path: Path) -> Path:
     out = Path(where) if where else tmp_path
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+WAIT_MS = 60_000  # how long the page may take to show a state (a hang, not a timing)
+# the board's rows that say "held", counted in the page
+HELD = (
+    "() => [...document.querySelectorAll('.dra-board tr')]"
+    ".filter(r => r.textContent.includes('held')).length === {}"
+)
+
+
+def open_notebook(page: Any, lab: Lab, name: str, cells: Sequence[str]) -> None:
+    """Write a notebook of ``cells``, start its kernel session, and open it in the page (the
+    session exists first, so JupyterLab attaches to it rather than asking for a kernel)."""
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])  # type: ignore[no-untyped-call]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
+    nbformat.write(nb, lab.root / name)  # type: ignore[no-untyped-call]
+    session = {"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}}
+    lab.api("POST", "/api/sessions", session)
+    page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}")
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=WAIT_MS)
+
+
+def run_all_cells(page: Any) -> None:
+    """Run > Run All Cells, as a user does, until the first cell has started. JupyterLab may
+    ignore a click made while it still connects the notebook to its kernel, or ask which
+    kernel to start; then accept its choice (the notebook's own) and click again. A cell
+    that has started shows ``[*]`` or its count instead of ``[ ]``."""
+    prompt = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first
+    for attempt in range(WAIT_MS // 200):
+        accept = page.locator(".jp-Dialog .jp-mod-accept")
+        if accept.count():
+            accept.first.click()
+        elif prompt.inner_text().strip() not in ("[ ]:", ""):
+            return
+        elif attempt % 50 == 0:  # again every ~10 s while nothing has started
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        page.wait_for_timeout(200)
+    raise AssertionError("the notebook's cells never started")
