@@ -398,9 +398,9 @@ class Session:
             record = self.backend.allocate(
                 claim, timeout=wait, lease=lease_s, on_wait=on_wait, checked=True
             )
-        except DraJupyterError as err:
+        except BaseException as err:  # an interrupt too: the card must not wait forever
             if card is not None:
-                card.failed(str(err))
+                card.failed("interrupted" if isinstance(err, KeyboardInterrupt) else str(err))
             raise
         result = Claim(self, record)
         if apply_env:

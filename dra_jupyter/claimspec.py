@@ -54,6 +54,7 @@ DEVICE_KEYS = (
     "device_class",
 )
 CLAIM_KEYS = (*DEVICE_KEYS, "same", "distinct", "alternatives")
+INTEGER_KEYS = ("gpu", "tpu", "count")  # keywords whose value is a number of devices
 
 
 def class_driver(device_class: str) -> str:

@@ -8,12 +8,11 @@ import json
 from typing import Any, TextIO
 
 from dra_jupyter.api import Session
+from dra_jupyter.claimspec import INTEGER_KEYS
 from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.local.owners import Owner
 from dra_jupyter.settings import Settings
-
-INTEGER_KEYS = ("gpu", "tpu", "count")
 
 
 def add_local_commands(sub: Any) -> None:

@@ -60,15 +60,21 @@ def held_for_cell(session: Session, spec: Mapping[str, Any]) -> Iterator[Claim]:
     """Hold a claim for the duration of the ``with`` block, its environment applied."""
     options = dict(spec)
     name = str(options.pop("name", "") or cell_claim_name(session))
+    # a claim of that name held before this cell is the user's, never this cell's to release
+    # (the request fails on it); one made here is released even if an interrupt lands
+    # while it is being made, before request() returns
+    existed = any(r.name == name for r in session.backend.claims(all_users=True))
     try:
         claim = session.request(name=name, apply_env=False, **options)
+        existed = False
         scratch: dict[str, str] = {}
         for note in claim.apply_env(scratch):  # only the notes: environment() sets it
             print(f"dra: {note}", file=sys.stderr)
         with environment(claim.env):
             yield claim
     finally:
-        release_surely(session, name)
+        if not existed:
+            release_surely(session, name)
 
 
 def needs_await(shell: Any, cell: str) -> bool:

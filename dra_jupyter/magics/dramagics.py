@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.magics.boundary import MagicError, user_errors
 from dra_jupyter.magics.helptext import HELP
 from dra_jupyter.magics.parsing import Command, parse_cell_line, parse_line
@@ -87,15 +88,21 @@ class DraMagics(Magics):
             return
         if not command.args:
             raise MagicError("dra release: name the claims to release, or pass --all")
-        released = [n for n in command.args if s.release(n)]
-        missing = [n for n in command.args if n not in released]
+        released: list[str] = []
+        missing: list[str] = []
+        refused: list[str] = []
+        for name in command.args:  # each on its own: one refusal must not hide a release
+            try:
+                (released if s.release(name) else missing).append(name)
+            except DraJupyterError as err:
+                refused.append(f"{name}: {err}")
         if released:
             print(f"dra: released {', '.join(released)}")
-        if missing:
-            raise MagicError(
-                f"dra release: no claim {', '.join(missing)} (already released?); "
-                "%dra status lists your claims"
-            )
+        problems = refused + (
+            [f"no claim {', '.join(missing)} (already released?)"] if missing else []
+        )
+        if problems:
+            raise MagicError(f"dra release: {'; '.join(problems)}; %dra status lists your claims")
 
     def _explain(self, command: Command) -> Any:
         from dra_jupyter.magics.reports import explain_request  # noqa: PLC0415

@@ -15,8 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_jupyter.claimspec import CLAIM_KEYS
-from dra_jupyter.cli_local import INTEGER_KEYS
+from dra_jupyter.claimspec import CLAIM_KEYS, INTEGER_KEYS
 from dra_jupyter.errors import InvalidInputError
 
 # the subcommands of %dra, and the flags each one takes

@@ -83,10 +83,12 @@ def _holder(session: Session, record: ClaimRecord) -> str:
 
 def _idle_release(session: Session, record: ClaimRecord) -> str:
     idle = session.settings.idle_timeout
-    if idle > 0 and held_by_this_kernel(session, record):
-        return f"{format_duration(idle)} after the last cell"
+    if record.owner.kernel_id and held_by_this_kernel(session, record):
+        if idle > 0:
+            return f"{format_duration(idle)} after the last cell"
+        return "when this kernel shuts down"  # no idle release told to this kernel
     if record.owner.kernel_id:
-        return "Jupyter server idle policy"
+        return "its Jupyter server's idle policy"
     if record.owner.pid <= 0:
         return "lease only"
     return "when its process exits"

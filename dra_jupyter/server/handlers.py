@@ -181,6 +181,11 @@ class RestartWithClaimsHandler(_DRAHandler):
     @web.authenticated
     @authorized
     async def post(self, kernel_id: str) -> None:
+        # a restart is a write on the kernel too: the authorizer must allow both
+        if not await ensure_async(
+            self.authorizer.is_authorized(self, self.current_user, "write", "kernels")
+        ):
+            raise web.HTTPError(403, "restarting kernels is not allowed for this user")
         with _handle_error():
             records, env = await self.dra.restart_with_claims(kernel_id)
             self.reply(
@@ -220,7 +225,7 @@ class MetricsHandler(_DRAHandler):
         raw = self.get_argument("history", "")
         only = self.get_argument("device", "")
         with _handle_error():
-            if raw and not raw.isdigit():
+            if raw and not raw.isdecimal():
                 raise InvalidInputError(
                     f"GET metrics: history must be a whole number of samples, not {raw!r}"
                 )

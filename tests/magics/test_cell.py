@@ -90,6 +90,16 @@ def test_a_bad_cell_line_runs_nothing_and_holds_nothing(kernel: Kernel) -> None:
     assert kernel.claims() == []
 
 
+def test_a_cell_never_releases_a_claim_it_did_not_make(kernel: Kernel) -> None:
+    kernel.ok("mine = %dra request gpu=1 name=mine")
+    out = kernel.run("%%dra gpu=1 name=mine\nprint('must not run')")
+    assert out.status == "error"
+    assert out.stdout == ""
+    [line] = out.error_lines()
+    assert "mine" in line and "exists" in line, line
+    assert [r.name for r in kernel.claims()] == ["mine"]  # still the user's
+
+
 def test_a_busy_cell_fails_at_once_or_waits_in_line_until_interrupted(kernel: Kernel) -> None:
     kernel.ok("c = %dra request gpu=8")
     holder = kernel.ok("print(c.name)").stdout.strip()

@@ -138,3 +138,13 @@ def test_help_and_the_docstring_document_every_form(kernel: Kernel) -> None:
     doc = plain(reply["content"]["data"]["text/plain"])
     for form in forms:
         assert f"%dra {form}" in doc
+
+
+def test_release_of_several_says_what_was_released_and_what_was_not(kernel: Kernel) -> None:
+    kernel.ok("a = %dra request gpu=1 name=kept-a")
+    out = kernel.run("%dra release nb-404 kept-a")
+    assert out.stdout.strip() == "dra: released kept-a"  # released, though nb-404 failed
+    assert out.error_lines() == [
+        "dra release: no claim nb-404 (already released?); %dra status lists your claims"
+    ]
+    assert kernel.claims() == []

@@ -175,3 +175,29 @@ def test_every_route_is_in_the_spec() -> None:
         assert item is not None, f"{path} is not in {SPEC.name}"
         verbs = {v for v in ("get", "post", "put", "patch", "delete") if v in vars(handler)}
         assert verbs == set(item) - {"parameters"}, path
+
+
+class DenyKernelWrites(Authorizer):
+    def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
+        return not (resource == "kernels" and action == "write")
+
+
+@pytest.fixture
+def deny_kernel_writes_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
+    jp_server_config["ServerApp"]["authorizer_class"] = DenyKernelWrites
+    return jp_server_config
+
+
+async def test_restart_with_claims_needs_the_right_to_restart_kernels(
+    deny_kernel_writes_config: dict[str, Any], jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    kernel_id = await jp_serverapp.kernel_manager.start_kernel(kernel_name="python3")
+    try:
+        r = await jp_fetch(
+            "dra", "api", "kernels", kernel_id, "restart-with-claims",
+            method="POST", body="", raise_error=False,
+        )  # fmt: skip
+        assert r.code == 403
+        assert (await jp_fetch("dra", "api", "claims")).code == 200  # dra itself is allowed
+    finally:
+        await jp_serverapp.kernel_manager.shutdown_kernel(kernel_id, now=True)
