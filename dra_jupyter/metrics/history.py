@@ -56,5 +56,6 @@ def to_frame(samples: Sequence[Sample]) -> pd.DataFrame:
     import pandas as pd  # noqa: PLC0415  # pandas is heavy: loaded only when asked for
 
     frame = pd.DataFrame.from_records([s.to_dict() for s in samples], columns=FRAME_COLUMNS)
-    frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True)
+    # one resolution whatever the values (pandas picks seconds or ns from the data otherwise)
+    frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True).astype("datetime64[ns, UTC]")
     return frame

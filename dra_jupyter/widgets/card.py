@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
+from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.widgets.assets import asset, esm
 
 if TYPE_CHECKING:
@@ -54,6 +55,10 @@ class ClaimCard(anywidget.AnyWidget):
         simulated: bool = False,
         interval: float = 2.0,
     ) -> None:
+        if interval <= 0:
+            raise InvalidInputError(
+                f"ClaimCard: interval must be a positive number of seconds, not {interval!r}"
+            )
         super().__init__(
             what=what,
             timeout=float(timeout or 0),

@@ -49,10 +49,11 @@ class HistoryChart:
         if frame.empty:
             parts.append(f'<text x="{left + 8}" y="{8 + plot_h / 2}">no samples</text>')
         else:
-            times = frame["time"].astype("int64") / 1e9
-            start, span = float(times.min()), max(float(times.max() - times.min()), 1.0)
+            origin = frame["time"].min()
+            times = (frame["time"] - origin).dt.total_seconds()
+            start, span = 0.0, max(float(times.max()), 1.0)
             for i, (device, rows) in enumerate(frame.groupby("device", sort=False)):
-                t = rows["time"].astype("int64") / 1e9
+                t = (rows["time"] - origin).dt.total_seconds()
                 points = " ".join(
                     f"{left + plot_w * (float(x) - start) / span:.1f},"
                     f"{8 + plot_h * (1 - min(float(v) / top, 1.0)):.1f}"

@@ -124,3 +124,16 @@ def test_a_history_chart_is_svg_with_a_line_per_device(session: Session) -> None
     empty = HistoryChart(frame.iloc[0:0])._repr_svg_()
     assert "no samples" in empty
     assert "SIMULATED" not in empty
+
+
+@pytest.mark.parametrize("times", [[100.0, 160.0], [100.25, 160.5]])
+def test_history_times_have_one_resolution_and_the_chart_spans_them(times: list[float]) -> None:
+    """pandas reads whole seconds as datetime64[s] unless told: the frame must not depend
+    on the values, and the chart's time axis must say 1 minute either way."""
+    from dra_jupyter.metrics.base import Sample  # noqa: PLC0415
+    from dra_jupyter.metrics.history import to_frame  # noqa: PLC0415
+
+    frame = to_frame([Sample("d/p/gpu-0", t, utilization=50.0) for t in times])
+    assert str(frame["time"].dtype) == "datetime64[ns, UTC]"
+    svg = HistoryChart(frame).svg()
+    assert "last 1.0 min" in svg
