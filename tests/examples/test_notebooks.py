@@ -80,7 +80,10 @@ def test_quickstart_magics(quickstart: tuple[Any, Ledger]) -> None:
     error = text(nb, "error")
     assert "Traceback" not in error
     assert len(error.strip().splitlines()) == 1
-    assert "gpu=9" in error and "8" in error  # what was asked, and what exists
+    assert error.strip().endswith(  # what was asked, and what exists
+        "dra request gpu=9: asks for 9 GPU devices; "
+        "8x NVIDIA H200 (HGX): 2 NUMA nodes, 4 PCIe roots (simulated) has 8\x1b[0m"
+    )
     assert ledger.read_claims() == []
 
 
@@ -114,8 +117,12 @@ def test_topology_explains_busy_and_impossible(topology: tuple[Any, Ledger]) -> 
     nb, _ = topology
     busy, never = text(nb, "explain-busy"), text(nb, "explain-never")
     assert "Traceback" not in busy + never
-    assert "200Gi" in never
-    assert busy != never
+    assert busy.startswith("gpu=8: cannot be met now")
+    assert "1 of 8 matching devices are free, 8 needed" in busy
+    assert never.startswith(
+        "gpu=2 memory=200Gi: can never be met here: no device with memory >= 200Gi; "
+        "the largest is 140.4Gi (gpu-node-1/gpu-0)"
+    )
     assert "kind: ResourceClaim" in text(nb, "yaml")
     assert "matchAttribute: resource.kubernetes.io/pcieRoot" in text(nb, "yaml")
 
