@@ -16,29 +16,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import anywidget
 import traitlets
 
-from dra_jupyter.errors import DraJupyterError, InvalidInputError
-from dra_jupyter.widgets.assets import asset, esm
+from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.widgets.assets import esm
+from dra_jupyter.widgets.base import DraWidget
 from dra_jupyter.widgets.rows import board_rows
 
 if TYPE_CHECKING:
     from dra_jupyter.api import Session
 
 
-class DeviceBoard(anywidget.AnyWidget):
+class DeviceBoard(DraWidget):
     """Every device (and MIG partition): model, memory, utilisation, temperature, holder
     and idle countdown, refreshed live. ``rows`` holds what the kernel last computed."""
 
     _esm = esm("board.js")
-    _css = asset("widgets.css")
 
     rows = traitlets.List(traitlets.Dict()).tag(sync=True)
-    simulated = traitlets.Bool(False).tag(sync=True)
     inventory = traitlets.Unicode("").tag(sync=True)
-    interval = traitlets.Float(1.0).tag(sync=True)
-    revision = traitlets.Int(0).tag(sync=True)  # counts refreshes: the view's answer
     error = traitlets.Unicode("").tag(sync=True)  # why the last refresh failed
 
     def __init__(self, session: Session | None = None, *, interval: float = 1.0) -> None:
@@ -46,27 +42,15 @@ class DeviceBoard(anywidget.AnyWidget):
             from dra_jupyter.api import default_session  # noqa: PLC0415  # no cycle at import
 
             session = default_session()
-        if interval <= 0:
-            raise InvalidInputError(
-                f"DeviceBoard: interval must be a positive number of seconds, not {interval!r}"
-            )
         self.session = session
         inventory = session.inventory
         super().__init__(
-            interval=float(interval),
+            interval=self.checked_interval("DeviceBoard", interval),
             simulated=inventory.simulated,
             inventory=inventory.description,
             rows=board_rows(session),
         )
         self.on_msg(self._on_message)
-
-    def close(self) -> None:
-        """Close the widget and its layout (ipywidgets gives each widget a Layout widget
-        with a comm of its own): no comm of it is left open."""
-        layout = self.layout
-        super().close()
-        if layout is not None:
-            layout.close()
 
     def refresh(self) -> None:
         """Recompute :attr:`rows` (devices, holders, metrics) now: one update message."""

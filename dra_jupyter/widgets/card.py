@@ -16,22 +16,20 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-import anywidget
 import traitlets
 
-from dra_jupyter.errors import InvalidInputError
-from dra_jupyter.widgets.assets import asset, esm
+from dra_jupyter.widgets.assets import esm
+from dra_jupyter.widgets.base import DraWidget
 
 if TYPE_CHECKING:
     from dra_jupyter.api import Claim
     from dra_jupyter.local.backend import Waiting
 
 
-class ClaimCard(anywidget.AnyWidget):
+class ClaimCard(DraWidget):
     """One request or claim: its state, devices, idle countdown, Release and Keep."""
 
     _esm = esm("card.js")
-    _css = asset("widgets.css")
 
     name = traitlets.Unicode("").tag(sync=True)
     state = traitlets.Unicode("waiting").tag(sync=True)
@@ -42,9 +40,6 @@ class ClaimCard(anywidget.AnyWidget):
     devices = traitlets.List(traitlets.Dict()).tag(sync=True)
     message = traitlets.Unicode("").tag(sync=True)
     lease_expires = traitlets.Float(0.0).tag(sync=True)  # 0: no lease
-    simulated = traitlets.Bool(False).tag(sync=True)
-    interval = traitlets.Float(2.0).tag(sync=True)  # seconds between the view's polls
-    revision = traitlets.Int(0).tag(sync=True)  # counts refreshes: the view's answer
 
     def __init__(
         self,
@@ -55,29 +50,17 @@ class ClaimCard(anywidget.AnyWidget):
         simulated: bool = False,
         interval: float = 2.0,
     ) -> None:
-        if interval <= 0:
-            raise InvalidInputError(
-                f"ClaimCard: interval must be a positive number of seconds, not {interval!r}"
-            )
         super().__init__(
             what=what,
             timeout=float(timeout or 0),
             waiting_since=time.time(),
             simulated=simulated,
-            interval=float(interval),
+            interval=self.checked_interval("ClaimCard", interval),
         )
         self.claim: Claim | None = None
         if claim is not None:
             self.bind(claim)
         self.on_msg(self._on_message)
-
-    def close(self) -> None:
-        """Close the widget and its layout (ipywidgets gives each widget a Layout widget
-        with a comm of its own): no comm of it is left open."""
-        layout = self.layout
-        super().close()
-        if layout is not None:
-            layout.close()
 
     def bind(self, claim: Claim) -> None:
         """Show ``claim`` (allocated, or released if it is gone already)."""
