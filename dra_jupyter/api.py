@@ -40,7 +40,7 @@ from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend, Waiting
 from dra_jupyter.local.ledger import ClaimRecord, Ledger
 from dra_jupyter.local.owners import Owner
-from dra_jupyter.settings import Settings
+from dra_jupyter.settings import BACKENDS, Settings, resolve_backend
 from dra_jupyter.tables import (
     CLAIM_COLUMNS,
     DEVICE_COLUMNS,
@@ -54,6 +54,8 @@ from dra_jupyter.tables import (
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dra_jupyter.backends import Backend
+    from dra_jupyter.kube.backend import KubernetesBackend
     from dra_jupyter.metrics.recorder import Recorder
     from dra_jupyter.widgets.card import CardReporter, ClaimCard
 
@@ -132,13 +134,21 @@ class Claim:
 
     @property
     def state(self) -> str:
-        """``allocated`` while held, ``released`` once given back (by you or by the system)."""
+        """``allocated`` while held, ``released`` once given back (by you or by the system).
+        Kubernetes: ``pending`` until a pod uses it, ``allocated`` once kube-scheduler has
+        chosen its devices, ``reserved`` while a pod holds it."""
         if self._released:
             return "released"
-        alive = any(r.name == self.name for r in self._session.backend.claims(all_users=True))
-        if not alive:
+        state = self._session.backend.state(self.name)
+        if state in ("released", "deleted"):
             self._released = True
-        return "allocated" if alive else "released"
+            if state == "deleted":
+                self.notes.append(
+                    f"claim {self.name} was deleted in namespace {self._record.namespace} by "
+                    "someone else; its devices are no longer yours: request them again"
+                )
+            return "released"
+        return state
 
     @property
     def allocation(self) -> dict[str, Any]:
@@ -205,9 +215,9 @@ class Claim:
         (one row per device and time; ``simulated`` says whether the values are made up)."""
         end = math.inf
         if self.state == "released":
-            ended = [
-                r.time for r in self._session.backend.ledger.releases(1000) if r.name == self.name
-            ]
+            backend = self._session.backend
+            releases = backend.ledger.releases(1000) if isinstance(backend, LocalBackend) else []
+            ended = [r.time for r in releases if r.name == self.name]
             end = max(ended) if ended else time.time()
         keys = self._device_keys()
         return self._session.history(
@@ -277,11 +287,36 @@ class Session:
         self.owner = owner or Owner.current(kernel_id=os.environ.get(KERNEL_ID_ENV) or None)
 
     @cached_property
+    def kind(self) -> str:
+        """``local`` or ``kubernetes`` (``auto`` resolved)."""
+        return resolve_backend(self.settings)
+
+    @property
     def inventory(self) -> Inventory:
-        return self._inventory or resolve_inventory(self.settings.inventory)
+        """The devices: the configured inventory, or the cluster's ResourceSlices and
+        DeviceClasses (read once, again on ``dra.devices()``)."""
+        if self._inventory is None:
+            kube = self.kube
+            self._inventory = (
+                kube.inventory() if kube is not None else resolve_inventory(self.settings.inventory)
+            )
+        return self._inventory
 
     @cached_property
-    def backend(self) -> LocalBackend:
+    def namespace(self) -> str:
+        """Where claims live: the setting, else (Kubernetes) the pod's or the kubeconfig
+        context's namespace, else ``default``."""
+        if self.settings.namespace:
+            return self.settings.namespace
+        kube = self.kube
+        return kube.namespace if kube is not None else "default"
+
+    @cached_property
+    def backend(self) -> Backend:
+        if self.kind == "kubernetes":
+            from dra_jupyter.kube.backend import KubernetesBackend  # noqa: PLC0415  # on use
+
+            return KubernetesBackend(self.settings, self.owner)
         return LocalBackend(
             self.inventory,
             Ledger(self.settings.ledger),
@@ -289,6 +324,24 @@ class Session:
             strategy=self.settings.strategy,
             poll_interval=self.settings.poll_interval,
         )
+
+    @property
+    def kube(self) -> KubernetesBackend | None:
+        """The Kubernetes backend, when it is this session's."""
+        if self.kind != "kubernetes":
+            return None
+        return self.backend  # type: ignore[return-value]
+
+    @property
+    def local(self) -> LocalBackend:
+        """The local backend (the Jupyter server extension's ledger)."""
+        backend = self.backend
+        if not isinstance(backend, LocalBackend):
+            raise InvalidInputError(
+                "the Jupyter server extension's REST API keeps claims in the local ledger; "
+                "set DRA_JUPYTER_BACKEND=local for the server (kernels may use kubernetes)"
+            )
+        return backend
 
     @cached_property
     def metrics(self) -> Recorder:
@@ -356,7 +409,7 @@ class Session:
         return build_claim(
             name,
             spec,
-            namespace=self.settings.namespace,
+            namespace=self.namespace,
             classes=self.class_names(),
             labels=labels,
         )
@@ -385,6 +438,8 @@ class Session:
             explanation = err.explanation if isinstance(err, AllocationError) else None
             raise AllocationError(f"dra.request: {hint}", explanation) from None
         card: CardReporter | None = None
+        if self.kind == "kubernetes":
+            wait = 0  # a claim is created at once; kube-scheduler allocates it for a pod
         if on_wait is None and wait != 0:
             # a card in the notebook instead of lines on stderr; only from the kernel's main
             # thread (ipykernel 7 loses widget messages sent from other threads)
@@ -412,7 +467,12 @@ class Session:
         return result
 
     def devices(self) -> Table[DeviceRow]:
-        held = self.backend.claims(all_users=True)
+        kube = self.kube
+        if kube is not None:
+            self._inventory = kube.inventory()  # the cluster's slices now
+            held = kube.holders()
+        else:
+            held = self.backend.claims(all_users=True)
         inv = self.inventory
         title = f"{inv.description}" + (" (SIMULATED)" if inv.simulated else "")
         return Table(device_rows(inv.slices, held), DEVICE_COLUMNS, title=title)
@@ -454,10 +514,19 @@ def configure(
     inventory: str | Inventory | None = None,
     ledger: str | Path | None = None,
     strategy: str | None = None,
+    backend: str | None = None,
+    namespace: str | None = None,
 ) -> Session:
     """Start a new default session: another inventory (a name, a file, ``nvml``, or an
-    :class:`Inventory`), ledger file or strategy. Claims already made stay in their ledger."""
+    :class:`Inventory`), ledger file, strategy, backend (``local``, ``kubernetes``,
+    ``auto``) or namespace. Claims already made stay where they are."""
     settings = Settings.from_env()
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise InvalidInputError(f"backend {backend!r} is not known; use {BACKENDS}")
+        settings = replace(settings, backend=backend)
+    if namespace is not None:
+        settings = replace(settings, namespace=namespace)
     if isinstance(inventory, str):
         settings = replace(settings, inventory=inventory)
     if ledger is not None:

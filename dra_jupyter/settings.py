@@ -14,6 +14,16 @@ variable                          meaning (default)
 ``DRA_JUPYTER_IDLE_TIMEOUT``      seconds without a cell after which the Jupyter server
                                   releases this kernel's claims (set by the server
                                   extension; 0: no idle release known)
+``DRA_JUPYTER_BACKEND``           ``local`` (this machine, the ledger), ``kubernetes``
+                                  (ResourceClaims in a cluster) or ``auto``: kubernetes
+                                  when running in a pod with a service account, else
+                                  local (``local``)
+``DRA_JUPYTER_NAMESPACE``         the namespace of the Kubernetes backend's claims and
+                                  pods (the pod's own, else the kubeconfig context's,
+                                  else ``default``)
+``DRA_JUPYTER_IMAGE``             the image of ``dra.run`` pods (the notebook pod's own)
+``DRA_JUPYTER_KUBE_RETRIES``      attempts at an unreachable API server before giving up (4)
+``DRA_JUPYTER_KUBE_BACKOFF``      seconds before the first retry, doubled each time (0.5)
 ================================  ===========================================================
 """
 
@@ -23,9 +33,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from dra_jupyter.allocator import STRATEGIES, Strategy
 from dra_jupyter.errors import InvalidInputError
+
+BackendName = Literal["local", "kubernetes", "auto"]
+BACKENDS: tuple[BackendName, ...] = ("local", "kubernetes", "auto")
+# What a pod's service account mounts (token, namespace): its presence means "in a pod".
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 def default_ledger(environ: Mapping[str, str]) -> Path:
@@ -39,8 +55,13 @@ class Settings:
     inventory: str = "auto"
     strategy: Strategy = "topology"
     poll_interval: float = 0.5  # seconds
-    namespace: str = "default"
+    namespace: str = ""  # "": the pod's, the kubeconfig context's, else "default"
     idle_timeout: float = 0  # seconds; what the server extension told this kernel
+    backend: BackendName = "local"
+    image: str = ""  # dra.run's image ("": the notebook pod's own)
+    kubeconfig: str | None = None  # None: in-cluster, $KUBECONFIG, ~/.kube/config
+    kube_retries: int = 4  # attempts at an unreachable API server
+    kube_backoff: float = 0.5  # seconds before the first retry, doubled each time
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -50,7 +71,22 @@ class Settings:
             raise InvalidInputError(
                 f"DRA_JUPYTER_STRATEGY={strategy!r} is not known; use {' or '.join(STRATEGIES)}"
             )
+        backend = env.get("DRA_JUPYTER_BACKEND", "local")
+        if backend not in BACKENDS:
+            raise InvalidInputError(
+                f"DRA_JUPYTER_BACKEND={backend!r} is not known; use {', '.join(BACKENDS)}"
+            )
+        retries = _seconds(env, "DRA_JUPYTER_KUBE_RETRIES", 4)
+        if retries < 1 or retries != int(retries):
+            raise InvalidInputError(
+                f"DRA_JUPYTER_KUBE_RETRIES must be a whole number of at least 1, not {retries:g}"
+            )
         return cls(
+            backend=backend,
+            namespace=env.get("DRA_JUPYTER_NAMESPACE", ""),
+            image=env.get("DRA_JUPYTER_IMAGE", ""),
+            kube_retries=int(retries),
+            kube_backoff=_seconds(env, "DRA_JUPYTER_KUBE_BACKOFF", 0.5),
             ledger=Path(env.get("DRA_JUPYTER_LEDGER") or default_ledger(env)),
             inventory=env.get("DRA_JUPYTER_INVENTORY", "auto"),
             strategy=strategy,
@@ -64,3 +100,15 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         return float(env.get(name, default))
     except ValueError as err:
         raise InvalidInputError(f"{name} must be a number of seconds, not {env[name]!r}") from err
+
+
+def in_pod(service_account: Path = SERVICE_ACCOUNT_DIR) -> bool:
+    """Whether this process runs in a pod with a service account (its token and namespace)."""
+    return (service_account / "token").is_file() and (service_account / "namespace").is_file()
+
+
+def resolve_backend(settings: Settings, service_account: Path = SERVICE_ACCOUNT_DIR) -> str:
+    """``local`` or ``kubernetes``: ``auto`` is kubernetes in a pod, else local."""
+    if settings.backend == "auto":
+        return "kubernetes" if in_pod(service_account) else "local"
+    return settings.backend

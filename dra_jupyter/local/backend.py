@@ -202,6 +202,11 @@ class LocalBackend:
                 return True
         return False
 
+    def state(self, name: str) -> str:
+        """``allocated`` while the ledger holds the claim, else ``released``."""
+        alive = any(r.name == name for r in self.claims(all_users=True))
+        return "allocated" if alive else "released"
+
     def claims(self, *, all_users: bool = False) -> list[ClaimRecord]:
         with self.ledger.transaction() as conn:
             Ledger.reclaim(conn, self.clock())

@@ -107,13 +107,13 @@ class ClaimService:
 
     @property
     def ledger(self) -> Ledger:
-        return self.session.backend.ledger
+        return self.session.local.ledger
 
     def backend_for(self, user: str, kernel_id: str | None = None) -> LocalBackend:
         """A backend whose new claims belong to ``user`` (and the kernel), held by this
         server's process: they are reclaimed if the server dies."""
         owner = replace(self.server_owner, user=user, kernel_id=kernel_id)
-        base = self.session.backend
+        base = self.session.local
         return LocalBackend(
             base.inventory,
             base.ledger,
@@ -235,7 +235,7 @@ class ClaimService:
 
     def release(self, caller: Caller, name: str) -> ClaimRecord:
         record = self.claim(caller, name)
-        if not self.session.backend.release(name, "user", any_owner=True):
+        if not self.session.local.release(name, "user", any_owner=True):
             raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
         self.released.put((record, "user"))
         return record

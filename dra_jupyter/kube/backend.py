@@ -1,0 +1,244 @@
+"""The Kubernetes backend: ``dra.request()`` creates a ResourceClaim in the user's namespace,
+labelled with owner and kernel; kube-scheduler allocates it when a pod uses it (``dra.run``),
+so a new claim is ``pending``. ``release()`` deletes it.
+
+Requests that could never be met on the cluster's ResourceSlices and DeviceClasses (our own
+allocator, on idle devices) are refused before anything is created. An API server that cannot
+be reached is retried with a bounded, doubling backoff, then reported in one line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.allocator import Allocator
+from dra_jupyter.errors import AllocationError, ClusterError
+from dra_jupyter.inventory.base import Inventory, Wire
+from dra_jupyter.kube.claims import KERNEL_LABEL, USER_LABEL, ClaimClient
+from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
+from dra_jupyter.local.backend import Waiting, claim_prefix
+from dra_jupyter.local.ledger import ClaimRecord
+from dra_jupyter.local.owners import Owner
+from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings, in_pod
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+T = TypeVar("T")
+Sleep = Callable[[float], None]
+
+
+def default_namespace(
+    kubeconfig: str | None = None, service_account: Path = SERVICE_ACCOUNT_DIR
+) -> str:
+    """The pod's namespace, else the kubeconfig's current context's, else ``default``."""
+    if in_pod(service_account):
+        return (service_account / "namespace").read_text().strip() or "default"
+    try:
+        _, active = config.list_kube_config_contexts(kubeconfig)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError, ValueError):
+        return "default"
+    return str((active or {}).get("context", {}).get("namespace") or "default")
+
+
+def _epoch(stamp: str | None) -> float:
+    if not stamp:
+        return time.time()
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def to_record(claim: Wire) -> ClaimRecord:
+    """A ResourceClaim from the cluster as the API's claim record (owner from its labels)."""
+    meta = claim["metadata"]
+    labels = meta.get("labels") or {}
+    owner = Owner(
+        user=labels.get(USER_LABEL) or f"({meta['namespace']})",
+        host="",
+        pid=0,
+        kernel_id=labels.get(KERNEL_LABEL),
+    )
+    created = _epoch(meta.get("creationTimestamp"))
+    spec = {k: v for k, v in claim.items() if k != "status"}
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return ClaimRecord(
+        name=meta["name"],
+        namespace=meta["namespace"],
+        owner=owner,
+        spec=spec,
+        allocation=allocation,
+        created=created,
+        last_activity=created,
+    )
+
+
+def claim_state(claim: Wire | None) -> str:
+    """``deleted`` (gone), ``reserved`` (a pod holds it), ``allocated``, or ``pending``."""
+    if claim is None:
+        return "deleted"
+    status = claim.get("status") or {}
+    if status.get("reservedFor"):
+        return "reserved"
+    return "allocated" if status.get("allocation") else "pending"
+
+
+class KubernetesBackend:
+    """Claims of one user in one namespace of a cluster."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        owner: Owner,
+        *,
+        api: ApiClient | None = None,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self.owner = owner
+        self.sleep = sleep
+        self._api = api
+        self.namespace = settings.namespace or default_namespace(settings.kubeconfig)
+        self._inventory: Inventory | None = None
+
+    @property
+    def api(self) -> ApiClient:
+        if self._api is None:
+            self._api = api_client(self.settings.kubeconfig)
+        return self._api
+
+    @property
+    def claim_client(self) -> ClaimClient:
+        return ClaimClient(self.api, self.namespace)
+
+    def retrying(self, call: Callable[[], T]) -> T:
+        """``call()``, again after a doubling backoff while the API server cannot be reached
+        (``kube_retries`` attempts in all); its last error says how often it was tried."""
+        attempts = max(1, self.settings.kube_retries)
+        for attempt in range(1, attempts + 1):
+            try:
+                return call()
+            except ClusterError as error:
+                if error.status != 0 or "cannot reach" not in str(error):
+                    raise
+                if attempt == attempts:
+                    raise ClusterError(f"{error} ({attempts} attempts)") from error
+                self.sleep(self.settings.kube_backoff * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- the cluster's devices ---------------------------------------------------------------
+
+    def inventory(self) -> Inventory:
+        """The cluster's ResourceSlices and DeviceClasses, read now."""
+        resource = client.ResourceV1Api(self.api)
+
+        def read() -> Inventory:
+            try:
+                slices = resource.list_resource_slice().items
+                classes = resource.list_device_class().items
+            except (ApiException, urllib3.exceptions.HTTPError) as error:
+                raise cluster_error(
+                    error, "dra.devices: reading ResourceSlices", self.api
+                ) from error
+            return Inventory(
+                name="kubernetes",
+                description=f"the cluster at {self.api.configuration.host}",
+                slices=tuple(to_wire(self.api, s) for s in slices),
+                device_classes=tuple(to_wire(self.api, c) for c in classes),
+                simulated=False,
+                source=f"kubernetes:{self.api.configuration.host}",
+            )
+
+        self._inventory = self.retrying(read)
+        return self._inventory
+
+    @property
+    def current(self) -> Inventory:
+        return self._inventory or self.inventory()
+
+    def allocator(self, held: list[ClaimRecord]) -> Allocator:
+        inv = self.current
+        return Allocator(
+            inv.slices, inv.device_classes, [r.to_object() for r in held], self.settings.strategy
+        )
+
+    def check_possible(self, claim: Wire) -> None:
+        idle = Allocator(self.current.slices, self.current.device_classes, [], "first-fit")
+        probe = {**claim, "metadata": {**claim["metadata"], "name": "new-request"}}
+        if idle.allocate([probe]) is None:
+            explanation = idle.explain([probe])
+            raise AllocationError(
+                f"the request can never be met on {self.current.description}:\n"
+                + explanation.summary(),
+                explanation,
+            )
+
+    def holders(self) -> list[ClaimRecord]:
+        """Every allocated claim the user may see: cluster-wide, else in the namespace."""
+        resource = client.ResourceV1Api(self.api)
+
+        def read() -> list[Wire]:
+            try:
+                try:
+                    listed = resource.list_resource_claim_for_all_namespaces()
+                except ApiException as error:
+                    if error.status != 403:
+                        raise
+                    listed = resource.list_namespaced_resource_claim(self.namespace)
+            except (ApiException, urllib3.exceptions.HTTPError) as error:
+                raise cluster_error(error, "dra.devices: reading claims", self.api) from error
+            return [to_wire(self.api, c) for c in listed.items]
+
+        return [to_record(c) for c in self.retrying(read) if claim_state(c) != "pending"]
+
+    # --- claims ------------------------------------------------------------------------------
+
+    def allocate(
+        self,
+        claim: Wire,
+        *,
+        timeout: float | None = 0.0,
+        lease: float | None = None,
+        on_wait: Callable[[Waiting], None] | None = None,
+        checked: bool = False,
+    ) -> ClaimRecord:
+        """Create the claim (``pending``: kube-scheduler allocates it for a pod that uses it).
+        ``timeout``, ``lease`` and ``on_wait`` do not apply here."""
+        if not checked:
+            self.check_possible(claim)
+        meta = dict(claim["metadata"], namespace=self.namespace)
+        if not meta.get("name"):
+            meta["name"] = f"{claim_prefix(self.owner.user)}-{secrets.token_hex(3)}"
+        body = {**claim, "metadata": meta}
+        created = self.retrying(lambda: self.claim_client.create(body))
+        return to_record(created)
+
+    def get(self, name: str) -> Wire | None:
+        return self.retrying(lambda: self.claim_client.get(name))
+
+    def state(self, name: str) -> str:
+        return claim_state(self.get(name))
+
+    def claims(self, *, all_users: bool = False) -> list[ClaimRecord]:
+        user = None if all_users else self.owner.user[:63]
+        return [to_record(c) for c in self.retrying(lambda: self.claim_client.list(user=user))]
+
+    def release(self, name: str) -> bool:
+        """Delete the claim; False if it was gone. Only its owner may."""
+        got = self.get(name)
+        if got is None:
+            return False
+        user = (got["metadata"].get("labels") or {}).get(USER_LABEL)
+        if user != self.owner.user[:63]:
+            raise AllocationError(
+                f"claim {name} belongs to user {user or '(not dra-jupyter)'}; only its owner "
+                "can release it"
+            )
+        return self.retrying(lambda: self.claim_client.delete(name))
