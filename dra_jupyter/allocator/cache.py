@@ -50,7 +50,8 @@ from dra_jupyter.selectors import CompiledSelector, DeviceView
 from dra_jupyter.selectors.fastpath import Reads
 
 if TYPE_CHECKING:
-    from dra_jupyter.allocator.topology import NodeCapacity
+    from dra_jupyter.allocator.scan import Inventory
+    from dra_jupyter.allocator.topology import LazyOrder, NodeCapacity
 
 Shape = tuple[str, tuple[str, ...], bool, tuple[Toleration, ...], tuple[tuple[str, Quantity], ...]]
 """What decides which devices could serve a request, apart from the node: its class,
@@ -157,6 +158,9 @@ class Catalog:
         self.most: dict[Shape, int] = {}
         self.any_errors: dict[Shape, bool] = {}
         self._listed_nodes: dict[Shape, set[str | None]] = {}
+        self._pool_ids: dict[str | None, frozenset[PoolID]] = {}
+        self.inventory: dict[Shape, Inventory] = {}  # per shape, one scan of every slice
+        self._shared_ids: frozenset[PoolID] | None = None
 
     def same_inputs(self, *given: Sequence[object]) -> bool:
         """Whether ``(slices, classes, nodes)`` are the very objects this catalog was built from."""
@@ -198,6 +202,17 @@ class Catalog:
                 self.pool_nodes.setdefault(pool.id, set()).add(name)
         return pools
 
+    def pool_ids(self, name: str | None) -> frozenset[PoolID]:
+        """The pools whose devices the node could use: those of its own slices and of the
+        device slices of no one node (a superset of its usable pools, without gathering)."""
+        found = self._pool_ids.get(name)
+        if found is None:
+            if self._shared_ids is None:
+                self._shared_ids = frozenset(s.pool_id for s in self.index.shared)
+            local = self.index.local.get(name, ()) if name is not None else ()
+            found = self._pool_ids[name] = self._shared_ids.union(s.pool_id for s in local)
+        return found
+
     def remember(self, shape: Shape, name: str | None, listed: Listed) -> None:
         """Keep a node's list, and the bound over nodes once every node is listed."""
         self.listed[(shape, name)] = listed
@@ -228,8 +243,19 @@ class Holdings:
     free: dict[tuple[Shape, str | None], int] = field(default_factory=dict)
     hopeless: dict[tuple[object, str | None], bool] = field(default_factory=dict)
     counters: dict[PoolID, CounterTotals] = field(default_factory=dict)  # left per pool
-    orders: dict[tuple[object, str | None], list[str | None]] = field(default_factory=dict)
+    orders: dict[tuple[object, str | None], LazyOrder] = field(default_factory=dict)
     capacities: dict[str | None, NodeCapacity] = field(default_factory=dict)  # topology's count
+    # topology's order of a request's candidates, per request shape, count and node
+    ordered: dict[tuple[Shape, int, str | None], list[Candidate]] = field(default_factory=dict)
+    pool_free: dict[Shape, dict[PoolID, int]] = field(default_factory=dict)  # of the scan
+    _held_pools: frozenset[PoolID] | None = None
+
+    def held_pools(self) -> frozenset[PoolID]:
+        """The pools of the devices that allocated claims hold (whole or shared)."""
+        if self._held_pools is None:
+            held = self.state.dedicated | self.state.shared
+            self._held_pools = frozenset(PoolID(d.driver, d.pool) for d in held)
+        return self._held_pools
 
 
 class AllocatorCache:
@@ -318,3 +344,4 @@ def _carry_over(old: Holdings, new: Holdings, catalog: Catalog) -> None:
     new.capacities = {n: c for n, c in dict(old.capacities).items() if n not in affected}
     new.free = {k: v for k, v in dict(old.free).items() if k[1] not in affected}
     new.hopeless = {k: v for k, v in dict(old.hopeless).items() if k[1] not in affected}
+    new.ordered = {k: v for k, v in dict(old.ordered).items() if k[2] not in affected}

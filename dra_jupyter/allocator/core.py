@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from dra_jupyter.allocator.cache import (
@@ -18,6 +18,7 @@ from dra_jupyter.allocator.capacity import consumed_capacity, fits
 from dra_jupyter.allocator.explain import Explanation, explain
 from dra_jupyter.allocator.pools import Pool, usable_devices
 from dra_jupyter.allocator.results import allocation_result
+from dra_jupyter.allocator.scan import Inventory, Test, scan, shared_by_values
 from dra_jupyter.allocator.search import (
     Candidate,
     CounterTotals,
@@ -30,8 +31,13 @@ from dra_jupyter.allocator.search import (
     taint_prevents,
 )
 from dra_jupyter.allocator.topology import (
+    LazyOrder,
     NodeCapacity,
+    NodeKey,
+    claims_need,
+    node_bound,
     node_capacity,
+    node_key,
     node_order,
     order_candidates,
 )
@@ -45,6 +51,7 @@ from dra_jupyter.model.objects import (
     DeviceID,
     ExactRequest,
     Node,
+    PoolID,
     ResourceClaim,
     ResourceSlice,
 )
@@ -68,6 +75,11 @@ class Plan(NamedTuple):
 
 STRATEGIES: tuple[Strategy, ...] = ("first-fit", "topology")
 DEFAULT_MAX_STEPS = 200_000
+SCAN_AFTER = 16
+"""Nodes an allocator lists one by one before it counts a request's devices over the whole
+inventory at once (:mod:`~dra_jupyter.allocator.scan`): a claim that the first nodes take
+never pays for the scan; one that no node can take pays for it instead of listing every
+node."""
 
 
 class Allocator:
@@ -80,6 +92,9 @@ class Allocator:
     ``strategy="first-fit"`` reproduces upstream's choice: nodes in name order, and on
     a node the first solution of upstream's depth-first search. ``"topology"`` ranks
     the candidate nodes and solutions by locality and packing instead.
+
+    ``scan_after``: how many nodes to list one by one before counting a request's devices
+    over the whole inventory at once (:data:`SCAN_AFTER`; the answer is the same).
 
     ``cache``: an :class:`~dra_jupyter.allocator.cache.AllocatorCache` that a long-running
     caller keeps and passes to each allocator it makes, so that what depends only on the
@@ -98,6 +113,7 @@ class Allocator:
         share_id_factory: Callable[[], str] | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         cache: AllocatorCache | None = None,
+        scan_after: int = SCAN_AFTER,
     ) -> None:
         if strategy not in STRATEGIES:
             raise InvalidInputError(
@@ -117,6 +133,10 @@ class Allocator:
         self._views: dict[int, DeviceView] = self.catalog.views
         self._matches: dict[tuple[str, int], bool | str] = self.catalog.results
         self._compiled: dict[str, CompiledSelector] = self.catalog.compiled
+        self.scan_after = scan_after
+        self._listings = 0  # nodes listed by _too_few in this allocator's calls
+        # per list of claims: no pools have enough for them
+        self._nowhere: dict[int, tuple[list[ResourceClaim], bool]] = {}
 
     # --- public ------------------------------------------------------------------------------
 
@@ -142,27 +162,80 @@ class Allocator:
         )
         if quick and node is None and self._never_enough(parsed):
             return None
-        names = self._nodes_to_try(node)
-        shape = claims_shape(parsed) if quick else None
-        if self.strategy == "topology" and len(names) > 1:
-            known = self.holdings.orders.get((shape, node)) if shape is not None else None
-            if known is not None:
-                names = known
-            else:
-                # Ordering counts what is free on every node: leave out first the nodes where
-                # the search must fail, so an impossible claim costs no count at all.
-                if shape is not None:
-                    names = [name for name in names if not self._hopeless(parsed, shape, name)]
-                names = self._best_fit_nodes(parsed, names)
-                if shape is not None:
-                    self.holdings.orders[(shape, node)] = names
-        for name in names:
-            if shape is not None and self._hopeless(parsed, shape, name):
-                continue
+        for name in self._search_order(parsed, node, quick):
             found, _ = self.search_on(parsed, name)
             if found is not None:
                 return found
         return None
+
+    def search_order(
+        self, claims: Iterable[Mapping[str, Any] | ResourceClaim], node: str | None = None
+    ) -> list[str | None]:
+        """The nodes :meth:`allocate` plans, in its order, if none of them fits: the
+        strategy's order less the nodes where the search must fail at once."""
+        parsed = self._prepare(claims)
+        quick = all(
+            alt.allocation_mode == "ExactCount"
+            for claim in parsed
+            for request in claim.requests
+            for alt in request.alternatives
+        )
+        return list(self._search_order(parsed, node, quick))
+
+    def _search_order(
+        self, claims: list[ResourceClaim], node: str | None, quick: bool
+    ) -> Iterator[str | None]:
+        every = self._nodes_to_try(node)
+        shape = claims_shape(claims) if quick else None
+        if self.strategy == "topology" and len(every) > 1:
+            return self._topology_order(claims, shape, node, every)
+        if shape is not None:
+            return (name for name in every if not self._hopeless(claims, shape, name))
+        return iter(every)
+
+    def _topology_order(
+        self,
+        claims: list[ResourceClaim],
+        shape: object | None,
+        node: str | None,
+        every: list[str | None],
+    ) -> Iterator[str | None]:
+        """``topology``'s node order, less the nodes where the search must fail, counted
+        only as far as it is read (:class:`~dra_jupyter.allocator.topology.LazyOrder`) and
+        kept per claim shape while the allocations are the same."""
+        order = self.holdings.orders.get((shape, node)) if shape is not None else None
+        if order is None:
+            order = LazyOrder(
+                (node_bound(name, not self._maybe_touched(name)), name) for name in every
+            )
+            if shape is not None:
+                order = self.holdings.orders.setdefault((shape, node), order)
+        needed, largest = claims_need(claims)
+
+        def key(name: str | None) -> NodeKey:
+            return node_key(self._node_capacity(name), needed, largest, name)
+
+        def keep(name: str | None) -> bool:
+            return shape is None or not self._hopeless(claims, shape, name)
+
+        def drop(name: str | None) -> bool:
+            """Before counting a node: the first nodes are listed (as ``keep`` does), the
+            others are tested against the scan of the whole inventory only."""
+            if shape is None:
+                return False
+            known = self.holdings.hopeless.get((shape, name))
+            if known is not None:
+                return known
+            if self._listings < self.scan_after:
+                return self._hopeless(claims, shape, name)
+            return self._scan_too_few(claims, name)
+
+        return order.names(key, keep, drop)
+
+    def _maybe_touched(self, name: str | None) -> bool:
+        """Whether something the node could use may be in use: false only when no pool of
+        its slices (or of the slices of no one node) holds an allocated device."""
+        return not self.holdings.held_pools().isdisjoint(self.catalog.pool_ids(name))
 
     def _never_enough(self, claims: list[ResourceClaim]) -> bool:
         """Whether some request has too few devices on every node, ignoring allocations:
@@ -192,6 +265,9 @@ class Allocator:
         devices could fail with a CEL error, a request has fewer free devices than it needs
         in each of its alternatives, or (no such device at all) a claim's constraints cannot
         hold: the search would stop there at once."""
+        if self._scan_too_few(claims, name):
+            return True
+        self._listings += 1
         for claim in claims:
             for request in claim.requests:
                 enough = False
@@ -204,6 +280,88 @@ class Allocator:
                 if not enough:
                     return True
         return self._constraints_fail(claims, name)
+
+    def _scan_too_few(self, claims: list[ResourceClaim], name: str | None) -> bool:
+        """:meth:`_too_few`'s first answer, from the scan of the whole inventory instead of
+        the node's list: a request has fewer free devices in the node's pools than it needs,
+        and no request before it has a device with a CEL error anywhere. The scan is made
+        once ``scan_after`` nodes were listed; until then, false."""
+        if self._listings < self.scan_after:
+            return False
+        known = self._nowhere.get(id(claims))  # holds the list: its id is not reused
+        if known is None or known[0] is not claims:  # the same test over every pool
+            known = self._nowhere[id(claims)] = (claims, self._scan_short(claims, None))
+        return known[1] or self._scan_short(claims, self.catalog.pool_ids(name))
+
+    def _scan_short(self, claims: list[ResourceClaim], pools: frozenset[PoolID] | None) -> bool:
+        """Whether, by the scan, a request has fewer free devices in ``pools`` (None: all)
+        than it needs, and no request before it a device with a CEL error anywhere."""
+        for claim in claims:
+            for request in claim.requests:
+                enough = False
+                for alt in request.alternatives:
+                    found = self._inventory(alt, claim)
+                    if found.errors:
+                        return False
+                    free = self._pool_free(alt, found)
+                    total = (
+                        sum(free.values())
+                        if pools is None
+                        else sum(free.get(pool, 0) for pool in pools)
+                    )
+                    if total >= alt.count:
+                        enough = True
+                if not enough:
+                    return True
+        return False
+
+    def _inventory(self, request: ExactRequest, claim: ResourceClaim) -> Inventory:
+        """The devices of the whole inventory the request's selectors could take (cached)."""
+        shape = request_shape(request)
+        found = self.catalog.inventory.get(shape)
+        if found is None:
+            cls = self.classes[request.device_class_name]
+            tests = [
+                self._scan_test(expr, owner, None if owner is cls else request, i)
+                for owner, selectors in ((cls, cls.selectors), (claim, request.selectors))
+                for i, expr in enumerate(selectors)
+            ]
+            found = self.catalog.inventory[shape] = scan(self.slices, tests)
+        return found
+
+    def _scan_test(
+        self,
+        expression: str,
+        owner: DeviceClass | ResourceClaim,
+        request: ExactRequest | None,
+        index: int,
+    ) -> Test:
+        compiled = self._compiled.get(expression)
+        if compiled is None:
+            where = _selector_path(owner, request, index)
+            compiled = self._compiled[expression] = compile_selector(expression, where=where)
+
+        def test(device: Device, driver: str, pool: str) -> bool | str:
+            dev_id = DeviceID(driver, pool, device.name)
+            return self._result(expression, device, dev_id, owner, request, index)
+
+        return shared_by_values(compiled.reads, test)
+
+    def _pool_free(self, request: ExactRequest, found: Inventory) -> dict[PoolID, int]:
+        """Per pool, the scanned devices that are not held whole (all for admin access)."""
+        shape = request_shape(request)
+        free = self.holdings.pool_free.get(shape)
+        if free is None:
+            if request.admin_access:
+                free = {pool: len(ids) for pool, ids in found.matching.items()}
+            else:
+                dedicated = self.state.dedicated
+                free = {
+                    pool: sum(1 for d in ids if d not in dedicated)
+                    for pool, ids in found.matching.items()
+                }
+            self.holdings.pool_free[shape] = free
+        return free
 
     def _constraints_fail(self, claims: list[ResourceClaim], name: str | None) -> bool:
         """Whether a claim's constraints cannot hold on the node even before anything is
@@ -478,12 +636,28 @@ class Allocator:
                     if alt.allocation_mode == "All":
                         rd.all_devices = self._all_devices(rd, claim, pools, node)
                         rd.num_devices = len(rd.all_devices)
+                    elif ordered and self.strategy == "topology":
+                        rd.candidates = self._ordered_candidates(rd, claim, node)
                     else:
                         rd.candidates = self._candidates(rd, claim, node)
-                        if ordered and self.strategy == "topology":
-                            rd.candidates = order_candidates(rd, self.state)
                     data[(ci, ri, si)] = rd
         return data
+
+    def _ordered_candidates(
+        self, rd: RequestData, claim: ResourceClaim, node: Node | None
+    ) -> list[Candidate]:
+        """``topology``'s order of the request's candidates, kept per request shape, count and
+        node while the allocations are the same (not when a candidate carries a CEL error,
+        which names this claim)."""
+        name = node.name if node is not None else None
+        key = (request_shape(rd.request), rd.num_devices, name)
+        found = self.holdings.ordered.get(key)
+        if found is None:
+            rd.candidates = self._candidates(rd, claim, node)
+            found = order_candidates(rd, self.state)
+            if not self._listed(rd.request, claim, name).errors:
+                self.holdings.ordered[key] = found
+        return found
 
     def _listed(self, request: ExactRequest, claim: ResourceClaim, name: str | None) -> Listed:
         """The node's devices that could ever serve requests of this shape (cached)."""

@@ -179,6 +179,8 @@ def _counter_problem(counter_sets: dict[str, CounterSet], slices: Sequence[Resou
                 cs = counter_sets.get(use.counter_set)
                 if cs is None:
                     return f"counter set {use.counter_set} not found"
+                if use.counters.keys() <= cs.counters.keys():
+                    continue
                 for name in use.counters:
                     if name not in cs.counters:
                         return f"counter {name} not found in counter set {cs.name}"

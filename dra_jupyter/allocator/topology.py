@@ -22,6 +22,9 @@ first-fit does, in the same bounded time, and the same input gives the same answ
    8-GPU claims in the placement benchmark: BENCHMARKS.md.)
 
 The search then plans nodes one by one in this order and stops at the first that fits.
+The order is worked out only as far as the search reads it (:class:`LazyOrder`): nodes
+start at a rank none of them can beat, and a node is counted only when it could come next,
+so a claim that the first nodes take does not count every node of a large cluster.
 
 **Devices** of a request (:func:`order_candidates`) are ranked by:
 
@@ -41,8 +44,10 @@ The search then plans nodes one by one in this order and stops at the first that
 
 from __future__ import annotations
 
+import heapq
+import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -127,15 +132,32 @@ class _Counters:
         return all(self.left[k] == v for k, v in self.totals.items() if k[0] == set_name)
 
     def whole_free(self) -> Iterable[Device]:
-        """Devices that take all of an unused counter set (a whole MIG-capable GPU)."""
-        for set_name, devices in self.by_set.items():
-            if not self.untouched(set_name):
-                continue
-            full = {k: v for k, v in self.totals.items() if k[0] == set_name}
-            for device, needs in devices:
-                if {k[0] for k in needs} == {set_name} and all(
-                    needs.get(k, 0.0) >= v for k, v in full.items()
+        """Devices that take all of an unused counter set (a whole MIG-capable GPU). Only
+        devices drawing on one set, on each of its counters above zero, are weighed."""
+        full: dict[str, dict[CounterKey, float]] = {}
+        for key, value in self.totals.items():
+            full.setdefault(key[0], {})[key] = value
+        positive = {
+            name: {k[1] for k, v in counters.items() if v > 0} for name, counters in full.items()
+        }
+        unused: dict[str, bool] = {}
+        for slice_ in self.pool.slices:
+            for device in slice_.devices:
+                uses = [use for use in device.consumes_counters if use.counters]
+                if not uses or any(use.counter_set != uses[0].counter_set for use in uses):
+                    continue
+                set_name = uses[0].counter_set
+                if not positive.get(set_name, set()).issubset(
+                    name for use in uses for name in use.counters
                 ):
+                    continue
+                free = unused.get(set_name)
+                if free is None:
+                    free = unused[set_name] = self.untouched(set_name)
+                if not free:
+                    continue
+                needs = _needs(device)
+                if all(needs.get(k, 0.0) >= v for k, v in full.get(set_name, {}).items()):
                     yield device
 
     def fitting(self, set_name: str) -> list[dict[CounterKey, float]]:
@@ -226,23 +248,73 @@ def _locality(cap: NodeCapacity, count: int) -> int:
     return 1 if max(numas.values(), default=0) >= count else 2
 
 
+NodeKey = tuple[bool, bool, bool, int, str]
+
+
+def node_key(cap: NodeCapacity, needed: int, largest: int, name: str | None) -> NodeKey:
+    """A node's rank (see the module's docstring): smaller is tried first."""
+    return (cap.free < needed, cap.untouched, cap.flexible, _locality(cap, largest), name or "")
+
+
+def node_bound(name: str | None, untouched: bool) -> NodeKey:
+    """A rank no node can beat: :func:`node_key` is never smaller. ``untouched`` only when
+    nothing the node could use is in use (then its key's ``untouched`` is true too)."""
+    return (False, untouched, False, 0, name or "")
+
+
 def node_order(
     capacities: dict[str | None, NodeCapacity], claims: Sequence[ResourceClaim]
 ) -> list[str | None]:
     """The nodes to try, best first (see the module's docstring)."""
     needed, largest = claims_need(claims)
+    return sorted(capacities, key=lambda name: node_key(capacities[name], needed, largest, name))
 
-    def key(name: str | None) -> tuple[bool, bool, bool, int, str]:
-        cap = capacities[name]
-        return (
-            cap.free < needed,
-            cap.untouched,
-            cap.flexible,
-            _locality(cap, largest),
-            name or "",
-        )
 
-    return sorted(capacities, key=key)
+class LazyOrder:
+    """The order of :func:`node_order`, worked out only as far as callers read it.
+
+    Every node starts in a heap at its :func:`node_bound`; a node popped at its bound is
+    counted and pushed back at its :func:`node_key`; a node popped at its key comes next,
+    since every other node's key is at least its entry. So the nodes come in exactly
+    ``node_order``'s order (less those left out), and a claim that the first nodes take
+    counts only those. Safe to share between threads.
+    """
+
+    def __init__(self, bounds: Iterable[tuple[NodeKey, str | None]]) -> None:
+        self._heap: list[tuple[NodeKey, bool, str | None]] = [
+            (bound, True, name) for bound, name in bounds
+        ]
+        heapq.heapify(self._heap)
+        self._done: list[str | None] = []
+        self._lock = threading.Lock()
+
+    def names(
+        self,
+        key: Callable[[str | None], NodeKey],
+        keep: Callable[[str | None], bool],
+        drop: Callable[[str | None], bool] = lambda name: False,
+    ) -> Iterator[str | None]:
+        """The nodes in order, less those ``keep`` says no to. ``drop``, a cheaper test that
+        says yes only where ``keep`` says no, is asked before counting a node. All three must
+        give the same answers on every call."""
+        i = 0
+        while True:
+            with self._lock:
+                heap, done = self._heap, self._done
+                while i >= len(done) and heap:
+                    _, at_bound, name = heap[0]
+                    # asked before popping: an error leaves the heap whole
+                    if at_bound and not drop(name):
+                        heapq.heapreplace(heap, (key(name), False, name))
+                    elif not at_bound and keep(name):
+                        done.append(heapq.heappop(heap)[2])
+                    else:
+                        heapq.heappop(heap)
+                if i >= len(done):
+                    return
+                name = done[i]
+            yield name
+            i += 1
 
 
 # --- devices ---------------------------------------------------------------------------------

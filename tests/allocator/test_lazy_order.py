@@ -1,0 +1,218 @@
+"""``topology`` counts nodes only as far as it reads its order
+(:class:`~dra_jupyter.allocator.topology.LazyOrder`): the nodes it plans must come in exactly
+the order of the full sort (:func:`~dra_jupyter.allocator.topology.node_order` over every
+node), less the nodes where the search must fail at once, whatever the inventory, the
+allocations and the claims, and however much of a cached order earlier calls read."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+from typing import Any, Literal
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dra_jupyter.allocator import Allocator
+from dra_jupyter.allocator.cache import AllocatorCache
+from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.inventory import mig, nvidia
+from dra_jupyter.model.objects import ResourceClaim
+from dra_jupyter.model.parse import parse_resource_claim
+
+from .test_properties import PROFILE, World, as_dicts, class_objects, share_id, worlds
+
+Wire = dict[str, Any]
+MANY_NODES = settings(PROFILE, max_examples=40)  # each example makes dozens of allocators
+Strategy = Literal["first-fit", "topology"]
+GPU = nvidia.DRIVER
+
+
+def full_sort(allocator: Allocator, claims: list[Wire]) -> list[str | None]:
+    """The reference: every node counted and sorted, then the hopeless ones left out."""
+    parsed: list[ResourceClaim] = [parse_resource_claim(c) for c in claims]
+    quick = all(
+        alt.allocation_mode == "ExactCount"
+        for claim in parsed
+        for request in claim.requests
+        for alt in request.alternatives
+    )
+    order = allocator.node_order(parsed, None)
+    if not quick:
+        return order
+    return [name for name in order if not allocator._too_few(parsed, name)]
+
+
+@PROFILE
+@given(worlds())
+def test_the_lazy_order_is_the_full_sort_on_random_worlds(world: World) -> None:
+    claims = world.claim_objects()
+
+    def fresh() -> Allocator:
+        return Allocator(list(world.slices), class_objects(), world.held_claims(), "topology")
+
+    expected = full_sort(fresh(), claims)
+    assert fresh().search_order(claims) == expected
+
+
+# --- clusters in the NVIDIA driver's shapes, with many nodes -----------------------------------
+
+
+def cluster(kinds: list[str]) -> list[Wire]:
+    out: list[Wire] = []
+    for i, kind in enumerate(kinds):
+        name = f"node-{i:02d}"
+        if kind == "mig":
+            out.extend(mig.h200_mig_node(name, gpus=2))
+        elif kind == "hgx":
+            out.append(nvidia.hgx_node(name, nvidia.H200))
+        else:
+            out.append(nvidia.hgx_node(name, nvidia.H100_SXM, shares=2))
+    return out
+
+
+def held(kinds: list[str], rng: random.Random, share: float) -> list[Wire]:
+    """One claim per node holding a random share of its GPUs (MIG: a 3g or a 1g slice)."""
+    claims = []
+    for i, kind in enumerate(kinds):
+        name = f"node-{i:02d}"
+        gpus = 2 if kind == "mig" else 8
+        devices = []
+        for minor in range(gpus):
+            if rng.random() >= share:
+                continue
+            if kind == "mig":
+                devices.append(
+                    rng.choice([f"gpu-{minor}-mig-3g71gb-9-0", f"gpu-{minor}-mig-1g18gb-19-4"])
+                )
+            else:
+                devices.append(f"gpu-{minor}")
+        if devices:
+            results = [{"request": "r", "driver": GPU, "pool": name, "device": d} for d in devices]
+            claims.append({
+                "metadata": {"name": f"held-{name}", "namespace": "default"},
+                "spec": {"devices": {"requests": []}},
+                "status": {"allocation": {"devices": {"results": results}}},
+            })  # fmt: skip
+    return claims
+
+
+def wanted(count: int, cls: str = "gpu.nvidia.com", *selectors: str, root: bool = False) -> Wire:
+    exactly: Wire = {"deviceClassName": cls, "count": count}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    constraints = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}] if root else []
+    return {
+        "metadata": {"name": "new", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": exactly}],
+                             "constraints": constraints}},
+    }  # fmt: skip
+
+
+STRATEGIES: tuple[Strategy, ...] = ("first-fit", "topology")
+CLAIMS = [
+    wanted(1),
+    wanted(2),
+    wanted(4, root=True),
+    wanted(8),
+    wanted(1, "mig.nvidia.com", f"device.attributes['{GPU}'].profile == '3g.71gb'"),
+    wanted(1, "mig.nvidia.com", f"device.attributes['{GPU}'].profile == '1g.18gb'"),
+    wanted(
+        1, "gpu.nvidia.com", f"device.capacity['{GPU}'].memory.compareTo(quantity('200Gi')) >= 0"
+    ),
+]
+
+
+@MANY_NODES
+@given(
+    st.lists(st.sampled_from(["hgx", "shared", "mig"]), min_size=2, max_size=24),
+    st.sampled_from([0.0, 0.3, 0.6, 0.9, 1.0]),
+    st.integers(0, 2**16),
+    st.integers(0, 30),
+)
+def test_the_lazy_order_is_the_full_sort_on_many_nodes(
+    kinds: list[str], share: float, seed: int, read_first: int
+) -> None:
+    slices = cluster(kinds)
+    allocated = held(kinds, random.Random(seed), share)
+    classes = nvidia.device_classes()
+    cache = AllocatorCache()
+    for claim in CLAIMS:
+        expected = full_sort(Allocator(slices, classes, allocated, "topology"), [claim])
+        assert Allocator(slices, classes, allocated, "topology").search_order([claim]) == expected
+        # an order that an earlier call read only in part goes on in the same order
+        partly = Allocator(slices, classes, allocated, "topology", cache=cache)
+        names = partly._search_order([parse_resource_claim(claim)], None, True)
+        first = [name for _, name in zip(range(read_first), names, strict=False)]
+        assert first == expected[:read_first]
+        again = Allocator(slices, classes, allocated, "topology", cache=cache)
+        assert again.search_order([claim]) == expected
+
+
+# --- the scan of the whole inventory -----------------------------------------------------------
+
+
+def answer(allocator: Allocator, claims: list[Wire]) -> object:
+    """The answer, or the error's type and message."""
+    try:
+        found = allocator.allocate(claims)
+    except InvalidInputError as err:
+        return (type(err).__name__, str(err))
+    return as_dicts(found)
+
+
+@PROFILE
+@given(worlds(), st.sampled_from(["first-fit", "topology"]))
+def test_scanning_the_inventory_at_once_changes_no_answer(world: World, strategy: Strategy) -> None:
+    """Random worlds (CEL errors, admin access, counters, shares, constraints): an allocator
+    that counts over the whole inventory before listing any node answers as one that never
+    does, and plans the same nodes."""
+    claims = world.claim_objects()
+
+    def fresh(scan_after: int) -> Allocator:
+        counter = itertools.count()
+        return Allocator(
+            list(world.slices),
+            class_objects(),
+            world.held_claims(),
+            strategy,
+            share_id_factory=lambda: share_id(next(counter)),
+            scan_after=scan_after,
+        )
+
+    never = 10**9
+    assert answer(fresh(0), claims) == answer(fresh(never), claims)
+    with contextlib.suppress(InvalidInputError):
+        assert fresh(0).search_order(claims) == fresh(never).search_order(claims)
+
+
+@MANY_NODES
+@given(
+    st.lists(st.sampled_from(["hgx", "shared", "mig"]), min_size=2, max_size=24),
+    st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+    st.integers(0, 2**16),
+)
+def test_scanning_the_inventory_at_once_changes_no_answer_on_many_nodes(
+    kinds: list[str], share: float, seed: int
+) -> None:
+    slices = cluster(kinds)
+    allocated = held(kinds, random.Random(seed), share)
+    classes = nvidia.device_classes()
+    for claim in CLAIMS:
+        for strategy in STRATEGIES:
+            found = [
+                answer(
+                    Allocator(
+                        slices,
+                        classes,
+                        allocated,
+                        strategy,
+                        share_id_factory=lambda: share_id(0),
+                        scan_after=n,
+                    ),
+                    [claim],
+                )
+                for n in (0, 10**9)
+            ]
+            assert found[0] == found[1], (claim, strategy)
