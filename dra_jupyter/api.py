@@ -152,6 +152,11 @@ class Claim:
 
     @property
     def allocation(self) -> dict[str, Any]:
+        """``status.allocation`` (Kubernetes: empty until kube-scheduler allocates it for a
+        pod; read again from the cluster until then)."""
+        kube = self._session.kube
+        if kube is not None and not self._released and not self._record.allocation:
+            self._record = kube.record(self.name) or self._record
         return self._record.allocation
 
     @property

@@ -399,9 +399,9 @@ def test_timeout_waits_then_says_busy(session: Session) -> None:
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    session.backend.clock = lambda: now[0]
-    session.backend.sleep = sleep
-    session.backend.poll_interval = 30.0
+    session.local.clock = lambda: now[0]
+    session.local.sleep = sleep
+    session.local.poll_interval = 30.0
     e = expect(session)
     everything = session.request(apply_env=False, **kw(e.full, "all"))
     waits: list[Waiting] = []

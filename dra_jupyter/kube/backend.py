@@ -107,6 +107,7 @@ class KubernetesBackend:
         self._api = api
         self.namespace = settings.namespace or default_namespace(settings.kubeconfig)
         self._inventory: Inventory | None = None
+        self.slices_readable = True  # False: RBAC hides the slices, nothing is checked here
 
     @property
     def api(self) -> ApiClient:
@@ -139,21 +140,36 @@ class KubernetesBackend:
         """The cluster's ResourceSlices and DeviceClasses, read now."""
         resource = client.ResourceV1Api(self.api)
 
+        host = self.api.configuration.host
+
         def read() -> Inventory:
             try:
                 slices = resource.list_resource_slice().items
                 classes = resource.list_device_class().items
-            except (ApiException, urllib3.exceptions.HTTPError) as error:
+            except ApiException as error:
+                if error.status != 403:
+                    what = "dra.devices: reading ResourceSlices"
+                    raise cluster_error(error, what, self.api) from error
+                self.slices_readable = False
+                return Inventory(
+                    name="kubernetes",
+                    description=f"the cluster at {host} (RBAC hides its ResourceSlices)",
+                    slices=(),
+                    device_classes=(),
+                    simulated=False,
+                    source=f"kubernetes:{host}",
+                )
+            except urllib3.exceptions.HTTPError as error:
                 raise cluster_error(
                     error, "dra.devices: reading ResourceSlices", self.api
                 ) from error
             return Inventory(
                 name="kubernetes",
-                description=f"the cluster at {self.api.configuration.host}",
+                description=f"the cluster at {host}",
                 slices=tuple(to_wire(self.api, s) for s in slices),
                 device_classes=tuple(to_wire(self.api, c) for c in classes),
                 simulated=False,
-                source=f"kubernetes:{self.api.configuration.host}",
+                source=f"kubernetes:{host}",
             )
 
         self._inventory = self.retrying(read)
@@ -170,6 +186,10 @@ class KubernetesBackend:
         )
 
     def check_possible(self, claim: Wire) -> None:
+        """Refuse what could never be met on idle devices; nothing when the slices are hidden
+        (the API server and kube-scheduler will say)."""
+        if not self.current.slices and not self.slices_readable:
+            return
         idle = Allocator(self.current.slices, self.current.device_classes, [], "first-fit")
         probe = {**claim, "metadata": {**claim["metadata"], "name": "new-request"}}
         if idle.allocate([probe]) is None:
@@ -222,6 +242,10 @@ class KubernetesBackend:
 
     def get(self, name: str) -> Wire | None:
         return self.retrying(lambda: self.claim_client.get(name))
+
+    def record(self, name: str) -> ClaimRecord | None:
+        got = self.get(name)
+        return None if got is None else to_record(got)
 
     def state(self, name: str) -> str:
         return claim_state(self.get(name))

@@ -127,7 +127,7 @@ def test_context_manager_releases(session: Session) -> None:
 
 def test_state_follows_a_release_by_the_system(session: Session) -> None:
     fake_now = [1_000_000.0]
-    session.backend.clock = lambda: fake_now[0]
+    session.local.clock = lambda: fake_now[0]
     claim = session.request(gpu=1, apply_env=False, lease="10m")
     assert claim.to_dict()["metadata"]["name"] == claim.name
     assert claim.state == "allocated"

@@ -1,0 +1,183 @@
+"""The Kubernetes backend behind the Python API, against the real control plane: requests
+become labelled ResourceClaims (pending until a pod uses them), release deletes them, claims()
+is per user, devices() shows the cluster's slices and who holds them, impossible requests are
+refused before anything is made, RBAC and an unreachable server give one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from dra_jupyter.api import Session
+from dra_jupyter.errors import AllocationError, ClusterError
+from dra_jupyter.kube.backend import KubernetesBackend
+from dra_jupyter.kube.claims import ClaimClient
+from dra_jupyter.kube.pods import PodLauncher, workload_pod
+from dra_jupyter.kube.simulate import SimulatedCluster
+from dra_jupyter.local.owners import Owner
+from dra_jupyter.settings import Settings
+from tests.k8s import testenv
+from tests.k8s.test_pods import IMAGE, ON_SIMULATED
+from tests.k8s.test_rbac import service_account_kubeconfig
+
+
+def owner(user: str, kernel: str = "k-1") -> Owner:
+    return Owner(user=user, host="notebook", pid=1, kernel_id=kernel)
+
+
+def session(kubeconfig: Path, namespace: str, user: str = "alice", **kw: object) -> Session:
+    settings = Settings(
+        ledger=Path("/nonexistent/unused.sqlite"),
+        backend="kubernetes",
+        kubeconfig=str(kubeconfig),
+        namespace=namespace,
+        kube_backoff=0.001,
+        **kw,  # type: ignore[arg-type]
+    )
+    return Session(settings, owner=owner(user))
+
+
+def test_request_creates_a_labelled_pending_claim_and_release_deletes_it(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    alice = session(kubeconfig, namespace)
+    claim = alice.request(gpu=2, same="pcieRoot", name="nb-1")
+    assert claim.name == "nb-1"
+    assert claim.state == "pending"
+    assert claim.env == {}
+    stored = ClaimClient(api, namespace).get("nb-1")
+    assert stored is not None
+    assert stored["metadata"]["labels"] == {
+        "dra-jupyter/user": "alice",
+        "dra-jupyter/kernel": "k-1",
+    }
+    assert yaml.safe_load(claim.to_yaml())["spec"] == stored["spec"]
+    assert claim.release() is True
+    assert ClaimClient(api, namespace).get("nb-1") is None
+    assert claim.state == "released"
+    assert claim.release() is False
+
+
+def test_unnamed_requests_get_the_users_prefix(kubeconfig: Path, namespace: str) -> None:
+    claim = session(kubeconfig, namespace).request(gpu=1)
+    assert claim.name.startswith("alice-")
+    claim.release()
+
+
+def test_claims_lists_only_the_users_own(
+    kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    alice, bob = session(kubeconfig, namespace), session(kubeconfig, namespace, "bob")
+    alice.request(gpu=1, name="a-1")
+    alice.request(gpu=1, name="a-2")
+    bob.request(gpu=1, name="b-1")
+    assert sorted(r.claim for r in alice.claims()) == ["a-1", "a-2"]
+    assert [r.claim for r in bob.claims()] == ["b-1"]
+    assert sorted(r.claim for r in alice.claims(all_users=True)) == ["a-1", "a-2", "b-1"]
+    with pytest.raises(AllocationError, match="claim b-1 belongs to user bob"):
+        alice.release("b-1")
+    assert sorted(alice.release_all()) == ["a-1", "a-2"]
+    assert [r.claim for r in alice.claims(all_users=True)] == ["b-1"]
+
+
+def test_an_impossible_request_is_refused_before_anything_is_created(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    alice = session(kubeconfig, namespace)
+    with pytest.raises(AllocationError) as raised:
+        alice.request(gpu=9, name="nine")
+    message = str(raised.value)
+    assert message.startswith("the request can never be met on the cluster at https://127.0.0.1:")
+    assert "node gpu-node-2: claim" in message
+    assert "request gpu: only 8 devices match class gpu.nvidia.com, 9 needed" in message
+    assert raised.value.explanation is not None
+    with pytest.raises(AllocationError, match=r"^dra\.request: no TPU devices on the cluster at "):
+        alice.request(tpu=1, name="tpu")
+    assert ClaimClient(api, namespace).list() == []
+
+
+def test_a_claim_deleted_behind_our_back_reads_released_with_a_note(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    claim = session(kubeconfig, namespace).request(gpu=1, name="nb-gone")
+    ClaimClient(api, namespace).delete("nb-gone")
+    assert claim.state == "released"
+    assert claim.notes == [
+        f"claim nb-gone was deleted in namespace {namespace} by someone else; its devices are "
+        "no longer yours: request them again"
+    ]
+    assert claim.release() is False
+
+
+def test_devices_shows_the_slices_and_who_holds_them_once_a_pod_is_placed(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    alice = session(kubeconfig, namespace)
+    before = alice.devices()
+    assert len(before.rows) == 8 * len(published.node_names)
+    assert all(r.holder == "" for r in before.rows)
+    claim = alice.request(gpu=2, same="pcieRoot", name="nb-pod")
+    launcher = PodLauncher(api, namespace)
+    pod = workload_pod("run-1", ["nb-pod"], image=IMAGE, namespace=namespace)
+    pod["spec"]["nodeSelector"] = ON_SIMULATED
+    launcher.create(pod)
+    placement = launcher.wait_placed("run-1", ["nb-pod"], timeout=90)
+    assert claim.state in ("allocated", "reserved")
+    got = {
+        f"{r['driver']}/{r['pool']}/{r['device']}"
+        for r in placement.allocations["nb-pod"]["devices"]["results"]
+    }
+    after = alice.devices()
+    held = {r.device for r in after.rows if r.holder}
+    assert held == got
+    assert {r.holder for r in after.rows if r.holder} == {"nb-pod (alice)"}
+    assert {r.device for r in claim.devices.rows} == got
+    client.CoreV1Api(api).delete_namespaced_pod("run-1", namespace, grace_period_seconds=0)
+
+
+def test_a_restricted_service_account_gets_the_forbidden_line(
+    api: client.ApiClient,
+    cluster: testenv.Cluster,
+    namespace: str,
+    tmp_path: Path,
+    published: SimulatedCluster,
+) -> None:
+    path = service_account_kubeconfig(api, cluster, namespace, tmp_path / "kubeconfig")
+    restricted = session(path, namespace)
+    with pytest.raises(ClusterError) as raised:
+        restricted.request(gpu=1, name="nb-1")
+    assert str(raised.value) == (
+        f"dra.request: RBAC forbids create on resourceclaims.resource.k8s.io in namespace "
+        f'{namespace} for User "system:serviceaccount:{namespace}:notebook"; ask a cluster '
+        "admin for a Role that allows it"
+    )
+
+
+def test_an_unreachable_server_is_retried_then_one_line(kubeconfig: Path, tmp_path: Path) -> None:
+    config = yaml.safe_load(kubeconfig.read_text())
+    port = testenv.free_port()  # nothing listens there
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    closed = tmp_path / "kubeconfig"
+    closed.write_text(yaml.safe_dump(config))
+    settings = Settings(
+        ledger=tmp_path / "unused.sqlite",
+        backend="kubernetes",
+        kubeconfig=str(closed),
+        namespace="team-a",
+        kube_retries=3,
+        kube_backoff=0.001,
+    )
+    slept: list[float] = []
+    backend = KubernetesBackend(settings, owner("alice"), sleep=slept.append)
+    with pytest.raises(ClusterError) as raised:
+        backend.claims()
+    message = str(raised.value)
+    assert message.startswith(
+        f"dra.claims: cannot reach the API server at https://127.0.0.1:{port}"
+    )
+    assert message.endswith("(3 attempts)")
+    assert "\n" not in message
+    assert slept == [0.001, 0.002]
