@@ -160,7 +160,7 @@ class Allocator:
             for request in claim.requests
             for alt in request.alternatives
         )
-        if quick and node is None and self._never_enough(parsed):
+        if quick and node is None and (self._never_enough(parsed) or self._scanned_short(parsed)):
             return None
         for name in self._search_order(parsed, node, quick):
             found, _ = self.search_on(parsed, name)
@@ -292,6 +292,20 @@ class Allocator:
         if known is None or known[0] is not claims:  # the same test over every pool
             known = self._nowhere[id(claims)] = (claims, self._scan_short(claims, None))
         return known[1] or self._scan_short(claims, self.catalog.pool_ids(name))
+
+    def _scanned_short(self, claims: list[ResourceClaim]) -> bool:
+        """Whether an earlier scan of the whole inventory (for every request of the claims)
+        says that no pools have enough: a claim no node can take fails in one step when it
+        comes again."""
+        inventory = self.catalog.inventory
+        if not all(
+            request_shape(alt) in inventory
+            for claim in claims
+            for request in claim.requests
+            for alt in request.alternatives
+        ):
+            return False
+        return self._scan_short(claims, None)
 
     def _scan_short(self, claims: list[ResourceClaim], pools: frozenset[PoolID] | None) -> bool:
         """Whether, by the scan, a request has fewer free devices in ``pools`` (None: all)
