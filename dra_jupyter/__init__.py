@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from dra_jupyter.api import Claim, Session
+    from dra_jupyter.kube.run import Run
     from dra_jupyter.tables import ClaimRow, DeviceRow, Table
 
 __version__ = "0.1.0"
@@ -44,6 +45,17 @@ def request(**kwargs: Any) -> Claim:
     from dra_jupyter.api import default_session  # noqa: PLC0415  # keeps import cheap
 
     return default_session().request(**kwargs)
+
+
+def run(command: Any = None, **kwargs: Any) -> Run:
+    """Run ``command`` (a shell string, an argv list, or a self-contained function) in a
+    Kubernetes pod with devices: ``dra.run("nvidia-smi", gpu=1)``. Keywords: those of
+    :func:`request`, and ``image``, ``name``, ``timeout`` (to be placed, '5m'),
+    ``start_timeout`` (for the node to start it, '5m'), ``node_selector``. Needs the
+    Kubernetes backend; see :mod:`dra_jupyter.kube.run`."""
+    from dra_jupyter.api import default_session  # noqa: PLC0415
+
+    return default_session().run(command, **kwargs)
 
 
 def devices() -> Table[DeviceRow]:
@@ -133,4 +145,5 @@ __all__ = [
     "release",
     "release_all",
     "request",
+    "run",
 ]

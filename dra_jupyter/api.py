@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
     from dra_jupyter.backends import Backend
     from dra_jupyter.kube.backend import KubernetesBackend
+    from dra_jupyter.kube.run import Command, Run
     from dra_jupyter.metrics.recorder import Recorder
     from dra_jupyter.widgets.card import CardReporter, ClaimCard
 
@@ -471,6 +472,32 @@ class Session:
             card.allocated(result)
         return result
 
+    def run(
+        self,
+        command: Command = None,
+        *,
+        image: str | None = None,
+        name: str | None = None,
+        timeout: str | float | None = "5m",
+        start_timeout: str | float | None = "5m",
+        node_selector: Mapping[str, str] | None = None,
+        **spec: Any,
+    ) -> Run:
+        """Run ``command`` in a pod with devices (Kubernetes backend; see
+        :mod:`dra_jupyter.kube.run`)."""
+        from dra_jupyter.kube.run import launch  # noqa: PLC0415  # the client on use
+
+        return launch(
+            self,
+            command,
+            spec,
+            image=image,
+            name=name,
+            timeout=_or_forever(parse_duration(timeout, what="timeout")),
+            start_timeout=parse_duration(start_timeout, what="start_timeout"),
+            node_selector=node_selector,
+        )
+
     def devices(self) -> Table[DeviceRow]:
         kube = self.kube
         if kube is not None:
@@ -500,6 +527,10 @@ class Session:
         for name in names:
             self.backend.release(name)
         return names
+
+
+def _or_forever(seconds: float | None) -> float:
+    return math.inf if seconds is None else seconds
 
 
 class _Default:

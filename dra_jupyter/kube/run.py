@@ -1,0 +1,238 @@
+"""``dra.run(...)``: work in a Pod that uses a claim of this session.
+
+The claim is made first (``dra.request`` rules, refused at once when it could never be met),
+then a Pod with ``spec.resourceClaims`` and the container's ``resources.claims``. We wait for
+kube-scheduler to place it (its reason on stderr while it cannot; at the deadline its reason
+and our own ``explain`` against the cluster's slices), report the devices the claim got, then
+wait for the node to start the container and stream its logs until it ends. The claim is
+released when the pod ends, when it cannot be placed, and on an interrupt (the pod deleted).
+
+Placed but not started within ``start_timeout`` (a node still pulling the image, or a
+simulated node without a kubelet), :func:`launch` returns a :class:`Run` in the state
+``waiting for the node to start the pod``: the claim stays held; ``run.wait()`` follows it
+later, ``run.cancel()`` deletes the pod and releases the claim.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.errors import AllocationError, InvalidInputError
+from dra_jupyter.kube.claims import KERNEL_LABEL, USER_LABEL
+from dra_jupyter.kube.connect import cluster_error, to_wire
+from dra_jupyter.kube.pods import POLL_S, PodLauncher, workload_pod
+
+if TYPE_CHECKING:
+    from dra_jupyter.api import Claim, Session
+    from dra_jupyter.kube.backend import KubernetesBackend
+
+WAITING = "waiting for the node to start the pod"
+ENDED = {"Succeeded": "succeeded", "Failed": "failed"}
+
+Command = str | Sequence[str] | Callable[[], Any] | None
+
+
+def pod_command(command: Command) -> list[str]:
+    """A string runs under ``sh -c``, a list as it is, a function as ``python -c`` (its source,
+    then a call: it must be self-contained, imports inside); None: the image's own command."""
+    if command is None:
+        return []
+    if isinstance(command, str):
+        return ["sh", "-c", command]
+    if callable(command):
+        try:
+            source = textwrap.dedent(inspect.getsource(command))
+        except (OSError, TypeError) as error:
+            raise InvalidInputError(
+                f"dra.run: the source of {command!r} is not available ({error}); pass a "
+                "function defined in a cell or a file, or a command string"
+            ) from error
+        name = getattr(command, "__name__", "")
+        if not name.isidentifier():
+            raise InvalidInputError(
+                "dra.run: pass a named function (def ...), not a lambda, or a command string"
+            )
+        return ["python", "-c", f"{source}\n{name}()\n"]
+    return [str(part) for part in command]
+
+
+def own_image(backend: KubernetesBackend) -> str:
+    """The image of the notebook's pod (its first container), when running in one."""
+    pod = os.environ.get("HOSTNAME", "")
+    if not pod or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return ""
+    try:
+        read = client.CoreV1Api(backend.api).read_namespaced_pod(pod, backend.namespace)
+    except (ApiException, urllib3.exceptions.HTTPError):
+        return ""  # no right to read our own pod: the caller asks for an image
+    containers = to_wire(backend.api, read).get("spec", {}).get("containers") or []
+    return str(containers[0].get("image", "")) if containers else ""
+
+
+@dataclass
+class Run:
+    """A launched pod and its claim."""
+
+    pod: str
+    claim: Claim
+    node: str
+    devices: list[str]
+    state: str  # WAITING, "running", "succeeded", "failed", "cancelled"
+    _backend: KubernetesBackend = field(repr=False)
+    _out: IO[str] = field(repr=False, default=sys.stdout)
+
+    def cancel(self) -> None:
+        """Delete the pod and release the claim."""
+        delete_pod(self._backend, self.pod)
+        self.claim.release()
+        self.state = "cancelled"
+
+    def wait(self, start_timeout: float | None = None) -> str:
+        """Wait for the node to start the pod, stream its logs until it ends, release the
+        claim; returns the state (still :data:`WAITING` if it did not start in time)."""
+        try:
+            self.state = follow(self._backend, self.pod, start_timeout, self._out)
+        except BaseException:
+            self.cancel()
+            raise
+        if self.state in ENDED.values():
+            self.claim.release()
+        return self.state
+
+    def __repr__(self) -> str:
+        where = f" on {self.node}" if self.node else ""
+        return f"<Run {self.pod}{where}: {', '.join(self.devices)} ({self.state})>"
+
+
+def delete_pod(backend: KubernetesBackend, name: str) -> None:
+    core = client.CoreV1Api(backend.api)
+    try:
+        core.delete_namespaced_pod(name, backend.namespace, grace_period_seconds=0)
+    except ApiException as error:
+        if error.status != 404:
+            raise cluster_error(error, f"dra.run: deleting pod {name}", backend.api) from error
+    except urllib3.exceptions.HTTPError as error:
+        raise cluster_error(error, f"dra.run: deleting pod {name}", backend.api) from error
+
+
+def phase(backend: KubernetesBackend, name: str) -> str:
+    core = client.CoreV1Api(backend.api)
+    try:
+        pod = to_wire(backend.api, core.read_namespaced_pod(name, backend.namespace))
+    except (ApiException, urllib3.exceptions.HTTPError) as error:
+        raise cluster_error(error, f"dra.run: pod {name}", backend.api) from error
+    return str(pod.get("status", {}).get("phase") or "Pending")
+
+
+def follow(backend: KubernetesBackend, name: str, start_timeout: float | None, out: IO[str]) -> str:
+    """Wait up to ``start_timeout`` for the container to start, then stream its logs to
+    ``out`` until the pod ends; its state."""
+    deadline = None if start_timeout is None else time.monotonic() + start_timeout
+    while (now := phase(backend, name)) == "Pending":
+        if deadline is not None and time.monotonic() >= deadline:
+            return WAITING
+        time.sleep(POLL_S)
+    core = client.CoreV1Api(backend.api)
+    try:
+        stream: Any = core.read_namespaced_pod_log(
+            name, backend.namespace, follow=True, _preload_content=False
+        )
+        for chunk in stream.stream():
+            out.write(chunk.decode(errors="replace"))
+    except (ApiException, urllib3.exceptions.HTTPError) as error:
+        raise cluster_error(error, f"dra.run: logs of pod {name}", backend.api) from error
+    while (now := phase(backend, name)) not in ENDED:
+        time.sleep(POLL_S)
+    return ENDED[now]
+
+
+def launch(
+    session: Session,
+    command: Command,
+    spec: Mapping[str, Any],
+    *,
+    image: str | None,
+    name: str | None,
+    timeout: float,
+    start_timeout: float | None,
+    node_selector: Mapping[str, str] | None = None,
+    out: IO[str] = sys.stdout,
+) -> Run:
+    backend = session.kube
+    if backend is None:
+        raise InvalidInputError(
+            "dra.run launches a pod, which needs the Kubernetes backend: set "
+            "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
+        )
+    argv = pod_command(command)
+    image = image or session.settings.image or own_image(backend)
+    if not image:
+        raise InvalidInputError(
+            "dra.run: no image for the pod; pass image='...' or set DRA_JUPYTER_IMAGE "
+            "(in a notebook pod, its own image is the default)"
+        )
+    claim = session.request(apply_env=False, **spec)
+    pod = name or f"{claim.name}-run"
+    labels = {USER_LABEL: session.owner.user[:63]}
+    if session.owner.kernel_id:
+        labels[KERNEL_LABEL] = session.owner.kernel_id[:63]
+    launcher = PodLauncher(backend.api, backend.namespace)
+    created = False
+    try:
+        launcher.create(
+            workload_pod(
+                pod,
+                [claim.name],
+                image=image,
+                command=argv,
+                namespace=backend.namespace,
+                labels=labels,
+                node_selector=node_selector,
+            )
+        )
+        created = True
+        print(f"dra.run: pod {pod} created, waiting for the scheduler", file=sys.stderr)
+        try:
+            placement = launcher.wait_placed(
+                pod,
+                [claim.name],
+                timeout,
+                on_wait=lambda why: print(f"dra.run: pod {pod}: {why}", file=sys.stderr),
+            )
+        except AllocationError as error:
+            explanation = claim.explain()
+            raise AllocationError(
+                f"dra.run: {error}\ndra-jupyter's allocator on the cluster's slices:\n"
+                + explanation.summary(),
+                explanation,
+            ) from None
+        results = placement.allocations[claim.name].get("devices", {}).get("results", [])
+        devices = [f"{r['driver']}/{r['pool']}/{r['device']}" for r in results]
+        print(
+            f"dra.run: pod {pod} placed on {placement.node} with {', '.join(devices)}",
+            file=sys.stderr,
+        )
+        run = Run(pod, claim, placement.node, devices, WAITING, backend, out)
+    except BaseException:  # an interrupt too: nothing half-made is left behind
+        if created:
+            delete_pod(backend, pod)
+        claim.release()
+        raise
+    if run.wait(start_timeout) == WAITING:
+        print(
+            f"dra.run: pod {pod} is {WAITING} (claim {claim.name} stays held; run.wait() "
+            "follows it, run.cancel() deletes it)",
+            file=sys.stderr,
+        )
+    return run

@@ -1,0 +1,115 @@
+"""dra.run against the real control plane: the claim is made, the pod is placed by
+kube-scheduler and reports the devices of the claim's allocation; our test nodes have no
+kubelet, so the run stops at "waiting for the node to start the pod" (cancel cleans up). An
+unschedulable pod reports the scheduler's reason and our explain, and leaves nothing behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.api import Session
+from dra_jupyter.errors import AllocationError, InvalidInputError
+from dra_jupyter.kube.claims import ClaimClient
+from dra_jupyter.kube.connect import to_wire
+from dra_jupyter.kube.run import WAITING, pod_command
+from dra_jupyter.kube.simulate import SimulatedCluster
+from dra_jupyter.settings import Settings
+from tests.k8s.conftest import wait_for
+from tests.k8s.test_backend import session
+from tests.k8s.test_pods import IMAGE, ON_SIMULATED
+
+
+def pod_exists(api: client.ApiClient, namespace: str, name: str) -> bool:
+    try:
+        client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
+def train() -> None:
+    print("training")
+
+
+def test_commands_become_the_containers_argv() -> None:
+    assert pod_command(None) == []
+    assert pod_command("nvidia-smi -L") == ["sh", "-c", "nvidia-smi -L"]
+    assert pod_command(["python", "train.py"]) == ["python", "train.py"]
+    argv = pod_command(train)
+    assert argv[:2] == ["python", "-c"]
+    assert argv[2] == 'def train() -> None:\n    print("training")\n\ntrain()\n'
+    with pytest.raises(InvalidInputError, match="pass a named function"):
+        pod_command(lambda: None)
+
+
+def test_run_needs_the_kubernetes_backend_and_an_image(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, tmp_path: Path
+) -> None:
+    local = Session(Settings(ledger=tmp_path / "ledger.sqlite", inventory="h200-8x"))
+    with pytest.raises(InvalidInputError, match=r"^dra\.run launches a pod, which needs the Kube"):
+        local.run("true", gpu=1)
+    with pytest.raises(InvalidInputError, match=r"^dra\.run: no image for the pod; pass image="):
+        session(kubeconfig, namespace).run("true", gpu=1)
+    assert ClaimClient(api, namespace).list() == []
+
+
+def test_a_run_is_placed_and_reports_its_claims_devices(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    alice = session(kubeconfig, namespace, image=IMAGE)
+    run = alice.run(
+        "nvidia-smi -L",
+        gpu=2,
+        same="pcieRoot",
+        name="run-a",
+        timeout=90,
+        start_timeout=0,
+        node_selector=ON_SIMULATED,
+    )
+    assert run.state == WAITING
+    assert run.node in published.node_names
+    stored = ClaimClient(api, namespace).get(run.claim.name)
+    assert stored is not None
+    results = stored["status"]["allocation"]["devices"]["results"]
+    assert run.devices == [f"{r['driver']}/{r['pool']}/{r['device']}" for r in results]
+    assert len(run.devices) == 2
+    assert run.claim.state == "reserved"
+    pod = to_wire(api, client.CoreV1Api(api).read_namespaced_pod("run-a", namespace))
+    assert pod["spec"]["containers"][0]["command"] == ["sh", "-c", "nvidia-smi -L"]
+    assert pod["spec"]["resourceClaims"] == [
+        {"name": "claim-0", "resourceClaimName": run.claim.name}
+    ]
+    assert pod["metadata"]["labels"] == {"dra-jupyter/user": "alice", "dra-jupyter/kernel": "k-1"}
+    run.cancel()
+    assert run.state == "cancelled"
+    assert not pod_exists(api, namespace, "run-a")
+    wait_for(
+        "the claim's deletion", lambda: ClaimClient(api, namespace).get(run.claim.name) is None
+    )
+
+
+def test_an_unschedulable_run_reports_the_schedulers_reason_and_leaves_nothing(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    alice = session(kubeconfig, namespace, image=IMAGE)
+    with pytest.raises(AllocationError) as raised:
+        alice.run(
+            "true",
+            gpu=1,
+            name="run-nowhere",
+            timeout=20,
+            start_timeout=0,
+            node_selector={"dra-jupyter/inventory": "no-such-inventory"},
+        )
+    message = str(raised.value)
+    assert message.startswith("dra.run: pod run-nowhere was not scheduled within 20 s: 0/2 nodes")
+    assert "node affinity/selector" in message
+    assert "\ndra-jupyter's allocator on the cluster's slices:\n" in message
+    assert not pod_exists(api, namespace, "run-nowhere")
+    assert ClaimClient(api, namespace).list() == []
