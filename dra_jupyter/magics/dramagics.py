@@ -37,6 +37,9 @@ class DraMagics(Magics):
         if cell is not None:
             with user_errors("%%dra"):
                 command = parse_cell_line(line)
+            if command.name == "run":  # the cell's code runs in a pod (Kubernetes)
+                with user_errors(command.doing):
+                    return session().run(["python", "-c", cell], **command.spec)
             with user_errors(command.doing):
                 from dra_jupyter.magics.cell import run_with_claim  # noqa: PLC0415
 

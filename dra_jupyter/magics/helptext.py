@@ -51,6 +51,11 @@ Load once per kernel with ``%load_ext dra_jupyter``. Every form, with examples:
     A cell with top-level await cannot run under a cell magic: write
     ``with dra.request(gpu=1) as claim:`` inside it instead.
 
+%%dra run KEY=VALUE ... [image=IMAGE timeout=5m start_timeout=5m]
+    Kubernetes backend: run the cell's code in a pod (python -c) with a new claim; waits for
+    kube-scheduler to place it (says why not), reports its devices, streams its logs, and
+    releases the claim when it ends. Nothing of this kernel (variables, imports) goes along.
+
 Keywords (as in dra.request()):
     gpu=N | gpu=all     GPUs of the inventory's GPU class (NVIDIA or AMD)
     tpu=N               TPU chips

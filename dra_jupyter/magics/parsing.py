@@ -38,6 +38,7 @@ KEYWORDS: dict[str, tuple[str, ...]] = {
     "explain": CLAIM_KEYS,
     "yaml": (*CLAIM_KEYS, "name"),
     "cell": (*CLAIM_KEYS, "timeout", "lease", "name"),  # %%dra: the environment is always set
+    "run": (*CLAIM_KEYS, "image", "name", "timeout", "start_timeout"),  # %%dra run: in a pod
 }
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
@@ -54,7 +55,9 @@ class Command:
     @property
     def where(self) -> str:
         """How the user wrote it, for error messages: ``dra request`` or ``%%dra``."""
-        return "%%dra" if self.name == "cell" else f"dra {self.name}"
+        if self.name in ("cell", "run"):
+            return "%%dra" if self.name == "cell" else "%%dra run"
+        return f"dra {self.name}"
 
     @property
     def doing(self) -> str:
@@ -124,6 +127,11 @@ def parse_line(line: str) -> Command:
         return Command("help")
     name, rest = tokens[0], tokens[1:]
     if name not in COMMANDS:
+        if name == "run":
+            raise InvalidInputError(
+                "dra: run is a cell magic: write %%dra run gpu=1 on a cell's first line and "
+                "the cell's Python code below it (it runs in a pod)"
+            )
         if "=" in name:
             raise InvalidInputError(
                 f"dra: {name!r} is not a command; to hold devices write %dra request {line.strip()}"
@@ -154,7 +162,9 @@ def parse_line(line: str) -> Command:
 
 
 def parse_cell_line(line: str) -> Command:
-    """The first line of ``%%dra gpu=1 ...``: request keywords only."""
-    command = Command("cell")
-    keywords(split(line, "%%dra"), command)
+    """The first line of ``%%dra gpu=1 ...`` (request keywords only) or of ``%%dra run gpu=1
+    ...`` (the cell runs in a pod: request keywords, ``image``, ``timeout``, ``start_timeout``)."""
+    tokens = split(line, "%%dra")
+    command = Command("run" if tokens[:1] == ["run"] else "cell")
+    keywords(tokens[1:] if command.name == "run" else tokens, command)
     return command

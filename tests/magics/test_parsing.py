@@ -83,3 +83,14 @@ def test_importing_the_package_loads_no_ipython() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_run_cell_form_takes_pod_keywords() -> None:
+    command = parse_cell_line("run gpu=2 image=python:3.12 start_timeout=0")
+    assert command.name == "run"
+    assert command.spec == {"gpu": 2, "image": "python:3.12", "start_timeout": "0"}
+    assert command.where == "%%dra run"
+    with pytest.raises(InvalidInputError, match=r"^%%dra run: unknown keyword 'lease'"):
+        parse_cell_line("run gpu=1 lease=1h")
+    with pytest.raises(InvalidInputError, match=r"^dra: run is a cell magic: write %%dra run"):
+        parse_line("run gpu=1")

@@ -1,0 +1,73 @@
+"""``%%dra run`` in a real kernel configured for the Kubernetes backend by its environment:
+the cell's code becomes the pod's ``python -c``, the pod is placed and its devices shown."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+from kubernetes import client
+
+from dra_jupyter.kube.claims import ClaimClient
+from dra_jupyter.kube.connect import to_wire
+from dra_jupyter.kube.simulate import SimulatedCluster
+from tests.k8s.conftest import wait_for
+from tests.k8s.test_pods import IMAGE
+from tests.magics.conftest import TIMEOUT, Kernel
+
+
+@pytest.fixture
+def kube_kernel(kubeconfig: Path, namespace: str, tmp_path: Path) -> Iterator[Kernel]:
+    env = {
+        **os.environ,
+        "DRA_JUPYTER_BACKEND": "kubernetes",
+        "KUBECONFIG": str(kubeconfig),
+        "DRA_JUPYTER_NAMESPACE": namespace,
+        "DRA_JUPYTER_IMAGE": IMAGE,
+        "DRA_JUPYTER_KERNEL_ID": "kernel-1",
+    }
+    manager, kc = start_new_kernel(kernel_name="python3", startup_timeout=TIMEOUT, env=env)
+    kernel = Kernel(manager, kc, tmp_path / "unused.sqlite")
+    try:
+        kernel.ok("%load_ext dra_jupyter")
+        yield kernel
+    finally:
+        kc.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def test_the_cell_runs_in_a_placed_pod(
+    kube_kernel: Kernel, api: client.ApiClient, namespace: str, published: SimulatedCluster
+) -> None:
+    out = kube_kernel.ok(
+        "%%dra run gpu=1 name=cell-run start_timeout=0 timeout=90\nprint('hello from the pod')\n"
+    )
+    assert "dra.run: pod cell-run placed on gpu-node-" in out.stderr
+    assert "is waiting for the node to start the pod" in out.stderr
+    assert out.result.startswith("<Run cell-run on gpu-node-")
+    assert out.result.endswith("(waiting for the node to start the pod)>")
+    pod = to_wire(api, client.CoreV1Api(api).read_namespaced_pod("cell-run", namespace))
+    assert pod["spec"]["containers"][0]["command"] == [
+        "python",
+        "-c",
+        "print('hello from the pod')\n",
+    ]
+    [claim] = ClaimClient(api, namespace).list()
+    assert claim["metadata"]["labels"]["dra-jupyter/kernel"] == "kernel-1"
+    device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
+    assert f"/{device}" in out.result
+    kube_kernel.ok("_.cancel()")
+    wait_for("the claim's deletion", lambda: ClaimClient(api, namespace).list() == [])
+
+
+def test_run_errors_are_one_line(kube_kernel: Kernel, published: SimulatedCluster) -> None:
+    out = kube_kernel.run("%%dra run gpu=9\nprint(1)\n")
+    assert out.status == "error"
+    lines = out.error_lines()
+    assert any(
+        line.startswith("%%dra run gpu=9: the request can never be met on the cluster at")
+        for line in lines
+    ), lines
