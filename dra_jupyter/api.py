@@ -43,11 +43,13 @@ from dra_jupyter.local.owners import Owner
 from dra_jupyter.settings import BACKENDS, Settings, resolve_backend
 from dra_jupyter.tables import (
     CLAIM_COLUMNS,
+    CLUSTER_CLAIM_COLUMNS,
     DEVICE_COLUMNS,
     ClaimRow,
     DeviceRow,
     Table,
     claim_rows,
+    cluster_claim_rows,
     device_rows,
 )
 
@@ -510,6 +512,10 @@ class Session:
         return Table(device_rows(inv.slices, held), DEVICE_COLUMNS, title=title)
 
     def claims(self, *, all_users: bool = False) -> Table[ClaimRow]:
+        kube = self.kube
+        if kube is not None:
+            rows = cluster_claim_rows(kube.claims_with_state(all_users=all_users))
+            return Table(rows, CLUSTER_CLAIM_COLUMNS, title=f"namespace {kube.namespace}")
         return Table(claim_rows(self.backend.claims(all_users=all_users)), CLAIM_COLUMNS)
 
     def claim(self, name: str) -> Claim:

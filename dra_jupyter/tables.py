@@ -69,6 +69,14 @@ class ClaimRow:
     lease_expires: str
 
 
+@dataclass(frozen=True)
+class ClusterClaimRow(ClaimRow):
+    """A claim of the Kubernetes backend: also its state (pending until a pod uses it,
+    allocated, reserved while a pod holds it)."""
+
+    state: str
+
+
 class Table(Generic[Row]):
     """Rows with a text form (``print``), an HTML form (notebooks) and ``to_pandas()``."""
 
@@ -216,5 +224,13 @@ def claim_rows(records: Sequence[ClaimRecord]) -> list[ClaimRow]:
     ]
 
 
+def cluster_claim_rows(records: Sequence[tuple[ClaimRecord, str]]) -> list[ClusterClaimRow]:
+    return [
+        ClusterClaimRow(**asdict(row), state=state)
+        for row, (_, state) in zip(claim_rows([r for r, _ in records]), records, strict=True)
+    ]
+
+
 DEVICE_COLUMNS = [f.name for f in fields(DeviceRow)]
 CLAIM_COLUMNS = [f.name for f in fields(ClaimRow)]
+CLUSTER_CLAIM_COLUMNS = [f.name for f in fields(ClusterClaimRow)]

@@ -251,8 +251,12 @@ class KubernetesBackend:
         return claim_state(self.get(name))
 
     def claims(self, *, all_users: bool = False) -> list[ClaimRecord]:
+        return [record for record, _ in self.claims_with_state(all_users=all_users)]
+
+    def claims_with_state(self, *, all_users: bool = False) -> list[tuple[ClaimRecord, str]]:
         user = None if all_users else self.owner.user[:63]
-        return [to_record(c) for c in self.retrying(lambda: self.claim_client.list(user=user))]
+        listed = self.retrying(lambda: self.claim_client.list(user=user))
+        return [(to_record(c), claim_state(c)) for c in listed]
 
     def release(self, name: str) -> bool:
         """Delete the claim; False if it was gone. Only its owner may."""

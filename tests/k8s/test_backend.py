@@ -74,7 +74,10 @@ def test_claims_lists_only_the_users_own(
     alice.request(gpu=1, name="a-1")
     alice.request(gpu=1, name="a-2")
     bob.request(gpu=1, name="b-1")
-    assert sorted(r.claim for r in alice.claims()) == ["a-1", "a-2"]
+    mine = alice.claims()
+    assert sorted((r.claim, r.state) for r in mine) == [("a-1", "pending"), ("a-2", "pending")]
+    assert mine.columns[-1] == "state"
+    assert str(mine).startswith(f"namespace {namespace}\n")
     assert [r.claim for r in bob.claims()] == ["b-1"]
     assert sorted(r.claim for r in alice.claims(all_users=True)) == ["a-1", "a-2", "b-1"]
     with pytest.raises(AllocationError, match="claim b-1 belongs to user bob"):
@@ -135,6 +138,12 @@ def test_devices_shows_the_slices_and_who_holds_them_once_a_pod_is_placed(
     assert held == got
     assert {r.holder for r in after.rows if r.holder} == {"nb-pod (alice)"}
     assert {r.device for r in claim.devices.rows} == got
+    [row] = alice.claims()
+    assert (row.claim, row.state, set(row.devices.split(", "))) == (
+        "nb-pod",
+        "reserved",
+        {d.rsplit("/", 1)[1] for d in got},
+    )
     client.CoreV1Api(api).delete_namespaced_pod("run-1", namespace, grace_period_seconds=0)
 
 
