@@ -389,6 +389,12 @@ class Session:
         kernel, takes one); the live board shows the server extension's longer history."""
         from dra_jupyter.metrics.history import to_frame  # noqa: PLC0415
 
+        if self.kind == "kubernetes":
+            raise InvalidInputError(
+                "dra.history: device metrics come from this machine (NVML); the Kubernetes "
+                "backend's devices are on the cluster's nodes: use the cluster's monitoring "
+                "(e.g. the DCGM exporter)"
+            )
         now = time.time()
         if since is None:
             since = now - (parse_duration(last, what="last") or 0)

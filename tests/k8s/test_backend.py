@@ -12,7 +12,7 @@ import yaml
 from kubernetes import client
 
 from dra_jupyter.api import Session
-from dra_jupyter.errors import AllocationError, ClusterError
+from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
 from dra_jupyter.kube.backend import KubernetesBackend
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.pods import PodLauncher, workload_pod
@@ -59,6 +59,8 @@ def test_request_creates_a_labelled_pending_claim_and_release_deletes_it(
     assert ClaimClient(api, namespace).get("nb-1") is None
     assert claim.state == "released"
     assert claim.release() is False
+    with pytest.raises(InvalidInputError, match=r"^dra\.history: device metrics come from this"):
+        alice.history("gpu-0")
 
 
 def test_unnamed_requests_get_the_users_prefix(kubeconfig: Path, namespace: str) -> None:
