@@ -205,7 +205,10 @@ class Claim:
 
     def explain(self) -> Explanation:
         """Whether this claim's request could be met now, and if not why (per device stage)."""
-        others = [r for r in self._session.backend.claims(all_users=True) if r.name != self.name]
+        kube = self._session.kube
+        held = kube.holders() if kube is not None else self._session.backend.claims(all_users=True)
+        me = (self._record.namespace, self.name)
+        others = [r for r in held if (r.namespace, r.name) != me]
         return self._session.backend.allocator(others).explain([self._record.spec])
 
     def release(self) -> bool:

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from dra_jupyter.api import Session
 from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
-from dra_jupyter.kube.backend import KubernetesBackend
+from dra_jupyter.kube.backend import KubernetesBackend, default_namespace
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.pods import PodLauncher, workload_pod
 from dra_jupyter.kube.simulate import SimulatedCluster
@@ -192,3 +192,24 @@ def test_an_unreachable_server_is_retried_then_one_line(kubeconfig: Path, tmp_pa
     assert message.endswith("(3 attempts)")
     assert "\n" not in message
     assert slept == [0.001, 0.002]
+
+
+def test_the_namespace_comes_from_the_pod_else_the_kubeconfig_context(
+    kubeconfig: Path, tmp_path: Path
+) -> None:
+    config = yaml.safe_load(kubeconfig.read_text())
+    no_pod = tmp_path / "no-service-account"
+    assert default_namespace(str(kubeconfig), no_pod) == "default"
+    config["contexts"][0]["context"]["namespace"] = "team-b"
+    with_ns = tmp_path / "kubeconfig"
+    with_ns.write_text(yaml.safe_dump(config))
+    assert default_namespace(str(with_ns), no_pod) == "team-b"
+    pod = tmp_path / "serviceaccount"
+    pod.mkdir()
+    (pod / "token").write_text("t")
+    (pod / "namespace").write_text("team-a\n")
+    assert default_namespace(str(with_ns), pod) == "team-a"
+    settings = Settings(
+        ledger=tmp_path / "unused.sqlite", backend="kubernetes", kubeconfig=str(with_ns)
+    )
+    assert Session(settings, owner=owner("alice")).namespace == "team-b"

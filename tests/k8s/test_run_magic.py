@@ -16,6 +16,7 @@ from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
 from tests.k8s.conftest import wait_for
 from tests.k8s.test_pods import IMAGE
+from tests.k8s.test_run import pod_exists
 from tests.magics.conftest import TIMEOUT, Kernel
 
 
@@ -71,3 +72,20 @@ def test_run_errors_are_one_line(kube_kernel: Kernel, published: SimulatedCluste
         line.startswith("%%dra run gpu=9: the request can never be met on the cluster at")
         for line in lines
     ), lines
+
+
+def test_an_interrupted_run_leaves_neither_pod_nor_claim(
+    kube_kernel: Kernel, api: client.ApiClient, namespace: str, published: SimulatedCluster
+) -> None:
+    running = kube_kernel.start(
+        "import dra_jupyter as dra\n"
+        "dra.run('true', gpu=1, name='stuck', timeout=600, "
+        "node_selector={'dra-jupyter/inventory': 'nowhere'})",
+        until=lambda msg: msg["msg_type"] == "stream" and "dra.run: pod stuck: 0/" in str(msg),
+    )
+    assert ClaimClient(api, namespace).list() != []
+    outcome = running.interrupt()
+    assert outcome.status == "error"
+    assert "KeyboardInterrupt" in "".join(outcome.error_lines())
+    assert ClaimClient(api, namespace).list() == []
+    assert not pod_exists(api, namespace, "stuck")
