@@ -19,6 +19,7 @@ them). Without a cache, every ``Allocator`` builds its own, used for that alloca
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -248,13 +249,14 @@ class Holdings:
     # topology's order of a request's candidates, per request shape, count and node
     ordered: dict[tuple[Shape, int, str | None], list[Candidate]] = field(default_factory=dict)
     pool_free: dict[Shape, dict[PoolID, int]] = field(default_factory=dict)  # of the scan
-    _held_pools: frozenset[PoolID] | None = None
+    _held_pools: frozenset[tuple[str, ...]] | None = None
 
-    def held_pools(self) -> frozenset[PoolID]:
-        """The pools of the devices that allocated claims hold (whole or shared)."""
+    def held_pools(self) -> frozenset[tuple[str, ...]]:
+        """The pools of the devices that allocated claims hold (whole or shared), as
+        ``(driver, pool)`` tuples (equal to their :class:`PoolID`)."""
         if self._held_pools is None:
-            held = self.state.dedicated | self.state.shared
-            self._held_pools = frozenset(PoolID(d.driver, d.pool) for d in held)
+            held = itertools.chain(self.state.dedicated, self.state.shared)
+            self._held_pools = frozenset(d[:2] for d in held)
         return self._held_pools
 
 
