@@ -35,6 +35,14 @@ class ClaimClient:
 
     def _error(self, error: Exception, verb: str, action: str) -> ClusterError:
         if isinstance(error, ApiException) and error.status == 403:
+            message = server_message(error.body)
+            if "exceeded quota" in message:
+                return ClusterError(
+                    f"{action}: a ResourceQuota of namespace {self.namespace} refuses it "
+                    f"({message.split('forbidden: ', 1)[-1]}); release claims you no longer "
+                    "need or ask for a larger quota",
+                    403,
+                )
             return forbidden(error, verb, RESOURCE, self.namespace, action)
         return cluster_error(error, action, self.api)
 

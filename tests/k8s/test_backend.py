@@ -15,13 +15,17 @@ from dra_jupyter.api import Session
 from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
 from dra_jupyter.kube.backend import KubernetesBackend, default_namespace
 from dra_jupyter.kube.claims import ClaimClient
+from dra_jupyter.kube.connect import to_model
 from dra_jupyter.kube.pods import PodLauncher, workload_pod
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.local.owners import Owner
 from dra_jupyter.settings import Settings
 from tests.k8s import testenv
+from tests.k8s.conftest import wait_for
 from tests.k8s.test_pods import IMAGE, ON_SIMULATED
 from tests.k8s.test_rbac import service_account_kubeconfig
+
+QUOTA_KEY = "count/resourceclaims.resource.k8s.io"
 
 
 def owner(user: str, kernel: str = "k-1") -> Owner:
@@ -213,3 +217,27 @@ def test_the_namespace_comes_from_the_pod_else_the_kubeconfig_context(
         ledger=tmp_path / "unused.sqlite", backend="kubernetes", kubeconfig=str(with_ns)
     )
     assert Session(settings, owner=owner("alice")).namespace == "team-b"
+
+
+def test_a_resource_quota_refusal_names_the_quota(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    core = client.CoreV1Api(api)
+    quota = {"metadata": {"name": "claims"}, "spec": {"hard": {QUOTA_KEY: "1"}}}
+    core.create_namespaced_resource_quota(namespace, body=to_model(client.V1ResourceQuota, quota))
+
+    def counted() -> bool:  # the quota controller fills in status.hard first
+        status = core.read_namespaced_resource_quota("claims", namespace).status
+        return status is not None and bool(status.hard)
+
+    wait_for("the quota's status", counted)
+    alice = session(kubeconfig, namespace)
+    alice.request(gpu=1, name="first")
+    with pytest.raises(ClusterError) as raised:
+        alice.request(gpu=1, name="second")
+    message = str(raised.value)
+    assert message.startswith(
+        f"dra.request: a ResourceQuota of namespace {namespace} refuses it (exceeded quota: claims"
+    )
+    assert message.endswith("; release claims you no longer need or ask for a larger quota")
+    assert [r.claim for r in alice.claims()] == ["first"]
