@@ -439,9 +439,18 @@ class Session:
         name: str = "",
         apply_env: bool = True,
         on_wait: Callable[[Waiting], None] | None = None,
+        reserve: bool = False,
         **spec: Any,
     ) -> Claim:
-        """Get devices now (``timeout=0``), or wait for them up to ``timeout`` ('5m')."""
+        """Get devices now (``timeout=0``), or wait for them up to ``timeout`` ('5m').
+        Kubernetes: ``reserve=True`` allocates the claim at once with our allocator (see
+        :mod:`dra_jupyter.kube.reserve` for its risk), instead of when a pod uses it."""
+        kube = self.kube
+        if reserve and kube is None:
+            raise InvalidInputError(
+                "dra.request: reserve=True applies to the Kubernetes backend; the local "
+                "backend allocates at once anyway"
+            )
         wait = parse_duration(timeout, what="timeout")
         lease_s = parse_duration(lease, what="lease")
         claim = self.build(spec, name)
@@ -474,6 +483,8 @@ class Session:
             if card is not None:
                 card.failed("interrupted" if isinstance(err, KeyboardInterrupt) else str(err))
             raise
+        if reserve and kube is not None:
+            record = kube.reserve(record)
         result = Claim(self, record)
         if apply_env:
             result.notes = result.apply_env()

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import AllocationError, ClusterError
 from dra_jupyter.inventory.base import Inventory, Wire
-from dra_jupyter.kube.claims import KERNEL_LABEL, USER_LABEL, ClaimClient
+from dra_jupyter.kube.claims import KERNEL_LABEL, RESOURCE, USER_LABEL, ClaimClient, forbidden
 from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
 from dra_jupyter.local.backend import Waiting, claim_prefix
 from dra_jupyter.local.ledger import ClaimRecord
@@ -200,8 +200,9 @@ class KubernetesBackend:
                 explanation,
             )
 
-    def holders(self) -> list[ClaimRecord]:
-        """Every allocated claim the user may see: cluster-wide, else in the namespace."""
+    def holders(self, *, cluster_wide: bool = False) -> list[ClaimRecord]:
+        """Every allocated claim the user may see: cluster-wide, else (unless
+        ``cluster_wide``) in the namespace."""
         resource = client.ResourceV1Api(self.api)
 
         def read() -> list[Wire]:
@@ -211,6 +212,10 @@ class KubernetesBackend:
                 except ApiException as error:
                     if error.status != 403:
                         raise
+                    if cluster_wide:
+                        raise forbidden(
+                            error, "list", RESOURCE, "(all)", "dra.request(reserve=True)"
+                        ) from error
                     listed = resource.list_namespaced_resource_claim(self.namespace)
             except (ApiException, urllib3.exceptions.HTTPError) as error:
                 raise cluster_error(error, "dra.devices: reading claims", self.api) from error
@@ -239,6 +244,17 @@ class KubernetesBackend:
         body = {**claim, "metadata": meta}
         created = self.retrying(lambda: self.claim_client.create(body))
         return to_record(created)
+
+    def reserve(self, record: ClaimRecord) -> ClaimRecord:
+        """Allocate a new claim with our allocator and write it (see :mod:`.reserve`); the
+        claim is deleted if that fails."""
+        from dra_jupyter.kube.reserve import reserve  # noqa: PLC0415
+
+        try:
+            return reserve(self, record.to_object())
+        except BaseException:
+            self.retrying(lambda: self.claim_client.delete(record.name))
+            raise
 
     def get(self, name: str) -> Wire | None:
         return self.retrying(lambda: self.claim_client.get(name))
