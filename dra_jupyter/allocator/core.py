@@ -135,8 +135,8 @@ class Allocator:
         self._compiled: dict[str, CompiledSelector] = self.catalog.compiled
         self.scan_after = scan_after
         self._listings = 0  # nodes listed by _too_few in this allocator's calls
-        # per list of claims: no pools have enough for them
-        self._nowhere: dict[int, tuple[list[ResourceClaim], bool]] = {}
+        # the claims of the latest call, and whether no pools have enough for them
+        self._nowhere: tuple[list[ResourceClaim], bool] | None = None
 
     # --- public ------------------------------------------------------------------------------
 
@@ -288,9 +288,9 @@ class Allocator:
         once ``scan_after`` nodes were listed; until then, false."""
         if self._listings < self.scan_after:
             return False
-        known = self._nowhere.get(id(claims))  # holds the list: its id is not reused
-        if known is None or known[0] is not claims:  # the same test over every pool
-            known = self._nowhere[id(claims)] = (claims, self._scan_short(claims, None))
+        known = self._nowhere  # the same test over every pool, for the claims of this call
+        if known is None or known[0] is not claims:
+            known = self._nowhere = (claims, self._scan_short(claims, None))
         return known[1] or self._scan_short(claims, self.catalog.pool_ids(name))
 
     def _scanned_short(self, claims: list[ResourceClaim]) -> bool:
