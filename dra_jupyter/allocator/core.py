@@ -220,13 +220,15 @@ class Allocator:
 
         def drop(name: str | None) -> bool:
             """Before counting a node: the first nodes are listed (as ``keep`` does), the
-            others are tested against the scan of the whole inventory only."""
+            others are tested against the scan of the whole inventory only, unless a request
+            asks for several devices: then counting the node means counting its free devices
+            per PCIe root and NUMA node, dearer than listing it (as ``keep`` does)."""
             if shape is None:
                 return False
             known = self.holdings.hopeless.get((shape, name))
             if known is not None:
                 return known
-            if self._listings < self.scan_after:
+            if self._listings < self.scan_after or largest > 1:
                 return self._hopeless(claims, shape, name)
             return self._scan_too_few(claims, name)
 
@@ -688,7 +690,13 @@ class Allocator:
         node = self.node(name)
         cls = self.classes[request.device_class_name]
         out = Listed([], [])
+        # after the scan of the whole inventory, a device it left out has a selector that is
+        # false: skipped without asking the selectors again
+        scanned = self.catalog.inventory.get(shape)
+        kept = scanned.ids() if scanned is not None else None
         for pool, slice_, device, dev_id in usable_devices(self.pools_for(node)):
+            if kept is not None and dev_id not in kept:
+                continue
             result: bool | str = True
             for owner, selectors in ((cls, cls.selectors), (claim, request.selectors)):
                 for i, expr in enumerate(selectors):

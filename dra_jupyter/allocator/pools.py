@@ -59,6 +59,9 @@ class SliceIndex:
             else:
                 self.local.setdefault(name, []).append(s)
         self._counter_only: list[Pool] | None = None
+        # per device slice and the counter sets it was checked against: its problem, so a
+        # pool seen through its counter slices and then by its node is checked once
+        self.problems: dict[tuple[int, frozenset[tuple[str, int]]], str] = {}
 
     def counter_only_pools(self) -> list[Pool]:
         """Pools that a node sees only through their counter slices, when they need saying:
@@ -67,9 +70,7 @@ class SliceIndex:
         if self._counter_only is None:
             self._counter_only = [
                 pool
-                for pool in _group(
-                    [s for group in self.counters.values() for s in group], self.by_pool
-                )
+                for pool in _group([s for group in self.counters.values() for s in group], self)
                 if not pool.usable
             ]
         return self._counter_only
@@ -98,7 +99,7 @@ def gather_pools(index: SliceIndex, node: Node | None) -> list[Pool]:
     touched = {s.pool_id for s in candidates}
     for pool_id in touched:
         candidates.extend(index.counters.get(pool_id, ()))
-    pools = _group(candidates, index.by_pool)
+    pools = _group(candidates, index)
     pools.extend(p for p in index.counter_only_pools() if p.id not in touched)
     plain = [p for p in pools if not _has_binding(p)]
     binding = [p for p in pools if _has_binding(p)]
@@ -111,9 +112,7 @@ def _has_binding(pool: Pool) -> bool:
     return any(d.binding_conditions for s in pool.slices for d in s.devices)
 
 
-def _group(
-    candidates: Sequence[ResourceSlice], by_pool: dict[PoolID, list[ResourceSlice]]
-) -> list[Pool]:
+def _group(candidates: Sequence[ResourceSlice], index: SliceIndex) -> list[Pool]:
     """Pools from the slices relevant to a node: the highest generation of each, checked
     for completeness against every slice of the pool."""
     grouped: dict[PoolID, list[ResourceSlice]] = {}
@@ -129,19 +128,22 @@ def _group(
         all_for_pool: list[ResourceSlice] | None = None
         if len(pool_slices) != expected:
             generation = pool_slices[0].generation
-            same = by_pool.get(pool_id, [])
+            same = index.by_pool.get(pool_id, [])
             if any(s.generation > generation for s in same):
                 continue  # obsolete: a newer generation is being published elsewhere
             all_for_pool = [s for s in same if s.generation == generation]
             if len(all_for_pool) != expected:
                 out.append(Pool(pool_id, incomplete=True))
                 continue
-        out.append(_build_pool(pool_id, pool_slices, all_for_pool))
+        out.append(_build_pool(pool_id, pool_slices, all_for_pool, index.problems))
     return out
 
 
 def _build_pool(
-    pool_id: PoolID, pool_slices: list[ResourceSlice], all_for_pool: list[ResourceSlice] | None
+    pool_id: PoolID,
+    pool_slices: list[ResourceSlice],
+    all_for_pool: list[ResourceSlice] | None,
+    problems: dict[tuple[int, frozenset[tuple[str, int]]], str],
 ) -> Pool:
     ordered = sorted(pool_slices, key=lambda s: s.name)
     device_slices = [s for s in ordered if not s.shared_counters]
@@ -159,29 +161,47 @@ def _build_pool(
                     pool_id, invalid=True, invalid_reason=f"duplicate counter set name {cs.name}"
                 )
             counter_sets[cs.name] = cs
-    problem = _counter_problem(counter_sets, ordered)
+    problem = _counter_problem(counter_sets, ordered, problems)
     if problem:
         return Pool(pool_id, invalid=True, invalid_reason=problem)
     other: list[ResourceSlice] = []
     if all_for_pool is not None and len(all_for_pool) != len(pool_slices):
         local_names = {s.name for s in pool_slices}
         other = [s for s in all_for_pool if s.name not in local_names]
-        problem = _counter_problem(counter_sets, other)
+        problem = _counter_problem(counter_sets, other, problems)
         if problem:
             return Pool(pool_id, invalid=True, invalid_reason=problem)
     return Pool(pool_id, slices=device_slices, other_slices=other, counter_sets=counter_sets)
 
 
-def _counter_problem(counter_sets: dict[str, CounterSet], slices: Sequence[ResourceSlice]) -> str:
+def _counter_problem(
+    counter_sets: dict[str, CounterSet],
+    slices: Sequence[ResourceSlice],
+    problems: dict[tuple[int, frozenset[tuple[str, int]]], str],
+) -> str:
+    """The first device of ``slices`` that uses a counter set or counter not defined, said;
+    "" when none. Kept per slice and counter set objects in ``problems`` (whose owner keeps
+    the slices alive, so the ids stay theirs)."""
+    sets = frozenset((name, id(cs)) for name, cs in counter_sets.items())
     for s in slices:
-        for d in s.devices:
-            for use in d.consumes_counters:
-                cs = counter_sets.get(use.counter_set)
-                if cs is None:
-                    return f"counter set {use.counter_set} not found"
-                if use.counters.keys() <= cs.counters.keys():
-                    continue
-                for name in use.counters:
-                    if name not in cs.counters:
-                        return f"counter {name} not found in counter set {cs.name}"
+        key = (id(s), sets)
+        problem = problems.get(key)
+        if problem is None:
+            problem = problems[key] = _slice_problem(counter_sets, s)
+        if problem:
+            return problem
+    return ""
+
+
+def _slice_problem(counter_sets: dict[str, CounterSet], slice_: ResourceSlice) -> str:
+    for d in slice_.devices:
+        for use in d.consumes_counters:
+            cs = counter_sets.get(use.counter_set)
+            if cs is None:
+                return f"counter set {use.counter_set} not found"
+            if use.counters.keys() <= cs.counters.keys():
+                continue
+            for name in use.counters:
+                if name not in cs.counters:
+                    return f"counter {name} not found in counter set {cs.name}"
     return ""

@@ -11,8 +11,9 @@ fewer free ones than a request needs cannot serve it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dra_jupyter.allocator.cache import read_values
 from dra_jupyter.model.objects import Device, DeviceID, PoolID, ResourceSlice
@@ -28,6 +29,13 @@ class Inventory:
 
     matching: dict[PoolID, list[DeviceID]]
     errors: bool
+    _ids: list[frozenset[DeviceID]] = field(default_factory=list, compare=False, repr=False)
+
+    def ids(self) -> frozenset[DeviceID]:
+        """Every device of ``matching`` (made once)."""
+        if not self._ids:
+            self._ids.append(frozenset(itertools.chain.from_iterable(self.matching.values())))
+        return self._ids[0]
 
 
 def shared_by_values(reads: Reads | None, test: Test) -> Test:

@@ -115,12 +115,22 @@ def available_counters(pool: Pool, state: AllocatedState) -> CounterTotals:
     left = {
         name: {c: q.value for c, q in cs.counters.items()} for name, cs in pool.counter_sets.items()
     }
+    dedicated, shared = state.dedicated, state.shared
     for slice_ in (*pool.slices, *pool.other_slices):
+        driver, name = slice_.driver, slice_.pool
         for device in slice_.devices:
-            if device.consumes_counters and state.consumes_counters(
-                DeviceID(slice_.driver, slice_.pool, device.name)
-            ):
-                _add_counters(left, device, -1, only_known=True)
+            if not device.consumes_counters:
+                continue
+            dev_id = DeviceID(driver, name, device.name)
+            if dev_id not in dedicated and dev_id not in shared:  # state.consumes_counters
+                continue
+            for use in device.consumes_counters:  # _add_counters(-1, only_known=True)
+                counters = left.get(use.counter_set)
+                if counters is None:
+                    continue
+                for counter, q in use.counters.items():
+                    if counter in counters:
+                        counters[counter] -= q.value
     return left
 
 

@@ -187,6 +187,35 @@ def test_scanning_the_inventory_at_once_changes_no_answer(world: World, strategy
         assert fresh(0).search_order(claims) == fresh(never).search_order(claims)
 
 
+@PROFILE
+@given(worlds())
+def test_a_node_listed_after_the_scan_lists_what_it_lists_without_it(world: World) -> None:
+    """Listing a node skips the devices the scan of the whole inventory left out: every
+    node lists the same devices, in the same order, with the same CEL errors, as when no
+    scan was made."""
+
+    def fresh() -> Allocator:
+        return Allocator(list(world.slices), class_objects(), world.held_claims(), "first-fit")
+
+    plain, scanned = fresh(), fresh()
+    try:
+        claims = plain._prepare(world.claim_objects())
+    except InvalidInputError:
+        return
+    names: list[str | None] = [*plain.node_names(), None]
+    for claim in claims:
+        for request in claim.requests:
+            for alt in request.alternatives:
+                scanned._inventory(alt, claim)
+                for name in names:
+                    mine, theirs = (
+                        plain._listed(alt, claim, name),
+                        scanned._listed(alt, claim, name),
+                    )
+                    assert [c.id for c in theirs.candidates] == [c.id for c in mine.candidates]
+                    assert theirs.failed == mine.failed
+
+
 @MANY_NODES
 @given(
     st.lists(st.sampled_from(["hgx", "shared", "mig"]), min_size=2, max_size=24),
