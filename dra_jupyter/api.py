@@ -486,7 +486,7 @@ class Session:
         if reserve and kube is not None:
             record = kube.reserve(record)
         result = Claim(self, record)
-        if apply_env:
+        if apply_env and kube is None:  # a cluster's devices go to its pods, not here
             result.notes = result.apply_env()
             for note in result.notes:
                 warnings.warn(note, DraJupyterWarning, stacklevel=_caller_level())

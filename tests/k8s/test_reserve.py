@@ -4,6 +4,7 @@ pod that later uses the claim is placed where the devices are, on the same devic
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,7 @@ def test_a_reserved_claim_is_allocated_and_a_pod_gets_the_same_devices(
 ) -> None:
     alice = session(kubeconfig, namespace)
     claim = alice.request(gpu=2, same="pcieRoot", name="held", reserve=True)
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ  # the devices are the pod's, not ours
     assert claim.state == "allocated"
     stored = ClaimClient(api, namespace).get("held")
     assert stored is not None
