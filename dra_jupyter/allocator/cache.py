@@ -108,10 +108,17 @@ def read_values(reads: Reads, driver: str, device: Device) -> tuple[object, ...]
         device.allow_multiple_allocations if reads.allow else None,
         values,
         kinds,
-        tuple(capacity[k].value if k in capacity else None for k in reads.capacity)
+        tuple(_exact(capacity[k].value) if k in capacity else None for k in reads.capacity)
         if reads.capacity
         else (),
     )
+
+
+def _exact(quantity: Quantity) -> tuple[int, int]:
+    """A quantity as its lowest terms: equal exactly when the quantities are equal, and
+    hashed many times faster than the quantity (whose hash is its ``Fraction``'s)."""
+    value = quantity.value
+    return (value.numerator, value.denominator)
 
 
 @dataclass

@@ -52,7 +52,7 @@ def shared_by_values(reads: Reads | None, test: Test) -> Test:
             values = tuple(map(device.attributes.get, names))
             kinds = tuple(map(type, values))
             key: tuple[object, ...] = (
-                (driver, values, kinds)
+                (driver, *values, *kinds)  # flat: hashed faster; a string first, not True
                 if tuple not in kinds
                 else (True, *read_values(reads, driver, device))
             )
