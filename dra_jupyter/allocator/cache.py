@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dra_jupyter.allocator.pools import Pool, SliceIndex, gather_pools
+from dra_jupyter.allocator.pools import Pool, SliceIndex, gather_own_pools, with_counter_only
 from dra_jupyter.allocator.search import Candidate, CounterTotals
 from dra_jupyter.allocator.state import AllocatedState
 from dra_jupyter.errors import ObjectError
@@ -159,6 +159,7 @@ class Catalog:
         self.compiled: dict[str, CompiledSelector] = {}
         self.listed: dict[tuple[Shape, str | None], Listed] = {}
         self._pools: dict[str | None, list[Pool]] = {}
+        self._own_pools: dict[str | None, tuple[list[Pool], set[PoolID]]] = {}
         self.pool_nodes: dict[PoolID, set[str | None]] = {}  # nodes whose pools are known
         self._names: list[str] | None = None
         # Per shape, over every node of node_names(): the most devices one node lists, and
@@ -203,12 +204,28 @@ class Catalog:
         return self.nodes.get(name) or Node(name=name)
 
     def pools(self, name: str | None) -> list[Pool]:
+        """The node's pools, as upstream's ``GatherPools`` gives them."""
         pools = self._pools.get(name)
         if pools is None:
-            pools = self._pools[name] = gather_pools(self.index, self.node(name))
+            own, touched = self._own(name)
+            pools = self._pools[name] = with_counter_only(self.index, own, touched)
             for pool in pools:
                 self.pool_nodes.setdefault(pool.id, set()).add(name)
         return pools
+
+    def own_pools(self, name: str | None) -> list[Pool]:
+        """:meth:`pools` less the unusable pools the node sees only through their counter
+        slices (only a request for all devices looks at them): the same usable pools, in
+        the same order, without checking every pool of shared counters of the cluster."""
+        return self._own(name)[0]
+
+    def _own(self, name: str | None) -> tuple[list[Pool], set[PoolID]]:
+        found = self._own_pools.get(name)
+        if found is None:
+            found = self._own_pools[name] = gather_own_pools(self.index, self.node(name))
+            for pool in found[0]:
+                self.pool_nodes.setdefault(pool.id, set()).add(name)
+        return found
 
     def pool_ids(self, name: str | None) -> frozenset[PoolID]:
         """The pools whose devices the node could use: those of its own slices and of the

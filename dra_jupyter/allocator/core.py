@@ -385,7 +385,7 @@ class Allocator:
         if not any(claim.constraints for claim in claims):
             return False
         node = self.node(name)
-        pools = self.pools_for(node)
+        pools = self._pools_for_claims(claims, name)
         data = self.request_data(claims, pools, node, ordered=False)
         search = Search(claims, pools, node, self.state, data, self.max_steps)
         return not all(search.constraints_feasible(ci, 0) for ci in range(len(claims)))
@@ -441,7 +441,7 @@ class Allocator:
         """What is free on the node, kept while the slices and allocated claims are the same."""
         found = self.holdings.capacities.get(name)
         if found is None:
-            found = node_capacity(self.pools_for(self.node(name)), self.state)
+            found = node_capacity(self.catalog.own_pools(name), self.state)
             self.holdings.capacities[name] = found
         return found
 
@@ -463,7 +463,7 @@ class Allocator:
     def plan(self, claims: list[ResourceClaim], node_name: str | None) -> Plan:
         """The node's pools and, per request, the devices that could serve it."""
         node = self.node(node_name)
-        pools = self.pools_for(node)
+        pools = self._pools_for_claims(claims, node_name)
         return Plan(node, pools, self.request_data(claims, pools, node))
 
     # --- preparation -------------------------------------------------------------------------
@@ -633,6 +633,18 @@ class Allocator:
     def pools_for(self, node: Node | None) -> list[Pool]:
         return self.catalog.pools(node.name if node is not None else None)
 
+    def _pools_for_claims(self, claims: Sequence[ResourceClaim], name: str | None) -> list[Pool]:
+        """The node's pools, less those it sees only through their counter slices unless a
+        request asks for all devices (the only one that looks at an unusable pool)."""
+        if any(
+            alt.allocation_mode == "All"
+            for claim in claims
+            for request in claim.requests
+            for alt in request.alternatives
+        ):
+            return self.catalog.pools(name)
+        return self.catalog.own_pools(name)
+
     def request_data(
         self,
         claims: Sequence[ResourceClaim],
@@ -694,7 +706,7 @@ class Allocator:
         # false: skipped without asking the selectors again
         scanned = self.catalog.inventory.get(shape)
         kept = scanned.ids() if scanned is not None else None
-        for pool, slice_, device, dev_id in usable_devices(self.pools_for(node)):
+        for pool, slice_, device, dev_id in usable_devices(self.catalog.own_pools(name)):
             if kept is not None and dev_id not in kept:
                 continue
             result: bool | str = True

@@ -91,6 +91,15 @@ def _relevant(slice_: ResourceSlice, node: Node | None) -> bool:
 
 def gather_pools(index: SliceIndex, node: Node | None) -> list[Pool]:
     """The pools a node can use, in upstream's order (see the module's docstring)."""
+    own, touched = gather_own_pools(index, node)
+    return with_counter_only(index, own, touched)
+
+
+def gather_own_pools(index: SliceIndex, node: Node | None) -> tuple[list[Pool], set[PoolID]]:
+    """:func:`gather_pools` less the pools the node sees only through their counter slices
+    (never usable there: they matter only to a request for all devices), and the pools of
+    the slices relevant to the node. Every usable pool of :func:`gather_pools` is here, in
+    the same order, without checking every pool of shared counters of the cluster."""
     name = node.name if node is not None else None
     candidates = [
         s for s in (index.local.get(name, []) if name is not None else []) if _relevant(s, node)
@@ -99,8 +108,17 @@ def gather_pools(index: SliceIndex, node: Node | None) -> list[Pool]:
     touched = {s.pool_id for s in candidates}
     for pool_id in touched:
         candidates.extend(index.counters.get(pool_id, ()))
-    pools = _group(candidates, index)
-    pools.extend(p for p in index.counter_only_pools() if p.id not in touched)
+    return _ordered(_group(candidates, index)), touched
+
+
+def with_counter_only(index: SliceIndex, own: list[Pool], touched: set[PoolID]) -> list[Pool]:
+    """``own`` (from :func:`gather_own_pools`) with the unusable pools the node sees only
+    through their counter slices, in upstream's order."""
+    extra = [p for p in index.counter_only_pools() if p.id not in touched]
+    return _ordered([*own, *extra]) if extra else list(own)
+
+
+def _ordered(pools: list[Pool]) -> list[Pool]:
     plain = [p for p in pools if not _has_binding(p)]
     binding = [p for p in pools if _has_binding(p)]
     plain.sort(key=lambda p: (p.id.driver, p.id.pool))

@@ -7,10 +7,12 @@ allocations and the claims, and however much of a cached order earlier calls rea
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import random
 from typing import Any, Literal
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -245,3 +247,62 @@ def test_scanning_the_inventory_at_once_changes_no_answer_on_many_nodes(
                 for n in (0, 10**9)
             ]
             assert found[0] == found[1], (claim, strategy)
+
+
+# --- the pools a node sees only through their counter slices ------------------------------------
+
+
+def spoil(slices: list[Wire], node: str, how: str) -> list[Wire]:
+    """The slices with one MIG node's pool made invalid (its counter sets renamed, so its
+    devices draw on sets that do not exist) or incomplete (a device slice missing)."""
+    out = copy.deepcopy(slices)
+    mine = [s for s in out if s["spec"]["nodeName"] == node]
+    if how == "invalid":
+        for s in mine:
+            for counter_set in s["spec"].get("sharedCounters", ()):
+                counter_set["name"] += "-renamed"
+        return out
+    if how == "incomplete":
+        gone = next(s for s in mine if s["spec"].get("devices"))
+        return [s for s in out if s is not gone]
+    return out
+
+
+@MANY_NODES
+@given(
+    st.lists(st.sampled_from(["hgx", "shared", "mig"]), min_size=1, max_size=12),
+    st.sampled_from(["valid", "invalid", "incomplete"]),
+    st.sampled_from([0.0, 0.5, 1.0]),
+    st.integers(0, 2**16),
+)
+def test_a_node_lists_from_its_own_pools_what_upstream_pools_give(
+    kinds: list[str], how: str, share: float, seed: int
+) -> None:
+    kinds = [*kinds, "mig"]
+    spoiled = f"node-{len(kinds) - 1:02d}"
+    slices = spoil(cluster(kinds), spoiled, how)
+    allocated = held(kinds, random.Random(seed), share)
+    allocator = Allocator(slices, nvidia.device_classes(), allocated, "topology")
+    for name in allocator.node_names():
+        full = allocator.catalog.pools(name)
+        own = allocator.catalog.own_pools(name)
+        # the usable pools, in the same order; what is left out is never usable there
+        assert [p.id for p in own if p.usable] == [p.id for p in full if p.usable]
+        own_ids = {p.id for p in own}
+        left_out = [p for p in full if p.id not in own_ids]
+        assert all(not p.usable for p in left_out)
+        assert [p.id for p in own] == [p.id for p in full if p.id in own_ids]
+        if how != "valid" and name != spoiled:
+            assert [p.id.pool for p in left_out] == [spoiled]
+    if how == "valid":
+        return
+    # a request for all devices still sees the spoiled pool, from every node
+    every = wanted(1)
+    every["spec"]["devices"]["requests"][0]["exactly"] = {
+        "deviceClassName": "gpu.nvidia.com",
+        "allocationMode": "All",
+    }
+    for strategy in STRATEGIES:
+        fresh = Allocator(slices, nvidia.device_classes(), allocated, strategy)
+        with pytest.raises(InvalidInputError, match=f"resource pool .*{spoiled}"):
+            fresh.allocate([every])
