@@ -179,10 +179,7 @@ export default {
     model.on("change:error", redraw);
     redraw();
     return () => {
-      poller.stop();
-      presence.stop();
-      asker.stop();
-      clearInterval(ticker);
+      draStop(poller, presence, asker, ticker);
       model.off("change:rows", redraw);
       model.off("change:simulated", redraw);
       model.off("change:error", redraw);

@@ -175,7 +175,7 @@ export default {
       if (presence.recent(5 * 60 * 1000)) asker.ask();
     }
     const poller = draPoller(el, step, () =>
-      1000 * Math.max(model.get("interval"), view.server === false ? 10 : 0),
+      Math.max(250, 1000 * Math.max(model.get("interval"), view.server === false ? 10 : 0)),
     );
     const ticker = setInterval(() => draCardTick(el), 1000);
     const changed = () => {
@@ -186,10 +186,7 @@ export default {
     for (const t of traits) model.on("change:" + t, changed);
     redraw();
     return () => {
-      poller.stop();
-      presence.stop();
-      asker.stop();
-      clearInterval(ticker);
+      draStop(poller, presence, asker, ticker);
       for (const t of traits) model.off("change:" + t, changed);
     };
   },

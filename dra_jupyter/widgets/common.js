@@ -185,6 +185,14 @@ function draSparkline(values, width = 80, height = 18) {
 
 // Asks the kernel for a refresh, one request at a time: a busy kernel (a long cell) does
 // not pile up messages; the kernel answers by bumping the `revision` trait.
+// Everything a view started, stopped when the view goes: no poll, timer or listener is left.
+function draStop(poller, presence, asker, ticker) {
+  poller.stop();
+  presence.stop();
+  asker.stop();
+  clearInterval(ticker);
+}
+
 function draAsker(model) {
   let sent = 0;
   const answered = () => {
