@@ -168,7 +168,9 @@ class Catalog:
         self.any_errors: dict[Shape, bool] = {}
         self._listed_nodes: dict[Shape, set[str | None]] = {}
         self._pool_ids: dict[str | None, frozenset[PoolID]] = {}
-        self.inventory: dict[Shape, Inventory] = {}  # per shape, one scan of every slice
+        self.inventory: dict[Shape, Inventory] = {}  # per shape, the scan pool by pool
+        # per shape: whether a node without partitionable or shared devices has a device
+        self.plain_match: dict[Shape, bool] = {}
         self._shared_ids: frozenset[PoolID] | None = None
 
     def same_inputs(self, *given: Sequence[object]) -> bool:
@@ -272,7 +274,10 @@ class Holdings:
     capacities: dict[str | None, NodeCapacity] = field(default_factory=dict)  # topology's count
     # topology's order of a request's candidates, per request shape, count and node
     ordered: dict[tuple[Shape, int, str | None], list[Candidate]] = field(default_factory=dict)
-    pool_free: dict[Shape, dict[PoolID, int]] = field(default_factory=dict)  # of the scan
+    # of the scan, per shape: free devices per pool (-1: a CEL error), None: in all pools
+    pool_free: dict[Shape, dict[PoolID | None, int]] = field(default_factory=dict)
+    pool_rough: dict[Shape, dict[PoolID | None, int]] = field(default_factory=dict)  # no counters
+    raw_counters: dict[PoolID, CounterTotals] = field(default_factory=dict)  # for the scan
     _held_pools: frozenset[tuple[str, ...]] | None = None
 
     def held_pools(self) -> frozenset[tuple[str, ...]]:
@@ -366,8 +371,21 @@ def _carry_over(old: Holdings, new: Holdings, catalog: Catalog) -> None:
     for pool in changed:
         affected |= catalog.pool_nodes.get(pool, set())
     new.counters = {k: v for k, v in dict(old.counters).items() if k not in changed}
+    new.raw_counters = {k: v for k, v in dict(old.raw_counters).items() if k not in changed}
+    new.pool_free = _unchanged_pools(old.pool_free, changed)
+    new.pool_rough = _unchanged_pools(old.pool_rough, changed)
     # dict() copies first: another thread may be adding to old's entries meanwhile.
     new.capacities = {n: c for n, c in dict(old.capacities).items() if n not in affected}
     new.free = {k: v for k, v in dict(old.free).items() if k[1] not in affected}
     new.hopeless = {k: v for k, v in dict(old.hopeless).items() if k[1] not in affected}
     new.ordered = {k: v for k, v in dict(old.ordered).items() if k[2] not in affected}
+
+
+def _unchanged_pools(
+    counts: dict[Shape, dict[PoolID | None, int]], changed: set[PoolID]
+) -> dict[Shape, dict[PoolID | None, int]]:
+    """Per shape, the counts of the pools that did not change (not the total of all pools)."""
+    return {
+        shape: {k: v for k, v in dict(per_pool).items() if k is not None and k not in changed}
+        for shape, per_pool in dict(counts).items()
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -17,16 +18,14 @@ from dra_jupyter.allocator.cache import (
 from dra_jupyter.allocator.capacity import consumed_capacity, fits
 from dra_jupyter.allocator.explain import Explanation, explain
 from dra_jupyter.allocator.pools import Pool, usable_devices
+from dra_jupyter.allocator.prefilter import NodeFilter
 from dra_jupyter.allocator.results import allocation_result
-from dra_jupyter.allocator.scan import Inventory, Test, scan, shared_by_values
+from dra_jupyter.allocator.scan import Scanned, Test, shared_by_values
 from dra_jupyter.allocator.search import (
     Candidate,
-    CounterTotals,
     RequestData,
     Search,
     SearchBudgetError,
-    available_counters,
-    counters_fit,
     selectable,
     taint_prevents,
 )
@@ -51,7 +50,6 @@ from dra_jupyter.model.objects import (
     DeviceID,
     ExactRequest,
     Node,
-    PoolID,
     ResourceClaim,
     ResourceSlice,
 )
@@ -76,13 +74,14 @@ class Plan(NamedTuple):
 STRATEGIES: tuple[Strategy, ...] = ("first-fit", "topology")
 DEFAULT_MAX_STEPS = 200_000
 SCAN_AFTER = 16
-"""Nodes an allocator lists one by one before it counts a request's devices over the whole
-inventory at once (:mod:`~dra_jupyter.allocator.scan`): a claim that the first nodes take
-never pays for the scan; one that no node can take pays for it instead of listing every
-node."""
+"""Nodes an allocator lists one by one before it counts a request's devices pool by pool
+(:mod:`~dra_jupyter.allocator.scan`): a claim that the first nodes take never pays for the
+scan; one that no node can take pays for one pass over the inventory instead of listing
+every node. (``topology`` on a cluster of more nodes may scan first: see
+``_plain_nodes_hopeless``.)"""
 
 
-class Allocator:
+class Allocator(NodeFilter):
     """Decides which devices ResourceClaims get, exactly as the Kubernetes 1.36 scheduler would.
 
     Pure and thread-safe: it reads the objects it is given and writes nothing; the
@@ -134,9 +133,7 @@ class Allocator:
         self._matches: dict[tuple[str, int], bool | str] = self.catalog.results
         self._compiled: dict[str, CompiledSelector] = self.catalog.compiled
         self.scan_after = scan_after
-        self._listings = 0  # nodes listed by _too_few in this allocator's calls
-        # the claims of the latest call, and whether no pools have enough for them
-        self._nowhere: tuple[list[ResourceClaim], bool] | None = None
+        self._start_filter()
 
     # --- public ------------------------------------------------------------------------------
 
@@ -205,8 +202,16 @@ class Allocator:
         kept per claim shape while the allocations are the same."""
         order = self.holdings.orders.get((shape, node)) if shape is not None else None
         if order is None:
+            if (
+                shape is not None
+                and len(every) > self.scan_after
+                and self._plain_nodes_hopeless(claims)
+            ):
+                every = [name for name in every if self._flexible(name)]
+                self._scanning = True  # their pools are scanned: count the others so too
             order = LazyOrder(
-                (node_bound(name, not self._maybe_touched(name)), name) for name in every
+                (node_bound(name, not self._maybe_touched(name), self._flexible(name)), name)
+                for name in every
             )
             if shape is not None:
                 order = self.holdings.orders.setdefault((shape, node), order)
@@ -220,7 +225,7 @@ class Allocator:
 
         def drop(name: str | None) -> bool:
             """Before counting a node: the first nodes are listed (as ``keep`` does), the
-            others are tested against the scan of the whole inventory only, unless a request
+            others are tested against the scan of their pools only, unless a request
             asks for several devices: then counting the node means counting its free devices
             per PCIe root and NUMA node, dearer than listing it (as ``keep`` does)."""
             if shape is None:
@@ -228,122 +233,11 @@ class Allocator:
             known = self.holdings.hopeless.get((shape, name))
             if known is not None:
                 return known
-            if self._listings < self.scan_after or largest > 1:
+            if not self._scan_begun() or largest > 1:
                 return self._hopeless(claims, shape, name)
             return self._scan_too_few(claims, name)
 
         return order.names(key, keep, drop)
-
-    def _maybe_touched(self, name: str | None) -> bool:
-        """Whether something the node could use may be in use: false only when no pool of
-        its slices (or of the slices of no one node) holds an allocated device."""
-        return not self.holdings.held_pools().isdisjoint(self.catalog.pool_ids(name))
-
-    def _never_enough(self, claims: list[ResourceClaim]) -> bool:
-        """Whether some request has too few devices on every node, ignoring allocations:
-        known once each node has been listed for the request's shape, so an impossible
-        request fails in one step from the second time on."""
-        shapes = [
-            [(request_shape(alt), alt.count) for alt in request.alternatives]
-            for claim in claims
-            for request in claim.requests
-        ]
-        if any(self.catalog.any_errors.get(shape, True) for alts in shapes for shape, _ in alts):
-            return False  # not every node is listed yet, or a CEL error must be reached
-        return any(
-            all(self.catalog.never_enough(shape, count) for shape, count in alts) for alts in shapes
-        )
-
-    def _hopeless(self, claims: list[ResourceClaim], shape: object, name: str | None) -> bool:
-        """:meth:`_too_few`, kept per claim shape and node while the allocations are the same."""
-        key = (shape, name)
-        found = self.holdings.hopeless.get(key)
-        if found is None:
-            found = self.holdings.hopeless[key] = self._too_few(claims, name)
-        return found
-
-    def _too_few(self, claims: list[ResourceClaim], name: str | None) -> bool:
-        """Whether the search must fail on the node because, before any request whose
-        devices could fail with a CEL error, a request has fewer free devices than it needs
-        in each of its alternatives, or (no such device at all) a claim's constraints cannot
-        hold: the search would stop there at once."""
-        if self._scan_too_few(claims, name):
-            return True
-        self._listings += 1
-        for claim in claims:
-            for request in claim.requests:
-                enough = False
-                for alt in request.alternatives:
-                    listed = self._listed(alt, claim, name)
-                    if listed.errors:
-                        return False
-                    if self._free(alt, listed, name) >= alt.count:
-                        enough = True
-                if not enough:
-                    return True
-        return self._constraints_fail(claims, name)
-
-    def _scan_too_few(self, claims: list[ResourceClaim], name: str | None) -> bool:
-        """:meth:`_too_few`'s first answer, from the scan of the whole inventory instead of
-        the node's list: a request has fewer free devices in the node's pools than it needs,
-        and no request before it has a device with a CEL error anywhere. The scan is made
-        once ``scan_after`` nodes were listed; until then, false."""
-        if self._listings < self.scan_after:
-            return False
-        known = self._nowhere  # the same test over every pool, for the claims of this call
-        if known is None or known[0] is not claims:
-            known = self._nowhere = (claims, self._scan_short(claims, None))
-        return known[1] or self._scan_short(claims, self.catalog.pool_ids(name))
-
-    def _scanned_short(self, claims: list[ResourceClaim]) -> bool:
-        """Whether an earlier scan of the whole inventory (for every request of the claims)
-        says that no pools have enough: a claim no node can take fails in one step when it
-        comes again."""
-        inventory = self.catalog.inventory
-        if not all(
-            request_shape(alt) in inventory
-            for claim in claims
-            for request in claim.requests
-            for alt in request.alternatives
-        ):
-            return False
-        return self._scan_short(claims, None)
-
-    def _scan_short(self, claims: list[ResourceClaim], pools: frozenset[PoolID] | None) -> bool:
-        """Whether, by the scan, a request has fewer free devices in ``pools`` (None: all)
-        than it needs, and no request before it a device with a CEL error anywhere."""
-        for claim in claims:
-            for request in claim.requests:
-                enough = False
-                for alt in request.alternatives:
-                    found = self._inventory(alt, claim)
-                    if found.errors:
-                        return False
-                    free = self._pool_free(alt, found)
-                    total = (
-                        sum(free.values())
-                        if pools is None
-                        else sum(free.get(pool, 0) for pool in pools)
-                    )
-                    if total >= alt.count:
-                        enough = True
-                if not enough:
-                    return True
-        return False
-
-    def _inventory(self, request: ExactRequest, claim: ResourceClaim) -> Inventory:
-        """The devices of the whole inventory the request's selectors could take (cached)."""
-        shape = request_shape(request)
-        found = self.catalog.inventory.get(shape)
-        if found is None:
-            cls = self.classes[request.device_class_name]
-            tests = [
-                self._scan_test(expr, owner, None if owner is cls else request, i)
-                for owner, selectors in ((cls, cls.selectors), (claim, request.selectors))
-                for i, expr in enumerate(selectors)
-            ]
-            found = self.catalog.inventory[shape] = scan(self.slices, tests)
-        return found
 
     def _scan_test(
         self,
@@ -357,68 +251,15 @@ class Allocator:
             where = _selector_path(owner, request, index)
             compiled = self._compiled[expression] = compile_selector(expression, where=where)
 
+        mine = weakref.ref(self)  # the test is kept by this allocator: no cycle through it
+
         def test(device: Device, driver: str, pool: str) -> bool | str:
             dev_id = DeviceID(driver, pool, device.name)
-            return self._result(expression, device, dev_id, owner, request, index)
+            allocator = mine()
+            assert allocator is not None
+            return allocator._result(expression, device, dev_id, owner, request, index)
 
         return shared_by_values(compiled.reads, test)
-
-    def _pool_free(self, request: ExactRequest, found: Inventory) -> dict[PoolID, int]:
-        """Per pool, the scanned devices that are not held whole (all for admin access)."""
-        shape = request_shape(request)
-        free = self.holdings.pool_free.get(shape)
-        if free is None:
-            if request.admin_access:
-                free = {pool: len(ids) for pool, ids in found.matching.items()}
-            else:
-                dedicated = self.state.dedicated
-                free = {
-                    pool: sum(1 for d in ids if d not in dedicated)
-                    for pool, ids in found.matching.items()
-                }
-            self.holdings.pool_free[shape] = free
-        return free
-
-    def _constraints_fail(self, claims: list[ResourceClaim], name: str | None) -> bool:
-        """Whether a claim's constraints cannot hold on the node even before anything is
-        chosen: the bound the search checks when a claim starts, taken before planning."""
-        if not any(claim.constraints for claim in claims):
-            return False
-        node = self.node(name)
-        pools = self._pools_for_claims(claims, name)
-        data = self.request_data(claims, pools, node, ordered=False)
-        search = Search(claims, pools, node, self.state, data, self.max_steps)
-        return not all(search.constraints_feasible(ci, 0) for ci in range(len(claims)))
-
-    def _free(self, request: ExactRequest, listed: Listed, name: str | None) -> int:
-        """How many of the listed devices are free: not held whole, and with their counters
-        left (all of them for admin access)."""
-        if request.admin_access:
-            return len(listed.candidates)
-        key = (request_shape(request), name)
-        free = self.holdings.free.get(key)
-        if free is None:
-            dedicated, shared = self.state.dedicated, self.state.shared
-            free = 0
-            for c in listed.candidates:
-                if c.id in dedicated:
-                    continue
-                device = c.device
-                if (
-                    device.consumes_counters
-                    and not (device.allow_multiple_allocations and c.id in shared)
-                    and not counters_fit(device, self._counters_left(c.pool))
-                ):
-                    continue  # its counters are used up: the search could not take it
-                free += 1
-            self.holdings.free[key] = free
-        return free
-
-    def _counters_left(self, pool: Pool) -> CounterTotals:
-        left = self.holdings.counters.get(pool.id)
-        if left is None:
-            left = self.holdings.counters[pool.id] = available_counters(pool, self.state)
-        return left
 
     def node_order(self, claims: list[ResourceClaim], node: str | None) -> list[str | None]:
         """The nodes to try, in the strategy's order."""
@@ -441,7 +282,7 @@ class Allocator:
         """What is free on the node, kept while the slices and allocated claims are the same."""
         found = self.holdings.capacities.get(name)
         if found is None:
-            found = node_capacity(self.catalog.own_pools(name), self.state)
+            found = node_capacity(self.catalog.own_pools(name), self.state, self._flexible(name))
             self.holdings.capacities[name] = found
         return found
 
@@ -702,12 +543,14 @@ class Allocator:
         node = self.node(name)
         cls = self.classes[request.device_class_name]
         out = Listed([], [])
-        # after the scan of the whole inventory, a device it left out has a selector that is
-        # false: skipped without asking the selectors again
+        # a device that the scan of its pool left out has a selector that is false: skipped
+        # without asking the selectors again
         scanned = self.catalog.inventory.get(shape)
-        kept = scanned.ids() if scanned is not None else None
+        kept: Scanned | None = None
         for pool, slice_, device, dev_id in usable_devices(self.catalog.own_pools(name)):
-            if kept is not None and dev_id not in kept:
+            if scanned is not None and (kept is None or kept.pool != pool.id):
+                kept = scanned.known(pool.id)
+            if kept is not None and dev_id not in kept.ids:
                 continue
             result: bool | str = True
             for owner, selectors in ((cls, cls.selectors), (claim, request.selectors)):

@@ -49,8 +49,11 @@ class SliceIndex:
         self.shared: list[ResourceSlice] = []  # device slices usable on more than one node
         self.counters: dict[PoolID, list[ResourceSlice]] = {}  # relevant to every node
         self.by_pool: dict[PoolID, list[ResourceSlice]] = {}
+        self.device_slices: dict[PoolID, list[ResourceSlice]] = {}  # less counter slices
         for s in slices:
             self.by_pool.setdefault(s.pool_id, []).append(s)
+            if not s.shared_counters:
+                self.device_slices.setdefault(s.pool_id, []).append(s)
             name = s.node_selection.node_name if s.node_selection is not None else None
             if s.shared_counters:
                 self.counters.setdefault(s.pool_id, []).append(s)
@@ -59,9 +62,27 @@ class SliceIndex:
             else:
                 self.local.setdefault(name, []).append(s)
         self._counter_only: list[Pool] | None = None
+        self._flexible: dict[str | None, bool] = {}  # per node: partitionable or shared devices
         # per device slice and the counter sets it was checked against: its problem, so a
         # pool seen through its counter slices and then by its node is checked once
         self.problems: dict[tuple[int, frozenset[tuple[str, int]]], str] = {}
+
+    def flexible(self, name: str | None) -> bool:
+        """Whether the node's slices, or the device slices of no one node, publish a device
+        that consumes counters (a MIG placement, or a GPU that can be split) or allows
+        several allocations (shared capacity): read from the slices alone, without
+        gathering the node's pools."""
+        found = self._flexible.get(name)
+        if found is None:
+            if name is not None and None not in self._flexible:
+                self.flexible(None)  # the slices of no one node, checked once
+            local = self.local.get(name, ()) if name is not None else self.shared
+            found = self._flexible[name] = (name is not None and self._flexible[None]) or any(
+                d.consumes_counters or d.allow_multiple_allocations
+                for s in local
+                for d in s.devices
+            )
+        return found
 
     def counter_only_pools(self) -> list[Pool]:
         """Pools that a node sees only through their counter slices, when they need saying:

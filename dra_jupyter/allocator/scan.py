@@ -1,19 +1,22 @@
-"""One pass over every device of the inventory, for a bound on what any node could give.
+"""Counting a request's devices pool by pool, for a bound on what any node could give.
 
 Listing a node's devices for a request (``Allocator._listed``) gathers the node's pools and
 checks selectors, capacity and taints device by device; when many nodes turn out to have too
-few devices, one pass over all slices is cheaper: :func:`scan` keeps, per pool, the devices
-whose class and request selectors hold or fail with a CEL error, sharing results between
-devices that publish the same values of what a selector reads. A node lists no more devices
-for the request than its pools hold here, so a node (or the whole inventory) whose pools hold
-fewer free ones than a request needs cannot serve it.
+few devices, counting pool by pool is cheaper: an :class:`Inventory` keeps, per pool, the
+devices whose class and request selectors hold or fail with a CEL error, sharing results
+between devices that publish the same values of what a selector reads. A node lists no more
+devices for the request than its pools hold here, so a node (or the whole inventory) whose
+pools hold fewer free ones than a request needs cannot serve it.
+
+A pool is scanned only when it is first asked about, so a question about one node reads the
+devices of that node's pools only, and a question about the whole inventory can stop as soon
+as enough devices are counted (:meth:`Inventory.pools` gives the pools in a fixed order).
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from dra_jupyter.allocator.cache import read_values
 from dra_jupyter.model.objects import Device, DeviceID, PoolID, ResourceSlice
@@ -24,58 +27,93 @@ Test = Callable[[Device, str, str], Result]  # device, driver, pool
 
 
 @dataclass(frozen=True)
-class Inventory:
-    """Per pool, the devices whose selectors hold or fail with a CEL error (``errors``)."""
+class Scanned:
+    """One pool's devices whose selectors hold or fail with a CEL error (``errors``)."""
 
-    matching: dict[PoolID, list[DeviceID]]
+    pool: PoolID
+    ids: frozenset[DeviceID]
+    devices: tuple[tuple[DeviceID, Device], ...]
     errors: bool
-    _ids: list[frozenset[DeviceID]] = field(default_factory=list, compare=False, repr=False)
-
-    def ids(self) -> frozenset[DeviceID]:
-        """Every device of ``matching`` (made once)."""
-        if not self._ids:
-            self._ids.append(frozenset(itertools.chain.from_iterable(self.matching.values())))
-        return self._ids[0]
 
 
-def shared_by_values(reads: Reads | None, test: Test) -> Test:
-    """``test``, asked once per driver and values of what the selector reads (``reads``;
-    every device when the selector has no fast path)."""
-    if reads is None:
-        return test
-    known: dict[tuple[object, ...], Result] = {}
-    names = reads.attributes
-    plain = not reads.capacity and not reads.allow
+class Inventory:
+    """Per pool, the devices of one request shape's scan, made pool by pool as pools are
+    asked about (:meth:`pool`). ``by_pool``: the device slices of each pool (slices of
+    shared counters left out). It keeps results, not the tests that make them: the caller
+    gives those (see :class:`Scan`). Safe to share between threads (a pool scanned twice at
+    once gives the same answer twice)."""
 
-    def shared(device: Device, driver: str, pool: str) -> Result:
-        if plain:  # what read_values gives, in short: attributes only, none a tuple
-            values = tuple(map(device.attributes.get, names))
-            kinds = tuple(map(type, values))
-            key: tuple[object, ...] = (
-                (driver, *values, *kinds)  # flat: hashed faster; a string first, not True
-                if tuple not in kinds
-                else (True, *read_values(reads, driver, device))
-            )
-        else:
-            key = (True, *read_values(reads, driver, device))
-        found = known.get(key)
+    def __init__(self, by_pool: Mapping[PoolID, Sequence[ResourceSlice]]) -> None:
+        self._by_pool = by_pool
+        self._found: dict[PoolID, Scanned] = {}
+
+    def pools(self) -> Iterator[PoolID]:
+        """Every pool with device slices, in the order of the slices given."""
+        return iter(self._by_pool)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every pool has been scanned."""
+        return len(self._found) >= len(self._by_pool)
+
+    def known(self, pool: PoolID) -> Scanned | None:
+        """The pool's scan if it was made, without making it."""
+        return self._found.get(pool)
+
+    def pool(self, pool: PoolID, tests: Sequence[Test]) -> Scanned:
+        """The devices of the pool for which each of ``tests`` holds, in turn (a device
+        stops at its first test that does not hold; a CEL error counts and is noted);
+        scanned on first use."""
+        found = self._found.get(pool)
         if found is None:
-            found = known[key] = test(device, driver, pool)
+            slices = self._by_pool.get(pool)
+            if slices is None:
+                return Scanned(pool, frozenset(), (), False)  # no device slices: not kept
+            found = self._found[pool] = _scan(pool, slices, tests)
         return found
 
-    return shared
+
+@dataclass(frozen=True)
+class Scan:
+    """An :class:`Inventory` with the tests of one request, and what is free per pool
+    (kept by the caller; ``None``: all pools together), counted with the pools' counters
+    (``free``) and without them (``rough``)."""
+
+    inventory: Inventory
+    tests: tuple[Test, ...]
+    free: dict[PoolID | None, int]
+    rough: dict[PoolID | None, int]
+
+    def pools(self) -> Iterator[PoolID]:
+        return self.inventory.pools()
+
+    @property
+    def complete(self) -> bool:
+        return self.inventory.complete
+
+    def pool(self, pool: PoolID) -> Scanned:
+        return self.inventory.pool(pool, self.tests)
 
 
-def scan(slices: Sequence[ResourceSlice], tests: Sequence[Test]) -> Inventory:
-    """The devices of every device slice for which each of ``tests`` holds, in turn (a
-    device stops at its first test that does not hold; a CEL error counts and is noted)."""
-    matching: dict[PoolID, list[DeviceID]] = {}
+def _scan(pool_id: PoolID, slices: Sequence[ResourceSlice], given: Sequence[Test]) -> Scanned:
+    devices: list[tuple[DeviceID, Device]] = []
     errors = False
     for slice_ in slices:
-        if slice_.shared_counters:
-            continue
         driver, pool = slice_.driver, slice_.pool
-        found = matching.setdefault(slice_.pool_id, [])
+        # a test that gives every device of the slice one result is asked once
+        tests: list[Test] = []
+        whole: Result = True
+        for test in given:
+            once = test.for_slice(slice_) if isinstance(test, SharedTest) else None
+            if once is None:
+                tests.append(test)
+            elif once is not True:
+                tests.append(_constant(once))
+                if len(tests) == 1:
+                    whole = once  # every device stops here
+                break
+        if whole is False:
+            continue
         for device in slice_.devices:
             result: Result = True
             for test in tests:
@@ -86,5 +124,68 @@ def scan(slices: Sequence[ResourceSlice], tests: Sequence[Test]) -> Inventory:
                 continue
             if result is not True:
                 errors = True
-            found.append(DeviceID(driver, pool, device.name))
-    return Inventory(matching, errors)
+            devices.append((DeviceID(driver, pool, device.name), device))
+    return Scanned(pool_id, frozenset(d for d, _ in devices), tuple(devices), errors)
+
+
+def _constant(result: Result) -> Test:
+    def test(device: Device, driver: str, pool: str) -> Result:
+        return result
+
+    return test
+
+
+class SharedTest:
+    """``test``, asked once per driver and values of what the selector reads (``reads``;
+    every device when the selector has no fast path), and once per slice whose devices all
+    publish the same values of the attributes it reads (:meth:`for_slice`)."""
+
+    def __init__(self, reads: Reads | None, test: Test) -> None:
+        self._reads = reads
+        self._test = test
+        self._known: dict[tuple[object, ...], Result] = {}
+        self._names = reads.attributes if reads is not None else ()
+        self._plain = reads is not None and not reads.capacity and not reads.allow
+
+    def __call__(self, device: Device, driver: str, pool: str) -> Result:
+        reads = self._reads
+        if reads is None:
+            return self._test(device, driver, pool)
+        if self._plain:  # what read_values gives, in short: attributes only, none a tuple
+            values = tuple(map(device.attributes.get, self._names))
+            kinds = tuple(map(type, values))
+            key: tuple[object, ...] = (
+                (driver, *values, *kinds)  # flat: hashed faster; a string first, not True
+                if tuple not in kinds
+                else (True, *read_values(reads, driver, device))
+            )
+        else:
+            key = (True, *read_values(reads, driver, device))
+        found = self._known.get(key)
+        if found is None:
+            found = self._known[key] = self._test(device, driver, pool)
+        return found
+
+    def for_slice(self, slice_: ResourceSlice) -> Result | None:
+        """The result every device of the slice gets, when the selector reads attributes
+        only and the devices agree on all of them (then one device is asked for all); else
+        None: ask device by device."""
+        devices = slice_.devices
+        if not self._plain or not devices:
+            return None
+        first = devices[0].attributes
+        for name in self._names:
+            value = first.get(name)
+            kind = type(value)
+            if kind is tuple:
+                return None
+            for device in devices:
+                other = device.attributes.get(name)
+                if type(other) is not kind or other != value:
+                    return None
+        return self(devices[0], slice_.driver, slice_.pool)
+
+
+def shared_by_values(reads: Reads | None, test: Test) -> SharedTest:
+    """See :class:`SharedTest`."""
+    return SharedTest(reads, test)

@@ -13,7 +13,9 @@ first-fit does, in the same bounded time, and the same input gives the same answ
 2. nodes with something in use come before untouched nodes: a claim breaks a wholly free
    node only when no used node can take it, which keeps whole nodes for 8-GPU claims;
 3. nodes without partitionable or shared devices first, so whole-GPU claims leave MIG
-   and shared GPUs to the claims that need them;
+   and shared GPUs to the claims that need them (read from the node's slices, so it is
+   known before the node is counted: a claim that only such devices can serve skips the
+   other nodes without counting any MIG node but the one it takes);
 4. locality: for a claim whose largest request asks for ``k`` devices, nodes where ``k``
    free whole devices share a ``pcieRoot`` come first, then nodes where they share a
    ``numaNode``, then the rest (an untouched node counts as local);
@@ -72,7 +74,7 @@ class NodeCapacity:
 
     free: int  # devices not held whole (MIG placements and shared devices included)
     untouched: bool  # nothing on the node is in use
-    flexible: bool  # some device is partitionable or shared (MIG, consumable capacity)
+    flexible: bool  # the node publishes partitionable or shared devices (MIG, shares)
     pools: Sequence[Pool] = ()
     state: AllocatedState | None = None
     _found: tuple[Counter[object], Counter[object]] | None = None
@@ -185,9 +187,11 @@ def _needs(device: Device) -> dict[CounterKey, float]:
     }
 
 
-def node_capacity(pools: Sequence[Pool], state: AllocatedState) -> NodeCapacity:
-    """Free devices of a node's usable pools, and whether anything there is in use."""
-    free, untouched, flexible = 0, True, False
+def node_capacity(pools: Sequence[Pool], state: AllocatedState, flexible: bool) -> NodeCapacity:
+    """Free devices of a node's usable pools, and whether anything there is in use.
+    ``flexible``: whether the node's slices publish partitionable or shared devices
+    (:meth:`~dra_jupyter.allocator.pools.SliceIndex.flexible`, known without the pools)."""
+    free, untouched = 0, True
     dedicated, shared = state.dedicated, state.shared
     for pool in pools:
         if not pool.usable:
@@ -202,8 +206,6 @@ def node_capacity(pools: Sequence[Pool], state: AllocatedState) -> NodeCapacity:
                 free += 1
                 if dev_id in shared:
                     untouched = False
-                if device.consumes_counters or device.allow_multiple_allocations:
-                    flexible = True
     return NodeCapacity(free, untouched, flexible, pools, state)
 
 
@@ -256,10 +258,11 @@ def node_key(cap: NodeCapacity, needed: int, largest: int, name: str | None) -> 
     return (cap.free < needed, cap.untouched, cap.flexible, _locality(cap, largest), name or "")
 
 
-def node_bound(name: str | None, untouched: bool) -> NodeKey:
+def node_bound(name: str | None, untouched: bool, flexible: bool) -> NodeKey:
     """A rank no node can beat: :func:`node_key` is never smaller. ``untouched`` only when
-    nothing the node could use is in use (then its key's ``untouched`` is true too)."""
-    return (False, untouched, False, 0, name or "")
+    nothing the node could use is in use (then its key's ``untouched`` is true too);
+    ``flexible`` as its key has it (read from the slices alone)."""
+    return (False, untouched, flexible, 0, name or "")
 
 
 def node_order(

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import itertools
 import random
+import weakref
 from typing import Any, Literal
 
 import pytest
@@ -208,7 +210,9 @@ def test_a_node_listed_after_the_scan_lists_what_it_lists_without_it(world: Worl
     for claim in claims:
         for request in claim.requests:
             for alt in request.alternatives:
-                scanned._inventory(alt, claim)
+                inventory = scanned._inventory(alt, claim)
+                for pool in inventory.pools():
+                    inventory.pool(pool)
                 for name in names:
                     mine, theirs = (
                         plain._listed(alt, claim, name),
@@ -306,3 +310,109 @@ def test_a_node_lists_from_its_own_pools_what_upstream_pools_give(
         fresh = Allocator(slices, nvidia.device_classes(), allocated, strategy)
         with pytest.raises(InvalidInputError, match=f"resource pool .*{spoiled}"):
             fresh.allocate([every])
+
+
+# --- counting pool by pool ----------------------------------------------------------------------
+
+
+@MANY_NODES
+@given(
+    st.lists(st.sampled_from(["hgx", "shared", "mig"]), min_size=1, max_size=12),
+    st.sampled_from(["valid", "invalid", "incomplete"]),
+    st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+    st.integers(0, 2**16),
+)
+def test_the_scan_never_counts_fewer_free_devices_than_a_node_lists(
+    kinds: list[str], how: str, share: float, seed: int
+) -> None:
+    """What the scan counts free in a node's pools, without counters and with them, is an
+    upper bound of what listing the node counts free (so a node it rules out could never
+    take the request), and counters only lower the count: on valid, invalid and incomplete
+    pools, with whole GPUs and MIG slices held."""
+    kinds = [*kinds, "mig"]
+    slices = spoil(cluster(kinds), f"node-{len(kinds) - 1:02d}", how)
+    allocated = held(kinds, random.Random(seed), share)
+    allocator = Allocator(slices, nvidia.device_classes(), allocated, "topology")
+    for wire in CLAIMS:
+        claim = allocator._prepare([wire])[0]
+        alt = claim.requests[0].alternatives[0]
+        found = allocator._inventory(alt, claim)
+        for name in allocator.node_names():
+            pools = allocator.catalog.pool_ids(name)
+            rough = sum(allocator._pool_free(alt, found, pool, exact=False) for pool in pools)
+            exact = sum(allocator._pool_free(alt, found, pool, exact=True) for pool in pools)
+            listed = allocator._free(alt, allocator._listed(alt, claim, name), name)
+            assert rough >= exact >= listed, (name, wire)
+
+
+@MANY_NODES
+@given(
+    st.lists(st.sampled_from(["hgx", "shared", "mig"]), min_size=2, max_size=24),
+    st.sampled_from([0.0, 0.5, 1.0]),
+    st.integers(0, 2**16),
+)
+def test_topology_rules_out_nodes_without_mig_or_shares_at_once_only_when_right(
+    kinds: list[str], share: float, seed: int
+) -> None:
+    """On a cluster of more nodes than it lists one by one, ``topology`` first asks whether
+    any node without partitionable or shared devices has a device for the claim; when none
+    has, it leaves them all out without counting them. It does so exactly when each of
+    them would fail at once, and plans the nodes in the order of the full sort."""
+    slices = cluster(kinds)
+    allocated = held(kinds, random.Random(seed), share)
+    classes = nvidia.device_classes()
+    for claim in CLAIMS:
+        parsed = [parse_resource_claim(claim)]
+
+        def fresh(scan_after: int) -> Allocator:
+            return Allocator(
+                slices,
+                classes,
+                allocated,
+                "topology",
+                share_id_factory=lambda: share_id(0),
+                scan_after=scan_after,
+            )
+
+        allocator = fresh(0)
+        hopeless = allocator._plain_nodes_hopeless(parsed)
+        plain = [name for name in allocator.node_names() if not allocator._flexible(name)]
+        reference = fresh(10**9)
+        if hopeless:
+            assert all(reference._too_few(parsed, name) for name in plain)
+        elif plain and "mig.nvidia.com" not in str(claim):
+            assert not hopeless  # whole-GPU claims: plain nodes have their devices
+        expected = full_sort(reference, [claim])
+        assert allocator.search_order([claim]) == expected
+        assert answer(allocator, [claim]) == answer(reference, [claim])
+
+
+def test_a_mig_claim_on_a_large_cluster_counts_one_mig_node() -> None:
+    """The case the shortcut is for: 40 plain nodes and 10 MIG nodes, nothing held; a MIG
+    claim leaves the plain nodes out at once and counts (builds the pools of) only the MIG
+    node it takes."""
+    kinds = ["hgx"] * 40 + ["mig"] * 10
+    allocator = Allocator(cluster(kinds), nvidia.device_classes(), [], "topology")
+    found = allocator.allocate([CLAIMS[4]])
+    assert found is not None and found[0].results[0].device.pool == "node-40"
+    assert list(allocator.holdings.capacities) == ["node-40"]
+
+
+def test_a_cold_allocator_is_freed_without_the_garbage_collector() -> None:
+    """An allocator and its caches (the catalog, the scan) hold no reference cycle: they go
+    as soon as the last reference does, not at the collector's next full pass, which on a
+    large inventory is a long pause."""
+    kinds = ["hgx"] * 20 + ["mig"] * 4
+    slices, classes = cluster(kinds), nvidia.device_classes()
+    gc.disable()
+    try:
+        for claim in CLAIMS:
+            allocator = Allocator(slices, classes, [], "topology", scan_after=0)
+            allocator.allocate([claim])
+            catalog = weakref.ref(allocator.catalog)
+            holdings = weakref.ref(allocator.holdings)
+            gone = weakref.ref(allocator)
+            del allocator
+            assert gone() is None and catalog() is None and holdings() is None, claim
+    finally:
+        gc.enable()
