@@ -151,12 +151,7 @@ class Allocator(NodeFilter):
         (unknown DeviceClass, bad CEL, a CEL error on a device, too many devices).
         """
         parsed = self._prepare(claims)
-        quick = all(
-            alt.allocation_mode == "ExactCount"
-            for claim in parsed
-            for request in claim.requests
-            for alt in request.alternatives
-        )
+        quick = exact_counts(parsed)
         if quick and node is None and (self._never_enough(parsed) or self._scanned_short(parsed)):
             return None
         for name in self._search_order(parsed, node, quick):
@@ -171,12 +166,7 @@ class Allocator(NodeFilter):
         """The nodes :meth:`allocate` plans, in its order, if none of them fits: the
         strategy's order less the nodes where the search must fail at once."""
         parsed = self._prepare(claims)
-        quick = all(
-            alt.allocation_mode == "ExactCount"
-            for claim in parsed
-            for request in claim.requests
-            for alt in request.alternatives
-        )
+        quick = exact_counts(parsed)
         return list(self._search_order(parsed, node, quick))
 
     def _search_order(
@@ -216,9 +206,10 @@ class Allocator(NodeFilter):
             if shape is not None:
                 order = self.holdings.orders.setdefault((shape, node), order)
         needed, largest = claims_need(claims)
+        plain = shape is not None and not self._plain_nodes_hopeless(claims)
 
         def key(name: str | None) -> NodeKey:
-            return node_key(self._node_capacity(name), needed, largest, name)
+            return node_key(self._node_capacity(name), needed, largest, name, plain)
 
         def keep(name: str | None) -> bool:
             return shape is None or not self._hopeless(claims, shape, name)
@@ -276,7 +267,8 @@ class Allocator(NodeFilter):
         one by one in this order and stops at the first that fits, as first-fit does in
         name order."""
         capacities = {name: self._node_capacity(name) for name in names}
-        return node_order(capacities, claims)
+        plain = exact_counts(claims) and not self._plain_nodes_hopeless(claims)
+        return node_order(capacities, claims, plain)
 
     def _node_capacity(self, name: str | None) -> NodeCapacity:
         """What is free on the node, kept while the slices and allocated claims are the same."""
@@ -664,6 +656,17 @@ class Allocator(NodeFilter):
                 )
             )
         return out
+
+
+def exact_counts(claims: Sequence[ResourceClaim]) -> bool:
+    """Whether every request of the claims asks for an exact count of devices (none for all
+    devices): only then can a node be ruled out by counting."""
+    return all(
+        alt.allocation_mode == "ExactCount"
+        for claim in claims
+        for request in claim.requests
+        for alt in request.alternatives
+    )
 
 
 def request_path(claim: ResourceClaim, request: ExactRequest) -> str:

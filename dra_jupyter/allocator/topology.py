@@ -11,7 +11,12 @@ first-fit does, in the same bounded time, and the same input gives the same answ
 
 1. nodes with fewer free devices than the claims need at least go last;
 2. nodes with something in use come before untouched nodes: a claim breaks a wholly free
-   node only when no used node can take it, which keeps whole nodes for 8-GPU claims;
+   node only when no used node can take it, which keeps whole nodes for 8-GPU claims. A
+   node with partitionable or shared devices ranks as untouched, though, for a claim that
+   nodes without them could serve, when it would take the node's last free whole device
+   (a GPU with no MIG slice or share in use): whole-GPU claims fill MIG and shared nodes
+   in use only while a whole GPU stays free there for the claims that only those nodes can
+   serve (without it, a burst of 3g claims finds every MIG GPU taken or cut up);
 3. nodes without partitionable or shared devices first, so whole-GPU claims leave MIG
    and shared GPUs to the claims that need them (read from the node's slices, so it is
    known before the node is counted: a claim that only such devices can serve skips the
@@ -77,20 +82,29 @@ class NodeCapacity:
     flexible: bool  # the node publishes partitionable or shared devices (MIG, shares)
     pools: Sequence[Pool] = ()
     state: AllocatedState | None = None
-    _found: tuple[Counter[object], Counter[object]] | None = None
+    _found: tuple[Counter[object], Counter[object], int] | None = None
 
     def groups(self) -> tuple[Counter[object], Counter[object]]:
         """Free whole devices per ``pcieRoot`` and per ``numaNode`` (computed when needed)."""
+        return self._count()[:2]
+
+    def whole(self) -> int:
+        """Free whole devices (computed when needed)."""
+        return self._count()[2]
+
+    def _count(self) -> tuple[Counter[object], Counter[object], int]:
         if self._found is None:
             roots: Counter[object] = Counter()
             numas: Counter[object] = Counter()
+            whole = 0
             state = self.state or AllocatedState()
             for device in _free_whole(self.pools, state):
                 roots[device.attributes.get(ROOT)] += 1
                 numas[device.attributes.get(NUMA)] += 1
+                whole += 1
             roots.pop(None, None)
             numas.pop(None, None)
-            self._found = (roots, numas)
+            self._found = (roots, numas, whole)
         return self._found
 
 
@@ -134,8 +148,9 @@ class _Counters:
         return all(self.left[k] == v for k, v in self.totals.items() if k[0] == set_name)
 
     def whole_free(self) -> Iterable[Device]:
-        """Devices that take all of an unused counter set (a whole MIG-capable GPU). Only
-        devices drawing on one set, on each of its counters above zero, are weighed."""
+        """Devices that take all of an unused counter set (a whole MIG-capable GPU), one per
+        set: the GPU and its 7g placement are one GPU. Only devices drawing on one set, on
+        each of its counters above zero, are weighed."""
         full: dict[str, dict[CounterKey, float]] = {}
         for key, value in self.totals.items():
             full.setdefault(key[0], {})[key] = value
@@ -160,6 +175,7 @@ class _Counters:
                     continue
                 needs = _needs(device)
                 if all(needs.get(k, 0.0) >= v for k, v in full.get(set_name, {}).items()):
+                    unused[set_name] = False  # counted: its other whole devices are not
                     yield device
 
     def fitting(self, set_name: str) -> list[dict[CounterKey, float]]:
@@ -253,9 +269,13 @@ def _locality(cap: NodeCapacity, count: int) -> int:
 NodeKey = tuple[bool, bool, bool, int, str]
 
 
-def node_key(cap: NodeCapacity, needed: int, largest: int, name: str | None) -> NodeKey:
-    """A node's rank (see the module's docstring): smaller is tried first."""
-    return (cap.free < needed, cap.untouched, cap.flexible, _locality(cap, largest), name or "")
+def node_key(
+    cap: NodeCapacity, needed: int, largest: int, name: str | None, plain: bool = False
+) -> NodeKey:
+    """A node's rank (see the module's docstring): smaller is tried first. ``plain``: the
+    claims could be served by nodes without partitionable or shared devices."""
+    kept = cap.untouched or (plain and cap.flexible and cap.whole() <= needed)
+    return (cap.free < needed, kept, cap.flexible, _locality(cap, largest), name or "")
 
 
 def node_bound(name: str | None, untouched: bool, flexible: bool) -> NodeKey:
@@ -266,11 +286,15 @@ def node_bound(name: str | None, untouched: bool, flexible: bool) -> NodeKey:
 
 
 def node_order(
-    capacities: dict[str | None, NodeCapacity], claims: Sequence[ResourceClaim]
+    capacities: dict[str | None, NodeCapacity],
+    claims: Sequence[ResourceClaim],
+    plain: bool = False,
 ) -> list[str | None]:
-    """The nodes to try, best first (see the module's docstring)."""
+    """The nodes to try, best first (see the module's docstring and :func:`node_key`)."""
     needed, largest = claims_need(claims)
-    return sorted(capacities, key=lambda name: node_key(capacities[name], needed, largest, name))
+    return sorted(
+        capacities, key=lambda name: node_key(capacities[name], needed, largest, name, plain)
+    )
 
 
 class LazyOrder:

@@ -8,7 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 
 from dra_jupyter.allocator import Allocator
+from dra_jupyter.allocator.core import exact_counts
 from dra_jupyter.allocator.pools import usable_devices
+from dra_jupyter.allocator.topology import claims_need
 from dra_jupyter.inventory import mig, nvidia
 from tests.allocator.test_properties import PROFILE, World, make_allocator, node_of, worlds
 
@@ -103,6 +105,21 @@ def test_whole_gpus_leave_mig_gpus_alone_while_plain_ones_are_free() -> None:
     assert placed(slices, allocated, wanted(1), "topology") == {"n2/gpu-1"}
 
 
+def test_whole_gpus_leave_the_last_whole_gpu_of_a_mig_node_in_use() -> None:
+    """A MIG node in use is filled before an untouched plain node, but a whole-GPU claim
+    does not take its last whole GPU: that one stays for MIG claims, which only it serves."""
+    allocated = [held("a", "n1", "gpu-0-mig-1g18gb-19-0")]
+    two = [nvidia.hgx_node("n2"), *mig.h200_mig_node("n1", gpus=2)]
+    assert placed(two, allocated, wanted(1), "topology") == {"n2/gpu-0"}
+    three = [nvidia.hgx_node("n2"), *mig.h200_mig_node("n1", gpus=3)]
+    assert placed(three, allocated, wanted(1), "topology") in ({"n1/gpu-1"}, {"n1/gpu-2"})
+    assert placed(three, allocated, wanted(2), "topology") == {"n2/gpu-0", "n2/gpu-1"}
+    # with no untouched plain node to break, the last whole GPU is taken after all
+    used = [*allocated, held("b", "n2", *(f"gpu-{i}" for i in range(7)))]
+    assert placed(two, used, wanted(1), "topology") == {"n2/gpu-7"}
+    assert placed(two, [*used, held("c", "n2", "gpu-7")], wanted(1), "topology") == {"n1/gpu-1"}
+
+
 def test_a_mig_slice_keeps_a_3g_placement_open() -> None:
     slices = mig.h200_mig_node("n1", gpus=2)
     allocated = [held("a", "n1", "gpu-0-mig-1g18gb-19-6")]
@@ -128,6 +145,8 @@ def test_shares_fill_a_gpu_already_shared() -> None:
 def test_an_untouched_node_is_used_only_when_no_used_node_can_take_the_claims(
     world: World,
 ) -> None:
+    """... unless the used node has partitionable or shared devices and the claims, which
+    other nodes could serve, would take its last free whole device."""
     claims = world.claim_objects()
     allocator = make_allocator(world, "topology")
     found = allocator.allocate(claims)
@@ -143,6 +162,12 @@ def test_an_untouched_node_is_used_only_when_no_used_node_can_take_the_claims(
     assert chosen is not None
     if used(chosen):
         return
+    parsed = allocator._prepare(claims)
+    needed, _ = claims_need(parsed)
+    plain = exact_counts(parsed) and not allocator._plain_nodes_hopeless(parsed)
     for name in world.nodes:
         if name != chosen and used(name):
+            cap = allocator._node_capacity(name)
+            if plain and cap.flexible and cap.whole() <= needed:
+                continue  # a node with MIG or shares keeps its last whole device
             assert make_allocator(world, "topology").allocate(claims, node=name) is None, name
