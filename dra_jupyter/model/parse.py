@@ -9,6 +9,7 @@ accepted by a cluster (CEL is compiled separately, by the allocator).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -105,7 +106,7 @@ class _Ctx:
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise self.fail(path, f"must be a quantity such as 40Gi, not {value!r}")
         try:
-            return Quantity.parse(value)
+            return _quantity(value)
         except ValueError as err:
             raise self.fail(path, str(err), "write a quantity such as 80Gi, 500m or 4") from err
 
@@ -243,7 +244,27 @@ def _scalar(ctx: _Ctx, kind: str, value: Any, path: str) -> bool | int | str | V
     text = ctx.string(value, path)
     if len(text) > limits.MAX_ATTRIBUTE_STRING_LENGTH:
         raise ctx.fail(path, f"is longer than {limits.MAX_ATTRIBUTE_STRING_LENGTH} characters")
-    return Version(text) if kind == "version" else text
+    return _version(text) if kind == "version" else text
+
+
+# Parsed values, shared: an inventory repeats a few quantities, versions and capacities on
+# every device (the counters of 20,000 MIG placements on 1,000 nodes are about 350,000
+# quantities of a few dozen values). One immutable object per text keeps memory down and
+# the collector's full passes short (they visit every object a process holds). ``typed``:
+# the integer 1 and the text "1" are kept apart, and True is never taken for 1.
+@functools.lru_cache(maxsize=4096, typed=True)
+def _quantity(value: str | int) -> Quantity:
+    return Quantity.parse(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _version(text: str) -> Version:
+    return Version(text)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _plain_capacity(value: str | int) -> DeviceCapacity:
+    return DeviceCapacity(value=_quantity(value))
 
 
 def _qualified_keys(ctx: _Ctx, raw: Mapping[str, Any], path: str) -> None:
@@ -256,6 +277,8 @@ def _qualified_keys(ctx: _Ctx, raw: Mapping[str, Any], path: str) -> None:
 def _capacity(ctx: _Ctx, raw: Any, path: str) -> DeviceCapacity:
     m = ctx.mapping(raw, path, required=True)
     value = ctx.quantity(m.get("value"), f"{path}.value")
+    if m.get("requestPolicy") is None:
+        return _plain_capacity(m["value"])
     policy = None
     if m.get("requestPolicy") is not None:
         p = ctx.mapping(m.get("requestPolicy"), f"{path}.requestPolicy")

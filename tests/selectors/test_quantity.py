@@ -7,14 +7,18 @@ Expected values marked "corpus" come from apimachinery's
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dra_jupyter.errors import ObjectError
+from dra_jupyter.model.parse import parse_resource_slice
 from dra_jupyter.model.quantity import Format, Quantity
 
 GI = 2**30
+Wire = dict[str, Any]
 
 
 @pytest.mark.parametrize(
@@ -212,8 +216,21 @@ def _oracle_decimal(value: Fraction) -> tuple[int, int]:
 @given(quantities)
 def test_canonical_round_trip(quantity: Quantity) -> None:
     text = str(quantity)
-    assert Quantity.parse(text) == quantity
-    assert str(Quantity.parse(text)) == text  # the canonical form is a fixed point
+    parsed = Quantity.parse(text)
+    assert parsed == quantity
+    # the canonical form of what was parsed is a fixed point; the first text need not be:
+    # a BinarySI value that no binary suffix writes prints as a plain number, which parses
+    # as DecimalSI (upstream too: 47000 in BinarySI prints "47000", read back "47k")
+    assert str(Quantity.parse(str(parsed))) == str(parsed)
+    if quantity.format != "BinarySI":
+        assert str(parsed) == text
+
+
+def test_a_binary_si_value_without_a_binary_suffix_reads_back_as_decimal() -> None:
+    binary = Quantity.from_value(47000, "BinarySI")
+    assert str(binary) == "47000"
+    assert (Quantity.parse("47000").format, str(Quantity.parse("47000"))) == ("DecimalSI", "47k")
+    assert str(Quantity.from_value(47 * 1024, "BinarySI")) == "47Ki"
 
 
 @given(values)
@@ -241,3 +258,52 @@ def test_compare_add_sub_match_fractions(a: Quantity, b: Quantity) -> None:
     assert (a + b).value == a.value + b.value
     assert (a - b).value == a.value - b.value
     assert (a + b).format == (b.format if a.value == 0 else a.format)
+
+
+# --- parsed objects are shared ------------------------------------------------------------------
+
+
+def _slice(memory: str, cores: str | int, version: str = "1.2.3") -> Wire:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"s-{memory.lower()}"},
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": "n1",
+            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"dev-{i}",
+                    "attributes": {"driverVersion": {"version": version}},
+                    "capacity": {"memory": {"value": memory}, "cores": {"value": cores}},
+                }
+                for i in range(3)
+            ],
+        },
+    }
+
+
+def test_parsing_shares_equal_texts_and_keeps_each_texts_own_format() -> None:
+    """A quantity, version or capacity written the same way is one object across devices
+    and slices (a large inventory holds few distinct values, and the garbage collector
+    visits every object); quantities equal in value but written differently keep their own
+    text, and the integer 1 is not the string "1", nor True."""
+    binary, decimal = (
+        parse_resource_slice(_slice("1Gi", 4)),
+        parse_resource_slice(_slice("1073741824", "4")),
+    )
+    again = parse_resource_slice(_slice("1Gi", 4))
+    first, second = binary.devices[0].capacity["memory"], binary.devices[2].capacity["memory"]
+    assert first is second and first is again.devices[0].capacity["memory"]
+    assert (
+        binary.devices[0].attributes["driverVersion"]
+        is again.devices[1].attributes["driverVersion"]
+    )
+    other = decimal.devices[0].capacity["memory"]
+    assert other.value == first.value and other is not first
+    assert (str(first.value), str(other.value)) == ("1Gi", "1073741824")
+    assert str(binary.devices[0].capacity["cores"].value) == "4"
+    assert str(decimal.devices[0].capacity["cores"].value) == "4"
+    with pytest.raises(ObjectError, match="must be a quantity"):
+        parse_resource_slice(_slice("1Gi", True))
