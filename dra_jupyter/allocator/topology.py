@@ -9,7 +9,8 @@ first-fit does, in the same bounded time, and the same input gives the same answ
 **Nodes** are ranked by what is in use on them, counted without any selector
 (:func:`node_capacity`), by these keys in turn (:func:`node_order`):
 
-1. nodes with fewer free devices than the claims need at least go last;
+1. nodes with fewer free devices than the claims need at least go last (unless one of them
+   allows several allocations: it may serve several requests);
 2. nodes with something in use come before untouched nodes: a claim breaks a wholly free
    node only when no used node can take it, which keeps whole nodes for 8-GPU claims. A
    node with partitionable or shared devices ranks as untouched, though, for a claim that
@@ -82,6 +83,7 @@ class NodeCapacity:
     flexible: bool  # the node publishes partitionable or shared devices (MIG, shares)
     pools: Sequence[Pool] = ()
     state: AllocatedState | None = None
+    shareable: bool = False  # a free device allows several allocations: it may serve many
     _found: tuple[Counter[object], Counter[object], int] | None = None
 
     def groups(self) -> tuple[Counter[object], Counter[object]]:
@@ -207,7 +209,7 @@ def node_capacity(pools: Sequence[Pool], state: AllocatedState, flexible: bool) 
     """Free devices of a node's usable pools, and whether anything there is in use.
     ``flexible``: whether the node's slices publish partitionable or shared devices
     (:meth:`~dra_jupyter.allocator.pools.SliceIndex.flexible`, known without the pools)."""
-    free, untouched = 0, True
+    free, untouched, shareable = 0, True, False
     dedicated, shared = state.dedicated, state.shared
     for pool in pools:
         if not pool.usable:
@@ -222,7 +224,8 @@ def node_capacity(pools: Sequence[Pool], state: AllocatedState, flexible: bool) 
                 free += 1
                 if dev_id in shared:
                     untouched = False
-    return NodeCapacity(free, untouched, flexible, pools, state)
+                shareable = shareable or device.allow_multiple_allocations
+    return NodeCapacity(free, untouched, flexible, pools, state, shareable)
 
 
 def _free_whole(pools: Sequence[Pool], state: AllocatedState) -> Iterable[Device]:
@@ -275,7 +278,9 @@ def node_key(
     """A node's rank (see the module's docstring): smaller is tried first. ``plain``: the
     claims could be served by nodes without partitionable or shared devices."""
     kept = cap.untouched or (plain and cap.flexible and cap.whole() <= needed)
-    return (cap.free < needed, kept, cap.flexible, _locality(cap, largest), name or "")
+    # a device that allows several allocations can serve several requests of the claims
+    short = cap.free < needed and not cap.shareable
+    return (short, kept, cap.flexible, _locality(cap, largest), name or "")
 
 
 def node_bound(name: str | None, untouched: bool, flexible: bool) -> NodeKey:

@@ -120,6 +120,25 @@ def test_whole_gpus_leave_the_last_whole_gpu_of_a_mig_node_in_use() -> None:
     assert placed(two, [*used, held("c", "n2", "gpu-7")], wanted(1), "topology") == {"n1/gpu-1"}
 
 
+def test_a_shared_device_counts_for_every_request_it_can_serve() -> None:
+    """A node with fewer free devices than the claim's requests is not ranked out when one
+    of them allows several allocations: the used shares node serves three shares from its
+    one free GPU before an untouched one is started."""
+    slices = [nvidia.hgx_node("n1", shares=4), nvidia.hgx_node("n2", shares=4)]
+    allocated = [
+        held("whole", "n1", *(f"gpu-{i}" for i in range(7))),
+        held("share", "n1", "gpu-7", share=True),
+    ]
+    request: Wire = {
+        "deviceClassName": "gpu.nvidia.com",
+        "selectors": [{"cel": {"expression": "device.allowMultipleAllocations"}}],
+        "capacity": {"requests": {"memory": "20Gi"}},
+    }
+    claim = wanted()
+    claim["spec"]["devices"]["requests"] = [{"name": f"r{i}", "exactly": request} for i in range(3)]
+    assert placed(slices, allocated, claim, "topology") == {"n1/gpu-7"}
+
+
 def test_a_mig_slice_keeps_a_3g_placement_open() -> None:
     slices = mig.h200_mig_node("n1", gpus=2)
     allocated = [held("a", "n1", "gpu-0-mig-1g18gb-19-6")]
