@@ -77,6 +77,15 @@ def in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
+def execution_count() -> int | None:
+    """The number of the cell the kernel runs now (IPython's ``execution_count``)."""
+    from IPython import get_ipython  # noqa: PLC0415  # in a kernel only
+
+    shell = get_ipython()
+    count = getattr(shell, "execution_count", None)
+    return count if isinstance(count, int) else None
+
+
 def _caller_level() -> int:
     """The ``stacklevel`` that points a warning at the first frame outside this package."""
     package = str(Path(__file__).parent)
@@ -129,6 +138,7 @@ class Claim:
         self._record = record
         self._released = False
         self._card: ClaimCard | None = None
+        self._card_cell: int | None = None  # the cell whose output shows the card already
         self.notes: list[str] = []
 
     @property
@@ -251,8 +261,13 @@ class Claim:
     def _repr_mimebundle_(
         self, include: Any = None, exclude: Any = None
     ) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
-        """In a notebook: the claim card; elsewhere (a terminal, a plain process): text."""
-        bundle = self.card()._repr_mimebundle_() if in_kernel() else None
+        """In a notebook: the claim card, unless the cell that made the claim shows it
+        already (it waited there); elsewhere (a terminal, a plain process): text."""
+        if not in_kernel() or (
+            self._card_cell is not None and self._card_cell == execution_count()
+        ):
+            return {"text/plain": repr(self)}
+        bundle = self.card()._repr_mimebundle_()
         if bundle is None:
             return {"text/plain": repr(self)}
         data, metadata = bundle

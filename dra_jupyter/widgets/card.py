@@ -146,6 +146,9 @@ class CardReporter:
         if self.card is not None:
             self.card.bind(claim)
             claim._card = self.card
+            from dra_jupyter.api import execution_count  # noqa: PLC0415  # api imports us
+
+            claim._card_cell = execution_count()  # this cell shows it: not twice
 
     def failed(self, message: str) -> None:
         if self.card is not None:

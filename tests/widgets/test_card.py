@@ -117,3 +117,32 @@ def test_a_request_from_another_thread_shows_no_card(kernel: Kernel, session: Se
         assert opened(kernel, "ClaimCard") == []
     finally:
         held.release()
+
+
+def test_a_claim_that_waited_in_its_cell_shows_its_card_once(
+    kernel: Kernel, session: Session
+) -> None:
+    """``dra.request(..., timeout=...)`` as a cell's last line (not assigned): the card shown
+    while it waited is the claim's card, so the cell's result is text, not a second card;
+    displayed from another cell, the claim shows its card again."""
+    everything = session.request(gpu=8, apply_env=False)
+    msg_id = kernel.send("dra.request(gpu=1, timeout='10m', name='once')")
+    kernel.read_until(
+        lambda m: m["msg_type"] == "display_data" and WIDGET_MIME in m["content"]["data"]
+    )
+    start = len(kernel.iopub)
+    everything.release()
+    assert kernel.wait(msg_id)["status"] == "ok"
+    mine = [m for m in kernel.iopub if m["parent_header"].get("msg_id") == msg_id]
+    outputs = [m for m in mine if m["msg_type"] in ("display_data", "execute_result")]
+    cards = [m for m in outputs if WIDGET_MIME in m["content"]["data"]]
+    assert len(cards) == 1 and cards[0]["msg_type"] == "display_data"
+    (result,) = [m for m in kernel.iopub[start:] if m["msg_type"] == "execute_result"]
+    assert set(result["content"]["data"]) == {"text/plain"}
+    assert result["content"]["data"]["text/plain"].startswith("<Claim once")
+    again = kernel.run("_")  # the claim, the last cell's result, displayed from this one
+    (shown,) = [m for m in again if m["msg_type"] == "execute_result"]
+    assert (
+        shown["content"]["data"][WIDGET_MIME]["model_id"]
+        == cards[0]["content"]["data"][WIDGET_MIME]["model_id"]
+    )
