@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +82,45 @@ def test_stop_leaves_nothing_listening(tmp_path: Path) -> None:
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists()
     assert testenv.stop(tmp_path / "state") is False
+
+
+def _gone(pid: int) -> bool:
+    """Whether the process has exited (a zombie no one reaped yet counts as exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_control_plane_started_for_a_test_run_dies_with_it(tmp_path: Path) -> None:
+    """A process that started a control plane with ``die_with_parent`` (as the tests'
+    session fixture does) is killed with SIGKILL, so it cannot stop anything: the kernel
+    kills etcd, kube-apiserver, kube-controller-manager and kube-scheduler with it."""
+    testenv.build()
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from tests.k8s import testenv\n"
+        "cluster = testenv.start(Path(sys.argv[1]), die_with_parent=True)\n"
+        "print(' '.join(str(c.pid) for c in cluster.components), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    pids: list[int] = []
+    with subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "state")],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as runner:
+        try:
+            assert runner.stdout is not None
+            pids.extend(int(pid) for pid in runner.stdout.readline().split())
+            assert len(pids) == 4 and not any(_gone(pid) for pid in pids)
+        finally:
+            runner.kill()
+    deadline = time.monotonic() + 60
+    while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [pid for pid in pids if not _gone(pid)] == []

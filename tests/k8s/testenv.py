@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -98,6 +99,7 @@ class Cluster:
     kubeconfig: Path
     components: list[Component] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
+    die_with_parent: bool = False  # components get SIGKILL when the process that started them dies
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def save(self) -> None:
@@ -181,9 +183,22 @@ def _stop_one(component: Component, child: subprocess.Popen[bytes] | None, timeo
     raise TestenvError(f"k8s-testenv stop: {component.name} (pid {component.pid}) did not exit")
 
 
+def _killed_with(parent: int) -> None:
+    """In a component, before it starts: ask Linux for SIGKILL when the thread that started
+    it dies (``prctl(PR_SET_PDEATHSIG)``), so a test run that is itself killed (SIGKILL, an
+    out-of-memory kill) leaves no control plane behind; exit at once if it died already."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != parent:
+        os._exit(1)
+
+
+PR_SET_PDEATHSIG = 1
+
+
 def _spawn(cluster: Cluster, name: str, args: Sequence[str]) -> None:
     log = cluster.state_dir / "logs" / f"{name}.log"
     log.parent.mkdir(exist_ok=True)
+    parent = os.getpid()
     with log.open("ab") as out:
         child = subprocess.Popen(
             [str(bin_dir() / name), *args],
@@ -191,6 +206,7 @@ def _spawn(cluster: Cluster, name: str, args: Sequence[str]) -> None:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop() signals the whole group
+            preexec_fn=(lambda: _killed_with(parent)) if cluster.die_with_parent else None,  # noqa: PLW1509
         )
     start_time = _start_time(child.pid) or ""
     cluster.components.append(Component(name, child.pid, start_time, str(log)))
@@ -228,9 +244,13 @@ def _healthy(cluster: Cluster, port: int, path: str = "/healthz") -> Any:
     return check
 
 
-def start(state_dir: Path, *, timeout: float = START_TIMEOUT_S) -> Cluster:
+def start(
+    state_dir: Path, *, timeout: float = START_TIMEOUT_S, die_with_parent: bool = False
+) -> Cluster:
     """Start etcd, kube-apiserver, kube-controller-manager and kube-scheduler; return once
-    all answer healthy and the ``default`` service account exists (pods can be created)."""
+    all answer healthy and the ``default`` service account exists (pods can be created).
+    ``die_with_parent``: the components are killed when this process dies (a test run);
+    without it they outlive it (``scripts/k8s-testenv start``) until ``stop``."""
     if not is_built():
         raise TestenvError(
             f"k8s-testenv start: the binaries are not built in {cache_dir()}; run "
@@ -254,7 +274,9 @@ def start(state_dir: Path, *, timeout: float = START_TIMEOUT_S) -> Cluster:
     }
     ports["kube-scheduler"] = free_port()
     server = f"https://127.0.0.1:{ports['kube-apiserver']}"
-    cluster = Cluster(state_dir, server, state_dir / "kubeconfig", ports=ports)
+    cluster = Cluster(
+        state_dir, server, state_dir / "kubeconfig", ports=ports, die_with_parent=die_with_parent
+    )
     for user in ("admin", "kube-scheduler", "kube-controller-manager"):
         path = cluster.kubeconfig if user == "admin" else state_dir / f"{user}.kubeconfig"
         write_kubeconfig(path, server, pki, user)
