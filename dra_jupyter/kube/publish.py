@@ -89,7 +89,9 @@ class Publisher:
             ),
         ):
             for wanted in objects:
-                body = {**wanted, "metadata": {"generateName": "dra-jupyter-check-"}}
+                # its own metadata (labels, annotations) but a generated name: checked too
+                meta = {k: v for k, v in wanted["metadata"].items() if k != "name"}
+                body = {**wanted, "metadata": {**meta, "generateName": "dra-jupyter-check-"}}
                 self.call(
                     f"publish-slices: {kind} {wanted['metadata']['name']} (nothing was changed)",
                     create,

@@ -153,11 +153,11 @@ def test_a_refused_slice_leaves_the_cluster_as_it_was(
     """The API server validates everything (dry run) before publish-slices writes anything."""
     inventory = simulated.load("h200-shared")
     [one] = inventory.slices
-    for device in one["spec"]["devices"]:  # validRange without the default it requires
-        del device["capacity"]["memory"]["requestPolicy"]["default"]
+    # a label the API server refuses: the loader reads no labels of a slice
+    one["metadata"] = {"labels": {"bad key!": "x"}}
     one["spec"] = {**one["spec"], "nodeName": "refused-node-1"}
     one["spec"]["pool"] = {**one["spec"]["pool"], "name": "refused-node-1"}
-    one["metadata"] = {"name": "refused-node-1-gpus"}
+    one["metadata"]["name"] = "refused-node-1-gpus"
     path = tmp_path / "slices.yaml"
     path.write_text(yaml.safe_dump_all([one, *inventory.device_classes]))
     code, out, err = run("--inventory", str(path), "--kubeconfig", str(kubeconfig))
@@ -165,7 +165,7 @@ def test_a_refused_slice_leaves_the_cluster_as_it_was(
     assert err.startswith(
         "error: publish-slices: ResourceSlice refused-node-1-gpus (nothing was changed): "
     )
-    assert "requestPolicy.default: Required value: required when validRange is defined" in err
+    assert 'metadata.labels: Invalid value: "bad key!"' in err
     assert err.count("\n") == 1
     nodes = [to_wire(api, n)["metadata"]["name"] for n in client.CoreV1Api(api).list_node().items]
     assert "refused-node-1" not in nodes
