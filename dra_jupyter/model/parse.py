@@ -305,7 +305,39 @@ def _capacity(ctx: _Ctx, raw: Any, path: str) -> DeviceCapacity:
         if values and valid_range:
             raise ctx.fail(ppath, "must not set both validValues and validRange")
         policy = RequestPolicy(default=default, valid_values=values, valid_range=valid_range)
+        _check_policy(ctx, policy, ppath)
     return DeviceCapacity(value=value, request_policy=policy)
+
+
+def _check_policy(ctx: _Ctx, policy: RequestPolicy, path: str) -> None:
+    """What the API server checks of a request policy's default (as kube-apiserver 1.37
+    answers it): one beside validValues or validRange, and inside them. (It also refuses
+    options above the capacity's value; upstream's own allocator tests hold such devices,
+    so they are left to the allocator, which never grants more than the value.)"""
+    default, values, valid = policy.default, policy.valid_values, policy.valid_range
+    kind = "validValues" if values else "validRange" if valid is not None else ""
+    if kind and default is None:
+        raise ctx.fail(
+            f"{path}.default",
+            f"is required when {kind} is set",
+            "give the amount a request that does not ask for this capacity consumes",
+        )
+    if values and default not in values:
+        raise ctx.fail(f"{path}.default", f"{default} is not one of validValues")
+    if valid is None or default is None:
+        return
+    if default < valid.min:
+        raise ctx.fail(f"{path}.default", f"{default} is less than validRange.min {valid.min}")
+    if valid.max is not None and default > valid.max:
+        raise ctx.fail(f"{path}.default", f"{default} is more than validRange.max {valid.max}")
+    if valid.step is not None and valid.step.value > 0:
+        steps = (default.value - valid.min.value) / valid.step.value
+        if steps.denominator != 1:
+            raise ctx.fail(
+                f"{path}.default",
+                f"{default} is not validRange.min {valid.min} plus a whole number of "
+                f"steps of {valid.step}",
+            )
 
 
 def _counters(ctx: _Ctx, raw: Any, path: str) -> dict[str, Quantity]:

@@ -429,14 +429,17 @@ def policies(draw: st.DrawFn, memory: int) -> Policy | None:
     if kind == "values":
         choices = [v for v in (8, 16, 40, 80) if v <= memory]
         values = tuple(sorted(set(draw(st.lists(st.sampled_from(choices), min_size=1)))))
-        default = draw(st.sampled_from((None, *values)))
+        default = draw(st.sampled_from(values))  # the API server requires one, among them
         return Policy(default=default, values=values)
     low = draw(st.sampled_from([4, 8, 16]))
     step = draw(st.sampled_from([4, 8]))
     aligned = list(range(low, memory + 1, step))
     high = draw(st.sampled_from((None, *[v for v in aligned if v >= 16])))
     top = high if high is not None else memory
-    default = draw(st.sampled_from((None, *[v for v in aligned if v <= top][:4])))
+    defaults = [v for v in aligned if v <= top][:4]
+    if not defaults:  # min above the capacity: the API server refuses such a range
+        return None
+    default = draw(st.sampled_from(defaults))  # required, in the range, on a step
     return Policy(default=default, min=low, step=step, max=high)
 
 

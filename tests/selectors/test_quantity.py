@@ -307,3 +307,58 @@ def test_parsing_shares_equal_texts_and_keeps_each_texts_own_format() -> None:
     assert str(decimal.devices[0].capacity["cores"].value) == "4"
     with pytest.raises(ObjectError, match="must be a quantity"):
         parse_resource_slice(_slice("1Gi", True))
+
+
+# --- request policies: what kube-apiserver 1.37 refuses (measured with a dry-run create) ------
+
+
+def _policy_slice(policy: Wire) -> Wire:
+    spec = _slice("80Gi", 4)
+    memory = {"value": "80Gi", "requestPolicy": policy}
+    device = {**spec["spec"]["devices"][0], "allowMultipleAllocations": True}
+    spec["spec"]["devices"] = [{**device, "capacity": {"memory": memory}}]
+    return spec
+
+
+RANGE = {"min": "1Gi", "step": "1Gi"}
+
+
+@pytest.mark.parametrize(
+    ("policy", "problem"),
+    [
+        ({"validRange": RANGE}, "is required when validRange is set"),
+        ({"validValues": ["1Gi", "2Gi"]}, "is required when validValues is set"),
+        ({"default": "512Mi", "validRange": RANGE}, "512Mi is less than validRange.min 1Gi"),
+        (
+            {"default": "4Gi", "validRange": {"min": "1Gi", "max": "2Gi"}},
+            "4Gi is more than validRange.max 2Gi",
+        ),
+        (
+            {"default": "1536Mi", "validRange": RANGE},
+            "1536Mi is not validRange.min 1Gi plus a whole number of steps of 1Gi",
+        ),
+        ({"default": "3Gi", "validValues": ["1Gi", "2Gi"]}, "3Gi is not one of validValues"),
+    ],
+)
+def test_a_request_policy_the_api_server_refuses_is_refused(policy: Wire, problem: str) -> None:
+    with pytest.raises(ObjectError) as caught:
+        parse_resource_slice(_policy_slice(policy))
+    text = str(caught.value)
+    assert f"capacity[memory].requestPolicy.default: {problem}" in text, text
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"default": "1Gi"},
+        {"default": "90Gi"},  # above the value: the API server takes it
+        {"default": "2Gi", "validRange": {"min": "1Gi", "step": "1Gi", "max": "4Gi"}},
+        {"default": "1Gi", "validRange": {"min": "1Gi", "step": "3Gi"}},
+        {"default": "0", "validRange": {"min": "0"}},
+        {"default": "1Gi", "validValues": ["1Gi", "2Gi"]},
+    ],
+)
+def test_a_request_policy_the_api_server_takes_is_taken(policy: Wire) -> None:
+    found = parse_resource_slice(_policy_slice(policy)).devices[0].capacity["memory"]
+    assert found.request_policy is not None
+    assert str(found.request_policy.default) == policy["default"]
