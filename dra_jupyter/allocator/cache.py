@@ -172,6 +172,7 @@ class Catalog:
         # per shape: whether a node without partitionable or shared devices has a device
         self.plain_match: dict[Shape, bool] = {}
         self._shared_ids: frozenset[PoolID] | None = None
+        self._users: dict[PoolID, set[str | None]] | None = None  # see nodes_using
 
     def same_inputs(self, *given: Sequence[object]) -> bool:
         """Whether ``(slices, classes, nodes)`` are the very objects this catalog was built from."""
@@ -239,6 +240,21 @@ class Catalog:
             local = self.index.local.get(name, ()) if name is not None else ()
             found = self._pool_ids[name] = self._shared_ids.union(s.pool_id for s in local)
         return found
+
+    def nodes_using(self, pool: PoolID) -> set[str | None]:
+        """Every node whose answers may depend on the pool: the nodes of its slices, every
+        node (and ``None``) for a pool of slices of no one node, and the nodes whose gathered
+        pools hold it (a pool seen through its counter slices)."""
+        if self._users is None:
+            users: dict[PoolID, set[str | None]] = {}
+            for name, slices in self.index.local.items():
+                for s in slices:
+                    users.setdefault(s.pool_id, set()).add(name)
+            everyone: set[str | None] = {*self.node_names(), None}
+            for s in self.index.shared:
+                users[s.pool_id] = everyone
+            self._users = users
+        return self._users.get(pool, set()) | self.pool_nodes.get(pool, set())
 
     def remember(self, shape: Shape, name: str | None, listed: Listed) -> None:
         """Keep a node's list, and the bound over nodes once every node is listed."""
@@ -369,7 +385,7 @@ def _carry_over(old: Holdings, new: Holdings, catalog: Catalog) -> None:
     affected: set[str | None] = set()
     changed = _changed_pools(old.state, new.state)
     for pool in changed:
-        affected |= catalog.pool_nodes.get(pool, set())
+        affected |= catalog.nodes_using(pool)
     new.counters = {k: v for k, v in dict(old.counters).items() if k not in changed}
     new.raw_counters = {k: v for k, v in dict(old.raw_counters).items() if k not in changed}
     new.pool_free = _unchanged_pools(old.pool_free, changed)

@@ -314,14 +314,18 @@ class NodeFilter:
 
     def _raw_counters_left(self, pool_id: PoolID) -> CounterTotals:
         """The pool's counters less what allocated claims consume, from its slices without
-        gathering the pool; empty (nothing known) when its slices are not one generation
-        or define a counter set twice (the pool is then incomplete or invalid, or a node
-        listing it sees another generation)."""
+        gathering the pool; empty (nothing known) when its slices are not one generation,
+        not as many as the pool says it has, or define a counter set twice (a node listing
+        the pool could then see other slices, or none)."""
         left = self.holdings.raw_counters.get(pool_id)
         if left is None:
             slices = self.catalog.index.by_pool.get(pool_id, [])
             sets: dict[str, CounterSet] = {}
-            usable = len({s.generation for s in slices}) == 1
+            # one generation, complete as published: then a node listing the pool sees all
+            # of its slices (its own, and the others as other_slices), so the same counters
+            usable = len({s.generation for s in slices}) == 1 and all(
+                s.resource_slice_count == len(slices) for s in slices
+            )
             for s in slices:
                 for cs in s.shared_counters:
                     usable = usable and cs.name not in sets

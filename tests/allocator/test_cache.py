@@ -153,6 +153,25 @@ def test_a_claim_that_comes_and_goes_is_seen(strategy: Strategy) -> None:
 
 
 @pytest.mark.parametrize("strategy", ["first-fit", "topology"])
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_node_ruled_out_by_the_scan_is_counted_again_when_its_devices_are_freed(
+    strategy: Strategy, count: int
+) -> None:
+    """20 nodes (more than are listed one by one before the scan), every GPU held: no
+    node can take the claim, most of them ruled out by the scan without gathering their
+    pools. When n18's claims go, n18 is counted again (its answer was not kept)."""
+    gpus = [f"g{i}" for i in range(count)]
+    slices = [node_slice(f"n{i:02d}", *(gpu(g) for g in gpus)) for i in range(20)]
+    held = [held_gpu(f"h{i:02d}{g}", f"n{i:02d}", g) for i in range(20) for g in gpus]
+    want = [claim("c1", request("r", "c", count))]
+    cache = AllocatorCache()
+    assert run(slices, want, held, strategy, cache) is None
+    freed = [h for h in held if not h["metadata"]["name"].startswith("h18")]
+    assert run(slices, want, freed, strategy, cache) == [("n18", g) for g in gpus]
+    assert run(slices, want, freed, strategy) == [("n18", g) for g in gpus]  # as a fresh one
+
+
+@pytest.mark.parametrize("strategy", ["first-fit", "topology"])
 def test_new_slices_replace_what_was_learned_from_the_old(strategy: Strategy) -> None:
     want = [claim("c1", request("r", "c", 1, selectors=[f"device.attributes['{DRIVER}'].m > 1"]))]
     cache = AllocatorCache()

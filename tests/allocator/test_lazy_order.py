@@ -24,6 +24,19 @@ from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory import mig, nvidia
 from dra_jupyter.model.objects import ResourceClaim
 from dra_jupyter.model.parse import parse_resource_claim
+from tests.allocator import builders
+from tests.allocator.builders import (
+    ALL_NODES,
+    allocated_claim,
+    counter_set,
+    device,
+    device_allocation_result,
+    device_class,
+    device_counter_consumption,
+    resource_pool,
+    slice_with_counter_sets,
+    slice_with_devices,
+)
 
 from .test_properties import PROFILE, World, as_dicts, class_objects, share_id, worlds
 
@@ -31,6 +44,7 @@ Wire = dict[str, Any]
 MANY_NODES = settings(PROFILE, max_examples=40)  # each example makes dozens of allocators
 Strategy = Literal["first-fit", "topology"]
 GPU = nvidia.DRIVER
+DRIVER_X = "d.example.com"
 
 
 def full_sort(allocator: Allocator, claims: list[Wire]) -> list[str | None]:
@@ -416,3 +430,34 @@ def test_a_cold_allocator_is_freed_without_the_garbage_collector() -> None:
             assert gone() is None and catalog() is None and holdings() is None, claim
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_scan_reads_no_counters_of_a_pool_that_publishes_more_slices_than_it_says(
+    strategy: Strategy,
+) -> None:
+    """Pool p says 2 slices and publishes 3 (counters; node a's; node b's, whose device
+    takes all of the counter and is held). Node a gathers its slice as the whole pool and
+    sees all the counter left, so a0 is free there; the scan must not count less (it
+    would read b0's use from the third slice) and skip node a."""
+    pool = resource_pool("p", slice_count=2)
+
+    def uses(amount: str) -> list[Wire]:
+        return [device_counter_consumption("cs", {"mem": amount})]
+
+    counters = counter_set("cs", {"mem": "2"})
+    slices = [
+        slice_with_counter_sets("p-counters", ALL_NODES, pool, DRIVER_X, counters),
+        slice_with_devices("p-a", "a", pool, DRIVER_X, device("a0", consumes_counters=uses("1"))),
+        slice_with_devices("p-b", "b", pool, DRIVER_X, device("b0", consumes_counters=uses("2"))),
+    ]
+    held = [allocated_claim("h", device_allocation_result("r", DRIVER_X, "p", "b0"))]
+    want = [builders.claim("want", builders.request("r", "c"))]
+    answers = {
+        n: Allocator(slices, [device_class("c", DRIVER_X)], held, strategy, scan_after=n).allocate(
+            want
+        )
+        for n in (0, 10**9)
+    }
+    assert [r.node for r in answers[10**9] or []] == ["a"]
+    assert answers[0] == answers[10**9]
