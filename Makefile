@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint typecheck pytest demo lab bench bench-latency bench-placement clean
+.PHONY: install test lint typecheck layers pytest demo lab bench bench-latency bench-placement clean
 
 install: $(STAMP)
 
@@ -30,6 +30,9 @@ pytest: install $(CHROMIUM)
 typecheck: install
 	$(BIN)/mypy
 
+layers: install
+	$(BIN)/lint-imports --no-cache
+
 lint: install
 	$(BIN)/ruff check dra_jupyter tests benchmarks
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks
@@ -38,6 +41,7 @@ test: install $(CHROMIUM)
 	$(BIN)/ruff check dra_jupyter tests benchmarks
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache  # the layers: [tool.importlinter] in pyproject.toml
 	$(BIN)/python scripts/k8s-testenv build  # Kubernetes for tests/k8s: once, then cached
 	$(BIN)/python -m pytest -q
 

@@ -43,7 +43,7 @@ from dra_jupyter.inventory import nvidia
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
-from dra_jupyter.local.owners import Owner
+from dra_jupyter.types import Owner
 
 TOKEN = "bench-token"
 NODES = 16  # 8 GPUs each

@@ -33,6 +33,19 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 
+def _session() -> Session:
+    """The default session; in a kernel shown through the notebook's view (claim cards)."""
+    from dra_jupyter.kernelinfo import in_kernel  # noqa: PLC0415  # keeps import cheap
+
+    if in_kernel():
+        from dra_jupyter.widgets.notebook import notebook_session  # noqa: PLC0415
+
+        return notebook_session()
+    from dra_jupyter.api import default_session  # noqa: PLC0415
+
+    return default_session()
+
+
 def request(**kwargs: Any) -> Claim:
     """Get devices: ``request(gpu=2, memory="80Gi", same="pcieRoot", timeout="5m")``.
 
@@ -42,9 +55,7 @@ def request(**kwargs: Any) -> Claim:
     in line), ``lease`` (release after this long), ``name``, ``apply_env`` (set
     CUDA_VISIBLE_DEVICES and friends in this process, default True).
     """
-    from dra_jupyter.api import default_session  # noqa: PLC0415  # keeps import cheap
-
-    return default_session().request(**kwargs)
+    return _session().request(**kwargs)
 
 
 def run(command: Any = None, **kwargs: Any) -> Run:
@@ -53,53 +64,39 @@ def run(command: Any = None, **kwargs: Any) -> Run:
     :func:`request`, and ``image``, ``name``, ``timeout`` (to be placed, '5m'),
     ``start_timeout`` (for the node to start it, '5m'), ``node_selector``. Needs the
     Kubernetes backend; see :mod:`dra_jupyter.kube.run`."""
-    from dra_jupyter.api import default_session  # noqa: PLC0415
-
-    return default_session().run(command, **kwargs)
+    return _session().run(command, **kwargs)
 
 
 def devices() -> Table[DeviceRow]:
     """Every device of the inventory, with its state and holder; ``.to_pandas()``."""
-    from dra_jupyter.api import default_session  # noqa: PLC0415
-
-    return default_session().devices()
+    return _session().devices()
 
 
 def claims(*, all_users: bool = False) -> Table[ClaimRow]:
     """Your live claims (everyone's with ``all_users=True``); ``.to_pandas()``."""
-    from dra_jupyter.api import default_session  # noqa: PLC0415
-
-    return default_session().claims(all_users=all_users)
+    return _session().claims(all_users=all_users)
 
 
 def claim(name: str) -> Claim:
     """A live claim by name."""
-    from dra_jupyter.api import default_session  # noqa: PLC0415
-
-    return default_session().claim(name)
+    return _session().claim(name)
 
 
 def release(name: str) -> bool:
     """Release one of your claims by name; False if it was already gone."""
-    from dra_jupyter.api import default_session  # noqa: PLC0415
-
-    return default_session().release(name)
+    return _session().release(name)
 
 
 def release_all() -> list[str]:
     """Release all your claims; returns their names."""
-    from dra_jupyter.api import default_session  # noqa: PLC0415
-
-    return default_session().release_all()
+    return _session().release_all()
 
 
 def history(device: str | list[str], *, last: str | float = "10m") -> pd.DataFrame:
     """Utilisation, memory and temperature of a device (``"gpu-0"`` or its full
     ``driver/pool/device``) over the ``last`` minutes, as a DataFrame; a claim's own:
     ``claim.history()``. Simulated inventories give made-up values (column ``simulated``)."""
-    from dra_jupyter.api import default_session  # noqa: PLC0415
-
-    return default_session().history(device, last=last)
+    return _session().history(device, last=last)
 
 
 def load_ipython_extension(ipython: Any) -> None:

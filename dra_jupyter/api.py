@@ -1,8 +1,13 @@
 """The Python API: ``dra.request(gpu=2)``, ``dra.devices()``, ``dra.claims()``.
 
-A :class:`Session` ties settings, an inventory, the ledger and the local backend
+A :class:`Session` ties settings, an owner and a :class:`~dra_jupyter.types.Backend`
 together; the module-level functions of :mod:`dra_jupyter` use one default session,
 made on first use (importing the package does nothing).
+
+This module knows neither widgets nor which backend it holds: it asks the backend's
+:class:`~dra_jupyter.types.Capabilities`, and shows claims through the session's
+:class:`ClaimView` (text here; :mod:`dra_jupyter.widgets.notebook` gives a notebook its
+cards).
 """
 
 from __future__ import annotations
@@ -11,36 +16,33 @@ import inspect
 import math
 import os
 import sys
-import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
 from dra_jupyter.allocator import STRATEGIES, Explanation
+from dra_jupyter.backends import open_backend
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.durations import format_duration, parse_duration
 from dra_jupyter.envvars import accelerator_runtime_loaded, environment_for
 from dra_jupyter.errors import (
     AllocationError,
-    DraJupyterError,
+    ClaimNotFoundError,
     DraJupyterWarning,
     InvalidInputError,
+    NeverPossibleError,
     ObjectError,
 )
 from dra_jupyter.hints import impossible_hint
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.inventory.resolve import resolve_inventory
-from dra_jupyter.local.backend import LocalBackend, Waiting
-from dra_jupyter.local.ledger import ClaimRecord, Ledger
-from dra_jupyter.local.owners import Owner
-from dra_jupyter.settings import BACKENDS, Settings, resolve_backend
+from dra_jupyter.settings import BACKENDS, Settings
 from dra_jupyter.tables import (
     CLAIM_COLUMNS,
     CLUSTER_CLAIM_COLUMNS,
@@ -52,38 +54,16 @@ from dra_jupyter.tables import (
     cluster_claim_rows,
     device_rows,
 )
+from dra_jupyter.types import Backend, ClaimRecord, OnWait, Owner, Waiting
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dra_jupyter.backends import Backend
-    from dra_jupyter.kube.backend import KubernetesBackend
     from dra_jupyter.kube.run import Command, Run
     from dra_jupyter.metrics.recorder import Recorder
-    from dra_jupyter.widgets.card import CardReporter, ClaimCard
 
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
 HISTORY_STEP = 5.0  # seconds between the points of a simulated device's history
-
-
-def in_kernel() -> bool:
-    """Whether this process is a Jupyter kernel (ipykernel's IPython): not a plain Python
-    process, not IPython in a terminal. Imports nothing unless ipykernel is loaded."""
-    if "ipykernel" not in sys.modules:
-        return False
-    from IPython import get_ipython  # noqa: PLC0415  # loaded already when ipykernel is
-
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-def execution_count() -> int | None:
-    """The number of the cell the kernel runs now (IPython's ``execution_count``)."""
-    from IPython import get_ipython  # noqa: PLC0415  # in a kernel only
-
-    shell = get_ipython()
-    count = getattr(shell, "execution_count", None)
-    return count if isinstance(count, int) else None
 
 
 def _caller_level() -> int:
@@ -97,23 +77,62 @@ def _caller_level() -> int:
     return max(level, 1)
 
 
-def _device_keys(record: ClaimRecord) -> list[str]:
-    """``driver/pool/device`` of each device of a claim."""
-    return [
-        f"{r['driver']}/{r['pool']}/{r['device']}"
-        for r in record.allocation.get("devices", {}).get("results", [])
-    ]
-
-
-def _describe(spec: Mapping[str, Any]) -> str:
+def describe(spec: Mapping[str, Any]) -> str:
+    """A request as typed, for the lines that say where it stands."""
     return ", ".join(f"{k}={v!r}" for k, v in spec.items()) or "devices"
 
 
-class _QueueReporter:
+class WaitReporter(Protocol):
+    """Told where a waiting request stands (``on_wait``), then how the wait ended."""
+
+    def __call__(self, waiting: Waiting) -> None: ...
+
+    def allocated(self, claim: Claim) -> None: ...
+
+    def failed(self, message: str) -> None: ...
+
+
+class ClaimView(Protocol):
+    """How a session shows its claims: :class:`TextView` here; the notebook's
+    (:class:`dra_jupyter.widgets.notebook.NotebookView`) shows cards."""
+
+    def reporter(self, what: str, simulated: bool) -> WaitReporter:
+        """The reporter of a request that may wait (``what``: the request as typed)."""
+
+    def mimebundle(self, claim: Claim) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
+        """What a notebook displays for the claim."""
+
+    def changed(self, claim: Claim) -> None:
+        """The claim changed in this process (released): update what shows it."""
+
+    def card(self, claim: Claim) -> Any:
+        """The claim's card widget (one per claim: the one shown while it waited)."""
+
+
+class TextView:
+    """Claims as text; a waiting request says where it stands on stderr."""
+
+    def reporter(self, what: str, simulated: bool) -> WaitReporter:
+        return QueueReporter(what)
+
+    def mimebundle(self, claim: Claim) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
+        return {"text/plain": repr(claim)}
+
+    def changed(self, claim: Claim) -> None:
+        return None
+
+    def card(self, claim: Claim) -> Any:
+        raise InvalidInputError(
+            f"claim {claim.name}: a card is a notebook widget; in a kernel, "
+            "dra.claim(name).card() or display(claim) shows it"
+        )
+
+
+class QueueReporter:
     """Says on stderr where a waiting request stands, each time its place changes."""
 
-    def __init__(self, spec: Mapping[str, Any]) -> None:
-        self.what = _describe(spec)
+    def __init__(self, what: str) -> None:
+        self.what = what
         self.last: int | None = None
 
     def __call__(self, waiting: Waiting) -> None:
@@ -128,6 +147,12 @@ class _QueueReporter:
             file=sys.stderr,
         )
 
+    def allocated(self, claim: Claim) -> None:
+        return None
+
+    def failed(self, message: str) -> None:
+        return None
+
 
 class Claim:
     """Devices held for you. Use ``.env``, ``.devices``; give them back with ``.release()``
@@ -137,8 +162,7 @@ class Claim:
         self._session = session
         self._record = record
         self._released = False
-        self._card: ClaimCard | None = None
-        self._card_cell: int | None = None  # the cell whose output shows the card already
+        self.view: Any = None  # what the session's ClaimView keeps for this claim (its card)
         self.notes: list[str] = []
 
     @property
@@ -167,9 +191,13 @@ class Claim:
     def allocation(self) -> dict[str, Any]:
         """``status.allocation`` (Kubernetes: empty until kube-scheduler allocates it for a
         pod; read again from the cluster until then)."""
-        kube = self._session.kube
-        if kube is not None and not self._released and not self._record.allocation:
-            self._record = kube.record(self.name) or self._record
+        backend = self._session.backend
+        if (
+            backend.capabilities.allocates_later
+            and not self._released
+            and not self._record.allocation
+        ):
+            self._record = backend.record(self.name) or self._record
         return self._record.allocation
 
     @property
@@ -215,8 +243,7 @@ class Claim:
 
     def explain(self) -> Explanation:
         """Whether this claim's request could be met now, and if not why (per device stage)."""
-        kube = self._session.kube
-        held = kube.holders() if kube is not None else self._session.backend.claims(all_users=True)
+        held = self._session.backend.holders()
         me = (self._record.namespace, self.name)
         others = [r for r in held if (r.namespace, r.name) != me]
         return self._session.backend.allocator(others).explain([self._record.spec])
@@ -227,8 +254,7 @@ class Claim:
             return False
         self._released = True
         released = self._session.backend.release(self.name)
-        if self._card is not None and threading.current_thread() is threading.main_thread():
-            self._card.refresh()  # its card says so at once (widgets: main thread only)
+        self._session.view.changed(self)  # its card says so at once
         return released
 
     def history(self) -> pd.DataFrame:
@@ -236,42 +262,23 @@ class Claim:
         (one row per device and time; ``simulated`` says whether the values are made up)."""
         end = math.inf
         if self.state == "released":
-            backend = self._session.backend
-            releases = backend.ledger.releases(1000) if isinstance(backend, LocalBackend) else []
-            ended = [r.time for r in releases if r.name == self.name]
-            end = max(ended) if ended else time.time()
-        keys = self._device_keys()
+            ended = self._session.backend.released_at(self.name)
+            end = time.time() if ended is None else ended
+        keys = self._record.device_keys
         return self._session.history(
             keys, since=self._record.created, held={k: [(self._record.created, end)] for k in keys}
         )
 
-    def _device_keys(self) -> list[str]:
-        return _device_keys(self._record)
-
-    def card(self) -> ClaimCard:
-        """This claim's card widget (one per claim: the one shown while it waited)."""
-        if self._card is None:
-            from dra_jupyter.widgets.card import ClaimCard  # noqa: PLC0415  # widgets on use
-
-            self._card = ClaimCard(self)
-        else:
-            self._card.refresh()
-        return self._card
+    def card(self) -> Any:
+        """This claim's card widget, in a notebook (the one shown while it waited)."""
+        return self._session.view.card(self)
 
     def _repr_mimebundle_(
         self, include: Any = None, exclude: Any = None
     ) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
-        """In a notebook: the claim card, unless the cell that made the claim shows it
-        already (it waited there); elsewhere (a terminal, a plain process): text."""
-        if not in_kernel() or (
-            self._card_cell is not None and self._card_cell == execution_count()
-        ):
-            return {"text/plain": repr(self)}
-        bundle = self.card()._repr_mimebundle_()
-        if bundle is None:
-            return {"text/plain": repr(self)}
-        data, metadata = bundle
-        return {**data, "text/plain": repr(self)}, metadata
+        """What the session's view shows: in a notebook the claim card (unless the cell
+        that made the claim shows it already), elsewhere text."""
+        return self._session.view.mimebundle(self)
 
     def to_dict(self) -> dict[str, Any]:
         """The ResourceClaim, with ``status.allocation``."""
@@ -299,7 +306,7 @@ class Claim:
 
 
 class Session:
-    """Settings, inventory, ledger and backend for one user (and optionally one kernel)."""
+    """Settings, owner and backend for one user (and optionally one kernel)."""
 
     def __init__(
         self,
@@ -307,67 +314,38 @@ class Session:
         *,
         inventory: Inventory | None = None,
         owner: Owner | None = None,
+        backend: Backend | None = None,
+        view: ClaimView | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
         self._inventory = inventory
-        self.owner = owner or Owner.current(kernel_id=os.environ.get(KERNEL_ID_ENV) or None)
+        self.owner = owner or (
+            backend.owner
+            if backend is not None
+            else Owner.current(kernel_id=os.environ.get(KERNEL_ID_ENV) or None)
+        )
+        if backend is not None:
+            self.backend = backend
+        self.view: ClaimView = view or TextView()
 
     @cached_property
-    def kind(self) -> str:
-        """``local`` or ``kubernetes`` (``auto`` resolved)."""
-        return resolve_backend(self.settings)
+    def backend(self) -> Backend:
+        """Where claims are made: the settings' backend, opened on first use."""
+        return open_backend(self.settings, self.owner, self._inventory)
 
     @property
     def inventory(self) -> Inventory:
         """The devices: the configured inventory, or the cluster's ResourceSlices and
         DeviceClasses (read once, again on ``dra.devices()``)."""
         if self._inventory is None:
-            kube = self.kube
-            self._inventory = (
-                kube.inventory() if kube is not None else resolve_inventory(self.settings.inventory)
-            )
+            self._inventory = self.backend.inventory()
         return self._inventory
 
-    @cached_property
+    @property
     def namespace(self) -> str:
         """Where claims live: the setting, else (Kubernetes) the pod's or the kubeconfig
         context's namespace, else ``default``."""
-        if self.settings.namespace:
-            return self.settings.namespace
-        kube = self.kube
-        return kube.namespace if kube is not None else "default"
-
-    @cached_property
-    def backend(self) -> Backend:
-        if self.kind == "kubernetes":
-            from dra_jupyter.kube.backend import KubernetesBackend  # noqa: PLC0415  # on use
-
-            return KubernetesBackend(self.settings, self.owner)
-        return LocalBackend(
-            self.inventory,
-            Ledger(self.settings.ledger),
-            self.owner,
-            strategy=self.settings.strategy,
-            poll_interval=self.settings.poll_interval,
-        )
-
-    @property
-    def kube(self) -> KubernetesBackend | None:
-        """The Kubernetes backend, when it is this session's."""
-        if self.kind != "kubernetes":
-            return None
-        return self.backend  # type: ignore[return-value]
-
-    @property
-    def local(self) -> LocalBackend:
-        """The local backend (the Jupyter server extension's ledger)."""
-        backend = self.backend
-        if not isinstance(backend, LocalBackend):
-            raise InvalidInputError(
-                "the Jupyter server extension's REST API keeps claims in the local ledger; "
-                "set DRA_JUPYTER_BACKEND=local for the server (kernels may use kubernetes)"
-            )
-        return backend
+        return self.backend.namespace
 
     @cached_property
     def metrics(self) -> Recorder:
@@ -407,7 +385,7 @@ class Session:
         kernel, takes one); the live board shows the server extension's longer history."""
         from dra_jupyter.metrics.history import to_frame  # noqa: PLC0415
 
-        if self.kind == "kubernetes":
+        if not self.backend.capabilities.devices_here:
             raise InvalidInputError(
                 "dra.history: device metrics come from this machine (NVML); the Kubernetes "
                 "backend's devices are on the cluster's nodes: use the cluster's monitoring "
@@ -420,7 +398,7 @@ class Session:
         spans: dict[str, list[tuple[float, float]]] = {k: list(v) for k, v in (held or {}).items()}
         live = set()
         for record in self.backend.claims(all_users=True):
-            for key in _device_keys(record):
+            for key in record.device_keys:
                 spans.setdefault(key, []).append((record.created, math.inf))
                 live.add(key)
         self.metrics.sample(live, now)
@@ -453,22 +431,49 @@ class Session:
         lease: str | float | None = None,
         name: str = "",
         apply_env: bool = True,
-        on_wait: Callable[[Waiting], None] | None = None,
+        on_wait: OnWait | None = None,
         reserve: bool = False,
         **spec: Any,
     ) -> Claim:
         """Get devices now (``timeout=0``), or wait for them up to ``timeout`` ('5m').
         Kubernetes: ``reserve=True`` allocates the claim at once with our allocator (see
         :mod:`dra_jupyter.kube.reserve` for its risk), instead of when a pod uses it."""
-        kube = self.kube
-        if reserve and kube is None:
-            raise InvalidInputError(
-                "dra.request: reserve=True applies to the Kubernetes backend; the local "
-                "backend allocates at once anyway"
-            )
+        backend = self.backend
+        caps = backend.capabilities
+        if reserve and not caps.reserve:
+            backend.reserve  # noqa: B018  # its error says why, before anything is made
+            raise InvalidInputError(f"dra.request: reserve=True does not apply on {caps.where}")
         wait = parse_duration(timeout, what="timeout")
         lease_s = parse_duration(lease, what="lease")
         claim = self.build(spec, name)
+        self.check_possible(spec, claim)
+        reporter: WaitReporter | None = None
+        if not caps.waits:
+            wait = 0  # a claim is created at once; kube-scheduler allocates it for a pod
+        if on_wait is None and wait != 0:
+            on_wait = reporter = self.view.reporter(describe(spec), self.inventory.simulated)
+        try:
+            record = backend.allocate(
+                claim, timeout=wait, lease=lease_s, on_wait=on_wait, checked=True
+            )
+        except BaseException as err:  # an interrupt too: a card must not wait forever
+            if reporter is not None:
+                reporter.failed("interrupted" if isinstance(err, KeyboardInterrupt) else str(err))
+            raise
+        if reserve:
+            record = backend.reserve(record)
+        result = Claim(self, record)
+        if apply_env and caps.devices_here:  # a cluster's devices go to its pods, not here
+            result.notes = result.apply_env()
+            for note in result.notes:
+                warnings.warn(note, DraJupyterWarning, stacklevel=_caller_level())
+        if reporter is not None:
+            reporter.allocated(result)
+        return result
+
+    def check_possible(self, spec: Mapping[str, Any], claim: dict[str, Any]) -> None:
+        """Raise :class:`NeverPossibleError`, in the user's terms where we can (``no device
+        with memory >= 200Gi; the largest is ...``), when the claim could never be met."""
         try:
             self.backend.check_possible(claim)
         except (AllocationError, ObjectError) as err:
@@ -477,37 +482,7 @@ class Session:
             if hint is None:
                 raise
             explanation = err.explanation if isinstance(err, AllocationError) else None
-            raise AllocationError(f"dra.request: {hint}", explanation) from None
-        card: CardReporter | None = None
-        if self.kind == "kubernetes":
-            wait = 0  # a claim is created at once; kube-scheduler allocates it for a pod
-        if on_wait is None and wait != 0:
-            # a card in the notebook instead of lines on stderr; only from the kernel's main
-            # thread (ipykernel 7 loses widget messages sent from other threads)
-            if in_kernel() and threading.current_thread() is threading.main_thread():
-                from dra_jupyter.widgets.card import CardReporter  # noqa: PLC0415
-
-                on_wait = card = CardReporter(_describe(spec), self.inventory.simulated)
-            else:
-                on_wait = _QueueReporter(spec)
-        try:
-            record = self.backend.allocate(
-                claim, timeout=wait, lease=lease_s, on_wait=on_wait, checked=True
-            )
-        except BaseException as err:  # an interrupt too: the card must not wait forever
-            if card is not None:
-                card.failed("interrupted" if isinstance(err, KeyboardInterrupt) else str(err))
-            raise
-        if reserve and kube is not None:
-            record = kube.reserve(record)
-        result = Claim(self, record)
-        if apply_env and kube is None:  # a cluster's devices go to its pods, not here
-            result.notes = result.apply_env()
-            for note in result.notes:
-                warnings.warn(note, DraJupyterWarning, stacklevel=_caller_level())
-        if card is not None:
-            card.allocated(result)
-        return result
+            raise NeverPossibleError(f"dra.request: {hint}", explanation) from None
 
     def run(
         self,
@@ -522,9 +497,7 @@ class Session:
     ) -> Run:
         """Run ``command`` in a pod with devices (Kubernetes backend; see
         :mod:`dra_jupyter.kube.run`)."""
-        from dra_jupyter.kube.run import launch  # noqa: PLC0415  # the client on use
-
-        return launch(
+        return self.backend.launch(
             self,
             command,
             spec,
@@ -536,28 +509,25 @@ class Session:
         )
 
     def devices(self) -> Table[DeviceRow]:
-        kube = self.kube
-        if kube is not None:
-            self._inventory = kube.inventory()  # the cluster's slices now
-            held = kube.holders()
-        else:
-            held = self.backend.claims(all_users=True)
+        if self._inventory is None or self.backend.capabilities.allocates_later:
+            self._inventory = self.backend.inventory(refresh=True)  # the cluster's slices now
+        held = self.backend.holders()
         inv = self.inventory
         title = f"{inv.description}" + (" (SIMULATED)" if inv.simulated else "")
         return Table(device_rows(inv.slices, held), DEVICE_COLUMNS, title=title)
 
     def claims(self, *, all_users: bool = False) -> Table[ClaimRow]:
-        kube = self.kube
-        if kube is not None:
-            rows = cluster_claim_rows(kube.claims_with_state(all_users=all_users))
-            return Table(rows, CLUSTER_CLAIM_COLUMNS, title=f"namespace {kube.namespace}")
+        backend = self.backend
+        if backend.capabilities.claim_states:
+            rows = cluster_claim_rows(backend.claims_with_state(all_users=all_users))
+            return Table(rows, CLUSTER_CLAIM_COLUMNS, title=f"namespace {backend.namespace}")
         return Table(claim_rows(self.backend.claims(all_users=all_users)), CLAIM_COLUMNS)
 
     def claim(self, name: str) -> Claim:
         for record in self.backend.claims(all_users=True):
             if record.name == name:
                 return Claim(self, record)
-        raise DraJupyterError(f"claim {name} does not exist (it may have been released)")
+        raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
 
     def release(self, name: str) -> bool:
         return self.backend.release(name)
@@ -581,6 +551,7 @@ class _Default:
 
 
 def default_session() -> Session:
+    """The session of :mod:`dra_jupyter`'s functions and the magics (made on first use)."""
     if _Default.session is None:
         _Default.session = Session()
     return _Default.session

@@ -1,50 +1,39 @@
-"""What a backend offers the Python API and the magics: :class:`Backend`.
+"""Which backend a session gets: :func:`open_backend`, the one place that knows the kinds.
 
-Two backends implement it: :class:`~dra_jupyter.local.backend.LocalBackend` (this machine,
-the SQLite ledger, the embedded allocator) and
-:class:`~dra_jupyter.kube.backend.KubernetesBackend` (ResourceClaims in a namespace, allocated
-by kube-scheduler when a pod uses them). Claims travel as
-:class:`~dra_jupyter.local.ledger.ClaimRecord`: the ResourceClaim and its ``status.allocation``
-(empty while a Kubernetes claim waits for a pod).
+``local`` is :class:`~dra_jupyter.local.backend.LocalBackend` (this machine's devices, the
+SQLite ledger); ``kubernetes`` is :class:`~dra_jupyter.kube.backend.KubernetesBackend`
+(ResourceClaims in a namespace); ``auto`` is kubernetes in a pod with a service account,
+else local. Each is imported only when it is chosen: the Kubernetes client loads only for
+the Kubernetes backend. What a backend offers is :class:`dra_jupyter.types.Backend`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
+
+from dra_jupyter.inventory.resolve import resolve_inventory
+from dra_jupyter.settings import Settings, resolve_backend
 
 if TYPE_CHECKING:
-    from dra_jupyter.allocator import Allocator
-    from dra_jupyter.local.backend import Waiting
-    from dra_jupyter.local.ledger import ClaimRecord
-
-Wire = dict[str, Any]
+    from dra_jupyter.inventory.base import Inventory
+    from dra_jupyter.types import Backend, Owner
 
 
-class Backend(Protocol):
-    def check_possible(self, claim: Wire) -> None:
-        """Raise AllocationError when the claim could never be met on these devices."""
+def open_backend(settings: Settings, owner: Owner, inventory: Inventory | None = None) -> Backend:
+    """The backend ``settings`` name, for ``owner``; ``inventory`` replaces the local
+    backend's configured one (a simulated inventory in tests and benchmarks)."""
+    if resolve_backend(settings) == "kubernetes":
+        from dra_jupyter.kube.backend import KubernetesBackend  # noqa: PLC0415  # on use
 
-    def allocate(
-        self,
-        claim: Wire,
-        *,
-        timeout: float | None = 0.0,
-        lease: float | None = None,
-        on_wait: Callable[[Waiting], None] | None = None,
-        checked: bool = False,
-    ) -> ClaimRecord:
-        """Make the claim (the local backend allocates it at once, or waits in line)."""
+        return KubernetesBackend(settings, owner)
+    from dra_jupyter.local.backend import LocalBackend  # noqa: PLC0415
+    from dra_jupyter.local.ledger import Ledger  # noqa: PLC0415
 
-    def release(self, name: str) -> bool:
-        """Give the claim back; False when it was gone already."""
-
-    def claims(self, *, all_users: bool = False) -> list[ClaimRecord]:
-        """This user's live claims (everyone's with ``all_users``)."""
-
-    def allocator(self, held: list[ClaimRecord]) -> Allocator:
-        """The embedded allocator over these devices, with ``held`` taken (for explain)."""
-
-    def state(self, name: str) -> str:
-        """``allocated``, ``pending``, ``reserved``, ``released``, or ``deleted`` (gone, not
-        by this process's release)."""
+    return LocalBackend(
+        inventory if inventory is not None else resolve_inventory(settings.inventory),
+        Ledger(settings.ledger),
+        owner,
+        strategy=settings.strategy,
+        poll_interval=settings.poll_interval,
+        namespace=settings.namespace,
+    )

@@ -11,8 +11,8 @@ from dra_jupyter.api import Session
 from dra_jupyter.claimspec import INTEGER_KEYS
 from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import InvalidInputError
-from dra_jupyter.local.owners import Owner
 from dra_jupyter.settings import Settings
+from dra_jupyter.types import Owner
 
 
 def add_local_commands(sub: Any) -> None:

@@ -1,18 +1,38 @@
 """The one error hierarchy of dra-jupyter.
 
-Every error a user can cause or meet derives from :class:`DraJupyterError`,
-and its message says where (which object, claim, request or field), what is
-wrong, and what to do about it::
+Every error a user can cause or meet derives from :class:`DraJupyterError`, and its
+message says where (which object, claim, request or field), what is wrong, and what to
+do about it. Every backend raises these; the CLI's exit code, the REST API's status and
+the magics' one line are decided by the class alone::
 
-    DraJupyterError
-    ├── InvalidInputError          input that can never be accepted (exit code 2)
-    │   ├── ObjectError            a malformed Kubernetes object or field
-    │   └── SelectorError          CEL that does not compile, is too costly,
-    │                              or fails while it is evaluated on a device
-    ├── AllocationError            a claim that cannot be allocated (exit code 1);
-    │                              carries the structured explanation
-    └── ClusterError               the Kubernetes API server could not be reached, or
-                                   refused a request (exit code 3)
+    DraJupyterError                       CLI exit  REST
+    ├── InvalidInputError                 2         400   input that can never be accepted
+    │   ├── ObjectError                                    a malformed Kubernetes object or field
+    │   └── SelectorError                                  CEL that does not compile, is too
+    │                                                      costly, or fails on a device
+    ├── NotFoundError                     2         404   no such claim or kernel (any more)
+    │   ├── ClaimNotFoundError
+    │   └── KernelNotFoundError
+    ├── ForbiddenError                    2         403   another user's claim
+    ├── AllocationError                   1         409   no allocation exists now; carries
+    │   │                                                  the structured explanation
+    │   ├── BusyError                     1         409   the devices are held by others (or
+    │   │                                                  the wait in line ran out)
+    │   ├── LimitError                    1         409   over the per-user device limit
+    │   └── NeverPossibleError            1         422   could not be met even on idle devices
+    ├── UnavailableError                  3         503   something we depend on failed
+    │   ├── ClusterError                                   the Kubernetes API server could not
+    │   │                                                  be reached, or refused a request
+    │   ├── LedgerError                                    the ledger cannot be opened or read
+    │   ├── DiscoveryError                                 NVML cannot be used
+    │   └── KernelRestartError                             a kernel could not be restarted
+    └── MagicError                                         what a %dra line met, as one line
+
+Warnings: :class:`DraJupyterWarning` (something to know that does not stop the work).
+
+In IPython a ``DraJupyterError`` shows as its message alone, in red (its
+``_render_traceback_``): a user error is not a bug, so no traceback. Anything else keeps
+its traceback.
 """
 
 from __future__ import annotations
@@ -22,9 +42,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from dra_jupyter.allocator.explain import Explanation
 
+_RED, _RESET = "\x1b[31m", "\x1b[0m"
+
 
 class DraJupyterError(Exception):
     """Base class of every error raised by dra-jupyter."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows instead of a traceback: the message (see the module doc)."""
+        return [f"{_RED}{self}{_RESET}"]
 
 
 class InvalidInputError(DraJupyterError):
@@ -62,8 +88,21 @@ class SelectorError(InvalidInputError):
         super().__init__(text)
 
 
-class DraJupyterWarning(UserWarning):
-    """Something the user should know that does not stop the work (e.g. CUDA already loaded)."""
+class NotFoundError(DraJupyterError):
+    """A claim or kernel that does not exist (any more)."""
+
+
+class ClaimNotFoundError(NotFoundError):
+    """No claim of that name (it may have been released)."""
+
+
+class KernelNotFoundError(NotFoundError):
+    """No kernel of that id runs on this server."""
+
+
+class ForbiddenError(DraJupyterError):
+    """The claim belongs to another user: only its owner (or an admin) may see or release
+    it."""
 
 
 class AllocationError(DraJupyterError):
@@ -74,7 +113,25 @@ class AllocationError(DraJupyterError):
         super().__init__(message)
 
 
-class ClusterError(DraJupyterError):
+class BusyError(AllocationError):
+    """The devices that could serve the request are held by others now (or the wait in
+    line ran out): it may be met later."""
+
+
+class LimitError(AllocationError):
+    """The request would take the user over the per-user device limit."""
+
+
+class NeverPossibleError(AllocationError):
+    """The request could not be met even if every device were free."""
+
+
+class UnavailableError(DraJupyterError):
+    """Something dra-jupyter depends on failed: the cluster, the ledger, NVML, a kernel.
+    Not the user's input; trying again (or fixing the named service) may help."""
+
+
+class ClusterError(UnavailableError):
     """The Kubernetes API server could not be reached or refused a request.
 
     ``status`` is the HTTP status it answered (0 when it could not be reached).
@@ -83,3 +140,47 @@ class ClusterError(DraJupyterError):
     def __init__(self, message: str, status: int = 0) -> None:
         self.status = status
         super().__init__(message)
+
+
+class LedgerError(UnavailableError):
+    """The ledger file cannot be opened or is not a dra-jupyter ledger."""
+
+
+class DiscoveryError(UnavailableError):
+    """NVML cannot be used (no driver, no library, no permission)."""
+
+
+class KernelRestartError(UnavailableError):
+    """The kernel manager could not restart a kernel."""
+
+
+class MagicError(DraJupyterError):
+    """What a ``%dra`` line met, as one line prefixed with the form typed: its own usage
+    errors, and every other :class:`DraJupyterError` (the original is its ``__cause__``)."""
+
+
+class DraJupyterWarning(UserWarning):
+    """Something the user should know that does not stop the work (e.g. CUDA already loaded)."""
+
+
+__all__ = [
+    "AllocationError",
+    "BusyError",
+    "ClaimNotFoundError",
+    "ClusterError",
+    "DiscoveryError",
+    "DraJupyterError",
+    "DraJupyterWarning",
+    "ForbiddenError",
+    "InvalidInputError",
+    "KernelNotFoundError",
+    "KernelRestartError",
+    "LedgerError",
+    "LimitError",
+    "MagicError",
+    "NeverPossibleError",
+    "NotFoundError",
+    "ObjectError",
+    "SelectorError",
+    "UnavailableError",
+]

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from dra_jupyter.local.ledger import ClaimRecord
 from dra_jupyter.model.quantity import Quantity
+from dra_jupyter.types import ClaimRecord
 
 if TYPE_CHECKING:
     import pandas as pd

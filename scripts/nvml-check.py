@@ -33,15 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+from dra_jupyter.errors import DiscoveryError  # noqa: E402
 from dra_jupyter.inventory import mig  # noqa: E402
-from dra_jupyter.inventory.nvml import (  # noqa: E402
-    ARCHITECTURES,
-    BRANDS,
-    DiscoveryError,
-    discover,
-    pci_bus_id,
-    semver3,
-)
+from dra_jupyter.inventory.nvml import ARCHITECTURES, BRANDS, discover, pci_bus_id, semver3  # noqa: E402
 from dra_jupyter.model.quantity import Quantity  # noqa: E402
 
 

@@ -36,10 +36,11 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory import simulated
 from dra_jupyter.inventory.resolve import DEFAULT_SIMULATED, resolve_inventory
-from dra_jupyter.local.backend import Waiting
 from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import DeviceRow
+from dra_jupyter.types import Waiting
+from tests.helpers import local
 
 Wire = dict[str, Any]
 
@@ -399,9 +400,9 @@ def test_timeout_waits_then_says_busy(session: Session) -> None:
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    session.local.clock = lambda: now[0]
-    session.local.sleep = sleep
-    session.local.poll_interval = 30.0
+    local(session).clock = lambda: now[0]
+    local(session).sleep = sleep
+    local(session).poll_interval = 30.0
     e = expect(session)
     everything = session.request(apply_env=False, **kw(e.full, "all"))
     waits: list[Waiting] = []

@@ -10,6 +10,7 @@ import pytest
 import dra_jupyter as dra
 from dra_jupyter.api import Session
 from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.settings import Settings, in_pod, resolve_backend
 
 
@@ -64,7 +65,7 @@ def test_auto_is_kubernetes_only_in_a_pod_with_a_service_account(tmp_path: Path)
 
 def test_local_claims_stay_in_namespace_default(tmp_path: Path) -> None:
     session = Session(Settings(ledger=tmp_path / "ledger.sqlite", inventory="h200-8x"))
-    assert session.kind == "local"
+    assert isinstance(session.backend, LocalBackend)
     assert session.namespace == "default"
     assert session.build({"gpu": 1}, "nb-1")["metadata"]["namespace"] == "default"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any, TypeVar
 
-from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.errors import DiscoveryError
 from dra_jupyter.inventory import mig, nvidia
 from dra_jupyter.inventory.base import Inventory, Wire
 from dra_jupyter.model.quantity import Quantity
@@ -59,10 +59,6 @@ _PROFILE_FIELDS = (
 )  # fmt: skip
 _PCI_BUS_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$")
 _PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
-
-
-class DiscoveryError(DraJupyterError):
-    """NVML cannot be used on this machine; callers fall back to a simulated inventory."""
 
 
 def semver3(text: str) -> str:

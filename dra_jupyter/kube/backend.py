@@ -9,29 +9,49 @@ be reached is retried with a bounded, doubling backoff, then reported in one lin
 
 from __future__ import annotations
 
-import datetime as dt
 import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
-from dra_jupyter.errors import AllocationError, ClusterError
+from dra_jupyter.errors import ClusterError, ForbiddenError, NeverPossibleError
 from dra_jupyter.inventory.base import Inventory, Wire
-from dra_jupyter.kube.claims import KERNEL_LABEL, RESOURCE, USER_LABEL, ClaimClient, forbidden
+from dra_jupyter.kube.claims import (
+    ACTIVITY_ANNOTATION,
+    RESOURCE,
+    USER_LABEL,
+    ClaimClient,
+    forbidden,
+)
 from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
-from dra_jupyter.local.backend import Waiting, claim_prefix
-from dra_jupyter.local.ledger import ClaimRecord
-from dra_jupyter.local.owners import Owner
+from dra_jupyter.kube.records import claim_state, to_record
 from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings, in_pod
+from dra_jupyter.types import Capabilities, ClaimRecord, OnWait, Owner, claim_prefix
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from kubernetes.client import ApiClient
+
+    from dra_jupyter.api import Session
+    from dra_jupyter.kube.run import Command, Run
+
+CAPABILITIES = Capabilities(
+    where="the Kubernetes backend",
+    devices_here=False,
+    waits=False,
+    leases=False,
+    allocates_later=True,
+    reserve=True,
+    pods=True,
+    claim_states=True,
+)
 
 T = TypeVar("T")
 Sleep = Callable[[float], None]
@@ -50,48 +70,10 @@ def default_namespace(
     return str((active or {}).get("context", {}).get("namespace") or "default")
 
 
-def _epoch(stamp: str | None) -> float:
-    if not stamp:
-        return time.time()
-    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-def to_record(claim: Wire) -> ClaimRecord:
-    """A ResourceClaim from the cluster as the API's claim record (owner from its labels)."""
-    meta = claim["metadata"]
-    labels = meta.get("labels") or {}
-    owner = Owner(
-        user=labels.get(USER_LABEL) or f"({meta['namespace']})",
-        host="",
-        pid=0,
-        kernel_id=labels.get(KERNEL_LABEL),
-    )
-    created = _epoch(meta.get("creationTimestamp"))
-    spec = {k: v for k, v in claim.items() if k != "status"}
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    return ClaimRecord(
-        name=meta["name"],
-        namespace=meta["namespace"],
-        owner=owner,
-        spec=spec,
-        allocation=allocation,
-        created=created,
-        last_activity=created,
-    )
-
-
-def claim_state(claim: Wire | None) -> str:
-    """``deleted`` (gone), ``reserved`` (a pod holds it), ``allocated``, or ``pending``."""
-    if claim is None:
-        return "deleted"
-    status = claim.get("status") or {}
-    if status.get("reservedFor"):
-        return "reserved"
-    return "allocated" if status.get("allocation") else "pending"
-
-
 class KubernetesBackend:
     """Claims of one user in one namespace of a cluster."""
+
+    capabilities = CAPABILITIES
 
     def __init__(
         self,
@@ -136,8 +118,11 @@ class KubernetesBackend:
 
     # --- the cluster's devices ---------------------------------------------------------------
 
-    def inventory(self) -> Inventory:
-        """The cluster's ResourceSlices and DeviceClasses, read now."""
+    def inventory(self, *, refresh: bool = False) -> Inventory:
+        """The cluster's ResourceSlices and DeviceClasses: read on first use, and again
+        with ``refresh``."""
+        if self._inventory is not None and not refresh:
+            return self._inventory
         resource = client.ResourceV1Api(self.api)
 
         host = self.api.configuration.host
@@ -177,7 +162,7 @@ class KubernetesBackend:
 
     @property
     def current(self) -> Inventory:
-        return self._inventory or self.inventory()
+        return self.inventory()
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
         inv = self.current
@@ -194,7 +179,7 @@ class KubernetesBackend:
         probe = {**claim, "metadata": {**claim["metadata"], "name": "new-request"}}
         if idle.allocate([probe]) is None:
             explanation = idle.explain([probe])
-            raise AllocationError(
+            raise NeverPossibleError(
                 f"the request can never be met on {self.current.description}:\n"
                 + explanation.summary(),
                 explanation,
@@ -231,7 +216,7 @@ class KubernetesBackend:
         *,
         timeout: float | None = 0.0,
         lease: float | None = None,
-        on_wait: Callable[[Waiting], None] | None = None,
+        on_wait: OnWait | None = None,
         checked: bool = False,
     ) -> ClaimRecord:
         """Create the claim (``pending``: kube-scheduler allocates it for a pod that uses it).
@@ -274,15 +259,52 @@ class KubernetesBackend:
         listed = self.retrying(lambda: self.claim_client.list(user=user))
         return [(to_record(c), claim_state(c)) for c in listed]
 
-    def release(self, name: str) -> bool:
-        """Delete the claim; False if it was gone. Only its owner may."""
+    def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
+        """Delete the claim; False if it was gone. Only its owner may, unless
+        ``any_owner``."""
         got = self.get(name)
         if got is None:
             return False
         user = (got["metadata"].get("labels") or {}).get(USER_LABEL)
-        if user != self.owner.user[:63]:
-            raise AllocationError(
+        if not any_owner and user != self.owner.user[:63]:
+            raise ForbiddenError(
                 f"claim {name} belongs to user {user or '(not dra-jupyter)'}; only its owner "
                 "can release it"
             )
         return self.retrying(lambda: self.claim_client.delete(name))
+
+    def released_at(self, name: str) -> float | None:
+        """Unknown: a deleted claim leaves nothing in the cluster."""
+        return None
+
+    def touch(self, name: str, now: float) -> bool:
+        """Record activity on the claim (annotation ``dra-jupyter/last-activity``)."""
+        stamp = f"{now:.3f}"
+        return self.retrying(lambda: self.claim_client.annotate(name, {ACTIVITY_ANNOTATION: stamp}))
+
+    def launch(
+        self,
+        session: Session,
+        command: Command,
+        spec: Mapping[str, Any],
+        *,
+        image: str | None,
+        name: str | None,
+        timeout: float,
+        start_timeout: float | None,
+        node_selector: Mapping[str, str] | None = None,
+    ) -> Run:
+        """``dra.run``: see :func:`dra_jupyter.kube.run.launch`."""
+        from dra_jupyter.kube.run import launch  # noqa: PLC0415  # run imports this module
+
+        return launch(
+            self,
+            session,
+            command,
+            spec,
+            image=image,
+            name=name,
+            timeout=timeout,
+            start_timeout=start_timeout,
+            node_selector=node_selector,
+        )

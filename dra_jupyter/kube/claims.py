@@ -23,6 +23,8 @@ from dra_jupyter.kube.connect import cluster_error, server_message, to_model, to
 RESOURCE = "resourceclaims.resource.k8s.io"
 USER_LABEL = "dra-jupyter/user"
 KERNEL_LABEL = "dra-jupyter/kernel"
+# seconds since the epoch of the last "keep" (the idle countdown starts again from it)
+ACTIVITY_ANNOTATION = "dra-jupyter/last-activity"
 
 
 class ClaimClient:
@@ -78,6 +80,19 @@ class ClaimClient:
         except (ApiException, urllib3.exceptions.HTTPError) as error:
             raise self._error(error, "list", "dra.claims") from error
         return [to_wire(self.api, c) for c in listed.items]
+
+    def annotate(self, name: str, annotations: dict[str, str], action: str = "keep") -> bool:
+        """Merge ``annotations`` into the claim's; False if it is gone."""
+        body = {"metadata": {"annotations": annotations}}
+        try:
+            self.resource.patch_namespaced_resource_claim(name, self.namespace, body=body)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise self._error(error, "patch", action) from error
+        except urllib3.exceptions.HTTPError as error:
+            raise self._error(error, "patch", action) from error
+        return True
 
     def delete(self, name: str, action: str = "release") -> bool:
         """Delete the claim; False if it was already gone."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import urllib3
 from kubernetes import client
@@ -23,9 +24,12 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import AllocationError, ClusterError
 from dra_jupyter.inventory.base import Wire
-from dra_jupyter.kube.backend import KubernetesBackend, to_record
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
-from dra_jupyter.local.ledger import ClaimRecord
+from dra_jupyter.kube.records import to_record
+from dra_jupyter.types import ClaimRecord
+
+if TYPE_CHECKING:
+    from dra_jupyter.kube.backend import KubernetesBackend
 
 FINALIZER = "resource.kubernetes.io/delete-protection"  # what kube-scheduler sets
 

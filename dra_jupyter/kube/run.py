@@ -158,6 +158,7 @@ def follow(backend: KubernetesBackend, name: str, start_timeout: float | None, o
 
 
 def launch(
+    backend: KubernetesBackend,
     session: Session,
     command: Command,
     spec: Mapping[str, Any],
@@ -169,12 +170,6 @@ def launch(
     node_selector: Mapping[str, str] | None = None,
     out: IO[str] = sys.stdout,
 ) -> Run:
-    backend = session.kube
-    if backend is None:
-        raise InvalidInputError(
-            "dra.run launches a pod, which needs the Kubernetes backend: set "
-            "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
-        )
     argv = pod_command(command)
     image = image or session.settings.image or own_image(backend)
     if not image:

@@ -11,36 +11,41 @@ once with the allocator's explanation.
 from __future__ import annotations
 
 import json
-import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
-from dra_jupyter.errors import AllocationError
+from dra_jupyter.errors import (
+    AllocationError,
+    BusyError,
+    ForbiddenError,
+    InvalidInputError,
+    NeverPossibleError,
+)
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.local.ledger import ClaimRecord, Ledger
-from dra_jupyter.local.owners import Owner
+from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.types import Capabilities, ClaimRecord, OnWait, Owner, Waiting, claim_prefix
+
+if TYPE_CHECKING:
+    from dra_jupyter.api import Session
+    from dra_jupyter.kube.run import Command, Run
+
+CAPABILITIES = Capabilities(
+    where="this machine",
+    devices_here=True,
+    waits=True,
+    leases=True,
+    allocates_later=False,
+    reserve=False,
+    pods=False,
+    claim_states=False,
+)
 
 Wire = dict[str, Any]
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """Progress of a request that waits for devices."""
-
-    position: int  # 1 = next of its shape
-    waited: float  # seconds so far
-    timeout: float | None
-
-
-def claim_prefix(user: str) -> str:
-    """A DNS-safe name prefix for a user's claims."""
-    return re.sub(r"[^a-z0-9-]+", "-", user.lower()).strip("-")[:40] or "user"
 
 
 def shape_of(claim: Wire) -> str:
@@ -49,6 +54,10 @@ def shape_of(claim: Wire) -> str:
 
 
 class LocalBackend:
+    """Claims of one owner on this machine's devices (see the module docstring)."""
+
+    capabilities = CAPABILITIES
+
     def __init__(
         self,
         inventory: Inventory,
@@ -57,10 +66,12 @@ class LocalBackend:
         *,
         strategy: Strategy = "topology",
         poll_interval: float = 0.5,
+        namespace: str = "default",
         clock: Clock = time.time,
         sleep: Sleep = time.sleep,
     ) -> None:
-        self.inventory = inventory
+        self.devices = inventory
+        self.namespace = namespace or "default"
         self.ledger = ledger
         self.owner = owner
         self.strategy: Strategy = strategy
@@ -71,24 +82,44 @@ class LocalBackend:
         # across calls.
         self._cache = AllocatorCache()
 
+    def inventory(self, *, refresh: bool = False) -> Inventory:
+        """This machine's devices (found once: ``refresh`` changes nothing)."""
+        return self.devices
+
+    def with_owner(self, owner: Owner) -> LocalBackend:
+        """The same devices, ledger and settings for another owner (the server's users)."""
+        twin = LocalBackend(
+            self.devices,
+            self.ledger,
+            owner,
+            strategy=self.strategy,
+            poll_interval=self.poll_interval,
+            namespace=self.namespace,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+        twin._cache = self._cache  # the inventory is the same: so is what was learnt of it
+        return twin
+
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
         return Allocator(
-            self.inventory.slices,
-            self.inventory.device_classes,
+            self.devices.slices,
+            self.devices.device_classes,
             [r.to_object() for r in held],
             self.strategy,
             cache=self._cache,
         )
 
     def check_possible(self, claim: Wire) -> None:
-        """Raise AllocationError when the claim could not be met even on an idle machine."""
+        """Raise NeverPossibleError when the claim could not be met even on an idle
+        machine."""
         idle = self.allocator([])
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
         if idle.allocate([probe]) is None:
             explanation = idle.explain([probe])
-            raise AllocationError(
-                f"the request can never be met on {self.inventory.description}:\n"
+            raise NeverPossibleError(
+                f"the request can never be met on {self.devices.description}:\n"
                 + explanation.summary(),
                 explanation,
             )
@@ -99,7 +130,7 @@ class LocalBackend:
         *,
         timeout: float | None = 0.0,
         lease: float | None = None,
-        on_wait: Callable[[Waiting], None] | None = None,
+        on_wait: OnWait | None = None,
         checked: bool = False,
     ) -> ClaimRecord:
         """Allocate ``claim`` (its name may be empty: the ledger names it).
@@ -170,7 +201,7 @@ class LocalBackend:
                 Ledger.dequeue(conn, waiter)
             return record, position
 
-    def _busy(self, claim: Wire, position: int, waited: float) -> AllocationError:
+    def _busy(self, claim: Wire, position: int, waited: float) -> BusyError:
         held = self.ledger.read_claims()
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
@@ -178,7 +209,7 @@ class LocalBackend:
         waited_text = f" after waiting {waited:.0f}s" if waited >= 1 else ""
         place = f" (number {position} in the queue)" if position > 1 else ""
         holders = ", ".join(f"{r.name} ({r.owner.user})" for r in held) or "nobody"
-        return AllocationError(
+        return BusyError(
             f"the devices are busy{waited_text}{place}; pass timeout='10m' to wait in line, "
             "or release claims you no longer need:\n"
             + explanation.summary()
@@ -194,7 +225,7 @@ class LocalBackend:
                 if record.name != name:
                     continue
                 if not any_owner and record.owner.user != self.owner.user:
-                    raise AllocationError(
+                    raise ForbiddenError(
                         f"claim {name} belongs to user {record.owner.user}; "
                         "only its owner can release it"
                     )
@@ -214,3 +245,32 @@ class LocalBackend:
         if all_users:
             return held
         return [r for r in held if r.owner.user == self.owner.user]
+
+    def claims_with_state(self, *, all_users: bool = False) -> list[tuple[ClaimRecord, str]]:
+        return [(r, "allocated") for r in self.claims(all_users=all_users)]
+
+    def holders(self) -> list[ClaimRecord]:
+        """Every live claim of the machine (the ledger is the whole machine's)."""
+        return self.claims(all_users=True)
+
+    def record(self, name: str) -> ClaimRecord | None:
+        return next((r for r in self.claims(all_users=True) if r.name == name), None)
+
+    def reserve(self, record: ClaimRecord) -> ClaimRecord:
+        raise InvalidInputError(
+            "dra.request: reserve=True applies to the Kubernetes backend; the local "
+            "backend allocates at once anyway"
+        )
+
+    def launch(self, session: Session, command: Command, spec: Mapping[str, Any], **_: Any) -> Run:
+        raise InvalidInputError(
+            "dra.run launches a pod, which needs the Kubernetes backend: set "
+            "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
+        )
+
+    def released_at(self, name: str) -> float | None:
+        ended = [r.time for r in self.ledger.releases(1000) if r.name == name]
+        return max(ended) if ended else None
+
+    def touch(self, name: str, now: float) -> bool:
+        return self.ledger.touch(name, now)

@@ -19,10 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from dra_jupyter.errors import DraJupyterError
-from dra_jupyter.local.owners import Owner
+from dra_jupyter.errors import LedgerError
+from dra_jupyter.types import ClaimRecord, Owner
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -53,39 +52,18 @@ CREATE TABLE IF NOT EXISTS releases (
 """
 
 
-class LedgerError(DraJupyterError):
-    """The ledger file cannot be opened or is not a dra-jupyter ledger."""
-
-
-@dataclass(frozen=True)
-class ClaimRecord:
-    """A live claim as the ledger keeps it."""
-
-    name: str
-    namespace: str
-    owner: Owner
-    spec: dict[str, Any]  # the ResourceClaim, without status
-    allocation: dict[str, Any]  # its status.allocation
-    created: float
-    last_activity: float
-    lease_expires: float | None = None
-
-    def to_object(self) -> dict[str, Any]:
-        """The full ResourceClaim wire object, with ``status.allocation``."""
-        return {**self.spec, "status": {"allocation": self.allocation}}
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> ClaimRecord:
-        return cls(
-            name=row["name"],
-            namespace=row["namespace"],
-            owner=Owner.from_dict(json.loads(row["owner"])),
-            spec=json.loads(row["spec"]),
-            allocation=json.loads(row["allocation"]),
-            created=row["created"],
-            last_activity=row["last_activity"],
-            lease_expires=row["lease_expires"],
-        )
+def record_from_row(row: sqlite3.Row) -> ClaimRecord:
+    """A claim as the ``claims`` table keeps it."""
+    return ClaimRecord(
+        name=row["name"],
+        namespace=row["namespace"],
+        owner=Owner.from_dict(json.loads(row["owner"])),
+        spec=json.loads(row["spec"]),
+        allocation=json.loads(row["allocation"]),
+        created=row["created"],
+        last_activity=row["last_activity"],
+        lease_expires=row["lease_expires"],
+    )
 
 
 @dataclass(frozen=True)
@@ -186,7 +164,7 @@ class Ledger:
     @staticmethod
     def claims(conn: sqlite3.Connection) -> list[ClaimRecord]:
         rows = conn.execute("SELECT * FROM claims ORDER BY created, name").fetchall()
-        return [ClaimRecord.from_row(r) for r in rows]
+        return [record_from_row(r) for r in rows]
 
     def read_claims(self) -> list[ClaimRecord]:
         conn = self._connect()

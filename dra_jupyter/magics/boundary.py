@@ -11,16 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dra_jupyter.errors import DraJupyterError
-
-RED, RESET = "\x1b[31m", "\x1b[0m"
-
-
-class MagicError(DraJupyterError):
-    """A user error at the ``%dra`` boundary, shown as its one message."""
-
-    def _render_traceback_(self) -> list[str]:
-        return [f"{RED}{self}{RESET}"]
+from dra_jupyter.errors import DraJupyterError, MagicError
 
 
 def one_line(where: str, err: BaseException) -> str:

@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from dra_jupyter.local.backend import claim_prefix
-from dra_jupyter.magics.boundary import MagicError
+from dra_jupyter.errors import MagicError
+from dra_jupyter.types import claim_prefix
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import ExecutionResult

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from dra_jupyter.errors import DraJupyterError
-from dra_jupyter.magics.boundary import MagicError, user_errors
+from dra_jupyter.errors import DraJupyterError, MagicError
+from dra_jupyter.magics.boundary import user_errors
 from dra_jupyter.magics.helptext import HELP
 from dra_jupyter.magics.parsing import Command, parse_cell_line, parse_line
 
@@ -23,9 +23,10 @@ if TYPE_CHECKING:
 
 
 def session() -> Session:
-    from dra_jupyter.api import default_session  # noqa: PLC0415  # made on first use
+    """The package's default session, showing claims as cards (made on first use)."""
+    from dra_jupyter.widgets.notebook import notebook_session  # noqa: PLC0415  # widgets on use
 
-    return default_session()
+    return notebook_session()
 
 
 @magics_class

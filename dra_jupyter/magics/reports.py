@@ -19,9 +19,8 @@ from dra_jupyter.durations import format_duration
 from dra_jupyter.envvars import environment_for
 from dra_jupyter.errors import ObjectError
 from dra_jupyter.hints import impossible_hint
-from dra_jupyter.local.backend import claim_prefix
-from dra_jupyter.local.ledger import ClaimRecord
 from dra_jupyter.tables import Table
+from dra_jupyter.types import ClaimRecord, claim_prefix
 
 if TYPE_CHECKING:
     from IPython.lib.pretty import RepresentationPrinter

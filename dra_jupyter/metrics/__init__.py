@@ -10,7 +10,8 @@ the last samples of each device in a bounded ring buffer. Nothing here runs at i
 
 from __future__ import annotations
 
-from dra_jupyter.metrics.base import MetricsSource, Sample, source_for
+from dra_jupyter.metrics.base import MetricsSource, Sample
 from dra_jupyter.metrics.history import MetricsHistory
+from dra_jupyter.metrics.sources import source_for
 
 __all__ = ["MetricsHistory", "MetricsSource", "Sample", "source_for"]

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from dra_jupyter.inventory.base import Inventory
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -43,14 +39,3 @@ class MetricsSource(Protocol):
 
 def device_key(driver: str, pool: str, device: str) -> str:
     return f"{driver}/{pool}/{device}"
-
-
-def source_for(inventory: Inventory, nvml: ModuleType | None = None) -> MetricsSource:
-    """NVML for an inventory read through NVML, the simulated source for anything else."""
-    if inventory.source == "nvml":
-        from dra_jupyter.metrics.nvml import NvmlSource  # noqa: PLC0415  # NVML only when asked
-
-        return NvmlSource(inventory, nvml)
-    from dra_jupyter.metrics.simulated import SimulatedSource  # noqa: PLC0415
-
-    return SimulatedSource(inventory)

@@ -22,9 +22,9 @@ from jupyter_server.serverapp import ServerApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode, default
 
-from dra_jupyter.errors import DraJupyterError
-from dra_jupyter.local.ledger import ClaimRecord
+from dra_jupyter.errors import DraJupyterError, KernelRestartError
 from dra_jupyter.metrics import MetricsHistory, MetricsSource, Sample, source_for
+from dra_jupyter.server.handlers import routes
 from dra_jupyter.server.idle import Decision, IdlePolicy
 from dra_jupyter.server.kernels import (
     ExecutionWatcher,
@@ -32,8 +32,9 @@ from dra_jupyter.server.kernels import (
     kernel_env,
     uninstall_kernel_env,
 )
-from dra_jupyter.server.service import ClaimService, KernelRestartError, devices_of
+from dra_jupyter.server.service import ClaimService, devices_of
 from dra_jupyter.settings import Settings
+from dra_jupyter.types import ClaimRecord
 
 T = TypeVar("T")
 
@@ -180,8 +181,6 @@ class DRAExtensionApp(ExtensionApp):
         logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
 
     def initialize_handlers(self) -> None:
-        from dra_jupyter.server.handlers import routes  # noqa: PLC0415  # handlers need the app
-
         self.handlers.extend(routes())
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:

@@ -7,11 +7,10 @@ from culling an idle server (``_track_activity``, jupyter_server ``base/handlers
 
 from __future__ import annotations
 
-import getpass
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.auth.identity import IdentityProvider
@@ -20,9 +19,17 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from jupyter_server.utils import ensure_async
 from tornado import web
 
-from dra_jupyter.errors import AllocationError, DraJupyterError, InvalidInputError
+from dra_jupyter.errors import (
+    AllocationError,
+    DraJupyterError,
+    ForbiddenError,
+    InvalidInputError,
+    LimitError,
+    NeverPossibleError,
+    NotFoundError,
+)
+from dra_jupyter.identity import request_user
 from dra_jupyter.metrics import Sample
-from dra_jupyter.server.app import DRAExtensionApp
 from dra_jupyter.server.models import (
     ClaimModel,
     ClaimsResponse,
@@ -32,12 +39,10 @@ from dra_jupyter.server.models import (
     RestartResponse,
     SampleModel,
 )
-from dra_jupyter.server.service import (
-    Caller,
-    ClaimForbiddenError,
-    NeverPossibleError,
-    NotFoundError,
-)
+from dra_jupyter.server.service import Caller
+
+if TYPE_CHECKING:
+    from dra_jupyter.server.app import DRAExtensionApp
 
 AUTH_RESOURCE = "dra"
 ADMIN_RESOURCE = "dra-admin"
@@ -56,10 +61,12 @@ def _handle_error() -> Iterator[None]:
         raise web.HTTPError(400, str(err), reason="invalid input") from err
     except NotFoundError as err:
         raise web.HTTPError(404, str(err), reason="not found") from err
-    except ClaimForbiddenError as err:
+    except ForbiddenError as err:
         raise web.HTTPError(403, str(err), reason="another user's claim") from err
     except NeverPossibleError as err:
         raise web.HTTPError(422, str(err), reason="can never be met") from err
+    except LimitError as err:
+        raise web.HTTPError(409, str(err), reason="over the per-user limit") from err
     except AllocationError as err:
         raise web.HTTPError(409, str(err), reason="busy") from err
     except DraJupyterError as err:  # e.g. the ledger cannot be opened
@@ -76,18 +83,17 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
 
     @property
     def dra(self) -> DRAExtensionApp:
-        app = self.extensionapp
-        assert isinstance(app, DRAExtensionApp)  # routes() is only used by that app
-        return app
+        return cast("DRAExtensionApp", self.extensionapp)  # routes() serve only that app
 
     def claim_user(self) -> str:
-        """Who owns the claims of this request. jupyter_server's own identity providers make
-        an anonymous user per browser (or per token request): everyone they let in is the
-        server's owner, so claims belong to the server's OS user, as do those its kernels
-        make. Other providers (JupyterHub's) name real users: their names are used."""
+        """Who owns the claims of this request (:mod:`dra_jupyter.identity`, rule 2).
+        jupyter_server's own identity providers make an anonymous user per browser (or per
+        token request): everyone they let in is the server's owner, so claims belong to the
+        server's user, as do those its kernels make. Other providers (JupyterHub's) name
+        real users: their names are used."""
         if type(self.identity_provider).__module__ == IdentityProvider.__module__:
-            return getpass.getuser()
-        return str(self.current_user.username)
+            return request_user(None)
+        return request_user(str(self.current_user.username))
 
     async def caller(self) -> Caller:
         user = self.current_user

@@ -4,19 +4,10 @@ server's users and kernels, over the same ledger and inventory as ``dra.request`
 Who sees what: a caller sees and releases the claims made under their user name (the
 identity provider's) and the claims of this server's live kernels (whoever can reach the
 server can run code in its kernels anyway); with ``admin`` every claim. Claims of other
-users are refused (:class:`ClaimForbiddenError`), not hidden, when named directly.
+users are refused (:class:`ForbiddenError`), not hidden, when named directly.
 
-Errors (translated to HTTP by the handlers' one error mapper)::
-
-    DraJupyterError
-    ├── InvalidInputError              400
-    ├── NotFoundError                  404
-    │   ├── ClaimNotFoundError
-    │   └── KernelNotFoundError
-    ├── ClaimForbiddenError            403
-    ├── KernelRestartError             503 (as any other DraJupyterError)
-    └── AllocationError                409 (busy, name taken, per-user limit)
-        └── NeverPossibleError         422 (could not be met even on an idle machine)
+Errors are those of :mod:`dra_jupyter.errors`; the handlers' one error mapper gives each
+class its HTTP status (the table there).
 """
 
 from __future__ import annotations
@@ -32,41 +23,23 @@ from typing import Any
 from dra_jupyter.api import Session
 from dra_jupyter.durations import parse_duration
 from dra_jupyter.envvars import environment_for
-from dra_jupyter.errors import AllocationError, DraJupyterError, InvalidInputError, ObjectError
-from dra_jupyter.hints import impossible_hint
+from dra_jupyter.errors import (
+    ClaimNotFoundError,
+    ForbiddenError,
+    InvalidInputError,
+    KernelNotFoundError,
+    LimitError,
+    NeverPossibleError,
+)
 from dra_jupyter.local.backend import LocalBackend
-from dra_jupyter.local.ledger import ClaimRecord, Ledger
-from dra_jupyter.local.owners import Owner, process_start_time
+from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.server.models import ClaimModel, DeviceModel, DevicesResponse
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import device_rows
+from dra_jupyter.types import ClaimRecord, Owner, process_start_time
 
 # Keywords of POST claims that are not claim keywords (dra.request's own arguments).
 _REQUEST_KEYS = ("name", "lease", "timeout", "kernel_id")
-
-
-class NotFoundError(DraJupyterError):
-    """A claim or kernel that does not exist (any more)."""
-
-
-class ClaimNotFoundError(NotFoundError):
-    pass
-
-
-class KernelNotFoundError(NotFoundError):
-    pass
-
-
-class KernelRestartError(DraJupyterError):
-    """The kernel manager could not restart a kernel (503)."""
-
-
-class ClaimForbiddenError(DraJupyterError):
-    """The claim belongs to another user."""
-
-
-class NeverPossibleError(AllocationError):
-    """The request could not be met even if every device were free."""
 
 
 @dataclass(frozen=True)
@@ -106,21 +79,24 @@ class ClaimService:
         self.released: queue.SimpleQueue[tuple[ClaimRecord, str]] = queue.SimpleQueue()
 
     @property
+    def local(self) -> LocalBackend:
+        """The server's backend: the local ledger (the only one the REST API serves yet)."""
+        backend = self.session.backend
+        if not isinstance(backend, LocalBackend):
+            raise InvalidInputError(
+                "the Jupyter server extension's REST API keeps claims in the local ledger; "
+                "set DRA_JUPYTER_BACKEND=local for the server (kernels may use kubernetes)"
+            )
+        return backend
+
+    @property
     def ledger(self) -> Ledger:
-        return self.session.local.ledger
+        return self.local.ledger
 
     def backend_for(self, user: str, kernel_id: str | None = None) -> LocalBackend:
         """A backend whose new claims belong to ``user`` (and the kernel), held by this
         server's process: they are reclaimed if the server dies."""
-        owner = replace(self.server_owner, user=user, kernel_id=kernel_id)
-        base = self.session.local
-        return LocalBackend(
-            base.inventory,
-            base.ledger,
-            owner,
-            strategy=base.strategy,
-            poll_interval=base.poll_interval,
-        )
+        return self.local.with_owner(replace(self.server_owner, user=user, kernel_id=kernel_id))
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -148,7 +124,7 @@ class ClaimService:
             if record.name != name:
                 continue
             if not self.visible(caller, record, set(self.live_kernels())):
-                raise ClaimForbiddenError(
+                raise ForbiddenError(
                     f"claim {name} belongs to user {record.owner.user}; "
                     "only its owner (or an admin) can see or release it"
                 )
@@ -202,28 +178,24 @@ class ClaimService:
             raise KernelNotFoundError(f"kernel {kernel_id!r} is not running on this server")
         held_now = self._devices_held(caller.user)
         if self.max_devices_per_user and held_now >= self.max_devices_per_user:
-            raise AllocationError(
+            raise LimitError(
                 f"user {caller.user} holds {held_now} devices, the limit per user is "
                 f"{self.max_devices_per_user}; release a claim first"
             )
         backend = self.backend_for(caller.user, kernel_id)
-        session = Session(self.session.settings, inventory=backend.inventory, owner=backend.owner)
+        session = Session(self.session.settings, backend=backend)
         claim = session.build(spec, name)
         try:
-            backend.check_possible(claim)
-        except (AllocationError, ObjectError) as err:
-            hint = impossible_hint(spec, backend.inventory)
-            if hint is None and isinstance(err, ObjectError):
-                raise
+            session.check_possible(spec, claim)
+        except NeverPossibleError as err:
             raise NeverPossibleError(
-                f"POST claims: {hint or err}",
-                err.explanation if isinstance(err, AllocationError) else None,
+                f"POST claims: {str(err).removeprefix('dra.request: ')}", err.explanation
             ) from None
         record = backend.allocate(claim, timeout=0, lease=lease, checked=True)
         count = len(devices_of(record))
         if self.max_devices_per_user and held_now + count > self.max_devices_per_user:
             backend.release(record.name, "limit", any_owner=True)
-            raise AllocationError(
+            raise LimitError(
                 f"claim for user {caller.user} would hold {held_now + count} devices, the "
                 f"limit per user is {self.max_devices_per_user}; ask for fewer devices"
             )
@@ -235,7 +207,7 @@ class ClaimService:
 
     def release(self, caller: Caller, name: str) -> ClaimRecord:
         record = self.claim(caller, name)
-        if not self.session.local.release(name, "user", any_owner=True):
+        if not self.local.release(name, "user", any_owner=True):
             raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
         self.released.put((record, "user"))
         return record

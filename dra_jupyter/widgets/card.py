@@ -14,16 +14,18 @@ change of place in line, from the waiting loop), and in answer to the view's mes
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import traitlets
 
+from dra_jupyter.kernelinfo import execution_count
 from dra_jupyter.widgets.assets import esm
 from dra_jupyter.widgets.base import DraWidget
 
 if TYPE_CHECKING:
     from dra_jupyter.api import Claim
-    from dra_jupyter.local.backend import Waiting
+    from dra_jupyter.types import Waiting
 
 
 class ClaimCard(DraWidget):
@@ -145,11 +147,17 @@ class CardReporter:
     def allocated(self, claim: Claim) -> None:
         if self.card is not None:
             self.card.bind(claim)
-            claim._card = self.card
-            from dra_jupyter.api import execution_count  # noqa: PLC0415  # api imports us
-
-            claim._card_cell = execution_count()  # this cell shows it: not twice
+            # this cell shows the card already: not twice (see NotebookView.mimebundle)
+            claim.view = CardView(self.card, execution_count())
 
     def failed(self, message: str) -> None:
         if self.card is not None:
             self.card.failed(message)
+
+
+@dataclass
+class CardView:
+    """What a notebook keeps for a claim: its card, and the cell that shows it already."""
+
+    card: ClaimCard
+    cell: int | None = None

@@ -14,11 +14,10 @@ import pytest
 
 from dra_jupyter import envvars
 from dra_jupyter.allocator import Allocator
-from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.errors import DiscoveryError, DraJupyterError
 from dra_jupyter.inventory import mig, nvidia, nvml
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.nvml import (
-    DiscoveryError,
     cuda_version,
     discover,
     numa_node,

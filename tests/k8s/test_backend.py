@@ -12,14 +12,14 @@ import yaml
 from kubernetes import client
 
 from dra_jupyter.api import Session
-from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
+from dra_jupyter.errors import AllocationError, ClusterError, ForbiddenError, InvalidInputError
 from dra_jupyter.kube.backend import KubernetesBackend, default_namespace
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_model
 from dra_jupyter.kube.pods import PodLauncher, workload_pod
 from dra_jupyter.kube.simulate import SimulatedCluster
-from dra_jupyter.local.owners import Owner
 from dra_jupyter.settings import Settings
+from dra_jupyter.types import Owner
 from tests.k8s import testenv
 from tests.k8s.conftest import wait_for
 from tests.k8s.test_pods import IMAGE, ON_SIMULATED
@@ -86,7 +86,7 @@ def test_claims_lists_only_the_users_own(
     assert str(mine).startswith(f"namespace {namespace}\n")
     assert [r.claim for r in bob.claims()] == ["b-1"]
     assert sorted(r.claim for r in alice.claims(all_users=True)) == ["a-1", "a-2", "b-1"]
-    with pytest.raises(AllocationError, match="claim b-1 belongs to user bob"):
+    with pytest.raises(ForbiddenError, match="claim b-1 belongs to user bob"):
         alice.release("b-1")
     assert sorted(alice.release_all()) == ["a-1", "a-2"]
     assert [r.claim for r in alice.claims(all_users=True)] == ["b-1"]

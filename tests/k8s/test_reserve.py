@@ -12,9 +12,10 @@ from kubernetes import client
 
 from dra_jupyter.api import Session
 from dra_jupyter.errors import AllocationError, InvalidInputError
-from dra_jupyter.kube.backend import to_record
+from dra_jupyter.kube.backend import KubernetesBackend
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.pods import PodLauncher, workload_pod
+from dra_jupyter.kube.records import to_record
 from dra_jupyter.kube.reserve import FINALIZER, clashes, withdraw
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.settings import Settings
@@ -106,8 +107,8 @@ def test_a_clash_is_found_and_a_reservation_can_be_withdrawn(
     )
     assert clashes(mine, [theirs]) == ["other/theirs"]
     assert clashes(mine, [to_record({"metadata": {"name": "x", "namespace": "o"}})]) == []
-    kube = alice.kube
-    assert kube is not None
+    kube = alice.backend
+    assert isinstance(kube, KubernetesBackend)
     withdraw(kube, "mine")
     stored = ClaimClient(api, namespace).get("mine")
     assert stored is not None

@@ -18,16 +18,17 @@ from dra_jupyter import api
 from dra_jupyter.api import Claim, Session
 from dra_jupyter.errors import (
     AllocationError,
-    DraJupyterError,
+    ClaimNotFoundError,
     DraJupyterWarning,
+    ForbiddenError,
     InvalidInputError,
     SelectorError,
 )
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.local.backend import claim_prefix
-from dra_jupyter.local.owners import Owner
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import ClaimRow, DeviceRow
+from dra_jupyter.types import Owner, claim_prefix
+from tests.helpers import local
 from tests.local.worker import gpu_inventory, partitionable_inventory
 
 Wire = dict[str, Any]
@@ -111,7 +112,7 @@ def test_request_and_release(session: Session) -> None:
     assert not claim.release()
     assert claim.state == "released"
     assert len(session.claims()) == 0
-    with pytest.raises(DraJupyterError, match=f"claim {claim.name} does not exist"):
+    with pytest.raises(ClaimNotFoundError, match=f"claim {claim.name} does not exist"):
         session.claim(claim.name)
 
 
@@ -127,7 +128,7 @@ def test_context_manager_releases(session: Session) -> None:
 
 def test_state_follows_a_release_by_the_system(session: Session) -> None:
     fake_now = [1_000_000.0]
-    session.local.clock = lambda: fake_now[0]
+    local(session).clock = lambda: fake_now[0]
     claim = session.request(gpu=1, apply_env=False, lease="10m")
     assert claim.to_dict()["metadata"]["name"] == claim.name
     assert claim.state == "allocated"
@@ -145,7 +146,7 @@ def test_release_all_and_other_users(tmp_path: Path) -> None:
     b1 = bob.request(gpu=1, apply_env=False)
     assert [r.claim for r in bob.claims(all_users=True)] == [a1.name, a2.name, b1.name]
     assert {r.user for r in bob.claims(all_users=True)} == {"alice", "bob"}
-    with pytest.raises(AllocationError, match=f"claim {a1.name} belongs to user alice"):
+    with pytest.raises(ForbiddenError, match=f"claim {a1.name} belongs to user alice"):
         bob.release(a1.name)
     assert alice.release_all() == [a1.name, a2.name]
     assert [r.claim for r in alice.claims(all_users=True)] == [b1.name]

@@ -21,9 +21,9 @@ import pytest
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.local.backend import LocalBackend
-from dra_jupyter.local.ledger import ClaimRecord, Ledger
-from dra_jupyter.local.owners import Owner
+from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.model.parse import parse_resource_claim, parse_resource_slice
+from dra_jupyter.types import ClaimRecord, Owner
 from tests.local.worker import (
     STRESS_SHAPES,
     WorkerProcess,

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from dra_jupyter.errors import AllocationError, DraJupyterError
+from dra_jupyter.errors import AllocationError, DraJupyterError, ForbiddenError, LedgerError
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.local.backend import LocalBackend, Waiting, claim_prefix, shape_of
-from dra_jupyter.local.ledger import SCHEMA_VERSION, ClaimRecord, Ledger, LedgerError, Release
-from dra_jupyter.local.owners import Owner, process_start_time
+from dra_jupyter.local.backend import LocalBackend, shape_of
+from dra_jupyter.local.ledger import SCHEMA_VERSION, Ledger, Release
+from dra_jupyter.types import ClaimRecord, Owner, Waiting, claim_prefix, process_start_time
 from tests.local.worker import WorkerProcess, claim_for, gpu_inventory
 
 Wire = dict[str, Any]
@@ -536,7 +536,7 @@ def test_waiters_are_served_in_order(ledger: Ledger) -> None:
 def test_release_rules(ledger: Ledger) -> None:
     alice, bob = backend(ledger, "alice"), backend(ledger, "bob")
     held = alice.allocate(claim({"gpu": 1}))
-    with pytest.raises(AllocationError, match=rf"claim {held.name} belongs to user alice; only"):
+    with pytest.raises(ForbiddenError, match=rf"claim {held.name} belongs to user alice; only"):
         bob.release(held.name)
     assert [r.name for r in alice.claims()] == [held.name]
     assert not alice.release("no-such-claim")

@@ -40,9 +40,9 @@ from dra_jupyter.errors import AllocationError
 from dra_jupyter.inventory import mig, nvidia
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.backend import LocalBackend
-from dra_jupyter.local.ledger import ClaimRecord, Ledger
-from dra_jupyter.local.owners import Owner
+from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.model.quantity import Quantity
+from dra_jupyter.types import ClaimRecord, Owner
 
 Wire = dict[str, Any]
 DeviceKey = tuple[str, str, str]  # driver, pool, device

@@ -14,7 +14,8 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager, start_new_kernel
 
-from dra_jupyter.local.ledger import ClaimRecord, Ledger
+from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.types import ClaimRecord
 
 TIMEOUT = 120  # seconds: a bound for a stuck kernel, not a measured time
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import getpass
 import re
 
-from dra_jupyter.local.backend import claim_prefix
+from dra_jupyter.types import claim_prefix
 from tests.magics.conftest import Kernel, kernel_fixture, plain, printed, waiting
 
 module_kernel = kernel_fixture("h200-8x")

@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from dra_jupyter.local.backend import claim_prefix
+from dra_jupyter.types import claim_prefix
 from tests.magics.conftest import Kernel, kernel_fixture, plain
 from tests.test_claimspec import validate
 

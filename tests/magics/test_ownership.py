@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from dra_jupyter.api import Claim, Session
-from dra_jupyter.local.owners import Owner
 from dra_jupyter.settings import Settings
+from dra_jupyter.types import Owner
 from tests.magics.conftest import Kernel, kernel_fixture
 
 KERNEL_ID = "5f1e7c2a-0000-4000-8000-00000000abcd"

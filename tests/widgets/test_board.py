@@ -39,7 +39,7 @@ def test_rows_are_the_devices_and_follow_a_claim_after_a_refresh_message(
     assert [c["name"] for c in held["claims"]] == [claim]
     assert held["claims"][0]["user"] == kernel.value("c._record.owner.user")
     assert held["utilization"] > 0  # simulated load on a held device
-    assert held["device"] == kernel.value("c._device_keys()[0]")
+    assert held["device"] == kernel.value("c._record.device_keys[0]")
     # the kernel answered the message itself (main thread), with one update of the rows
     answers = [
         m

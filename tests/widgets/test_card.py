@@ -41,7 +41,7 @@ def test_request_shows_a_card_while_waiting_then_allocated(
     last = kernel.updates(shown)[-1]
     assert last["state"] == "allocated"
     assert last["name"] == kernel.value("c.name")
-    assert [d["device"] for d in last["devices"]] == kernel.value("c._device_keys()")
+    assert [d["device"] for d in last["devices"]] == kernel.value("c._record.device_keys")
     # the claim shows the same card again when displayed
     assert kernel.value("c.card().model_id") == shown
     bundle = kernel.run("c")
@@ -56,7 +56,7 @@ def test_a_wait_that_times_out_leaves_a_failed_card(kernel: Kernel, session: Ses
     reply = kernel.wait(msg_id)
     held.release()
     assert reply["status"] == "error"
-    assert reply["ename"] == "AllocationError"
+    assert reply["ename"] == "BusyError"  # an AllocationError: the devices are held
     (card_open,) = opened(kernel, "ClaimCard")
     updates = kernel.updates(card_open["content"]["comm_id"])
     assert updates[-1]["state"] == "failed"
@@ -74,9 +74,9 @@ def test_card_states_allocated_then_released_by_message_and_elsewhere(kernel: Ke
     assert kernel.value("[c.state, c.card().state]") == ["released", "released"]
 
     kernel.run("dra.release(d.name)")  # released elsewhere: the card learns it on refresh
-    assert kernel.value("d._card.state") == "allocated"
+    assert kernel.value("d.view.card.state") == "allocated"
     kernel.custom(other, {"type": "refresh"})
-    assert kernel.value("d._card.state") == "released"
+    assert kernel.value("d.view.card.state") == "released"
     last = kernel.updates(other)[-1]
     assert last["state"] == "released"
     assert set(last) == {"state", "revision"}  # one update: the state and the answer
@@ -88,14 +88,14 @@ def test_releasing_a_claim_in_code_updates_its_card_at_once(kernel: Kernel) -> N
     kernel.run("with dra.request(gpu=1) as d:\n    d.card()")  # a context manager's claim
     kernel.run("c.release()")
     assert kernel.updates(comm_id)[-1]["state"] == "released"
-    assert kernel.value("d._card.state") == "released"
+    assert kernel.value("d.view.card.state") == "released"
 
 
 def test_a_claim_outside_a_kernel_is_text(session: Session) -> None:
     claim = session.request(gpu=1, apply_env=False)
     try:
         assert claim._repr_mimebundle_() == {"text/plain": repr(claim)}
-        assert claim._card is None  # no widget made outside a kernel
+        assert claim.view is None  # no widget made outside a kernel
     finally:
         claim.release()
 
@@ -113,7 +113,7 @@ def test_a_request_from_another_thread_shows_no_card(kernel: Kernel, session: Se
             "        errors.append(type(err).__name__)\n"
             "t = threading.Thread(target=wait); t.start(); t.join()"
         )
-        assert kernel.value("errors") == ["AllocationError"]
+        assert kernel.value("errors") == ["BusyError"]
         assert opened(kernel, "ClaimCard") == []
     finally:
         held.release()

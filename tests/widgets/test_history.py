@@ -32,7 +32,7 @@ def test_a_claims_history_is_its_devices_while_held(session: Session) -> None:
     finally:
         claim.release()
     assert list(frame.columns) == FRAME_COLUMNS
-    assert set(frame["device"]) == set(claim._device_keys())
+    assert set(frame["device"]) == set(claim._record.device_keys)
     assert frame["simulated"].all()
     assert (frame["utilization"] > 0).all()  # simulated load: the devices are held
     assert str(frame["time"].dtype) == "datetime64[ns, UTC]"
@@ -40,7 +40,7 @@ def test_a_claims_history_is_its_devices_while_held(session: Session) -> None:
 
 def test_a_released_claims_history_shows_when_it_was_held(session: Session) -> None:
     claim = session.request(gpu=1, apply_env=False)
-    (key,) = claim._device_keys()
+    (key,) = claim._record.device_keys
     record = claim._record
     # a claim made 10 minutes ago (the ledger keeps what it was given), then released
     claim._record = replace(record, created=record.created - 600)

@@ -1,0 +1,255 @@
+"""The types every backend and every surface shares: who holds a claim (:class:`Owner`),
+a claim as the API sees it (:class:`ClaimRecord`), a request's place in line
+(:class:`Waiting`), and what a backend offers (:class:`Backend`, :class:`Capabilities`).
+
+Both backends (:mod:`dra_jupyter.local`, :mod:`dra_jupyter.kube`) import this module and
+neither imports the other; :mod:`dra_jupyter.api` holds a :class:`Backend` and asks its
+:class:`Capabilities` instead of which kind it is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dra_jupyter.identity import current_user
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from dra_jupyter.allocator import Allocator
+    from dra_jupyter.api import Session
+    from dra_jupyter.inventory.base import Inventory
+    from dra_jupyter.kube.run import Command, Run
+
+Wire = dict[str, Any]
+
+
+# --- owners --------------------------------------------------------------------------------
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of a process in clock ticks since boot (``/proc/<pid>/stat`` field 22).
+
+    Together with the pid it identifies a process even after the pid is reused.
+    None where /proc is not available or the process does not exist.
+    """
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The holder of a claim: a user, a process on a host, and a Jupyter kernel if any.
+
+    ``user`` is decided by :func:`dra_jupyter.identity.current_user` (JupyterHub's user,
+    else the OS user) for claims made in a process, by the REST API's identity provider
+    for claims made over REST. A Kubernetes claim's owner has no process (``pid`` 0)."""
+
+    user: str
+    host: str
+    pid: int
+    start_time: int | None = None
+    kernel_id: str | None = None
+
+    @classmethod
+    def current(cls, kernel_id: str | None = None) -> Owner:
+        pid = os.getpid()
+        return cls(
+            user=current_user(),
+            host=socket.gethostname(),
+            pid=pid,
+            start_time=process_start_time(pid),
+            kernel_id=kernel_id,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Owner:
+        return cls(**data)
+
+    def is_alive(self) -> bool:
+        """False only when the owner is known to be gone: same host, and its process has
+        exited (or the pid now belongs to another process). A holder on another host
+        (a ledger on a shared file system) is assumed alive; leases bound its claims."""
+        if self.pid <= 0 or self.host != socket.gethostname():
+            return True  # not tied to a process (the CLI's claims live by their lease)
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # exists, owned by another user
+        fields = _stat_fields(self.pid)
+        if fields is None:
+            return True  # no /proc: trust kill(0)
+        if fields[0] in ("Z", "X"):
+            return False  # exited, not yet reaped by its parent
+        if self.start_time is None:
+            return True
+        return process_start_time(self.pid) == self.start_time
+
+
+def claim_prefix(user: str) -> str:
+    """A DNS-safe name prefix for a user's claims."""
+    return re.sub(r"[^a-z0-9-]+", "-", user.lower()).strip("-")[:40] or "user"
+
+
+# --- claims --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """A live claim: the ResourceClaim and its ``status.allocation`` (empty while a
+    Kubernetes claim waits for a pod), its owner, and its times (seconds since the epoch)."""
+
+    name: str
+    namespace: str
+    owner: Owner
+    spec: dict[str, Any]  # the ResourceClaim, without status
+    allocation: dict[str, Any]  # its status.allocation
+    created: float
+    last_activity: float
+    lease_expires: float | None = None
+
+    def to_object(self) -> dict[str, Any]:
+        """The full ResourceClaim wire object, with ``status.allocation``."""
+        return {**self.spec, "status": {"allocation": self.allocation}}
+
+    @property
+    def device_keys(self) -> list[str]:
+        """``driver/pool/device`` of each allocated device."""
+        return [
+            f"{r['driver']}/{r['pool']}/{r['device']}"
+            for r in self.allocation.get("devices", {}).get("results", [])
+        ]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Progress of a request that waits for devices."""
+
+    position: int  # 1 = next of its shape
+    waited: float  # seconds so far
+    timeout: float | None
+
+
+# --- backends ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend does, so that callers ask this instead of which backend it is."""
+
+    where: str  # in messages: "this machine", "the Kubernetes backend"
+    devices_here: bool  # the devices are this machine's: env and metrics apply here
+    waits: bool  # a request may wait in line for busy devices (timeout=)
+    leases: bool  # claims can end by themselves after a lease
+    allocates_later: bool  # claims are created pending; a scheduler allocates them later
+    reserve: bool  # dra.request(reserve=True): allocate now with our allocator
+    pods: bool  # dra.run: commands in pods that use a claim
+    claim_states: bool  # claims have states beyond allocated (pending, reserved)
+
+
+OnWait = Callable[[Waiting], None]
+
+
+class Backend(Protocol):
+    """Where claims are made, kept and given back, for one :class:`Owner`.
+
+    Implemented by :class:`~dra_jupyter.local.backend.LocalBackend` (this machine, the
+    SQLite ledger, the embedded allocator) and
+    :class:`~dra_jupyter.kube.backend.KubernetesBackend` (ResourceClaims in a namespace,
+    allocated by kube-scheduler when a pod uses them). Errors are those of
+    :mod:`dra_jupyter.errors`: :class:`~dra_jupyter.errors.NeverPossibleError` for what
+    could never be met, :class:`~dra_jupyter.errors.BusyError` for what cannot be met now,
+    :class:`~dra_jupyter.errors.ForbiddenError` for another user's claim."""
+
+    owner: Owner
+    namespace: str
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend does."""
+
+    def inventory(self, *, refresh: bool = False) -> Inventory:
+        """The devices (read again from their source with ``refresh``)."""
+
+    def check_possible(self, claim: Wire) -> None:
+        """Raise NeverPossibleError when the claim could never be met on these devices."""
+
+    def allocate(
+        self,
+        claim: Wire,
+        *,
+        timeout: float | None = 0.0,
+        lease: float | None = None,
+        on_wait: OnWait | None = None,
+        checked: bool = False,
+    ) -> ClaimRecord:
+        """Make the claim (the local backend allocates it at once, or waits in line)."""
+
+    def reserve(self, record: ClaimRecord) -> ClaimRecord:
+        """Allocate a made claim now with our allocator (``capabilities.reserve``)."""
+
+    def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
+        """Give the claim back; False when it was gone already. Only the owner's user may,
+        unless ``any_owner`` (the server's own decisions: idle, kernel gone)."""
+
+    def record(self, name: str) -> ClaimRecord | None:
+        """The live claim of that name, read now; None when it is gone."""
+
+    def claims(self, *, all_users: bool = False) -> list[ClaimRecord]:
+        """This user's live claims (everyone's with ``all_users``)."""
+
+    def claims_with_state(self, *, all_users: bool = False) -> list[tuple[ClaimRecord, str]]:
+        """:meth:`claims`, each with its :meth:`state`."""
+
+    def holders(self) -> list[ClaimRecord]:
+        """Every claim that holds devices, as far as this user may see."""
+
+    def allocator(self, held: list[ClaimRecord]) -> Allocator:
+        """The embedded allocator over these devices, with ``held`` taken (for explain)."""
+
+    def state(self, name: str) -> str:
+        """``allocated``, ``pending``, ``reserved``, ``released``, or ``deleted`` (gone, not
+        by this process's release)."""
+
+    def released_at(self, name: str) -> float | None:
+        """When the claim was released, where the backend remembers (else None)."""
+
+    def touch(self, name: str, now: float) -> bool:
+        """Record activity on the claim (the idle countdown starts again); False if gone."""
+
+    def launch(
+        self,
+        session: Session,
+        command: Command,
+        spec: Mapping[str, Any],
+        *,
+        image: str | None,
+        name: str | None,
+        timeout: float,
+        start_timeout: float | None,
+        node_selector: Mapping[str, str] | None = None,
+    ) -> Run:
+        """``dra.run``: ``command`` in a pod with a new claim (``capabilities.pods``)."""

@@ -1,0 +1,67 @@
+"""Claims in a notebook: the card while a request waits and after, as the session's view.
+
+:func:`notebook_session` is the default session with :class:`NotebookView` when this
+process is a kernel: ``dra.request()`` and the magics use it, so a request that waits
+shows a card in its cell, and a claim displays as its card. Widgets are updated only from
+the kernel's main thread (ipykernel 7 loses widget messages sent from other threads);
+from any other thread, and outside a kernel, claims are text, as
+:class:`dra_jupyter.api.TextView` shows them.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from dra_jupyter.api import Claim, Session, TextView, WaitReporter, default_session
+from dra_jupyter.kernelinfo import execution_count, in_kernel
+from dra_jupyter.widgets.card import CardReporter, CardView, ClaimCard
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+class NotebookView(TextView):
+    """Cards for claims in a kernel (see the module docstring)."""
+
+    def reporter(self, what: str, simulated: bool) -> WaitReporter:
+        if in_kernel() and _main_thread():
+            return CardReporter(what, simulated)
+        return super().reporter(what, simulated)
+
+    def card(self, claim: Claim) -> ClaimCard:
+        """The claim's card: the one shown while it waited, else a new one."""
+        view = claim.view
+        if isinstance(view, CardView):
+            view.card.refresh()
+            return view.card
+        card = ClaimCard(claim)
+        claim.view = CardView(card)
+        return card
+
+    def mimebundle(self, claim: Claim) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
+        """The claim card, unless the cell that made the claim shows it already (it waited
+        there); outside a kernel, text."""
+        view = claim.view
+        shown_here = isinstance(view, CardView) and view.cell == execution_count()
+        if not in_kernel() or (shown_here and view.cell is not None):
+            return super().mimebundle(claim)
+        bundle = self.card(claim)._repr_mimebundle_()
+        if bundle is None:
+            return super().mimebundle(claim)
+        data, metadata = bundle
+        return {**data, "text/plain": repr(claim)}, metadata
+
+    def changed(self, claim: Claim) -> None:
+        view = claim.view
+        if isinstance(view, CardView) and _main_thread():
+            view.card.refresh()  # its card says so at once
+
+
+def notebook_session() -> Session:
+    """The default session, shown through :class:`NotebookView` (cards in a kernel)."""
+    session = default_session()
+    if not isinstance(session.view, NotebookView):
+        session.view = NotebookView()
+    return session
