@@ -16,11 +16,24 @@ from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.errors import (
     AllocationError,
+    BusyError,
+    ClaimNotFoundError,
+    ClusterError,
+    DiscoveryError,
     DraJupyterError,
     DraJupyterWarning,
+    ForbiddenError,
     InvalidInputError,
+    KernelNotFoundError,
+    KernelRestartError,
+    LedgerError,
+    LimitError,
+    MagicError,
+    NeverPossibleError,
+    NotFoundError,
     ObjectError,
     SelectorError,
+    UnavailableError,
 )
 
 if TYPE_CHECKING:
@@ -30,7 +43,22 @@ if TYPE_CHECKING:
     from dra_jupyter.kube.run import Run
     from dra_jupyter.tables import ClaimRow, DeviceRow, Table
 
-__version__ = "0.1.0"
+    __version__: str
+
+# Names made on first use, so that ``import dra_jupyter`` stays cheap (PEP 562).
+_LAZY = {"Claim": "dra_jupyter.api", "Session": "dra_jupyter.api", "Table": "dra_jupyter.tables"}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from dra_jupyter.version import version  # noqa: PLC0415
+
+        return version()
+    if name in _LAZY:
+        import importlib  # noqa: PLC0415
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dra_jupyter' has no attribute {name!r}")
 
 
 def _session() -> Session:
@@ -128,11 +156,27 @@ def configure(**kwargs: Any) -> Session:
 
 __all__ = [
     "AllocationError",
+    "BusyError",
+    "Claim",
+    "ClaimNotFoundError",
+    "ClusterError",
+    "DiscoveryError",
     "DraJupyterError",
     "DraJupyterWarning",
+    "ForbiddenError",
     "InvalidInputError",
+    "KernelNotFoundError",
+    "KernelRestartError",
+    "LedgerError",
+    "LimitError",
+    "MagicError",
+    "NeverPossibleError",
+    "NotFoundError",
     "ObjectError",
     "SelectorError",
+    "Session",
+    "Table",
+    "UnavailableError",
     "__version__",
     "claim",
     "claims",

@@ -6,8 +6,10 @@
     dra-jupyter demo
     dra-jupyter publish-slices --inventory NAME [--nodes N] [--kubeconfig PATH]
 
-Exit codes: 0 allocated (or explained), 1 no allocation exists, 2 invalid input,
-3 the Kubernetes API server could not be reached or refused.
+Exit codes, by the class of the error (:mod:`dra_jupyter.errors`): 0 allocated (or
+explained), 1 no allocation exists (:class:`AllocationError`), 2 invalid input, an unknown
+claim or another user's, 3 something we depend on failed (:class:`UnavailableError`: the
+Kubernetes API server, the ledger, NVML), 4 an internal error (a bug: the traceback follows).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -22,10 +25,10 @@ from dra_jupyter.allocator import STRATEGIES, Allocator
 from dra_jupyter.cli_kube import KUBE_COMMANDS, add_kube_commands, run_kube
 from dra_jupyter.cli_local import add_local_commands, run_local
 from dra_jupyter.demo import run_demo
-from dra_jupyter.errors import AllocationError, ClusterError, DraJupyterError
+from dra_jupyter.errors import AllocationError, DraJupyterError, UnavailableError
 from dra_jupyter.objectfile import ObjectSet, dump_yaml, load_objects
 
-EXIT_OK, EXIT_UNSATISFIABLE, EXIT_INVALID, EXIT_CLUSTER = 0, 1, 2, 3
+EXIT_OK, EXIT_UNSATISFIABLE, EXIT_INVALID, EXIT_CLUSTER, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -127,12 +130,19 @@ def main(
     except AllocationError as error:
         err.write(f"{error}\n")
         return EXIT_UNSATISFIABLE
-    except ClusterError as error:
+    except UnavailableError as error:
         err.write(f"error: {error}\n")
         return EXIT_CLUSTER
     except DraJupyterError as error:
         err.write(f"error: {error}\n")
         return EXIT_INVALID
+    except Exception as error:  # a bug: say so, with what is needed to report it
+        err.write("".join(traceback.format_exception(error)))
+        err.write(
+            f"internal error (a bug in dra-jupyter, not in your input): {type(error).__name__}: "
+            f"{error}; please report it with the traceback above\n"
+        )
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

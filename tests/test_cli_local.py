@@ -4,7 +4,8 @@ Through :func:`dra_jupyter.cli.main` with the settings in the environment
 (``DRA_JUPYTER_LEDGER``, ``DRA_JUPYTER_INVENTORY``) or in flags (``--ledger``,
 ``--inventory``), and through the installed console script for what must outlive the
 process. Exit codes: 0 done, 1 busy or impossible (stderr says why, never a traceback),
-2 invalid input (one line, ``error: ...``).
+2 invalid input, an unknown or another user's claim (one line, ``error: ...``), 3 the
+ledger (or another service) cannot be used, 4 an internal error (a bug: with a traceback).
 """
 
 from __future__ import annotations
@@ -453,3 +454,45 @@ def test_a_setting_in_seconds_that_is_not_a_number(
     result = run("claims")
     assert result.code == 2
     assert result.err.strip() == f"error: {name} must be a number of seconds, not 'soon'"
+
+
+def test_a_ledger_that_cannot_be_read_is_exit_3(settings: Path) -> None:
+    settings.write_text("not a database, and long enough to be read as a header " * 20)
+    result = run("claims")
+    assert result.code == 3  # unavailable, not the user's input
+    assert result.err.startswith(f"error: ledger {settings}: cannot open it as a SQLite database")
+    assert len(result.err.splitlines()) == 1
+
+
+def test_an_internal_error_is_exit_4_with_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any) -> int:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("dra_jupyter.cli.run_local", broken)
+    err = io.StringIO()
+    result = Result(main(["claims"], io.StringIO(), err), "", err.getvalue())
+    assert result.code == 4
+    assert "Traceback (most recent call last)" in result.err
+    assert result.err.splitlines()[-1] == (
+        "internal error (a bug in dra-jupyter, not in your input): RuntimeError: boom; "
+        "please report it with the traceback above"
+    )
+
+
+def test_under_jupyterhub_the_hub_user_owns_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One identity: JUPYTERHUB_USER (what the hub puts in the server's environment) owns
+    what the CLI makes; another hub user can neither see nor release it."""
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    made = run("request", "gpu=1", "-o", "json")
+    assert made.code == 0, made.err
+    name = json.loads(made.out)["claim"]["metadata"]["name"]
+    assert name.startswith("alice-")
+    monkeypatch.setenv("JUPYTERHUB_USER", "bob")
+    assert name not in run("claims").out
+    refused = run("release", name)
+    assert refused.code == 2
+    assert (
+        refused.err == f"error: claim {name} belongs to user alice; only its owner can release it\n"
+    )
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    assert run("release", name).code == 0

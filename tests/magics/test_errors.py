@@ -125,3 +125,24 @@ def test_a_bug_keeps_its_traceback(kernel: Kernel) -> None:
     assert error["ename"] == "ZeroDivisionError"
     assert len(error["traceback"]) > 1
     assert "Traceback" in "\n".join(out.error_lines())
+
+
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        (
+            "import dra_jupyter as dra\ndra.request(gpu=99)",
+            "dra.request: gpu=99 exceeds the limit of 32 devices per claim; split the work over "
+            "several claims",
+        ),
+        (
+            "import dra_jupyter as dra\ndra.claim('nobody-1')",
+            "claim nobody-1 does not exist (it may have been released)",
+        ),
+    ],
+    ids=["invalid", "not found"],
+)
+def test_the_apis_user_errors_are_one_line_too(kernel: Kernel, code: str, line: str) -> None:
+    """Not only the magics: a DraJupyterError raised by the Python API in a cell shows as
+    its message, without a traceback (its ``_render_traceback_``), and fails the cell."""
+    assert one_line(kernel.run(code)) == line

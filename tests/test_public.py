@@ -1,0 +1,89 @@
+"""The public surface: ``dra_jupyter.__all__``, what it names is there at run time, and
+importing the package stays cheap."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+
+import dra_jupyter
+from dra_jupyter import errors
+
+PUBLIC = {
+    "AllocationError",
+    "BusyError",
+    "Claim",
+    "ClaimNotFoundError",
+    "ClusterError",
+    "DiscoveryError",
+    "DraJupyterError",
+    "DraJupyterWarning",
+    "ForbiddenError",
+    "InvalidInputError",
+    "KernelNotFoundError",
+    "KernelRestartError",
+    "LedgerError",
+    "LimitError",
+    "MagicError",
+    "NeverPossibleError",
+    "NotFoundError",
+    "ObjectError",
+    "SelectorError",
+    "Session",
+    "Table",
+    "UnavailableError",
+    "__version__",
+    "claim",
+    "claims",
+    "configure",
+    "devices",
+    "history",
+    "release",
+    "release_all",
+    "request",
+    "run",
+}
+
+
+def test_all_is_the_public_surface_sorted() -> None:
+    assert set(dra_jupyter.__all__) == PUBLIC
+    assert dra_jupyter.__all__ == sorted(dra_jupyter.__all__)
+
+
+def test_every_public_name_is_there_at_run_time() -> None:
+    for name in dra_jupyter.__all__:
+        assert getattr(dra_jupyter, name) is not None, name
+    from dra_jupyter import Claim, Session  # noqa: PLC0415  # what a user types
+
+    assert Claim.__module__ == "dra_jupyter.api"
+    assert Session.__module__ == "dra_jupyter.api"
+
+
+def test_every_error_class_is_public_and_in_the_drawn_tree() -> None:
+    classes = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, Exception | Warning)
+    }
+    assert classes == set(errors.__all__)
+    assert classes <= set(dra_jupyter.__all__)
+    doc = errors.__doc__ or ""
+    assert all(name in doc for name in classes - {"DraJupyterWarning"})
+    for name in classes - {"DraJupyterWarning", "DraJupyterError"}:
+        assert issubclass(getattr(errors, name), errors.DraJupyterError), name
+
+
+def test_the_version_is_the_installed_distributions() -> None:
+    assert dra_jupyter.__version__ == importlib.metadata.version("dra-jupyter")
+
+
+def test_importing_the_package_loads_no_backend_widget_or_client() -> None:
+    code = (
+        "import sys, dra_jupyter\n"
+        "heavy = ['dra_jupyter.api', 'dra_jupyter.local', 'dra_jupyter.kube', 'kubernetes',\n"
+        "         'IPython', 'ipywidgets', 'pandas', 'pynvml', 'tornado', 'sqlite3']\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "[]"
