@@ -441,8 +441,10 @@ class Session:
         backend = self.backend
         caps = backend.capabilities
         if reserve and not caps.reserve:
-            backend.reserve  # noqa: B018  # its error says why, before anything is made
-            raise InvalidInputError(f"dra.request: reserve=True does not apply on {caps.where}")
+            raise InvalidInputError(
+                "dra.request: reserve=True applies to the Kubernetes backend, where a "
+                f"scheduler allocates claims later; {caps.where} allocates at once anyway"
+            )
         wait = parse_duration(timeout, what="timeout")
         lease_s = parse_duration(lease, what="lease")
         claim = self.build(spec, name)
