@@ -31,6 +31,7 @@ from dra_jupyter.allocator import STRATEGIES, Explanation
 from dra_jupyter.backends import open_backend
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.durations import format_duration, parse_duration
+from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.envvars import accelerator_runtime_loaded, environment_for
 from dra_jupyter.errors import (
     AllocationError,
@@ -220,8 +221,9 @@ class Claim:
         return environment_for(results, self._session.inventory.slices).env
 
     def apply_env(self, environ: dict[str, str] | None = None) -> list[str]:
-        """Set :attr:`env` in this process; returns what the user should know."""
-        target = os.environ if environ is None else environ
+        """Add :attr:`env` to this process's environment, which then names the devices of
+        every claim it holds (:mod:`dra_jupyter.environment`), or set it in ``environ``;
+        returns what the user should know."""
         found = environment_for(
             self.allocation.get("devices", {}).get("results", []), self._session.inventory.slices
         )
@@ -238,7 +240,10 @@ class Claim:
                 "device environment may not take effect; restart the kernel with the claim "
                 "(or start a fresh process with claim.env)"
             )
-        target.update(found.env)
+        if environ is None:
+            ProcessEnvironment.of_process().hold(self)
+        else:
+            environ.update(found.env)
         return notes
 
     def explain(self) -> Explanation:
@@ -253,7 +258,10 @@ class Claim:
         if self._released:
             return False
         self._released = True
-        released = self._session.backend.release(self.name)
+        try:
+            released = self._session.backend.release(self.name)
+        finally:
+            ProcessEnvironment.of_process().drop(self)
         self._session.view.changed(self)  # its card says so at once
         return released
 
@@ -445,6 +453,7 @@ class Session:
                 "dra.request: reserve=True applies to the Kubernetes backend, where a "
                 f"scheduler allocates claims later; {caps.where} allocates at once anyway"
             )
+        ProcessEnvironment.of_process().sync()  # claims released elsewhere leave it first
         wait = parse_duration(timeout, what="timeout")
         lease_s = parse_duration(lease, what="lease")
         claim = self.build(spec, name)
@@ -532,13 +541,19 @@ class Session:
         raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
 
     def release(self, name: str) -> bool:
-        return self.backend.release(name)
+        try:
+            return self.backend.release(name)
+        finally:
+            ProcessEnvironment.of_process().drop_names(self, {name})
 
     def release_all(self) -> list[str]:
         """Release every claim of this user; returns their names."""
         names = [r.name for r in self.backend.claims()]
-        for name in names:
-            self.backend.release(name)
+        try:
+            for name in names:
+                self.backend.release(name)
+        finally:
+            ProcessEnvironment.of_process().drop_names(self, set(names))
         return names
 
 

@@ -28,6 +28,7 @@ import yaml
 import dra_jupyter as dra
 from dra_jupyter import api
 from dra_jupyter.api import Claim, Session
+from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import (
     AllocationError,
     DraJupyterError,
@@ -98,6 +99,9 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.setenv(name, SENTINEL)
     monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: None)
     monkeypatch.setattr(api._Default, "session", None)
+    # the process's device environment starts empty for each test (a claim a test leaves
+    # held would name its devices in the next test's environment)
+    monkeypatch.setattr(ProcessEnvironment, "_process", None)
 
 
 def make_session(tmp_path: Path, inventory: str) -> Session:

@@ -1,15 +1,15 @@
 """``%%dra gpu=1``: run a cell with devices held for exactly as long as the cell runs.
 
 The claim is made before the cell runs (under a name chosen here, so that it can be
-released even when an interrupt lands while it is being made), its environment is set
-for the cell and put back after, and the claim is released after the cell whatever
-happens: success, an exception, ``KeyboardInterrupt`` — and an interrupt during the
-release itself does not stop the release.
+released even when an interrupt lands while it is being made), its devices join the
+process's environment for the cell (:mod:`dra_jupyter.environment`) and leave it after,
+and the claim is released after the cell whatever happens: success, an exception,
+``KeyboardInterrupt`` — and an interrupt during the release itself does not stop the
+release.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 import sys
 from collections.abc import Iterator, Mapping
@@ -31,28 +31,14 @@ def cell_claim_name(session: Session) -> str:
 
 
 def release_surely(session: Session, name: str) -> None:
-    """Release ``name`` (if it exists); a second interrupt must not leave it held."""
+    """Release ``name`` (if it exists) and take its devices out of the environment; a
+    second interrupt must not leave it held."""
     while True:
         try:
-            session.backend.release(name)
+            session.release(name)
             return
         except KeyboardInterrupt:
             continue
-
-
-@contextmanager
-def environment(env: Mapping[str, str]) -> Iterator[None]:
-    """Set ``env`` in this process, and put back what was there before."""
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @contextmanager
@@ -67,11 +53,9 @@ def held_for_cell(session: Session, spec: Mapping[str, Any]) -> Iterator[Claim]:
     try:
         claim = session.request(name=name, apply_env=False, **options)
         existed = False
-        scratch: dict[str, str] = {}
-        for note in claim.apply_env(scratch):  # only the notes: environment() sets it
+        for note in claim.apply_env():
             print(f"dra: {note}", file=sys.stderr)
-        with environment(claim.env):
-            yield claim
+        yield claim
     finally:
         if not existed:
             release_surely(session, name)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dra_jupyter.durations import format_duration
+from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.envvars import environment_for
 from dra_jupyter.errors import ObjectError
 from dra_jupyter.hints import impossible_hint
@@ -148,6 +149,7 @@ class KernelEnvironment(dict[str, str]):
 
 
 def kernel_environment(session: Session) -> KernelEnvironment:
+    ProcessEnvironment.of_process().sync()  # claims released elsewhere first: what is set now
     records = kernel_claims(session)
     results = [x for r in records for x in r.allocation.get("devices", {}).get("results", [])]
     env = KernelEnvironment(environment_for(results, session.inventory.slices).env)

@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from dra_jupyter.api import Claim, Session, TextView, WaitReporter, default_session
+from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.kernelinfo import execution_count, in_kernel
 from dra_jupyter.widgets.card import CardReporter, CardView, ClaimCard
 
@@ -60,8 +61,25 @@ class NotebookView(TextView):
 
 
 def notebook_session() -> Session:
-    """The default session, shown through :class:`NotebookView` (cards in a kernel)."""
+    """The default session, shown through :class:`NotebookView` (cards in a kernel). In a
+    kernel, each cell first takes the devices of claims released elsewhere (the server's
+    idle release, a lease, the card of another view) out of the process's environment."""
     session = default_session()
     if not isinstance(session.view, NotebookView):
         session.view = NotebookView()
+    _sync_before_each_cell()
     return session
+
+
+def _sync_environment(info: Any = None) -> None:
+    ProcessEnvironment.of_process().sync()
+
+
+def _sync_before_each_cell() -> None:
+    if not in_kernel():
+        return
+    from IPython import get_ipython  # noqa: PLC0415  # loaded: this is a kernel
+
+    events = get_ipython().events
+    if _sync_environment not in events.callbacks.get("pre_run_cell", []):
+        events.register("pre_run_cell", _sync_environment)

@@ -16,6 +16,7 @@ import yaml
 
 from dra_jupyter import api
 from dra_jupyter.api import Claim, Session
+from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import (
     AllocationError,
     ClaimNotFoundError,
@@ -43,6 +44,9 @@ def environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ENV_NAMES:
         monkeypatch.setenv(name, SENTINEL)
     monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: None)
+    # the process's device environment starts empty for each test (a claim a test leaves
+    # held would name its devices in the next test's environment)
+    monkeypatch.setattr(ProcessEnvironment, "_process", None)
 
 
 def make_session(tmp_path: Path, inventory: Inventory, user: str | None = None) -> Session:
@@ -352,3 +356,43 @@ def test_unknown_mig_profile(mig_session: Session) -> None:
         "the profiles are 1g.10gb (32), 2g.20gb (16)"
     )
     assert len(mig_session.claims(all_users=True)) == 0
+
+
+def test_the_environment_is_the_union_of_what_the_process_holds(session: Session) -> None:
+    """Issue: a second request replaced the first's devices, a release left its GPU named
+    (free for anyone to take), and nothing put the variables back."""
+    big = session.request(gpu=2)
+    small = session.request(gpu=1)
+    for name in ENV_NAMES:
+        assert os.environ[name] == ",".join(uuids(session, big) + uuids(session, small))
+    small.release()
+    for name in ENV_NAMES:
+        assert os.environ[name] == ",".join(uuids(session, big))
+    big.release()
+    for name in ENV_NAMES:
+        assert os.environ[name] == SENTINEL  # what it was before the first claim
+
+
+def test_a_with_block_and_release_by_name_give_the_environment_back(session: Session) -> None:
+    held = session.request(gpu=1)
+    with session.request(gpu=2) as block:
+        assert os.environ["CUDA_VISIBLE_DEVICES"].split(",") == (
+            uuids(session, held) + uuids(session, block)
+        )
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(uuids(session, held))
+    session.release(held.name)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == SENTINEL
+
+
+def test_a_claim_released_elsewhere_leaves_the_environment_at_the_next_request(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's idle release, the card's button or a lease end a claim behind this
+    process's back: the next request no longer names its devices."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    gone = session.request(gpu=1)
+    local(session).release(gone.name, "idle", any_owner=True)  # as the server would
+    kept = session.request(gpu=1)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(uuids(session, kept))
+    kept.release()
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ  # unset before, unset again

@@ -7,6 +7,7 @@ import re
 
 import yaml
 
+from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.types import claim_prefix
 from tests.magics.conftest import Kernel, kernel_fixture, plain
 from tests.test_claimspec import validate
@@ -148,3 +149,31 @@ def test_release_of_several_says_what_was_released_and_what_was_not(kernel: Kern
         "dra release: no claim nb-404 (already released?); %dra status lists your claims"
     ]
     assert kernel.claims() == []
+
+
+def test_the_kernels_environment_is_what_it_holds_even_after_a_release_elsewhere(
+    kernel: Kernel,
+) -> None:
+    """Issue: a second request replaced the first's devices, and a claim released behind
+    the kernel's back (here as the server's idle release does it, in the ledger) stayed in
+    CUDA_VISIBLE_DEVICES while ``%dra env`` said it was not set."""
+    kernel.ok("import os; os.environ.pop('CUDA_VISIBLE_DEVICES', None)")
+    kernel.ok("a = %dra request gpu=1\nb = %dra request gpu=1")
+    env = "print(os.environ.get('CUDA_VISIBLE_DEVICES'))"
+    both = kernel.ok(env).stdout.strip()
+    first, second = (
+        kernel.ok(f"print({v}.env['CUDA_VISIBLE_DEVICES'])").stdout.strip() for v in "ab"
+    )
+    assert both == f"{first},{second}"
+    ledger = Ledger(kernel.ledger_path)
+    (gone,) = [
+        r for r in ledger.read_claims() if r.name == kernel.ok("print(a.name)").stdout.strip()
+    ]
+    with ledger.transaction() as conn:
+        Ledger.delete(conn, gone, "idle")
+    assert kernel.ok(env).stdout.strip() == second  # before this cell ran, a's GPU left
+    shown = kernel.ok("%dra env").result
+    assert f"CUDA_VISIBLE_DEVICES={second}" in shown
+    assert "not set in this process" not in shown
+    kernel.ok("b.release()")
+    assert kernel.ok(env).stdout.strip() == "None"  # unset before the first claim: unset again

@@ -25,7 +25,7 @@ from tests.server.test_rest import body, post
 
 
 @pytest.fixture
-def jp_server_config(  # type: ignore[no-redef]  # overrides tests/server/conftest.py's
+def jp_server_config(  # overrides tests/server/conftest.py's
     ledger_path: Path, dra_config: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, Any]:
     """Alice's single-user server, as JupyterHub's spawner starts it: the hub's user in
@@ -70,7 +70,8 @@ def in_bobs_kernel(ledger_path: Path, code: str) -> dict[str, Any]:
     try:
         client.wait_for_ready(timeout=120)
         reply: dict[str, Any] = client.execute_interactive(code, timeout=120)
-        return reply["content"]
+        content: dict[str, Any] = reply["content"]
+        return content
     finally:
         client.stop_channels()
         km.shutdown_kernel(now=True)
