@@ -1,11 +1,18 @@
-"""The TypeScript declarations of the REST contract: ``scripts/wire-types.py`` writes
-``labextension/src/wire.ts`` from ``specification/dra-rest-api.yml``, and the file in the
-tree is what the spec gives."""
+"""The widgets' JavaScript against the REST contract.
+
+``scripts/wire-types.py`` writes ``labextension/src/wire.ts`` from
+``specification/dra-rest-api.yml``; ``tsc --strict`` (pinned in ``labextension/``, installed
+by ``make install``) checks ``dra_jupyter/widgets/*.js`` against it through their JSDoc
+types. The widgets get REST answers only from ``draCall`` (``common.js``), whose answer has
+the type the spec gives the operation, so reading a field the spec does not have fails
+the check; the mutation test below shows that it does.
+"""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +25,8 @@ import yaml
 ROOT = Path(__file__).parents[2]
 LAB = ROOT / "labextension"
 WIRE = LAB / "src" / "wire.ts"
+WIDGETS = ROOT / "dra_jupyter" / "widgets"
+TSC = LAB / "node_modules" / "typescript" / "bin" / "tsc"
 GENERATOR = ROOT / "scripts" / "wire-types.py"
 SPEC = ROOT / "specification" / "dra-rest-api.yml"
 
@@ -28,6 +37,20 @@ def generator() -> ModuleType:
     module = importlib.util.module_from_spec(found)
     found.loader.exec_module(module)
     return module
+
+
+def tsc(project: Path) -> subprocess.CompletedProcess[str]:
+    """``tsc`` on a project (tsconfig.json); fails the test when it is not installed."""
+    node = shutil.which("node")
+    assert node, "the JavaScript check needs Node.js on the PATH (make install installs it)"
+    assert TSC.exists(), f"{TSC} is missing: run make install (jlpm install in labextension/)"
+    return subprocess.run(
+        [node, str(TSC), "--project", str(project), "--pretty", "false"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_wire_ts_is_what_the_spec_gives() -> None:
@@ -63,3 +86,38 @@ def test_the_generated_types_follow_the_spec() -> None:
     changed["components"]["schemas"]["Claim"]["properties"]["created"]["format"] = "date-time"
     with pytest.raises(wire.SpecError, match=r"Claim\.created: unknown schema keywords"):
         wire.render(changed)
+
+
+def test_the_widgets_javascript_reads_only_fields_of_the_spec() -> None:
+    r = tsc(LAB / "tsconfig.json")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# A field the spec does not have, or an operation it does not name, in a copy of the
+# widgets' JavaScript: (file, text, replacement, what tsc must name).
+MUTATIONS = [
+    ("card.js", "claim.idle_deadline;", "claim.idle_deadlin;", "'idle_deadlin'"),
+    ("board.js", 'kernel: c.kernel_id || ""', 'kernel: c.kernel || ""', "'kernel'"),
+    ("board.js", "metrics.idle_warning ||", "metrics.idle_warnings ||", "'idle_warnings'"),
+    ("board.js", "m?.history.utilization", "m?.history.util", "'util'"),
+    ("board.js", "devices.inventory !==", "devices.inventory_name !==", "'inventory_name'"),
+    ("card.js", '"GET /claims/{name}"', '"GET /claim/{name}"', '"GET /claim/{name}"'),
+]
+
+
+def test_a_field_the_spec_does_not_have_fails_the_check(tmp_path: Path) -> None:
+    """The same check on a copy with the mutations: tsc reports each of them."""
+    (tmp_path / "labextension" / "src").mkdir(parents=True)
+    shutil.copy(LAB / "tsconfig.json", tmp_path / "labextension")
+    shutil.copy(WIRE, tmp_path / "labextension" / "src")
+    shutil.copytree(WIDGETS, tmp_path / "dra_jupyter" / "widgets")
+    for name, text, replacement, _ in MUTATIONS:
+        path = tmp_path / "dra_jupyter" / "widgets" / name
+        source = path.read_text(encoding="utf-8")
+        assert text in source, f"{name} no longer has {text!r}: update MUTATIONS"
+        path.write_text(source.replace(text, replacement, 1), encoding="utf-8")
+    r = tsc(tmp_path / "labextension" / "tsconfig.json")  # unchanged, it passes (above)
+    assert r.returncode != 0
+    errors = [line for line in r.stdout.splitlines() if "error TS" in line]
+    for name, _, _, reported in MUTATIONS:
+        assert any(name in line and reported in line for line in errors), (reported, errors)
