@@ -5,16 +5,31 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+NODE   := $(or $(shell command -v node),/usr/bin/node)
+TSC_STAMP := labextension/node_modules/.installed
 
 .PHONY: install test lint typecheck layers pytest demo lab bench bench-latency bench-placement clean
 
-install: $(STAMP)
+install: $(STAMP) $(TSC_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# TypeScript for the check of the widgets' JavaScript against the REST spec
+# (tests/widgets/test_wire_types.py): pinned by labextension/yarn.lock, installed with jlpm
+# (the yarn that comes with JupyterLab) into labextension/node_modules once, then kept.
+# Node.js runs both: Debian's nodejs where none is on the PATH.
+$(NODE):
+	@command -v apt-get >/dev/null || { echo "the JavaScript check needs Node.js (node on the PATH)"; exit 1; }
+	@[ "$$(id -u)" = 0 ] || { echo "the JavaScript check needs Node.js: run 'sudo apt-get install nodejs', or make test as root"; exit 1; }
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
+
+$(TSC_STAMP): labextension/package.json labextension/yarn.lock | $(STAMP) $(NODE)
+	cd labextension && $(abspath $(BIN))/jlpm install --immutable
+	touch $(TSC_STAMP)
 
 # Debian's chromium for the browser tests (Playwright drives it; it never downloads one)
 CHROMIUM := /usr/bin/chromium
@@ -34,12 +49,12 @@ layers: install
 	$(BIN)/lint-imports --no-cache
 
 lint: install
-	$(BIN)/ruff check dra_jupyter tests benchmarks
-	$(BIN)/ruff format --check dra_jupyter tests benchmarks
+	$(BIN)/ruff check dra_jupyter tests benchmarks scripts
+	$(BIN)/ruff format --check dra_jupyter tests benchmarks scripts
 
 test: install $(CHROMIUM)
-	$(BIN)/ruff check dra_jupyter tests benchmarks
-	$(BIN)/ruff format --check dra_jupyter tests benchmarks
+	$(BIN)/ruff check dra_jupyter tests benchmarks scripts
+	$(BIN)/ruff format --check dra_jupyter tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache  # the layers: [tool.importlinter] in pyproject.toml
 	$(BIN)/python scripts/k8s-testenv build  # Kubernetes for tests/k8s: once, then cached
@@ -68,4 +83,4 @@ bench-placement: install
 	$(BIN)/python benchmarks/bench_placement.py --json benchmarks/placement.json --plot benchmarks/placement.png
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis labextension/node_modules

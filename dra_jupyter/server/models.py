@@ -1,12 +1,18 @@
 """The wire contract of the REST API under ``/dra/api/``, typed once.
 
-``specification/dra-rest-api.yml`` describes the same shapes for clients; the tests check
-that every route of the extension is described there.
+``specification/dra-rest-api.yml`` is the contract; these are its component schemas, one
+TypedDict each, for the server's code. ``tests/server/test_wire_contract.py`` checks them
+against the spec field by field (names, required or not, types and enums), and the
+server's answers against the spec's schemas; the tests also check that every route of the
+extension is described there.
 """
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
+
+DeviceState = Literal["free", "held", "shared", "blocked"]
+DeviceCount = int | Literal["all"]  # a number of devices, or every device that matches
 
 
 class DeviceModel(TypedDict):
@@ -20,7 +26,7 @@ class DeviceModel(TypedDict):
     node: str
     numa_node: str  # resource.kubernetes.io/numaNode, empty when not published
     pcie_root: str  # resource.kubernetes.io/pcieRoot, empty when not published
-    state: str  # free, held, shared, blocked
+    state: DeviceState  # shared: held in shares; blocked: a partition or its whole GPU is held
     holder: str  # "claim (user)", empty when free
 
 
@@ -61,10 +67,10 @@ class ClaimRequest(TypedDict, total=False):
     """The body of ``POST claims``: the keywords of ``dra.request``, plus ``kernel_id``
     (the claim belongs to that kernel of this server) and ``timeout`` (only 0 for now)."""
 
-    gpu: int | str
-    tpu: int | str
+    gpu: DeviceCount
+    tpu: DeviceCount
     mig: str
-    count: int
+    count: DeviceCount
     memory: str
     model: str
     selector: str

@@ -2,14 +2,52 @@
 // (polled from here, never through the kernel), or, where no extension answers, from the
 // kernel: a {type: "refresh"} message that the kernel answers by updating `rows`.
 
+/**
+ * A claim of a row: from the REST claims, or the kernel's (dra_jupyter/widgets/rows.py).
+ * @typedef {{ name: string, user: string, kernel: string, idle_deadline: number | null }} RowClaim
+ */
+/**
+ * A row of the board: a device with its claims and current metrics, joined here from the
+ * REST answers or by the kernel (the `rows` trait, dra_jupyter/widgets/rows.py).
+ * @typedef {Device & {
+ *   name: string,
+ *   claims: RowClaim[],
+ *   memory_used: number | null,
+ *   memory_total: number | null,
+ *   utilization: number | null,
+ *   temperature: number | null,
+ *   spark: (number | null)[],
+ * }} Row
+ */
+/**
+ * What a view holds besides the model.
+ * @typedef {{
+ *   server: boolean | null,
+ *   rows: Row[] | null,
+ *   simulated: boolean,
+ *   inventory: string,
+ *   warning: number,
+ *   error: string,
+ * }} BoardView
+ */
+
+/**
+ * @param {Devices} devices
+ * @param {Claims} claims
+ * @param {Metrics} metrics
+ * @returns {Row[]}
+ */
 function draJoin(devices, claims, metrics) {
+  /** @type {Map<string, DeviceMetrics>} */
   const byDevice = new Map();
   for (const m of metrics.devices) byDevice.set(m.device, m);
+  /** @type {Map<string, RowClaim[]>} */
   const claimsOf = new Map();
   for (const c of claims.claims) {
     for (const d of c.devices) {
-      if (!claimsOf.has(d)) claimsOf.set(d, []);
-      claimsOf.get(d).push({
+      const list = claimsOf.get(d) || [];
+      claimsOf.set(d, list);
+      list.push({
         name: c.name,
         user: c.user,
         kernel: c.kernel_id || "",
@@ -18,21 +56,25 @@ function draJoin(devices, claims, metrics) {
     }
   }
   return devices.devices.map((d) => {
-    const m = byDevice.get(d.device) || {};
-    const cur = m.current || {};
+    const m = byDevice.get(d.device);
+    const cur = m?.current;
     return {
       ...d,
-      name: d.device.split("/").pop(),
+      name: d.device.split("/").pop() || "",
       claims: claimsOf.get(d.device) || [],
-      memory_used: cur.memory_used ?? null,
-      memory_total: cur.memory_total ?? null,
-      utilization: cur.utilization ?? null,
-      temperature: cur.temperature ?? null,
-      spark: (m.history && m.history.utilization) || [],
+      memory_used: cur?.memory_used ?? null,
+      memory_total: cur?.memory_total ?? null,
+      utilization: cur?.utilization ?? null,
+      temperature: cur?.temperature ?? null,
+      spark: m?.history.utilization || [],
     };
   });
 }
 
+/**
+ * @param {Row} row
+ * @param {number} warning
+ */
 function draHolder(row, warning) {
   const cell = draEl("td", "dra-holder");
   if (!row.claims.length) {
@@ -54,16 +96,25 @@ function draHolder(row, warning) {
   return cell;
 }
 
+/** @param {Element} root */
 function draTick(root) {
   const now = Date.now() / 1000;
-  for (const e of root.querySelectorAll(".dra-countdown")) {
+  /** @type {NodeListOf<HTMLElement>} */
+  const countdowns = root.querySelectorAll(".dra-countdown");
+  for (const e of countdowns) {
     const left = Number(e.dataset.deadline) - now;
     e.textContent = left > 0 ? "idle release in " + draDuration(left) : "idle: releasing";
     e.classList.toggle("dra-warn", left <= Number(e.dataset.warning || 0));
   }
 }
 
+/**
+ * @param {HTMLElement} el
+ * @param {Model} model
+ * @param {BoardView} view
+ */
 function draRender(el, model, view) {
+  /** @type {Row[]} */
   const rows = view.rows !== null ? view.rows : model.get("rows");
   const simulated = view.rows !== null ? view.simulated : model.get("simulated");
   const title = view.rows !== null ? view.inventory : model.get("inventory");
@@ -85,8 +136,9 @@ function draRender(el, model, view) {
   for (const h of ["device", "model", "memory", "util", "temp", "state", "holder"]) {
     hr.append(draEl("th", "", h));
   }
-  table.append(draEl("thead"));
-  table.tHead.append(hr);
+  const thead = draEl("thead");
+  thead.append(hr);
+  table.append(thead);
   const body = draEl("tbody");
   for (const row of rows) {
     const tr = draEl("tr", "dra-state-" + row.state);
@@ -129,8 +181,10 @@ function draRender(el, model, view) {
 }
 
 export default {
+  /** @param {{ model: Model, el: HTMLElement }} context */
   render({ model, el }) {
     el.classList.add("dra-widget", "dra-board");
+    /** @type {BoardView} */
     const view = {
       server: null, // null: not known yet, true: the REST API answers, false: ask the kernel
       rows: null, // rows from REST, when the server answers
@@ -146,9 +200,9 @@ export default {
       if (view.server !== false) {
         try {
           const [devices, claims, metrics] = await Promise.all([
-            draApi("devices"),
-            draApi("claims"),
-            draApi("metrics?history=40"),
+            draCall("GET /devices"),
+            draCall("GET /claims"),
+            draCall("GET /metrics", { history: 40 }),
           ]);
           if (devices.inventory !== model.get("inventory")) {
             throw new Error("the server shows another inventory than this kernel's");
@@ -163,7 +217,7 @@ export default {
           return;
         } catch (e) {
           if (view.server === true) {
-            view.error = "server: " + (e.message || e);
+            view.error = "server: " + (/** @type {DraError} */ (e).message || e);
             redraw();
             return;
           }

@@ -2,6 +2,24 @@
 // and buttons. The kernel sets the state; the server extension (when it answers) gives
 // the idle deadline, notices releases made elsewhere and carries Keep and Release.
 
+/**
+ * What a view holds besides the model, and its buttons' actions.
+ * @typedef {{
+ *   server: boolean | null,
+ *   deadline: number | null,
+ *   warning: number,
+ *   warningNow: boolean,
+ *   released: boolean,
+ *   release: (button: HTMLButtonElement) => Promise<void>,
+ *   keep: (button: HTMLButtonElement) => Promise<void>,
+ * }} CardView
+ */
+
+/**
+ * @param {HTMLElement} el
+ * @param {Model} model
+ * @param {CardView} view
+ */
 function draCardRender(el, model, view) {
   const state = view.released ? "released" : model.get("state");
   const shown = state === "allocated" && view.warningNow ? "warning" : state;
@@ -24,6 +42,7 @@ function draCardRender(el, model, view) {
     line.dataset.place = pos === 1 ? "next in line" : pos > 1 ? `number ${pos} in line` : "";
     el.append(line);
   }
+  /** @type {{ name: string, model: string, memory: string }[]} */
   const devices = model.get("devices");
   if (devices.length) {
     const list = draEl("div", "dra-card-line");
@@ -56,10 +75,10 @@ function draCardRender(el, model, view) {
     }
     el.append(info);
     const buttons = draEl("div", "dra-buttons");
-    const release = draEl("button", "dra-release", "Release");
+    const release = /** @type {HTMLButtonElement} */ (draEl("button", "dra-release", "Release"));
     release.title = "give the devices back now";
     release.onclick = () => view.release(release);
-    const keep = draEl("button", "dra-keep", "Keep");
+    const keep = /** @type {HTMLButtonElement} */ (draEl("button", "dra-keep", "Keep"));
     if (view.server === true) {
       keep.title = "reset the idle countdown";
       keep.onclick = () => view.keep(keep);
@@ -76,9 +95,12 @@ function draCardRender(el, model, view) {
   draCardTick(el);
 }
 
+/** @param {Element} el */
 function draCardTick(el) {
   const now = Date.now() / 1000;
-  for (const e of el.querySelectorAll(".dra-waiting")) {
+  /** @param {string} selector */
+  const all = (selector) => /** @type {NodeListOf<HTMLElement>} */ (el.querySelectorAll(selector));
+  for (const e of all(".dra-waiting")) {
     const waited = now - Number(e.dataset.since);
     const limit = Number(e.dataset.timeout);
     const parts = ["waiting"];
@@ -86,30 +108,34 @@ function draCardTick(el) {
     parts.push(draDuration(waited) + (limit > 0 ? " of " + draDuration(limit) : ""));
     e.textContent = parts.join(" \u00b7 ");
   }
-  for (const e of el.querySelectorAll(".dra-countdown")) {
+  for (const e of all(".dra-countdown")) {
     const left = Number(e.dataset.deadline) - now;
     e.textContent = left > 0 ? "idle release in " + draDuration(left) : "idle: releasing";
     e.classList.toggle("dra-warn", left <= Number(e.dataset.warning || 0));
   }
-  for (const e of el.querySelectorAll(".dra-lease")) {
+  for (const e of all(".dra-lease")) {
     e.textContent = "lease ends in " + draDuration(Number(e.dataset.expires) - now);
   }
 }
 
 export default {
+  /** @param {{ model: Model, el: HTMLElement }} context */
   render({ model, el }) {
     el.classList.add("dra-widget", "dra-card");
+    /** @type {CardView} */
     const view = {
       server: null,
       deadline: null,
       warning: 0,
       warningNow: false,
       released: false,
+      release: async () => {}, // set below, once the helpers they use exist
+      keep: async () => {},
     };
     const presence = draPresence();
     const asker = draAsker(model);
     const redraw = () => draCardRender(el, model, view);
-    const name = () => encodeURIComponent(model.get("name"));
+    const named = () => ({ name: String(model.get("name")) }); // the claim, for draCall
     const gone = () => {
       view.released = true;
       draSend(model, { type: "refresh" }); // once: the kernel's claim object learns it too
@@ -119,9 +145,9 @@ export default {
       button.disabled = true;
       if (view.server === true) {
         try {
-          await draApi("claims/" + name(), "DELETE");
+          await draCall("DELETE /claims/{name}", named());
         } catch (e) {
-          if (e.status !== 404) {
+          if (/** @type {DraError} */ (e).status !== 404) {
             draSend(model, { type: "release" });
             return;
           }
@@ -134,10 +160,10 @@ export default {
     view.keep = async (button) => {
       button.disabled = true;
       try {
-        const claim = await draApi("claims/" + name() + "/keep", "POST");
+        const claim = await draCall("POST /claims/{name}/keep", named());
         view.deadline = claim.idle_deadline;
       } catch (e) {
-        if (e.status === 404) view.released = true;
+        if (/** @type {DraError} */ (e).status === 404) view.released = true;
       }
       redraw();
     };
@@ -146,11 +172,11 @@ export default {
       if (view.server !== false) {
         try {
           if (view.server === null) {
-            const metrics = await draApi("metrics?history=0");
+            const metrics = await draCall("GET /metrics", { history: 0 });
             view.warning = metrics.idle_warning || 0;
           }
           // a server that does not know the claim (another ledger) is not this card's
-          const claim = await draApi("claims/" + name());
+          const claim = await draCall("GET /claims/{name}", named());
           if (view.server === null) {
             view.server = true;
             redraw();
@@ -164,7 +190,8 @@ export default {
           }
         } catch (e) {
           if (view.server === true) {
-            if (e.status === 404) gone(); // released by someone or something else
+            // released by someone or something else
+            if (/** @type {DraError} */ (e).status === 404) gone();
             return;
           }
           view.server = false;

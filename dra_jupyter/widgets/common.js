@@ -1,4 +1,40 @@
 // Shared by the dra-jupyter widgets: put in front of each widget's module (no imports, no CDN).
+//
+// Types are JSDoc, checked by `tsc --strict` (labextension/tsconfig.json, run by
+// tests/widgets/test_wire_types.py). The REST answers have the types of
+// labextension/src/wire.ts, generated from specification/dra-rest-api.yml: every call of
+// the REST API goes through draCall, named by the spec's operation, so reading a field the
+// spec does not have fails the check. The typedefs are comments: the browser runs this
+// file as it is.
+
+/** @typedef {import("../../labextension/src/wire").Operations} Operations */
+/** @typedef {import("../../labextension/src/wire").Error} ApiError */
+/** @typedef {import("../../labextension/src/wire").Devices} Devices */
+/** @typedef {import("../../labextension/src/wire").Device} Device */
+/** @typedef {import("../../labextension/src/wire").Claims} Claims */
+/** @typedef {import("../../labextension/src/wire").Claim} Claim */
+/** @typedef {import("../../labextension/src/wire").Metrics} Metrics */
+/** @typedef {import("../../labextension/src/wire").DeviceMetrics} DeviceMetrics */
+
+/**
+ * The part of an anywidget model the widgets use. Trait values are the kernel's (not the
+ * REST API's), hence `any`.
+ * @typedef {{
+ *   get(name: string): any,
+ *   on(event: string, callback: () => void): void,
+ *   off(event: string, callback: () => void): void,
+ *   send(content: object): void,
+ * }} Model
+ */
+
+/**
+ * An error of a REST call: `status` is the HTTP status, when there was an answer.
+ * @typedef {Error & { status?: number }} DraError
+ */
+
+/** @typedef {{ recent: (ms: number) => boolean, stop: () => void }} Presence */
+/** @typedef {{ now: () => void, stop: () => void }} Poller */
+/** @typedef {{ ask: () => void, stop: () => void }} Asker */
 
 // The Jupyter server of this page: JupyterLab and Notebook 7 publish it in
 // #jupyter-config-data, classic pages on <body data-base-url>. Elsewhere (VS Code, Colab,
@@ -23,17 +59,54 @@ function draConfig() {
   return { baseUrl, token };
 }
 
+/** @param {string} name */
 function draCookie(name) {
   const m = document.cookie.match("\\b" + name + "=([^;]*)\\b");
   return m ? decodeURIComponent(m[1]) : "";
 }
 
-// One call of the server extension's REST API; GETs never count as activity.
-async function draApi(path, method = "GET") {
+// One operation of the server extension's REST API, named as the spec names it
+// ("GET /claims/{name}"): `parameters` fill the path's {placeholders}, the others make the
+// query string. The answer has the spec's type; GETs never count as activity.
+/**
+ * @template {keyof Operations} K
+ * @param {K} operation
+ * @param {Operations[K]["parameters"]} [parameters]
+ * @returns {Promise<Operations[K]["answer"]>}
+ */
+async function draCall(operation, parameters) {
+  const [method, template] = operation.split(" ");
+  /** @type {Record<string, string | number | undefined>} */
+  const given = { ...parameters };
+  const query = new URLSearchParams();
+  const path = template.slice(1).replace(/\{(\w+)\}/g, (_, name) => {
+    const value = given[name];
+    if (value === undefined) throw new Error(operation + ": no " + name);
+    delete given[name];
+    return encodeURIComponent(String(value));
+  });
+  for (const [name, value] of Object.entries(given)) {
+    if (value !== undefined) query.append(name, String(value));
+  }
+  const search = query.toString();
+  // the spec's answer: checked by the tests against the server, so taken on trust here
+  return /** @type {Operations[K]["answer"]} */ (
+    await draApi(search ? path + "?" + search : path, method)
+  );
+}
+
+// One call of the REST API (through draCall): the JSON answer, null for 204.
+/**
+ * @param {string} path
+ * @param {string} method
+ * @returns {Promise<unknown>}
+ */
+async function draApi(path, method) {
   const { baseUrl, token } = draConfig();
   if (baseUrl === null) throw new Error("no Jupyter server behind this page");
   const sep = path.includes("?") ? "&" : "?";
   const url = baseUrl + "dra/api/" + path + (method === "GET" ? sep + "no_track_activity=1" : "");
+  /** @type {Record<string, string>} */
   const headers = { Accept: "application/json" };
   if (token) headers.Authorization = "token " + token;
   const xsrf = draCookie("_xsrf");
@@ -41,13 +114,16 @@ async function draApi(path, method = "GET") {
   const r = await fetch(url, { method, headers, credentials: "same-origin" });
   if (r.status === 204) return null;
   if (!(r.headers.get("Content-Type") || "").includes("json")) {
+    /** @type {DraError} */
     const e = new Error("no dra-jupyter server extension here (HTTP " + r.status + ")");
     e.status = r.status;
     throw e;
   }
+  /** @type {unknown} */
   const body = await r.json();
   if (!r.ok) {
-    const e = new Error(body.message || r.statusText);
+    /** @type {DraError} */
+    const e = new Error(/** @type {ApiError} */ (body).message || r.statusText);
     e.status = r.status;
     throw e;
   }
@@ -56,6 +132,7 @@ async function draApi(path, method = "GET") {
 
 // Whether someone used this page lately (pointer or keys): the kernel fallback polls only
 // then, so a forgotten tab does not keep the kernel "active" for a culler.
+/** @returns {Presence} */
 function draPresence() {
   let last = Date.now();
   const bump = () => {
@@ -73,12 +150,20 @@ function draPresence() {
 
 // Calls step() every intervalMs() while the element is on screen and the page visible;
 // stop() ends it for good (no timer, observer or listener is left).
+/**
+ * @param {Element} el
+ * @param {() => Promise<void>} step
+ * @param {() => number} intervalMs
+ * @returns {Poller}
+ */
 function draPoller(el, step, intervalMs) {
+  /** @type {ReturnType<typeof setTimeout> | null} */
   let timer = null;
   let stopped = false;
   let running = false;
   let onScreen = true;
   const visible = () => onScreen && !document.hidden;
+  /** @param {number} ms */
   const schedule = (ms) => {
     if (!stopped && timer === null) timer = setTimeout(tick, ms);
   };
@@ -98,6 +183,7 @@ function draPoller(el, step, intervalMs) {
   const wake = () => {
     if (visible() && timer === null && !running) schedule(0);
   };
+  /** @type {IntersectionObserver | null} */
   let observer = null;
   if (typeof IntersectionObserver !== "undefined") {
     observer = new IntersectionObserver((entries) => {
@@ -120,6 +206,12 @@ function draPoller(el, step, intervalMs) {
   };
 }
 
+/**
+ * @param {string} tag
+ * @param {string} [cls]
+ * @param {unknown} [text]
+ * @returns {HTMLElement}
+ */
 function draEl(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -127,8 +219,10 @@ function draEl(tag, cls, text) {
   return e;
 }
 
+/** @param {number | null | undefined} n */
 function draBytes(n) {
   if (n === null || n === undefined) return "";
+  /** @type {[string, number][]} */
   const units = [["Ti", 2 ** 40], ["Gi", 2 ** 30], ["Mi", 2 ** 20]];
   for (const [u, size] of units) {
     if (n >= size) return (Math.floor((n / size) * 10) / 10).toString() + u;
@@ -136,16 +230,22 @@ function draBytes(n) {
   return String(n);
 }
 
+/** @param {number} seconds */
 function draDuration(seconds) {
   const s = Math.max(0, Math.round(seconds));
   const h = Math.floor(s / 3600);
   const m = Math.floor((s % 3600) / 60);
   const r = s % 60;
-  const pad = (x) => String(x).padStart(2, "0");
+  const pad = (/** @type {number} */ x) => String(x).padStart(2, "0");
   return h > 0 ? `${h}:${pad(m)}:${pad(r)}` : `${m}:${pad(r)}`;
 }
 
 // A bar: fraction in [0, 1] filled, with a label.
+/**
+ * @param {number | null | undefined} fraction
+ * @param {string} label
+ * @param {string} [cls]
+ */
 function draBar(fraction, label, cls) {
   const bar = draEl("div", "dra-bar " + (cls || ""));
   const fill = draEl("div", "dra-bar-fill");
@@ -157,6 +257,11 @@ function draBar(fraction, label, cls) {
 }
 
 // An SVG sparkline of values in [0, 100] (nulls are gaps).
+/**
+ * @param {(number | null | undefined)[] | null | undefined} values
+ * @param {number} [width]
+ * @param {number} [height]
+ */
 function draSparkline(values, width = 80, height = 18) {
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
@@ -186,6 +291,12 @@ function draSparkline(values, width = 80, height = 18) {
 // Asks the kernel for a refresh, one request at a time: a busy kernel (a long cell) does
 // not pile up messages; the kernel answers by bumping the `revision` trait.
 // Everything a view started, stopped when the view goes: no poll, timer or listener is left.
+/**
+ * @param {Poller} poller
+ * @param {Presence} presence
+ * @param {Asker} asker
+ * @param {ReturnType<typeof setInterval>} ticker
+ */
 function draStop(poller, presence, asker, ticker) {
   poller.stop();
   presence.stop();
@@ -193,6 +304,10 @@ function draStop(poller, presence, asker, ticker) {
   clearInterval(ticker);
 }
 
+/**
+ * @param {Model} model
+ * @returns {Asker}
+ */
 function draAsker(model) {
   let sent = 0;
   const answered = () => {
@@ -210,6 +325,10 @@ function draAsker(model) {
 }
 
 // A message to the kernel; a view restored from a saved notebook has no kernel to tell.
+/**
+ * @param {Model} model
+ * @param {object} content
+ */
 function draSend(model, content) {
   try {
     model.send(content);
