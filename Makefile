@@ -10,7 +10,7 @@ TSC_STAMP := labextension/node_modules/.installed
 
 .PHONY: install test lint typecheck layers pytest demo lab bench bench-latency bench-placement clean
 
-install: $(STAMP) $(TSC_STAMP)
+install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,7 +39,7 @@ $(CHROMIUM):
 	@[ "$$(id -u)" = 0 ] || { echo "the browser tests need Debian's chromium: run 'sudo apt-get install chromium', or make test as root"; exit 1; }
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
-pytest: install $(CHROMIUM)
+pytest: install $(CHROMIUM) $(TSC_STAMP)
 	$(BIN)/python -m pytest -q
 
 typecheck: install
@@ -52,7 +52,7 @@ lint: install
 	$(BIN)/ruff check dra_jupyter tests benchmarks scripts
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks scripts
 
-test: install $(CHROMIUM)
+test: install $(CHROMIUM) $(TSC_STAMP)
 	$(BIN)/ruff check dra_jupyter tests benchmarks scripts
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks scripts
 	$(BIN)/mypy
