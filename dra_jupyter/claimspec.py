@@ -25,6 +25,7 @@ keyword                   ResourceClaim
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -86,7 +87,26 @@ def _quantity(value: Any, key: str, what: str) -> str:
         ) from err
     if q.value <= 0:
         raise InvalidInputError(f"{what}: {key}={value!r} must be more than zero")
+    if q.value < MEBIBYTE and _unitless(value):
+        # "80" is 80 bytes, which any device has: surely a missing unit
+        raise InvalidInputError(
+            f"{what}: {key}={value!r} is {value} bytes (no unit); write e.g. '80Gi' or '40G'"
+        )
     return str(q)
+
+
+MEBIBYTE = 2**20
+_PLAIN_NUMBER = re.compile(r"\s*[+-]?[0-9.]+([eE][+-]?[0-9]+)?\s*")
+
+
+def _unitless(value: Any) -> bool:
+    """A plain number (``80``, ``"80"``, ``"1.5"``): a quantity written without its unit."""
+    if isinstance(value, int | float):
+        return True
+    return (
+        isinstance(value, str)
+        and re.fullmatch(r"\s*[+-]?[0-9.]+([eE][+-]?[0-9]+)?\s*", value) is not None
+    )
 
 
 def _literal(text: str) -> str:

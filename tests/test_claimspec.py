@@ -9,6 +9,7 @@ neither break the expression nor change what it selects.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -471,6 +472,10 @@ ERROR_CASES: list[tuple[str, Wire, str]] = [
     ("memory not a quantity", {"memory": "eighty"}, "memory='eighty'"),
     ("memory in GB", {"memory": "80GB"}, "memory='80GB'"),
     ("memory a float", {"memory": 1.5}, "memory=1.5"),
+    ("memory without a unit", {"memory": "80"}, "memory='80' is 80 bytes (no unit)"),
+    ("memory a bare number", {"memory": 80}, "memory=80 is 80 bytes (no unit)"),
+    ("memory in bare exponent", {"memory": "8e4"}, "memory='8e4'"),
+    ("share without a unit", {"share": "20"}, "share='20' is 20 bytes (no unit)"),
     ("negative memory", {"memory": "-5Gi"}, "memory"),
     ("share not a quantity", {"share": "half"}, "share='half'"),
     ("negative share", {"share": "-1Gi"}, "share"),
@@ -492,6 +497,13 @@ def test_bad_input_is_one_clear_line(spec: Wire, names: str) -> None:
     assert message.startswith("dra.request"), message
     assert "\n" not in message
     assert names in message, message
+
+
+def test_a_plain_number_of_a_megabyte_or_more_is_bytes() -> None:
+    """Only what cannot be meant as bytes is refused: 2000000 bytes is a size someone
+    may mean."""
+    claim = build_claim("c", {"memory": "2000000"}, classes=NVIDIA_CLASSES)
+    assert "quantity('2M')" in json.dumps(claim)
 
 
 def test_limit_errors_say_the_limit() -> None:
