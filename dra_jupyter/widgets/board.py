@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import traitlets
 
+from dra_jupyter.api import default_session
 from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.widgets.assets import esm
 from dra_jupyter.widgets.base import DraWidget
@@ -39,8 +40,6 @@ class DeviceBoard(DraWidget):
 
     def __init__(self, session: Session | None = None, *, interval: float = 1.0) -> None:
         if session is None:
-            from dra_jupyter.api import default_session  # noqa: PLC0415  # no cycle at import
-
             session = default_session()
         self.session = session
         inventory = session.inventory
