@@ -203,16 +203,17 @@ class Claim:
 
     @property
     def devices(self) -> Table[DeviceRow]:
+        """This claim's devices; once it is released, their state now (free, or whoever
+        holds them since), never a stale holder."""
         mine = {
             f"{r['driver']}/{r['pool']}/{r['device']}"
             for r in self.allocation.get("devices", {}).get("results", [])
         }
-        rows = [
-            r
-            for r in device_rows(self._session.inventory.slices, [self._record])
-            if r.device in mine
-        ]
-        return Table(rows, DEVICE_COLUMNS, title=f"claim {self.name}")
+        released = self.state == "released"
+        held = self._session.backend.holders() if released else [self._record]
+        rows = [r for r in device_rows(self._session.inventory.slices, held) if r.device in mine]
+        title = f"claim {self.name}" + (" (released: the devices' state now)" if released else "")
+        return Table(rows, DEVICE_COLUMNS, title=title)
 
     @property
     def env(self) -> dict[str, str]:

@@ -396,3 +396,15 @@ def test_a_claim_released_elsewhere_leaves_the_environment_at_the_next_request(
     assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(uuids(session, kept))
     kept.release()
     assert "CUDA_VISIBLE_DEVICES" not in os.environ  # unset before, unset again
+
+
+def test_a_released_claims_devices_show_their_state_now(session: Session) -> None:
+    """Issue: ``c.devices`` after a release still showed them held by the claim."""
+    claim = session.request(gpu=2, apply_env=False)
+    assert {r.state for r in claim.devices} == {"held"}
+    assert all(claim.name in r.holder for r in claim.devices)
+    claim.release()
+    rows = list(claim.devices)
+    assert len(rows) == 2
+    assert {r.state for r in rows} == {"free"}
+    assert all(r.holder == "" for r in rows)
