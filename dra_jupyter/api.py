@@ -440,9 +440,11 @@ class Session:
         :mod:`dra_jupyter.kube.reserve` for its risk), instead of when a pod uses it."""
         backend = self.backend
         caps = backend.capabilities
-        if reserve and not caps.reserve:
-            backend.reserve  # noqa: B018  # its error says why, before anything is made
-            raise InvalidInputError(f"dra.request: reserve=True does not apply on {caps.where}")
+        if reserve and not caps.reserve:  # refused before anything is made
+            raise InvalidInputError(
+                "dra.request: reserve=True applies to the Kubernetes backend, where a claim "
+                f"waits for a pod; {caps.where} allocates at once anyway"
+            )
         wait = parse_duration(timeout, what="timeout")
         lease_s = parse_duration(lease, what="lease")
         claim = self.build(spec, name)
