@@ -186,6 +186,9 @@ class Sweep:
 
     kept: list[ClaimRecord] = field(default_factory=list)
     released: list[tuple[ClaimRecord, str]] = field(default_factory=list)  # with the reason
+    # True when ``kept`` is every live claim the backend knows (the local ledger's), so a
+    # caller needs no other listing; False when it is the server's claims only (Kubernetes)
+    complete: bool = False
 
 
 class Backend(Protocol):

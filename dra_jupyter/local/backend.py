@@ -295,8 +295,9 @@ class LocalBackend:
         dies during the transaction cannot be recorded under another reason. Waiters of
         dead processes are left to the allocating processes (:meth:`allocate` reclaims).
         ``live_kernels`` is not needed: the ledger is shared with other servers of the
-        machine, whose kernels this one does not know; their processes tell."""
-        swept = Sweep()
+        machine, whose kernels this one does not know; their processes tell. The result is
+        ``complete``: the ledger holds every claim of the machine."""
+        swept = Sweep(complete=True)
         with self.ledger.transaction() as conn:
             for record in Ledger.claims(conn):
                 reason = select(record) if select is not None else None

@@ -9,8 +9,9 @@ server can run code in its kernels anyway); with ``admin`` every claim. Claims o
 users are refused (:class:`ForbiddenError`), not hidden, when named directly.
 
 Every call sweeps first (:meth:`ClaimService.live_claims`: what the backend reclaims by
-itself is released and announced); the lists then come from the backend: locally the
-whole ledger, on Kubernetes the caller's claims in the namespace and this server's.
+itself is released and announced). Locally that sweep reads the whole ledger, which then
+answers; on Kubernetes it reads this server's claims, and the caller's claims in the
+namespace (or the cluster's holders) are listed too.
 
 Errors are those of :mod:`dra_jupyter.errors`; the handlers' one error mapper gives each
 class its HTTP status (the table there).
@@ -42,7 +43,7 @@ from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.server.models import ClaimModel, DeviceModel, DevicesResponse
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import device_rows
-from dra_jupyter.types import Backend, ClaimRecord, Owner, Select, process_start_time
+from dra_jupyter.types import Backend, ClaimRecord, Owner, Select, Sweep, process_start_time
 
 # Keywords of POST claims that are not claim keywords (dra.request's own arguments).
 _REQUEST_KEYS = ("name", "lease", "timeout", "kernel_id")
@@ -113,9 +114,9 @@ class ClaimService:
     def devices(self) -> DevicesResponse:
         """Every device and who holds it (on Kubernetes: every allocated claim of the
         cluster the server may list, else of its namespace)."""
-        self.live_claims()
+        swept = self._sweep()
         inventory = self.inventory()
-        held = self.backend.holders()
+        held = swept.kept if swept.complete else self.backend.holders()
         rows = [DeviceModel(**asdict(r)) for r in device_rows(inventory.slices, held)]  # type: ignore[typeddict-item]
         return DevicesResponse(
             inventory=inventory.description, simulated=inventory.simulated, devices=rows
@@ -130,19 +131,24 @@ class ClaimService:
 
     def claims(self, caller: Caller) -> list[ClaimRecord]:
         """The caller's claims and those of this server's live kernels (an admin's: all)."""
-        kept = self.live_claims()
-        listed = (
-            self.backend.claims(all_users=True)
-            if caller.admin
-            else self.backend_for(caller.user).claims()
-        )
+        swept = self._sweep()
+        listed: list[ClaimRecord] = []
+        if not swept.complete:
+            listed = (
+                self.backend.claims(all_users=True)
+                if caller.admin
+                else self.backend_for(caller.user).claims()
+            )
         live = set(self.live_kernels())
-        merged = {r.name: r for r in [*kept, *listed]}  # the ledger's order first
+        merged = {r.name: r for r in [*swept.kept, *listed]}  # the sweep's order first
         return [r for r in merged.values() if self.visible(caller, r, live)]
 
     def claim(self, caller: Caller, name: str) -> ClaimRecord:
-        self.live_claims()
-        record = self.backend.record(name)
+        swept = self._sweep()
+        if swept.complete:
+            record = next((r for r in swept.kept if r.name == name), None)
+        else:
+            record = self.backend.record(name)
         if record is None:
             raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
         if not self.visible(caller, record, set(self.live_kernels())):
@@ -244,8 +250,12 @@ class ClaimService:
     def _devices_held(self, user: str) -> int:
         """What the user's claims count (locally every claim of the machine's ledger, on
         Kubernetes every claim of the namespace), see :meth:`counted`."""
-        self.live_claims()
-        return sum(self.counted(r) for r in self.backend_for(user).claims())
+        swept = self._sweep()
+        if swept.complete:
+            held = [r for r in swept.kept if r.owner.user == user]
+        else:
+            held = self.backend_for(user).claims()
+        return sum(self.counted(r) for r in held)
 
     def release(self, caller: Caller, name: str) -> ClaimRecord:
         record = self.claim(caller, name)
@@ -295,8 +305,11 @@ class ClaimService:
         """Every live claim the server watches (:meth:`~dra_jupyter.types.Backend.sweep`),
         after releasing those for which ``select`` names a reason and those the backend
         reclaims by itself. Releases go to :attr:`released`."""
+        return self._sweep(select, now).kept
+
+    def _sweep(self, select: Select | None = None, now: float | None = None) -> Sweep:
         now = time.time() if now is None else now
         swept = self.backend.sweep(select, now, set(self.live_kernels()))
         for record, reason in swept.released:
             self.released.put((record, reason))
-        return swept.kept
+        return swept
