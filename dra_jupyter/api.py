@@ -55,7 +55,16 @@ from dra_jupyter.tables import (
     cluster_claim_rows,
     device_rows,
 )
-from dra_jupyter.types import Backend, ClaimRecord, OnWait, Owner, Waiting
+from dra_jupyter.types import (
+    KERNEL_LABEL,
+    SERVER_LABEL,
+    USER_LABEL,
+    Backend,
+    ClaimRecord,
+    OnWait,
+    Owner,
+    Waiting,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -422,9 +431,13 @@ class Session:
         return [c["metadata"]["name"] for c in self.inventory.device_classes]
 
     def build(self, spec: Mapping[str, Any], name: str = "") -> dict[str, Any]:
-        labels = {"dra-jupyter/user": self.owner.user[:63]}
+        """The ResourceClaim of ``spec``, labelled with its user, kernel and Jupyter server
+        (those of a server's kernel, or of its REST API: ``settings.server_id``)."""
+        labels = {USER_LABEL: self.owner.user[:63]}
         if self.owner.kernel_id:
-            labels["dra-jupyter/kernel"] = self.owner.kernel_id[:63]
+            labels[KERNEL_LABEL] = self.owner.kernel_id[:63]
+        if self.settings.server_id:
+            labels[SERVER_LABEL] = self.settings.server_id
         return build_claim(
             name,
             spec,

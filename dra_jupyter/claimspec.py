@@ -262,3 +262,18 @@ def build_claim(
         "metadata": metadata,
         "spec": {"devices": devices},
     }
+
+
+def requested_devices(claim: Mapping[str, Any]) -> int | None:
+    """How many devices a ResourceClaim asks for: the sum over its requests of
+    ``exactly.count`` (1 when absent), or of the first ``firstAvailable`` subrequest's (the
+    one preferred); None when a request asks for every matching device (``allocationMode:
+    All``): only an allocation can count those."""
+    total = 0
+    for request in claim.get("spec", {}).get("devices", {}).get("requests") or ():
+        first: Mapping[str, Any] = next(iter(request.get("firstAvailable") or ()), {})
+        body: Mapping[str, Any] = request.get("exactly") or first
+        if body.get("allocationMode") == "All":
+            return None
+        total += int(body.get("count", 1))
+    return total

@@ -22,6 +22,12 @@ variable                          meaning (default)
                                   pods (the pod's own, else the kubeconfig context's,
                                   else ``default``)
 ``DRA_JUPYTER_IMAGE``             the image of ``dra.run`` pods (the notebook pod's own)
+``DRA_JUPYTER_KUBECONFIG``        a kubeconfig file for the Kubernetes backend, used before
+                                  the pod's service account (none: in-cluster, then
+                                  ``$KUBECONFIG``, then ``~/.kube/config``)
+``DRA_JUPYTER_SERVER_ID``         the Jupyter server whose kernel this is: its claims are
+                                  labelled ``dra-jupyter/server`` with it (set by the
+                                  server extension)
 ``DRA_JUPYTER_KUBE_RETRIES``      attempts at an unreachable API server before giving up (4)
 ``DRA_JUPYTER_KUBE_BACKOFF``      seconds before the first retry, doubled each time (0.5)
 ================================  ===========================================================
@@ -30,6 +36,8 @@ variable                          meaning (default)
 from __future__ import annotations
 
 import os
+import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +50,29 @@ BackendName = Literal["local", "kubernetes", "auto"]
 BACKENDS: tuple[BackendName, ...] = ("local", "kubernetes", "auto")
 # What a pod's service account mounts (token, namespace): its presence means "in a pod".
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+# A Kubernetes label value (what a server id must be): at most 63 characters.
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?")
+
+
+def default_server_id(hostname: str | None = None) -> str:
+    """The host name as a DNS label (lower case, ``[a-z0-9-]``, at most 63 characters):
+    stable for a notebook pod, whose host name is the pod's name (``jupyter-alice`` under
+    zero-to-jupyterhub), and unique among the pods of a namespace."""
+    name = (hostname if hostname is not None else socket.gethostname()).lower()
+    label = re.sub(r"[^a-z0-9-]+", "-", name)[:63].strip("-")
+    return label or "jupyter"
+
+
+def check_server_id(server_id: str, where: str) -> str:
+    """``server_id``, when it can be a Kubernetes label value; else InvalidInputError."""
+    if not server_id or not _LABEL_VALUE.fullmatch(server_id):
+        raise InvalidInputError(
+            f"{where}={server_id!r} is not a Kubernetes label value; use at most 63 letters, "
+            "digits, '-', '_' or '.', starting and ending with a letter or digit"
+        )
+    return server_id
 
 
 def default_ledger(environ: Mapping[str, str]) -> Path:
@@ -62,6 +93,7 @@ class Settings:
     kubeconfig: str | None = None  # None: in-cluster, $KUBECONFIG, ~/.kube/config
     kube_retries: int = 4  # attempts at an unreachable API server
     kube_backoff: float = 0.5  # seconds before the first retry, doubled each time
+    server_id: str = ""  # the Jupyter server whose kernel or REST API makes the claims
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -81,8 +113,13 @@ class Settings:
             raise InvalidInputError(
                 f"DRA_JUPYTER_KUBE_RETRIES must be a whole number of at least 1, not {retries:g}"
             )
+        server_id = env.get("DRA_JUPYTER_SERVER_ID", "")
+        if server_id:
+            check_server_id(server_id, "DRA_JUPYTER_SERVER_ID")
         return cls(
             backend=backend,
+            server_id=server_id,
+            kubeconfig=env.get("DRA_JUPYTER_KUBECONFIG") or None,
             namespace=env.get("DRA_JUPYTER_NAMESPACE", ""),
             image=env.get("DRA_JUPYTER_IMAGE", ""),
             kube_retries=int(retries),

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Collection
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from dra_jupyter.kube.run import Command, Run
 
 Wire = dict[str, Any]
+
+# The labels of every claim dra-jupyter makes (a ResourceClaim's, and the ledger's copy).
+USER_LABEL = "dra-jupyter/user"  # the owner's user (identity.current_user, or REST's)
+KERNEL_LABEL = "dra-jupyter/kernel"  # the Jupyter kernel that made it, if any
+SERVER_LABEL = "dra-jupyter/server"  # the Jupyter server of that kernel (or of its REST API)
 
 
 # --- owners --------------------------------------------------------------------------------
@@ -171,6 +176,19 @@ class Capabilities:
 
 
 OnWait = Callable[[Waiting], None]
+# Why the server releases a claim (``idle``, ``kernel-shutdown``, ...), or None to keep it.
+Select = Callable[[ClaimRecord], str | None]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What :meth:`Backend.sweep` (or :meth:`Backend.adopt`) left and what it released."""
+
+    kept: list[ClaimRecord] = field(default_factory=list)
+    released: list[tuple[ClaimRecord, str]] = field(default_factory=list)  # with the reason
+    # True when ``kept`` is every live claim the backend knows (the local ledger's), so a
+    # caller needs no other listing; False when it is the server's claims only (Kubernetes)
+    complete: bool = False
 
 
 class Backend(Protocol):
@@ -239,6 +257,25 @@ class Backend(Protocol):
 
     def touch(self, name: str, now: float) -> bool:
         """Record activity on the claim (the idle countdown starts again); False if gone."""
+
+    def with_owner(self, owner: Owner) -> Backend:
+        """The same devices, store and settings for another owner (the server's users)."""
+
+    def sweep(self, select: Select | None, now: float, live_kernels: Collection[str]) -> Sweep:
+        """What a Jupyter server's periodic check does: every live claim it watches, after
+        releasing (as any owner, each with its reason) those ``select`` names a reason
+        for, and those the backend reclaims by itself. ``live_kernels``: the kernel ids
+        running on the server now. Local: the whole ledger (every process of the
+        machine); it reclaims expired leases and claims whose holder process is gone.
+        Kubernetes: the claims labelled with this server's id (``settings.server_id``);
+        it reclaims those whose holder process (on this host) is gone, and those of a
+        kernel that is not live whose holder is unknown."""
+
+    def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:
+        """Before a restart with claims: ``holder`` (the server's process) holds every live
+        claim of ``kernel_id`` from now on (keeping its user and kernel id); claims whose
+        holder is gone already are released instead. Where the kernel cannot use its
+        claims' devices (Kubernetes) this raises InvalidInputError."""
 
     def launch(
         self,

@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 
 from dra_jupyter.allocator import Allocator
-from dra_jupyter.claimspec import build_claim
+from dra_jupyter.claimspec import build_claim, requested_devices
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory import simulated
 from dra_jupyter.selectors import compile_selector, device_view
@@ -587,3 +587,18 @@ def test_mig_profile_with_a_quote_is_escaped() -> None:
     selector = compile_selector(expression, where="mig")
     assert selector.matches(device_view(NV, {"profile": "3g'.71gb"}, {}, False))
     assert not selector.matches(device_view(NV, {"profile": "3g.71gb"}, {}, False))
+
+
+@pytest.mark.parametrize(
+    ("spec", "count"),
+    [
+        ({"gpu": 2}, 2),
+        ({"mig": "3g.71gb"}, 1),  # no count: one device
+        ({"mig": "1g.18gb", "count": 3}, 3),
+        ({"alternatives": [{"gpu": 4}, {"gpu": 1}]}, 4),  # the preferred one
+        ({"gpu": "all"}, None),  # only an allocation can count it
+    ],
+)
+def test_requested_devices(spec: Mapping[str, Any], count: int | None) -> None:
+    claim = build_claim("c", spec, classes=NVIDIA_CLASSES)
+    assert requested_devices(claim) == count

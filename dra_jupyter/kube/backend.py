@@ -1,6 +1,8 @@
 """The Kubernetes backend: ``dra.request()`` creates a ResourceClaim in the user's namespace,
-labelled with owner and kernel; kube-scheduler allocates it when a pod uses it (``dra.run``),
-so a new claim is ``pending``. ``release()`` deletes it.
+labelled with owner, kernel and Jupyter server, annotated with the process that holds it;
+kube-scheduler allocates it when a pod uses it (``dra.run``), so a new claim is ``pending``.
+``release()`` deletes it; a deletion the Jupyter server decides (idle, kernel gone, server
+stop) leaves an Event on the claim saying why (:mod:`.events`).
 
 Requests that could never be met on the cluster's ResourceSlices and DeviceClasses (our own
 allocator, on idle devices) are refused before anything is created. An API server that cannot
@@ -10,8 +12,10 @@ be reached is retried with a bounded, doubling backoff, then reported in one lin
 from __future__ import annotations
 
 import secrets
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -20,19 +24,29 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
-from dra_jupyter.errors import ClusterError, ForbiddenError, NeverPossibleError
+from dra_jupyter.errors import ClusterError, ForbiddenError, InvalidInputError, NeverPossibleError
 from dra_jupyter.inventory.base import Inventory, Wire
 from dra_jupyter.kube.claims import (
     ACTIVITY_ANNOTATION,
+    HOLDER_ANNOTATION,
     RESOURCE,
     USER_LABEL,
     ClaimClient,
     forbidden,
 )
 from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
-from dra_jupyter.kube.records import claim_state, to_record
+from dra_jupyter.kube.events import ClaimEvents
+from dra_jupyter.kube.records import claim_state, holder_annotation, to_record
 from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings, in_pod
-from dra_jupyter.types import Capabilities, ClaimRecord, OnWait, Owner, claim_prefix
+from dra_jupyter.types import (
+    Capabilities,
+    ClaimRecord,
+    OnWait,
+    Owner,
+    Select,
+    Sweep,
+    claim_prefix,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -90,6 +104,18 @@ class KubernetesBackend:
         self.namespace = settings.namespace or default_namespace(settings.kubeconfig)
         self._inventory: Inventory | None = None
         self.slices_readable = True  # False: RBAC hides the slices, nothing is checked here
+        self._events: ClaimEvents | None = None
+
+    def with_owner(self, owner: Owner) -> KubernetesBackend:
+        """The same cluster, namespace and API client for another owner (the server's
+        users)."""
+        twin = KubernetesBackend(
+            replace(self.settings, namespace=self.namespace), owner, api=self.api, sleep=self.sleep
+        )
+        twin._inventory = self._inventory
+        twin.slices_readable = self.slices_readable
+        twin._events = self.events
+        return twin
 
     @property
     def api(self) -> ApiClient:
@@ -100,6 +126,13 @@ class KubernetesBackend:
     @property
     def claim_client(self) -> ClaimClient:
         return ClaimClient(self.api, self.namespace)
+
+    @property
+    def events(self) -> ClaimEvents:
+        """Where deletions are recorded (as the server's id, else this host)."""
+        if self._events is None:
+            self._events = ClaimEvents(self.api, self.settings.server_id or socket.gethostname())
+        return self._events
 
     def retrying(self, call: Callable[[], T]) -> T:
         """``call()``, again after a doubling backoff while the API server cannot be reached
@@ -224,6 +257,10 @@ class KubernetesBackend:
         if not checked:
             self.check_possible(claim)
         meta = dict(claim["metadata"], namespace=self.namespace)
+        if self.owner.pid > 0:  # a process holds it: a Jupyter server follows that process
+            annotations = {**(meta.get("annotations") or {})}
+            annotations[HOLDER_ANNOTATION] = holder_annotation(self.owner)
+            meta["annotations"] = annotations
         if not meta.get("name"):
             meta["name"] = f"{claim_prefix(self.owner.user)}-{secrets.token_hex(3)}"
         body = {**claim, "metadata": meta}
@@ -261,7 +298,7 @@ class KubernetesBackend:
 
     def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
         """Delete the claim; False if it was gone. Only its owner may, unless
-        ``any_owner``."""
+        ``any_owner``. Any ``reason`` but ``user`` is recorded as an Event on the claim."""
         got = self.get(name)
         if got is None:
             return False
@@ -271,7 +308,52 @@ class KubernetesBackend:
                 f"claim {name} belongs to user {user or '(not dra-jupyter)'}; only its owner "
                 "can release it"
             )
-        return self.retrying(lambda: self.claim_client.delete(name))
+        return self._delete(got, reason)
+
+    def _delete(self, claim: Wire, reason: str) -> bool:
+        name = claim["metadata"]["name"]
+        if not self.retrying(lambda: self.claim_client.delete(name)):
+            return False
+        if reason != "user":  # the user knows why; the server's decisions are explained
+            self.events.deleted(claim, reason)
+        return True
+
+    # --- what a Jupyter server does -----------------------------------------------------
+
+    def sweep(self, select: Select | None, now: float, live_kernels: Collection[str]) -> Sweep:
+        """The claims labelled with this server's id (every dra-jupyter claim of the
+        namespace when it has none), after deleting those ``select`` names a reason for
+        and, of this server's, those whose holder process on this host is gone
+        (``kernel-shutdown`` for a kernel's, else ``reclaimed``), and those of a kernel not
+        in ``live_kernels`` whose holder is unknown (no annotation) or on another host:
+        what a restarted server finds of its previous kernels. Claims being deleted
+        already (a pod still uses them) are neither kept nor released again."""
+        server = self.settings.server_id or None
+        listed = self.retrying(lambda: self.claim_client.list(server=server))
+        live = set(live_kernels)
+        swept = Sweep()
+        for claim in listed:
+            if claim["metadata"].get("deletionTimestamp"):
+                continue
+            record = to_record(claim)
+            reason = select(record) if select is not None else None
+            if reason is None and server is not None:
+                reason = _reclaim_reason(record.owner, live)
+            if reason is None:
+                swept.kept.append(record)
+            elif self._delete(claim, reason):
+                swept.released.append((record, reason))
+        return swept
+
+    def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:
+        """Refused: a restart with claims gives the kernel its claims' devices, and here
+        those go to the pods that use the claims, never to the kernel."""
+        raise InvalidInputError(
+            f"kernel {kernel_id}: restart-with-claims starts a kernel with its claims' "
+            "devices, but on the Kubernetes backend a claim's devices go to the pods that use "
+            "it (dra.run), never to the kernel; restart the kernel normally (its claims are "
+            "released) or keep it running"
+        )
 
     def released_at(self, name: str) -> float | None:
         """Unknown: a deleted claim leaves nothing in the cluster."""
@@ -308,3 +390,14 @@ class KubernetesBackend:
             start_timeout=start_timeout,
             node_selector=node_selector,
         )
+
+
+def _reclaim_reason(owner: Owner, live: Collection[str]) -> str | None:
+    """Why a claim of this server goes without being asked (see ``sweep``)."""
+    if owner.pid > 0 and owner.host == socket.gethostname():
+        if owner.is_alive():
+            return None
+        return "kernel-shutdown" if owner.kernel_id else "reclaimed"
+    if owner.kernel_id and owner.kernel_id not in live:
+        return "kernel-shutdown"
+    return None

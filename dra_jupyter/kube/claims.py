@@ -1,5 +1,6 @@
-"""ResourceClaims on a cluster, as the Kubernetes backend will keep them: created in the user's
-namespace and labelled with their owner and kernel, read back, listed per owner, deleted.
+"""ResourceClaims on a cluster, as the Kubernetes backend keeps them: created in the user's
+namespace and labelled with their owner, kernel and Jupyter server, read back, listed per
+owner or server, deleted.
 
 Errors are :class:`~dra_jupyter.errors.ClusterError` in one line; a refusal by RBAC names the
 verb, the resource and the namespace, and who was refused::
@@ -19,12 +20,25 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.errors import ClusterError
 from dra_jupyter.inventory.base import Wire
 from dra_jupyter.kube.connect import cluster_error, server_message, to_model, to_wire
+from dra_jupyter.types import KERNEL_LABEL, SERVER_LABEL, USER_LABEL
+
+__all__ = [
+    "ACTIVITY_ANNOTATION",
+    "HOLDER_ANNOTATION",
+    "KERNEL_LABEL",
+    "RESOURCE",
+    "SERVER_LABEL",
+    "USER_LABEL",
+    "ClaimClient",
+    "forbidden",
+]
 
 RESOURCE = "resourceclaims.resource.k8s.io"
-USER_LABEL = "dra-jupyter/user"
-KERNEL_LABEL = "dra-jupyter/kernel"
 # seconds since the epoch of the last "keep" (the idle countdown starts again from it)
 ACTIVITY_ANNOTATION = "dra-jupyter/last-activity"
+# the process that holds the claim, as JSON {"host", "pid", "start_time"}: a Jupyter
+# server releases its kernels' claims once that process is gone, as the ledger does
+HOLDER_ANNOTATION = "dra-jupyter/holder"
 
 
 class ClaimClient:
@@ -68,11 +82,16 @@ class ClaimClient:
             raise self._error(error, "get", action) from error
         return to_wire(self.api, got)
 
-    def list(self, *, user: str | None = None, kernel: str | None = None) -> list[Wire]:
-        """Claims made by dra-jupyter in this namespace, of ``user`` and ``kernel`` if given."""
+    def list(
+        self, *, user: str | None = None, kernel: str | None = None, server: str | None = None
+    ) -> list[Wire]:
+        """Claims made by dra-jupyter in this namespace, of ``user``, ``kernel`` and
+        ``server`` if given."""
         selector = [USER_LABEL if user is None else f"{USER_LABEL}={user}"]
         if kernel is not None:
             selector.append(f"{KERNEL_LABEL}={kernel}")
+        if server is not None:
+            selector.append(f"{SERVER_LABEL}={server}")
         try:
             listed = self.resource.list_namespaced_resource_claim(
                 self.namespace, label_selector=",".join(selector)

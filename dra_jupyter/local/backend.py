@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.allocator import Allocator, Strategy
@@ -26,7 +27,16 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.ledger import Ledger
-from dra_jupyter.types import Capabilities, ClaimRecord, OnWait, Owner, Waiting, claim_prefix
+from dra_jupyter.types import (
+    Capabilities,
+    ClaimRecord,
+    OnWait,
+    Owner,
+    Select,
+    Sweep,
+    Waiting,
+    claim_prefix,
+)
 
 if TYPE_CHECKING:
     from dra_jupyter.api import Session
@@ -274,3 +284,62 @@ class LocalBackend:
 
     def touch(self, name: str, now: float) -> bool:
         return self.ledger.touch(name, now)
+
+    # --- what a Jupyter server does -----------------------------------------------------
+
+    def sweep(self, select: Select | None, now: float, live_kernels: Collection[str]) -> Sweep:
+        """Every live claim of the ledger, after one transaction that releases those for
+        which ``select`` names a reason, and those the ledger would reclaim: an expired
+        lease (``expired``), a holder process that is gone (``kernel-shutdown`` for a
+        kernel's claim, else ``reclaimed``). Each holder is checked once, so a kernel that
+        dies during the transaction cannot be recorded under another reason. Waiters of
+        dead processes are left to the allocating processes (:meth:`allocate` reclaims).
+        ``live_kernels`` is not needed: the ledger is shared with other servers of the
+        machine, whose kernels this one does not know; their processes tell. The result is
+        ``complete``: the ledger holds every claim of the machine."""
+        swept = Sweep(complete=True)
+        with self.ledger.transaction() as conn:
+            for record in Ledger.claims(conn):
+                reason = select(record) if select is not None else None
+                if reason is None:
+                    reason = reclaim_reason(record, now)
+                if reason is None:
+                    swept.kept.append(record)
+                    continue
+                Ledger.delete(conn, record, reason, now)
+                swept.released.append((record, reason))
+        return swept
+
+    def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:
+        """Make ``holder`` hold every claim of ``kernel_id``, in one ledger transaction.
+
+        A claim made by ``dra.request()`` in the kernel is held by the kernel's process,
+        and any process on the ledger reclaims it once that process is gone, which a
+        restart makes happen; re-owning after the restart would race with those reclaims.
+        A claim whose holder is already gone is released (as :meth:`sweep` would)."""
+        swept = Sweep()
+        with self.ledger.transaction() as conn:
+            for record in Ledger.claims(conn):
+                if record.owner.kernel_id != kernel_id:
+                    continue
+                reason = reclaim_reason(record, now)
+                if reason is not None:
+                    Ledger.delete(conn, record, reason, now)
+                    swept.released.append((record, reason))
+                    continue
+                owner = replace(holder, user=record.owner.user, kernel_id=kernel_id)
+                if owner != record.owner:
+                    Ledger.set_owner(conn, record.name, owner)
+                    record = replace(record, owner=owner)  # noqa: PLW2901
+                swept.kept.append(record)
+        return swept
+
+
+def reclaim_reason(record: ClaimRecord, now: float) -> str | None:
+    """Why the ledger would reclaim this claim (``Ledger.reclaim``'s rules), naming a
+    kernel's end ``kernel-shutdown``."""
+    if record.lease_expires is not None and record.lease_expires <= now:
+        return "expired"
+    if not record.owner.is_alive():
+        return "kernel-shutdown" if record.owner.kernel_id else "reclaimed"
+    return None

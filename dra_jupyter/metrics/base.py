@@ -26,7 +26,7 @@ class Sample:
 class MetricsSource(Protocol):
     """Samples every device it knows; never raises for a device that cannot be read."""
 
-    name: str  # "nvml" or "simulated"
+    name: str  # "nvml", "simulated" or "none"
     simulated: bool
     problem: str  # why nothing could be read (empty when fine)
 

@@ -1,11 +1,13 @@
-"""Which metrics source an inventory gets: :func:`source_for`."""
+"""Which metrics source an inventory gets: :func:`source_for`; :class:`NoSource` where the
+devices are not this machine's."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from dra_jupyter.metrics.base import MetricsSource
+from dra_jupyter.metrics.base import MetricsSource, Sample
 
 if TYPE_CHECKING:
     from dra_jupyter.inventory.base import Inventory
@@ -20,3 +22,20 @@ def source_for(inventory: Inventory, nvml: ModuleType | None = None) -> MetricsS
     from dra_jupyter.metrics.simulated import SimulatedSource  # noqa: PLC0415
 
     return SimulatedSource(inventory)
+
+
+class NoSource:
+    """No metrics, and ``problem`` says why: the devices are elsewhere (a cluster's nodes),
+    so reading this machine's would pretend."""
+
+    name = "none"
+    simulated = False
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+    def sample(self, held: Collection[str], now: float) -> list[Sample]:
+        return []
+
+    def close(self) -> None:
+        return None

@@ -1,4 +1,6 @@
-"""The Jupyter server extension ``dra_jupyter``: REST API, kernel ownership, idle release.
+"""The Jupyter server extension ``dra_jupyter``: REST API, kernel ownership, idle release,
+on the local backend (this machine, the ledger) or the Kubernetes backend (ResourceClaims
+in a namespace, labelled with this server's id).
 
 Configure with ``c.DRAExtensionApp.<trait>`` (``jupyter server --help-all`` lists them).
 Nothing is probed when the extension loads: the inventory is resolved on first use.
@@ -20,10 +22,10 @@ from jupyter_events import EventLogger
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.serverapp import ServerApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Enum, Float, Int, Unicode, default
+from traitlets import Bool, Enum, Float, Int, Unicode, default, validate
 
 from dra_jupyter.errors import DraJupyterError, KernelRestartError
-from dra_jupyter.metrics import MetricsHistory, MetricsSource, Sample, source_for
+from dra_jupyter.metrics import MetricsHistory, MetricsSource, NoSource, Sample, source_for
 from dra_jupyter.server.handlers import routes
 from dra_jupyter.server.idle import Decision, IdlePolicy
 from dra_jupyter.server.kernels import (
@@ -33,7 +35,12 @@ from dra_jupyter.server.kernels import (
     uninstall_kernel_env,
 )
 from dra_jupyter.server.service import ClaimService, devices_of
-from dra_jupyter.settings import Settings
+from dra_jupyter.settings import (
+    Settings,
+    check_server_id,
+    default_server_id,
+    resolve_backend,
+)
 from dra_jupyter.types import ClaimRecord
 
 T = TypeVar("T")
@@ -54,11 +61,35 @@ class DRAExtensionApp(ExtensionApp):
     load_other_extensions = True
 
     backend = Enum(
-        ["local"],
-        default_value="local",
+        ["local", "kubernetes"],
         config=True,
-        help="""Where claims are allocated: 'local' (this machine's devices, the embedded
-        allocator and the SQLite ledger). The Kubernetes backend will add 'kubernetes'.""",
+        help="""Where the claims of this server's kernels and REST API are made: 'local'
+        (this machine's devices, the embedded allocator and the SQLite ledger) or
+        'kubernetes' (ResourceClaims in a namespace, allocated by kube-scheduler for the
+        pods that use them). Kernels get the same backend. Default: $DRA_JUPYTER_BACKEND
+        ('auto': kubernetes in a pod with a service account, else local), else 'local'.""",
+    )
+    namespace = Unicode(
+        config=True,
+        help="""Kubernetes backend: the namespace of the claims. Default:
+        $DRA_JUPYTER_NAMESPACE, else the pod's, else the kubeconfig context's, else
+        'default'.""",
+    )
+    kubeconfig = Unicode(
+        config=True,
+        help="""Kubernetes backend: a kubeconfig file (given to the kernels too). Default:
+        $DRA_JUPYTER_KUBECONFIG, else the pod's service account, $KUBECONFIG,
+        ~/.kube/config.""",
+    )
+    server_id = Unicode(
+        config=True,
+        help="""This server's id, a Kubernetes label value: every claim of its kernels and
+        REST API is labelled dra-jupyter/server=<id>, and the server releases the claims
+        so labelled whose kernel is gone (at start too: what a restarted server finds of
+        its previous kernels). It must be stable across restarts and unique per
+        namespace. Default: $DRA_JUPYTER_SERVER_ID, else the host name as a DNS label (a
+        notebook pod's name, e.g. jupyter-alice under zero-to-jupyterhub); two servers on
+        one host that share a namespace need their own.""",
     )
     inventory = Unicode(
         config=True,
@@ -125,6 +156,26 @@ class DRAExtensionApp(ExtensionApp):
         help="Most metric samples kept per device (a ring buffer; 900 x 2 s = 30 minutes).",
     )
 
+    @default("backend")
+    def _default_backend(self) -> str:
+        return resolve_backend(Settings.from_env())
+
+    @default("namespace")
+    def _default_namespace(self) -> str:
+        return Settings.from_env().namespace
+
+    @default("kubeconfig")
+    def _default_kubeconfig(self) -> str:
+        return Settings.from_env().kubeconfig or ""
+
+    @default("server_id")
+    def _default_server_id(self) -> str:
+        return Settings.from_env().server_id or default_server_id()
+
+    @validate("server_id")
+    def _valid_server_id(self, proposal: Any) -> str:
+        return check_server_id(proposal["value"], "c.DRAExtensionApp.server_id")
+
     @default("inventory")
     def _default_inventory(self) -> str:
         return Settings.from_env().inventory
@@ -148,7 +199,15 @@ class DRAExtensionApp(ExtensionApp):
         return self.server.event_logger
 
     def initialize_settings(self) -> None:
-        settings = replace(Settings.from_env(), inventory=self.inventory, ledger=Path(self.ledger))
+        settings = replace(
+            Settings.from_env(),
+            backend="kubernetes" if self.backend == "kubernetes" else "local",
+            inventory=self.inventory,
+            ledger=Path(self.ledger),
+            namespace=self.namespace,
+            kubeconfig=self.kubeconfig or None,
+            server_id=self.server_id,
+        )
         self.service = ClaimService(
             settings,
             live_kernels=self.live_kernels,
@@ -171,9 +230,12 @@ class DRAExtensionApp(ExtensionApp):
         self._sampler: PeriodicCallback | None = None
         self._sampling: asyncio.Future[list[Sample]] | None = None
         self._metrics_problem = ""  # the last sampling error logged
+        self._check_problem = ""  # the last error of a check pass logged
+        if settings.backend == "kubernetes":  # kernels get the namespace the server uses
+            settings = replace(settings, namespace=self.service.backend.namespace)
         install_kernel_env(
             self.server.kernel_manager,
-            lambda kernel_id: kernel_env(kernel_id, self.ledger, self.inventory, self.idle_timeout),
+            lambda kernel_id: kernel_env(kernel_id, settings, self.idle_timeout),
         )
         logger = self.events
         for path in sorted(EVENTS_DIR.glob("*.json")):
@@ -188,7 +250,7 @@ class DRAExtensionApp(ExtensionApp):
         if self.check_interval > 0:
             self._checker = PeriodicCallback(self.check, self.check_interval * 1000)
             self._checker.start()
-        if self.metrics_interval > 0:
+        if self.metrics_interval > 0 and self.service.backend.capabilities.devices_here:
             self._sampler = PeriodicCallback(self._record_metrics, self.metrics_interval * 1000)
             self._sampler.start()
 
@@ -213,7 +275,10 @@ class DRAExtensionApp(ExtensionApp):
                 made_here = record.owner.host == owner.host and record.owner.pid == owner.pid
                 return "server-stop" if made_here or record.owner.kernel_id in ours else None
 
-            await self.call(self.service.live_claims, select)
+            try:
+                await self.call(self.service.live_claims, select)
+            except DraJupyterError as err:  # the server stops all the same
+                self.log.warning("dra_jupyter: releasing claims at stop failed: %s", err)
         self._executor.shutdown(wait=True)
 
     # --- helpers for the handlers -----------------------------------------------------------
@@ -265,15 +330,27 @@ class DRAExtensionApp(ExtensionApp):
     # --- metrics -----------------------------------------------------------------------------
 
     def metrics_source(self) -> MetricsSource:
-        """The inventory's metrics source (resolving the inventory on first use)."""
+        """The inventory's metrics source (resolving the inventory on first use); none
+        where the devices are not this machine's (it would be this machine's, or made up)."""
         if self._metrics_source is None:
-            self._metrics_source = source_for(self.service.session.inventory)
+            caps = self.service.backend.capabilities
+            if caps.devices_here:
+                self._metrics_source = source_for(self.service.inventory())
+            else:
+                self._metrics_source = NoSource(
+                    f"no device metrics here: the devices of {caps.where} are on the "
+                    "cluster's nodes, not on this server's machine; use the cluster's "
+                    "monitoring (e.g. the DCGM exporter)"
+                )
         return self._metrics_source
 
     def _read_metrics(self, now: float) -> list[Sample]:
         """One sample of every device (blocking: on the worker thread)."""
-        held = {device for r in self.service.ledger.read_claims() for device in devices_of(r)}
-        return self.metrics_source().sample(held, now)
+        source = self.metrics_source()
+        if isinstance(source, NoSource):
+            return []  # nothing to read, so no claims to list either
+        held = {device for r in self.service.live_claims() for device in devices_of(r)}
+        return source.sample(held, now)
 
     async def read_metrics(self) -> list[Sample]:
         """Read the devices' metrics now; concurrent callers share one read."""
@@ -371,9 +448,21 @@ class DRAExtensionApp(ExtensionApp):
 
     async def check(self) -> None:
         """One pass: follow new kernels, release the claims of kernels that are gone and of
-        idle kernels, warn before idle deadlines, announce claims made in kernels."""
+        idle kernels, warn before idle deadlines, announce claims made in kernels. A pass
+        that fails (the API server cannot be reached, say) is logged once; the next tries
+        again."""
         if self._stopped:
             return
+        try:
+            await self._check()
+        except DraJupyterError as err:
+            if str(err) != self._check_problem:
+                self._check_problem = str(err)
+                self.log.warning("dra_jupyter: checking claims failed: %s", err)
+        else:
+            self._check_problem = ""
+
+    async def _check(self) -> None:
         live = set(self.live_kernels())
         for kernel_id in live:
             self._watch(kernel_id)
@@ -381,8 +470,8 @@ class DRAExtensionApp(ExtensionApp):
             self.watcher.detach(kernel_id)
         now = time.time()
         # kernels this server ran that are gone; claims of any kernel whose process is gone
-        # (after a server restart, say) are released by ClaimService.live_claims. A claim of
-        # a live kernel process not known here may belong to another server on the ledger.
+        # (after a server restart, say) are released by the backend's sweep. A claim of a
+        # live kernel process not known here may belong to another server on the ledger.
         gone = self.known_kernels - live
 
         def select(record: ClaimRecord) -> str | None:

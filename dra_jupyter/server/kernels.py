@@ -1,9 +1,11 @@
 """The server's kernels: the environment they start with, and what they execute.
 
-**Environment.** Kernels started by this server get ``DRA_JUPYTER_KERNEL_ID``,
-``DRA_JUPYTER_LEDGER``, ``DRA_JUPYTER_INVENTORY`` (and ``DRA_JUPYTER_IDLE_TIMEOUT`` when idle
-release is on, for ``%dra status``), so ``dra.request()`` inside a kernel
-records its kernel id in the same ledger and inventory the server uses. We wrap the
+**Environment.** Kernels started by this server get what makes ``dra.request()`` inside
+them use the server's backend and name their kernel and server (:func:`kernel_env`):
+``DRA_JUPYTER_KERNEL_ID``, ``DRA_JUPYTER_SERVER_ID``, ``DRA_JUPYTER_BACKEND``; locally
+``DRA_JUPYTER_LEDGER`` and ``DRA_JUPYTER_INVENTORY``, on Kubernetes
+``DRA_JUPYTER_NAMESPACE`` (and ``DRA_JUPYTER_KUBECONFIG`` when the server has one); and
+``DRA_JUPYTER_IDLE_TIMEOUT`` when idle release is on, for ``%dra status``. We wrap the
 ``start_kernel`` of the server's kernel manager *instance* (:func:`install_kernel_env`)
 rather than configure a ``MappingKernelManager`` subclass: ``kernel_manager_class`` stays
 whatever the deployment chose (another extension's, a gateway's), and every path that
@@ -32,20 +34,35 @@ from typing import Any
 
 from jupyter_client.session import Session as ZmqSession
 
+from dra_jupyter.settings import Settings
+
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
+SERVER_ID_ENV = "DRA_JUPYTER_SERVER_ID"
+BACKEND_ENV = "DRA_JUPYTER_BACKEND"
 LEDGER_ENV = "DRA_JUPYTER_LEDGER"
 INVENTORY_ENV = "DRA_JUPYTER_INVENTORY"
+NAMESPACE_ENV = "DRA_JUPYTER_NAMESPACE"
+KUBECONFIG_ENV = "DRA_JUPYTER_KUBECONFIG"
 IDLE_TIMEOUT_ENV = "DRA_JUPYTER_IDLE_TIMEOUT"  # seconds; only when idle release is on
 
 Clock = Callable[[], float]
 
 
-def kernel_env(
-    kernel_id: str, ledger: str, inventory: str, idle_timeout: float = 0
-) -> dict[str, str]:
-    """What a kernel of this server needs to share its ledger and inventory, to own its
-    claims, and to tell its user when they are released for idleness."""
-    env = {KERNEL_ID_ENV: kernel_id, LEDGER_ENV: ledger, INVENTORY_ENV: inventory}
+def kernel_env(kernel_id: str, settings: Settings, idle_timeout: float = 0) -> dict[str, str]:
+    """What a kernel of this server needs to use the server's backend (``settings``, its
+    ``backend`` resolved to ``local`` or ``kubernetes``), to own its claims and label them
+    with its server, and to tell its user when they are released for idleness."""
+    env = {KERNEL_ID_ENV: kernel_id, BACKEND_ENV: settings.backend}
+    if settings.server_id:
+        env[SERVER_ID_ENV] = settings.server_id
+    if settings.backend == "kubernetes":
+        if settings.namespace:
+            env[NAMESPACE_ENV] = settings.namespace
+        if settings.kubeconfig:
+            env[KUBECONFIG_ENV] = settings.kubeconfig
+    else:
+        env[LEDGER_ENV] = str(settings.ledger)
+        env[INVENTORY_ENV] = settings.inventory
     if idle_timeout > 0:
         env[IDLE_TIMEOUT_ENV] = f"{idle_timeout:g}"
     return env

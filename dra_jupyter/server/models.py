@@ -43,8 +43,8 @@ class ClaimModel(TypedDict):
     namespace: str
     user: str
     kernel_id: str | None
-    devices: list[str]  # driver/pool/device
-    env: dict[str, str]  # CUDA_VISIBLE_DEVICES and friends
+    devices: list[str]  # driver/pool/device; none while a Kubernetes claim is pending
+    env: dict[str, str]  # CUDA_VISIBLE_DEVICES and friends, for here (Kubernetes: none)
     created: float  # seconds since the epoch
     last_activity: float  # seconds since the epoch
     lease_expires: float | None  # seconds since the epoch
@@ -120,7 +120,7 @@ class DeviceMetricsModel(TypedDict):
 class MetricsResponse(TypedDict):
     """``GET metrics``: current values and a bounded history of every device."""
 
-    source: str  # "nvml" or "simulated"
+    source: str  # "nvml", "simulated", or "none" (Kubernetes: the devices are the nodes')
     simulated: bool  # True: the values are made up (a simulated inventory)
     problem: str  # why the source could not be read; empty when fine
     interval: float  # seconds between history samples (0: no history)

@@ -1,10 +1,17 @@
 """What the REST API and the idle monitor do, without Tornado: claims on behalf of the
-server's users and kernels, over the same ledger and inventory as ``dra.request``.
+server's users and kernels, on the server's :class:`~dra_jupyter.types.Backend` (the local
+ledger and inventory, or ResourceClaims in a namespace), the one ``dra.request`` in its
+kernels uses.
 
 Who sees what: a caller sees and releases the claims made under their user name (the
 identity provider's) and the claims of this server's live kernels (whoever can reach the
 server can run code in its kernels anyway); with ``admin`` every claim. Claims of other
 users are refused (:class:`ForbiddenError`), not hidden, when named directly.
+
+Every call sweeps first (:meth:`ClaimService.live_claims`: what the backend reclaims by
+itself is released and announced). Locally that sweep reads the whole ledger, which then
+answers; on Kubernetes it reads this server's claims, and the caller's claims in the
+namespace (or the cluster's holders) are listed too.
 
 Errors are those of :mod:`dra_jupyter.errors`; the handlers' one error mapper gives each
 class its HTTP status (the table there).
@@ -21,6 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from dra_jupyter.api import Session
+from dra_jupyter.claimspec import requested_devices
 from dra_jupyter.durations import parse_duration
 from dra_jupyter.envvars import environment_for
 from dra_jupyter.errors import (
@@ -31,15 +39,16 @@ from dra_jupyter.errors import (
     LimitError,
     NeverPossibleError,
 )
-from dra_jupyter.local.backend import LocalBackend
-from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.server.models import ClaimModel, DeviceModel, DevicesResponse
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import device_rows
-from dra_jupyter.types import ClaimRecord, Owner, process_start_time
+from dra_jupyter.types import Backend, ClaimRecord, Owner, Select, Sweep, process_start_time
 
 # Keywords of POST claims that are not claim keywords (dra.request's own arguments).
 _REQUEST_KEYS = ("name", "lease", "timeout", "kernel_id")
+# Seconds a cluster's ResourceSlices are reused before they are read again (a board polls).
+INVENTORY_MAX_AGE = 10.0
 
 
 @dataclass(frozen=True)
@@ -58,8 +67,8 @@ def devices_of(record: ClaimRecord) -> list[str]:
 
 
 class ClaimService:
-    """Claims for the server's users and kernels. Blocking (SQLite): the app runs every
-    call on its one worker thread."""
+    """Claims for the server's users and kernels. Blocking (SQLite, the Kubernetes API):
+    the app runs every call on its one worker thread."""
 
     def __init__(
         self,
@@ -77,32 +86,37 @@ class ClaimService:
         self.max_devices_per_user = max_devices_per_user
         # what this service released, and why; the app emits the events on its loop
         self.released: queue.SimpleQueue[tuple[ClaimRecord, str]] = queue.SimpleQueue()
+        self._inventory: Inventory | None = None
+        self._inventory_read = 0.0  # time.monotonic() of that read
 
     @property
-    def local(self) -> LocalBackend:
-        """The server's backend: the local ledger (the only one the REST API serves yet)."""
-        backend = self.session.backend
-        if not isinstance(backend, LocalBackend):
-            raise InvalidInputError(
-                "the Jupyter server extension's REST API keeps claims in the local ledger; "
-                "set DRA_JUPYTER_BACKEND=local for the server (kernels may use kubernetes)"
-            )
-        return backend
+    def backend(self) -> Backend:
+        """The server's backend (``settings.backend``), opened on first use."""
+        return self.session.backend
 
-    @property
-    def ledger(self) -> Ledger:
-        return self.local.ledger
-
-    def backend_for(self, user: str, kernel_id: str | None = None) -> LocalBackend:
+    def backend_for(self, user: str, kernel_id: str | None = None) -> Backend:
         """A backend whose new claims belong to ``user`` (and the kernel), held by this
-        server's process: they are reclaimed if the server dies."""
-        return self.local.with_owner(replace(self.server_owner, user=user, kernel_id=kernel_id))
+        server's process: they are released when the server is gone."""
+        return self.backend.with_owner(replace(self.server_owner, user=user, kernel_id=kernel_id))
+
+    def inventory(self) -> Inventory:
+        """The devices: this machine's (found once), or the cluster's ResourceSlices and
+        DeviceClasses, read again once older than :data:`INVENTORY_MAX_AGE`."""
+        now = time.monotonic()
+        stale = now - self._inventory_read > INVENTORY_MAX_AGE
+        if self._inventory is None or (stale and not self.backend.capabilities.devices_here):
+            self._inventory = self.backend.inventory(refresh=self._inventory is not None)
+            self._inventory_read = now
+        return self._inventory
 
     # --- reads -------------------------------------------------------------------------------
 
     def devices(self) -> DevicesResponse:
-        inventory = self.session.inventory
-        held = self.live_claims()
+        """Every device and who holds it (on Kubernetes: every allocated claim of the
+        cluster the server may list, else of its namespace)."""
+        swept = self._sweep()
+        inventory = self.inventory()
+        held = swept.kept if swept.complete else self.backend.holders()
         rows = [DeviceModel(**asdict(r)) for r in device_rows(inventory.slices, held)]  # type: ignore[typeddict-item]
         return DevicesResponse(
             inventory=inventory.description, simulated=inventory.simulated, devices=rows
@@ -111,25 +125,38 @@ class ClaimService:
     def visible(self, caller: Caller, record: ClaimRecord, live: Collection[str]) -> bool:
         return (
             caller.admin
-            or record.owner.user == caller.user
+            or record.owner.user in (caller.user, caller.user[:63])  # a label keeps 63
             or (record.owner.kernel_id is not None and record.owner.kernel_id in live)
         )
 
     def claims(self, caller: Caller) -> list[ClaimRecord]:
+        """The caller's claims and those of this server's live kernels (an admin's: all)."""
+        swept = self._sweep()
+        listed: list[ClaimRecord] = []
+        if not swept.complete:
+            listed = (
+                self.backend.claims(all_users=True)
+                if caller.admin
+                else self.backend_for(caller.user).claims()
+            )
         live = set(self.live_kernels())
-        return [r for r in self.live_claims() if self.visible(caller, r, live)]
+        merged = {r.name: r for r in [*swept.kept, *listed]}  # the sweep's order first
+        return [r for r in merged.values() if self.visible(caller, r, live)]
 
     def claim(self, caller: Caller, name: str) -> ClaimRecord:
-        for record in self.live_claims():
-            if record.name != name:
-                continue
-            if not self.visible(caller, record, set(self.live_kernels())):
-                raise ForbiddenError(
-                    f"claim {name} belongs to user {record.owner.user}; "
-                    "only its owner (or an admin) can see or release it"
-                )
-            return record
-        raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
+        swept = self._sweep()
+        if swept.complete:
+            record = next((r for r in swept.kept if r.name == name), None)
+        else:
+            record = self.backend.record(name)
+        if record is None:
+            raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
+        if not self.visible(caller, record, set(self.live_kernels())):
+            raise ForbiddenError(
+                f"claim {name} belongs to user {record.owner.user}; "
+                "only its owner (or an admin) can see or release it"
+            )
+        return record
 
     def kernel_claims(self, caller: Caller, kernel_id: str) -> list[ClaimRecord]:
         if kernel_id not in set(self.live_kernels()):
@@ -137,24 +164,37 @@ class ClaimService:
         return [r for r in self.claims(caller) if r.owner.kernel_id == kernel_id]
 
     def to_model(self, record: ClaimRecord, idle_deadline: float | None = None) -> ClaimModel:
-        results = record.allocation.get("devices", {}).get("results", [])
         return ClaimModel(
             name=record.name,
             namespace=record.namespace,
             user=record.owner.user,
             kernel_id=record.owner.kernel_id,
             devices=devices_of(record),
-            env=environment_for(results, self.session.inventory.slices).env,
+            env=self.environment([record]),
             created=record.created,
             last_activity=record.last_activity,
             lease_expires=record.lease_expires,
             idle_deadline=idle_deadline,
         )
 
+    def counted(self, record: ClaimRecord) -> int:
+        """How many devices a claim counts for the per-user limit: those allocated; for one
+        not allocated yet (Kubernetes: until a pod uses it) those it asks for
+        (:func:`~dra_jupyter.claimspec.requested_devices`), where a request for every
+        matching device counts what it would get on idle devices."""
+        if record.allocation:
+            return len(devices_of(record))
+        wanted = requested_devices(record.spec)
+        if wanted is not None:
+            return wanted
+        results = self.backend.allocator([]).allocate([record.spec])
+        return sum(len(r.to_dict().get("devices", {}).get("results", [])) for r in results or [])
+
     # --- writes ------------------------------------------------------------------------------
 
     def create(self, caller: Caller, body: Any) -> ClaimRecord:
-        """Allocate now (``timeout`` 0) what ``body`` asks for, as ``dra.request`` would."""
+        """Allocate now (``timeout`` 0) what ``body`` asks for, as ``dra.request`` would
+        (on Kubernetes: create the claim, pending until a pod uses it)."""
         if not isinstance(body, dict):
             raise InvalidInputError(
                 "POST claims: the body must be a JSON object of dra.request keywords, "
@@ -168,6 +208,12 @@ class ClaimService:
                 "retry later, or call dra.request(timeout=...) from a kernel to wait in line"
             )
         lease = parse_duration(body.get("lease"), what="lease")
+        caps = self.backend.capabilities
+        if lease is not None and not caps.leases:
+            raise InvalidInputError(
+                f"POST claims: lease does not apply on {caps.where} (its claims have no "
+                "lease); leave it out and release the claim when done"
+            )
         name = body.get("name", "")
         if not isinstance(name, str):
             raise InvalidInputError(f"POST claims: name must be a string, not {name!r}")
@@ -192,7 +238,7 @@ class ClaimService:
                 f"POST claims: {str(err).removeprefix('dra.request: ')}", err.explanation
             ) from None
         record = backend.allocate(claim, timeout=0, lease=lease, checked=True)
-        count = len(devices_of(record))
+        count = self.counted(record)
         if self.max_devices_per_user and held_now + count > self.max_devices_per_user:
             backend.release(record.name, "limit", any_owner=True)
             raise LimitError(
@@ -202,12 +248,18 @@ class ClaimService:
         return record
 
     def _devices_held(self, user: str) -> int:
-        held = self.live_claims()
-        return sum(len(devices_of(r)) for r in held if r.owner.user == user)
+        """What the user's claims count (locally every claim of the machine's ledger, on
+        Kubernetes every claim of the namespace), see :meth:`counted`."""
+        swept = self._sweep()
+        if swept.complete:
+            held = [r for r in swept.kept if r.owner.user == user]
+        else:
+            held = self.backend_for(user).claims()
+        return sum(self.counted(r) for r in held)
 
     def release(self, caller: Caller, name: str) -> ClaimRecord:
         record = self.claim(caller, name)
-        if not self.local.release(name, "user", any_owner=True):
+        if not self.backend.release(name, "user", any_owner=True):
             raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
         self.released.put((record, "user"))
         return record
@@ -217,81 +269,47 @@ class ClaimService:
         deadline moves to ``idle_timeout`` from now."""
         self.claim(caller, name)  # exists and is visible to the caller
         now = time.time() if now is None else now
-        if not self.ledger.touch(name, now):
+        if not self.backend.touch(name, now):
             raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
         return self.claim(caller, name)
 
     def adopt_kernel_claims(self, kernel_id: str) -> list[ClaimRecord]:
         """Before a restart with claims: make this server's process the holder of every
-        claim of ``kernel_id`` (keeping its user and kernel id), in one ledger transaction.
-
-        A claim made by ``dra.request()`` in the kernel is held by the kernel's process, and
-        any process on the ledger reclaims it once that process is gone, which a restart
-        makes happen; re-owning after the restart would race with those reclaims. Held by
-        the server (as ``POST claims`` with a ``kernel_id`` are), the claim lives while the
-        server does, and the server releases it when the kernel shuts down, restarts
-        without claims or dies, when it is idle, or when the server stops. A claim whose
-        holder is already gone is released (as :meth:`live_claims` would), not adopted."""
+        claim of ``kernel_id`` (:meth:`~dra_jupyter.types.Backend.adopt`), so that the
+        restart, which ends the process that held them, does not release them. The server
+        then releases them when the kernel shuts down, restarts without claims or dies,
+        when it is idle, or when the server stops. Refused where the kernel cannot use its
+        claims' devices (Kubernetes: they go to pods)."""
         if kernel_id not in set(self.live_kernels()):
             raise KernelNotFoundError(f"kernel {kernel_id} is not running on this server")
-        now = time.time()
-        adopted = []
-        with self.ledger.transaction() as conn:
-            for record in Ledger.claims(conn):
-                if record.owner.kernel_id != kernel_id:
-                    continue
-                reason = _reclaim_reason(record, now)
-                if reason is not None:
-                    Ledger.delete(conn, record, reason, now)
-                    self.released.put((record, reason))
-                    continue
-                owner = replace(self.server_owner, user=record.owner.user, kernel_id=kernel_id)
-                if owner != record.owner:
-                    # the ledger has no owner update of its own; its claims table keeps the
-                    Ledger.set_owner(conn, record.name, owner)
-                    record = replace(record, owner=owner)  # noqa: PLW2901
-                adopted.append(record)
-        return adopted
+        swept = self.backend.adopt(kernel_id, self.server_owner, time.time())
+        for record, reason in swept.released:
+            self.released.put((record, reason))
+        return swept.kept
 
     def environment(self, records: list[ClaimRecord]) -> dict[str, str]:
-        """The device environment of all these claims together."""
+        """The device environment of all these claims together, for a process here; empty
+        where the devices are not this machine's (Kubernetes: a pod gets them)."""
+        if not self.backend.capabilities.devices_here:
+            return {}
         results = [
             result
             for record in records
             for result in record.allocation.get("devices", {}).get("results", [])
         ]
-        return environment_for(results, self.session.inventory.slices).env
+        return environment_for(results, self.inventory().slices).env
 
     def live_claims(
-        self, select: Callable[[ClaimRecord], str | None] | None = None, now: float | None = None
+        self, select: Select | None = None, now: float | None = None
     ) -> list[ClaimRecord]:
-        """Every live claim, after one ledger transaction that releases those for which
-        ``select`` names a reason, and those the ledger would reclaim: an expired lease
-        (``expired``), a holder process that is gone (``kernel-shutdown`` for a kernel's
-        claim, else ``reclaimed``). Each holder is checked once, so a kernel that dies during
-        the transaction cannot be recorded under another reason. Waiters of dead processes
-        are left to the allocating processes (``LocalBackend.allocate`` reclaims).
-        Releases go to :attr:`released`."""
+        """Every live claim the server watches (:meth:`~dra_jupyter.types.Backend.sweep`),
+        after releasing those for which ``select`` names a reason and those the backend
+        reclaims by itself. Releases go to :attr:`released`."""
+        return self._sweep(select, now).kept
+
+    def _sweep(self, select: Select | None = None, now: float | None = None) -> Sweep:
         now = time.time() if now is None else now
-        kept = []
-        with self.ledger.transaction() as conn:
-            for record in Ledger.claims(conn):
-                reason = select(record) if select is not None else None
-                if reason is None:
-                    reason = _reclaim_reason(record, now)
-                if reason is None:
-                    kept.append(record)
-                    continue
-                Ledger.delete(conn, record, reason, now)
-                self.released.put((record, reason))
-        return kept
-
-
-def _reclaim_reason(record: ClaimRecord, now: float) -> str | None:
-    """Why the ledger would reclaim this claim (``Ledger.reclaim``'s rules), naming a
-    kernel's end ``kernel-shutdown``."""
-    if record.lease_expires is not None and record.lease_expires <= now:
-        return "expired"
-    if not record.owner.is_alive():
-        return "kernel-shutdown" if record.owner.kernel_id else "reclaimed"
-    return None
+        swept = self.backend.sweep(select, now, set(self.live_kernels()))
+        for record, reason in swept.released:
+            self.released.put((record, reason))
+        return swept

@@ -94,6 +94,8 @@ async def kernel_made_claim_goes_with_it(
     await kernel.run(
         "import os; assert os.environ['DRA_JUPYTER_KERNEL_ID'] == "
         f"{kernel.id!r}; assert os.environ['DRA_JUPYTER_INVENTORY'] == 'h200-8x'; "
+        "assert os.environ['DRA_JUPYTER_BACKEND'] == 'local'; "
+        "assert os.environ['DRA_JUPYTER_SERVER_ID']; "
         "assert float(os.environ['DRA_JUPYTER_IDLE_TIMEOUT']) == 3600.0"
     )
     await eventually(lambda: any(kind == "claim_allocated" for kind, _ in events))
