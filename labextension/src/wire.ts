@@ -40,8 +40,9 @@ export interface Claim {
   namespace: string;
   user: string;
   kernel_id: string | null;
-  /** driver/pool/device */
+  /** driver/pool/device; empty while a Kubernetes claim is pending */
   devices: string[];
+  /** CUDA_VISIBLE_DEVICES and friends, for a process here; empty on Kubernetes */
   env: { [key: string]: string };
   /** seconds since the epoch */
   created: number;
@@ -82,7 +83,7 @@ export interface DeviceMetrics {
 }
 
 export interface Metrics {
-  source: "nvml" | "simulated";
+  source: "nvml" | "simulated" | "none";
   /** true: made-up values (a simulated inventory) */
   simulated: boolean;
   /** why the source could not be read; empty when fine */
@@ -127,6 +128,7 @@ export interface ClaimRequest {
   distinct?: string;
   alternatives?: { [key: string]: unknown }[];
   name?: string;
+  /** not on Kubernetes (400) */
   lease?: string | number;
   /** only 0 for now */
   timeout?: string | number;
