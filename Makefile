@@ -1,12 +1,13 @@
 # dra-jupyter: two commands do everything on a fresh machine.
 #   make demo   run the main job on the embedded default
 #   make test   install everything and run the whole suite (pytest, mypy --strict, ruff)
+#   make unit   install, then only the pure tests (no kernel, server, browser or cluster)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint typecheck pytest demo lab bench bench-latency bench-placement clean
+.PHONY: install test unit lint typecheck pytest demo lab bench bench-latency bench-placement clean
 
 install: $(STAMP)
 
@@ -26,6 +27,11 @@ $(CHROMIUM):
 
 pytest: install $(CHROMIUM)
 	$(BIN)/python -m pytest -q
+
+# The pure tier (tiers: tests/conftest.py), on every core (pytest-xdist); a worker that is
+# done takes tests queued for the other: the few long property tests do not end on one
+unit: install
+	$(BIN)/python -m pytest -q -m pure -n auto --dist worksteal
 
 typecheck: install
 	$(BIN)/mypy
