@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -180,31 +181,29 @@ HELD = (
 )
 
 
+KERNEL = "Python 3 (ipykernel)"  # the display name of the notebooks' kernel, python3
+
+
 def open_notebook(page: Any, lab: Lab, name: str, cells: Sequence[str]) -> None:
     """Write a notebook of ``cells``, start its kernel session, open it in the page, and wait
-    until the page is connected to that kernel and shows it idle. The session exists first,
-    so JupyterLab attaches to it rather than asking for a kernel; until it has attached, it
+    until the page is connected to that kernel and it is idle. The session exists first, so
+    JupyterLab attaches to it rather than asking for a kernel; until it has attached, it
     counts the notebook as having no kernel, and a Run All then has each code cell start one
-    in the session's place (JupyterLab's ``runCell``): a cell whose execution went to a
-    kernel that was replaced never runs."""
+    in the session's place or ask which to start (JupyterLab's ``runCell``): a cell whose
+    execution went to a kernel that was replaced never runs."""
     nb = new_notebook(cells=[new_code_cell(c) for c in cells])  # type: ignore[no-untyped-call]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3 (ipykernel)",
-        "language": "python",
-    }
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": KERNEL, "language": "python"}
     nbformat.write(nb, lab.root / name)  # type: ignore[no-untyped-call]
     session = {"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}}
     kernel = lab.api("POST", "/api/sessions", session)["kernel"]["id"]
     page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}")
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=WAIT_MS)
-    page.locator(KERNEL_IDLE).wait_for(timeout=WAIT_MS)
+    # the status bar names the kernel and its state once the page has one and is connected
+    # to it (not the toolbar's execution indicator: that says idle before there is a kernel)
+    idle = re.compile(rf"^{re.escape(KERNEL)} \| Idle$")
+    page.locator(".jp-StatusBar-TextItem").filter(has_text=idle).wait_for(timeout=WAIT_MS)
     kernels = [s["kernel"]["id"] for s in lab.api("GET", "/api/sessions") if s["path"] == name]
     assert kernels == [kernel], "JupyterLab gave the notebook another kernel than its session's"
-
-
-# the notebook's kernel status in its toolbar: "idle" once the page is connected to a kernel
-KERNEL_IDLE = ".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='idle']"
 
 
 def run_all_cells(page: Any) -> None:
