@@ -1,6 +1,7 @@
 # dra-jupyter: two commands do everything on a fresh machine.
 #   make demo   run the main job on the embedded default
 #   make test   install everything and run the whole suite (pytest, mypy --strict, ruff)
+#   make unit   install, then only the pure tests (no kernel, server, browser or cluster)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -8,7 +9,7 @@ STAMP  := $(VENV)/.installed
 NODE   := $(or $(shell command -v node),/usr/bin/node)
 TSC_STAMP := labextension/node_modules/.installed
 
-.PHONY: install test lint typecheck layers pytest demo lab bench bench-latency bench-placement clean
+.PHONY: install test unit lint typecheck layers pytest demo lab bench bench-latency bench-placement clean
 
 install: $(STAMP)
 
@@ -41,6 +42,11 @@ $(CHROMIUM):
 
 pytest: install $(CHROMIUM) $(TSC_STAMP)
 	$(BIN)/python -m pytest -q
+
+# The pure tier (tiers: tests/conftest.py), on every core (pytest-xdist); a worker that is
+# done takes tests queued for the other: the few long property tests do not end on one
+unit: install
+	$(BIN)/python -m pytest -q -m pure -n auto --dist worksteal
 
 typecheck: install
 	$(BIN)/mypy

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -180,36 +181,42 @@ HELD = (
 )
 
 
+KERNEL = "Python 3 (ipykernel)"  # the display name of the notebooks' kernel, python3
+
+
 def open_notebook(page: Any, lab: Lab, name: str, cells: Sequence[str]) -> None:
-    """Write a notebook of ``cells``, start its kernel session, and open it in the page (the
-    session exists first, so JupyterLab attaches to it rather than asking for a kernel)."""
+    """Write a notebook of ``cells``, start its kernel session, open it in the page, and wait
+    until the page is connected to that kernel and it is idle. The session exists first, so
+    JupyterLab attaches to it rather than asking for a kernel; until it has attached, it
+    counts the notebook as having no kernel, and a Run All then has each code cell start one
+    in the session's place or ask which to start (JupyterLab's ``runCell``): a cell whose
+    execution went to a kernel that was replaced never runs."""
     nb = new_notebook(cells=[new_code_cell(c) for c in cells])  # type: ignore[no-untyped-call]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3 (ipykernel)",
-        "language": "python",
-    }
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": KERNEL, "language": "python"}
     nbformat.write(nb, lab.root / name)  # type: ignore[no-untyped-call]
     session = {"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}}
-    lab.api("POST", "/api/sessions", session)
+    kernel = lab.api("POST", "/api/sessions", session)["kernel"]["id"]
     page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}")
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=WAIT_MS)
+    # the status bar names the kernel and its state once the page has one and is connected
+    # to it (not the toolbar's execution indicator: that says idle before there is a kernel)
+    idle = re.compile(rf"^{re.escape(KERNEL)} \| Idle$")
+    page.locator(".jp-StatusBar-TextItem").filter(has_text=idle).wait_for(timeout=WAIT_MS)
+    kernels = [s["kernel"]["id"] for s in lab.api("GET", "/api/sessions") if s["path"] == name]
+    assert kernels == [kernel], "JupyterLab gave the notebook another kernel than its session's"
 
 
 def run_all_cells(page: Any) -> None:
-    """Run > Run All Cells, as a user does, until the first cell has started. JupyterLab may
-    ignore a click made while it still connects the notebook to its kernel, or ask which
-    kernel to start; then accept its choice (the notebook's own) and click again. A cell
-    that has started shows ``[*]`` or its count instead of ``[ ]``."""
-    prompt = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first
+    """Run > Run All Cells, as a user does, until every code cell has started (it shows
+    ``[*]`` or its count instead of ``[ ]``). JupyterLab may ignore a click made while it
+    still sets up the page; then click again, as long as no cell has started."""
+    prompts = page.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt")
     for attempt in range(WAIT_MS // 200):
-        accept = page.locator(".jp-Dialog .jp-mod-accept")
-        if accept.count():
-            accept.first.click()
-        elif prompt.inner_text().strip() not in ("[ ]:", ""):
+        started = [p.strip() not in ("[ ]:", "") for p in prompts.all_inner_texts()]
+        if started and all(started):
             return
-        elif attempt % 50 == 0:  # again every ~10 s while nothing has started
+        if not any(started) and attempt % 50 == 0:  # again every ~10 s while none has started
             page.get_by_role("menuitem", name="Run", exact=True).click()
             page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
         page.wait_for_timeout(200)
-    raise AssertionError("the notebook's cells never started")
+    raise AssertionError(f"not every cell started: {prompts.all_inner_texts()}")

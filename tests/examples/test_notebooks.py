@@ -23,6 +23,7 @@ from tests.examples.notebooks import (
 UUID = r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
+@pytest.mark.pure
 def test_every_example_is_tested_and_saved_without_outputs() -> None:
     names = sorted(p.name for p in EXAMPLES.glob("*.ipynb"))
     assert names == [

@@ -18,6 +18,7 @@ IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: no kubelet
 ON_SIMULATED = {"dra-jupyter/inventory": "h200-8x"}
 
 
+@pytest.mark.pure
 def test_the_pod_uses_every_claim() -> None:
     pod = workload_pod("run-1", ["a", "b"], image=IMAGE, command=["python", "-c", "pass"])
     spec = pod["spec"]

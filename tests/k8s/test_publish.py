@@ -118,6 +118,7 @@ def test_forbidden_names_what_rbac_refused(cluster: testenv.Cluster) -> None:
     )
 
 
+@pytest.mark.pure
 def test_missing_credentials_are_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
     code, _, err = run("--inventory", "h200-8x", "--kubeconfig", str(missing))
@@ -134,6 +135,7 @@ def test_missing_credentials_are_one_line(tmp_path: Path) -> None:
         (["--inventory", "h200-8x", "--nodes", "0"], "--nodes must be between 1 and 500"),
     ],
 )
+@pytest.mark.pure
 def test_bad_input_is_refused_before_any_request(argv: list[str], message: str) -> None:
     code, out, err = run(*argv, "--kubeconfig", "/nonexistent")
     assert (code, out) == (2, "")

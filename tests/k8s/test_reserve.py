@@ -26,6 +26,7 @@ from tests.k8s.test_pods import IMAGE, ON_SIMULATED
 MAX_NODES = 30  # a bound on the nodes of the test cluster with 8 GPUs free
 
 
+@pytest.mark.pure
 def test_reserve_needs_the_kubernetes_backend(tmp_path: Path) -> None:
     local = Session(Settings(ledger=tmp_path / "ledger.sqlite", inventory="h200-8x"))
     with pytest.raises(InvalidInputError, match=r"^dra\.request: reserve=True applies to the K"):

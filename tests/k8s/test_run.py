@@ -38,6 +38,7 @@ def train() -> None:
     print("training")
 
 
+@pytest.mark.pure
 def test_commands_become_the_containers_argv() -> None:
     assert pod_command(None) == []
     assert pod_command("nvidia-smi -L") == ["sh", "-c", "nvidia-smi -L"]

@@ -15,6 +15,7 @@ import pytest
 from tests.k8s import k8sbuild, testenv
 
 
+@pytest.mark.pure
 def test_staging_modules_are_replaced_by_their_published_versions() -> None:
     go_mod = (
         "replace (\n"
@@ -30,6 +31,7 @@ def test_staging_modules_are_replaced_by_their_published_versions() -> None:
         k8sbuild.staging_replaces("module k8s.io/kubernetes\n", "v1.37.2")
 
 
+@pytest.mark.pure
 def test_a_missing_go_toolchain_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr(k8sbuild, "GO_FALLBACKS", ())
@@ -61,6 +63,7 @@ def test_a_failed_build_names_the_step_and_the_log(
     assert log.getvalue().startswith("k8s-testenv: building Kubernetes v1.37.999")
 
 
+@pytest.mark.pure  # an empty cache: nothing is started
 def test_start_refuses_without_a_build(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with pytest.raises(testenv.TestenvError, match=r"run `scripts/k8s-testenv build`"):

@@ -129,6 +129,7 @@ async def test_keep_of_an_unknown_claim_is_404(jp_fetch: Fetch) -> None:
     assert "does not exist" in json.loads(r.body)["message"]
 
 
+@pytest.mark.pure
 def test_policy() -> None:
     policy = IdlePolicy(timeout=10, warning=3)
     deadline = policy.deadline(100, 95)

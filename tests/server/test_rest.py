@@ -165,6 +165,7 @@ async def test_an_authorizer_that_denies_dra_is_honoured(
     assert r.code == 200  # only dra is denied
 
 
+@pytest.mark.pure
 def test_every_route_is_in_the_spec() -> None:
     spec = yaml.safe_load(SPEC.read_text(encoding="utf-8"))
     base = spec["servers"][0]["url"]

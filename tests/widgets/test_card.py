@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from dra_jupyter.api import Session
 from tests.widgets.conftest import WIDGET_MIME, Kernel
 
@@ -91,6 +93,7 @@ def test_releasing_a_claim_in_code_updates_its_card_at_once(kernel: Kernel) -> N
     assert kernel.value("d.view.card.state") == "released"
 
 
+@pytest.mark.pure  # no kernel: that is what it tests
 def test_a_claim_outside_a_kernel_is_text(session: Session) -> None:
     claim = session.request(gpu=1, apply_env=False)
     try:

@@ -1,0 +1,118 @@
+"""Test tiers: every test gets exactly one of ``pure``, ``kernel``, ``server``, ``browser``,
+``k8s`` or ``gpu`` (registered in pyproject.toml), the most that it needs to run:
+
+* ``pure``: nothing but this Python process (and plain Python subprocesses, temporary
+  files, a ledger on them): no kernel, no server, no browser, no cluster, no root;
+* ``kernel``: real IPython kernels (jupyter_client, nbclient);
+* ``server``: a real jupyter_server with the extension (its kernels included);
+* ``browser``: JupyterLab in Debian's chromium, driven by Playwright;
+* ``k8s``: the real control plane of tests/k8s (etcd, kube-apiserver, ...), or its build;
+* ``gpu``: a real NVIDIA GPU (no test needs one yet: NVML is tested against a fake).
+
+A test's tier is its own marker (``@pytest.mark.pure`` on a test that needs less than its
+module), else the entry of :data:`TIERS` for its module, else for the nearest folder above
+it. A test with no tier, or with two, fails the collection; so does a ``pure`` test that
+uses a fixture that starts something (:data:`STARTERS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+TIER_NAMES = ("pure", "kernel", "server", "browser", "k8s", "gpu")
+
+# Paths relative to tests/: a module's entry wins over its folder's. No entry for the root
+# folder, so that a new folder or a new module at the top must be given a tier here.
+TIERS = {
+    "allocator": "pure",
+    "browser": "browser",
+    "examples": "kernel",  # nbclient runs the example notebooks
+    "inventory": "pure",  # NVML through a fake pynvml
+    "k8s": "k8s",
+    "k8s/test_simulate.py": "pure",  # the simulated nodes' objects, without a cluster
+    "local": "pure",  # ledgers on temporary files, worker processes of plain Python
+    "magics": "kernel",
+    "magics/test_parsing.py": "pure",
+    "metrics": "pure",
+    "placement": "pure",
+    "selectors": "pure",
+    "server": "server",
+    "server/test_app_config.py": "pure",
+    "widgets": "kernel",
+    "widgets/test_arguments.py": "pure",
+    "widgets/test_history.py": "pure",
+    "test_api_inventories.py": "pure",
+    "test_claimspec.py": "pure",
+    "test_cli.py": "pure",
+    "test_cli_local.py": "pure",
+    "test_public.py": "pure",
+    "test_settings.py": "pure",
+    "test_version.py": "pure",
+}
+
+# Fixtures that start a kernel, a server, a browser or a control plane: no pure test uses one.
+STARTERS = {
+    "kernel": "kernel",  # tests/widgets, tests/magics
+    "module_kernel": "kernel",  # tests/magics
+    "kube_kernel": "k8s",  # tests/k8s/test_run_magic.py
+    "jp_serverapp": "server",  # pytest-jupyter, under jp_fetch too
+    "browser": "browser",
+    "page": "browser",
+    "lab": "browser",
+    "lab_without_extension": "browser",
+    "cluster": "k8s",  # under kubeconfig, api, namespace, published
+}
+
+
+def folder_tier(path: Path) -> str | None:
+    """The tier of the test module at ``path`` from :data:`TIERS`, or None."""
+    relative = path.resolve().relative_to(TESTS)
+    for key in (relative, *relative.parents):
+        tier = TIERS.get(key.as_posix())
+        if tier is not None:
+            return tier
+    return None
+
+
+def tier_problem(item: pytest.Item) -> str | None:
+    """Gives ``item`` its tier marker; or says why it cannot have exactly one."""
+    own = {m.name for m in item.iter_markers() if m.name in TIER_NAMES}
+    if len(own) > 1:
+        return f"has more than one tier: {', '.join(sorted(own))}"
+    if own:
+        [tier] = own
+    else:
+        found = folder_tier(item.path)
+        if found is None:
+            return "has no tier: mark it, or give its module or folder one in tests/conftest.py"
+        tier = found
+        item.add_marker(getattr(pytest.mark, tier))
+    if tier == "pure":
+        started = sorted(f for f in getattr(item, "fixturenames", ()) if f in STARTERS)
+        if started:
+            needs = ", ".join(f"{f} ({STARTERS[f]})" for f in started)
+            return f"is pure but uses fixtures that start something: {needs}"
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """Tiers are given as each module (or class) is collected, before ``-m`` selects by
+    them; a problem is that module's collection error, which pytest-xdist's workers report
+    as the plain run does (an exception from a hook would only crash a worker)."""
+    report = yield
+    if not report.passed:
+        return report
+    items = [node for node in report.result if isinstance(node, pytest.Item)]
+    problems = [f"{item.nodeid} {problem}" for item in items if (problem := tier_problem(item))]
+    if problems:
+        return pytest.CollectReport(
+            report.nodeid, "failed", "test tiers:\n  " + "\n  ".join(problems), []
+        )
+    return report
