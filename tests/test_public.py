@@ -10,29 +10,12 @@ import sys
 import dra_jupyter
 from dra_jupyter import errors
 
+# Besides the errors (every class of dra_jupyter.errors, checked below): what users call.
 PUBLIC = {
-    "AllocationError",
-    "BusyError",
+    *errors.__all__,
     "Claim",
-    "ClaimNotFoundError",
-    "ClusterError",
-    "DiscoveryError",
-    "DraJupyterError",
-    "DraJupyterWarning",
-    "ForbiddenError",
-    "InvalidInputError",
-    "KernelNotFoundError",
-    "KernelRestartError",
-    "LedgerError",
-    "LimitError",
-    "MagicError",
-    "NeverPossibleError",
-    "NotFoundError",
-    "ObjectError",
-    "SelectorError",
     "Session",
     "Table",
-    "UnavailableError",
     "__version__",
     "claim",
     "claims",
