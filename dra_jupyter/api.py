@@ -64,6 +64,7 @@ from dra_jupyter.types import (
     OnWait,
     Owner,
     Waiting,
+    label_value,
 )
 
 if TYPE_CHECKING:
@@ -267,11 +268,9 @@ class Claim:
         """Give the devices back; False if they were released already."""
         if self._released:
             return False
+        released = self._session.backend.release(self.name)  # refused: still held
         self._released = True
-        try:
-            released = self._session.backend.release(self.name)
-        finally:
-            ProcessEnvironment.of_process().drop(self)
+        ProcessEnvironment.of_process().drop(self)
         self._session.view.changed(self)  # its card says so at once
         return released
 
@@ -433,9 +432,9 @@ class Session:
     def build(self, spec: Mapping[str, Any], name: str = "") -> dict[str, Any]:
         """The ResourceClaim of ``spec``, labelled with its user, kernel and Jupyter server
         (those of a server's kernel, or of its REST API: ``settings.server_id``)."""
-        labels = {USER_LABEL: self.owner.user[:63]}
+        labels = {USER_LABEL: label_value(self.owner.user)}
         if self.owner.kernel_id:
-            labels[KERNEL_LABEL] = self.owner.kernel_id[:63]
+            labels[KERNEL_LABEL] = label_value(self.owner.kernel_id)
         if self.settings.server_id:
             labels[SERVER_LABEL] = self.settings.server_id
         return build_claim(
@@ -558,7 +557,7 @@ class Session:
         try:
             return self.backend.release(name)
         finally:
-            ProcessEnvironment.of_process().drop_names(self, {name})
+            ProcessEnvironment.of_process().sync()  # its devices leave the environment
 
     def release_all(self) -> list[str]:
         """Release every claim of this user; returns their names."""
@@ -567,7 +566,7 @@ class Session:
             for name in names:
                 self.backend.release(name)
         finally:
-            ProcessEnvironment.of_process().drop_names(self, set(names))
+            ProcessEnvironment.of_process().sync()
         return names
 
 

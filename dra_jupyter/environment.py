@@ -16,13 +16,14 @@ process's, whichever session made the claims.
 from __future__ import annotations
 
 import os
-from collections.abc import MutableMapping
+import threading
+from collections.abc import Iterable, MutableMapping
 from typing import TYPE_CHECKING, ClassVar
 
 from dra_jupyter.envvars import environment_for
 
 if TYPE_CHECKING:
-    from dra_jupyter.api import Claim, Session
+    from dra_jupyter.api import Claim
 
 
 class ProcessEnvironment:
@@ -34,6 +35,9 @@ class ProcessEnvironment:
         self.environ = os.environ if environ is None else environ
         self.claims: list[Claim] = []  # in request order
         self.saved: dict[str, str | None] = {}  # a variable's value before we set it
+        self.adopted = False  # a restarted kernel's claims were taken in (adopt)
+        # request() may run on other threads than a kernel's cells (and their sync)
+        self._lock = threading.RLock()
 
     @classmethod
     def of_process(cls) -> ProcessEnvironment:
@@ -43,28 +47,46 @@ class ProcessEnvironment:
 
     def hold(self, claim: Claim) -> None:
         """Add the claim's devices to the environment."""
-        if all(c is not claim for c in self.claims):
-            self.claims.append(claim)
-        self.apply()
+        with self._lock:
+            if all(c is not claim for c in self.claims):
+                self.claims.append(claim)
+            self.apply()
+
+    def adopt(self, claims: Iterable[Claim]) -> None:
+        """Take in the claims a restarted kernel started with (restart-with-claims puts
+        their variables in its environment): held, and their variables were not there
+        before them, so they go when the claims do."""
+        with self._lock:
+            self.adopted = True
+            new = [c for c in claims if all(c is not held for held in self.claims)]
+            if not new:
+                return
+            self.claims.extend(new)
+            for key, value in self.wanted().items():
+                if key not in self.saved and self.environ.get(key) == value:
+                    self.saved[key] = None
+            self.apply()
 
     def drop(self, claim: Claim) -> None:
-        """Take the claim's devices out of the environment."""
-        kept = [c for c in self.claims if c is not claim]
-        if len(kept) != len(self.claims):
-            self.claims = kept
-            self.apply()
-
-    def drop_names(self, session: Session, names: set[str]) -> None:
-        """Take out the session's claims of these names (released by name)."""
-        kept = [c for c in self.claims if c._session is not session or c.name not in names]
-        if len(kept) != len(self.claims):
-            self.claims = kept
-            self.apply()
+        """Take the claim's devices out of the environment, and those of every held claim
+        released meanwhile (by name, through another :class:`Claim` object, elsewhere)."""
+        with self._lock:
+            self.claims = [c for c in self.claims if c is not claim]
+            self.sync()
 
     def sync(self) -> None:
-        """Drop the claims that were released elsewhere (asks each held claim its state)."""
-        kept = [c for c in self.claims if c.state != "released"]
-        if len(kept) != len(self.claims):
+        """Drop the claims that were released elsewhere: one read of each backend's live
+        claims (the ledger's, in one transaction), not one per claim."""
+        with self._lock:
+            live: dict[int, set[str]] = {}
+            for claim in self.claims:
+                backend = claim._session.backend
+                if id(backend) not in live:
+                    live[id(backend)] = {r.name for r in backend.claims(all_users=True)}
+            kept = [c for c in self.claims if c.name in live[id(c._session.backend)]]
+            for gone in self.claims:
+                if gone not in kept:
+                    gone._released = True
             self.claims = kept
             self.apply()
 

@@ -9,6 +9,7 @@ neither imports the other; :mod:`dra_jupyter.api` holds a :class:`Backend` and a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import socket
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 Wire = dict[str, Any]
 
 # The labels of every claim dra-jupyter makes (a ResourceClaim's, and the ledger's copy).
-USER_LABEL = "dra-jupyter/user"  # the owner's user (identity.current_user, or REST's)
+USER_LABEL = "dra-jupyter/user"  # the owner's user as a label value (label_value)
+USER_ANNOTATION = "dra-jupyter/user"  # the owner's user in full (a label keeps 63 characters)
 KERNEL_LABEL = "dra-jupyter/kernel"  # the Jupyter kernel that made it, if any
 SERVER_LABEL = "dra-jupyter/server"  # the Jupyter server of that kernel (or of its REST API)
 
@@ -112,6 +114,21 @@ class Owner:
         if self.start_time is None:
             return True
         return process_start_time(self.pid) == self.start_time
+
+
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+
+
+def label_value(text: str) -> str:
+    """A Kubernetes label value that stands for ``text``: ``text`` itself when it is one (at
+    most 63 characters of letters, digits, ``-_.``, alphanumeric at both ends), else a
+    readable cut of it and a hash of the whole (``alice-example.com-5e1f0c9a2b``), so that
+    two users never share one (JupyterHub allows ``alice@example.com``)."""
+    if len(text) <= 63 and _LABEL_VALUE.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:52].strip("-_.")
+    return f"{readable}-{digest}" if readable else digest
 
 
 def claim_prefix(user: str) -> str:

@@ -30,7 +30,6 @@ from dra_jupyter.kube.claims import (
     ACTIVITY_ANNOTATION,
     HOLDER_ANNOTATION,
     RESOURCE,
-    USER_LABEL,
     ClaimClient,
     forbidden,
 )
@@ -39,6 +38,7 @@ from dra_jupyter.kube.events import ClaimEvents
 from dra_jupyter.kube.records import claim_state, holder_annotation, to_record
 from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings, in_pod
 from dra_jupyter.types import (
+    USER_ANNOTATION,
     Capabilities,
     ClaimRecord,
     OnWait,
@@ -46,6 +46,7 @@ from dra_jupyter.types import (
     Select,
     Sweep,
     claim_prefix,
+    label_value,
 )
 
 if TYPE_CHECKING:
@@ -257,6 +258,8 @@ class KubernetesBackend:
         if not checked:
             self.check_possible(claim)
         meta = dict(claim["metadata"], namespace=self.namespace)
+        # the user in full: the label may be a cut with a hash (types.label_value)
+        meta["annotations"] = {**(meta.get("annotations") or {}), USER_ANNOTATION: self.owner.user}
         if self.owner.pid > 0:  # a process holds it: a Jupyter server follows that process
             annotations = {**(meta.get("annotations") or {})}
             annotations[HOLDER_ANNOTATION] = holder_annotation(self.owner)
@@ -292,9 +295,11 @@ class KubernetesBackend:
         return [record for record, _ in self.claims_with_state(all_users=all_users)]
 
     def claims_with_state(self, *, all_users: bool = False) -> list[tuple[ClaimRecord, str]]:
-        user = None if all_users else self.owner.user[:63]
+        user = None if all_users else label_value(self.owner.user)
         listed = self.retrying(lambda: self.claim_client.list(user=user))
-        return [(to_record(c), claim_state(c)) for c in listed]
+        found = [(to_record(c), claim_state(c)) for c in listed]
+        # the label selects; the full name in the annotation decides (types.label_value)
+        return [(r, state) for r, state in found if all_users or r.owner.user == self.owner.user]
 
     def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
         """Delete the claim; False if it was gone. Only its owner may, unless
@@ -302,8 +307,8 @@ class KubernetesBackend:
         got = self.get(name)
         if got is None:
             return False
-        user = (got["metadata"].get("labels") or {}).get(USER_LABEL)
-        if not any_owner and user != self.owner.user[:63]:
+        user = to_record(got).owner.user
+        if not any_owner and user != self.owner.user:
             raise ForbiddenError(
                 f"claim {name} belongs to user {user or '(not dra-jupyter)'}; only its owner "
                 "can release it"

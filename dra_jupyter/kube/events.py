@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.inventory.base import Wire
 from dra_jupyter.kube.claims import HOLDER_ANNOTATION, KERNEL_LABEL, USER_LABEL
 from dra_jupyter.kube.connect import cluster_error, to_model
+from dra_jupyter.types import USER_ANNOTATION
 
 COMPONENT = "dra-jupyter"
 MAX_MESSAGE = 1024  # characters; the API server keeps at most 1 KiB of a message
@@ -44,7 +45,7 @@ def event_for(claim: Wire, reason: str, instance: str, now: dt.datetime) -> Wire
     annotations = meta.get("annotations") or {}
     text = why.format(
         kernel=labels.get(KERNEL_LABEL, "(none)"),
-        user=labels.get(USER_LABEL, "(unknown)"),
+        user=annotations.get(USER_ANNOTATION) or labels.get(USER_LABEL, "(unknown)"),
         holder=annotations.get(HOLDER_ANNOTATION, "unknown"),
         reason=reason,
     )

@@ -15,7 +15,11 @@ from dra_jupyter.kube.claims import (
     KERNEL_LABEL,
     USER_LABEL,
 )
-from dra_jupyter.types import ClaimRecord, Owner
+from dra_jupyter.types import (
+    USER_ANNOTATION,
+    ClaimRecord,
+    Owner,
+)
 
 
 def _epoch(stamp: str | None) -> float:
@@ -61,7 +65,7 @@ def to_record(claim: Wire) -> ClaimRecord:
     annotations = meta.get("annotations") or {}
     host, pid, start_time = _holder(annotations)
     owner = Owner(
-        user=labels.get(USER_LABEL) or f"({meta['namespace']})",
+        user=annotations.get(USER_ANNOTATION) or labels.get(USER_LABEL) or f"({meta['namespace']})",
         host=host,
         pid=pid,
         start_time=start_time,

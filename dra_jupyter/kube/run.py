@@ -32,6 +32,7 @@ from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.claims import KERNEL_LABEL, USER_LABEL
 from dra_jupyter.kube.connect import cluster_error, to_wire
 from dra_jupyter.kube.pods import POLL_S, PodLauncher, workload_pod
+from dra_jupyter.types import label_value
 
 if TYPE_CHECKING:
     from dra_jupyter.api import Claim, Session
@@ -179,9 +180,9 @@ def launch(
         )
     claim = session.request(apply_env=False, **spec)
     pod = name or f"{claim.name}-run"
-    labels = {USER_LABEL: session.owner.user[:63]}
+    labels = {USER_LABEL: label_value(session.owner.user)}
     if session.owner.kernel_id:
-        labels[KERNEL_LABEL] = session.owner.kernel_id[:63]
+        labels[KERNEL_LABEL] = label_value(session.owner.kernel_id)
     launcher = PodLauncher(backend.api, backend.namespace)
     created = False
     try:

@@ -11,10 +11,12 @@ from any other thread, and outside a kernel, claims are text, as
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any
 
 from dra_jupyter.api import Claim, Session, TextView, WaitReporter, default_session
 from dra_jupyter.environment import ProcessEnvironment
+from dra_jupyter.errors import DraJupyterError, DraJupyterWarning
 from dra_jupyter.kernelinfo import execution_count, in_kernel
 from dra_jupyter.widgets.card import CardReporter, CardView, ClaimCard
 
@@ -63,21 +65,47 @@ class NotebookView(TextView):
 def notebook_session() -> Session:
     """The default session, shown through :class:`NotebookView` (cards in a kernel). In a
     kernel, each cell first takes the devices of claims released elsewhere (the server's
-    idle release, a lease, the card of another view) out of the process's environment."""
+    idle release, a lease, the card of another view) out of the process's environment, and
+    a kernel restarted with its claims holds them from its first call on."""
     session = default_session()
     if not isinstance(session.view, NotebookView):
         session.view = NotebookView()
-    _sync_before_each_cell()
+    if in_kernel():
+        _adopt_kernel_claims(session)
+        _sync_before_each_cell()
     return session
 
 
+class _Problems:
+    """The last problem the per-cell sync met, said once (not before every cell)."""
+
+    last = ""
+
+
 def _sync_environment(info: Any = None) -> None:
-    ProcessEnvironment.of_process().sync()
+    try:
+        ProcessEnvironment.of_process().sync()
+    except DraJupyterError as err:  # e.g. the ledger is busy or gone: the cell still runs
+        if str(err) != _Problems.last:
+            _Problems.last = str(err)
+            warnings.warn(f"dra: {err}", DraJupyterWarning, stacklevel=1)
+    else:
+        _Problems.last = ""
+
+
+def _adopt_kernel_claims(session: Session) -> None:
+    """Once per kernel: the claims of this kernel that exist before its first call (a
+    restart with claims kept them, and put their devices in its environment)."""
+    environment = ProcessEnvironment.of_process()
+    kernel_id = session.owner.kernel_id
+    if environment.adopted or not kernel_id or not session.backend.capabilities.devices_here:
+        environment.adopted = True
+        return
+    mine = [r for r in session.backend.claims() if r.owner.kernel_id == kernel_id]
+    environment.adopt(Claim(session, record) for record in mine)
 
 
 def _sync_before_each_cell() -> None:
-    if not in_kernel():
-        return
     from IPython import get_ipython  # noqa: PLC0415  # loaded: this is a kernel
 
     events = get_ipython().events

@@ -92,6 +92,32 @@ def test_claims_lists_only_the_users_own(
     assert [r.claim for r in alice.claims(all_users=True)] == ["b-1"]
 
 
+def test_hub_user_names_that_are_no_label_values_own_their_claims(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    """JupyterHub allows ``alice@example.com``, which no label value may be: the label is a
+    readable cut with a hash, the full name an annotation, and ownership goes by the
+    full name (two names cut alike stay two users)."""
+    long = "x" * 63
+    alice = session(kubeconfig, namespace, user="alice@example.com")
+    cut = session(kubeconfig, namespace, user=long + "y")
+    claim = alice.request(gpu=1, name="mail-1")
+    cut.request(gpu=1, name="cut-1")
+    stored = ClaimClient(api, namespace).get("mail-1")
+    assert stored is not None
+    label = stored["metadata"]["labels"]["dra-jupyter/user"]
+    assert label.startswith("alice-example.com-") and len(label) <= 63
+    assert stored["metadata"]["annotations"]["dra-jupyter/user"] == "alice@example.com"
+    assert [r.claim for r in alice.claims()] == ["mail-1"]
+    assert [r.user for r in alice.claims()] == ["alice@example.com"]
+    prefix = session(kubeconfig, namespace, user=long)  # the first 63 characters of "cut"'s
+    assert [r.claim for r in prefix.claims()] == []
+    with pytest.raises(ForbiddenError, match=f"claim cut-1 belongs to user {long}y"):
+        prefix.release("cut-1")
+    assert claim.release()
+    assert cut.release("cut-1")
+
+
 def test_an_impossible_request_is_refused_before_anything_is_created(
     api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
 ) -> None:

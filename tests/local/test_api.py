@@ -408,3 +408,30 @@ def test_a_released_claims_devices_show_their_state_now(session: Session) -> Non
     assert len(rows) == 2
     assert {r.state for r in rows} == {"free"}
     assert all(r.holder == "" for r in rows)
+
+
+def test_a_release_through_another_claim_object_gives_the_environment_back(
+    session: Session,
+) -> None:
+    """``dra.claim(name).release()`` is another Claim object of the same claim."""
+    claim = session.request(gpu=1)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(uuids(session, claim))
+    assert session.claim(claim.name).release()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == SENTINEL
+    assert claim.state == "released"
+
+
+def test_a_refused_release_leaves_the_claim_held(tmp_path: Path) -> None:
+    """Another user's release is refused: their Claim object must not say released, nor
+    the owner's devices leave anyone's environment."""
+    alice = make_session(tmp_path, gpu_inventory(), user="alice")
+    bob = make_session(tmp_path, gpu_inventory(), user="bob")
+    mine = alice.request(gpu=1)
+    theirs = bob.claim(mine.name)
+    with pytest.raises(ForbiddenError):
+        theirs.release()
+    assert theirs.state == "allocated"
+    with pytest.raises(ForbiddenError):
+        theirs.release()  # refused again, not "already released"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(uuids(alice, mine))
+    assert mine.release()

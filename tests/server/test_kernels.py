@@ -172,6 +172,14 @@ async def test_restart_with_claims_keeps_them_and_gives_their_environment(
         await kernel.run_on_shell(
             f"import os; assert os.environ['CUDA_VISIBLE_DEVICES'] == {cuda!r}"
         )
+        # and holds it: a new request adds its devices, its release gives back only its own,
+        # and the kept claim's release unsets the variable it came with
+        await kernel.run_on_shell(
+            "import dra_jupyter as dra; c2 = dra.request(gpu=1); "
+            f"assert os.environ['CUDA_VISIBLE_DEVICES'] == {cuda!r} + ',' + "
+            "c2.env['CUDA_VISIBLE_DEVICES']; c2.release(); "
+            f"assert os.environ['CUDA_VISIBLE_DEVICES'] == {cuda!r}"
+        )
 
         # the kept claim still goes with its kernel
         kernel.client.stop_channels()
