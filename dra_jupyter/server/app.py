@@ -203,9 +203,12 @@ class DRAExtensionApp(ExtensionApp):
             Settings.from_env(),
             backend="kubernetes" if self.backend == "kubernetes" else "local",
             inventory=self.inventory,
-            ledger=Path(self.ledger),
+            # absolute: kernels start in their notebook's folder, and must share this file
+            ledger=Path(self.ledger).expanduser().resolve(),
             namespace=self.namespace,
-            kubeconfig=self.kubeconfig or None,
+            kubeconfig=str(Path(self.kubeconfig).expanduser().resolve())
+            if self.kubeconfig
+            else None,
             server_id=self.server_id,
         )
         self.service = ClaimService(
