@@ -380,6 +380,27 @@ def test_a_count_with_too_many_digits_on_the_command_line(
     assert line.endswith("(5000 characters) is not a number")
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("request", "memory=" + "Q" * 1_000_000),
+        ("request", "gpu=2", "same=" + "Q" * 1_000_000),
+        ("request", "Q" * 1_000_000 + "=1"),
+        ("request", "gpu=1", "--timeout", "Q" * 1_000_000),
+        ("devices", "--inventory", "Q" * 1_000_000),
+    ],
+    ids=["memory", "same", "keyword", "timeout", "inventory"],
+)
+def test_huge_values_on_the_command_line_are_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("DRA_JUPYTER_LEDGER", str(tmp_path / "ledger.sqlite"))
+    monkeypatch.setenv("DRA_JUPYTER_INVENTORY", "h200-8x")
+    line = one_line(*cli(*argv))
+    assert "Q" * 61 not in line
+    assert "(1000000 characters)" in line
+
+
 # --- properties: mutated object files ---------------------------------------------------------
 
 
