@@ -49,7 +49,7 @@ def _line(text: object) -> str:
 
 def _show_warning(err: TextIO) -> Callable[..., None]:
     def show(message: Warning | str, *_: Any, **__: Any) -> None:
-        err.write(f"warning: {_line(message)}\n")
+        err.write(_line(f"warning: {message}") + "\n")
 
     return show
 
@@ -161,10 +161,10 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"{error}\n")
         return EXIT_UNSATISFIABLE
     except UnavailableError as error:
-        err.write(f"error: {_line(error)}\n")
+        err.write(_line(f"error: {error}") + "\n")
         return EXIT_CLUSTER
     except DraJupyterError as error:
-        err.write(f"error: {_line(error)}\n")
+        err.write(_line(f"error: {error}") + "\n")
         return EXIT_INVALID
     except Exception as error:  # a bug: say so, with what is needed to report it
         err.write("".join(traceback.format_exception(error)))

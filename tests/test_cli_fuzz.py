@@ -330,6 +330,31 @@ def test_selectors_over_the_limit_are_refused_before_cel(
     assert "selectors: has 1000 entries, more than the limit of 32" in line
 
 
+@pytest.mark.parametrize(
+    ("expression", "problem"),
+    [
+        ("9" * 5000, "syntax error: integer literal out of range (CEL integers are 64-bit)"),
+        ("d" + "9" * 5000, "undeclared reference to 'd999"),
+        ("device.driver == " + "'" + "x" * 5000, "syntax error: "),
+    ],
+    ids=["integer", "identifier", "string"],
+)
+def test_cel_with_a_huge_token(objects_file: Path, expression: str, problem: str) -> None:
+    """Found by the long fuzz run (make fuzz): a 5,000-digit CEL literal crashed the parser,
+    and an unknown 5,000-character name was quoted whole."""
+    classes = [
+        {**c, "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+        if c["metadata"]["name"] == GPU
+        else c
+        for c in nvidia.device_classes()
+    ]
+    path = write(
+        objects_file, documents([*classes, nvidia.hgx_node(NODE), claim("x", request("gpu"))])
+    )
+    line = one_line(*cli("allocate", "-f", str(path)))
+    assert line.startswith(f"error: DeviceClass {GPU}, spec.selectors[0]: {problem}"), line
+
+
 def test_yaml_tags_that_are_not_json_are_refused(objects_file: Path) -> None:
     for tag in ("!!binary aGVsbG8=", "!!set {a, b}", "!!timestamp 2024-01-01"):
         text = documents([*hgx()]) + f"---\nkind: ResourceClaim\nmetadata: {{name: x}}\nv: {tag}\n"
