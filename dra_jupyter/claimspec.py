@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.errors import InvalidInputError, shown
 from dra_jupyter.model.quantity import Quantity
 
 Wire = dict[str, Any]
@@ -68,7 +68,7 @@ def _count(value: Any, key: str, what: str) -> int | str:
         return "all"
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidInputError(
-            f"{what}: {key} must be a positive number of devices (or 'all'), not {value!r}"
+            f"{what}: {key} must be a positive number of devices (or 'all'), not {shown(value)}"
         )
     if value > 32:
         raise InvalidInputError(
@@ -83,14 +83,14 @@ def _quantity(value: Any, key: str, what: str) -> str:
         q = Quantity.parse(value)
     except (ValueError, TypeError) as err:
         raise InvalidInputError(
-            f"{what}: {key}={value!r} is not a quantity; write e.g. '80Gi' or '40G'"
+            f"{what}: {key}={shown(value)} is not a quantity; write e.g. '80Gi' or '40G'"
         ) from err
     if q.value <= 0:
-        raise InvalidInputError(f"{what}: {key}={value!r} must be more than zero")
+        raise InvalidInputError(f"{what}: {key}={shown(value)} must be more than zero")
     if q.value < MEBIBYTE and _unitless(value):
         # "80" is 80 bytes, which any device has: surely a missing unit
         raise InvalidInputError(
-            f"{what}: {key}={value!r} is {value} bytes (no unit); write e.g. '80Gi' or '40G'"
+            f"{what}: {key}={shown(value)} is {value} bytes (no unit); write e.g. '80Gi' or '40G'"
         )
     return str(q)
 
@@ -132,7 +132,7 @@ def _attribute(name: str, what: str) -> str:
     if "/" not in full:
         known = ", ".join(SHORT_ATTRIBUTES)
         raise InvalidInputError(
-            f"dra.request: {what}={name!r} is not an attribute; use one of {known} "
+            f"dra.request: {what}={shown(name)} is not an attribute; use one of {known} "
             "or a fully qualified name such as gpu.nvidia.com/parentUUID"
         )
     return full
@@ -169,7 +169,7 @@ def device_request(
     unknown = sorted(set(spec) - set(DEVICE_KEYS))
     if unknown:
         raise InvalidInputError(
-            f"{what}: unknown keyword {unknown[0]!r}; use {', '.join(DEVICE_KEYS)}"
+            f"{what}: unknown keyword {shown(unknown[0])}; use {', '.join(DEVICE_KEYS)}"
         )
     kinds = [k for k in ("gpu", "tpu", "mig", "device_class") if spec.get(k) is not None]
     if len(kinds) > 1:
@@ -223,7 +223,7 @@ def build_claim(
     unknown = sorted(set(spec) - set(CLAIM_KEYS))
     if unknown:
         raise InvalidInputError(
-            f"dra.request: unknown keyword {unknown[0]!r}; use {', '.join(CLAIM_KEYS)}"
+            f"dra.request: unknown keyword {shown(unknown[0])}; use {', '.join(CLAIM_KEYS)}"
         )
     alternatives = spec.get("alternatives")
     device_spec = {k: v for k, v in spec.items() if k in DEVICE_KEYS}

@@ -10,6 +10,9 @@ Exit codes, by the class of the error (:mod:`dra_jupyter.errors`): 0 allocated (
 explained), 1 no allocation exists (:class:`AllocationError`), 2 invalid input, an unknown
 claim or another user's, 3 something we depend on failed (:class:`UnavailableError`: the
 Kubernetes API server, the ledger, NVML), 4 an internal error (a bug: the traceback follows).
+Errors go to standard error: for 2 and 3 one line (``error: ...``, at most
+:data:`MAX_LINE` characters); warnings (:class:`DraJupyterWarning`) one line each
+(``warning: ...``), each once.
 """
 
 from __future__ import annotations
@@ -18,17 +21,37 @@ import argparse
 import json
 import sys
 import traceback
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from dra_jupyter.allocator import STRATEGIES, Allocator
 from dra_jupyter.cli_kube import KUBE_COMMANDS, add_kube_commands, run_kube
 from dra_jupyter.cli_local import add_local_commands, run_local
 from dra_jupyter.demo import run_demo
-from dra_jupyter.errors import AllocationError, DraJupyterError, UnavailableError
+from dra_jupyter.errors import (
+    AllocationError,
+    DraJupyterError,
+    DraJupyterWarning,
+    UnavailableError,
+)
 from dra_jupyter.objectfile import ObjectSet, dump_yaml, load_objects
 
 EXIT_OK, EXIT_UNSATISFIABLE, EXIT_INVALID, EXIT_CLUSTER, EXIT_INTERNAL = 0, 1, 2, 3, 4
+MAX_LINE = 1000  # characters of an error line; messages cut what they echo well before
+
+
+def _line(text: object) -> str:
+    """One line of at most MAX_LINE characters: what exit codes 2 and 3 print."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
+
+
+def _show_warning(err: TextIO) -> Callable[..., None]:
+    def show(message: Warning | str, *_: Any, **__: Any) -> None:
+        err.write(_line(f"warning: {message}") + "\n")
+
+    return show
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -117,6 +140,13 @@ def main(
         args = _parser().parse_args(argv)
     except SystemExit as exit_:  # argparse printed the usage and the problem
         return int(exit_.code or 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", DraJupyterWarning)  # each one once, as one line
+        warnings.showwarning = _show_warning(err)
+        return _run(args, out, err)
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         if args.command == "allocate":
             return run_allocate(args, out, err)
@@ -131,16 +161,16 @@ def main(
         err.write(f"{error}\n")
         return EXIT_UNSATISFIABLE
     except UnavailableError as error:
-        err.write(f"error: {error}\n")
+        err.write(_line(f"error: {error}") + "\n")
         return EXIT_CLUSTER
     except DraJupyterError as error:
-        err.write(f"error: {error}\n")
+        err.write(_line(f"error: {error}") + "\n")
         return EXIT_INVALID
     except Exception as error:  # a bug: say so, with what is needed to report it
         err.write("".join(traceback.format_exception(error)))
         err.write(
             f"internal error (a bug in dra-jupyter, not in your input): {type(error).__name__}: "
-            f"{error}; please report it with the traceback above\n"
+            f"{_line(error)[:200]}; please report it with the traceback above\n"
         )
         return EXIT_INTERNAL
 

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import INTEGER_KEYS
 from dra_jupyter.durations import parse_duration
-from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.errors import ClaimNotFoundError, InvalidInputError, shown
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
 
@@ -63,15 +63,22 @@ def _spec(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise InvalidInputError(f"request: {pair!r} is not KEY=VALUE (e.g. gpu=2)")
+            raise InvalidInputError(f"request: {shown(pair)} is not KEY=VALUE (e.g. gpu=2)")
         if key in INTEGER_KEYS and value != "all":
-            try:
-                spec[key] = int(value)
-            except ValueError as err:
-                raise InvalidInputError(f"request: {key}={value!r} is not a number") from err
+            spec[key] = _number(key, value)
         else:
             spec[key] = value
     return spec
+
+
+def _number(key: str, value: str) -> int:
+    """A count of devices: an integer of at most 18 digits (Kubernetes counts are int64)."""
+    try:
+        if len(value.strip()) > 18:
+            raise ValueError(value)
+        return int(value)
+    except ValueError as err:
+        raise InvalidInputError(f"request: {key}={shown(value)} is not a number") from err
 
 
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
@@ -100,10 +107,14 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
             raise InvalidInputError("release: name the claims to release, or pass --all")
         names = session.release_all() if args.all else [n for n in args.names if session.release(n)]
         missing = sorted(set(args.names) - set(names))
-        out.write(f"released: {', '.join(names) or 'nothing'}\n")
+        if names or not missing:
+            out.write(f"released: {', '.join(names) or 'nothing'}\n")
         if missing:
-            out.write(f"not found (already released?): {', '.join(missing)}\n")
-            return 1
+            shown_names = ", ".join(shown(n) for n in missing[:10])
+            more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+            raise ClaimNotFoundError(
+                f"release: no claim named {shown_names}{more} (already released?)"
+            )
         return 0
     if args.output == "json":
         out.write(json.dumps(table.to_records(), indent=2) + "\n")

@@ -37,12 +37,49 @@ its traceback.
 
 from __future__ import annotations
 
+import reprlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dra_jupyter.allocator.explain import Explanation
 
 _RED, _RESET = "\x1b[31m", "\x1b[0m"
+
+ECHO_LIMIT = 60  # characters of a user's value that a message echoes
+
+
+class _Echo(reprlib.Repr):
+    """``repr`` in bounded time and length: a few items per container, two levels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 2
+        self.maxlist = self.maxtuple = self.maxset = self.maxdict = 4
+        self.maxstring = self.maxother = self.maxlong = ECHO_LIMIT
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 3 * ECHO_LIMIT:  # repr() of a huge int is slow, or refused
+            return f"<an integer of about {int(x.bit_length() * 0.30103) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+_ECHO = _Echo()
+
+
+def shown(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)`` cut to ``limit`` characters and ``…``, in bounded time: what an error
+    message echoes of a user's value (a 10 MB name must not become a 10 MB line).
+
+    >>> shown("x" * 100, 5)
+    "'xxxxx…' (100 characters)"
+    """
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        head = repr(value[:limit])
+        return f"{head[:-1]}…{head[-1]} ({len(value)} characters)"
+    text = _ECHO.repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class DraJupyterError(Exception):

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Literal
 
 from dra_jupyter.allocator import STRATEGIES, Strategy
-from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.errors import InvalidInputError, shown
 
 BackendName = Literal["local", "kubernetes", "auto"]
 BACKENDS: tuple[BackendName, ...] = ("local", "kubernetes", "auto")
@@ -101,12 +101,13 @@ class Settings:
         strategy = env.get("DRA_JUPYTER_STRATEGY", "topology")
         if strategy not in STRATEGIES:
             raise InvalidInputError(
-                f"DRA_JUPYTER_STRATEGY={strategy!r} is not known; use {' or '.join(STRATEGIES)}"
+                f"DRA_JUPYTER_STRATEGY={shown(strategy)} is not known; "
+                f"use {' or '.join(STRATEGIES)}"
             )
         backend = env.get("DRA_JUPYTER_BACKEND", "local")
         if backend not in BACKENDS:
             raise InvalidInputError(
-                f"DRA_JUPYTER_BACKEND={backend!r} is not known; use {', '.join(BACKENDS)}"
+                f"DRA_JUPYTER_BACKEND={shown(backend)} is not known; use {', '.join(BACKENDS)}"
             )
         retries = _seconds(env, "DRA_JUPYTER_KUBE_RETRIES", 4)
         if retries < 1 or retries != int(retries):
@@ -136,7 +137,9 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         return float(env.get(name, default))
     except ValueError as err:
-        raise InvalidInputError(f"{name} must be a number of seconds, not {env[name]!r}") from err
+        raise InvalidInputError(
+            f"{name} must be a number of seconds, not {shown(env[name])}"
+        ) from err
 
 
 def in_pod(service_account: Path = SERVICE_ACCOUNT_DIR) -> bool:

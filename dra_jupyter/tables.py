@@ -204,7 +204,10 @@ def _fits(device: Mapping[str, Any], left: Mapping[tuple[str, str], Fraction]) -
 
 
 def _clock(when: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+    except (OverflowError, OSError, ValueError):  # beyond what the C library's time holds
+        return "(far future)" if when > 0 else "(far past)" if when < 0 else "(unknown)"
 
 
 def claim_rows(records: Sequence[ClaimRecord]) -> list[ClaimRow]:

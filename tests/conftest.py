@@ -48,6 +48,7 @@ TIERS = {
     "test_api_inventories.py": "pure",
     "test_claimspec.py": "pure",
     "test_cli.py": "pure",
+    "test_cli_fuzz.py": "pure",
     "test_cli_local.py": "pure",
     "test_public.py": "pure",
     "test_settings.py": "pure",

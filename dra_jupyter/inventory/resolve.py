@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dra_jupyter.errors import DraJupyterError, InvalidInputError
+from dra_jupyter.errors import DraJupyterError, InvalidInputError, shown
 from dra_jupyter.inventory.base import Inventory
 
 DEFAULT_SIMULATED = "h200-8x"
@@ -38,9 +38,16 @@ def resolve_inventory(choice: str) -> Inventory:
         return found
     if choice in simulated.names():
         return simulated.load(choice)
-    if Path(choice).suffix in (".yaml", ".yml", ".json") or Path(choice).exists():
+    if Path(choice).suffix in (".yaml", ".yml", ".json") or _exists(choice):
         return simulated.from_file(choice)
     raise InvalidInputError(
-        f"inventory {choice!r} is not known; use auto, nvml, a file of ResourceSlices, or one "
+        f"inventory {shown(choice)} is not known; use auto, nvml, a file of ResourceSlices, or one "
         f"of {', '.join(simulated.names())}"
     )
+
+
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False

@@ -7,20 +7,41 @@ all, even when a process is killed with SIGKILL mid-way (``synchronous=FULL`` ke
 across power loss too).
 
 Tables: ``claims`` (live claims), ``waiters`` (the FIFO queue of requests waiting for
-devices), ``releases`` (why claims ended), ``meta`` (schema version, name sequence).
+devices), ``releases`` (why claims ended), ``meta`` (schema version, name sequence),
+``damaged_claims`` (rows of ``claims`` that could not be read, moved aside as they were).
+
+What can go wrong, and what each raises or does:
+
+* a file that is not a dra-jupyter ledger (another program's SQLite file, a file that is
+  not SQLite, another schema version): :class:`LedgerError`, checked before anything in
+  the file is changed (not even its journal mode);
+* a full disk, a file or folder that cannot be written, a damaged file, an I/O error, a
+  lock held too long: :class:`LedgerError` with advice that fits the cause (SQLite's own
+  error is its ``__cause__``); a transaction that fails leaves the ledger as it was;
+* a damaged row of a claim (owner or allocation not JSON, fields missing or of the wrong
+  type, a claim that is not a valid ResourceClaim): reported once, by claim name, as a
+  :class:`DraJupyterWarning`, and skipped; a write transaction moves it to
+  ``damaged_claims`` (nothing is deleted), so every other claim, and every other user's
+  command, keeps working. Its devices count as free from then on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import math
 import sqlite3
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
-from dra_jupyter.errors import LedgerError
+from dra_jupyter.errors import DraJupyterWarning, LedgerError, ObjectError, shown
+from dra_jupyter.model.parse import parse_resource_claim
 from dra_jupyter.types import ClaimRecord, Owner
 
 SCHEMA_VERSION = 1
@@ -49,20 +70,173 @@ CREATE TABLE IF NOT EXISTS releases (
     reason TEXT NOT NULL,
     time REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS damaged_claims (
+    name, namespace, owner, spec, allocation, created, last_activity, lease_expires,
+    problem TEXT NOT NULL,
+    time REAL NOT NULL
+);
 """
+_OURS = {"meta", "claims", "waiters", "releases", "damaged_claims", "sqlite_sequence"}
+_CLAIM_COLUMNS = "name, namespace, owner, spec, allocation, created, last_activity, lease_expires"
+
+_NEW_LEDGER = (
+    "move the file away or choose another path (DRA_JUPYTER_LEDGER); dra-jupyter then "
+    "starts a new, empty ledger there"
+)
+
+
+def _ledger_error(path: Path, err: sqlite3.Error, busy_timeout: float) -> LedgerError | None:
+    """What a SQLite error means for the user, with advice that fits its cause; None for
+    errors that are not the file's or the disk's (a constraint, a bug: they stay as
+    they are)."""
+    if not (isinstance(err, sqlite3.OperationalError) or type(err) is sqlite3.DatabaseError):
+        return None
+    name = getattr(err, "sqlite_errorname", "") or ""
+    text = str(err)
+    if name == "SQLITE_FULL" or "disk is full" in text:
+        what, advice = (
+            "the disk is full",
+            "free space on it, or choose another path (DRA_JUPYTER_LEDGER); the ledger "
+            "was not changed",
+        )
+    elif name.startswith(("SQLITE_READONLY", "SQLITE_PERM")) or "readonly" in text:
+        what, advice = (
+            "cannot write it",
+            "let this user write the file and its folder (SQLite keeps -wal and -shm files "
+            "beside it), mount the file system read-write, or choose another path "
+            "(DRA_JUPYTER_LEDGER)",
+        )
+    elif name.startswith("SQLITE_CANTOPEN") or "unable to open" in text:
+        what, advice = (
+            "cannot open the file",
+            "check that its folder exists and this user may read and write it and the file, "
+            "or choose another path (DRA_JUPYTER_LEDGER)",
+        )
+    elif name == "SQLITE_NOTADB" or "not a database" in text:
+        what, advice = "cannot open it as a SQLite database", _NEW_LEDGER
+    elif name.startswith("SQLITE_CORRUPT") or "malformed" in text:
+        what, advice = "the file is damaged", _NEW_LEDGER
+    elif name.startswith("SQLITE_IOERR") or "I/O error" in text:
+        what, advice = (
+            "the file system failed to read or write it",
+            "check the disk, or choose another path (DRA_JUPYTER_LEDGER)",
+        )
+    elif name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+        what, advice = (
+            f"another process held its lock for more than {busy_timeout:g}s",
+            "try again; if it stays locked, find the process that holds the file open",
+        )
+    else:
+        what, advice = "cannot use it", _NEW_LEDGER
+    return LedgerError(f"ledger {path}: {what} ({text}); {advice}")
+
+
+# --- rows ----------------------------------------------------------------------------------
+
+
+class DamagedRowError(ValueError):
+    """A row of the ledger that cannot be read; ``problem`` says why."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
+
+
+_OWNER_FIELDS = {f.name for f in fields(Owner)}
+_OWNER_REQUIRED = {"user", "host", "pid"}
+
+
+def _json(value: Any, column: str) -> Any:
+    if not isinstance(value, str):
+        raise DamagedRowError(f"{column} is a {type(value).__name__}, not JSON text")
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, a 5000-digit number
+        raise DamagedRowError(f"{column} is not JSON") from err
+
+
+def owner_from(value: Any, column: str = "owner") -> Owner:
+    """An :class:`Owner` from its JSON column, or :class:`DamagedRowError`."""
+    data = _json(value, column)
+    if not isinstance(data, dict):
+        raise DamagedRowError(f"{column} is not a JSON object")
+    missing, extra = _OWNER_REQUIRED - data.keys(), data.keys() - _OWNER_FIELDS
+    if missing or extra:
+        named = [f"missing {', '.join(sorted(missing))}"] * bool(missing)
+        named += [f"unknown {', '.join(shown(k) for k in sorted(extra))}"] * bool(extra)
+        raise DamagedRowError(f"{column} has fields {'; '.join(named)}")
+    for key, types in (
+        ("user", (str,)),
+        ("host", (str,)),
+        ("pid", (int,)),
+        ("start_time", (int, type(None))),
+        ("kernel_id", (str, type(None))),
+    ):
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise DamagedRowError(f"{column}.{key} is {shown(value)}")
+    return Owner.from_dict(data)
+
+
+def _time(value: Any, column: str, *, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise DamagedRowError(f"{column} is {shown(value)}, not a time")
+    return value
+
+
+@functools.lru_cache(maxsize=1024)
+def _claim_problem(spec: str, allocation: str) -> str | None:
+    """Why the stored ResourceClaim and its allocation are not valid, or None (parsed once
+    per text: a ledger is read at every call)."""
+    try:
+        parse_resource_claim({**json.loads(spec), "status": {"allocation": json.loads(allocation)}})
+    except ObjectError as err:
+        return f"not a valid ResourceClaim: {str(err)[:200]}"
+    except (TypeError, ValueError, RecursionError) as err:
+        return f"not a valid ResourceClaim: {type(err).__name__}"
+    return None
 
 
 def record_from_row(row: sqlite3.Row) -> ClaimRecord:
-    """A claim as the ``claims`` table keeps it."""
+    """A claim as the ``claims`` table keeps it; :class:`DamagedRowError` if it is not one."""
+    name, namespace = row["name"], row["namespace"]
+    if not isinstance(name, str) or not name:
+        raise DamagedRowError(f"name is {shown(name)}")
+    if not isinstance(namespace, str):
+        raise DamagedRowError(f"namespace is {shown(namespace)}")
+    spec, allocation = _json(row["spec"], "spec"), _json(row["allocation"], "allocation")
+    for column, value in (("spec", spec), ("allocation", allocation)):
+        if not isinstance(value, dict):
+            raise DamagedRowError(f"{column} is not a JSON object")
+    problem = _claim_problem(row["spec"], row["allocation"])
+    if problem is not None:
+        raise DamagedRowError(problem)
+    created = _time(row["created"], "created")
+    last_activity = _time(row["last_activity"], "last_activity")
+    assert created is not None and last_activity is not None  # not optional
     return ClaimRecord(
-        name=row["name"],
-        namespace=row["namespace"],
-        owner=Owner.from_dict(json.loads(row["owner"])),
-        spec=json.loads(row["spec"]),
-        allocation=json.loads(row["allocation"]),
-        created=row["created"],
-        last_activity=row["last_activity"],
-        lease_expires=row["lease_expires"],
+        name=name,
+        namespace=namespace,
+        owner=owner_from(row["owner"]),
+        spec=spec,
+        allocation=allocation,
+        created=created,
+        last_activity=last_activity,
+        lease_expires=_time(row["lease_expires"], "lease_expires", optional=True),
+    )
+
+
+def _file_of(conn: sqlite3.Connection) -> str:
+    return str(conn.execute("PRAGMA database_list").fetchone()[2])
+
+
+def _report(conn: sqlite3.Connection, what: str, problem: str, done: str) -> None:
+    warnings.warn(
+        f"ledger {_file_of(conn)}: {what} is damaged ({problem}); {done}",
+        DraJupyterWarning,
+        stacklevel=3,
     )
 
 
@@ -87,43 +261,85 @@ class Ledger:
                 f"ledger {self.path}: cannot create its folder: {err.strerror}; "
                 "choose another path (DRA_JUPYTER_LEDGER)"
             ) from err
+        with self._reading(wal=False) as conn:  # nothing is changed before this check
+            self._check_ours(conn)
         with self.transaction() as conn:
-            tables = {
-                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-            ours = {"meta", "claims", "waiters", "releases", "sqlite_sequence"}
-            if tables and "meta" not in tables:
-                raise LedgerError(
-                    f"ledger {self.path}: the file is a SQLite database of something else "
-                    f"(tables {', '.join(sorted(tables - ours) or sorted(tables))}); "
-                    "choose another path (DRA_JUPYTER_LEDGER)"
-                )
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if int(row["value"]) != SCHEMA_VERSION:
-                raise LedgerError(
-                    f"ledger {self.path}: schema version {row['value']}, this dra-jupyter "
-                    f"reads version {SCHEMA_VERSION}; use another path or upgrade dra-jupyter"
-                )
+            self._check_version(conn)
 
-    def _connect(self) -> sqlite3.Connection:
+    def _check_ours(self, conn: sqlite3.Connection) -> None:
+        """Refuse a SQLite file of another program, or of another schema version."""
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            return  # a new (or empty) file: it becomes a ledger
+        row = None
+        if {"meta", "claims"} <= tables:
+            with contextlib.suppress(sqlite3.OperationalError):  # a "meta" of another shape
+                row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        if row is None:
+            others = sorted(tables - _OURS) or sorted(tables)
+            raise LedgerError(
+                f"ledger {self.path}: the file is a SQLite database of something else "
+                f"(tables {', '.join(shown(t, 40) for t in others[:5])}"
+                f"{', …' if len(others) > 5 else ''}); it was not changed; choose another "
+                "path (DRA_JUPYTER_LEDGER)"
+            )
+        self._check_version(conn)
+
+    def _check_version(self, conn: sqlite3.Connection) -> None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        value = row["value"] if row is not None else None
+        if isinstance(value, str) and value.strip().isdigit() and len(value) < 10:
+            if int(value) == SCHEMA_VERSION:
+                return
+            raise LedgerError(
+                f"ledger {self.path}: schema version {int(value)}, this dra-jupyter "
+                f"reads version {SCHEMA_VERSION}; use another path or upgrade dra-jupyter"
+            )
+        raise LedgerError(
+            f"ledger {self.path}: the file is damaged (its schema version is {shown(value)}, "
+            f"not a number); {_NEW_LEDGER}"
+        )
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        """SQLite's errors of the file or the disk become :class:`LedgerError`."""
         try:
+            yield
+        except sqlite3.Error as err:
+            translated = _ledger_error(self.path, err, self.busy_timeout)
+            if translated is None:
+                raise
+            raise translated from err
+
+    def _connect(self, *, wal: bool = True) -> sqlite3.Connection:
+        with self._translated():
             conn = sqlite3.connect(
                 self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
             )
-        except sqlite3.DatabaseError as err:
-            raise self._unreadable(err) from err
         try:
-            conn.row_factory = sqlite3.Row
-            self._wal(conn)
-            conn.execute("PRAGMA synchronous=FULL")
-        except sqlite3.DatabaseError as err:
+            with self._translated():
+                conn.row_factory = sqlite3.Row
+                if wal:
+                    self._wal(conn)
+                    conn.execute("PRAGMA synchronous=FULL")
+        except BaseException:
             conn.close()
-            raise self._unreadable(err) from err
+            raise
         return conn
+
+    @contextmanager
+    def _reading(self, *, wal: bool = True) -> Iterator[sqlite3.Connection]:
+        """A connection for reads (no transaction); SQLite's errors become LedgerError."""
+        conn = self._connect(wal=wal)
+        try:
+            with self._translated():
+                yield conn
+        finally:
+            conn.close()
 
     def _wal(self, conn: sqlite3.Connection) -> None:
         """Switch to WAL. Switching needs a moment of exclusive access, which SQLite does not
@@ -138,24 +354,22 @@ class Ledger:
                     raise
                 time.sleep(0.01)
 
-    def _unreadable(self, err: sqlite3.DatabaseError) -> LedgerError:
-        return LedgerError(
-            f"ledger {self.path}: cannot open it as a SQLite database ({err}); "
-            "move the file away or choose another path (DRA_JUPYTER_LEDGER)"
-        )
-
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """An exclusive write transaction: committed on success, rolled back on any error."""
+        """An exclusive write transaction: committed on success, rolled back on any error
+        (SQLite's errors of the file or the disk become :class:`LedgerError`)."""
         conn = self._connect()
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+            with self._translated():
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:  # SQLite rolls back by itself on some errors
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    raise
         finally:
             conn.close()
 
@@ -163,22 +377,46 @@ class Ledger:
 
     @staticmethod
     def claims(conn: sqlite3.Connection) -> list[ClaimRecord]:
-        rows = conn.execute("SELECT * FROM claims ORDER BY created, name").fetchall()
-        return [record_from_row(r) for r in rows]
+        """The live claims, by creation. A damaged row is reported and skipped; inside a
+        (write) transaction it is also moved to ``damaged_claims``."""
+        rows = conn.execute(
+            "SELECT rowid AS row_id, * FROM claims ORDER BY created, name"
+        ).fetchall()
+        records = []
+        for row in rows:
+            try:
+                records.append(record_from_row(row))
+            except DamagedRowError as damage:
+                Ledger._quarantine(conn, row, damage.problem)
+        return records
+
+    @staticmethod
+    def _quarantine(conn: sqlite3.Connection, row: sqlite3.Row, problem: str) -> None:
+        name = row["name"]
+        label = name if isinstance(name, str) and name and len(name) <= 80 else shown(name)
+        done = "skipped"
+        if conn.in_transaction:
+            conn.execute(
+                f"INSERT INTO damaged_claims ({_CLAIM_COLUMNS}, problem, time) "
+                f"SELECT {_CLAIM_COLUMNS}, ?, ? FROM claims WHERE rowid = ?",
+                (problem, time.time(), row["row_id"]),
+            )
+            conn.execute("DELETE FROM claims WHERE rowid = ?", (row["row_id"],))
+            done = "moved to the table damaged_claims"
+        _report(conn, f"claim {label}", problem, f"{done}; its devices count as free")
 
     def read_claims(self) -> list[ClaimRecord]:
-        conn = self._connect()
-        try:
+        with self._reading() as conn:
             return self.claims(conn)
-        finally:
-            conn.close()
 
     @staticmethod
     def next_name(conn: sqlite3.Connection, prefix: str) -> str:
         """``<prefix>-<n>``: the next number of the prefix whose name is not taken."""
         key = f"seq:{prefix}"
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        seq = int(row["value"]) if row else 0
+        value = row["value"] if row else None
+        # a damaged sequence starts again at 0: taken names are skipped below
+        seq = int(value) if isinstance(value, str) and value.isdigit() and len(value) < 19 else 0
         while True:
             seq += 1
             name = f"{prefix}-{seq}"
@@ -235,17 +473,21 @@ class Ledger:
             return cur.rowcount > 0
 
     def releases(self, limit: int = 100) -> list[Release]:
-        conn = self._connect()
-        try:
+        """The latest releases, newest first; damaged rows of the history are left out."""
+        with self._reading() as conn:
             rows = conn.execute(
                 "SELECT * FROM releases ORDER BY id DESC LIMIT ?", (limit,)
             ).fetchall()
-        finally:
-            conn.close()
-        return [
-            Release(r["name"], Owner.from_dict(json.loads(r["owner"])), r["reason"], r["time"])
-            for r in rows
-        ]
+        out = []
+        for r in rows:
+            try:
+                owner = owner_from(r["owner"])
+                when = _time(r["time"], "time")
+            except DamagedRowError:
+                continue  # the history only informs (when a claim ended): nothing to report
+            if isinstance(r["name"], str) and isinstance(r["reason"], str) and when is not None:
+                out.append(Release(r["name"], owner, r["reason"], when))
+        return out
 
     @classmethod
     def reclaim(cls, conn: sqlite3.Connection, now: float) -> list[tuple[ClaimRecord, str]]:
@@ -262,7 +504,12 @@ class Ledger:
             cls.delete(conn, record, reason, now)
             released.append((record, reason))
         for row in conn.execute("SELECT id, owner FROM waiters").fetchall():
-            if not Owner.from_dict(json.loads(row["owner"])).is_alive():
+            try:
+                alive = owner_from(row["owner"]).is_alive()
+            except DamagedRowError as damage:  # a place in line of nobody: it would block
+                _report(conn, f"waiter {row['id']}", damage.problem, "dropped from the queue")
+                alive = False
+            if not alive:
                 conn.execute("DELETE FROM waiters WHERE id = ?", (row["id"],))
         return released
 

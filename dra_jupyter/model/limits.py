@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from dra_jupyter.errors import shown
+
 MAX_REQUESTS_PER_CLAIM = 32
 MAX_RESULTS_PER_CLAIM = 32  # AllocationResultsMaxSize: devices one claim may get
 MAX_SUBREQUESTS = 8
@@ -31,10 +33,10 @@ def dns_label_problem(name: str) -> str | None:
     if not name:
         return "must not be empty"
     if len(name) > 63:
-        return f"{name!r} is longer than 63 characters"
+        return f"{shown(name)} is longer than 63 characters"
     if not _DNS_LABEL.match(name):
         return (
-            f"{name!r} is not a DNS label (lower-case letters, digits and '-', "
+            f"{shown(name)} is not a DNS label (lower-case letters, digits and '-', "
             "starting and ending with a letter or digit)"
         )
     return None
@@ -45,12 +47,12 @@ def dns_subdomain_problem(name: str, max_length: int = 253) -> str | None:
     if not name:
         return "must not be empty"
     if len(name) > max_length:
-        return f"{name!r} is longer than {max_length} characters"
+        return f"{shown(name)} is longer than {max_length} characters"
     for part in name.split("."):
         if dns_label_problem(part) is not None:
             return (
-                f"{name!r} is not a DNS subdomain (dot-separated lower-case labels of letters, "
-                "digits and '-')"
+                f"{shown(name)} is not a DNS subdomain (dot-separated lower-case labels of "
+                "letters, digits and '-')"
             )
     return None
 
@@ -59,10 +61,10 @@ def pool_name_problem(name: str) -> str | None:
     if not name:
         return "must not be empty"
     if len(name) > 253:
-        return f"{name!r} is longer than 253 characters"
+        return f"{shown(name)} is longer than 253 characters"
     for part in name.split("/"):
         if dns_subdomain_problem(part) is not None:
-            return f"{name!r} is not a pool name ('/'-separated DNS subdomains)"
+            return f"{shown(name)} is not a pool name ('/'-separated DNS subdomains)"
     return None
 
 
@@ -75,13 +77,18 @@ def qualified_name_problem(name: str, *, fully: bool = False) -> str | None:
     if not sep:
         if fully:
             return (
-                f"{name!r} must be fully qualified as <domain>/<name>, e.g. gpu.nvidia.com/{name}"
+                f"{shown(name)} must be fully qualified as <domain>/<name>, "
+                f"e.g. gpu.nvidia.com/{name[:32]}"
             )
         ident = name
     elif dns_subdomain_problem(domain, 63) is not None:
         return (
-            f"{name!r} has an invalid domain {domain!r} (a DNS subdomain of at most 63 characters)"
+            f"{shown(name)} has an invalid domain {shown(domain)} (a DNS subdomain of at most "
+            "63 characters)"
         )
     if not ident or len(ident) > 32 or not (_C_IDENTIFIER.match(ident) or _DNS_LABEL.match(ident)):
-        return f"{name!r}: {ident!r} is not a C identifier or DNS label of at most 32 characters"
+        return (
+            f"{shown(name)}: {shown(ident)} is not a C identifier or DNS label of at most "
+            "32 characters"
+        )
     return None

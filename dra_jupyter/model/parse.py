@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from dra_jupyter.errors import ObjectError
+from dra_jupyter.errors import ECHO_LIMIT, ObjectError, shown
 from dra_jupyter.model import limits
 from dra_jupyter.model.attributes import AttributeValue, Version
 from dra_jupyter.model.objects import (
@@ -44,6 +44,12 @@ from dra_jupyter.model.quantity import Quantity
 
 API_VERSION = "resource.k8s.io/v1"
 T = TypeVar("T")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # Kubernetes' integers are int64
+
+
+def _cut(text: str) -> str:
+    """A name or key as a message shows it: at most ECHO_LIMIT characters, then ``…``."""
+    return text if len(text) <= ECHO_LIMIT else text[:ECHO_LIMIT] + "…"
 
 
 class _Ctx:
@@ -92,19 +98,21 @@ class _Ctx:
         if value is None:
             return False
         if not isinstance(value, bool):
-            raise self.fail(path, f"must be true or false, not {value!r}")
+            raise self.fail(path, f"must be true or false, not {shown(value)}")
         return value
 
     def integer(self, value: Any, path: str, default: int) -> int:
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"must be an integer, not {value!r}")
+            raise self.fail(path, f"must be an integer, not {shown(value)}")
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise self.fail(path, f"{shown(value)} is out of range for a 64-bit integer")
         return value
 
     def quantity(self, value: Any, path: str) -> Quantity:
         if isinstance(value, bool) or not isinstance(value, str | int):
-            raise self.fail(path, f"must be a quantity such as 40Gi, not {value!r}")
+            raise self.fail(path, f"must be a quantity such as 40Gi, not {shown(value)}")
         try:
             return _quantity(value)
         except ValueError as err:
@@ -114,7 +122,7 @@ class _Ctx:
         text = self.string(value, path, required=True)
         problem = check(text)
         if problem:
-            suggestion = re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip("-.") or "name"
+            suggestion = re.sub(r"[^a-z0-9.-]+", "-", text[:63].lower()).strip("-.") or "name"
             raise self.fail(path, problem, f"rename it, for example to {suggestion!r}")
         return text
 
@@ -122,19 +130,27 @@ class _Ctx:
         seen: set[str] = set()
         for n in names:
             if n in seen:
-                raise self.fail(path, f"{what} {n!r} appears more than once")
+                raise self.fail(path, f"{what} {shown(n)} appears more than once")
             seen.add(n)
 
 
 def _metadata(obj: Mapping[str, Any], kind: str, *, namespaced: bool) -> tuple[_Ctx, str, str]:
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
+    if meta is None:
         raise ObjectError(kind, "metadata", "is missing", "every object needs metadata.name")
+    if not isinstance(meta, Mapping):
+        raise ObjectError(kind, "metadata", f"must be an object, not {type(meta).__name__}")
     name = meta.get("name")
-    if not isinstance(name, str) or not name:
+    if name is None or name == "":
         raise ObjectError(kind, "metadata.name", "is missing")
-    namespace = str(meta.get("namespace") or "default") if namespaced else ""
-    ctx = _Ctx(f"{kind} {namespace}/{name}" if namespaced else f"{kind} {name}")
+    if not isinstance(name, str):
+        raise ObjectError(kind, "metadata.name", f"must be a string, not {shown(name)}")
+    namespace = ""
+    if namespaced:
+        namespace = _Ctx(f"{kind} {_cut(name)}").name(
+            meta.get("namespace") or "default", "metadata.namespace", limits.dns_label_problem
+        )
+    ctx = _Ctx(f"{kind} {namespace}/{_cut(name)}" if namespaced else f"{kind} {_cut(name)}")
     problem = limits.dns_subdomain_problem(name)
     if problem:
         raise ctx.fail("metadata.name", problem)
@@ -146,9 +162,11 @@ def _describe(obj: Mapping[str, Any], kind: str) -> str:
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
         return kind
+    name = _cut(meta["name"])
     if kind == "ResourceClaim":
-        return f"{kind} {meta.get('namespace') or 'default'}/{meta['name']}"
-    return f"{kind} {meta['name']}"
+        namespace = meta.get("namespace") or "default"
+        return f"{kind} {_cut(namespace) if isinstance(namespace, str) else '?'}/{name}"
+    return f"{kind} {name}"
 
 
 def _check_kind(obj: Any, kind: str) -> Mapping[str, Any]:
@@ -157,13 +175,13 @@ def _check_kind(obj: Any, kind: str) -> Mapping[str, Any]:
     got = obj.get("kind", kind)
     where = _describe(obj, kind)
     if got != kind:
-        raise ObjectError(where, "kind", f"expected {kind}, got {got!r}")
+        raise ObjectError(where, "kind", f"expected {kind}, got {shown(got)}")
     version = obj.get("apiVersion", API_VERSION)
     if kind != "Node" and version != API_VERSION:
         raise ObjectError(
             where,
             "apiVersion",
-            f"{version!r} is not supported",
+            f"{shown(version)} is not supported",
             f"convert it to {API_VERSION} (kubectl get -o yaml shows v1 since Kubernetes 1.34)",
         )
     return obj
@@ -271,7 +289,7 @@ def _qualified_keys(ctx: _Ctx, raw: Mapping[str, Any], path: str) -> None:
     for key in raw:
         problem = limits.qualified_name_problem(str(key))
         if problem:
-            raise ctx.fail(f"{path}[{key}]", problem)
+            raise ctx.fail(f"{path}[{_cut(str(key))}]", problem)
 
 
 def _capacity(ctx: _Ctx, raw: Any, path: str) -> DeviceCapacity:
@@ -346,20 +364,66 @@ def _counters(ctx: _Ctx, raw: Any, path: str) -> dict[str, Quantity]:
         raise ctx.fail(path, f"has more than {limits.MAX_COUNTERS_PER_SET} counters")
     out = {}
     for key, c in m.items():
+        problem = limits.dns_label_problem(str(key))
+        if problem:
+            raise ctx.fail(f"{path}[{_cut(str(key))}]", f"a counter name {problem}")
         cm = ctx.mapping(c, f"{path}[{key}]", required=True)
         out[str(key)] = ctx.quantity(cm.get("value"), f"{path}[{key}].value")
     return out
 
 
+_NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _node_requirement(ctx: _Ctx, raw: Any, path: str, *, field: bool) -> None:
+    """A core/v1 NodeSelectorRequirement, checked as the API server checks it."""
+    m = ctx.mapping(raw, path, required=True)
+    key = ctx.string(m.get("key"), f"{path}.key", required=True)
+    if field and key != "metadata.name":
+        raise ctx.fail(f"{path}.key", f"{shown(key)} is not supported; use metadata.name")
+    operator = ctx.string(m.get("operator"), f"{path}.operator", required=True)
+    allowed = ("In", "NotIn") if field else _NODE_OPERATORS
+    if operator not in allowed:
+        raise ctx.fail(f"{path}.operator", f"{shown(operator)} is not one of {', '.join(allowed)}")
+    values = [
+        ctx.string(v, f"{path}.values[{i}]")
+        for i, v in enumerate(ctx.seq(m.get("values"), f"{path}.values"))
+    ]
+    if field and len(values) != 1:
+        raise ctx.fail(f"{path}.values", "must have exactly one value for a field selector")
+    if operator in ("In", "NotIn") and not values:
+        raise ctx.fail(f"{path}.values", f"must not be empty when the operator is {operator}")
+    if operator in ("Exists", "DoesNotExist") and values:
+        raise ctx.fail(f"{path}.values", f"must be empty when the operator is {operator}")
+    if operator in ("Gt", "Lt") and (
+        len(values) != 1 or not re.fullmatch(r"-?\d{1,18}", values[0])
+    ):
+        raise ctx.fail(f"{path}.values", f"must be one integer when the operator is {operator}")
+
+
+def _node_selector(ctx: _Ctx, raw: Any, path: str) -> Wire:
+    """A core/v1 NodeSelector: terms of match expressions (labels) and fields."""
+    m = ctx.mapping(raw, path, required=True)
+    terms = ctx.seq(m.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")
+    for i, term in enumerate(terms):
+        tpath = f"{path}.nodeSelectorTerms[{i}]"
+        t = ctx.mapping(term, tpath, required=True)
+        for name, field in (("matchExpressions", False), ("matchFields", True)):
+            for j, r in enumerate(ctx.seq(t.get(name), f"{tpath}.{name}")):
+                _node_requirement(ctx, r, f"{tpath}.{name}[{j}]", field=field)
+    return dict(m)
+
+
 def _node_selection(ctx: _Ctx, m: Mapping[str, Any], path: str) -> NodeSelection | None:
     node_name = ctx.string(m.get("nodeName"), f"{path}nodeName") or None
+    if node_name is not None:
+        problem = limits.dns_subdomain_problem(node_name)
+        if problem:
+            raise ctx.fail(f"{path}nodeName", problem)
     selector = m.get("nodeSelector")
     if selector is not None:
-        terms = ctx.seq(
-            ctx.mapping(selector, f"{path}nodeSelector").get("nodeSelectorTerms"),
-            f"{path}nodeSelector.nodeSelectorTerms",
-        )
-        if len(terms) != 1:
+        selector = _node_selector(ctx, selector, f"{path}nodeSelector")
+        if len(selector.get("nodeSelectorTerms") or ()) != 1:
             raise ctx.fail(f"{path}nodeSelector.nodeSelectorTerms", "must have exactly one term")
     all_nodes = ctx.boolean(m.get("allNodes"), f"{path}allNodes")
     chosen = sum((node_name is not None, selector is not None, all_nodes))
@@ -376,7 +440,7 @@ def _taint(ctx: _Ctx, raw: Any, path: str) -> Taint:
     m = ctx.mapping(raw, path, required=True)
     effect = ctx.string(m.get("effect"), f"{path}.effect", required=True)
     if effect not in ("NoSchedule", "NoExecute", "None"):
-        raise ctx.fail(f"{path}.effect", f"{effect!r} is not NoSchedule, NoExecute or None")
+        raise ctx.fail(f"{path}.effect", f"{shown(effect)} is not NoSchedule, NoExecute or None")
     return Taint(
         key=ctx.string(m.get("key"), f"{path}.key", required=True),
         value=ctx.string(m.get("value"), f"{path}.value"),
@@ -524,10 +588,10 @@ def _toleration(ctx: _Ctx, raw: Any, path: str) -> Toleration:
     m = ctx.mapping(raw, path, required=True)
     operator = ctx.string(m.get("operator"), f"{path}.operator") or "Equal"
     if operator not in ("Equal", "Exists"):
-        raise ctx.fail(f"{path}.operator", f"{operator!r} is not Equal or Exists")
+        raise ctx.fail(f"{path}.operator", f"{shown(operator)} is not Equal or Exists")
     effect = ctx.string(m.get("effect"), f"{path}.effect")
     if effect not in ("", "NoSchedule", "NoExecute", "None"):
-        raise ctx.fail(f"{path}.effect", f"{effect!r} is not NoSchedule, NoExecute or None")
+        raise ctx.fail(f"{path}.effect", f"{shown(effect)} is not NoSchedule, NoExecute or None")
     value = ctx.string(m.get("value"), f"{path}.value")
     if operator == "Exists" and value:
         raise ctx.fail(f"{path}.value", "must be empty when operator is Exists")
@@ -544,7 +608,7 @@ def _exact(ctx: _Ctx, raw: Any, path: str, name: str, *, sub: bool) -> ExactRequ
     m = ctx.mapping(raw, path, required=True)
     mode = ctx.string(m.get("allocationMode"), f"{path}.allocationMode") or "ExactCount"
     if mode not in ("ExactCount", "All"):
-        raise ctx.fail(f"{path}.allocationMode", f"{mode!r} is not ExactCount or All")
+        raise ctx.fail(f"{path}.allocationMode", f"{shown(mode)} is not ExactCount or All")
     count = ctx.integer(m.get("count"), f"{path}.count", 1)
     if mode == "ExactCount" and count <= 0:
         raise ctx.fail(
@@ -606,7 +670,7 @@ def _known_request(ctx: _Ctx, ref: str, path: str, requests: tuple[DeviceRequest
     for r in requests:
         if r.name == base and (not sub or any(s.name == sub for s in r.first_available)):
             return
-    raise ctx.fail(path, f"names request {ref!r}, which the claim does not have")
+    raise ctx.fail(path, f"names request {shown(ref)}, which the claim does not have")
 
 
 def parse_resource_claim(obj: Any) -> ResourceClaim:
@@ -632,7 +696,10 @@ def parse_resource_claim(obj: Any) -> ResourceClaim:
     ):
         cpath = f"spec.devices.constraints[{i}]"
         cm = ctx.mapping(c, cpath, required=True)
-        refs = tuple(str(x) for x in ctx.seq(cm.get("requests"), f"{cpath}.requests"))
+        refs = tuple(
+            ctx.string(x, f"{cpath}.requests[{j}]", required=True)
+            for j, x in enumerate(ctx.seq(cm.get("requests"), f"{cpath}.requests"))
+        )
         for j, ref in enumerate(refs):
             _known_request(ctx, ref, f"{cpath}.requests[{j}]", requests)
         match = cm.get("matchAttribute")
@@ -657,7 +724,10 @@ def parse_resource_claim(obj: Any) -> ResourceClaim:
     ):
         cpath = f"spec.devices.config[{i}]"
         cm = ctx.mapping(c, cpath, required=True)
-        refs = tuple(str(x) for x in ctx.seq(cm.get("requests"), f"{cpath}.requests"))
+        refs = tuple(
+            ctx.string(x, f"{cpath}.requests[{j}]", required=True)
+            for j, x in enumerate(ctx.seq(cm.get("requests"), f"{cpath}.requests"))
+        )
         for j, ref in enumerate(refs):
             _known_request(ctx, ref, f"{cpath}.requests[{j}]", requests)
         config.append(ClaimConfig(requests=refs, configuration=_opaque(ctx, cm, cpath)))
@@ -705,18 +775,23 @@ def _allocation(ctx: _Ctx, raw: Any, path: str) -> AllocationResult:
                 or None,
             )
         )
-    return AllocationResult(results=tuple(results), node_selector=m.get("nodeSelector"))
+    selector = m.get("nodeSelector")
+    if selector is not None:
+        selector = _node_selector(ctx, selector, f"{path}.nodeSelector")
+    return AllocationResult(results=tuple(results), node_selector=selector)
 
 
 def parse_node(obj: Any) -> Node:
     if not isinstance(obj, Mapping):
-        raise ObjectError("Node", "", "must be an object")
-    meta = obj.get("metadata") or {}
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise ObjectError("Node", "metadata.name", "is missing")
-    labels = meta.get("labels") or {}
-    return Node(name=name, labels={str(k): str(v) for k, v in labels.items()})
+        raise ObjectError("Node", "", f"must be an object, not {type(obj).__name__}")
+    ctx, name, _ = _metadata(obj, "Node", namespaced=False)
+    labels = ctx.mapping(obj["metadata"].get("labels"), "metadata.labels")
+    return Node(
+        name=name,
+        labels={
+            str(k): ctx.string(v, f"metadata.labels[{_cut(str(k))}]") for k, v in labels.items()
+        },
+    )
 
 
 PARSERS: dict[str, Callable[[Any], object]] = {

@@ -25,6 +25,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Literal
 
+from dra_jupyter.errors import shown
+
 Format = Literal["BinarySI", "DecimalSI", "DecimalExponent"]
 
 _DECIMAL_SUFFIXES = {
@@ -39,6 +41,8 @@ _SUFFIX_LETTERS = frozenset("eEinumkKMGTP")
 _MAX_BINARY = 2**63 - 1
 _NANO = 10**9
 _MAX_EXPONENT = 1000
+_MAX_DIGITS = 2000  # with the exponent's limit, every value prints (Python: 4300 digits)
+_ECHO = 60  # characters of the text a message shows
 _REGEX = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 
 
@@ -70,14 +74,20 @@ class Quantity:
     def parse(cls, text: str | int) -> Quantity:
         """Parse a quantity as the apiserver does; raise ``ValueError`` if it is not one."""
         if isinstance(text, bool) or not isinstance(text, str | int):
-            raise ValueError(f'"{text}" is not a quantity: expected a string or an integer')
+            raise ValueError(f"{shown(text)} is not a quantity: expected a string or an integer")
         source = str(text)
         positive, num, denom, suffix = _scan(source)
+        if len(num) + len(denom) > _MAX_DIGITS:
+            raise ValueError(
+                f'"{_echo(source)}" is not a quantity: it has more than {_MAX_DIGITS} digits'
+            )
         base, exponent, fmt = _interpret(source, suffix)
         if int(num + denom) == 0:
             return cls(Fraction(0), fmt)
         if abs(exponent) > _MAX_EXPONENT:
-            raise ValueError(f'"{source}" is not a quantity: exponent {exponent} is out of range')
+            raise ValueError(
+                f'"{_echo(source)}" is not a quantity: exponent {exponent} is out of range'
+            )
         magnitude = Fraction(int(num + denom), 10 ** len(denom)) * Fraction(base) ** exponent
         scaled = magnitude * _NANO
         if scaled.denominator != 1:  # upstream rounds up to the smallest representable value, 1n
@@ -161,7 +171,7 @@ def _is_finite_decimal(value: Fraction) -> bool:
 def _scan(text: str) -> tuple[bool, str, str, str]:
     """Split into (positive, numerator digits, fraction digits, suffix): ``parseQuantityString``."""
     if not text:
-        raise ValueError(f'"{text}" is not a quantity: it is empty')
+        raise ValueError('"" is not a quantity: it is empty')
     end = len(text)
     positive = text[0] != "-"
     pos = sign_end = 1 if text[0] in "+-" else 0
@@ -186,10 +196,10 @@ def _scan(text: str) -> tuple[bool, str, str, str]:
         pos += 1
     if pos < end:
         raise ValueError(
-            f'"{text}" is not a quantity: it must match the regular expression {_REGEX}'
+            f'"{_echo(text)}" is not a quantity: it must match the regular expression {_REGEX}'
         )
     if _DIGITS.isdisjoint(text[sign_end:suffix_start]):
-        raise ValueError(f'"{text}" is not a quantity: the number has no digits')
+        raise ValueError(f'"{_echo(text)}" is not a quantity: the number has no digits')
     return positive, num, denom, text[suffix_start:]
 
 
@@ -199,12 +209,19 @@ def _interpret(text: str, suffix: str) -> tuple[int, int, Format]:
         return 10, _DECIMAL_SUFFIXES[suffix], "DecimalSI"
     if suffix in _BINARY_SUFFIXES:
         return 2, _BINARY_SUFFIXES[suffix], "BinarySI"
-    if len(suffix) > 1 and suffix[0] in "eE":
+    if 1 < len(suffix) <= 12 and suffix[0] in "eE":  # longer exponents are out of range
         try:
             return 10, int(suffix[1:]), "DecimalExponent"
         except ValueError:
             pass
-    raise ValueError(f'"{text}" is not a quantity: unknown suffix "{suffix}"')
+    elif len(suffix) > 12 and suffix[0] in "eE" and suffix[1:].lstrip("+-").isdigit():
+        raise ValueError(f'"{_echo(text)}" is not a quantity: its exponent is out of range')
+    raise ValueError(f'"{_echo(text)}" is not a quantity: unknown suffix "{_echo(suffix)}"')
+
+
+def _echo(text: str) -> str:
+    """The text as a message shows it: at most _ECHO characters, then ``…``."""
+    return text if len(text) <= _ECHO else text[:_ECHO] + "…"
 
 
 def _decimal(value: Fraction, fmt: Format) -> str:

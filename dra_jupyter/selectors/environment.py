@@ -269,9 +269,14 @@ class _Rejected:
 def compile_selector(expression: str, *, where: str) -> CompiledSelector:
     """Compile (once per expression text) or raise :class:`~dra_jupyter.errors.SelectorError`."""
     result = _compile(expression)
-    if isinstance(result, _Rejected):
-        raise SelectorError(where, result.problem, result.remedy)
+    if isinstance(result, _Rejected):  # the problem may quote the expression: cut it
+        raise SelectorError(where, _one_line(result.problem), result.remedy)
     return result
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 @functools.lru_cache(maxsize=1024)

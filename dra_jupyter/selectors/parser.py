@@ -296,6 +296,9 @@ def _literal(token: _Token) -> object:
     text = token.text.rstrip("uU")
     if token.kind == "double":
         return float(text)
+    digits = text[2:] if text[:2].lower() == "0x" else text
+    if len(digits.lstrip("0")) > 20:  # more than any 64-bit integer (Python refuses 4,300)
+        raise CelSyntaxError("integer literal out of range (CEL integers are 64-bit)", token.start)
     return int(text, 16) if text[:2].lower() == "0x" else int(text)
 
 
