@@ -40,6 +40,7 @@ from dra_jupyter.errors import (
     InvalidInputError,
     NeverPossibleError,
     ObjectError,
+    shown,
 )
 from dra_jupyter.hints import impossible_hint
 from dra_jupyter.inventory.base import Inventory
@@ -469,6 +470,11 @@ class Session:
         ProcessEnvironment.of_process().sync()  # claims released elsewhere leave it first
         wait = parse_duration(timeout, what="timeout")
         lease_s = parse_duration(lease, what="lease")
+        if lease_s is not None and not caps.leases:
+            raise InvalidInputError(
+                f"dra.request: lease={shown(lease)} does not apply on {caps.where}, whose "
+                "claims end when released; release the claim when done (or use a with block)"
+            )
         claim = self.build(spec, name)
         self.check_possible(spec, claim)
         reporter: WaitReporter | None = None

@@ -84,9 +84,12 @@ def _number(key: str, value: str) -> int:
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "request":
         session = _session(args, detached=True)
+        lease = parse_duration(args.lease, what="--lease")
+        if not session.backend.capabilities.leases:
+            lease = None  # the default 1h is the local ledger's; a cluster's claims have none
         claim = session.request(
             timeout=parse_duration(args.timeout, what="--timeout"),
-            lease=parse_duration(args.lease, what="--lease"),
+            lease=lease,
             name=args.name,
             apply_env=False,
             **_spec(args.spec),

@@ -118,6 +118,16 @@ def test_hub_user_names_that_are_no_label_values_own_their_claims(
     assert cut.release("cut-1")
 
 
+def test_a_lease_is_refused_before_anything_is_made(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    """A cluster's claims end when released: a lease would be a promise nobody keeps."""
+    alice = session(kubeconfig, namespace)
+    with pytest.raises(InvalidInputError, match=r"^dra\.request: lease='2h' does not apply"):
+        alice.request(gpu=1, lease="2h", name="leased")
+    assert ClaimClient(api, namespace).get("leased") is None
+
+
 def test_an_impossible_request_is_refused_before_anything_is_created(
     api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
 ) -> None:
