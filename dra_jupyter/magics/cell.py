@@ -44,6 +44,12 @@ def release_surely(session: Session, name: str) -> None:
 @contextmanager
 def held_for_cell(session: Session, spec: Mapping[str, Any]) -> Iterator[Claim]:
     """Hold a claim for the duration of the ``with`` block, its environment applied."""
+    caps = session.backend.capabilities
+    if not caps.devices_here:  # a pending claim no pod uses would give this cell nothing
+        raise MagicError(
+            f"%%dra: on {caps.where} the devices go to pods, not to this kernel; "
+            "%%dra run KEY=VALUE runs the cell's code in a pod with them"
+        )
     options = dict(spec)
     name = str(options.pop("name", "") or cell_claim_name(session))
     # a claim of that name held before this cell is the user's, never this cell's to release

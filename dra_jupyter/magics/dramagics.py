@@ -71,7 +71,7 @@ class DraMagics(Magics):
         spec = dict(command.spec)
         apply_env = bool(spec.pop("apply_env", True))
         claim = session().request(apply_env=False, **spec)
-        if apply_env:
+        if apply_env and session().backend.capabilities.devices_here:
             claim.notes = claim.apply_env()
             for note in claim.notes:
                 print(f"dra: {note}", file=sys.stderr)

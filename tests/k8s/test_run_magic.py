@@ -74,6 +74,20 @@ def test_run_errors_are_one_line(kube_kernel: Kernel, published: SimulatedCluste
     ), lines
 
 
+def test_a_plain_cell_magic_points_to_run_and_makes_nothing(
+    api: client.ApiClient, namespace: str, kube_kernel: Kernel, published: SimulatedCluster
+) -> None:
+    """``%%dra gpu=1`` on Kubernetes would run the cell with no devices: it says so."""
+    out = kube_kernel.run("%%dra gpu=1\nprint('ran')\n")
+    assert out.status == "error"
+    assert out.error_lines() == [
+        "%%dra: on the Kubernetes backend the devices go to pods, not to this kernel; "
+        "%%dra run KEY=VALUE runs the cell's code in a pod with them"
+    ]
+    assert "ran" not in out.stdout
+    assert ClaimClient(api, namespace).list() == []
+
+
 def test_an_interrupted_run_leaves_neither_pod_nor_claim(
     kube_kernel: Kernel, api: client.ApiClient, namespace: str, published: SimulatedCluster
 ) -> None:
