@@ -99,20 +99,20 @@ def status_table(
 ) -> Table[StatusRow]:
     """This user's claims (everyone's with ``all_users``), this kernel's first."""
     now = time.time() if now is None else now
-    records = session.backend.claims(all_users=all_users)
-    records.sort(key=lambda r: (not held_by_this_kernel(session, r), r.created))
+    found = session.backend.claims_with_state(all_users=all_users)  # pending on a cluster
+    found.sort(key=lambda rs: (not held_by_this_kernel(session, rs[0]), rs[0].created))
     rows = [
         StatusRow(
             claim=r.name,
             devices=", ".join(
                 x["device"] for x in r.allocation.get("devices", {}).get("results", [])
             ),
-            state="allocated",
+            state=state,
             holder=_holder(session, r) + ("" if not all_users else f" ({r.owner.user})"),
             lease_left=format_duration(r.lease_expires - now) if r.lease_expires else "",
             idle_release=_idle_release(session, r),
         )
-        for r in records
+        for r, state in found
     ]
     inv = session.inventory
     where = inv.description + (" (SIMULATED)" if inv.simulated else "")

@@ -88,6 +88,18 @@ def test_a_plain_cell_magic_points_to_run_and_makes_nothing(
     assert ClaimClient(api, namespace).list() == []
 
 
+def test_status_shows_a_pending_claim_as_pending(
+    kube_kernel: Kernel, published: SimulatedCluster
+) -> None:
+    kube_kernel.ok("c = %dra request gpu=1 name=waits-for-a-pod")
+    try:
+        table = kube_kernel.ok("%dra status").result
+        (row,) = [line for line in table.splitlines() if "waits-for-a-pod" in line]
+        assert "pending" in row and "allocated" not in row
+    finally:
+        kube_kernel.ok("c.release()")
+
+
 def test_an_interrupted_run_leaves_neither_pod_nor_claim(
     kube_kernel: Kernel, api: client.ApiClient, namespace: str, published: SimulatedCluster
 ) -> None:
