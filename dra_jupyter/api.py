@@ -216,10 +216,8 @@ class Claim:
     def devices(self) -> Table[DeviceRow]:
         """This claim's devices; once it is released, their state now (free, or whoever
         holds them since), never a stale holder."""
-        mine = {
-            f"{r['driver']}/{r['pool']}/{r['device']}"
-            for r in self.allocation.get("devices", {}).get("results", [])
-        }
+        self.allocation  # noqa: B018  # a pending claim's record is read again
+        mine = set(self._record.device_keys)
         released = self.state == "released"
         held = self._session.backend.holders() if released else [self._record]
         rows = [r for r in device_rows(self._session.inventory.slices, held) if r.device in mine]

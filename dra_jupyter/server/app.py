@@ -34,7 +34,7 @@ from dra_jupyter.server.kernels import (
     kernel_env,
     uninstall_kernel_env,
 )
-from dra_jupyter.server.service import ClaimService, devices_of
+from dra_jupyter.server.service import ClaimService
 from dra_jupyter.settings import (
     Settings,
     check_server_id,
@@ -352,7 +352,7 @@ class DRAExtensionApp(ExtensionApp):
         source = self.metrics_source()
         if isinstance(source, NoSource):
             return []  # nothing to read, so no claims to list either
-        held = {device for r in self.service.live_claims() for device in devices_of(r)}
+        held = {device for r in self.service.live_claims() for device in r.device_keys}
         return source.sample(held, now)
 
     async def read_metrics(self) -> list[Sample]:
@@ -398,7 +398,7 @@ class DRAExtensionApp(ExtensionApp):
             "claim": record.name,
             "user": record.owner.user,
             "kernel_id": record.owner.kernel_id,
-            "devices": devices_of(record),
+            "devices": record.device_keys,
         }
 
     def emit_allocated(self, record: ClaimRecord, source: str) -> None:

@@ -59,13 +59,6 @@ class Caller:
     admin: bool = False
 
 
-def devices_of(record: ClaimRecord) -> list[str]:
-    return [
-        f"{r['driver']}/{r['pool']}/{r['device']}"
-        for r in record.allocation.get("devices", {}).get("results", [])
-    ]
-
-
 class ClaimService:
     """Claims for the server's users and kernels. Blocking (SQLite, the Kubernetes API):
     the app runs every call on its one worker thread."""
@@ -169,7 +162,7 @@ class ClaimService:
             namespace=record.namespace,
             user=record.owner.user,
             kernel_id=record.owner.kernel_id,
-            devices=devices_of(record),
+            devices=record.device_keys,
             env=self.environment([record]),
             created=record.created,
             last_activity=record.last_activity,
@@ -183,7 +176,7 @@ class ClaimService:
         (:func:`~dra_jupyter.claimspec.requested_devices`), where a request for every
         matching device counts what it would get on idle devices."""
         if record.allocation:
-            return len(devices_of(record))
+            return len(record.device_keys)
         wanted = requested_devices(record.spec)
         if wanted is not None:
             return wanted
