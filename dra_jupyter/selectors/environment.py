@@ -303,13 +303,32 @@ def _compile(expression: str) -> CompiledSelector | _Rejected:
     try:
         program = cel.compile(_rewrite(expression, node))
     except ValueError as error:
-        found = re.search(r"ERROR: <input>:(\d+):(\d+): (?:Syntax error: )?([^\n]*)", str(error))
-        detail = str(error).split("\n", 1)[0] if found is None else found.expand(r"\3 (\1:\2)")
-        return _Rejected("syntax error: " + re.sub(r" expecting \{.*\}", "", detail))
+        return _engine_syntax_error(str(error))
     literals, indexes = frozenset(_strings(node)), frozenset(_indexes(node))
     fast_reads = compile_fast_reads(expression, node)
     fast, reads = (None, None) if fast_reads is None else fast_reads
     return CompiledSelector(expression, cost, program, literals, indexes, fast, reads)
+
+
+def _engine_syntax_error(error: str) -> _Rejected:
+    """The CEL engine's parse error in words: its message and position, without the Rust
+    debug form it may come in (``OtherError(ParseError { ..., msg: "...", ... })``)."""
+    deep = re.search(r"Recursion limit of (\d+) exceeded", error)
+    if deep is not None:
+        return _Rejected(
+            f"the expression nests more than {deep[1]} levels deep (each parenthesis, call "
+            "and list counts)",
+            "flatten it, e.g. a && b && c rather than (a && (b && c))",
+        )
+    found = re.search(r"ERROR: <input>:(\d+):(\d+): (?:Syntax error: )?([^\n]*)", error)
+    detail = error.split("\n", 1)[0] if found is None else found[3]
+    debug = re.search(r'\bmsg: "((?:[^"\\]|\\.)*)"', detail)
+    if debug is not None:
+        detail = debug[1]
+    detail = re.sub(r" expecting \{.*\}", "", detail)
+    if found is not None:
+        detail += found.expand(r" (\1:\2)")
+    return _Rejected("syntax error: " + detail)
 
 
 def _strings(node: Node) -> list[str]:

@@ -384,6 +384,8 @@ for variable in ("z5", "z4", "z3", "z2", "z", "y", "x"):
         ("device.driver + 1 == 'x'", "no matching overload for '+' applied to (string, int)"),
         ("Foo{a: 1} == 1", "message construction"),
         ("(" * 150 + "true" + ")" * 150, "nests deeper than 100 levels"),
+        # the CEL engine's own limit, in words, not its Rust debug form (issue #18)
+        ("(" * 99 + "true" + ")" * 99, "the expression nests more than 96 levels deep"),
         (NESTED, rf"estimated cost \d+ exceeds the limit of {MAX_COST}"),
         (EXPENSIVE, f"estimated cost 85555551 exceeds the limit of {MAX_COST}"),
     ],
@@ -395,6 +397,13 @@ def test_compile_errors(expression: str, problem: str) -> None:
     assert caught.value.where == "ResourceClaim default/nb, request gpu"
     assert str(caught.value).startswith("ResourceClaim default/nb, request gpu: ")
     assert "\n" not in str(caught.value)
+
+
+def test_the_engines_parse_errors_are_words() -> None:
+    with pytest.raises(SelectorError) as caught:
+        compile_selector("(" * 97 + "true" + ")" * 97, where="class gpu")
+    assert "ParseError" not in str(caught.value) and "Recursion limit" not in str(caught.value)
+    assert "flatten it" in caught.value.remedy
 
 
 def test_compile_error_has_a_remedy() -> None:
