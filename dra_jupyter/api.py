@@ -30,7 +30,7 @@ import yaml
 from dra_jupyter.allocator import STRATEGIES, Explanation
 from dra_jupyter.backends import open_backend
 from dra_jupyter.claimspec import build_claim
-from dra_jupyter.durations import format_duration, parse_duration
+from dra_jupyter.durations import format_duration, parse_duration, parse_lease, parse_timeout
 from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.envvars import accelerator_runtime_loaded, environment_for
 from dra_jupyter.errors import (
@@ -466,8 +466,8 @@ class Session:
                 f"scheduler allocates claims later; {caps.where} allocates at once anyway"
             )
         ProcessEnvironment.of_process().sync()  # claims released elsewhere leave it first
-        wait = parse_duration(timeout, what="timeout")
-        lease_s = parse_duration(lease, what="lease")
+        wait = parse_timeout(timeout)
+        lease_s = parse_lease(lease)
         if lease_s is not None and not caps.leases:
             raise InvalidInputError(
                 f"dra.request: lease={shown(lease)} does not apply on {caps.where}, whose "

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dra_jupyter.errors import InvalidInputError, shown
+from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH
 from dra_jupyter.model.quantity import Quantity
 
 Wire = dict[str, Any]
@@ -72,7 +73,7 @@ def _count(value: Any, key: str, what: str) -> int | str:
         )
     if value > 32:
         raise InvalidInputError(
-            f"{what}: {key}={value} exceeds the limit of 32 devices per claim; "
+            f"{what}: {key}={shown(value)} exceeds the limit of 32 devices per claim; "
             "split the work over several claims"
         )
     return value
@@ -138,6 +139,18 @@ def _attribute(name: str, what: str) -> str:
     return full
 
 
+def _attribute_string(value: Any, key: str, what: str) -> str:
+    """``value`` as text compared with a device attribute: at most as long as one can be
+    (a longer one could never match, and would only cost time)."""
+    text = str(value)
+    if len(text) > MAX_ATTRIBUTE_STRING_LENGTH:
+        raise InvalidInputError(
+            f"{what}: {key}: at most {MAX_ATTRIBUTE_STRING_LENGTH} characters (a device "
+            f"attribute's string is at most that), not {shown(text)}"
+        )
+    return text
+
+
 def _selectors(spec: Mapping[str, Any], cls: str, what: str) -> list[str]:
     """CEL for ``memory``, ``model`` and ``selector``, in the class's driver domain."""
     driver = _literal(class_driver(cls))
@@ -149,7 +162,7 @@ def _selectors(spec: Mapping[str, Any], cls: str, what: str) -> list[str]:
             f"device.capacity[{driver}].memory.compareTo(quantity({amount})) >= 0"
         )
     if spec.get("model") is not None:
-        model = _literal(_lower_ascii(str(spec["model"])))
+        model = _literal(_lower_ascii(_attribute_string(spec["model"], "model", what)))
         attr = "tpuGen" if cls == TPU_CLASS else "productName"
         out.append(
             f"'{attr}' in device.attributes[{driver}] && "
@@ -193,6 +206,7 @@ def device_request(
         profile = spec["mig"]
         if not isinstance(profile, str) or not profile:
             raise InvalidInputError(f"{what}: mig must be a profile name such as '3g.71gb'")
+        _attribute_string(profile, "mig", what)
         selectors.append(f"device.attributes['gpu.nvidia.com'].profile == {_literal(profile)}")
         count = _count(spec.get("count", 1), "count", what)
     else:

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import INTEGER_KEYS
-from dra_jupyter.durations import parse_duration
+from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.errors import ClaimNotFoundError, InvalidInputError, shown
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
@@ -31,8 +31,10 @@ def add_local_commands(sub: Any) -> None:
         "distinct, device_class.",
     )
     p.add_argument("spec", nargs="+", metavar="KEY=VALUE")
-    p.add_argument("--timeout", default="0", help="wait in line this long (e.g. 5m)")
-    p.add_argument("--lease", default="1h", help="release after this long (default 1h)")
+    p.add_argument("--timeout", default="0", help="wait in line this long (e.g. 5m; at most 24h)")
+    p.add_argument(
+        "--lease", default="1h", help="release after this long (default 1h; at most 30d)"
+    )
     p.add_argument("--name", default="", help="the claim's name (default: <user>-<n>)")
     common(p)
     p = sub.add_parser("claims", help="list live claims")
@@ -84,11 +86,11 @@ def _number(key: str, value: str) -> int:
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "request":
         session = _session(args, detached=True)
-        lease = parse_duration(args.lease, what="--lease")
+        lease = parse_lease(args.lease, what="--lease")
         if not session.backend.capabilities.leases:
             lease = None  # the default 1h is the local ledger's; a cluster's claims have none
         claim = session.request(
-            timeout=parse_duration(args.timeout, what="--timeout"),
+            timeout=parse_timeout(args.timeout, what="--timeout"),
             lease=lease,
             name=args.name,
             apply_env=False,

@@ -602,3 +602,20 @@ def test_mig_profile_with_a_quote_is_escaped() -> None:
 def test_requested_devices(spec: Mapping[str, Any], count: int | None) -> None:
     claim = build_claim("c", spec, classes=NVIDIA_CLASSES)
     assert requested_devices(claim) == count
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"gpu": 10**4000}, "gpu=<an integer of about 4001 digits> exceeds the limit of 32"),
+        ({"model": "H" * 50_000_000}, "model: at most 64 characters"),
+        ({"mig": "3" * 65}, "mig: at most 64 characters"),
+    ],
+    ids=["huge-count", "50mb-model", "long-mig"],
+)
+def test_huge_values_are_refused_in_one_short_line(spec: Mapping[str, Any], words: str) -> None:
+    """Before any work on them (a 50 MB model took seconds to quote as CEL): issue #18."""
+    with pytest.raises(InvalidInputError) as caught:
+        build_claim("x", spec)
+    assert words in str(caught.value)
+    assert len(str(caught.value)) < 300

@@ -325,6 +325,16 @@ def test_impossible_is_exit_1_with_one_line(argv: tuple[str, ...], message: str)
         (("request", "gpu=1", "--timeout", "5q"), "--timeout: '5q' is not a duration"),
         (("request", "gpu=1", "--timeout=-1"), "--timeout"),
         (("request", "gpu=1", "--lease", "soon"), "lease: 'soon' is not a duration"),
+        (
+            ("request", "gpu=1", "--lease", "31d"),
+            "--lease: '31d' is longer than the longest lease, 30d",
+        ),
+        (("request", "gpu=1", "--lease", "1000000000000d"), "the longest lease, 30d"),
+        (
+            ("request", "gpu=1", "--timeout", "25h"),
+            "--timeout: '25h' is longer than the longest wait, 24h",
+        ),
+        (("request", "gpu=1", "model=" + "H" * 65), "model: at most 64 characters"),
         (("request", "gpu=1", "selector=device.driver =="), "syntax error"),
         (("devices", "--inventory", "nope"), "inventory 'nope' is not known"),
     ],

@@ -321,11 +321,53 @@ GPU_CASES: list[tuple[Wire, type[Exception], str]] = [
         InvalidInputError,
         "lease: must not be negative, got -5",
     ),
+    # the longest lease and wait, and nothing that is not finite (issue #18)
+    (
+        {"gpu": 1, "lease": "31d"},
+        InvalidInputError,
+        "lease: '31d' is longer than the longest lease, 30d; ask for at most 30d, and "
+        "request again when it ends",
+    ),
+    (
+        {"gpu": 1, "lease": 1e300},
+        InvalidInputError,
+        "lease: 1e+300 is longer than the longest lease, 30d; ask for at most 30d, and "
+        "request again when it ends",
+    ),
+    (
+        {"gpu": 1, "lease": float("nan")},
+        InvalidInputError,
+        "lease: expected a duration of at most 30d, such as '5m' or 300 (seconds), not nan",
+    ),
+    (
+        {"gpu": 1, "lease": [60]},
+        InvalidInputError,
+        "lease: expected a duration of at most 30d, such as '5m' or 300 (seconds), not [60]",
+    ),
+    (
+        {"gpu": 1, "timeout": "25h"},
+        InvalidInputError,
+        "timeout: '25h' is longer than the longest wait, 24h; wait at most 24h, then retry",
+    ),
+    (
+        {"gpu": 1, "timeout": float("inf")},
+        InvalidInputError,
+        "timeout: inf is longer than the longest wait, 24h; wait at most 24h, then retry",
+    ),
+    (
+        {"gpu": 1, "model": "H" * 65},
+        InvalidInputError,
+        "dra.request: model: at most 64 characters (a device attribute's string is at most "
+        "that), not 'HHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHH…' (65 "
+        "characters)",
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("spec", "error", "message"), GPU_CASES, ids=[next(iter(c[0])) for c in GPU_CASES]
+    ("spec", "error", "message"),
+    GPU_CASES,
+    ids=[f"{i}-{'-'.join(c[0])}" for i, c in enumerate(GPU_CASES)],
 )
 def test_bad_input_gives_one_clear_message(
     session: Session, spec: Wire, error: type[Exception], message: str
