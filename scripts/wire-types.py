@@ -34,7 +34,7 @@ REF = "#/components/schemas/"
 METHODS = ("get", "put", "post", "delete", "patch")
 
 # Keywords that constrain or describe values without changing their type: no TypeScript.
-VALUE_ONLY = frozenset({"description", "minimum", "maximum", "maxItems", "minItems"})
+VALUE_ONLY = frozenset({"description", "minimum", "maximum", "maxItems", "minItems", "maxLength"})
 SHAPE = frozenset(
     {"type", "enum", "nullable", "items", "$ref", "allOf", "oneOf", "anyOf"}
     | {"properties", "required", "additionalProperties"}

@@ -3,11 +3,21 @@
 
 Reads (GET) do not count as user activity: a sidebar polling them must not keep a hub
 from culling an idle server (``_track_activity``, jupyter_server ``base/handlers.py``).
+
+Bad input never makes a 5xx or a page that is not JSON. Every handler authenticates first
+(jupyter_server's ``prepare``), then bounds the body before reading it
+(:data:`~dra_jupyter.server.models.MAX_BODY_BYTES`: a larger Content-Length is a 413 at
+once, a chunked body is counted as it arrives), parses it as strict JSON, and checks each
+field's type and size before any work. The route patterns take any path segment, so that
+a bad claim name is refused in words; any other path under ``/dra/api/`` is a JSON 404
+(:class:`NoSuchEndpointHandler`, the last route). Answers are strict JSON: no NaN or
+Infinity (a browser's ``JSON.parse`` refuses them), a value that is not finite is null.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
@@ -27,10 +37,13 @@ from dra_jupyter.errors import (
     LimitError,
     NeverPossibleError,
     NotFoundError,
+    shown,
 )
 from dra_jupyter.identity import request_user
 from dra_jupyter.metrics import Sample
+from dra_jupyter.model.limits import dns_subdomain_problem
 from dra_jupyter.server.models import (
+    MAX_BODY_BYTES,
     ClaimModel,
     ClaimsResponse,
     DeviceMetricsModel,
@@ -38,6 +51,7 @@ from dra_jupyter.server.models import (
     MetricsResponse,
     RestartResponse,
     SampleModel,
+    parse_json_body,
 )
 from dra_jupyter.server.service import Caller
 
@@ -47,34 +61,117 @@ if TYPE_CHECKING:
 AUTH_RESOURCE = "dra"
 ADMIN_RESOURCE = "dra-admin"
 
-_NAME = r"(?P<name>[a-z0-9][a-z0-9.-]{0,252})"
-_KERNEL = r"(?P<kernel_id>[\w-]+)"
+# Any one path segment: a claim name or kernel id that cannot exist is refused in words
+_NAME = r"(?P<name>[^/]+)"
+_KERNEL = r"(?P<kernel_id>[^/]+)"
+# A body that is too large is counted up to this many bytes, then answered at once (and the
+# connection closed): beyond MAX_BODY_BYTES its bytes are dropped as they arrive
+DISCARD_BYTES = 16 * MAX_BODY_BYTES
+TOO_LARGE = (
+    f"the body has more than {MAX_BODY_BYTES // 1024} KiB, the most a request under /dra/api/ "
+    'may have; send only the fields of the request, e.g. {"gpu": 1}'
+)
+ENDPOINTS = (
+    "devices, metrics, claims, claims/NAME, claims/NAME/keep, kernels/ID/claims, "
+    "kernels/ID/restart-with-claims"
+)
+MAX_MESSAGE = 1000  # characters of an error's message: one line, values in it already cut
+
+
+def _exc_info(err: BaseException) -> tuple[type[BaseException], BaseException, None]:
+    return type(err), err, None
+
+
+def one_line(text: str) -> str:
+    """An error message as one line of at most :data:`MAX_MESSAGE` characters (an
+    explanation of many lines, e.g. per node, is joined with '; ')."""
+    line = "; ".join(part.strip() for part in text.splitlines() if part.strip())
+    return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 1] + "…"
 
 
 @contextmanager
 def _handle_error() -> Iterator[None]:
-    """Translate a domain error into an HTTP error with its message; anything else is a
-    bug and stays a 500 with a logged traceback."""
+    """Translate a domain error into an HTTP error with its message, in one line; anything
+    else is a bug and stays a 500 with a logged traceback."""
     try:
         yield
     except InvalidInputError as err:
-        raise web.HTTPError(400, str(err), reason="invalid input") from err
+        raise web.HTTPError(400, one_line(str(err)), reason="invalid input") from err
     except NotFoundError as err:
-        raise web.HTTPError(404, str(err), reason="not found") from err
+        raise web.HTTPError(404, one_line(str(err)), reason="not found") from err
     except ForbiddenError as err:
-        raise web.HTTPError(403, str(err), reason="another user's claim") from err
+        raise web.HTTPError(403, one_line(str(err)), reason="another user's claim") from err
     except NeverPossibleError as err:
-        raise web.HTTPError(422, str(err), reason="can never be met") from err
+        raise web.HTTPError(422, one_line(str(err)), reason="can never be met") from err
     except LimitError as err:
-        raise web.HTTPError(409, str(err), reason="over the per-user limit") from err
+        raise web.HTTPError(409, one_line(str(err)), reason="over the per-user limit") from err
     except AllocationError as err:
-        raise web.HTTPError(409, str(err), reason="busy") from err
+        raise web.HTTPError(409, one_line(str(err)), reason="busy") from err
     except DraJupyterError as err:  # e.g. the ledger cannot be opened
-        raise web.HTTPError(503, str(err), reason="dra-jupyter unavailable") from err
+        raise web.HTTPError(503, one_line(str(err)), reason="dra-jupyter unavailable") from err
 
 
+def check_claim_name(name: str) -> None:
+    """A claim name from a path: a DNS subdomain, as every claim's is, else a 400."""
+    problem = dns_subdomain_problem(name)
+    if problem is not None:
+        raise InvalidInputError(
+            f"claim name {problem}; claim names are DNS subdomains, e.g. 'alice-1' "
+            "(GET /dra/api/claims lists yours)"
+        )
+
+
+def _finite(value: float | None) -> float | None:
+    """A number for a JSON answer: null where it is not finite (no NaN, no Infinity)."""
+    return value if value is None or math.isfinite(value) else None
+
+
+@web.stream_request_body
 class _DRAHandler(ExtensionHandlerMixin, APIHandler):
+    """The base of every handler under /dra/api/: authentication first, a bounded body,
+    strict JSON in and out (the module's doc)."""
+
     auth_resource = AUTH_RESOURCE
+    _body: list[bytes]
+    _received: int
+
+    async def prepare(self) -> None:  # type: ignore[override]  # as APIHandler.prepare
+        self._body, self._received = [], 0
+        await super().prepare()  # authentication: 403 without a user, before anything
+        if self.current_user is None:  # allow_unauthenticated_access: still no body unread
+            raise web.HTTPError(403)
+        length = self.request.headers.get("Content-Length", "")
+        if length.isdigit() and (len(length) > 12 or int(length) > MAX_BODY_BYTES):
+            raise web.HTTPError(413, TOO_LARGE, reason="body too large")
+
+    def data_received(self, chunk: bytes) -> None:
+        """Parts of the body as they arrive: kept up to MAX_BODY_BYTES, counted beyond."""
+        self._received += len(chunk)
+        if self._received <= MAX_BODY_BYTES:
+            self._body.append(chunk)
+        elif self._received > DISCARD_BYTES and not self._finished:
+            too_large = web.HTTPError(413, TOO_LARGE, reason="body too large")
+            self.send_error(413, exc_info=_exc_info(too_large))
+        else:
+            self._body.clear()
+
+    def body(self) -> bytes:
+        """The request's body (all of it: a larger one is refused)."""
+        if self._received > MAX_BODY_BYTES:
+            raise web.HTTPError(413, TOO_LARGE, reason="body too large")
+        return b"".join(self._body)
+
+    def json_body(self, what: str) -> object:
+        """The body as strict JSON, or a 400 (or 413) that says what is wrong with it."""
+        raw = self.body()
+        with _handle_error():
+            return parse_json_body(raw, what)
+
+    def decode_argument(self, value: bytes, name: str | None = None) -> str:
+        """Path segments and query values as text: bytes that are not UTF-8 become U+FFFD,
+        refused in words by the handler, after authentication (tornado would answer 400
+        before it)."""
+        return value.decode("utf-8", "replace")
 
     def update_api_activity(self) -> None:
         """GETs are polling, not activity (``_track_activity``, per verb); a write is."""
@@ -107,11 +204,14 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
         return Caller(user=self.claim_user(), admin=admin)
 
     def claim_model(self, record: Any) -> ClaimModel:
-        return self.dra.service.to_model(record, self.dra.idle_deadline(record))
+        model = self.dra.service.to_model(record, self.dra.idle_deadline(record))
+        model["lease_expires"] = _finite(model["lease_expires"])  # an older ledger's endless one
+        model["idle_deadline"] = _finite(model["idle_deadline"])
+        return model
 
     def reply(self, body: Any, status: int = 200) -> None:
         self.set_status(status)
-        self.finish(json.dumps(body))
+        self.finish(json.dumps(body, allow_nan=False))  # strict JSON, or a bug (a 500)
 
 
 class DevicesHandler(_DRAHandler):
@@ -135,7 +235,7 @@ class ClaimsHandler(_DRAHandler):
     @authorized
     async def post(self) -> None:
         caller = await self.caller()
-        body = self.get_json_body()  # a 400 if the body is not JSON
+        body = self.json_body("POST claims")
         with _handle_error():
             record = await self.dra.call(self.dra.service.create, caller, body)
             self.dra.emit_allocated(record, "rest")
@@ -149,6 +249,7 @@ class ClaimHandler(_DRAHandler):
     async def get(self, name: str) -> None:
         caller = await self.caller()
         with _handle_error():
+            check_claim_name(name)
             self.reply(self.claim_model(await self.dra.call(self.dra.service.claim, caller, name)))
 
     @web.authenticated
@@ -156,6 +257,7 @@ class ClaimHandler(_DRAHandler):
     async def delete(self, name: str) -> None:
         caller = await self.caller()
         with _handle_error():
+            check_claim_name(name)
             await self.dra.call(self.dra.service.release, caller, name)
             self.set_status(204)
             self.finish()
@@ -168,7 +270,9 @@ class KeepHandler(_DRAHandler):
     @authorized
     async def post(self, name: str) -> None:
         caller = await self.caller()
+        self.body()  # none is needed; a large one is refused all the same
         with _handle_error():
+            check_claim_name(name)
             record = await self.dra.call(self.dra.service.keep, caller, name)
             self.reply(self.claim_model(record))
 
@@ -192,6 +296,7 @@ class RestartWithClaimsHandler(_DRAHandler):
             self.authorizer.is_authorized(self, self.current_user, "write", "kernels")
         ):
             raise web.HTTPError(403, "restarting kernels is not allowed for this user")
+        self.body()  # none is needed; a large one is refused all the same
         with _handle_error():
             records, env = await self.dra.restart_with_claims(kernel_id)
             self.reply(
@@ -206,8 +311,8 @@ def _sample_model(s: Sample) -> SampleModel:
         time=s.time,
         memory_used=s.memory_used,
         memory_total=s.memory_total,
-        utilization=s.utilization,
-        temperature=s.temperature,
+        utilization=_finite(s.utilization),
+        temperature=_finite(s.temperature),
     )
 
 
@@ -215,9 +320,13 @@ def _history_model(samples: list[Sample]) -> HistoryModel:
     return HistoryModel(
         time=[s.time for s in samples],
         memory_used=[s.memory_used for s in samples],
-        utilization=[s.utilization for s in samples],
-        temperature=[s.temperature for s in samples],
+        utilization=[_finite(s.utilization) for s in samples],
+        temperature=[_finite(s.temperature) for s in samples],
     )
+
+
+# more digits than this: more samples than any history keeps (int() refuses 4,300)
+_HISTORY_DIGITS = 9
 
 
 class MetricsHandler(_DRAHandler):
@@ -231,11 +340,14 @@ class MetricsHandler(_DRAHandler):
         raw = self.get_argument("history", "")
         only = self.get_argument("device", "")
         with _handle_error():
-            if raw and not raw.isdecimal():
+            if raw and not (raw.isascii() and raw.isdigit()):
                 raise InvalidInputError(
-                    f"GET metrics: history must be a whole number of samples, not {raw!r}"
+                    f"GET metrics: history must be a whole number of samples, not {shown(raw)}"
                 )
-            last = int(raw) if raw else app.metrics.length
+            if len(raw.lstrip("0")) > _HISTORY_DIGITS:
+                last = app.metrics.length  # more than are kept: all that are kept
+            else:
+                last = int(raw) if raw else app.metrics.length
             current = {s.device: s for s in await app.current_metrics()}
             source = app.metrics_source()
         keys = list(dict.fromkeys([*current, *app.metrics.devices()]))
@@ -262,8 +374,51 @@ class MetricsHandler(_DRAHandler):
         )
 
 
+class NoSuchEndpointHandler(_DRAHandler):
+    """Any other path under /dra/api/, for every method: a JSON 404 (after authentication
+    and authorization, as every route), not jupyter_server's HTML page."""
+
+    def _refuse(self, *args: str) -> None:
+        raise web.HTTPError(
+            404,
+            f"no such endpoint: {self.request.method} {shown(self.request.path, 200)}; the "
+            f"REST API under /dra/api/ has {ENDPOINTS} (specification/dra-rest-api.yml)",
+            reason="no such endpoint",
+        )
+
+    @web.authenticated
+    @authorized
+    async def get(self, *args: str) -> None:
+        self._refuse()
+
+    @web.authenticated
+    @authorized
+    async def post(self, *args: str) -> None:
+        self._refuse()
+
+    @web.authenticated
+    @authorized
+    async def put(self, *args: str) -> None:
+        self._refuse()
+
+    @web.authenticated
+    @authorized
+    async def patch(self, *args: str) -> None:
+        self._refuse()
+
+    @web.authenticated
+    @authorized
+    async def delete(self, *args: str) -> None:
+        self._refuse()
+
+
+# Every path under the prefix that no route takes: it must stay the last route.
+FALLBACK = (r"/dra/api(?:/.*)?", NoSuchEndpointHandler)
+
+
 def routes() -> list[tuple[str, type[_DRAHandler]]]:
-    """The REST routes, relative to the server's base URL."""
+    """The REST routes, relative to the server's base URL, and last :data:`FALLBACK` (a
+    route added after it would never be reached)."""
     return [
         (r"/dra/api/devices", DevicesHandler),
         (r"/dra/api/metrics", MetricsHandler),
@@ -272,4 +427,5 @@ def routes() -> list[tuple[str, type[_DRAHandler]]]:
         (rf"/dra/api/claims/{_NAME}/keep", KeepHandler),
         (rf"/dra/api/kernels/{_KERNEL}/claims", KernelClaimsHandler),
         (rf"/dra/api/kernels/{_KERNEL}/restart-with-claims", RestartWithClaimsHandler),
+        FALLBACK,
     ]

@@ -9,7 +9,14 @@ extension is described there.
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+import codecs
+import json
+from collections.abc import Mapping
+from typing import Literal, NotRequired, TypedDict, cast
+
+from dra_jupyter.errors import InvalidInputError, shown
+from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH, MAX_SUBREQUESTS
+from dra_jupyter.selectors import MAX_EXPRESSION_LENGTH
 
 DeviceState = Literal["free", "held", "shared", "blocked"]
 DeviceCount = int | Literal["all"]  # a number of devices, or every device that matches
@@ -128,3 +135,125 @@ class MetricsResponse(TypedDict):
     idle_timeout: float  # the server's idle policy, for countdowns
     idle_warning: float
     devices: list[DeviceMetricsModel]
+
+
+# --- request bodies: types and sizes, checked before any work ------------------------------------
+
+MAX_BODY_BYTES = 256 * 1024  # a request body under /dra/api/ (413 beyond)
+MAX_NAME_LENGTH = 253  # a Kubernetes object name (DNS subdomain), a kernel id, a class
+
+# The string fields of a ClaimRequest (and of each of its alternatives), with the most
+# characters each may have and why; the selector's limit is in bytes of UTF-8.
+STRING_FIELDS: dict[str, tuple[int, str]] = {
+    "mig": (MAX_ATTRIBUTE_STRING_LENGTH, "a device attribute's string is at most that"),
+    "memory": (64, "a quantity such as '80Gi'"),
+    "share": (64, "a quantity such as '20Gi'"),
+    "model": (MAX_ATTRIBUTE_STRING_LENGTH, "a device attribute's string is at most that"),
+    "selector": (MAX_EXPRESSION_LENGTH, "Kubernetes' limit of a CEL expression"),
+    "device_class": (MAX_NAME_LENGTH, "a DeviceClass name"),
+    "same": (MAX_NAME_LENGTH, "an attribute name"),
+    "distinct": (MAX_NAME_LENGTH, "an attribute name"),
+    "name": (MAX_NAME_LENGTH, "a Kubernetes object name"),
+    "kernel_id": (MAX_NAME_LENGTH, "a kernel id"),
+}
+# The other fields are checked by the code that reads them: counts (a number or "all") by
+# the claim builder, lease and timeout by dra_jupyter.durations, alternatives here.
+
+
+_WIDE_BOMS = {
+    codecs.BOM_UTF32_LE: "UTF-32",  # before UTF-16's: it starts with the same two bytes
+    codecs.BOM_UTF32_BE: "UTF-32",
+    codecs.BOM_UTF16_LE: "UTF-16",
+    codecs.BOM_UTF16_BE: "UTF-16",
+}
+
+
+def parse_json_body(raw: bytes, what: str) -> object:
+    """A request body as JSON (RFC 8259) in UTF-8 (a byte-order mark is skipped), or one
+    line of :class:`~dra_jupyter.errors.InvalidInputError` saying what is wrong with it.
+    ``NaN``, ``Infinity`` and numbers beyond a 64-bit float (``1e400``) are read as the
+    floats they name, so that the field that has one refuses it by name: no field takes a
+    number that is not finite (:func:`check_claim_request`, the durations, the counts)."""
+    remedy = 'send a JSON object in UTF-8, e.g. {"gpu": 1}'
+    for bom, encoding in _WIDE_BOMS.items():
+        if raw.startswith(bom):
+            raise InvalidInputError(
+                f"{what}: the body is not UTF-8 (it starts with a byte-order mark of "
+                f"{encoding}); {remedy}"
+            )
+    if b"\x00" in raw:  # JSON text has no NUL byte: UTF-16 or UTF-32 without a BOM
+        raise InvalidInputError(
+            f"{what}: the body is not UTF-8 (it has NUL bytes, as UTF-16 or UTF-32 have); {remedy}"
+        )
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise InvalidInputError(
+            f"{what}: the body is not UTF-8 (byte {err.start} is {raw[err.start]:#04x}); {remedy}"
+        ) from None
+    if not text.strip():
+        raise InvalidInputError(f"{what}: the body is empty; {remedy}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        problem = f"{err.msg} at line {err.lineno} column {err.colno}"
+    except RecursionError:
+        problem = "it nests too deeply"
+    except ValueError as err:  # an integer of more digits than Python converts (4,300)
+        problem = " ".join(str(err).split())[:200]
+    raise InvalidInputError(f"{what}: the body is not JSON ({problem}); {remedy}")
+
+
+def json_shown(value: object) -> str:
+    """A value as its JSON reads (null, true, false), cut as :func:`shown` cuts it."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()
+    return shown(value)
+
+
+def _check_fields(body: Mapping[str, object], where: str) -> None:
+    for key, value in body.items():
+        if key not in STRING_FIELDS:
+            continue  # unknown keys are refused by the claim builder, by name
+        most, why = STRING_FIELDS[key]
+        if not isinstance(value, str):
+            raise InvalidInputError(f"{where}{key}: expected a string, not {json_shown(value)}")
+        size = len(value.encode("utf-8", "surrogatepass")) if key == "selector" else len(value)
+        if size > most:
+            unit = "bytes" if key == "selector" else "characters"
+            raise InvalidInputError(
+                f"{where}{key}: at most {most} {unit} ({why}), not {shown(value)}"
+            )
+
+
+def check_claim_request(body: object, what: str = "POST claims") -> ClaimRequest:
+    """``body`` as a :class:`ClaimRequest` whose fields have the right JSON types and
+    bounded sizes, or :class:`~dra_jupyter.errors.InvalidInputError` naming the field:
+    cheap checks that come before any work (the claim builder, durations and the allocator
+    check the values themselves)."""
+    if not isinstance(body, dict):
+        raise InvalidInputError(
+            f"{what}: the body must be a JSON object of dra.request keywords, "
+            f'e.g. {{"gpu": 1}}, not {json_shown(body)}'
+        )
+    _check_fields(body, f"{what}: ")
+    alternatives = body.get("alternatives")
+    if "alternatives" in body:
+        if not isinstance(alternatives, list):
+            raise InvalidInputError(
+                f"{what}: alternatives: expected a list of objects such as "
+                f'[{{"gpu": 2}}, {{"gpu": 1}}], not {json_shown(alternatives)}'
+            )
+        if len(alternatives) > MAX_SUBREQUESTS:
+            raise InvalidInputError(
+                f"{what}: alternatives: at most {MAX_SUBREQUESTS} (a DRA limit), "
+                f"not {len(alternatives)}"
+            )
+        for i, alternative in enumerate(alternatives):
+            if not isinstance(alternative, dict):
+                raise InvalidInputError(
+                    f"{what}: alternatives[{i}]: expected an object such as "
+                    f'{{"gpu": 1}}, not {json_shown(alternative)}'
+                )
+            _check_fields(alternative, f"{what}: alternatives[{i}].")
+    return cast("ClaimRequest", body)

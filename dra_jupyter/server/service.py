@@ -29,7 +29,7 @@ from typing import Any
 
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import requested_devices
-from dra_jupyter.durations import parse_duration
+from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.envvars import environment_for
 from dra_jupyter.errors import (
     ClaimNotFoundError,
@@ -38,9 +38,15 @@ from dra_jupyter.errors import (
     KernelNotFoundError,
     LimitError,
     NeverPossibleError,
+    shown,
 )
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.server.models import ClaimModel, DeviceModel, DevicesResponse
+from dra_jupyter.server.models import (
+    ClaimModel,
+    DeviceModel,
+    DevicesResponse,
+    check_claim_request,
+)
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import device_rows
 from dra_jupyter.types import Backend, ClaimRecord, Owner, Select, Sweep, process_start_time
@@ -153,7 +159,7 @@ class ClaimService:
 
     def kernel_claims(self, caller: Caller, kernel_id: str) -> list[ClaimRecord]:
         if kernel_id not in set(self.live_kernels()):
-            raise KernelNotFoundError(f"kernel {kernel_id} is not running on this server")
+            raise KernelNotFoundError(f"kernel {shown(kernel_id)} is not running on this server")
         return [r for r in self.claims(caller) if r.owner.kernel_id == kernel_id]
 
     def to_model(self, record: ClaimRecord, idle_deadline: float | None = None) -> ClaimModel:
@@ -188,19 +194,15 @@ class ClaimService:
     def create(self, caller: Caller, body: Any) -> ClaimRecord:
         """Allocate now (``timeout`` 0) what ``body`` asks for, as ``dra.request`` would
         (on Kubernetes: create the claim, pending until a pod uses it)."""
-        if not isinstance(body, dict):
-            raise InvalidInputError(
-                "POST claims: the body must be a JSON object of dra.request keywords, "
-                'e.g. {"gpu": 1}'
-            )
+        body = check_claim_request(body)  # types and sizes, before any work
         spec = {k: v for k, v in body.items() if k not in _REQUEST_KEYS}
-        wait = parse_duration(body.get("timeout", 0), what="timeout")
+        wait = parse_timeout(body.get("timeout", 0), what="POST claims: timeout")
         if wait != 0:
             raise InvalidInputError(
                 "POST claims: only timeout 0 is supported (fail at once when busy); "
                 "retry later, or call dra.request(timeout=...) from a kernel to wait in line"
             )
-        lease = parse_duration(body.get("lease"), what="lease")
+        lease = parse_lease(body.get("lease"), what="POST claims: lease")
         caps = self.backend.capabilities
         if lease is not None and not caps.leases:
             raise InvalidInputError(
@@ -208,13 +210,11 @@ class ClaimService:
                 "lease); leave it out and release the claim when done"
             )
         name = body.get("name", "")
-        if not isinstance(name, str):
-            raise InvalidInputError(f"POST claims: name must be a string, not {name!r}")
         kernel_id = body.get("kernel_id")
-        if kernel_id is not None and (
-            not isinstance(kernel_id, str) or kernel_id not in set(self.live_kernels())
-        ):
-            raise KernelNotFoundError(f"kernel {kernel_id!r} is not running on this server")
+        if kernel_id is not None and kernel_id not in set(self.live_kernels()):
+            raise KernelNotFoundError(
+                f"POST claims: kernel {shown(kernel_id)} is not running on this server"
+            )
         held_now = self._devices_held(caller.user)
         if self.max_devices_per_user and held_now >= self.max_devices_per_user:
             raise LimitError(
@@ -274,7 +274,7 @@ class ClaimService:
         when it is idle, or when the server stops. Refused where the kernel cannot use its
         claims' devices (Kubernetes: they go to pods)."""
         if kernel_id not in set(self.live_kernels()):
-            raise KernelNotFoundError(f"kernel {kernel_id} is not running on this server")
+            raise KernelNotFoundError(f"kernel {shown(kernel_id)} is not running on this server")
         swept = self.backend.adopt(kernel_id, self.server_owner, time.time())
         for record, reason in swept.released:
             self.released.put((record, reason))

@@ -109,28 +109,37 @@ export interface Restart {
   claims: Claim[];
 }
 
-/** The keywords of dra.request, plus kernel_id and timeout. */
+/**
+ * The keywords of dra.request, plus kernel_id and timeout. Each field has the type
+ * and at most the length given here (400 naming the field otherwise); the body at
+ * most 256 KiB (413).
+ */
 export interface ClaimRequest {
   /** how many GPUs (32 at most per claim), or all of those that match */
   gpu?: number | "all";
   /** how many TPUs (32 at most per claim), or all of those that match */
   tpu?: number | "all";
+  /** a MIG profile, e.g. 3g.71gb */
   mig?: string;
   /** how many devices of mig, device_class or a selector alone; beside gpu or tpu, only their number */
   count?: number | "all";
+  /** a quantity, e.g. 80Gi */
   memory?: string;
+  /** the product name contains it (a device attribute has at most 64 characters) */
   model?: string;
-  /** a CEL selector */
+  /** a CEL selector (at most 10 KiB of UTF-8, Kubernetes' limit) */
   selector?: string;
+  /** a quantity, e.g. 20Gi */
   share?: string;
   device_class?: string;
   same?: string;
   distinct?: string;
   alternatives?: { [key: string]: unknown }[];
+  /** a DNS subdomain */
   name?: string;
-  /** not on Kubernetes (400) */
+  /** seconds, or a duration such as 2h or 1h30m; at most 30d (2592000 s); not on Kubernetes (400) */
   lease?: string | number;
-  /** only 0 for now */
+  /** only 0 for now (a duration is at most 24h) */
   timeout?: string | number;
   /** a live kernel of this server that owns the claim */
   kernel_id?: string;

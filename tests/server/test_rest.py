@@ -13,7 +13,7 @@ from jupyter_server.auth import Authorizer
 
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.server.app import DRAExtensionApp
-from dra_jupyter.server.handlers import routes
+from dra_jupyter.server.handlers import FALLBACK, routes
 from dra_jupyter.server.service import Caller
 from tests.server.conftest import Events, Fetch
 
@@ -157,7 +157,13 @@ def deny_dra_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
 async def test_an_authorizer_that_denies_dra_is_honoured(
     deny_dra_config: dict[str, Any], jp_fetch: Fetch
 ) -> None:
-    for parts, method in ((("devices",), "GET"), (("claims",), "GET"), (("claims",), "POST")):
+    for parts, method in (
+        (("devices",), "GET"),
+        (("claims",), "GET"),
+        (("claims",), "POST"),
+        (("claims", "Upper"), "GET"),  # refused before the name is looked at
+        (("nope",), "GET"),  # no such endpoint: the same 403
+    ):
         kwargs = {"body": "{}"} if method == "POST" else {}
         r = await jp_fetch("dra", "api", *parts, method=method, raise_error=False, **kwargs)
         assert r.code == 403, parts
@@ -165,11 +171,21 @@ async def test_an_authorizer_that_denies_dra_is_honoured(
     assert r.code == 200  # only dra is denied
 
 
+async def test_no_route_comes_after_the_fallback(jp_serverapp: Any) -> None:
+    """Any other path under /dra/api/ is a JSON 404 (FALLBACK): a route of the extension
+    added after it would never be reached."""
+    app = extension(jp_serverapp)
+    assert app.handlers[-1] == FALLBACK
+    assert [h for h in app.handlers if h[0].startswith("/dra/api")][-1] == FALLBACK
+
+
 @pytest.mark.pure
 def test_every_route_is_in_the_spec() -> None:
     spec = yaml.safe_load(SPEC.read_text(encoding="utf-8"))
     base = spec["servers"][0]["url"]
-    for regex, handler in routes():
+    *described, fallback = routes()
+    assert fallback == FALLBACK  # any other path under /dra/api/: a JSON 404, the last route
+    for regex, handler in described:
         path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", regex)
         assert path.startswith(base), path
         item = spec["paths"].get(path[len(base) :])

@@ -74,7 +74,7 @@ STR_ENUMS = {
 
 # Keywords that constrain or describe values without changing their type, and those that
 # make it (of schemas of fields: no properties, the spec names each object's schema).
-VALUE_ONLY = frozenset({"description", "minimum", "maximum", "maxItems", "minItems"})
+VALUE_ONLY = frozenset({"description", "minimum", "maximum", "maxItems", "minItems", "maxLength"})
 SHAPE = frozenset({"type", "enum", "nullable", "items", "$ref", "allOf", "oneOf", "anyOf"})
 SHAPE |= {"additionalProperties"}
 
@@ -320,6 +320,9 @@ async def test_every_operation_answers_as_the_spec_says(jp_fetch: Fetch, jp_serv
         await api.call("POST", "/claims", {"gpu": 9}, status=422)
         await api.call("POST", "/claims", {"gpu": 7}, status=409)  # 2 of the 8 are held
         await api.call("GET", f"/claims/{theirs.name}", status=403)
+        await api.call("GET", "/claims/Upper", status=400)  # no claim name
+        await api.call("DELETE", "/claims/Upper", status=400)
+        await api.call("POST", "/claims/Upper/keep", status=400)
         await api.call("GET", f"/claims/{mine['name']}", status=404)
         await api.call("DELETE", f"/claims/{mine['name']}", status=404)
         await api.call("POST", f"/claims/{mine['name']}/keep", status=404)
@@ -361,6 +364,12 @@ REFUSED = [
     {"bogus": 1},
     {"alternatives": [{"gpu": 1}] * 9},
     [{"gpu": 1}],
+    {"gpu": 1, "model": "H" * 65},
+    {"gpu": 1, "lease": 2592001},
+    {"gpu": 1, "lease": "1" * 65},
+    {"gpu": 1, "timeout": 86401},
+    {"gpu": 1, "name": "n" * 254},
+    {"gpu": 1, "selector": "true || " * 1300 + "true"},
 ]
 
 
