@@ -2,7 +2,7 @@
 #   make demo   run the main job on the embedded default
 #   make test   install everything and run the whole suite (pytest, mypy --strict, ruff)
 #   make unit   install, then only the pure tests (no kernel, server, browser or cluster)
-#   make fuzz   the fuzz suites at length (CLI object files and inventories, ledger rows)
+#   make fuzz   the fuzz suites at length (CLI object files and inventories, ledger rows, REST)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -68,13 +68,16 @@ test: install $(CHROMIUM) $(TSC_STAMP)
 	$(BIN)/python -m pytest -q
 
 # The fuzz suites at length: the property tests of tests/test_cli_fuzz.py (mutated object
-# files, garbled bytes, mutated inventories) and tests/local/test_ledger_damage.py (any
-# value in any column of a claim's row) with 50x the examples `make test` runs, drawn at
-# random (DRA_JUPYTER_FUZZ_FACTOR=N for N x). A failure is kept in .hypothesis/ and tried
-# first the next time. About 5 minutes on 2 shared cores (17,500 examples).
+# files, garbled bytes, mutated inventories), tests/local/test_ledger_damage.py (any
+# value in any column of a claim's row) and tests/server/test_rest_fuzz.py (mutated REST
+# bodies, raw bytes and path segments against a real jupyter server) with 50x the examples
+# `make test` runs, drawn at random (DRA_JUPYTER_FUZZ_FACTOR=N for N x). A failure is kept
+# in .hypothesis/ and tried first the next time. About 5 minutes on 2 shared cores for the
+# first two (17,500 examples), about 15 more for the REST suite (12,000).
 fuzz: install
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/test_cli_fuzz.py \
-		tests/local/test_ledger_damage.py --hypothesis-show-statistics
+		tests/local/test_ledger_damage.py tests/server/test_rest_fuzz.py \
+		--hypothesis-show-statistics
 
 # The main job on the embedded default, then (from a terminal) the example notebooks in
 # JupyterLab with the server extension; idle release after 2 minutes so it can be watched.

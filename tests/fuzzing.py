@@ -1,6 +1,7 @@
 """Hypothesis settings of the fuzz suites (tests/test_cli_fuzz.py,
-tests/local/test_ledger_damage.py): small and derandomized in ``make test``, long and
-random in ``make fuzz`` (``HYPOTHESIS_PROFILE=fuzz``).
+tests/local/test_ledger_damage.py, tests/server/test_rest_fuzz.py): small and
+derandomized in ``make test``, long and random in ``make fuzz``
+(``HYPOTHESIS_PROFILE=fuzz``).
 
 The settings are explicit objects, not a loaded profile, so that nothing here changes
 the other property tests of the suite.
