@@ -335,6 +335,10 @@ def test_impossible_is_exit_1_with_one_line(argv: tuple[str, ...], message: str)
             "--timeout: '25h' is longer than the longest wait, 24h",
         ),
         (("request", "gpu=1", "model=" + "H" * 65), "model: at most 64 characters"),
+        (
+            ("request", "gpu=1", "selector=" + "(" * 99 + "true" + ")" * 99),
+            "nests more than 96 levels deep",
+        ),
         (("request", "gpu=1", "selector=device.driver =="), "syntax error"),
         (("devices", "--inventory", "nope"), "inventory 'nope' is not known"),
     ],

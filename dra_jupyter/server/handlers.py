@@ -51,6 +51,7 @@ from dra_jupyter.server.models import (
     MetricsResponse,
     RestartResponse,
     SampleModel,
+    check_claim_request,
     parse_json_body,
 )
 from dra_jupyter.server.service import Caller
@@ -237,6 +238,7 @@ class ClaimsHandler(_DRAHandler):
         caller = await self.caller()
         body = self.json_body("POST claims")
         with _handle_error():
+            check_claim_request(body)  # on the loop: a bad body waits for no ledger call
             record = await self.dra.call(self.dra.service.create, caller, body)
             self.dra.emit_allocated(record, "rest")
             self.set_header("Location", self.request.path.rstrip("/") + "/" + record.name)

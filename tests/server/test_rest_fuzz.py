@@ -275,15 +275,17 @@ def test_the_longest_lease_is_taken_and_answered_as_json(api: Server) -> None:
     assert claim["lease_expires"] - claim["created"] == pytest.approx(30 * 86400)
 
 
-def test_a_50mb_model_is_refused_before_it_is_read(api: Server) -> None:
+@pytest.mark.parametrize("length", [50 * 2**20, 10**12, 10**40], ids=["50MiB", "1TB", "40-digits"])
+def test_a_50mb_model_is_refused_before_it_is_read(api: Server, length: int) -> None:
     """The size is known from Content-Length: the server answers without reading the body
-    (here it is never sent), and a GET right after is answered."""
+    (here it is never sent), and a GET right after is answered; beyond jupyter_server's
+    own limit (max_body_size, 512 MiB) too."""
     conn = api.connection()
     try:
         conn.putrequest("POST", "/dra/api/claims")
         conn.putheader("Authorization", f"token {api.token}")
         conn.putheader("Content-Type", "application/json")
-        conn.putheader("Content-Length", str(50 * 2**20))
+        conn.putheader("Content-Length", str(length))
         conn.endheaders()
         r = conn.getresponse()
         assert r.status == 413
