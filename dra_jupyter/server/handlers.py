@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
@@ -85,8 +85,10 @@ def _exc_info(err: BaseException) -> tuple[type[BaseException], BaseException, N
 
 def one_line(text: str) -> str:
     """An error message as one line of at most :data:`MAX_MESSAGE` characters (an
-    explanation of many lines, e.g. per node, is joined with '; ')."""
-    line = "; ".join(part.strip() for part in text.splitlines() if part.strip())
+    explanation of many lines, e.g. per node, is joined with '; ', or a space after a ':')."""
+    line = ""
+    for part in filter(None, (p.strip() for p in text.splitlines())):
+        line += ("" if not line else " " if line.endswith(":") else "; ") + part
     return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 1] + "…"
 
 
@@ -173,6 +175,27 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
         refused in words by the handler, after authentication (tornado would answer 400
         before it)."""
         return value.decode("utf-8", "replace")
+
+    def _not_allowed(self, *args: str, **kwargs: str) -> None:
+        """A method the endpoint does not have: 405, saying which it has."""
+        allowed = [
+            m.upper()
+            for m in ("get", "post", "delete")
+            if getattr(type(self), m) is not getattr(_DRAHandler, m)
+        ]
+        self.set_header("Allow", ", ".join(allowed))
+        raise web.HTTPError(
+            405,
+            f"{self.request.method} {shown(self.request.path, 200)}: this endpoint answers "
+            f"{' and '.join(allowed)} only (specification/dra-rest-api.yml)",
+            reason="method not allowed",
+        )
+
+    get: Callable[..., Awaitable[None] | None] = _not_allowed
+    post: Callable[..., Awaitable[None] | None] = _not_allowed
+    put: Callable[..., Awaitable[None] | None] = _not_allowed
+    patch: Callable[..., Awaitable[None] | None] = _not_allowed
+    delete: Callable[..., Awaitable[None] | None] = _not_allowed
 
     def update_api_activity(self) -> None:
         """GETs are polling, not activity (``_track_activity``, per verb); a write is."""

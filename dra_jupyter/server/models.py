@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import sys
 from collections.abc import Mapping
 from typing import Literal, NotRequired, TypedDict, cast
 
@@ -199,8 +200,8 @@ def parse_json_body(raw: bytes, what: str) -> object:
         problem = f"{err.msg} at line {err.lineno} column {err.colno}"
     except RecursionError:
         problem = "it nests too deeply"
-    except ValueError as err:  # an integer of more digits than Python converts (4,300)
-        problem = " ".join(str(err).split())[:200]
+    except ValueError:  # an integer of more digits than Python converts
+        problem = f"a number has more than {sys.get_int_max_str_digits()} digits"
     raise InvalidInputError(f"{what}: the body is not JSON ({problem}); {remedy}")
 
 
