@@ -143,6 +143,30 @@ async def test_no_token_is_refused(
     assert r.code == 403  # jupyter_server answers unauthenticated API calls with 403
 
 
+@pytest.fixture
+def open_access_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
+    """jupyter_server lets unauthenticated requests reach the handlers."""
+    jp_server_config["ServerApp"]["allow_unauthenticated_access"] = True
+    return jp_server_config
+
+
+async def test_no_user_is_refused_before_the_body_even_with_open_access(
+    open_access_config: dict[str, Any], http_server_client: Any, jp_base_url: str
+) -> None:
+    """Authentication before anything else: a body over the limit from no user is a 403,
+    not a 413 that would answer before who asks is known (a GET: other methods meet
+    jupyter_server's XSRF check first)."""
+    for path in ("claims", "devices", "nope"):
+        r = await http_server_client.fetch(
+            f"{jp_base_url}dra/api/{path}",
+            method="GET",
+            body="x" * 300_000,
+            allow_nonstandard_methods=True,
+            raise_error=False,
+        )
+        assert r.code == 403, (path, r.code, r.body)
+
+
 class DenyDRA(Authorizer):
     def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
         return resource != "dra"
