@@ -75,14 +75,21 @@ def parse_duration(
 
 
 def parse_lease(value: str | float | int | None, *, what: str = "lease") -> float | None:
-    """A claim's lease in seconds (None: no lease), at most :data:`MAX_LEASE`."""
-    return parse_duration(
+    """A claim's lease in seconds (None: no lease), more than 0 and at most
+    :data:`MAX_LEASE`."""
+    seconds = parse_duration(
         value,
         what=what,
         maximum=MAX_LEASE,
         most="30d",
         longest="lease, 30d; ask for at most 30d, and request again when it ends",
     )
+    if seconds == 0:
+        raise InvalidInputError(
+            f"{what}: must be more than 0, got {shown(value)} (the claim would end at once); "
+            "ask for e.g. '1h'"
+        )
+    return seconds
 
 
 def parse_timeout(value: str | float | int | None, *, what: str = "timeout") -> float | None:

@@ -345,6 +345,11 @@ GPU_CASES: list[tuple[Wire, type[Exception], str]] = [
         "lease: expected a duration of at most 30d, such as '5m' or 300 (seconds), not [60]",
     ),
     (
+        {"gpu": 1, "lease": "0s"},
+        InvalidInputError,
+        "lease: must be more than 0, got '0s' (the claim would end at once); ask for e.g. '1h'",
+    ),
+    (
         {"gpu": 1, "timeout": "25h"},
         InvalidInputError,
         "timeout: '25h' is longer than the longest wait, 24h; wait at most 24h, then retry",

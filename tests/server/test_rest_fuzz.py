@@ -245,6 +245,7 @@ def test_metrics_history_of_5000_digits(api: Server) -> None:
         ("lease", "Infinity", "lease: "),
         ("lease", "-Infinity", "lease: "),
         ("lease", "-1", "lease: must not be negative"),
+        ("lease", "0", "lease: must be more than 0"),
         ("lease", "1e300", "lease: "),
         ("lease", "1e400", "lease: "),
         ("lease", '"999999999999999999999d"', "lease: "),
@@ -264,7 +265,7 @@ def test_leases_and_timeouts_are_finite_and_bounded(
     assert r.status == 400, r
     line = error_line(r)
     assert line.startswith(f"POST claims: {words}") or f": {words}" in line, line
-    if value not in ("-1", "-Infinity"):
+    if value not in ("-1", "-Infinity", "0"):
         assert ("30d" if field == "lease" else "24h") in line or "not JSON" in line, line
 
 
@@ -576,7 +577,9 @@ def check_answer(server: Server, reply: Reply) -> None:
         claim = reply.json()
         if reply.status == 201:
             assert all(math.isfinite(claim[k]) for k in ("created", "last_activity"))
-            assert server.call("DELETE", f"/dra/api/claims/{claim['name']}").status == 204
+            gone = server.call("DELETE", f"/dra/api/claims/{claim['name']}").status
+            # a lease of a fraction of a second may have ended already
+            assert gone == 204 or (gone == 404 and claim["lease_expires"] is not None), gone
     elif reply.status != 204:
         error_line(reply)
     check_invariants(server)
