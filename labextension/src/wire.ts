@@ -137,7 +137,7 @@ export interface ClaimRequest {
   alternatives?: { [key: string]: unknown }[];
   /** a DNS subdomain */
   name?: string;
-  /** seconds, or a duration such as 2h or 1h30m; at most 30d (2592000 s); not on Kubernetes (400) */
+  /** seconds, or a duration such as 2h or 1h30m; more than 0, at most 30d (2592000 s); not on Kubernetes (400) */
   lease?: string | number;
   /** only 0 for now (a duration is at most 24h) */
   timeout?: string | number;
