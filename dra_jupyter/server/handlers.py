@@ -390,10 +390,11 @@ class MetricsHandler(_DRAHandler):
                 source=source.name,
                 simulated=source.simulated,
                 problem=source.problem,
-                interval=app.metrics_interval,
+                # an endless setting (inf) reads as 0, "off", which is what it does
+                interval=_finite(app.metrics_interval) or 0.0,
                 length=app.metrics.length,
-                idle_timeout=app.idle_timeout,
-                idle_warning=app.idle_warning,
+                idle_timeout=_finite(app.idle_timeout) or 0.0,
+                idle_warning=_finite(app.idle_warning) or 0.0,
                 devices=devices,
             )
         )

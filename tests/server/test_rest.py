@@ -242,3 +242,23 @@ async def test_restart_with_claims_needs_the_right_to_restart_kernels(
         assert (await jp_fetch("dra", "api", "claims")).code == 200  # dra itself is allowed
     finally:
         await jp_serverapp.kernel_manager.shutdown_kernel(kernel_id, now=True)
+
+
+def strict(response: Any) -> Any:
+    """The body, parsed as a browser's JSON.parse would: no NaN, no Infinity."""
+
+    def refuse(name: str) -> Any:
+        raise AssertionError(f"{name} is not JSON")
+
+    return json.loads(response.body, parse_constant=refuse)
+
+
+async def test_endless_settings_answer_strict_json(jp_fetch: Fetch, jp_serverapp: Any) -> None:
+    """An idle timeout of inf ("never") reads as 0 ("off"), never as Infinity."""
+    app = extension(jp_serverapp)
+    app.idle_timeout = app.idle_warning = float("inf")
+    metrics = strict(await jp_fetch("dra", "api", "metrics"))
+    assert (metrics["idle_timeout"], metrics["idle_warning"]) == (0, 0)
+    assert (await post(jp_fetch, {"gpu": 1})).code == 201
+    [claim] = strict(await jp_fetch("dra", "api", "claims"))["claims"]
+    assert claim["idle_deadline"] is None
