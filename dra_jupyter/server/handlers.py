@@ -107,7 +107,8 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
         return Caller(user=self.claim_user(), admin=admin)
 
     def claim_model(self, record: Any) -> ClaimModel:
-        return self.dra.service.to_model(record, self.dra.idle_deadline(record))
+        deadline, busy = self.dra.idle_state(record)
+        return self.dra.service.to_model(record, deadline, busy=busy)
 
     def reply(self, body: Any, status: int = 200) -> None:
         self.set_status(status)

@@ -49,6 +49,7 @@ class ClaimModel(TypedDict):
     last_activity: float  # seconds since the epoch
     lease_expires: float | None  # seconds since the epoch
     idle_deadline: float | None  # seconds since the epoch; None: not subject to idle release
+    busy: bool  # a cell of its kernel is running: the idle countdown is paused
 
 
 class ClaimsResponse(TypedDict):

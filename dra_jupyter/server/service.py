@@ -156,7 +156,9 @@ class ClaimService:
             raise KernelNotFoundError(f"kernel {kernel_id} is not running on this server")
         return [r for r in self.claims(caller) if r.owner.kernel_id == kernel_id]
 
-    def to_model(self, record: ClaimRecord, idle_deadline: float | None = None) -> ClaimModel:
+    def to_model(
+        self, record: ClaimRecord, idle_deadline: float | None = None, *, busy: bool = False
+    ) -> ClaimModel:
         return ClaimModel(
             name=record.name,
             namespace=record.namespace,
@@ -168,6 +170,7 @@ class ClaimService:
             last_activity=record.last_activity,
             lease_expires=record.lease_expires,
             idle_deadline=idle_deadline,
+            busy=busy,
         )
 
     def counted(self, record: ClaimRecord) -> int:

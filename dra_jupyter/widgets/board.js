@@ -4,7 +4,9 @@
 
 /**
  * A claim of a row: from the REST claims, or the kernel's (dra_jupyter/widgets/rows.py).
- * @typedef {{ name: string, user: string, kernel: string, idle_deadline: number | null }} RowClaim
+ * @typedef {{
+ *   name: string, user: string, kernel: string, idle_deadline: number | null, busy: boolean,
+ * }} RowClaim
  */
 /**
  * A row of the board: a device with its claims and current metrics, joined here from the
@@ -52,6 +54,7 @@ function draJoin(devices, claims, metrics) {
         user: c.user,
         kernel: c.kernel_id || "",
         idle_deadline: c.idle_deadline,
+        busy: c.busy,
       });
     }
   }
@@ -85,7 +88,11 @@ function draHolder(row, warning) {
     const line = draEl("div", "dra-claim");
     line.append(draEl("span", "dra-claim-name", c.name), " ", draEl("span", "dra-dim", c.user));
     if (c.kernel) line.append(" ", draEl("span", "dra-dim", "kernel " + c.kernel.slice(0, 8)));
-    if (c.idle_deadline) {
+    if (c.busy) {
+      const busy = draEl("span", "dra-countdown dra-busy", "busy");
+      busy.title = "a cell is running: the idle countdown starts again when it ends";
+      line.append(" ", busy);
+    } else if (c.idle_deadline) {
       const left = draEl("span", "dra-countdown");
       left.dataset.deadline = String(c.idle_deadline);
       left.dataset.warning = String(warning);

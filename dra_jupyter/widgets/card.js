@@ -7,6 +7,7 @@
  * @typedef {{
  *   server: boolean | null,
  *   deadline: number | null,
+ *   busy: boolean,
  *   warning: number,
  *   warningNow: boolean,
  *   released: boolean,
@@ -60,7 +61,11 @@ function draCardRender(el, model, view) {
   }
   if (state === "allocated") {
     const info = draEl("div", "dra-card-line");
-    if (view.deadline) {
+    if (view.busy) {
+      const busy = draEl("span", "dra-countdown dra-busy", "busy: a cell is running");
+      busy.title = "a running cell is never idle: the idle countdown starts again when it ends";
+      info.append(busy);
+    } else if (view.deadline) {
       const c = draEl("span", "dra-countdown");
       c.dataset.deadline = String(view.deadline);
       c.dataset.warning = String(view.warning);
@@ -126,6 +131,7 @@ export default {
     const view = {
       server: null,
       deadline: null,
+      busy: false,
       warning: 0,
       warningNow: false,
       released: false,
@@ -162,6 +168,7 @@ export default {
       try {
         const claim = await draCall("POST /claims/{name}/keep", named());
         view.deadline = claim.idle_deadline;
+        view.busy = claim.busy;
       } catch (e) {
         if (/** @type {DraError} */ (e).status === 404) view.released = true;
       }
@@ -182,9 +189,18 @@ export default {
             redraw();
           }
           const warningNow =
-            claim.idle_deadline !== null && claim.idle_deadline - Date.now() / 1000 <= view.warning;
-          if (claim.idle_deadline !== view.deadline || warningNow !== view.warningNow) {
+            !claim.busy &&
+            claim.idle_deadline !== null &&
+            claim.idle_deadline - Date.now() / 1000 <= view.warning;
+          // while a cell runs the deadline moves with the clock: redraw when busy changes
+          const deadline = claim.busy ? view.deadline : claim.idle_deadline;
+          if (
+            deadline !== view.deadline ||
+            claim.busy !== view.busy ||
+            warningNow !== view.warningNow
+          ) {
             view.deadline = claim.idle_deadline;
+            view.busy = claim.busy;
             view.warningNow = warningNow;
             redraw();
           }

@@ -50,8 +50,14 @@ export interface Claim {
   last_activity: number;
   /** seconds since the epoch */
   lease_expires: number | null;
-  /** when the claim is released if its kernel executes nothing (seconds since the epoch) */
+  /**
+   * when the claim is released if its kernel executes nothing (seconds since the
+   * epoch); never in the past; while a cell runs (`busy`) idle_timeout from now, as
+   * the countdown is paused and starts again when the cell ends
+   */
   idle_deadline: number | null;
+  /** a cell of the claim's kernel is running, so it is not idle (the countdown is paused) */
+  busy: boolean;
 }
 
 export interface Sample {

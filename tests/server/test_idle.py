@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -59,6 +60,38 @@ async def test_a_running_cell_keeps_the_claim_then_warning_then_release(
         assert warning["deadline"] > 0
         r = await jp_fetch("dra", "api", "kernels", kernel.id, "claims")
         assert json.loads(r.body)["claims"] == []
+
+
+async def test_a_running_cell_pauses_the_countdown_and_it_restarts_when_the_cell_ends(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger
+) -> None:
+    """REST never reports a deadline in the past: while a cell runs longer than
+    idle_timeout the claim is ``busy`` and its deadline a full idle_timeout away; when the
+    cell ends, the countdown starts again from there."""
+    await start_extensions(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        await kernel.run(REQUEST)
+        (record,) = ledger.read_claims()
+        cell = kernel.client.execute("import time; time.sleep(5)")  # idle_timeout is 2 s
+        seen_busy = 0
+        last_busy = 0.0
+        for _ in range(600):  # bounded: until the cell has ended
+            asked = time.time()
+            claim = json.loads((await jp_fetch("dra", "api", "claims", record.name)).body)
+            assert claim["idle_deadline"] >= asked, claim  # never in the past
+            if claim["busy"]:
+                assert claim["idle_deadline"] >= asked + 2.0, claim  # paused: all of it left
+                seen_busy += 1
+                last_busy = asked
+            elif seen_busy:
+                break
+            await asyncio.sleep(0.1)
+        assert seen_busy > 1
+        assert not claim["busy"]
+        assert claim["idle_deadline"] >= last_busy + 2.0  # restarted when the cell ended
+        reply = await kernel.client.get_shell_msg(timeout=120)
+        assert reply["parent_header"]["msg_id"] == cell
+        assert [r.name for r in ledger.read_claims()] == [record.name]
 
 
 async def test_comm_traffic_does_not_keep_a_claim(
@@ -142,6 +175,11 @@ def test_policy() -> None:
     )
     assert policy.decide(now=500, busy=True, deadline=deadline, warned_for=None) is Decision.KEEP
     assert policy.deadline(100, 120) == 130  # a claim's own activity (a "keep") counts
+    # what REST shows: paused while a cell runs, never in the past
+    assert policy.reported(deadline, now=105, busy=False) == 110
+    assert policy.reported(deadline, now=500, busy=False) == 500
+    assert policy.reported(deadline, now=105, busy=True) == 115
+    assert policy.reported(None, now=105, busy=True) is None
     off = IdlePolicy(timeout=0, warning=3)
     assert off.deadline(100, 100) is None
     assert off.decide(now=1e9, busy=False, deadline=None, warned_for=None) is Decision.KEEP
