@@ -36,10 +36,11 @@ from dra_jupyter.server.models import (
     DeviceMetricsModel,
     HistoryModel,
     MetricsResponse,
+    ReleasedModel,
     RestartResponse,
     SampleModel,
 )
-from dra_jupyter.server.service import Caller
+from dra_jupyter.server.service import Caller, Released, release_message
 
 if TYPE_CHECKING:
     from dra_jupyter.server.app import DRAExtensionApp
@@ -106,7 +107,11 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
             )
         return Caller(user=self.claim_user(), admin=admin)
 
-    def claim_model(self, record: Any) -> ClaimModel:
+    def claim_model(self, record: Any, gone: Released | None = None) -> ClaimModel:
+        if gone is not None:
+            message = release_message(gone.reason, self.dra.idle_timeout)
+            released = ReleasedModel(reason=gone.reason, time=gone.time, message=message)
+            return self.dra.service.to_model(record, released=released)
         deadline, busy = self.dra.idle_state(record)
         return self.dra.service.to_model(record, deadline, busy=busy)
 
@@ -150,7 +155,8 @@ class ClaimHandler(_DRAHandler):
     async def get(self, name: str) -> None:
         caller = await self.caller()
         with _handle_error():
-            self.reply(self.claim_model(await self.dra.call(self.dra.service.claim, caller, name)))
+            found = await self.dra.call(self.dra.service.claim_or_released, caller, name)
+            self.reply(self.claim_model(*found))
 
     @web.authenticated
     @authorized

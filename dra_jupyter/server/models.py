@@ -36,8 +36,17 @@ class DevicesResponse(TypedDict):
     devices: list[DeviceModel]
 
 
+class ReleasedModel(TypedDict):
+    """Why and when a claim was released (``GET claims/{name}`` of a claim released lately)."""
+
+    reason: str  # idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit
+    time: float  # seconds since the epoch
+    message: str  # the reason in a user's words, e.g. "idle for 40 min"
+
+
 class ClaimModel(TypedDict):
-    """A live claim (``GET claims``, ``GET claims/{name}``, ``POST claims``)."""
+    """A claim: live (``GET claims``, ``POST claims``), or, for ``GET claims/{name}``, one
+    this server released lately (``released``)."""
 
     name: str
     namespace: str
@@ -50,6 +59,7 @@ class ClaimModel(TypedDict):
     lease_expires: float | None  # seconds since the epoch
     idle_deadline: float | None  # seconds since the epoch; None: not subject to idle release
     busy: bool  # a cell of its kernel is running: the idle countdown is paused
+    released: ReleasedModel | None  # None: live
 
 
 class ClaimsResponse(TypedDict):

@@ -89,7 +89,7 @@ function draHolder(row, warning) {
     line.append(draEl("span", "dra-claim-name", c.name), " ", draEl("span", "dra-dim", c.user));
     if (c.kernel) line.append(" ", draEl("span", "dra-dim", "kernel " + c.kernel.slice(0, 8)));
     if (c.busy) {
-      const busy = draEl("span", "dra-countdown dra-busy", "busy");
+      const busy = draEl("span", "dra-busy", "busy");
       busy.title = "a cell is running: the idle countdown starts again when it ends";
       line.append(" ", busy);
     } else if (c.idle_deadline) {

@@ -11,6 +11,8 @@
  *   warning: number,
  *   warningNow: boolean,
  *   released: boolean,
+ *   why: string,
+ *   releasedAt: number,
  *   release: (button: HTMLButtonElement) => Promise<void>,
  *   keep: (button: HTMLButtonElement) => Promise<void>,
  * }} CardView
@@ -55,6 +57,13 @@ function draCardRender(el, model, view) {
     );
     el.append(list);
   }
+  if (state === "released" && view.why) {
+    const at = new Date(view.releasedAt * 1000);
+    const when = at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const line = draEl("div", "dra-card-line dra-released", `released at ${when}: ${view.why}`);
+    line.title = at.toLocaleString();
+    el.append(line);
+  }
   if (model.get("message")) {
     const kind = state === "failed" ? "dra-error" : "dra-dim"; // else: notes, e.g. simulated
     el.append(draEl("div", "dra-card-line " + kind, model.get("message")));
@@ -62,7 +71,7 @@ function draCardRender(el, model, view) {
   if (state === "allocated") {
     const info = draEl("div", "dra-card-line");
     if (view.busy) {
-      const busy = draEl("span", "dra-countdown dra-busy", "busy: a cell is running");
+      const busy = draEl("span", "dra-busy", "busy: a cell is running");
       busy.title = "a running cell is never idle: the idle countdown starts again when it ends";
       info.append(busy);
     } else if (view.deadline) {
@@ -135,6 +144,8 @@ export default {
       warning: 0,
       warningNow: false,
       released: false,
+      why: "",
+      releasedAt: 0,
       release: async () => {}, // set below, once the helpers they use exist
       keep: async () => {},
     };
@@ -187,6 +198,13 @@ export default {
           if (view.server === null) {
             view.server = true;
             redraw();
+          }
+          if (claim.released) {
+            // released by the server (idle, its kernel gone, ...): say why, poll no more
+            view.why = claim.released.message;
+            view.releasedAt = claim.released.time;
+            gone();
+            return;
           }
           const warningNow =
             !claim.busy &&

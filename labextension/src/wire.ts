@@ -58,6 +58,17 @@ export interface Claim {
   idle_deadline: number | null;
   /** a cell of the claim's kernel is running, so it is not idle (the countdown is paused) */
   busy: boolean;
+  /** null while the claim is live; why and when it was released otherwise */
+  released: Released | null;
+}
+
+export interface Released {
+  /** idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit */
+  reason: string;
+  /** seconds since the epoch */
+  time: number;
+  /** the reason in a user's words, e.g. idle for 40 min */
+  message: string;
 }
 
 export interface Sample {
@@ -173,7 +184,7 @@ export interface Operations {
     body: ClaimRequest;
     answer: Claim;
   };
-  /** One claim */
+  /** One claim, live or released lately */
   "GET /claims/{name}": {
     parameters: { name: string };
     body: null;

@@ -12,6 +12,7 @@ import pytest
 
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.server.idle import Decision, IdlePolicy
+from dra_jupyter.server.service import release_message, spoken_duration
 from tests.server.conftest import (
     Events,
     Fetch,
@@ -60,6 +61,15 @@ async def test_a_running_cell_keeps_the_claim_then_warning_then_release(
         assert warning["deadline"] > 0
         r = await jp_fetch("dra", "api", "kernels", kernel.id, "claims")
         assert json.loads(r.body)["claims"] == []
+        # the released claim stays readable, with why and when (the card says it)
+        gone = json.loads((await jp_fetch("dra", "api", "claims", record.name)).body)
+        assert gone["name"] == record.name
+        assert gone["released"]["reason"] == "idle"
+        assert gone["released"]["message"] == "idle for 2 s"
+        assert gone["released"]["time"] >= warning["deadline"]
+        assert gone["idle_deadline"] is None
+        listed = json.loads((await jp_fetch("dra", "api", "claims")).body)["claims"]
+        assert listed == []  # live claims only
 
 
 async def test_a_running_cell_pauses_the_countdown_and_it_restarts_when_the_cell_ends(
@@ -183,3 +193,18 @@ def test_policy() -> None:
     off = IdlePolicy(timeout=0, warning=3)
     assert off.deadline(100, 100) is None
     assert off.decide(now=1e9, busy=False, deadline=None, warned_for=None) is Decision.KEEP
+
+
+@pytest.mark.pure
+def test_release_reasons_in_a_users_words() -> None:
+    assert release_message("idle", 2400) == "idle for 40 min"
+    assert release_message("idle", 3600) == "idle for 1 h"
+    assert release_message("kernel-shutdown", 3600) == "its kernel shut down or restarted"
+    assert release_message("expired", 0) == "its lease ended"
+    assert release_message("something-new", 0) == "something-new"
+    assert [spoken_duration(s) for s in (2, 90, 5400, 7200)] == [
+        "2 s",
+        "2 min",
+        "1 h 30 min",
+        "2 h",
+    ]

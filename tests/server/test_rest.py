@@ -63,6 +63,9 @@ async def test_round_trip(jp_fetch: Fetch, ledger: Ledger, events: Events) -> No
     r = await jp_fetch("dra", "api", "claims", claim["name"], method="DELETE", raise_error=False)
     assert r.code == 404
     assert "does not exist" in body(r)["message"]
+    gone = body(await jp_fetch("dra", "api", "claims", claim["name"]))  # readable a while
+    assert gone["released"]["reason"] == "user"
+    assert gone["released"]["message"] == "released by its user"
 
 
 @pytest.mark.parametrize(

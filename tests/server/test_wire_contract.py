@@ -36,6 +36,7 @@ from dra_jupyter.server.models import (
     ErrorModel,
     HistoryModel,
     MetricsResponse,
+    ReleasedModel,
     RestartResponse,
     SampleModel,
 )
@@ -54,6 +55,7 @@ SCHEMAS: dict[str, type] = {
     "Device": DeviceModel,
     "Devices": DevicesResponse,
     "Claim": ClaimModel,
+    "Released": ReleasedModel,
     "Sample": SampleModel,
     "History": HistoryModel,
     "DeviceMetrics": DeviceMetricsModel,
@@ -320,7 +322,9 @@ async def test_every_operation_answers_as_the_spec_says(jp_fetch: Fetch, jp_serv
         await api.call("POST", "/claims", {"gpu": 9}, status=422)
         await api.call("POST", "/claims", {"gpu": 7}, status=409)  # 2 of the 8 are held
         await api.call("GET", f"/claims/{theirs.name}", status=403)
-        await api.call("GET", f"/claims/{mine['name']}", status=404)
+        gone = await api.call("GET", f"/claims/{mine['name']}", status=200)  # released lately
+        assert gone["released"]["reason"] == "user"
+        await api.call("GET", "/claims/no-such-claim", status=404)
         await api.call("DELETE", f"/claims/{mine['name']}", status=404)
         await api.call("POST", f"/claims/{mine['name']}/keep", status=404)
         await api.call("GET", "/kernels/no-such-kernel/claims", status=404)
