@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -631,8 +632,16 @@ class Session:
         raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
 
     def release(self, name: str) -> bool:
+        """Release one of this user's claims by name (True); one that does not exist (any
+        more) is :class:`ClaimNotFoundError`, ``no claim NAME``, as the magic and the
+        command line say."""
         try:
-            return self.backend.release(name)
+            if not self.backend.release(name):
+                plain = name if re.fullmatch(r"[\w.-]{1,253}", name) else shown(name)
+                raise ClaimNotFoundError(
+                    f"no claim {plain} (already released?); dra.claims() lists yours"
+                )
+            return True
         finally:
             ProcessEnvironment.of_process().sync()  # its devices leave the environment
 

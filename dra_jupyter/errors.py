@@ -152,7 +152,11 @@ class AllocationError(DraJupyterError):
 
 class BusyError(AllocationError):
     """The devices that could serve the request are held by others now (or the wait in
-    line ran out): it may be met later."""
+    line ran out): it may be met later. Its message advises :data:`PYTHON_WAIT`, which the
+    command line says as ``--timeout 10m``."""
+
+
+PYTHON_WAIT = "pass timeout='10m'"  # how a busy request waits in line, in the API's words
 
 
 class LimitError(AllocationError):

@@ -31,6 +31,7 @@ from dra_jupyter.api import Claim, Session
 from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import (
     AllocationError,
+    ClaimNotFoundError,
     DraJupyterError,
     DraJupyterWarning,
     InvalidInputError,
@@ -226,7 +227,8 @@ def test_one_device_its_environment_and_release(session: Session) -> None:
     assert claim.state == "released"
     assert {r.state for r in session.devices()} == {"free"}
     assert len(session.claims()) == 0
-    assert not session.release(claim.name)
+    with pytest.raises(ClaimNotFoundError, match=f"^no claim {claim.name} "):
+        session.release(claim.name)
 
 
 def test_shared_gpus_take_claims_by_memory_and_by_share(tmp_path: Path) -> None:

@@ -412,6 +412,17 @@ def test_topology_strategy_keeps_a_request_on_one_pcie_root(tmp_path: Path) -> N
     assert node_of(item) == NODE
 
 
+def test_the_default_strategy_is_topology_as_the_readme_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DRA_JUPYTER_STRATEGY", raising=False)
+    objects = [*hgx(), allocated("nb-1", NODE, "gpu-0"), claim("pair", request("gpu", GPU, 2))]
+    default = allocate(tmp_path, objects)
+    assert default == allocate(tmp_path, objects, "--strategy", "topology")
+    monkeypatch.setenv("DRA_JUPYTER_STRATEGY", "first-fit")
+    assert devices_of(items(allocate(tmp_path, objects)[1])[0]) == ["gpu-1", "gpu-2"]
+
+
 def test_topology_strategy_honours_constraints(tmp_path: Path) -> None:
     objects = [
         *hgx(),

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.errors import (
+    PYTHON_WAIT,
     AllocationError,
     BusyError,
     ForbiddenError,
@@ -220,7 +221,7 @@ class LocalBackend:
         place = f" (number {position} in the queue)" if position > 1 else ""
         holders = ", ".join(f"{r.name} ({r.owner.user})" for r in held) or "nobody"
         return BusyError(
-            f"the devices are busy{waited_text}{place}; pass timeout='10m' to wait in line, "
+            f"the devices are busy{waited_text}{place}; {PYTHON_WAIT} to wait in line, "
             "or release claims you no longer need:\n"
             + explanation.summary()
             + f"\nclaims held now: {holders}",
