@@ -64,7 +64,7 @@ def install(ipython: Any) -> None:
 
 
 def uninstall(ipython: Any) -> None:
-    kernel = getattr(ipython, "kernel", None)
+    kernel: Any = getattr(ipython, "kernel", None)
     original = getattr(getattr(kernel, "do_inspect", None), "dra_original", None)
     if original is not None:
         kernel.do_inspect = original
