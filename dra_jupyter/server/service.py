@@ -56,7 +56,8 @@ RELEASED_MAX = 1000
 # Why a claim went, for a user: what each reason of the events and the ledger means.
 _REASONS = {
     "user": "released by its user",
-    "kernel-shutdown": "its kernel shut down or restarted",
+    "kernel-shutdown": "its kernel shut down or was restarted (a plain restart gives the "
+    "devices back; the card's Restart kernel with these devices keeps them)",
     "expired": "its lease ended",
     "reclaimed": "the process that held it ended",
     "server-stop": "the Jupyter server stopped",

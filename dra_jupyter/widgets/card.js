@@ -13,8 +13,11 @@
  *   released: boolean,
  *   why: string,
  *   releasedAt: number,
+ *   kernel: string,
+ *   restarted: string,
  *   release: (button: HTMLButtonElement) => Promise<void>,
  *   keep: (button: HTMLButtonElement) => Promise<void>,
+ *   restart: (button: HTMLButtonElement) => Promise<void>,
  * }} CardView
  */
 
@@ -104,7 +107,19 @@ function draCardRender(el, model, view) {
           : "looking for the dra-jupyter server extension";
     }
     buttons.append(release, keep);
+    if (view.server === true && view.kernel) {
+      const restart = /** @type {HTMLButtonElement} */ (
+        draEl("button", "dra-restart", "Restart kernel with these devices")
+      );
+      restart.title =
+        "restart the kernel keeping this claim, with its devices in the new kernel's " +
+        "environment (CUDA_VISIBLE_DEVICES): for a kernel that loaded CUDA before the " +
+        "request; a plain restart gives the devices back";
+      restart.onclick = () => view.restart(restart);
+      buttons.append(restart);
+    }
     el.append(buttons);
+    if (view.restarted) el.append(draEl("div", "dra-card-line dra-dim", view.restarted));
   }
   draCardTick(el);
 }
@@ -146,8 +161,11 @@ export default {
       released: false,
       why: "",
       releasedAt: 0,
+      kernel: "",
+      restarted: "",
       release: async () => {}, // set below, once the helpers they use exist
       keep: async () => {},
+      restart: async () => {},
     };
     const presence = draPresence();
     const asker = draAsker(model);
@@ -185,6 +203,24 @@ export default {
       }
       redraw();
     };
+    view.restart = async (button) => {
+      const question =
+        "Restart the kernel, keeping these devices? Its variables are lost; it starts " +
+        "again with the devices in its environment.";
+      if (!window.confirm(question)) return;
+      button.disabled = true;
+      try {
+        const answer = await draCall("POST /kernels/{kernel_id}/restart-with-claims", {
+          kernel_id: view.kernel,
+        });
+        const env = Object.entries(answer.env).map(([k, v]) => `${k}=${v}`);
+        view.restarted =
+          "kernel restarted with these devices" + (env.length ? ": " + env.join(" ") : "");
+      } catch (e) {
+        view.restarted = "restart failed: " + (/** @type {DraError} */ (e).message || e);
+      }
+      redraw();
+    };
     async function step() {
       if (model.get("state") !== "allocated" || view.released) return;
       if (view.server !== false) {
@@ -197,6 +233,10 @@ export default {
           const claim = await draCall("GET /claims/{name}", named());
           if (view.server === null) {
             view.server = true;
+            redraw();
+          }
+          if (claim.kernel_id !== null && claim.kernel_id !== view.kernel) {
+            view.kernel = claim.kernel_id;
             redraw();
           }
           if (claim.released) {

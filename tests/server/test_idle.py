@@ -199,7 +199,9 @@ def test_policy() -> None:
 def test_release_reasons_in_a_users_words() -> None:
     assert release_message("idle", 2400) == "idle for 40 min"
     assert release_message("idle", 3600) == "idle for 1 h"
-    assert release_message("kernel-shutdown", 3600) == "its kernel shut down or restarted"
+    assert release_message("kernel-shutdown", 3600).startswith(
+        "its kernel shut down or was restarted (a plain restart gives the devices back"
+    )
     assert release_message("expired", 0) == "its lease ended"
     assert release_message("something-new", 0) == "something-new"
     assert [spoken_duration(s) for s in (2, 90, 5400, 7200)] == [
