@@ -35,6 +35,7 @@ from dra_jupyter.types import (
     Owner,
     Select,
     Sweep,
+    Waiter,
     Waiting,
     claim_prefix,
 )
@@ -62,6 +63,26 @@ Sleep = Callable[[float], None]
 def shape_of(claim: Wire) -> str:
     """Requests of the same shape wait in one FIFO queue: the claim's spec, canonically."""
     return json.dumps(claim.get("spec", {}), sort_keys=True, separators=(",", ":"))
+
+
+def shape_summary(shape: str) -> str:
+    """A queue's shape (:func:`shape_of`) in short, for who sees it wait: ``8
+    gpu.nvidia.com``, ``1 mig-3g.71gb.nvidia.com + selectors``."""
+    try:
+        requests = json.loads(shape).get("devices", {}).get("requests", [])
+    except (ValueError, AttributeError):
+        return "devices"
+    parts = []
+    for request in requests if isinstance(requests, list) else []:
+        exactly: Any = request.get("exactly") or next(iter(request.get("firstAvailable") or []), {})
+        if not isinstance(exactly, dict):
+            continue
+        count = "all" if exactly.get("allocationMode") == "All" else exactly.get("count", 1)
+        text = f"{count} {exactly.get('deviceClassName', 'devices')}"
+        if exactly.get("selectors"):
+            text += " + selectors"
+        parts.append(text)
+    return ", ".join(parts) or "devices"
 
 
 class LocalBackend:
@@ -278,6 +299,12 @@ class LocalBackend:
             "dra.run launches a pod, which needs the Kubernetes backend: set "
             "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
         )
+
+    def waiting(self) -> list[Waiter]:
+        return [
+            Waiter(owner, shape_summary(shape), since)
+            for shape, owner, since in self.ledger.waiters()
+        ]
 
     def released_at(self, name: str) -> float | None:
         ended = [r.time for r in self.ledger.releases(1000) if r.name == name]

@@ -30,10 +30,20 @@ class DeviceModel(TypedDict):
     holder: str  # "claim (user)", empty when free
 
 
+class WaiterModel(TypedDict):
+    """A request waiting in line for devices (``GET devices``): who, for what, since when."""
+
+    user: str
+    kernel_id: str | None
+    what: str  # the request in short, e.g. "8 gpu.nvidia.com"
+    since: float  # seconds since the epoch
+
+
 class DevicesResponse(TypedDict):
     inventory: str  # the inventory's description
     simulated: bool
     devices: list[DeviceModel]
+    waiting: list[WaiterModel]  # the queue, oldest first (none on Kubernetes)
 
 
 class ReleasedModel(TypedDict):

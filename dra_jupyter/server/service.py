@@ -40,7 +40,13 @@ from dra_jupyter.errors import (
     NeverPossibleError,
 )
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.server.models import ClaimModel, DeviceModel, DevicesResponse, ReleasedModel
+from dra_jupyter.server.models import (
+    ClaimModel,
+    DeviceModel,
+    DevicesResponse,
+    ReleasedModel,
+    WaiterModel,
+)
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import device_rows
 from dra_jupyter.types import Backend, ClaimRecord, Owner, Select, Sweep, process_start_time
@@ -150,13 +156,20 @@ class ClaimService:
 
     def devices(self) -> DevicesResponse:
         """Every device and who holds it (on Kubernetes: every allocated claim of the
-        cluster the server may list, else of its namespace)."""
+        cluster the server may list, else of its namespace), and who waits in line."""
         swept = self._sweep()
         inventory = self.inventory()
         held = swept.kept if swept.complete else self.backend.holders()
         rows = [DeviceModel(**asdict(r)) for r in device_rows(inventory.slices, held)]  # type: ignore[typeddict-item]
+        waiting = [
+            WaiterModel(user=w.owner.user, kernel_id=w.owner.kernel_id, what=w.what, since=w.since)
+            for w in self.backend.waiting()
+        ]
         return DevicesResponse(
-            inventory=inventory.description, simulated=inventory.simulated, devices=rows
+            inventory=inventory.description,
+            simulated=inventory.simulated,
+            devices=rows,
+            waiting=waiting,
         )
 
     def visible(self, caller: Caller, record: ClaimRecord, live: Collection[str]) -> bool:

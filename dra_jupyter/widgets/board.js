@@ -28,6 +28,7 @@
  *   rows: Row[] | null,
  *   simulated: boolean,
  *   inventory: string,
+ *   waiting: Waiter[],
  *   warning: number,
  *   error: string,
  * }} BoardView
@@ -184,6 +185,8 @@ function draRender(el, model, view) {
   }
   table.append(body);
   el.append(table);
+  const queue = view.rows !== null ? draQueue(view.waiting) : null;
+  if (queue) el.append(queue);
   draTick(el);
 }
 
@@ -197,6 +200,7 @@ export default {
       rows: null, // rows from REST, when the server answers
       simulated: false,
       inventory: "",
+      waiting: [],
       warning: 0,
       error: "",
     };
@@ -218,6 +222,7 @@ export default {
           view.rows = draJoin(devices, claims, metrics);
           view.simulated = devices.simulated;
           view.inventory = devices.inventory;
+          view.waiting = devices.waiting;
           view.warning = metrics.idle_warning || 0;
           view.error = "";
           redraw();

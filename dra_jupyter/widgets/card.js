@@ -15,6 +15,8 @@
  *   releasedAt: number,
  *   kernel: string,
  *   restarted: string,
+ *   waiting: Waiter[],
+ *   steps: number,
  *   release: (button: HTMLButtonElement) => Promise<void>,
  *   keep: (button: HTMLButtonElement) => Promise<void>,
  *   restart: (button: HTMLButtonElement) => Promise<void>,
@@ -120,6 +122,8 @@ function draCardRender(el, model, view) {
     }
     el.append(buttons);
     if (view.restarted) el.append(draEl("div", "dra-card-line dra-dim", view.restarted));
+    const queue = draQueue(view.waiting);
+    if (queue) el.append(queue);
   }
   draCardTick(el);
 }
@@ -163,6 +167,8 @@ export default {
       releasedAt: 0,
       kernel: "",
       restarted: "",
+      waiting: [],
+      steps: 0,
       release: async () => {}, // set below, once the helpers they use exist
       keep: async () => {},
       restart: async () => {},
@@ -238,6 +244,14 @@ export default {
           if (claim.kernel_id !== null && claim.kernel_id !== view.kernel) {
             view.kernel = claim.kernel_id;
             redraw();
+          }
+          if (!claim.released && view.steps++ % 5 === 0) {
+            // who waits in line (behind this claim, perhaps): every 5th poll is enough
+            const devices = await draCall("GET /devices");
+            if (JSON.stringify(devices.waiting) !== JSON.stringify(view.waiting)) {
+              view.waiting = devices.waiting;
+              redraw();
+            }
           }
           if (claim.released) {
             // released by the server (idle, its kernel gone, ...): say why, poll no more

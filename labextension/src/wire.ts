@@ -33,6 +33,18 @@ export interface Devices {
   inventory: string;
   simulated: boolean;
   devices: Device[];
+  /** the requests waiting in line for devices, oldest first (none on Kubernetes) */
+  waiting: Waiter[];
+}
+
+/** A request waiting in line (dra.request with a timeout, request --timeout) */
+export interface Waiter {
+  user: string;
+  kernel_id: string | null;
+  /** the request in short, e.g. 8 gpu.nvidia.com */
+  what: string;
+  /** seconds since the epoch */
+  since: number;
 }
 
 export interface Claim {
@@ -160,7 +172,7 @@ export interface ClaimRequest {
  * JSON (null: no body). Errors answer with `Error`.
  */
 export interface Operations {
-  /** Every device of the inventory, with its state and holder */
+  /** Every device of the inventory, with its state and holder, and who waits */
   "GET /devices": {
     parameters: Record<string, never>;
     body: null;

@@ -39,6 +39,7 @@ from dra_jupyter.server.models import (
     ReleasedModel,
     RestartResponse,
     SampleModel,
+    WaiterModel,
 )
 from dra_jupyter.server.service import Caller
 from tests.server.conftest import Fetch, start_extensions
@@ -56,6 +57,7 @@ SCHEMAS: dict[str, type] = {
     "Devices": DevicesResponse,
     "Claim": ClaimModel,
     "Released": ReleasedModel,
+    "Waiter": WaiterModel,
     "Sample": SampleModel,
     "History": HistoryModel,
     "DeviceMetrics": DeviceMetricsModel,
