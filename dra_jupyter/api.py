@@ -260,15 +260,21 @@ class Claim:
                 f"claim {self.name}: no runtime identity for {', '.join(found.missing)} "
                 f"({'simulated inventory' if self._session.inventory.simulated else 'not created'})"
             )
-        runtime = accelerator_runtime_loaded()
-        if runtime and found.env:
+        process = ProcessEnvironment.of_process()
+        runtime = None  # asked where it matters: this process's environment, not yet said
+        if environ is None and not process.runtime_noted and found.env:
+            runtime = accelerator_runtime_loaded()
+        if runtime:
+            process.runtime_noted = True  # said once per process: it holds for every claim
             notes.append(
-                f"claim {self.name}: {runtime} is already loaded in this process, so the new "
-                "device environment may not take effect; restart the kernel with the claim "
-                "(or start a fresh process with claim.env)"
+                f"claim {self.name}: {runtime} is already loaded in this process, so changes "
+                "of its device environment (CUDA_VISIBLE_DEVICES and friends) apply to the "
+                "processes it starts from now on, not to itself; to use the devices here, "
+                "restart the kernel with its claims (the claim card's Restart kernel with "
+                "these devices), or start a fresh process with claim.env"
             )
         if environ is None:
-            ProcessEnvironment.of_process().hold(self)
+            process.hold(self)
         else:
             environ.update(found.env)
         return notes
