@@ -110,7 +110,9 @@ def status_table(
     inv = session.inventory
     where = inv.description + (" (SIMULATED)" if inv.simulated else "")
     kernel = session.owner.kernel_id
-    managed = f"kernel {kernel}" if kernel else f"process {session.owner.pid} (no Jupyter server)"
+    managed = (
+        f"kernel {kernel[:8]}" if kernel else f"process {session.owner.pid} (no Jupyter server)"
+    )
     title = f"{'all claims' if all_users else 'your claims'} on {where}; this is {managed}"
     return Table(rows, list(StatusRow.__dataclass_fields__), title=title)
 
