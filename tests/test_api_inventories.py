@@ -35,6 +35,7 @@ from dra_jupyter.errors import (
     DraJupyterError,
     DraJupyterWarning,
     InvalidInputError,
+    NeverPossibleError,
 )
 from dra_jupyter.inventory import simulated
 from dra_jupyter.inventory.resolve import DEFAULT_SIMULATED, resolve_inventory
@@ -720,3 +721,20 @@ def test_missing_yaml_file_is_a_clear_error(tmp_path: Path) -> None:
     message = one_line(caught.value)
     assert "missing.yaml" in message
     assert "cannot read" in message
+
+
+ARCHITECTURE = 'device.attributes["gpu.nvidia.com"].architecture == '
+
+
+def test_a_selector_with_a_value_in_the_wrong_case_gets_the_right_one(tmp_path: Path) -> None:
+    session = make_session(tmp_path, "h200-8x")
+    with pytest.raises(NeverPossibleError) as caught:
+        session.request(gpu=1, selector=ARCHITECTURE + '"hopper"', apply_env=False)
+    assert str(caught.value) == (
+        'dra.request: no device has architecture == "hopper": CEL compares strings exactly, '
+        'and the value here is "Hopper"; write architecture == "Hopper"'
+    )
+    with pytest.raises(NeverPossibleError, match=r'the values here are "Hopper" \(8\)$'):
+        session.request(gpu=1, selector=ARCHITECTURE + "'Ampere'", apply_env=False)
+    claim = session.request(gpu=1, selector=ARCHITECTURE + '"Hopper"', apply_env=False)
+    assert claim.state == "allocated"
