@@ -367,6 +367,21 @@ class Session:
             self.backend = backend
         self.view: ClaimView = view or TextView()
 
+    def __repr__(self) -> str:
+        """What ``dra.configure()`` shows: where claims go, from the settings (nothing is
+        opened to say it)."""
+        s = self.settings
+        where = (
+            f"namespace {s.namespace or '(default)'}"
+            if s.backend == "kubernetes"
+            else f"inventory {s.inventory}, ledger {s.ledger}"
+        )
+        kernel = f", kernel {self.owner.kernel_id[:8]}" if self.owner.kernel_id else ""
+        return (
+            f"<dra Session: {s.backend} backend, {where}, strategy {s.strategy}, "
+            f"user {self.owner.user}{kernel}>"
+        )
+
     @cached_property
     def backend(self) -> Backend:
         """Where claims are made: the settings' backend, opened on first use."""

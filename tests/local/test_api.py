@@ -451,3 +451,16 @@ def test_a_refused_release_leaves_the_claim_held(tmp_path: Path) -> None:
         theirs.release()  # refused again, not "already released"
     assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(uuids(alice, mine))
     assert mine.release()
+
+
+def test_a_session_and_an_explanation_read_as_text(session: Session) -> None:
+    """What ``dra.configure()`` and ``claim.explain()`` show in a notebook: no raw reprs."""
+    from IPython.lib.pretty import pretty  # noqa: PLC0415
+
+    text = repr(session)
+    assert text.startswith("<dra Session: local backend, inventory ")
+    assert f"ledger {session.settings.ledger}" in text and "strategy topology" in text
+    claim = session.request(gpu=1)
+    shown = pretty(claim.explain())  # type: ignore[no-untyped-call]
+    assert shown.startswith("Claims are allocatable on node ")
+    assert "Explanation(" not in shown and "NodeReport(" not in shown
