@@ -848,3 +848,15 @@ def test_demo_shows_the_first_available_fallback() -> None:
     [line] = [line for line in out.splitlines() if line.startswith("claim sweep ")]
     assert "cannot be allocated" not in line, out
     assert line.count("(gpus/one)") == 1, line
+
+
+def test_make_lab_puts_the_command_line_on_the_terminals_path() -> None:
+    """JupyterLab's terminals inherit the server's PATH: `make lab` starts it with the
+    virtual environment's bin first, so `dra-jupyter` works in them."""
+    root = Path(__file__).parents[1]
+    shown = subprocess.run(
+        ["make", "-n", "-o", "install", "--no-print-directory", "lab"],
+        cwd=root, capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    [command] = [line for line in shown.splitlines() if "jupyter lab" in line]
+    assert command.startswith(f'PATH="{root / ".venv" / "bin"}:$PATH" '), command
