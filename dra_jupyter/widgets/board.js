@@ -78,8 +78,9 @@ function draJoin(devices, claims, metrics) {
 /**
  * @param {Row} row
  * @param {number} warning
+ * @param {Set<string>} shown the claims whose holder a row above shows already
  */
-function draHolder(row, warning) {
+function draHolder(row, warning, shown) {
   const cell = draEl("td", "dra-holder");
   if (!row.claims.length) {
     cell.textContent = row.holder || "";
@@ -87,6 +88,14 @@ function draHolder(row, warning) {
   }
   for (const c of row.claims) {
     const line = draEl("div", "dra-claim");
+    if (shown.has(c.name)) {
+      // the same claim as a row above: its name only, not its holder again
+      line.append(draEl("span", "dra-claim-name dra-dim", c.name));
+      line.title = "held by " + c.user + (c.kernel ? ", kernel " + c.kernel.slice(0, 8) : "");
+      cell.append(line);
+      continue;
+    }
+    shown.add(c.name);
     line.append(draEl("span", "dra-claim-name", c.name), " ", draEl("span", "dra-dim", c.user));
     if (c.kernel) line.append(" ", draEl("span", "dra-dim", "kernel " + c.kernel.slice(0, 8)));
     if (c.busy) {
@@ -148,6 +157,8 @@ function draRender(el, model, view) {
   thead.append(hr);
   table.append(thead);
   const body = draEl("tbody");
+  /** @type {Set<string>} */
+  const shown = new Set();
   for (const row of rows) {
     const tr = draEl("tr", "dra-state-" + row.state);
     const dev = draEl("td", "dra-device");
@@ -180,7 +191,7 @@ function draRender(el, model, view) {
     );
     const state = draEl("td");
     state.append(draEl("span", "dra-pill dra-pill-" + row.state, row.state));
-    tr.append(dev, modelCell, mem, util, temp, state, draHolder(row, view.warning));
+    tr.append(dev, modelCell, mem, util, temp, state, draHolder(row, view.warning, shown));
     body.append(tr);
   }
   table.append(body);
