@@ -53,3 +53,13 @@ def test_magic_at_cursor() -> None:
     assert not magic_at_cursor("dra.request()", 2)
     assert not magic_at_cursor("%dra devices", 9)
     assert not magic_at_cursor("%drain", 3)
+
+
+def test_no_python_names_where_the_magic_has_nothing_to_offer(kernel: Kernel) -> None:
+    """``mig=`` on an inventory without MIG profiles (this one: 8 whole H200s) completes
+    nothing, not Python's builtins; Tab leaves the line as it is."""
+    for code in ("%dra request mig=", "%dra request gpu=1 bogus="):
+        reply = kernel.complete(code)
+        assert reply["matches"] == [""], (code, reply["matches"][:5])
+        assert reply["cursor_start"] == reply["cursor_end"] == len(code)
+    assert kernel.complete("%dra request mo")["matches"] == ["model="]
