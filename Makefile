@@ -89,8 +89,9 @@ demo: install
 	@if [ -t 0 ] && [ -t 1 ]; then $(MAKE) --no-print-directory lab; \
 	else echo "Not a terminal, so JupyterLab was not opened: run 'make lab' for the notebooks."; fi
 
+# .venv/bin first on PATH: JupyterLab's terminals (and kernels) find dra-jupyter there
 lab: install
-	$(BIN)/jupyter lab $(LAB_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab $(LAB_ARGS)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
 bench: bench-latency bench-placement

@@ -111,7 +111,8 @@ def claim(name: str) -> Claim:
 
 
 def release(name: str) -> bool:
-    """Release one of your claims by name; False if it was already gone."""
+    """Release one of your claims by name; :class:`ClaimNotFoundError` (``no claim
+    NAME``) if there is none of that name (released already)."""
     return _session().release(name)
 
 

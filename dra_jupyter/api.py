@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -23,7 +24,7 @@ from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import yaml
 
@@ -35,7 +36,9 @@ from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.envvars import accelerator_runtime_loaded, environment_for
 from dra_jupyter.errors import (
     AllocationError,
+    BusyError,
     ClaimNotFoundError,
+    DraJupyterError,
     DraJupyterWarning,
     InvalidInputError,
     NeverPossibleError,
@@ -120,6 +123,10 @@ class ClaimView(Protocol):
     def card(self, claim: Claim) -> Any:
         """The claim's card widget (one per claim: the one shown while it waited)."""
 
+    def origin(self) -> tuple[str, str] | None:
+        """The notebook cell that makes a request now, ``(cell id, id of this run)``,
+        where the view knows it (a kernel's; else None)."""
+
 
 class TextView:
     """Claims as text; a waiting request says where it stands on stderr."""
@@ -138,6 +145,16 @@ class TextView:
             f"claim {claim.name}: a card is a notebook widget; in a kernel, "
             "dra.claim(name).card() or display(claim) shows it"
         )
+
+    def origin(self) -> tuple[str, str] | None:
+        return None
+
+
+class _Cells:
+    """The claims each notebook cell made in its latest run (this process's, whichever
+    session made them): ``cell id -> (run id, claims)``."""
+
+    made: ClassVar[dict[str, tuple[str, list[Claim]]]] = {}
 
 
 class QueueReporter:
@@ -243,15 +260,21 @@ class Claim:
                 f"claim {self.name}: no runtime identity for {', '.join(found.missing)} "
                 f"({'simulated inventory' if self._session.inventory.simulated else 'not created'})"
             )
-        runtime = accelerator_runtime_loaded()
-        if runtime and found.env:
+        process = ProcessEnvironment.of_process()
+        runtime = None  # asked where it matters: this process's environment, not yet said
+        if environ is None and not process.runtime_noted and found.env:
+            runtime = accelerator_runtime_loaded()
+        if runtime:
+            process.runtime_noted = True  # said once per process: it holds for every claim
             notes.append(
-                f"claim {self.name}: {runtime} is already loaded in this process, so the new "
-                "device environment may not take effect; restart the kernel with the claim "
-                "(or start a fresh process with claim.env)"
+                f"claim {self.name}: {runtime} is already loaded in this process, so changes "
+                "of its device environment (CUDA_VISIBLE_DEVICES and friends) apply to the "
+                "processes it starts from now on, not to itself; to use the devices here, "
+                "restart the kernel with its claims (the claim card's Restart kernel with "
+                "these devices), or start a fresh process with claim.env"
             )
         if environ is None:
-            ProcessEnvironment.of_process().hold(self)
+            process.hold(self)
         else:
             environ.update(found.env)
         return notes
@@ -343,6 +366,21 @@ class Session:
         if backend is not None:
             self.backend = backend
         self.view: ClaimView = view or TextView()
+
+    def __repr__(self) -> str:
+        """What ``dra.configure()`` shows: where claims go, from the settings (nothing is
+        opened to say it)."""
+        s = self.settings
+        where = (
+            f"namespace {s.namespace or '(default)'}"
+            if s.backend == "kubernetes"
+            else f"inventory {s.inventory}, ledger {s.ledger}"
+        )
+        kernel = f", kernel {self.owner.kernel_id[:8]}" if self.owner.kernel_id else ""
+        return (
+            f"<dra Session: {s.backend} backend, {where}, strategy {s.strategy}, "
+            f"user {self.owner.user}{kernel}>"
+        )
 
     @cached_property
     def backend(self) -> Backend:
@@ -475,6 +513,9 @@ class Session:
             )
         claim = self.build(spec, name)
         self.check_possible(spec, claim)
+        origin = self.view.origin() if self.settings.rerun_releases else None
+        if origin is not None:
+            self._release_previous_run(*origin)
         reporter: WaitReporter | None = None
         if not caps.waits:
             wait = 0  # a claim is created at once; kube-scheduler allocates it for a pod
@@ -484,6 +525,14 @@ class Session:
             record = backend.allocate(
                 claim, timeout=wait, lease=lease_s, on_wait=on_wait, checked=True
             )
+        except BusyError as err:  # a cell run again and again, say: tell whose claims
+            own = self._own_holders_note()
+            message = f"{err}\n{own}" if own else str(err)
+            if reporter is not None:
+                reporter.failed(message)
+            if own:
+                raise BusyError(message, err.explanation) from None
+            raise
         except BaseException as err:  # an interrupt too: a card must not wait forever
             if reporter is not None:
                 reporter.failed("interrupted" if isinstance(err, KeyboardInterrupt) else str(err))
@@ -491,6 +540,8 @@ class Session:
         if reserve:
             record = backend.reserve(record)
         result = Claim(self, record)
+        if origin is not None:
+            _Cells.made[origin[0]][1].append(result)
         if apply_env and caps.devices_here:  # a cluster's devices go to its pods, not here
             result.notes = result.apply_env()
             for note in result.notes:
@@ -498,6 +549,50 @@ class Session:
         if reporter is not None:
             reporter.allocated(result)
         return result
+
+    def _release_previous_run(self, cell: str, run: str) -> None:
+        """A cell runs again: release the claims its previous run made (and this process
+        still holds), before its new requests; several requests of one run all stay."""
+        previous_run, claims = _Cells.made.get(cell, (run, []))
+        if previous_run == run:
+            _Cells.made.setdefault(cell, (run, claims))
+            return
+        _Cells.made[cell] = (run, [])
+        released = [c.name for c in claims if c.state != "released" and c.release()]
+        if released:
+            print(
+                f"dra: released {', '.join(released)}, made when this cell ran before "
+                "(dra.configure(rerun_releases=False) keeps them)",
+                file=sys.stderr,
+            )
+
+    def _own_holders_note(self) -> str:
+        """For a busy error: what of the claims held now this process holds itself, and how
+        to release them (a cell run again and again, say); empty when it holds none."""
+        me = self.owner
+
+        def mine(record: ClaimRecord) -> bool:
+            if me.kernel_id:
+                return record.owner.kernel_id == me.kernel_id
+            return (record.owner.host, record.owner.pid) == (me.host, me.pid)
+
+        try:
+            held = self.backend.claims(all_users=True)
+        except DraJupyterError:  # the busy error is what the user needs; this only helps
+            return ""
+        own = [r.name for r in held if mine(r)]
+        if not own:
+            return ""
+        who = "this kernel" if me.kernel_id else "this process"
+        if len(own) == len(held):
+            return (
+                f"every claim held now is {who}'s own ({', '.join(own)}): "
+                "dra.release_all() releases them (or claim.release() one of them)"
+            )
+        return (
+            f"{who} holds {', '.join(own)} itself: dra.release(name) releases one you no "
+            "longer need"
+        )
 
     def check_possible(self, spec: Mapping[str, Any], claim: dict[str, Any]) -> None:
         """Raise :class:`NeverPossibleError`, in the user's terms where we can (``no device
@@ -558,8 +653,16 @@ class Session:
         raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
 
     def release(self, name: str) -> bool:
+        """Release one of this user's claims by name (True); one that does not exist (any
+        more) is :class:`ClaimNotFoundError`, ``no claim NAME``, as the magic and the
+        command line say."""
         try:
-            return self.backend.release(name)
+            if not self.backend.release(name):
+                plain = name if re.fullmatch(r"[\w.-]{1,253}", name) else shown(name)
+                raise ClaimNotFoundError(
+                    f"no claim {plain} (already released?); dra.claims() lists yours"
+                )
+            return True
         finally:
             ProcessEnvironment.of_process().sync()  # its devices leave the environment
 
@@ -598,10 +701,13 @@ def configure(
     strategy: str | None = None,
     backend: str | None = None,
     namespace: str | None = None,
+    rerun_releases: bool | None = None,
 ) -> Session:
     """Start a new default session: another inventory (a name, a file, ``nvml``, or an
     :class:`Inventory`), ledger file, strategy, backend (``local``, ``kubernetes``,
-    ``auto``) or namespace. Claims already made stay where they are."""
+    ``auto``) or namespace; ``rerun_releases=False`` keeps the claims of a notebook cell's
+    previous run when it runs again (by default they are released first). Claims already
+    made stay where they are."""
     settings = Settings.from_env()
     if backend is not None:
         if backend not in BACKENDS:
@@ -609,6 +715,8 @@ def configure(
         settings = replace(settings, backend=backend)
     if namespace is not None:
         settings = replace(settings, namespace=namespace)
+    if rerun_releases is not None:
+        settings = replace(settings, rerun_releases=bool(rerun_releases))
     if isinstance(inventory, str):
         settings = replace(settings, inventory=inventory)
     if ledger is not None:

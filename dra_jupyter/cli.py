@@ -3,6 +3,7 @@
     dra-jupyter allocate -f OBJECTS.yaml [--strategy first-fit|topology] [--node NODE]
                          [-o yaml|json]
     dra-jupyter explain  -f OBJECTS.yaml [--strategy ...] [--node NODE] [-o text|json]
+    dra-jupyter explain  KEY=VALUE... [--inventory ...] [--ledger ...] [-o text|json]
     dra-jupyter demo
     dra-jupyter publish-slices --inventory NAME [--nodes N] [--kubeconfig PATH]
 
@@ -27,15 +28,17 @@ from typing import Any, TextIO
 
 from dra_jupyter.allocator import STRATEGIES, Allocator
 from dra_jupyter.cli_kube import KUBE_COMMANDS, add_kube_commands, run_kube
-from dra_jupyter.cli_local import add_local_commands, run_local
+from dra_jupyter.cli_local import add_local_commands, explain_keywords, run_local
 from dra_jupyter.demo import run_demo
 from dra_jupyter.errors import (
     AllocationError,
     DraJupyterError,
     DraJupyterWarning,
+    InvalidInputError,
     UnavailableError,
 )
 from dra_jupyter.objectfile import ObjectSet, dump_yaml, load_objects
+from dra_jupyter.settings import Settings
 
 EXIT_OK, EXIT_UNSATISFIABLE, EXIT_INVALID, EXIT_CLUSTER, EXIT_INTERNAL = 0, 1, 2, 3, 4
 MAX_LINE = 1000  # characters of an error line; messages cut what they echo well before
@@ -62,13 +65,23 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (
         ("allocate", "allocate the claims that have no status.allocation, together, on one node"),
-        ("explain", "say, per node and request, why the claims can or cannot be allocated"),
+        (
+            "explain",
+            "say, per node and request, why the claims can or cannot be allocated; or, "
+            "with KEY=VALUE keywords as in dra.request (explain gpu=9), whether that request "
+            "can be met on this machine now, later or never, and why",
+        ),
     ):
         p = sub.add_parser(name, help=helptext, description=helptext)
+        if name == "explain":
+            p.add_argument("spec", nargs="*", metavar="KEY=VALUE")
+            p.add_argument("--inventory", help="with KEY=VALUE: auto, nvml, a bundled name, ...")
+            p.add_argument("--ledger", help="with KEY=VALUE: the ledger file (default: per user)")
+            p.add_argument("--verbose", action="store_true", help="with KEY=VALUE: every stage")
         p.add_argument(
             "-f",
             "--filename",
-            required=True,
+            required=name == "allocate",
             metavar="OBJECTS.yaml",
             help="multi-document YAML (or a List) of DeviceClasses, ResourceSlices, "
             "ResourceClaims and optionally Nodes; '-' reads standard input",
@@ -76,9 +89,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--strategy",
             choices=STRATEGIES,
-            default="first-fit",
-            help="first-fit reproduces upstream's choice; topology places by locality "
-            "and packing (default: first-fit)",
+            default=None,
+            help="topology places by locality and packing; first-fit reproduces "
+            "kube-scheduler's choice (default: $DRA_JUPYTER_STRATEGY, else topology)",
         )
         p.add_argument("--node", help="only consider this node")
         formats = ("yaml", "json") if name == "allocate" else ("text", "json")
@@ -89,12 +102,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _allocator(objects: ObjectSet, strategy: str) -> Allocator:
+def _allocator(objects: ObjectSet, strategy: str | None) -> Allocator:
     return Allocator(
         objects.slices,
         objects.classes,
         objects.allocated,
-        strategy,  # type: ignore[arg-type]
+        strategy or Settings.from_env().strategy,  # type: ignore[arg-type]
         nodes=objects.nodes,
     )
 
@@ -121,6 +134,17 @@ def run_allocate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def run_explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.spec and args.filename:
+        raise InvalidInputError(
+            "explain: give KEY=VALUE keywords (this machine's devices) or -f OBJECTS.yaml, not both"
+        )
+    if args.spec:
+        return explain_keywords(args, out)
+    if not args.filename:
+        raise InvalidInputError(
+            "explain: give a request as KEY=VALUE keywords (explain gpu=2 same=pcieRoot) "
+            "or -f OBJECTS.yaml (claims of a cluster's objects)"
+        )
     objects = load_objects(args.filename)
     allocator = _allocator(objects, args.strategy)
     explanation = allocator.explain(objects.pending_claims(), node=args.node)

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import INTEGER_KEYS
 from dra_jupyter.durations import parse_lease, parse_timeout
-from dra_jupyter.errors import ClaimNotFoundError, InvalidInputError, shown
+from dra_jupyter.errors import PYTHON_WAIT, BusyError, ClaimNotFoundError, InvalidInputError, shown
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
 
@@ -60,27 +60,54 @@ def _session(args: argparse.Namespace, *, detached: bool = False) -> Session:
     return Session(settings, owner=owner)
 
 
-def _spec(pairs: list[str]) -> dict[str, Any]:
+def _spec(pairs: list[str], command: str = "request") -> dict[str, Any]:
     spec: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise InvalidInputError(f"request: {shown(pair)} is not KEY=VALUE (e.g. gpu=2)")
+            raise InvalidInputError(f"{command}: {shown(pair)} is not KEY=VALUE (e.g. gpu=2)")
         if key in INTEGER_KEYS and value != "all":
-            spec[key] = _number(key, value)
+            spec[key] = _number(key, value, command)
         else:
             spec[key] = value
     return spec
 
 
-def _number(key: str, value: str) -> int:
+def _number(key: str, value: str, command: str = "request") -> int:
     """A count of devices: an integer of at most 18 digits (Kubernetes counts are int64)."""
     try:
         if len(value.strip()) > 18:
             raise ValueError(value)
         return int(value)
     except ValueError as err:
-        raise InvalidInputError(f"request: {key}={shown(value)} is not a number") from err
+        raise InvalidInputError(f"{command}: {key}={shown(value)} is not a number") from err
+
+
+def _released(session: Session, name: str) -> bool:
+    try:
+        return session.release(name)
+    except ClaimNotFoundError:
+        return False
+
+
+SHELL_WAIT = "pass --timeout 10m to wait in line"
+
+
+def explain_keywords(args: argparse.Namespace, out: TextIO) -> int:
+    """``explain gpu=9``: what ``%dra explain gpu=9`` says, for this machine's devices."""
+    from dra_jupyter.verdicts import explain_request  # noqa: PLC0415
+
+    session = _session(args)
+    if args.strategy:
+        session = Session(dataclasses.replace(session.settings, strategy=args.strategy))
+    verdict = explain_request(
+        session, _spec(args.spec, "explain"), verbose=args.verbose, wait_hint=SHELL_WAIT
+    )
+    if args.output == "json":
+        out.write(json.dumps(verdict.to_dict(), indent=2) + "\n")
+    else:
+        out.write(f"{verdict}\n")
+    return 0
 
 
 def run_local(args: argparse.Namespace, out: TextIO) -> int:
@@ -89,13 +116,17 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
         lease = parse_lease(args.lease, what="--lease")
         if not session.backend.capabilities.leases:
             lease = None  # the default 1h is the local ledger's; a cluster's claims have none
-        claim = session.request(
-            timeout=parse_timeout(args.timeout, what="--timeout"),
-            lease=lease,
-            name=args.name,
-            apply_env=False,
-            **_spec(args.spec),
-        )
+        try:
+            claim = session.request(
+                timeout=parse_timeout(args.timeout, what="--timeout"),
+                lease=lease,
+                name=args.name,
+                apply_env=False,
+                **_spec(args.spec),
+            )
+        except BusyError as err:  # the API's advice in the shell's words
+            text = str(err).replace(PYTHON_WAIT, "pass --timeout 10m")
+            raise BusyError(text, err.explanation) from None
         if args.output == "json":
             out.write(json.dumps({"claim": claim.to_dict(), "env": claim.env}, indent=2) + "\n")
         else:
@@ -110,7 +141,9 @@ def run_local(args: argparse.Namespace, out: TextIO) -> int:
     else:
         if not args.names and not args.all:
             raise InvalidInputError("release: name the claims to release, or pass --all")
-        names = session.release_all() if args.all else [n for n in args.names if session.release(n)]
+        names = (
+            session.release_all() if args.all else [n for n in args.names if _released(session, n)]
+        )
         missing = sorted(set(args.names) - set(names))
         if names or not missing:
             out.write(f"released: {', '.join(names) or 'nothing'}\n")

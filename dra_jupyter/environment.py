@@ -36,6 +36,7 @@ class ProcessEnvironment:
         self.claims: list[Claim] = []  # in request order
         self.saved: dict[str, str | None] = {}  # a variable's value before we set it
         self.adopted = False  # a restarted kernel's claims were taken in (adopt)
+        self.runtime_noted = False  # said that CUDA (or ROCm, TPU) was loaded already
         # request() may run on other threads than a kernel's cells (and their sync)
         self._lock = threading.RLock()
 

@@ -31,14 +31,16 @@ the magics' one line are decided by the class alone::
 Warnings: :class:`DraJupyterWarning` (something to know that does not stop the work).
 
 In IPython a ``DraJupyterError`` shows as its message alone, in red (its
-``_render_traceback_``): a user error is not a bug, so no traceback. Anything else keeps
+``_render_traceback_``): a user error is not a bug, so no traceback; ``%tb`` afterwards
+shows its full traceback (the hook steps aside for IPython's ``%tb``). Anything else keeps
 its traceback.
 """
 
 from __future__ import annotations
 
 import reprlib
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dra_jupyter.allocator.explain import Explanation
@@ -82,12 +84,32 @@ def shown(value: object, limit: int = ECHO_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def _in_tb_magic() -> bool:
+    """Whether IPython's ``%tb`` (``ExecutionMagics.tb``) is what shows the error now."""
+    frame: Any = sys._getframe(2)
+    for _ in range(30):  # %tb -> showtraceback -> hasattr: a few frames up, bounded
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code.co_name == "tb" and code.co_filename.replace("\\", "/").endswith(
+            "IPython/core/magics/execution.py"
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class DraJupyterError(Exception):
     """Base class of every error raised by dra-jupyter."""
 
-    def _render_traceback_(self) -> list[str]:
-        """What IPython shows instead of a traceback: the message (see the module doc)."""
-        return [f"{_RED}{self}{_RESET}"]
+    @property
+    def _render_traceback_(self) -> Any:
+        """What IPython shows instead of a traceback: the message (see the module doc).
+        Absent (an AttributeError, so ``hasattr`` is False) while ``%tb`` shows the error,
+        which then prints its full traceback."""
+        if _in_tb_magic():
+            raise AttributeError("_render_traceback_")
+        return lambda: [f"{_RED}{self}{_RESET}"]
 
 
 class InvalidInputError(DraJupyterError):
@@ -152,7 +174,11 @@ class AllocationError(DraJupyterError):
 
 class BusyError(AllocationError):
     """The devices that could serve the request are held by others now (or the wait in
-    line ran out): it may be met later."""
+    line ran out): it may be met later. Its message advises :data:`PYTHON_WAIT`, which the
+    command line says as ``--timeout 10m``."""
+
+
+PYTHON_WAIT = "pass timeout='10m'"  # how a busy request waits in line, in the API's words
 
 
 class LimitError(AllocationError):

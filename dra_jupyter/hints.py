@@ -6,8 +6,9 @@ what the machine has: ``no device with memory >= 200Gi; the largest is 140.4Gi (
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dra_jupyter.inventory.base import Inventory
@@ -42,11 +43,50 @@ def _listing(counts: Counter[str]) -> str:
     return ", ".join(f"{k} ({n})" for k, n in sorted(counts.items())) or "none"
 
 
+# ``device.attributes["gpu.nvidia.com"].architecture == "hopper"``: an attribute compared to
+# a string literal (the attribute's name, the value)
+_COMPARISON = re.compile(r"""\.\s*([A-Za-z_]\w*)\s*==\s*(?:"([^"\\]*)"|'([^'\\]*)')""")
+
+
+def _all_devices(inventory: Inventory) -> Iterator[Mapping[str, Any]]:
+    for s in inventory.slices:
+        yield from s.get("spec", {}).get("devices") or ()
+
+
+def selector_hint(selector: str, inventory: Inventory) -> str | None:
+    """For a selector that no device can meet: a string comparison that no device's
+    attribute meets, with the values the devices have (CEL compares strings exactly, so
+    ``"hopper"`` is not ``"Hopper"``); None where every comparison meets some device."""
+    for match in _COMPARISON.finditer(selector):
+        name, wanted = (
+            match.group(1),
+            match.group(2) if match.group(2) is not None else match.group(3),
+        )
+        values = Counter(
+            str(v) for d in _all_devices(inventory) if isinstance(v := _value(d, name), str)
+        )
+        if not values or wanted in values:
+            continue
+        alike = [v for v in values if v.lower() == wanted.lower()]
+        if alike:
+            return (
+                f'no device has {name} == "{wanted}": CEL compares strings exactly, and the '
+                f'value here is "{alike[0]}"; write {name} == "{alike[0]}"'
+            )
+        found = sorted(values.items())
+        listed = ", ".join(f'"{v}" ({n})' for v, n in found[:10])
+        listed += f" and {len(found) - 10} more" if len(found) > 10 else ""
+        return f'no device has {name} == "{wanted}"; the values here are {listed}'
+    return None
+
+
 def impossible_hint(spec: Mapping[str, Any], inventory: Inventory) -> str | None:
     """Why ``dra.request(**spec)`` can never be met here, in the user's terms; None if the
     reason is not one of the simple ones (the allocator's explanation then says more)."""
-    if spec.get("alternatives") or spec.get("selector") or spec.get("device_class"):
+    if spec.get("alternatives") or spec.get("device_class"):
         return None
+    if spec.get("selector"):
+        return selector_hint(str(spec["selector"]), inventory)
     kind = "mig" if spec.get("mig") else "tpu" if spec.get("tpu") else "gpu"
     devices = _devices(inventory, kind)
     where = inventory.description + (" (simulated)" if inventory.simulated else "")

@@ -28,6 +28,9 @@ variable                          meaning (default)
 ``DRA_JUPYTER_SERVER_ID``         the Jupyter server whose kernel this is: its claims are
                                   labelled ``dra-jupyter/server`` with it (set by the
                                   server extension)
+``DRA_JUPYTER_RERUN_RELEASES``    ``1``: when a notebook cell runs again, the claims its
+                                  previous run made are released before its new requests;
+                                  ``0`` keeps them (``1``)
 ``DRA_JUPYTER_KUBE_RETRIES``      attempts at an unreachable API server before giving up (4)
 ``DRA_JUPYTER_KUBE_BACKOFF``      seconds before the first retry, doubled each time (0.5)
 ================================  ===========================================================
@@ -94,6 +97,7 @@ class Settings:
     kube_retries: int = 4  # attempts at an unreachable API server
     kube_backoff: float = 0.5  # seconds before the first retry, doubled each time
     server_id: str = ""  # the Jupyter server whose kernel or REST API makes the claims
+    rerun_releases: bool = True  # a cell run again releases its previous run's claims first
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -114,6 +118,11 @@ class Settings:
             raise InvalidInputError(
                 f"DRA_JUPYTER_KUBE_RETRIES must be a whole number of at least 1, not {retries:g}"
             )
+        rerun = env.get("DRA_JUPYTER_RERUN_RELEASES", "1").strip().lower()
+        if rerun not in ("1", "0", "true", "false", "yes", "no", ""):
+            raise InvalidInputError(
+                f"DRA_JUPYTER_RERUN_RELEASES={shown(rerun)} is not known; use 1 or 0"
+            )
         server_id = env.get("DRA_JUPYTER_SERVER_ID", "")
         if server_id:
             check_server_id(server_id, "DRA_JUPYTER_SERVER_ID")
@@ -130,6 +139,7 @@ class Settings:
             strategy=strategy,
             poll_interval=_seconds(env, "DRA_JUPYTER_POLL_INTERVAL", 0.5),
             idle_timeout=_seconds(env, "DRA_JUPYTER_IDLE_TIMEOUT", 0),
+            rerun_releases=rerun in ("1", "true", "yes", ""),
         )
 
 

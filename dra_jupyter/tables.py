@@ -125,10 +125,13 @@ class Table(Generic[Row]):
         columns = self._columns()
         head = f"<p>{html.escape(self.title)}</p>" if self.title else ""
         header = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r.values()) + "</tr>"
-            for r in self.to_records()
-        )
+        body = (
+            "".join(
+                "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r.values()) + "</tr>"
+                for r in self.to_records()
+            )
+            or f'<tr><td colspan="{len(columns)}">(none)</td></tr>'
+        )  # as the text says
         return f"{head}<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
 
 

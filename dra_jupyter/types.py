@@ -175,6 +175,16 @@ class Waiting:
     timeout: float | None
 
 
+@dataclass(frozen=True)
+class Waiter:
+    """A request waiting in line (``dra.request(timeout=...)``, ``request --timeout``), as a
+    holder sees it: who, for what, since when."""
+
+    owner: Owner
+    what: str  # the request in short: "8 gpu.nvidia.com"
+    since: float  # seconds since the epoch
+
+
 # --- backends ------------------------------------------------------------------------------
 
 
@@ -271,6 +281,10 @@ class Backend(Protocol):
 
     def released_at(self, name: str) -> float | None:
         """When the claim was released, where the backend remembers (else None)."""
+
+    def waiting(self) -> list[Waiter]:
+        """The requests that wait in line now, oldest first (none where requests do not
+        wait: Kubernetes)."""
 
     def touch(self, name: str, now: float) -> bool:
         """Record activity on the claim (the idle countdown starts again); False if gone."""

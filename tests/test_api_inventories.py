@@ -31,9 +31,11 @@ from dra_jupyter.api import Claim, Session
 from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import (
     AllocationError,
+    ClaimNotFoundError,
     DraJupyterError,
     DraJupyterWarning,
     InvalidInputError,
+    NeverPossibleError,
 )
 from dra_jupyter.inventory import simulated
 from dra_jupyter.inventory.resolve import DEFAULT_SIMULATED, resolve_inventory
@@ -226,7 +228,8 @@ def test_one_device_its_environment_and_release(session: Session) -> None:
     assert claim.state == "released"
     assert {r.state for r in session.devices()} == {"free"}
     assert len(session.claims()) == 0
-    assert not session.release(claim.name)
+    with pytest.raises(ClaimNotFoundError, match=f"^no claim {claim.name} "):
+        session.release(claim.name)
 
 
 def test_shared_gpus_take_claims_by_memory_and_by_share(tmp_path: Path) -> None:
@@ -718,3 +721,20 @@ def test_missing_yaml_file_is_a_clear_error(tmp_path: Path) -> None:
     message = one_line(caught.value)
     assert "missing.yaml" in message
     assert "cannot read" in message
+
+
+ARCHITECTURE = 'device.attributes["gpu.nvidia.com"].architecture == '
+
+
+def test_a_selector_with_a_value_in_the_wrong_case_gets_the_right_one(tmp_path: Path) -> None:
+    session = make_session(tmp_path, "h200-8x")
+    with pytest.raises(NeverPossibleError) as caught:
+        session.request(gpu=1, selector=ARCHITECTURE + '"hopper"', apply_env=False)
+    assert str(caught.value) == (
+        'dra.request: no device has architecture == "hopper": CEL compares strings exactly, '
+        'and the value here is "Hopper"; write architecture == "Hopper"'
+    )
+    with pytest.raises(NeverPossibleError, match=r'the values here are "Hopper" \(8\)$'):
+        session.request(gpu=1, selector=ARCHITECTURE + "'Ampere'", apply_env=False)
+    claim = session.request(gpu=1, selector=ARCHITECTURE + '"Hopper"', apply_env=False)
+    assert claim.state == "allocated"

@@ -412,6 +412,17 @@ def test_topology_strategy_keeps_a_request_on_one_pcie_root(tmp_path: Path) -> N
     assert node_of(item) == NODE
 
 
+def test_the_default_strategy_is_topology_as_the_readme_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DRA_JUPYTER_STRATEGY", raising=False)
+    objects = [*hgx(), allocated("nb-1", NODE, "gpu-0"), claim("pair", request("gpu", GPU, 2))]
+    default = allocate(tmp_path, objects)
+    assert default == allocate(tmp_path, objects, "--strategy", "topology")
+    monkeypatch.setenv("DRA_JUPYTER_STRATEGY", "first-fit")
+    assert devices_of(items(allocate(tmp_path, objects)[1])[0]) == ["gpu-1", "gpu-2"]
+
+
 def test_topology_strategy_honours_constraints(tmp_path: Path) -> None:
     objects = [
         *hgx(),
@@ -837,3 +848,15 @@ def test_demo_shows_the_first_available_fallback() -> None:
     [line] = [line for line in out.splitlines() if line.startswith("claim sweep ")]
     assert "cannot be allocated" not in line, out
     assert line.count("(gpus/one)") == 1, line
+
+
+def test_make_lab_puts_the_command_line_on_the_terminals_path() -> None:
+    """JupyterLab's terminals inherit the server's PATH: `make lab` starts it with the
+    virtual environment's bin first, so `dra-jupyter` works in them."""
+    root = Path(__file__).parents[1]
+    shown = subprocess.run(
+        ["make", "-n", "-o", "install", "--no-print-directory", "lab"],
+        cwd=root, capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    [command] = [line for line in shown.splitlines() if "jupyter lab" in line]
+    assert command.startswith(f'PATH="{root / ".venv" / "bin"}:$PATH" '), command

@@ -275,6 +275,56 @@ def test_busy_is_exit_1_and_names_the_holder() -> None:
     assert not result.err.startswith("error:")
 
 
+def test_busy_says_the_flag_that_waits() -> None:
+    assert run("request", "gpu=all").code == 0
+    result = run("request", "gpu=1")
+    assert "pass --timeout 10m to wait in line" in result.err
+    assert "timeout='10m'" not in result.err
+
+
+def test_explain_takes_keywords_as_the_magic_does() -> None:
+    never = run("explain", "gpu=9")
+    assert never.code == 0, never.err
+    assert never.out.startswith("gpu=9: can never be met here: ")
+    now = run("explain", "gpu=2", "same=pcieRoot")
+    assert now.out.startswith("gpu=2 same=pcieRoot: can be met now on gpu-node-1: "), now.out
+    assert run("request", "gpu=7").code == 0
+    later = run("explain", "gpu=2", "-o", "json")
+    verdict = json.loads(later.out)
+    assert verdict["answer"] == "later"
+    assert verdict["headline"].endswith("pass --timeout 10m to wait in line")
+    assert len(verdict["held_now"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (("explain",), "give a request as KEY=VALUE keywords"),
+        (("explain", "gpu=1", "-f", "objects.yaml"), "not both"),
+        (("explain", "gpu"), "explain: 'gpu' is not KEY=VALUE"),
+        (("explain", "gpu=two"), "explain: gpu='two' is not a number"),
+    ],
+)
+def test_explain_without_a_request_is_exit_2(argv: tuple[str, ...], words: str) -> None:
+    result = run(*argv)
+    assert result.code == 2
+    assert words in result.err
+    assert result.err.startswith("error: ")
+
+
+def test_release_of_an_unknown_name_in_python_says_no_claim() -> None:
+    import dra_jupyter as dra  # noqa: PLC0415
+    from dra_jupyter import api  # noqa: PLC0415
+    from dra_jupyter.errors import ClaimNotFoundError  # noqa: PLC0415
+
+    dra.configure()  # this test's ledger
+    try:
+        with pytest.raises(ClaimNotFoundError, match=r"^no claim nope \(already released\?\)"):
+            dra.release("nope")
+    finally:
+        api._Default.session = None
+
+
 def test_timeout_waits_then_says_busy() -> None:
     run("request", "gpu=all")
     result = run("request", "gpu=1", "--timeout", "0.2")

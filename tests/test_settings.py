@@ -73,3 +73,11 @@ def test_local_claims_stay_in_namespace_default(tmp_path: Path) -> None:
 def test_configure_checks_the_backend_name() -> None:
     with pytest.raises(InvalidInputError, match="backend 'k8s' is not known"):
         dra.configure(backend="k8s")
+
+
+def test_rerun_releases_is_on_by_default_and_can_be_turned_off() -> None:
+    assert Settings.from_env({}).rerun_releases is True
+    assert Settings.from_env({"DRA_JUPYTER_RERUN_RELEASES": "0"}).rerun_releases is False
+    assert Settings.from_env({"DRA_JUPYTER_RERUN_RELEASES": "yes"}).rerun_releases is True
+    with pytest.raises(InvalidInputError, match="DRA_JUPYTER_RERUN_RELEASES='maybe'"):
+        Settings.from_env({"DRA_JUPYTER_RERUN_RELEASES": "maybe"})

@@ -87,6 +87,13 @@ class Explanation:
                     lines.append(f"{where}: claim {req.claim}, request {req.request}: {reason}")
         return "\n".join(lines) or "no allocation exists"
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """IPython shows ``claim.explain()`` as its text (``to_text``), not as a dataclass."""
+        for i, line in enumerate(self.to_text().split("\n")):
+            if i:
+                p.break_()
+            p.text(line)
+
     def to_text(self) -> str:
         lines = []
         verdict = f"allocatable on node {self.node}" if self.satisfiable else "NOT allocatable"

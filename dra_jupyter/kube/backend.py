@@ -45,6 +45,7 @@ from dra_jupyter.types import (
     Owner,
     Select,
     Sweep,
+    Waiter,
     claim_prefix,
     label_value,
 )
@@ -359,6 +360,10 @@ class KubernetesBackend:
             "it (dra.run), never to the kernel; restart the kernel normally (its claims are "
             "released) or keep it running"
         )
+
+    def waiting(self) -> list[Waiter]:
+        """None: a cluster's claims are created at once (kube-scheduler queues pods)."""
+        return []
 
     def released_at(self, name: str) -> float | None:
         """Unknown: a deleted claim leaves nothing in the cluster."""

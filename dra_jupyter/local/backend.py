@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.errors import (
+    PYTHON_WAIT,
     AllocationError,
     BusyError,
     ForbiddenError,
@@ -34,6 +35,7 @@ from dra_jupyter.types import (
     Owner,
     Select,
     Sweep,
+    Waiter,
     Waiting,
     claim_prefix,
 )
@@ -61,6 +63,26 @@ Sleep = Callable[[float], None]
 def shape_of(claim: Wire) -> str:
     """Requests of the same shape wait in one FIFO queue: the claim's spec, canonically."""
     return json.dumps(claim.get("spec", {}), sort_keys=True, separators=(",", ":"))
+
+
+def shape_summary(shape: str) -> str:
+    """A queue's shape (:func:`shape_of`) in short, for who sees it wait: ``8
+    gpu.nvidia.com``, ``1 mig-3g.71gb.nvidia.com + selectors``."""
+    try:
+        requests = json.loads(shape).get("devices", {}).get("requests", [])
+    except (ValueError, AttributeError):
+        return "devices"
+    parts = []
+    for request in requests if isinstance(requests, list) else []:
+        exactly: Any = request.get("exactly") or next(iter(request.get("firstAvailable") or []), {})
+        if not isinstance(exactly, dict):
+            continue
+        count = "all" if exactly.get("allocationMode") == "All" else exactly.get("count", 1)
+        text = f"{count} {exactly.get('deviceClassName', 'devices')}"
+        if exactly.get("selectors"):
+            text += " + selectors"
+        parts.append(text)
+    return ", ".join(parts) or "devices"
 
 
 class LocalBackend:
@@ -220,7 +242,7 @@ class LocalBackend:
         place = f" (number {position} in the queue)" if position > 1 else ""
         holders = ", ".join(f"{r.name} ({r.owner.user})" for r in held) or "nobody"
         return BusyError(
-            f"the devices are busy{waited_text}{place}; pass timeout='10m' to wait in line, "
+            f"the devices are busy{waited_text}{place}; {PYTHON_WAIT} to wait in line, "
             "or release claims you no longer need:\n"
             + explanation.summary()
             + f"\nclaims held now: {holders}",
@@ -277,6 +299,12 @@ class LocalBackend:
             "dra.run launches a pod, which needs the Kubernetes backend: set "
             "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
         )
+
+    def waiting(self) -> list[Waiter]:
+        return [
+            Waiter(owner, shape_summary(shape), since)
+            for shape, owner, since in self.ledger.waiters()
+        ]
 
     def released_at(self, name: str) -> float | None:
         ended = [r.time for r in self.ledger.releases(1000) if r.name == name]

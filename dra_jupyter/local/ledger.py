@@ -535,6 +535,20 @@ class Ledger:
             ).fetchone()
         return int(row[0]) + 1
 
+    def waiters(self) -> list[tuple[str, Owner, float]]:
+        """``(shape, owner, since)`` of every request waiting now, oldest first; a damaged
+        row is left out (the next reclaim drops it)."""
+        with self._reading() as conn:
+            rows = conn.execute("SELECT shape, owner, created FROM waiters ORDER BY id").fetchall()
+        out: list[tuple[str, Owner, float]] = []
+        for row in rows:
+            try:
+                owner, since = owner_from(row["owner"]), _time(row["created"], "created")
+            except DamagedRowError:
+                continue
+            out.append((str(row["shape"]), owner, float(since or 0)))
+        return out
+
     @staticmethod
     def dequeue(conn: sqlite3.Connection, waiter: int) -> None:
         conn.execute("DELETE FROM waiters WHERE id = ?", (waiter,))

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from dra_jupyter.errors import MagicError
+from dra_jupyter.errors import ClaimNotFoundError, MagicError
 from dra_jupyter.types import claim_prefix
 
 if TYPE_CHECKING:
@@ -36,6 +36,8 @@ def release_surely(session: Session, name: str) -> None:
     while True:
         try:
             session.release(name)
+            return
+        except ClaimNotFoundError:  # released meanwhile (the card's button, say)
             return
         except KeyboardInterrupt:
             continue

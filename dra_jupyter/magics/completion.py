@@ -148,6 +148,11 @@ def dra_matcher(context: CompletionContext) -> SimpleMatcherResult:
     words, word = current_word(before[found.end() :])
     texts = candidates("cell" if cell else "line", words, word, default_session())
     kind = "magic" if not words and not cell else "param"
+    if not texts:
+        # nothing to offer (mig= where the inventory has no MIG profiles, say): the word as
+        # typed, so Tab changes nothing; IPython lets a matcher suppress the others (Python
+        # names, builtins) only when it has a completion
+        texts = [fragment(word)]
     return {
         "completions": [SimpleCompletion(t, type=kind) for t in texts],
         "matched_fragment": fragment(word),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from dra_jupyter.errors import DraJupyterError, MagicError
+from dra_jupyter.errors import ClaimNotFoundError, DraJupyterError, MagicError
 from dra_jupyter.magics.boundary import user_errors
 from dra_jupyter.magics.helptext import HELP
 from dra_jupyter.magics.parsing import Command, parse_cell_line, parse_line
@@ -97,7 +97,10 @@ class DraMagics(Magics):
         refused: list[str] = []
         for name in command.args:  # each on its own: one refusal must not hide a release
             try:
-                (released if s.release(name) else missing).append(name)
+                s.release(name)
+                released.append(name)
+            except ClaimNotFoundError:
+                missing.append(name)
             except DraJupyterError as err:
                 refused.append(f"{name}: {err}")
         if released:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -18,18 +18,16 @@ import yaml
 from dra_jupyter.durations import format_duration
 from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.envvars import environment_for
-from dra_jupyter.errors import ObjectError
-from dra_jupyter.hints import impossible_hint
 from dra_jupyter.tables import Table
 from dra_jupyter.types import ClaimRecord, claim_prefix
+from dra_jupyter.verdicts import Verdict, explain_request
 
 if TYPE_CHECKING:
     from IPython.lib.pretty import RepresentationPrinter
 
-    from dra_jupyter.allocator import Explanation
     from dra_jupyter.api import Session
 
-PROBE = "new-request"  # the name a claim is explained under before it has one
+__all__ = ["Verdict", "explain_request"]  # what %dra explain shows: dra_jupyter.verdicts
 
 
 def _pretty_text(text: str, printer: RepresentationPrinter) -> None:
@@ -38,11 +36,6 @@ def _pretty_text(text: str, printer: RepresentationPrinter) -> None:
         if i:
             p.break_()
         p.text(line)
-
-
-def describe(spec: Mapping[str, Any]) -> str:
-    """``gpu=2 same=pcieRoot``: a request as it was typed."""
-    return " ".join(f"{k}={v}" for k, v in spec.items()) or "gpu=1"
 
 
 def held_by_this_kernel(session: Session, record: ClaimRecord) -> bool:
@@ -117,7 +110,9 @@ def status_table(
     inv = session.inventory
     where = inv.description + (" (SIMULATED)" if inv.simulated else "")
     kernel = session.owner.kernel_id
-    managed = f"kernel {kernel}" if kernel else f"process {session.owner.pid} (no Jupyter server)"
+    managed = (
+        f"kernel {kernel[:8]}" if kernel else f"process {session.owner.pid} (no Jupyter server)"
+    )
     title = f"{'all claims' if all_users else 'your claims'} on {where}; this is {managed}"
     return Table(rows, list(StatusRow.__dataclass_fields__), title=title)
 
@@ -181,92 +176,4 @@ def claim_yaml(session: Session, spec: Mapping[str, Any], name: str = "") -> Yam
     return YamlText(yaml.safe_dump(claim, sort_keys=False))
 
 
-# --- %dra explain -------------------------------------------------------------------------------
-
-
-@dataclass
-class Verdict:
-    """Whether a request can be met now, later (when devices are released), or never here."""
-
-    request: str
-    answer: str  # "now", "later" or "never"
-    headline: str
-    explanation: Explanation | None
-    held_now: list[str] = field(default_factory=list)  # "claim (user): devices"
-    verbose: bool = False
-
-    def __str__(self) -> str:
-        lines = [self.headline]
-        if self.explanation is not None and self.answer != "now":
-            lines.extend(self.explanation.summary().splitlines())
-        if self.held_now:
-            lines.append("held now: " + "; ".join(self.held_now))
-        if self.verbose and self.explanation is not None:
-            lines.extend(["", self.explanation.to_text()])
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, p: RepresentationPrinter, cycle: bool) -> None:
-        _pretty_text(str(self), p)
-
-
-def _devices(results: Any) -> str:
-    found = results[0].to_dict().get("devices", {}).get("results", [])
-    return ", ".join(r["device"] for r in found)
-
-
-def explain_request(session: Session, spec: Mapping[str, Any], *, verbose: bool = False) -> Verdict:
-    """Say whether ``spec`` can be met: now (and on which devices), once others release
-    theirs (and who holds them), or never on this inventory (and why, in the user's terms)."""
-    what = describe(spec)
-    claim = session.build(spec, PROBE)
-    backend = session.backend
-    inv = session.inventory
-    where = inv.description + (" (simulated)" if inv.simulated else "")
-    idle = backend.allocator([])
-    try:
-        possible = idle.allocate([claim])
-    except ObjectError:  # the inventory lacks the DeviceClass (a TPU asked of a GPU machine)
-        hint = impossible_hint(spec, inv)
-        if hint is None:
-            raise
-        return Verdict(
-            what, "never", f"{what}: can never be met here: {hint}", None, verbose=verbose
-        )
-    if possible is None:
-        hint = impossible_hint(spec, inv)
-        return Verdict(
-            what,
-            "never",
-            f"{what}: can never be met here: {hint}"
-            if hint
-            else f"{what}: can never be met on {where}",
-            idle.explain([claim]),
-            verbose=verbose,
-        )
-    held = backend.claims(all_users=True)
-    allocator = backend.allocator(held)
-    results = allocator.allocate([claim])
-    explanation = allocator.explain([claim])
-    if results is not None:
-        node = explanation.node or "this machine"
-        return Verdict(
-            what,
-            "now",
-            f"{what}: can be met now on {node}: {_devices(results)}",
-            explanation,
-            verbose=verbose,
-        )
-    holders = [
-        f"{r.name} ({r.owner.user}): "
-        + ", ".join(x["device"] for x in r.allocation.get("devices", {}).get("results", []))
-        for r in held
-    ]
-    return Verdict(
-        what,
-        "later",
-        f"{what}: cannot be met now, only once other claims release devices; "
-        "add timeout=10m to wait in line",
-        explanation,
-        holders,
-        verbose=verbose,
-    )
+# --- %dra explain: dra_jupyter.verdicts (the command line's explain KEY=VALUE too) ---------------

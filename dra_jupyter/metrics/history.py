@@ -11,7 +11,7 @@ from dra_jupyter.metrics.base import Sample
 if TYPE_CHECKING:
     import pandas as pd
 
-FRAME_COLUMNS = [
+SAMPLE_COLUMNS = [
     "time",
     "device",
     "utilization",
@@ -20,6 +20,9 @@ FRAME_COLUMNS = [
     "temperature",
     "simulated",
 ]
+# a frame's columns: the samples', with memory also in GiB (bytes are for computing)
+FRAME_COLUMNS = [*SAMPLE_COLUMNS[:5], "memory_used_gib", "memory_total_gib", *SAMPLE_COLUMNS[5:]]
+GIB = 2**30
 
 
 class MetricsHistory:
@@ -52,10 +55,14 @@ class MetricsHistory:
 
 
 def to_frame(samples: Sequence[Sample]) -> pd.DataFrame:
-    """Samples as a DataFrame indexed by time (a ``datetime64`` column ``time``)."""
+    """Samples as a DataFrame: a ``datetime64`` column ``time`` (UTC, whole seconds: what
+    a person reads), memory in bytes and in GiB (to one decimal)."""
     import pandas as pd  # noqa: PLC0415  # pandas is heavy: loaded only when asked for
 
-    frame = pd.DataFrame.from_records([s.to_dict() for s in samples], columns=FRAME_COLUMNS)
+    frame = pd.DataFrame.from_records([s.to_dict() for s in samples], columns=SAMPLE_COLUMNS)
     # one resolution whatever the values (pandas picks seconds or ns from the data otherwise)
-    frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True).astype("datetime64[ns, UTC]")
-    return frame
+    times = pd.to_datetime(frame["time"], unit="s", utc=True).astype("datetime64[ns, UTC]")
+    frame["time"] = times.dt.floor("s")
+    for column in ("memory_used", "memory_total"):
+        frame[f"{column}_gib"] = (frame[column].astype("float64") / GIB).round(1)
+    return frame[FRAME_COLUMNS]

@@ -330,6 +330,18 @@ class DRAExtensionApp(ExtensionApp):
             return None
         return self.policy.deadline(execution.last_execute, record.last_activity)
 
+    def idle_state(
+        self, record: ClaimRecord, now: float | None = None
+    ) -> tuple[float | None, bool]:
+        """What the REST API says of the claim's idle release: the deadline as shown
+        (:meth:`IdlePolicy.reported`: paused while a cell runs, never in the past), and
+        whether a cell of its kernel is running."""
+        kernel_id = record.owner.kernel_id
+        execution = self.watcher.execution(kernel_id) if kernel_id else None
+        busy = execution is not None and execution.busy
+        now = time.time() if now is None else now
+        return self.policy.reported(self.idle_deadline(record), now=now, busy=busy), busy
+
     # --- metrics -----------------------------------------------------------------------------
 
     def metrics_source(self) -> MetricsSource:

@@ -49,12 +49,13 @@ from dra_jupyter.server.models import (
     DeviceMetricsModel,
     HistoryModel,
     MetricsResponse,
+    ReleasedModel,
     RestartResponse,
     SampleModel,
     check_claim_request,
     parse_json_body,
 )
-from dra_jupyter.server.service import Caller
+from dra_jupyter.server.service import Caller, Released, release_message
 
 if TYPE_CHECKING:
     from dra_jupyter.server.app import DRAExtensionApp
@@ -227,8 +228,14 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
             )
         return Caller(user=self.claim_user(), admin=admin)
 
-    def claim_model(self, record: Any) -> ClaimModel:
-        model = self.dra.service.to_model(record, self.dra.idle_deadline(record))
+    def claim_model(self, record: Any, gone: Released | None = None) -> ClaimModel:
+        if gone is not None:
+            message = release_message(gone.reason, self.dra.idle_timeout)
+            released = ReleasedModel(reason=gone.reason, time=gone.time, message=message)
+            model = self.dra.service.to_model(record, released=released)
+        else:
+            deadline, busy = self.dra.idle_state(record)
+            model = self.dra.service.to_model(record, deadline, busy=busy)
         model["lease_expires"] = _finite(model["lease_expires"])  # an older ledger's endless one
         model["idle_deadline"] = _finite(model["idle_deadline"])
         return model
@@ -275,7 +282,8 @@ class ClaimHandler(_DRAHandler):
         caller = await self.caller()
         with _handle_error():
             check_claim_name(name)
-            self.reply(self.claim_model(await self.dra.call(self.dra.service.claim, caller, name)))
+            found = await self.dra.call(self.dra.service.claim_or_released, caller, name)
+            self.reply(self.claim_model(*found))
 
     @web.authenticated
     @authorized

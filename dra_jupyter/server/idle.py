@@ -6,6 +6,10 @@ deadline is ``timeout`` after the later of the kernel's last execution and the c
 own last activity (its creation, or a "keep" that touched it). ``warning`` seconds before
 the deadline the warning event goes out, once per deadline; at the deadline the claim is
 released with reason ``idle``.
+
+What the REST API reports (:meth:`IdlePolicy.reported`) is never in the past and pauses
+while a cell runs: a running cell is never idle, so the countdown starts again, from the
+full ``timeout``, when it ends.
 """
 
 from __future__ import annotations
@@ -33,6 +37,16 @@ class IdlePolicy:
         if not self.enabled:
             return None
         return max(last_execute, claim_activity) + self.timeout
+
+    def reported(self, deadline: float | None, *, now: float, busy: bool) -> float | None:
+        """The deadline a user is shown: while a cell runs, ``timeout`` from now (the
+        countdown is paused, and starts again when the cell ends); otherwise the deadline,
+        or now when it has passed (the claim goes at the next check)."""
+        if deadline is None:
+            return None
+        if busy:
+            return max(deadline, now + self.timeout)
+        return max(deadline, now)
 
     def decide(
         self, *, now: float, busy: bool, deadline: float | None, warned_for: float | None

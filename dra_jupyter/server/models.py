@@ -38,14 +38,33 @@ class DeviceModel(TypedDict):
     holder: str  # "claim (user)", empty when free
 
 
+class WaiterModel(TypedDict):
+    """A request waiting in line for devices (``GET devices``): who, for what, since when."""
+
+    user: str
+    kernel_id: str | None
+    what: str  # the request in short, e.g. "8 gpu.nvidia.com"
+    since: float  # seconds since the epoch
+
+
 class DevicesResponse(TypedDict):
     inventory: str  # the inventory's description
     simulated: bool
     devices: list[DeviceModel]
+    waiting: list[WaiterModel]  # the queue, oldest first (none on Kubernetes)
+
+
+class ReleasedModel(TypedDict):
+    """Why and when a claim was released (``GET claims/{name}`` of a claim released lately)."""
+
+    reason: str  # idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit
+    time: float  # seconds since the epoch
+    message: str  # the reason in a user's words, e.g. "idle for 40 min"
 
 
 class ClaimModel(TypedDict):
-    """A live claim (``GET claims``, ``GET claims/{name}``, ``POST claims``)."""
+    """A claim: live (``GET claims``, ``POST claims``), or, for ``GET claims/{name}``, one
+    this server released lately (``released``)."""
 
     name: str
     namespace: str
@@ -57,6 +76,8 @@ class ClaimModel(TypedDict):
     last_activity: float  # seconds since the epoch
     lease_expires: float | None  # seconds since the epoch
     idle_deadline: float | None  # seconds since the epoch; None: not subject to idle release
+    busy: bool  # a cell of its kernel is running: the idle countdown is paused
+    released: ReleasedModel | None  # None: live
 
 
 class ClaimsResponse(TypedDict):

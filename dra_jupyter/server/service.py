@@ -45,6 +45,8 @@ from dra_jupyter.server.models import (
     ClaimModel,
     DeviceModel,
     DevicesResponse,
+    ReleasedModel,
+    WaiterModel,
     check_claim_request,
 )
 from dra_jupyter.settings import Settings
@@ -55,6 +57,48 @@ from dra_jupyter.types import Backend, ClaimRecord, Owner, Select, Sweep, proces
 _REQUEST_KEYS = ("name", "lease", "timeout", "kernel_id")
 # Seconds a cluster's ResourceSlices are reused before they are read again (a board polls).
 INVENTORY_MAX_AGE = 10.0
+# How long, and how many, released claims stay readable (GET claims/{name}) with their reason.
+RELEASED_KEPT = 24 * 3600.0
+RELEASED_MAX = 1000
+
+# Why a claim went, for a user: what each reason of the events and the ledger means.
+_REASONS = {
+    "user": "released by its user",
+    "kernel-shutdown": "its kernel shut down or was restarted (a plain restart gives the "
+    "devices back; the card's Restart kernel with these devices keeps them)",
+    "expired": "its lease ended",
+    "reclaimed": "the process that held it ended",
+    "server-stop": "the Jupyter server stopped",
+    "limit": "over the per-user device limit",
+}
+
+
+def spoken_duration(seconds: float) -> str:
+    """``40 min``, ``2 h``, ``1 h 30 min``, ``45 s``: a duration as a person says it."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = round(seconds / 60)
+    hours, minutes = divmod(minutes, 60)
+    if not hours:
+        return f"{minutes} min"
+    return f"{hours} h" + (f" {minutes} min" if minutes else "")
+
+
+def release_message(reason: str, idle_timeout: float) -> str:
+    """Why a claim was released, in a user's words (``idle for 40 min``)."""
+    if reason == "idle":
+        return f"idle for {spoken_duration(idle_timeout)}" if idle_timeout > 0 else "idle"
+    return _REASONS.get(reason, reason)
+
+
+@dataclass(frozen=True)
+class Released:
+    """A claim this server saw released: the claim as it was, why, and when."""
+
+    record: ClaimRecord
+    reason: str
+    time: float
 
 
 @dataclass(frozen=True)
@@ -85,6 +129,8 @@ class ClaimService:
         self.max_devices_per_user = max_devices_per_user
         # what this service released, and why; the app emits the events on its loop
         self.released: queue.SimpleQueue[tuple[ClaimRecord, str]] = queue.SimpleQueue()
+        # the claims released lately, by name, oldest first (see released_claim)
+        self.recent: dict[str, Released] = {}
         self._inventory: Inventory | None = None
         self._inventory_read = 0.0  # time.monotonic() of that read
 
@@ -112,13 +158,20 @@ class ClaimService:
 
     def devices(self) -> DevicesResponse:
         """Every device and who holds it (on Kubernetes: every allocated claim of the
-        cluster the server may list, else of its namespace)."""
+        cluster the server may list, else of its namespace), and who waits in line."""
         swept = self._sweep()
         inventory = self.inventory()
         held = swept.kept if swept.complete else self.backend.holders()
         rows = [DeviceModel(**asdict(r)) for r in device_rows(inventory.slices, held)]  # type: ignore[typeddict-item]
+        waiting = [
+            WaiterModel(user=w.owner.user, kernel_id=w.owner.kernel_id, what=w.what, since=w.since)
+            for w in self.backend.waiting()
+        ]
         return DevicesResponse(
-            inventory=inventory.description, simulated=inventory.simulated, devices=rows
+            inventory=inventory.description,
+            simulated=inventory.simulated,
+            devices=rows,
+            waiting=waiting,
         )
 
     def visible(self, caller: Caller, record: ClaimRecord, live: Collection[str]) -> bool:
@@ -162,7 +215,14 @@ class ClaimService:
             raise KernelNotFoundError(f"kernel {shown(kernel_id)} is not running on this server")
         return [r for r in self.claims(caller) if r.owner.kernel_id == kernel_id]
 
-    def to_model(self, record: ClaimRecord, idle_deadline: float | None = None) -> ClaimModel:
+    def to_model(
+        self,
+        record: ClaimRecord,
+        idle_deadline: float | None = None,
+        *,
+        busy: bool = False,
+        released: ReleasedModel | None = None,
+    ) -> ClaimModel:
         return ClaimModel(
             name=record.name,
             namespace=record.namespace,
@@ -174,6 +234,8 @@ class ClaimService:
             last_activity=record.last_activity,
             lease_expires=record.lease_expires,
             idle_deadline=idle_deadline,
+            busy=busy,
+            released=released,
         )
 
     def counted(self, record: ClaimRecord) -> int:
@@ -254,7 +316,7 @@ class ClaimService:
         record = self.claim(caller, name)
         if not self.backend.release(name, "user", any_owner=True):
             raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
-        self.released.put((record, "user"))
+        self._note_release(record, "user")
         return record
 
     def keep(self, caller: Caller, name: str, now: float | None = None) -> ClaimRecord:
@@ -277,7 +339,7 @@ class ClaimService:
             raise KernelNotFoundError(f"kernel {shown(kernel_id)} is not running on this server")
         swept = self.backend.adopt(kernel_id, self.server_owner, time.time())
         for record, reason in swept.released:
-            self.released.put((record, reason))
+            self._note_release(record, reason)
         return swept.kept
 
     def environment(self, records: list[ClaimRecord]) -> dict[str, str]:
@@ -304,5 +366,34 @@ class ClaimService:
         now = time.time() if now is None else now
         swept = self.backend.sweep(select, now, set(self.live_kernels()))
         for record, reason in swept.released:
-            self.released.put((record, reason))
+            self._note_release(record, reason, now)
         return swept
+
+    def _note_release(self, record: ClaimRecord, reason: str, now: float | None = None) -> None:
+        """Announce a release (:attr:`released`) and remember it for a while
+        (:data:`RELEASED_KEPT`, at most :data:`RELEASED_MAX` claims)."""
+        now = time.time() if now is None else now
+        self.released.put((record, reason))
+        self.recent.pop(record.name, None)
+        self.recent[record.name] = Released(record, reason, now)
+        while self.recent:
+            oldest = next(iter(self.recent.values()))
+            if len(self.recent) <= RELEASED_MAX and oldest.time > now - RELEASED_KEPT:
+                break
+            del self.recent[oldest.record.name]
+
+    def claim_or_released(self, caller: Caller, name: str) -> tuple[ClaimRecord, Released | None]:
+        """The live claim, or one this server released lately (with why and when): a card
+        that polls its claim learns why it went."""
+        try:
+            return self.claim(caller, name), None
+        except ClaimNotFoundError:
+            gone = self.recent.get(name)
+            if gone is None or gone.time <= time.time() - RELEASED_KEPT:
+                raise
+            if not self.visible(caller, gone.record, set(self.live_kernels())):
+                raise ForbiddenError(
+                    f"claim {name} belonged to user {gone.record.owner.user}; "
+                    "only its owner (or an admin) can see it"
+                ) from None
+            return gone.record, gone

@@ -4,7 +4,9 @@
 
 /**
  * A claim of a row: from the REST claims, or the kernel's (dra_jupyter/widgets/rows.py).
- * @typedef {{ name: string, user: string, kernel: string, idle_deadline: number | null }} RowClaim
+ * @typedef {{
+ *   name: string, user: string, kernel: string, idle_deadline: number | null, busy: boolean,
+ * }} RowClaim
  */
 /**
  * A row of the board: a device with its claims and current metrics, joined here from the
@@ -26,6 +28,7 @@
  *   rows: Row[] | null,
  *   simulated: boolean,
  *   inventory: string,
+ *   waiting: Waiter[],
  *   warning: number,
  *   error: string,
  * }} BoardView
@@ -52,6 +55,7 @@ function draJoin(devices, claims, metrics) {
         user: c.user,
         kernel: c.kernel_id || "",
         idle_deadline: c.idle_deadline,
+        busy: c.busy,
       });
     }
   }
@@ -74,8 +78,9 @@ function draJoin(devices, claims, metrics) {
 /**
  * @param {Row} row
  * @param {number} warning
+ * @param {Set<string>} shown the claims whose holder a row above shows already
  */
-function draHolder(row, warning) {
+function draHolder(row, warning, shown) {
   const cell = draEl("td", "dra-holder");
   if (!row.claims.length) {
     cell.textContent = row.holder || "";
@@ -83,9 +88,21 @@ function draHolder(row, warning) {
   }
   for (const c of row.claims) {
     const line = draEl("div", "dra-claim");
+    if (shown.has(c.name)) {
+      // the same claim as a row above: its name only, not its holder again
+      line.append(draEl("span", "dra-claim-name dra-dim", c.name));
+      line.title = "held by " + c.user + (c.kernel ? ", kernel " + c.kernel.slice(0, 8) : "");
+      cell.append(line);
+      continue;
+    }
+    shown.add(c.name);
     line.append(draEl("span", "dra-claim-name", c.name), " ", draEl("span", "dra-dim", c.user));
     if (c.kernel) line.append(" ", draEl("span", "dra-dim", "kernel " + c.kernel.slice(0, 8)));
-    if (c.idle_deadline) {
+    if (c.busy) {
+      const busy = draEl("span", "dra-busy", "busy");
+      busy.title = "a cell is running: the idle countdown starts again when it ends";
+      line.append(" ", busy);
+    } else if (c.idle_deadline) {
       const left = draEl("span", "dra-countdown");
       left.dataset.deadline = String(c.idle_deadline);
       left.dataset.warning = String(warning);
@@ -140,6 +157,8 @@ function draRender(el, model, view) {
   thead.append(hr);
   table.append(thead);
   const body = draEl("tbody");
+  /** @type {Set<string>} */
+  const shown = new Set();
   for (const row of rows) {
     const tr = draEl("tr", "dra-state-" + row.state);
     const dev = draEl("td", "dra-device");
@@ -172,11 +191,13 @@ function draRender(el, model, view) {
     );
     const state = draEl("td");
     state.append(draEl("span", "dra-pill dra-pill-" + row.state, row.state));
-    tr.append(dev, modelCell, mem, util, temp, state, draHolder(row, view.warning));
+    tr.append(dev, modelCell, mem, util, temp, state, draHolder(row, view.warning, shown));
     body.append(tr);
   }
   table.append(body);
   el.append(table);
+  const queue = view.rows !== null ? draQueue(view.waiting) : null;
+  if (queue) el.append(queue);
   draTick(el);
 }
 
@@ -190,6 +211,7 @@ export default {
       rows: null, // rows from REST, when the server answers
       simulated: false,
       inventory: "",
+      waiting: [],
       warning: 0,
       error: "",
     };
@@ -211,6 +233,7 @@ export default {
           view.rows = draJoin(devices, claims, metrics);
           view.simulated = devices.simulated;
           view.inventory = devices.inventory;
+          view.waiting = devices.waiting;
           view.warning = metrics.idle_warning || 0;
           view.error = "";
           redraw();

@@ -7,11 +7,19 @@
  * @typedef {{
  *   server: boolean | null,
  *   deadline: number | null,
+ *   busy: boolean,
  *   warning: number,
  *   warningNow: boolean,
  *   released: boolean,
+ *   why: string,
+ *   releasedAt: number,
+ *   kernel: string,
+ *   restarted: string,
+ *   waiting: Waiter[],
+ *   steps: number,
  *   release: (button: HTMLButtonElement) => Promise<void>,
  *   keep: (button: HTMLButtonElement) => Promise<void>,
+ *   restart: (button: HTMLButtonElement) => Promise<void>,
  * }} CardView
  */
 
@@ -54,13 +62,24 @@ function draCardRender(el, model, view) {
     );
     el.append(list);
   }
+  if (state === "released" && view.why) {
+    const at = new Date(view.releasedAt * 1000);
+    const when = at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const line = draEl("div", "dra-card-line dra-released", `released at ${when}: ${view.why}`);
+    line.title = at.toLocaleString();
+    el.append(line);
+  }
   if (model.get("message")) {
     const kind = state === "failed" ? "dra-error" : "dra-dim"; // else: notes, e.g. simulated
     el.append(draEl("div", "dra-card-line " + kind, model.get("message")));
   }
   if (state === "allocated") {
     const info = draEl("div", "dra-card-line");
-    if (view.deadline) {
+    if (view.busy) {
+      const busy = draEl("span", "dra-busy", "busy: a cell is running");
+      busy.title = "a running cell is never idle: the idle countdown starts again when it ends";
+      info.append(busy);
+    } else if (view.deadline) {
       const c = draEl("span", "dra-countdown");
       c.dataset.deadline = String(view.deadline);
       c.dataset.warning = String(view.warning);
@@ -90,7 +109,21 @@ function draCardRender(el, model, view) {
           : "looking for the dra-jupyter server extension";
     }
     buttons.append(release, keep);
+    if (view.server === true && view.kernel) {
+      const restart = /** @type {HTMLButtonElement} */ (
+        draEl("button", "dra-restart", "Restart kernel with these devices")
+      );
+      restart.title =
+        "restart the kernel keeping this claim, with its devices in the new kernel's " +
+        "environment (CUDA_VISIBLE_DEVICES): for a kernel that loaded CUDA before the " +
+        "request; a plain restart gives the devices back";
+      restart.onclick = () => view.restart(restart);
+      buttons.append(restart);
+    }
     el.append(buttons);
+    if (view.restarted) el.append(draEl("div", "dra-card-line dra-dim", view.restarted));
+    const queue = draQueue(view.waiting);
+    if (queue) el.append(queue);
   }
   draCardTick(el);
 }
@@ -126,11 +159,19 @@ export default {
     const view = {
       server: null,
       deadline: null,
+      busy: false,
       warning: 0,
       warningNow: false,
       released: false,
+      why: "",
+      releasedAt: 0,
+      kernel: "",
+      restarted: "",
+      waiting: [],
+      steps: 0,
       release: async () => {}, // set below, once the helpers they use exist
       keep: async () => {},
+      restart: async () => {},
     };
     const presence = draPresence();
     const asker = draAsker(model);
@@ -162,8 +203,27 @@ export default {
       try {
         const claim = await draCall("POST /claims/{name}/keep", named());
         view.deadline = claim.idle_deadline;
+        view.busy = claim.busy;
       } catch (e) {
         if (/** @type {DraError} */ (e).status === 404) view.released = true;
+      }
+      redraw();
+    };
+    view.restart = async (button) => {
+      const question =
+        "Restart the kernel, keeping these devices? Its variables are lost; it starts " +
+        "again with the devices in its environment.";
+      if (!window.confirm(question)) return;
+      button.disabled = true;
+      try {
+        const answer = await draCall("POST /kernels/{kernel_id}/restart-with-claims", {
+          kernel_id: view.kernel,
+        });
+        const env = Object.entries(answer.env).map(([k, v]) => `${k}=${v}`);
+        view.restarted =
+          "kernel restarted with these devices" + (env.length ? ": " + env.join(" ") : "");
+      } catch (e) {
+        view.restarted = "restart failed: " + (/** @type {DraError} */ (e).message || e);
       }
       redraw();
     };
@@ -181,10 +241,38 @@ export default {
             view.server = true;
             redraw();
           }
+          if (claim.kernel_id !== null && claim.kernel_id !== view.kernel) {
+            view.kernel = claim.kernel_id;
+            redraw();
+          }
+          if (!claim.released && view.steps++ % 5 === 0) {
+            // who waits in line (behind this claim, perhaps): every 5th poll is enough
+            const devices = await draCall("GET /devices");
+            if (JSON.stringify(devices.waiting) !== JSON.stringify(view.waiting)) {
+              view.waiting = devices.waiting;
+              redraw();
+            }
+          }
+          if (claim.released) {
+            // released by the server (idle, its kernel gone, ...): say why, poll no more
+            view.why = claim.released.message;
+            view.releasedAt = claim.released.time;
+            gone();
+            return;
+          }
           const warningNow =
-            claim.idle_deadline !== null && claim.idle_deadline - Date.now() / 1000 <= view.warning;
-          if (claim.idle_deadline !== view.deadline || warningNow !== view.warningNow) {
+            !claim.busy &&
+            claim.idle_deadline !== null &&
+            claim.idle_deadline - Date.now() / 1000 <= view.warning;
+          // while a cell runs the deadline moves with the clock: redraw when busy changes
+          const deadline = claim.busy ? view.deadline : claim.idle_deadline;
+          if (
+            deadline !== view.deadline ||
+            claim.busy !== view.busy ||
+            warningNow !== view.warningNow
+          ) {
             view.deadline = claim.idle_deadline;
+            view.busy = claim.busy;
             view.warningNow = warningNow;
             redraw();
           }

@@ -11,6 +11,7 @@
 /** @typedef {import("../../labextension/src/wire").Error} ApiError */
 /** @typedef {import("../../labextension/src/wire").Devices} Devices */
 /** @typedef {import("../../labextension/src/wire").Device} Device */
+/** @typedef {import("../../labextension/src/wire").Waiter} Waiter */
 /** @typedef {import("../../labextension/src/wire").Claims} Claims */
 /** @typedef {import("../../labextension/src/wire").Claim} Claim */
 /** @typedef {import("../../labextension/src/wire").Metrics} Metrics */
@@ -238,6 +239,26 @@ function draDuration(seconds) {
   const r = s % 60;
   const pad = (/** @type {number} */ x) => String(x).padStart(2, "0");
   return h > 0 ? `${h}:${pad(m)}:${pad(r)}` : `${m}:${pad(r)}`;
+}
+
+// The queue, for those who hold devices: who waits, for what, since when (null: nobody).
+/**
+ * @param {Waiter[]} waiting
+ * @returns {HTMLElement | null}
+ */
+function draQueue(waiting) {
+  if (!waiting.length) return null;
+  const box = draEl("div", "dra-queue");
+  box.append(draEl("span", "dra-dim", `waiting in line (${waiting.length}): `));
+  waiting.forEach((w, i) => {
+    const since = new Date(w.since * 1000);
+    const at = since.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const who = w.user + (w.kernel_id ? " (kernel " + w.kernel_id.slice(0, 8) + ")" : "");
+    const item = draEl("span", "dra-waiter", `${who}: ${w.what}, since ${at}`);
+    item.title = since.toLocaleString();
+    box.append(i ? "; " : "", item);
+  });
+  return box;
 }
 
 // A bar: fraction in [0, 1] filled, with a label.

@@ -17,7 +17,7 @@ from typing import Any
 from dra_jupyter.api import Claim, Session, TextView, WaitReporter, default_session
 from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import DraJupyterError, DraJupyterWarning
-from dra_jupyter.kernelinfo import execution_count, in_kernel
+from dra_jupyter.kernelinfo import current_cell, execution_count, in_kernel
 from dra_jupyter.widgets.card import CardReporter, CardView, ClaimCard
 
 
@@ -55,6 +55,10 @@ class NotebookView(TextView):
             return super().mimebundle(claim)
         data, metadata = bundle
         return {**data, "text/plain": repr(claim)}, metadata
+
+    def origin(self) -> tuple[str, str] | None:
+        """The cell whose run makes a request, from its execute request (``cellId``)."""
+        return current_cell()
 
     def changed(self, claim: Claim) -> None:
         view = claim.view

@@ -33,6 +33,7 @@ def board_rows(session: Session, now: float | None = None) -> list[dict[str, Any
                     "user": record.owner.user,
                     "kernel": record.owner.kernel_id or "",
                     "idle_deadline": None,  # only the server extension knows it
+                    "busy": False,
                 }
             )
     recorder = session.metrics

@@ -33,6 +33,18 @@ export interface Devices {
   inventory: string;
   simulated: boolean;
   devices: Device[];
+  /** the requests waiting in line for devices, oldest first (none on Kubernetes) */
+  waiting: Waiter[];
+}
+
+/** A request waiting in line (dra.request with a timeout, request --timeout) */
+export interface Waiter {
+  user: string;
+  kernel_id: string | null;
+  /** the request in short, e.g. 8 gpu.nvidia.com */
+  what: string;
+  /** seconds since the epoch */
+  since: number;
 }
 
 export interface Claim {
@@ -50,8 +62,25 @@ export interface Claim {
   last_activity: number;
   /** seconds since the epoch */
   lease_expires: number | null;
-  /** when the claim is released if its kernel executes nothing (seconds since the epoch) */
+  /**
+   * when the claim is released if its kernel executes nothing (seconds since the
+   * epoch); never in the past; while a cell runs (`busy`) idle_timeout from now, as
+   * the countdown is paused and starts again when the cell ends
+   */
   idle_deadline: number | null;
+  /** a cell of the claim's kernel is running, so it is not idle (the countdown is paused) */
+  busy: boolean;
+  /** null while the claim is live; why and when it was released otherwise */
+  released: Released | null;
+}
+
+export interface Released {
+  /** idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit */
+  reason: string;
+  /** seconds since the epoch */
+  time: number;
+  /** the reason in a user's words, e.g. idle for 40 min */
+  message: string;
 }
 
 export interface Sample {
@@ -152,7 +181,7 @@ export interface ClaimRequest {
  * JSON (null: no body). Errors answer with `Error`.
  */
 export interface Operations {
-  /** Every device of the inventory, with its state and holder */
+  /** Every device of the inventory, with its state and holder, and who waits */
   "GET /devices": {
     parameters: Record<string, never>;
     body: null;
@@ -176,7 +205,7 @@ export interface Operations {
     body: ClaimRequest;
     answer: Claim;
   };
-  /** One claim */
+  /** One claim, live or released lately */
   "GET /claims/{name}": {
     parameters: { name: string };
     body: null;

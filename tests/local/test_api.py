@@ -194,6 +194,22 @@ def test_runtime_already_loaded_is_a_warning(
     assert os.environ["CUDA_VISIBLE_DEVICES"] == claim.env["CUDA_VISIBLE_DEVICES"]
 
 
+def test_runtime_already_loaded_is_said_once_with_what_to_do(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: "libcuda.so")
+    with pytest.warns(DraJupyterWarning) as caught:
+        first = session.request(gpu=1)
+    [warning] = caught
+    text = str(warning.message)
+    assert "apply to the processes it starts from now on, not to itself" in text
+    assert "Restart kernel with these devices" in text
+    second = session.request(gpu=1)  # filterwarnings=error: no second warning
+    assert second.notes == []
+    first.release()  # a release changes the environment: nothing said again
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == second.env["CUDA_VISIBLE_DEVICES"]
+
+
 def test_simulated_partition_has_no_runtime_identity(mig_session: Session) -> None:
     with pytest.warns(DraJupyterWarning, match=r"no runtime identity for gpu\.nvidia\.com/p1/"):
         claim = mig_session.request(mig="1g.10gb")
@@ -482,3 +498,16 @@ def test_a_refused_release_leaves_the_claim_held(tmp_path: Path) -> None:
         theirs.release()  # refused again, not "already released"
     assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(uuids(alice, mine))
     assert mine.release()
+
+
+def test_a_session_and_an_explanation_read_as_text(session: Session) -> None:
+    """What ``dra.configure()`` and ``claim.explain()`` show in a notebook: no raw reprs."""
+    from IPython.lib.pretty import pretty  # noqa: PLC0415
+
+    text = repr(session)
+    assert text.startswith("<dra Session: local backend, inventory ")
+    assert f"ledger {session.settings.ledger}" in text and "strategy topology" in text
+    claim = session.request(gpu=1)
+    shown = pretty(claim.explain())  # type: ignore[no-untyped-call]
+    assert shown.startswith("Claims are allocatable on node ")
+    assert "Explanation(" not in shown and "NodeReport(" not in shown

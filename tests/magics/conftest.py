@@ -92,6 +92,23 @@ class Kernel:
         assert outcome.status == "ok", (outcome.reply["content"], outcome.messages)
         return outcome
 
+    def run_cell(self, code: str, cell_id: str) -> Outcome:
+        """Run ``code`` as a notebook cell of that id runs: JupyterLab's execute requests
+        carry the cell's id (``cellId``) in their metadata, a new request for each run."""
+        content = {"code": code, "silent": False, "store_history": True,
+                   "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}  # fmt: skip
+        msg = self.client.session.msg("execute_request", content, metadata={"cellId": cell_id})
+        self.client.shell_channel.send(msg)
+        running = Running(self, msg["header"]["msg_id"])
+        while True:
+            found = running.next()
+            if found["msg_type"] == "status" and found["content"]["execution_state"] == "idle":
+                break
+        while True:
+            reply: dict[str, Any] = self.client.get_shell_msg(timeout=TIMEOUT)
+            if reply["parent_header"].get("msg_id") == running.msg_id:
+                return Outcome(reply, [m for m in running.messages if m["msg_type"] != "status"])
+
     def start(self, code: str, until: Callable[[dict[str, Any]], bool]) -> Running:
         """Execute ``code`` without waiting for it to end: until an IOPub message for it
         satisfies ``until``."""

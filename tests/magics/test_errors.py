@@ -146,3 +146,16 @@ def test_the_apis_user_errors_are_one_line_too(kernel: Kernel, code: str, line: 
     """Not only the magics: a DraJupyterError raised by the Python API in a cell shows as
     its message, without a traceback (its ``_render_traceback_``), and fails the cell."""
     assert one_line(kernel.run(code)) == line
+
+
+def test_tb_shows_the_full_traceback_of_an_api_error(kernel: Kernel) -> None:
+    """The one line is what the cell shows; ``%tb`` afterwards shows where it came from."""
+    assert one_line(kernel.run("import dra_jupyter as dra\ndra.request(gpu=99)")).startswith(
+        "dra.request: gpu=99 exceeds the limit"
+    )
+    shown = kernel.ok("%tb")
+    lines = "\n".join(shown.error_lines())
+    assert "Traceback" in lines
+    assert "dra.request(gpu=99)" in lines  # the user's own line
+    assert "claimspec.py" in lines or "api.py" in lines  # and the package's frames
+    assert "InvalidInputError" in lines

@@ -35,7 +35,7 @@ def test_status_tells_this_kernels_claims_from_others(kernel: Kernel, other_clai
     kernel.ok("c = %dra request gpu=1 name=mine")
     text = kernel.ok("%dra status").result
     title, header, first, second = text.splitlines()
-    assert f"this is kernel {KERNEL_ID}" in title
+    assert title.endswith(f"; this is kernel {KERNEL_ID[:8]}")  # short, as the board shows it
     assert header.split() == ["claim", "devices", "state", "holder", "lease_left", "idle_release"]
     assert first.startswith("mine ")
     # a kernel id but no idle timeout from a server: it goes with the kernel
@@ -54,3 +54,12 @@ def test_env_has_only_this_kernels_devices(kernel: Kernel, other_claim: Claim) -
     )
     assert env.stdout.strip() == "True"
     assert other_claim.env["CUDA_VISIBLE_DEVICES"] not in text
+
+
+def test_empty_status_and_claims_say_none(kernel: Kernel) -> None:
+    """As the command line prints ``(none)``, not a table of headers only."""
+    html = kernel.ok("%dra status").results("text/html")
+    assert len(html) == 1 and "(none)" in html[0], html
+    assert kernel.ok("%dra status").result.splitlines()[-1] == "(none)"
+    claims = kernel.ok("import dra_jupyter as dra\ndra.claims()").results("text/html")
+    assert len(claims) == 1 and "(none)" in claims[0], claims

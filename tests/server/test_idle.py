@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
 
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.server.idle import Decision, IdlePolicy
+from dra_jupyter.server.service import release_message, spoken_duration
 from tests.server.conftest import (
     Events,
     Fetch,
@@ -59,6 +61,47 @@ async def test_a_running_cell_keeps_the_claim_then_warning_then_release(
         assert warning["deadline"] > 0
         r = await jp_fetch("dra", "api", "kernels", kernel.id, "claims")
         assert json.loads(r.body)["claims"] == []
+        # the released claim stays readable, with why and when (the card says it)
+        gone = json.loads((await jp_fetch("dra", "api", "claims", record.name)).body)
+        assert gone["name"] == record.name
+        assert gone["released"]["reason"] == "idle"
+        assert gone["released"]["message"] == "idle for 2 s"
+        assert gone["released"]["time"] >= warning["deadline"]
+        assert gone["idle_deadline"] is None
+        listed = json.loads((await jp_fetch("dra", "api", "claims")).body)["claims"]
+        assert listed == []  # live claims only
+
+
+async def test_a_running_cell_pauses_the_countdown_and_it_restarts_when_the_cell_ends(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger
+) -> None:
+    """REST never reports a deadline in the past: while a cell runs longer than
+    idle_timeout the claim is ``busy`` and its deadline a full idle_timeout away; when the
+    cell ends, the countdown starts again from there."""
+    await start_extensions(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        await kernel.run(REQUEST)
+        (record,) = ledger.read_claims()
+        cell = kernel.client.execute("import time; time.sleep(5)")  # idle_timeout is 2 s
+        seen_busy = 0
+        last_busy = 0.0
+        for _ in range(600):  # bounded: until the cell has ended
+            asked = time.time()
+            claim = json.loads((await jp_fetch("dra", "api", "claims", record.name)).body)
+            assert claim["idle_deadline"] >= asked, claim  # never in the past
+            if claim["busy"]:
+                assert claim["idle_deadline"] >= asked + 2.0, claim  # paused: all of it left
+                seen_busy += 1
+                last_busy = asked
+            elif seen_busy:
+                break
+            await asyncio.sleep(0.1)
+        assert seen_busy > 1
+        assert not claim["busy"]
+        assert claim["idle_deadline"] >= last_busy + 2.0  # restarted when the cell ended
+        reply = await kernel.client.get_shell_msg(timeout=120)
+        assert reply["parent_header"]["msg_id"] == cell
+        assert [r.name for r in ledger.read_claims()] == [record.name]
 
 
 async def test_comm_traffic_does_not_keep_a_claim(
@@ -142,6 +185,28 @@ def test_policy() -> None:
     )
     assert policy.decide(now=500, busy=True, deadline=deadline, warned_for=None) is Decision.KEEP
     assert policy.deadline(100, 120) == 130  # a claim's own activity (a "keep") counts
+    # what REST shows: paused while a cell runs, never in the past
+    assert policy.reported(deadline, now=105, busy=False) == 110
+    assert policy.reported(deadline, now=500, busy=False) == 500
+    assert policy.reported(deadline, now=105, busy=True) == 115
+    assert policy.reported(None, now=105, busy=True) is None
     off = IdlePolicy(timeout=0, warning=3)
     assert off.deadline(100, 100) is None
     assert off.decide(now=1e9, busy=False, deadline=None, warned_for=None) is Decision.KEEP
+
+
+@pytest.mark.pure
+def test_release_reasons_in_a_users_words() -> None:
+    assert release_message("idle", 2400) == "idle for 40 min"
+    assert release_message("idle", 3600) == "idle for 1 h"
+    assert release_message("kernel-shutdown", 3600).startswith(
+        "its kernel shut down or was restarted (a plain restart gives the devices back"
+    )
+    assert release_message("expired", 0) == "its lease ended"
+    assert release_message("something-new", 0) == "something-new"
+    assert [spoken_duration(s) for s in (2, 90, 5400, 7200)] == [
+        "2 s",
+        "2 min",
+        "1 h 30 min",
+        "2 h",
+    ]

@@ -63,6 +63,9 @@ async def test_round_trip(jp_fetch: Fetch, ledger: Ledger, events: Events) -> No
     r = await jp_fetch("dra", "api", "claims", claim["name"], method="DELETE", raise_error=False)
     assert r.code == 404
     assert "does not exist" in body(r)["message"]
+    gone = body(await jp_fetch("dra", "api", "claims", claim["name"]))  # readable a while
+    assert gone["released"]["reason"] == "user"
+    assert gone["released"]["message"] == "released by its user"
 
 
 @pytest.mark.parametrize(
@@ -262,3 +265,36 @@ async def test_endless_settings_answer_strict_json(jp_fetch: Fetch, jp_serverapp
     assert (await post(jp_fetch, {"gpu": 1})).code == 201
     [claim] = strict(await jp_fetch("dra", "api", "claims"))["claims"]
     assert claim["idle_deadline"] is None
+
+
+async def test_devices_show_who_waits_in_line(jp_fetch: Fetch, ledger_path: Path) -> None:
+    """A holder sees the queue: a command-line request waiting behind a REST claim."""
+    import asyncio  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    held = body(await post(jp_fetch, {"gpu": 8}))
+    env = {**os.environ, "DRA_JUPYTER_LEDGER": str(ledger_path), "DRA_JUPYTER_INVENTORY": "h200-8x",
+           "DRA_JUPYTER_POLL_INTERVAL": "0.05"}  # fmt: skip
+    code = "from dra_jupyter.cli import main; raise SystemExit(main())"
+    argv = [sys.executable, "-c", code, "request", "gpu=2", "--timeout", "5m", "--lease", "1m"]
+    waiter = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # bounded: until the request is in line
+            waiting = body(await jp_fetch("dra", "api", "devices"))["waiting"]
+            if waiting:
+                break
+            await asyncio.sleep(0.1)
+        [entry] = waiting
+        assert entry["what"] == "2 gpu.nvidia.com"
+        assert entry["user"] == held["user"]
+        assert entry["kernel_id"] is None
+        assert entry["since"] >= held["created"]
+        await jp_fetch("dra", "api", "claims", held["name"], method="DELETE")
+        assert waiter.wait(timeout=120) == 0  # it got the devices
+        assert body(await jp_fetch("dra", "api", "devices"))["waiting"] == []
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()

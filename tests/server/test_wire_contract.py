@@ -36,8 +36,10 @@ from dra_jupyter.server.models import (
     ErrorModel,
     HistoryModel,
     MetricsResponse,
+    ReleasedModel,
     RestartResponse,
     SampleModel,
+    WaiterModel,
 )
 from dra_jupyter.server.service import Caller
 from tests.server.conftest import Fetch, start_extensions
@@ -54,6 +56,8 @@ SCHEMAS: dict[str, type] = {
     "Device": DeviceModel,
     "Devices": DevicesResponse,
     "Claim": ClaimModel,
+    "Released": ReleasedModel,
+    "Waiter": WaiterModel,
     "Sample": SampleModel,
     "History": HistoryModel,
     "DeviceMetrics": DeviceMetricsModel,
@@ -323,7 +327,9 @@ async def test_every_operation_answers_as_the_spec_says(jp_fetch: Fetch, jp_serv
         await api.call("GET", "/claims/Upper", status=400)  # no claim name
         await api.call("DELETE", "/claims/Upper", status=400)
         await api.call("POST", "/claims/Upper/keep", status=400)
-        await api.call("GET", f"/claims/{mine['name']}", status=404)
+        gone = await api.call("GET", f"/claims/{mine['name']}", status=200)  # released lately
+        assert gone["released"]["reason"] == "user"
+        await api.call("GET", "/claims/no-such-claim", status=404)
         await api.call("DELETE", f"/claims/{mine['name']}", status=404)
         await api.call("POST", f"/claims/{mine['name']}/keep", status=404)
         await api.call("GET", "/kernels/no-such-kernel/claims", status=404)

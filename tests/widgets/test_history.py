@@ -36,6 +36,10 @@ def test_a_claims_history_is_its_devices_while_held(session: Session) -> None:
     assert frame["simulated"].all()
     assert (frame["utilization"] > 0).all()  # simulated load: the devices are held
     assert str(frame["time"].dtype) == "datetime64[ns, UTC]"
+    # what a person reads: whole seconds, memory in GiB beside the bytes
+    assert (frame["time"] == frame["time"].dt.floor("s")).all()
+    assert (frame["memory_used_gib"] == (frame["memory_used"] / 2**30).round(1)).all()
+    assert (frame["memory_total_gib"] == 140.4).all()
 
 
 def test_a_released_claims_history_shows_when_it_was_held(session: Session) -> None:

@@ -1,0 +1,40 @@
+"""The queue, as a holder sees it on its claim card and the device board (who waits, for
+what, since when), in a real JupyterLab in Debian's chromium: a shell user's request waits
+behind the notebook's claim, then gets the devices when the card's Release gives them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.browser.conftest import WAIT_MS, Lab, open_notebook, run_all_cells, screenshots_dir
+
+
+def test_the_holder_sees_who_waits_in_line(lab: Lab, page: Any, tmp_path: Path) -> None:
+    cells = ["import dra_jupyter as dra\nc = dra.request(gpu=8)\nc", "%dra devices"]
+    open_notebook(page, lab, "queue.ipynb", ["%load_ext dra_jupyter", *cells])
+    run_all_cells(page)
+    card = page.locator(".dra-card")
+    board = page.locator(".dra-board")
+    card.wait_for(timeout=WAIT_MS)
+    board.wait_for(timeout=WAIT_MS)
+    env = {**os.environ, "DRA_JUPYTER_LEDGER": str(lab.ledger), "DRA_JUPYTER_INVENTORY": "h200-8x"}
+    code = "from dra_jupyter.cli import main; raise SystemExit(main())"
+    argv = [sys.executable, "-c", code, "request", "gpu=2", "--timeout", "5m", "--lease", "1m"]
+    waiter = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)  # a shell user in line
+    try:
+        board.locator(".dra-queue").get_by_text("2 gpu.nvidia.com, since").wait_for(timeout=WAIT_MS)
+        card.locator(".dra-queue").get_by_text("2 gpu.nvidia.com, since").wait_for(timeout=WAIT_MS)
+        assert "waiting in line (1)" in board.locator(".dra-queue").inner_text()
+        board.screenshot(path=str(screenshots_dir(tmp_path) / "board-queue.png"))
+        card.screenshot(path=str(screenshots_dir(tmp_path) / "card-queue.png"))
+        card.locator("button.dra-release").click()
+        assert waiter.wait(timeout=120) == 0  # the devices went to the one in line
+        board.locator(".dra-queue").wait_for(state="detached", timeout=WAIT_MS)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
