@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from dra_jupyter.errors import (
     NeverPossibleError,
 )
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.local.ledger import Ledger, LedgerBusyError
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
@@ -287,7 +288,14 @@ class LocalBackend:
 
     # --- what a Jupyter server does -----------------------------------------------------
 
-    def sweep(self, select: Select | None, now: float, live_kernels: Collection[str]) -> Sweep:
+    def sweep(
+        self,
+        select: Select | None,
+        now: float,
+        live_kernels: Collection[str],
+        *,
+        wait: bool = True,
+    ) -> Sweep:
         """Every live claim of the ledger, after one transaction that releases those for
         which ``select`` names a reason, and those the ledger would reclaim: an expired
         lease (``expired``), a holder process that is gone (``kernel-shutdown`` for a
@@ -296,19 +304,42 @@ class LocalBackend:
         dead processes are left to the allocating processes (:meth:`allocate` reclaims).
         ``live_kernels`` is not needed: the ledger is shared with other servers of the
         machine, whose kernels this one does not know; their processes tell. The result is
-        ``complete``: the ledger holds every claim of the machine."""
+        ``complete``: the ledger holds every claim of the machine.
+
+        The ledger is read first without its write lock; the transaction runs only when
+        something is to be released. ``wait=False`` (a read, which must not wait behind
+        a writer): if another connection holds the write lock then, nothing is released
+        now, and the claims to release are left out of ``kept`` (the next sweep or
+        allocation releases them)."""
+        swept = self._judge(self.ledger.read_claims(), select, now)
+        if not swept.released:
+            return swept
+        try:
+            with self.ledger.transaction(wait=wait) as conn:
+                swept = self._judge(Ledger.claims(conn), select, now)
+                for record, reason in swept.released:
+                    Ledger.delete(conn, record, reason, now)
+        except LedgerBusyError:
+            return Sweep(kept=swept.kept, complete=True)
+        return swept
+
+    @staticmethod
+    def _judge(held: list[ClaimRecord], select: Select | None, now: float) -> Sweep:
+        """Which of ``held`` :meth:`sweep` keeps, and which it releases and why."""
         swept = Sweep(complete=True)
-        with self.ledger.transaction() as conn:
-            for record in Ledger.claims(conn):
-                reason = select(record) if select is not None else None
-                if reason is None:
-                    reason = reclaim_reason(record, now)
-                if reason is None:
-                    swept.kept.append(record)
-                    continue
-                Ledger.delete(conn, record, reason, now)
+        for record in held:
+            reason = select(record) if select is not None else None
+            if reason is None:
+                reason = reclaim_reason(record, now)
+            if reason is None:
+                swept.kept.append(record)
+            else:
                 swept.released.append((record, reason))
         return swept
+
+    def batch(self) -> AbstractContextManager[None]:
+        """One ledger transaction for every write of this thread inside (:meth:`Ledger.batch`)."""
+        return self.ledger.batch()
 
     def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:
         """Make ``holder`` hold every claim of ``kernel_id``, in one ledger transaction.

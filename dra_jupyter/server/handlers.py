@@ -119,7 +119,7 @@ class DevicesHandler(_DRAHandler):
     @authorized
     async def get(self) -> None:
         with _handle_error():
-            self.reply(await self.dra.call(self.dra.service.devices))
+            self.reply(await self.dra.read(self.dra.service.devices))
 
 
 class ClaimsHandler(_DRAHandler):
@@ -128,7 +128,7 @@ class ClaimsHandler(_DRAHandler):
     async def get(self) -> None:
         caller = await self.caller()
         with _handle_error():
-            records = await self.dra.call(self.dra.service.claims, caller)
+            records = await self.dra.read(self.dra.service.claims, caller)
             self.reply(ClaimsResponse(claims=[self.claim_model(r) for r in records]))
 
     @web.authenticated
@@ -149,7 +149,7 @@ class ClaimHandler(_DRAHandler):
     async def get(self, name: str) -> None:
         caller = await self.caller()
         with _handle_error():
-            self.reply(self.claim_model(await self.dra.call(self.dra.service.claim, caller, name)))
+            self.reply(self.claim_model(await self.dra.read(self.dra.service.claim, caller, name)))
 
     @web.authenticated
     @authorized
@@ -179,7 +179,7 @@ class KernelClaimsHandler(_DRAHandler):
     async def get(self, kernel_id: str) -> None:
         caller = await self.caller()
         with _handle_error():
-            records = await self.dra.call(self.dra.service.kernel_claims, caller, kernel_id)
+            records = await self.dra.read(self.dra.service.kernel_claims, caller, kernel_id)
             self.reply(ClaimsResponse(claims=[self.claim_model(r) for r in records]))
 
 
