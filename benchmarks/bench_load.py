@@ -245,7 +245,9 @@ def server(tmp: Path, ledger: Path, index: int) -> Iterator[int]:
         "--DRAExtensionApp.inventory=h200-8x",
     ]
     log = (tmp / f"server-{index}.log").open("w")
-    proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # cwd: `python -m` puts the working folder first on sys.path; the extension must come
+    # from the environment's (PYTHONPATH's) dra_jupyter, not from where this was started
+    proc = subprocess.Popen(args, env=env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
     try:
         for _ in range(600):  # up to ~60 s to come up
 
