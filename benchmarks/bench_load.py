@@ -203,6 +203,8 @@ async def _reads_under_lock(port: int, ledger: Path, hold: float) -> tuple[Run, 
             runs.append(run)
     finally:
         holder.wait(timeout=hold * 3 + 30)
+        if holder.stdout is not None:
+            holder.stdout.close()
     return runs[0], runs[1]
 
 

@@ -90,8 +90,12 @@ class LocalBackend:
         self.clock = clock
         self.sleep = sleep
         # What the allocator learns of the inventory (which never changes here) is kept
-        # across calls.
+        # across calls: on the claims held (``_cache``, which also keeps the parsed held
+        # claims while they are the same objects: ``_wires``) and on idle devices
+        # (``_idle``, for check_possible, which would otherwise replace the held claims').
         self._cache = AllocatorCache()
+        self._idle = AllocatorCache()
+        self._wires: dict[int, tuple[ClaimRecord, Wire]] = {}
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """This machine's devices (found once: ``refresh`` changes nothing)."""
@@ -109,17 +113,34 @@ class LocalBackend:
             clock=self.clock,
             sleep=self.sleep,
         )
-        twin._cache = self._cache  # the inventory is the same: so is what was learnt of it
+        # the inventory is the same: so is what was learnt of it
+        twin._cache, twin._idle, twin._wires = self._cache, self._idle, self._wires
         return twin
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
+        """An allocator on the devices with ``held`` allocated."""
         return Allocator(
             self.devices.slices,
             self.devices.device_classes,
-            [r.to_object() for r in held],
+            self._objects(held) if held else [],
             self.strategy,
-            cache=self._cache,
+            cache=self._cache if held else self._idle,
         )
+
+    def _objects(self, held: list[ClaimRecord]) -> list[Wire]:
+        """The wire objects of ``held``: the same object for the same record (the ledger
+        gives the same record for an unchanged row), so the allocator's cache, which
+        compares claims by identity, parses each held claim once."""
+        fresh: dict[int, tuple[ClaimRecord, Wire]] = {}
+        for record in held:
+            kept = self._wires.get(id(record))
+            if kept is None or kept[0] is not record:
+                kept = (record, record.to_object())
+            fresh[id(record)] = kept
+        # only the claims held now, their records kept alive (so that no id is reused)
+        self._wires.clear()
+        self._wires.update(fresh)
+        return [fresh[id(r)][1] for r in held]
 
     def check_possible(self, claim: Wire) -> None:
         """Raise NeverPossibleError when the claim could not be met even on an idle

@@ -87,6 +87,13 @@ _NEW_LEDGER = (
 )
 
 
+# Claims parsed from the ledger's rows, by the rows' values: the ledger is read at every
+# call, and a claim's row rarely changes, so each is parsed (JSON, owner, the ResourceClaim)
+# once. The same record object comes back for the same row, which lets the allocator's cache
+# reuse what it parsed of it. Records are frozen; their dicts must not be changed.
+_PARSED: dict[tuple[Any, ...], ClaimRecord] = {}
+_PARSED_MOST = 4096
+
 # Connections a forked child inherited from its parent: kept referenced, so that the
 # child's garbage collector never closes them (closing would checkpoint the parent's WAL).
 _FORKED: list[sqlite3.Connection] = []
@@ -533,10 +540,18 @@ class Ledger:
         ).fetchall()
         records = []
         for row in rows:
-            try:
-                records.append(record_from_row(row))
-            except DamagedRowError as damage:
-                Ledger._quarantine(conn, row, damage.problem)
+            key = tuple(row)[1:]  # the stored values (not the row id): the same ones parse alike
+            record = _PARSED.get(key)
+            if record is None:
+                try:
+                    record = record_from_row(row)
+                except DamagedRowError as damage:
+                    Ledger._quarantine(conn, row, damage.problem)
+                    continue
+                if len(_PARSED) >= _PARSED_MOST:
+                    _PARSED.clear()
+                _PARSED[key] = record
+            records.append(record)
         return records
 
     @staticmethod

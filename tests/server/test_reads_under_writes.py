@@ -47,6 +47,7 @@ def write_lock_held(ledger: Path) -> Iterator[subprocess.Popen[str]]:
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
+        holder.stdout.close()
 
 
 def body(response: Any) -> Any:
