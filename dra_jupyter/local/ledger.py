@@ -285,7 +285,16 @@ class Ledger:
                 "choose another path (DRA_JUPYTER_LEDGER)"
             ) from err
         with self._reading(wal=False) as conn:  # nothing is changed before this check
-            self._check_ours(conn)
+            complete = self._check_ours(conn)
+        if complete:  # a ledger with every table: opened without waiting for the write lock
+            # May this process write it (not a read-only file or mount)? A write that
+            # changes nothing says so; where another writer holds the lock now, the first
+            # real write tells instead.
+            with contextlib.suppress(LedgerBusyError), self.transaction(wait=False) as conn:
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+                )
+            return
         with self.transaction() as conn:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
@@ -293,11 +302,12 @@ class Ledger:
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             self._check_version(conn)
 
-    def _check_ours(self, conn: sqlite3.Connection) -> None:
-        """Refuse a SQLite file of another program, or of another schema version."""
+    def _check_ours(self, conn: sqlite3.Connection) -> bool:
+        """Refuse a SQLite file of another program, or of another schema version. True when
+        it is a ledger of this version with every table already."""
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables:
-            return  # a new (or empty) file: it becomes a ledger
+            return False  # a new (or empty) file: it becomes a ledger
         row = None
         if {"meta", "claims"} <= tables:
             with contextlib.suppress(sqlite3.OperationalError):  # a "meta" of another shape
@@ -311,6 +321,7 @@ class Ledger:
                 "path (DRA_JUPYTER_LEDGER)"
             )
         self._check_version(conn)
+        return _OURS - {"sqlite_sequence"} <= tables
 
     def _check_version(self, conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dra_jupyter.local.ledger import Ledger
 from tests.server.conftest import Fetch
 
 # Another process: take the ledger's write lock, say so, hold it until stdin closes.
@@ -75,9 +76,9 @@ async def test_reads_are_answered_while_another_process_holds_the_write_lock(
 
 
 async def test_a_read_is_answered_while_a_write_of_this_server_waits(
-    jp_fetch: Fetch, ledger_path: Path
+    jp_fetch: Fetch, ledger: Ledger
 ) -> None:
-    with write_lock_held(ledger_path) as holder:
+    with write_lock_held(ledger.path) as holder:  # on a ledger that exists (as a server's)
         writing = asyncio.ensure_future(post(jp_fetch, {"gpu": 1}))
         await asyncio.sleep(0)  # the POST is sent first
         listed = body(await jp_fetch("dra", "api", "claims"))["claims"]
