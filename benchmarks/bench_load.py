@@ -22,7 +22,8 @@ or ``--seconds``, whichever comes first (bounded in count and time).
   another process holds the ledger's write lock (``BEGIN IMMEDIATE``, for
   ``--hold`` seconds, as a slow writer would), and while one POST waits behind that lock:
   the GETs' latencies during the hold. A read that waited behind the write shows as a
-  latency close to ``--hold``.
+  latency close to ``--hold``; and while one POST with a ``--big-post`` bytes ``model``
+  string is handled (the issue's 50 MB body stalled every read for seconds).
 
 Percentiles are of every request's latency (send to last byte), in milliseconds.
 """
@@ -208,6 +209,29 @@ async def _reads_under_lock(port: int, ledger: Path, hold: float) -> tuple[Run, 
     return runs[0], runs[1]
 
 
+async def _reads_beside_a_big_post(port: int, size: int) -> Run:
+    """GET claims in a loop while one POST with a ``size``-byte ``model`` string is handled
+    (until it is answered, at most 60 s)."""
+    run = Run(f"GET claims, POST of {size / 2**20:g} MiB runs")
+    conn, writer = Connection(port), Connection(port)
+    post = asyncio.ensure_future(
+        writer.call("POST", "/dra/api/claims", {"gpu": 1, "model": "x" * size})
+    )
+    await asyncio.sleep(0)  # sent first
+    start = time.perf_counter()
+    while not post.done() and time.perf_counter() < start + 60:
+        t = time.perf_counter()
+        status, _ = await conn.call("GET", "/dra/api/claims")
+        run.latencies.append(time.perf_counter() - t)
+        run.answers[f"GET {status}"] += 1
+    run.seconds = time.perf_counter() - start
+    status, _ = await post
+    run.answers[f"POST {status}"] += 1
+    await conn.close()
+    await writer.close()
+    return run
+
+
 # Another process: take the ledger's write lock twice, ``hold`` seconds each.
 _HOLD = """
 import sqlite3, sys, time
@@ -290,6 +314,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="most seconds per run (20)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each kind, interleaved")
     parser.add_argument("--hold", type=float, default=2.0, help="seconds the lock is held")
+    parser.add_argument(
+        "--big-post", type=int, default=5 * 2**20, help="bytes of the big POST's model (5 MiB)"
+    )
     args = parser.parse_args()
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="dra-bench-load-") as name, ExitStack() as stack:
@@ -304,6 +331,7 @@ def main() -> None:
             runs.append(load("baseline: GET /api/status, 2 servers", [first, second], *shape))
             runs.append(load("create/delete, 2 servers, one ledger", [first, second], *shape))
         locked, waiting = asyncio.run(_reads_under_lock(first, ledger, args.hold))
+        big = asyncio.run(_reads_beside_a_big_post(first, args.big_post))
         left = sqlite3.connect(ledger).execute("SELECT COUNT(*) FROM claims").fetchone()[0]
         assert left == 0, f"{left} claims left in the ledger"
 
@@ -318,11 +346,15 @@ def main() -> None:
     for base, load_run in zip(runs[0::2], runs[1::2], strict=True):
         b, lr = len(base.latencies) / base.seconds, len(load_run.latencies) / load_run.seconds
         print(f"\n{load_run.name}: {lr / b:.2f}x the baseline's requests per second", end="")
-    print(f"\n\n## Reads while another process holds the ledger's write lock ({args.hold:g} s)\n")
+    print(
+        "\n\n## Reads during a slow write (another process holds the write lock for "
+        f"{args.hold:g} s; a big POST)\n"
+    )
     print("| run | requests | per second | p50 ms | p99 ms | max ms | answers |")
     print("|---|---|---|---|---|---|---|")
     print(locked.row())
     print(waiting.row())
+    print(big.row())
 
 
 if __name__ == "__main__":
