@@ -65,7 +65,7 @@ class Caller:
 
 class ClaimService:
     """Claims for the server's users and kernels. Blocking (SQLite, the Kubernetes API):
-    the app runs the writes on its one writer thread, in :meth:`batch` es, and the reads
+    the app runs the writes on its one writer thread, in batches (:meth:`batch`), and the reads
     (:meth:`devices`, :meth:`claims`, :meth:`claim`, :meth:`kernel_claims`) on reader
     threads, concurrently with the writer."""
 
