@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 NODE   := $(or $(shell command -v node),/usr/bin/node)
 TSC_STAMP := labextension/node_modules/.installed
 
-.PHONY: install test unit lint typecheck layers pytest fuzz demo lab bench bench-latency bench-placement clean
+.PHONY: install test unit lint typecheck layers pytest fuzz demo lab bench bench-latency bench-placement bench-load clean
 
 install: $(STAMP)
 
@@ -94,13 +94,19 @@ lab: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab $(LAB_ARGS)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
-bench: bench-latency bench-placement
+bench: bench-latency bench-placement bench-load
 
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
 
 bench-placement: install
 	$(BIN)/python benchmarks/bench_placement.py --json benchmarks/placement.json --plot benchmarks/placement.png
+
+# The REST API under load: 16 clients creating and deleting claims against one real server
+# and two sharing a ledger, beside a GET /api/status baseline; at most 5,000 requests or 20 s
+# a run, two rounds; loopback only. About 3-4 minutes.
+bench-load: install
+	$(BIN)/python benchmarks/bench_load.py --rounds 2
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis labextension/node_modules

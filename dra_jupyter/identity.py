@@ -16,6 +16,7 @@ shared-machine service identifies callers by their kernel credentials instead).
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 from collections.abc import Mapping
@@ -26,7 +27,20 @@ HUB_USER_ENV = "JUPYTERHUB_USER"
 def current_user(environ: Mapping[str, str] | None = None) -> str:
     """This process's user: JupyterHub's (rule 1), else the OS user (rule 3)."""
     env = os.environ if environ is None else environ
-    return env.get(HUB_USER_ENV, "").strip() or getpass.getuser()
+    return env.get(HUB_USER_ENV, "").strip() or _os_user(
+        os.getuid() if hasattr(os, "getuid") else -1,
+        tuple(os.environ.get(name, "") for name in _LOGIN_ENV),
+    )
+
+
+_LOGIN_ENV = ("LOGNAME", "USER", "LNAME", "USERNAME")  # what getpass.getuser reads first
+
+
+@functools.lru_cache(maxsize=16)
+def _os_user(uid: int, login_env: tuple[str, ...]) -> str:
+    """``getpass.getuser()``, once per uid and login variables: its password-database
+    lookup took about a millisecond, on every REST call."""
+    return getpass.getuser()
 
 
 def request_user(provider_user: str | None, environ: Mapping[str, str] | None = None) -> str:

@@ -14,6 +14,7 @@ import os
 import re
 import socket
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,6 +48,17 @@ def _stat_fields(pid: int) -> list[str] | None:
         return None
     # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
     return stat[stat.rfind(")") + 2 :].split()
+
+
+_OWN: list[tuple[int, int | None]] = []  # (pid, start time) of this process, once read
+
+
+def _own_start_time() -> int | None:
+    """This process's start time, read once per process (a forked child reads its own)."""
+    pid = os.getpid()
+    if not _OWN or _OWN[0][0] != pid:
+        _OWN[:] = [(pid, process_start_time(pid))]
+    return _OWN[0][1]
 
 
 def process_start_time(pid: int) -> int | None:
@@ -100,6 +112,8 @@ class Owner:
         (a ledger on a shared file system) is assumed alive; leases bound its claims."""
         if self.pid <= 0 or self.host != socket.gethostname():
             return True  # not tied to a process (the CLI's claims live by their lease)
+        if self.pid == os.getpid() and self.start_time in (None, _own_start_time()):
+            return True  # this process (a server holding its REST claims): no system call
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
@@ -113,7 +127,10 @@ class Owner:
             return False  # exited, not yet reaped by its parent
         if self.start_time is None:
             return True
-        return process_start_time(self.pid) == self.start_time
+        try:
+            return int(fields[19]) == self.start_time
+        except (IndexError, ValueError):
+            return process_start_time(self.pid) == self.start_time
 
 
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
@@ -292,7 +309,14 @@ class Backend(Protocol):
     def with_owner(self, owner: Owner) -> Backend:
         """The same devices, store and settings for another owner (the server's users)."""
 
-    def sweep(self, select: Select | None, now: float, live_kernels: Collection[str]) -> Sweep:
+    def sweep(
+        self,
+        select: Select | None,
+        now: float,
+        live_kernels: Collection[str],
+        *,
+        wait: bool = True,
+    ) -> Sweep:
         """What a Jupyter server's periodic check does: every live claim it watches, after
         releasing (as any owner, each with its reason) those ``select`` names a reason
         for, and those the backend reclaims by itself. ``live_kernels``: the kernel ids
@@ -300,7 +324,14 @@ class Backend(Protocol):
         machine); it reclaims expired leases and claims whose holder process is gone.
         Kubernetes: the claims labelled with this server's id (``settings.server_id``);
         it reclaims those whose holder process (on this host) is gone, and those of a
-        kernel that is not live whose holder is unknown."""
+        kernel that is not live whose holder is unknown. ``wait=False`` (a read): never
+        wait for another writer; what cannot be released at once is left out of ``kept``
+        and released by a later sweep."""
+
+    def batch(self) -> AbstractContextManager[None]:
+        """Group the writes made inside (on this thread) into one durable commit at the
+        end (local: one ledger transaction, a savepoint per call); nothing done inside is
+        durable before the end. Kubernetes: nothing to group."""
 
     def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:
         """Before a restart with claims: ``holder`` (the server's process) holds every live

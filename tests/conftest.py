@@ -42,6 +42,7 @@ TIERS = {
     "selectors": "pure",
     "server": "server",
     "server/test_app_config.py": "pure",
+    "server/test_writer.py": "pure",  # the writer thread alone, no server
     "widgets": "kernel",
     "widgets/test_arguments.py": "pure",
     "widgets/test_history.py": "pure",

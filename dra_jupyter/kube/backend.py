@@ -11,6 +11,7 @@ be reached is retried with a bounded, doubling backoff, then reported in one lin
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import socket
 import time
@@ -326,7 +327,14 @@ class KubernetesBackend:
 
     # --- what a Jupyter server does -----------------------------------------------------
 
-    def sweep(self, select: Select | None, now: float, live_kernels: Collection[str]) -> Sweep:
+    def sweep(
+        self,
+        select: Select | None,
+        now: float,
+        live_kernels: Collection[str],
+        *,
+        wait: bool = True,  # no lock here to wait for: the API server orders the writes
+    ) -> Sweep:
         """The claims labelled with this server's id (every dra-jupyter claim of the
         namespace when it has none), after deleting those ``select`` names a reason for
         and, of this server's, those whose holder process on this host is gone
@@ -350,6 +358,10 @@ class KubernetesBackend:
             elif self._delete(claim, reason):
                 swept.released.append((record, reason))
         return swept
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to group: each write is one request to the API server."""
+        return contextlib.nullcontext()
 
     def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:
         """Refused: a restart with claims gives the kernel its claims' devices, and here

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from dra_jupyter.errors import (
     NeverPossibleError,
 )
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.local.ledger import Ledger, LedgerBusyError
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
@@ -111,8 +112,12 @@ class LocalBackend:
         self.clock = clock
         self.sleep = sleep
         # What the allocator learns of the inventory (which never changes here) is kept
-        # across calls.
+        # across calls: on the claims held (``_cache``, which also keeps the parsed held
+        # claims while they are the same objects: ``_wires``) and on idle devices
+        # (``_idle``, for check_possible, which would otherwise replace the held claims').
         self._cache = AllocatorCache()
+        self._idle = AllocatorCache()
+        self._wires: dict[int, tuple[ClaimRecord, Wire]] = {}
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """This machine's devices (found once: ``refresh`` changes nothing)."""
@@ -130,17 +135,34 @@ class LocalBackend:
             clock=self.clock,
             sleep=self.sleep,
         )
-        twin._cache = self._cache  # the inventory is the same: so is what was learnt of it
+        # the inventory is the same: so is what was learnt of it
+        twin._cache, twin._idle, twin._wires = self._cache, self._idle, self._wires
         return twin
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
+        """An allocator on the devices with ``held`` allocated."""
         return Allocator(
             self.devices.slices,
             self.devices.device_classes,
-            [r.to_object() for r in held],
+            self._objects(held) if held else [],
             self.strategy,
-            cache=self._cache,
+            cache=self._cache if held else self._idle,
         )
+
+    def _objects(self, held: list[ClaimRecord]) -> list[Wire]:
+        """The wire objects of ``held``: the same object for the same record (the ledger
+        gives the same record for an unchanged row), so the allocator's cache, which
+        compares claims by identity, parses each held claim once."""
+        fresh: dict[int, tuple[ClaimRecord, Wire]] = {}
+        for record in held:
+            kept = self._wires.get(id(record))
+            if kept is None or kept[0] is not record:
+                kept = (record, record.to_object())
+            fresh[id(record)] = kept
+        # only the claims held now, their records kept alive (so that no id is reused)
+        self._wires.clear()
+        self._wires.update(fresh)
+        return [fresh[id(r)][1] for r in held]
 
     def check_possible(self, claim: Wire) -> None:
         """Raise NeverPossibleError when the claim could not be met even on an idle
@@ -315,7 +337,14 @@ class LocalBackend:
 
     # --- what a Jupyter server does -----------------------------------------------------
 
-    def sweep(self, select: Select | None, now: float, live_kernels: Collection[str]) -> Sweep:
+    def sweep(
+        self,
+        select: Select | None,
+        now: float,
+        live_kernels: Collection[str],
+        *,
+        wait: bool = True,
+    ) -> Sweep:
         """Every live claim of the ledger, after one transaction that releases those for
         which ``select`` names a reason, and those the ledger would reclaim: an expired
         lease (``expired``), a holder process that is gone (``kernel-shutdown`` for a
@@ -324,19 +353,42 @@ class LocalBackend:
         dead processes are left to the allocating processes (:meth:`allocate` reclaims).
         ``live_kernels`` is not needed: the ledger is shared with other servers of the
         machine, whose kernels this one does not know; their processes tell. The result is
-        ``complete``: the ledger holds every claim of the machine."""
+        ``complete``: the ledger holds every claim of the machine.
+
+        The ledger is read first without its write lock; the transaction runs only when
+        something is to be released. ``wait=False`` (a read, which must not wait behind
+        a writer): if another connection holds the write lock then, nothing is released
+        now, and the claims to release are left out of ``kept`` (the next sweep or
+        allocation releases them)."""
+        swept = self._judge(self.ledger.read_claims(), select, now)
+        if not swept.released:
+            return swept
+        try:
+            with self.ledger.transaction(wait=wait) as conn:
+                swept = self._judge(Ledger.claims(conn), select, now)
+                for record, reason in swept.released:
+                    Ledger.delete(conn, record, reason, now)
+        except LedgerBusyError:
+            return Sweep(kept=swept.kept, complete=True)
+        return swept
+
+    @staticmethod
+    def _judge(held: list[ClaimRecord], select: Select | None, now: float) -> Sweep:
+        """Which of ``held`` :meth:`sweep` keeps, and which it releases and why."""
         swept = Sweep(complete=True)
-        with self.ledger.transaction() as conn:
-            for record in Ledger.claims(conn):
-                reason = select(record) if select is not None else None
-                if reason is None:
-                    reason = reclaim_reason(record, now)
-                if reason is None:
-                    swept.kept.append(record)
-                    continue
-                Ledger.delete(conn, record, reason, now)
+        for record in held:
+            reason = select(record) if select is not None else None
+            if reason is None:
+                reason = reclaim_reason(record, now)
+            if reason is None:
+                swept.kept.append(record)
+            else:
                 swept.released.append((record, reason))
         return swept
+
+    def batch(self) -> AbstractContextManager[None]:
+        """One ledger transaction for every write of this thread inside (:meth:`Ledger.batch`)."""
+        return self.ledger.batch()
 
     def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:
         """Make ``holder`` hold every claim of ``kernel_id``, in one ledger transaction.

@@ -31,7 +31,9 @@ import contextlib
 import functools
 import json
 import math
+import os
 import sqlite3
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -85,6 +87,20 @@ _NEW_LEDGER = (
 )
 
 
+# Claims parsed from the ledger's rows, by the rows' values: the ledger is read at every
+# call, and a claim's row rarely changes, so each is parsed (JSON, owner, the ResourceClaim)
+# once. The same record object comes back for the same row, which lets the allocator's cache
+# reuse what it parsed of it. Records are frozen; their dicts must not be changed.
+_PARSED: dict[tuple[Any, ...], ClaimRecord] = {}
+_PARSED_MOST = 4096
+
+# Connections a forked child inherited from its parent: kept referenced, so that the
+# child's garbage collector never closes them (closing would checkpoint the parent's WAL).
+_FORKED: list[sqlite3.Connection] = []
+# A thread's kept connection: the connection, the pid that opened it, the file's identity.
+_Kept = tuple[sqlite3.Connection, int, tuple[int, int, int] | None]
+
+
 def _ledger_error(path: Path, err: sqlite3.Error, busy_timeout: float) -> LedgerError | None:
     """What a SQLite error means for the user, with advice that fits its cause; None for
     errors that are not the file's or the disk's (a constraint, a bug: they stay as
@@ -129,6 +145,11 @@ def _ledger_error(path: Path, err: sqlite3.Error, busy_timeout: float) -> Ledger
     else:
         what, advice = "cannot use it", _NEW_LEDGER
     return LedgerError(f"ledger {path}: {what} ({text}); {advice}")
+
+
+class LedgerBusyError(LedgerError):
+    """A transaction that was asked not to wait (``wait=False``) met another writer's lock.
+    Internal: callers that ask not to wait catch it (a read answers without writing)."""
 
 
 # --- rows ----------------------------------------------------------------------------------
@@ -249,11 +270,13 @@ class Release:
 
 
 class Ledger:
-    """A SQLite ledger at ``path``; each method opens its own short connection (fork-safe)."""
+    """A SQLite ledger at ``path``. Each thread keeps one connection between calls
+    (:meth:`_connection`: fork-safe, reopened when the file is replaced)."""
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
         self.path = Path(path)
         self.busy_timeout = busy_timeout
+        self._kept = threading.local()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -262,7 +285,16 @@ class Ledger:
                 "choose another path (DRA_JUPYTER_LEDGER)"
             ) from err
         with self._reading(wal=False) as conn:  # nothing is changed before this check
-            self._check_ours(conn)
+            complete = self._check_ours(conn)
+        if complete:  # a ledger with every table: opened without waiting for the write lock
+            # May this process write it (not a read-only file or mount)? A write that
+            # changes nothing says so; where another writer holds the lock now, the first
+            # real write tells instead.
+            with contextlib.suppress(LedgerBusyError), self.transaction(wait=False) as conn:
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+                )
+            return
         with self.transaction() as conn:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
@@ -270,11 +302,12 @@ class Ledger:
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             self._check_version(conn)
 
-    def _check_ours(self, conn: sqlite3.Connection) -> None:
-        """Refuse a SQLite file of another program, or of another schema version."""
+    def _check_ours(self, conn: sqlite3.Connection) -> bool:
+        """Refuse a SQLite file of another program, or of another schema version. True when
+        it is a ledger of this version with every table already."""
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables:
-            return  # a new (or empty) file: it becomes a ledger
+            return False  # a new (or empty) file: it becomes a ledger
         row = None
         if {"meta", "claims"} <= tables:
             with contextlib.suppress(sqlite3.OperationalError):  # a "meta" of another shape
@@ -288,6 +321,7 @@ class Ledger:
                 "path (DRA_JUPYTER_LEDGER)"
             )
         self._check_version(conn)
+        return _OURS - {"sqlite_sequence"} <= tables
 
     def _check_version(self, conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
@@ -331,9 +365,66 @@ class Ledger:
             raise
         return conn
 
+    def _identity(self) -> tuple[int, int, int] | None:
+        """The ledger file and its shared-memory index as the file system has them now
+        (None when either is gone): a kept connection is used only while they are the
+        ones it opened."""
+        try:
+            db, shm = self.path.stat(), Path(f"{self.path}-shm").stat()
+        except OSError:
+            return None
+        return db.st_dev, db.st_ino, shm.st_ino
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, kept between calls: opening a WAL database and
+        closing the last connection to it (which checkpoints and deletes the WAL, with
+        their fsyncs) cost several milliseconds, more than a transaction. A new one is
+        opened in a forked child (a connection must not cross ``fork``), when the file
+        or its -shm was replaced or removed, and after any error of SQLite's."""
+        kept: _Kept | None = getattr(self._kept, "conn", None)
+        pid = os.getpid()
+        if kept is not None and kept[1] == pid and kept[0].in_transaction:
+            yield kept[0]  # inside this thread's transaction (a batch): it sees what it wrote
+            return
+        if kept is not None and (kept[1] != pid or kept[2] is None or kept[2] != self._identity()):
+            self._drop()
+            kept = None
+        if kept is None:
+            conn = self._connect()
+            kept = self._kept.conn = (conn, pid, self._identity())
+        conn = kept[0]
+        try:
+            yield conn
+        except (sqlite3.IntegrityError, LedgerBusyError):
+            raise  # a constraint, another writer's lock: the connection is fine
+        except (sqlite3.Error, LedgerError):
+            self._drop()
+            raise
+        finally:
+            if self._kept.conn is kept and conn.in_transaction:  # a rollback that failed
+                self._drop()
+
+    def _drop(self) -> None:
+        """Forget this thread's kept connection (the next call opens a new one): closed,
+        or, in a forked child, kept unused (it is the parent's)."""
+        kept: _Kept | None = getattr(self._kept, "conn", None)
+        self._kept.conn = None
+        if kept is None:
+            return
+        if kept[1] != os.getpid():
+            _FORKED.append(kept[0])
+            return
+        with contextlib.suppress(sqlite3.Error):
+            kept[0].close()
+
     @contextmanager
     def _reading(self, *, wal: bool = True) -> Iterator[sqlite3.Connection]:
         """A connection for reads (no transaction); SQLite's errors become LedgerError."""
+        if wal:
+            with self._connection() as conn, self._translated():
+                yield conn
+            return
         conn = self._connect(wal=wal)
         try:
             with self._translated():
@@ -355,23 +446,99 @@ class Ledger:
                 time.sleep(0.01)
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, wait: bool = True) -> Iterator[sqlite3.Connection]:
         """An exclusive write transaction: committed on success, rolled back on any error
-        (SQLite's errors of the file or the disk become :class:`LedgerError`)."""
-        conn = self._connect()
+        (SQLite's errors of the file or the disk become :class:`LedgerError`).
+
+        Inside this thread's :meth:`batch` it is a savepoint of the batch's transaction
+        instead: rolled back alone on an error, committed with the batch. ``wait=False``:
+        raise :class:`LedgerBusyError` at once, instead of waiting up to ``busy_timeout``,
+        when another connection holds the write lock."""
+        batch: sqlite3.Connection | None = getattr(self._kept, "batch", None)
+        if batch is not None:
+            with self._savepoint(batch):
+                yield batch
+            return
+        with self._connection() as conn, self._translated():
+            self._begin(conn, wait=wait)
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:  # SQLite rolls back by itself on some errors
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+
+    def _begin(self, conn: sqlite3.Connection, *, wait: bool) -> None:
+        """``BEGIN IMMEDIATE``: take the write lock, trying again every 0.2-2 ms for up to
+        ``busy_timeout`` while another connection holds it (not at all with ``wait=False``).
+        SQLite's own busy handler sleeps up to 100 ms between tries, so a waiter would
+        often sleep long after the lock was free again: under load, two servers on one
+        ledger waited up to 1.7 s that way."""
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.0002
+        conn.execute("PRAGMA busy_timeout = 0")
         try:
-            with self._translated():
-                conn.execute("BEGIN IMMEDIATE")
+            while True:
                 try:
-                    yield conn
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:  # SQLite rolls back by itself on some errors
-                        with contextlib.suppress(sqlite3.Error):
-                            conn.execute("ROLLBACK")
-                    raise
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as err:
+                    if not getattr(err, "sqlite_errorname", "").startswith("SQLITE_BUSY"):
+                        raise
+                    if not wait:
+                        raise LedgerBusyError(
+                            f"ledger {self.path}: another writer holds its lock"
+                        ) from err
+                    if time.monotonic() >= deadline:
+                        raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.002)
         finally:
-            conn.close()
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+
+    @contextmanager
+    def _savepoint(self, conn: sqlite3.Connection) -> Iterator[None]:
+        with self._translated():
+            if not conn.in_transaction:  # SQLite rolled the whole batch back (a full disk)
+                raise LedgerError(
+                    f"ledger {self.path}: the batch's transaction was rolled back by an "
+                    "earlier error; nothing of it was written"
+                )
+            conn.execute("SAVEPOINT call")
+            try:
+                yield
+                conn.execute("RELEASE call")
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK TO call")
+                        conn.execute("RELEASE call")
+                raise
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group every :meth:`transaction` of this thread inside into one write
+        transaction, committed (one fsync) at the end: each is a savepoint of it, rolled
+        back alone on an error. Nothing done inside is durable, nor seen by other
+        connections, before the batch ends without error: a caller answers the requests
+        of a batch only then (a group commit). Other processes wait for the write lock
+        while a batch runs, so keep batches short. Nested batches are one."""
+        if getattr(self._kept, "batch", None) is not None:
+            yield
+            return
+        with self.transaction() as conn:
+            self._kept.batch = conn
+            try:
+                yield
+            finally:
+                self._kept.batch = None
+            if not conn.in_transaction:  # SQLite rolled it back on an error inside
+                raise LedgerError(
+                    f"ledger {self.path}: the batch's transaction was rolled back by an "
+                    "earlier error; nothing of it was written"
+                )
 
     # --- claims ------------------------------------------------------------------------------
 
@@ -384,10 +551,18 @@ class Ledger:
         ).fetchall()
         records = []
         for row in rows:
-            try:
-                records.append(record_from_row(row))
-            except DamagedRowError as damage:
-                Ledger._quarantine(conn, row, damage.problem)
+            key = tuple(row)[1:]  # the stored values (not the row id): the same ones parse alike
+            record = _PARSED.get(key)
+            if record is None:
+                try:
+                    record = record_from_row(row)
+                except DamagedRowError as damage:
+                    Ledger._quarantine(conn, row, damage.problem)
+                    continue
+                if len(_PARSED) >= _PARSED_MOST:
+                    _PARSED.clear()
+                _PARSED[key] = record
+            records.append(record)
         return records
 
     @staticmethod

@@ -35,6 +35,7 @@ from dra_jupyter.server.kernels import (
     uninstall_kernel_env,
 )
 from dra_jupyter.server.service import ClaimService
+from dra_jupyter.server.writer import Writer
 from dra_jupyter.settings import (
     Settings,
     check_server_id,
@@ -51,6 +52,7 @@ ALLOCATED = f"{EVENT_BASE}/claim_allocated/v1"
 IDLE_WARNING = f"{EVENT_BASE}/idle_warning/v1"
 RELEASED = f"{EVENT_BASE}/claim_released/v1"
 KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
+READERS = 2  # threads for reads (SQLite releases the GIL while it reads)
 
 
 class DRAExtensionApp(ExtensionApp):
@@ -223,7 +225,10 @@ class DRAExtensionApp(ExtensionApp):
         self.warned: dict[str, float] = {}  # claim -> the idle deadline it was warned of
         # kernel -> restarts with claims under way, whose "restart" event must not release
         self.keeping: dict[str, int] = {}
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dra-ledger")
+        # Writes on one thread, many requests per commit (writer.py); reads on their own
+        # threads, so that they never wait behind a write (WAL readers: no lock).
+        self._writer = Writer(self.service.batch)
+        self._readers = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="dra-read")
         self._checker: PeriodicCallback | None = None
         self._stopped = False
         self.metrics = MetricsHistory(max(self.metrics_history, 1))
@@ -282,7 +287,8 @@ class DRAExtensionApp(ExtensionApp):
                 await self.call(self.service.live_claims, select)
             except DraJupyterError as err:  # the server stops all the same
                 self.log.warning("dra_jupyter: releasing claims at stop failed: %s", err)
-        self._executor.shutdown(wait=True)
+        self._writer.shutdown()
+        self._readers.shutdown(wait=True)
 
     # --- helpers for the handlers -----------------------------------------------------------
 
@@ -290,10 +296,18 @@ class DRAExtensionApp(ExtensionApp):
         return list(self.server.kernel_manager.list_kernel_ids())
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a blocking ledger call on the one worker thread (calls never overlap)."""
+        """Run a blocking call that may write on the writer thread (calls never overlap;
+        the answer comes once its batch is committed)."""
+        try:
+            return await asyncio.wrap_future(self._writer.submit(partial(fn, *args)))
+        finally:
+            self._emit_releases()
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking read on a reader thread: it does not wait for the writer."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, partial(fn, *args))
+            return await loop.run_in_executor(self._readers, partial(fn, *args))
         finally:
             self._emit_releases()
 
@@ -364,7 +378,7 @@ class DRAExtensionApp(ExtensionApp):
         source = self.metrics_source()
         if isinstance(source, NoSource):
             return []  # nothing to read, so no claims to list either
-        held = {device for r in self.service.live_claims() for device in r.device_keys}
+        held = {device for r in self.service.live_claims(wait=False) for device in r.device_keys}
         return source.sample(held, now)
 
     async def read_metrics(self) -> list[Sample]:
@@ -376,7 +390,7 @@ class DRAExtensionApp(ExtensionApp):
     async def _read_once(self) -> list[Sample]:
         now = time.time()
         try:
-            samples = await self.call(self._read_metrics, now)
+            samples = await self.read(self._read_metrics, now)
         finally:
             self._sampling = None
         self.metrics_current, self.metrics_time = samples, now

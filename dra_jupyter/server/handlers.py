@@ -250,7 +250,7 @@ class DevicesHandler(_DRAHandler):
     @authorized
     async def get(self) -> None:
         with _handle_error():
-            self.reply(await self.dra.call(self.dra.service.devices))
+            self.reply(await self.dra.read(self.dra.service.devices))
 
 
 class ClaimsHandler(_DRAHandler):
@@ -259,7 +259,7 @@ class ClaimsHandler(_DRAHandler):
     async def get(self) -> None:
         caller = await self.caller()
         with _handle_error():
-            records = await self.dra.call(self.dra.service.claims, caller)
+            records = await self.dra.read(self.dra.service.claims, caller)
             self.reply(ClaimsResponse(claims=[self.claim_model(r) for r in records]))
 
     @web.authenticated
@@ -282,7 +282,7 @@ class ClaimHandler(_DRAHandler):
         caller = await self.caller()
         with _handle_error():
             check_claim_name(name)
-            found = await self.dra.call(self.dra.service.claim_or_released, caller, name)
+            found = await self.dra.read(self.dra.service.claim_or_released, caller, name)
             self.reply(self.claim_model(*found))
 
     @web.authenticated
@@ -316,7 +316,7 @@ class KernelClaimsHandler(_DRAHandler):
     async def get(self, kernel_id: str) -> None:
         caller = await self.caller()
         with _handle_error():
-            records = await self.dra.call(self.dra.service.kernel_claims, caller, kernel_id)
+            records = await self.dra.read(self.dra.service.kernel_claims, caller, kernel_id)
             self.reply(ClaimsResponse(claims=[self.claim_model(r) for r in records]))
 
 

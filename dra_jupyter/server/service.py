@@ -10,8 +10,10 @@ users are refused (:class:`ForbiddenError`), not hidden, when named directly.
 
 Every call sweeps first (:meth:`ClaimService.live_claims`: what the backend reclaims by
 itself is released and announced). Locally that sweep reads the whole ledger, which then
-answers; on Kubernetes it reads this server's claims, and the caller's claims in the
-namespace (or the cluster's holders) are listed too.
+answers, and writes only when something is to be released; on Kubernetes it reads this
+server's claims, and the caller's claims in the namespace (or the cluster's holders) are
+listed too. Reads never wait for a writer: their sweep (``wait=False``) leaves to a later
+one what it cannot release at once.
 
 Errors are those of :mod:`dra_jupyter.errors`; the handlers' one error mapper gives each
 class its HTTP status (the table there).
@@ -22,8 +24,10 @@ from __future__ import annotations
 import os
 import queue
 import socket
+import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -111,7 +115,9 @@ class Caller:
 
 class ClaimService:
     """Claims for the server's users and kernels. Blocking (SQLite, the Kubernetes API):
-    the app runs every call on its one worker thread."""
+    the app runs the writes on its one writer thread, in batches (:meth:`batch`), and the reads
+    (:meth:`devices`, :meth:`claims`, :meth:`claim`, :meth:`kernel_claims`) on reader
+    threads, concurrently with the writer."""
 
     def __init__(
         self,
@@ -131,6 +137,8 @@ class ClaimService:
         self.released: queue.SimpleQueue[tuple[ClaimRecord, str]] = queue.SimpleQueue()
         # the claims released lately, by name, oldest first (see released_claim)
         self.recent: dict[str, Released] = {}
+        self._recent_lock = threading.Lock()  # the writer and the readers both release
+        self._staged = threading.local()  # releases of this thread's batch, until committed
         self._inventory: Inventory | None = None
         self._inventory_read = 0.0  # time.monotonic() of that read
 
@@ -159,7 +167,7 @@ class ClaimService:
     def devices(self) -> DevicesResponse:
         """Every device and who holds it (on Kubernetes: every allocated claim of the
         cluster the server may list, else of its namespace), and who waits in line."""
-        swept = self._sweep()
+        swept = self._sweep(wait=False)
         inventory = self.inventory()
         held = swept.kept if swept.complete else self.backend.holders()
         rows = [DeviceModel(**asdict(r)) for r in device_rows(inventory.slices, held)]  # type: ignore[typeddict-item]
@@ -183,7 +191,7 @@ class ClaimService:
 
     def claims(self, caller: Caller) -> list[ClaimRecord]:
         """The caller's claims and those of this server's live kernels (an admin's: all)."""
-        swept = self._sweep()
+        swept = self._sweep(wait=False)
         listed: list[ClaimRecord] = []
         if not swept.complete:
             listed = (
@@ -196,7 +204,7 @@ class ClaimService:
         return [r for r in merged.values() if self.visible(caller, r, live)]
 
     def claim(self, caller: Caller, name: str) -> ClaimRecord:
-        swept = self._sweep()
+        swept = self._sweep(wait=False)
         if swept.complete:
             record = next((r for r in swept.kept if r.name == name), None)
         else:
@@ -273,11 +281,13 @@ class ClaimService:
             )
         name = body.get("name", "")
         kernel_id = body.get("kernel_id")
-        if kernel_id is not None and kernel_id not in set(self.live_kernels()):
+        if kernel_id is not None and (
+            not isinstance(kernel_id, str) or kernel_id not in set(self.live_kernels())
+        ):
             raise KernelNotFoundError(
                 f"POST claims: kernel {shown(kernel_id)} is not running on this server"
             )
-        held_now = self._devices_held(caller.user)
+        held_now = self._devices_held(caller.user) if self.max_devices_per_user else 0
         if self.max_devices_per_user and held_now >= self.max_devices_per_user:
             raise LimitError(
                 f"user {caller.user} holds {held_now} devices, the limit per user is "
@@ -355,16 +365,20 @@ class ClaimService:
         return environment_for(results, self.inventory().slices).env
 
     def live_claims(
-        self, select: Select | None = None, now: float | None = None
+        self, select: Select | None = None, now: float | None = None, *, wait: bool = True
     ) -> list[ClaimRecord]:
         """Every live claim the server watches (:meth:`~dra_jupyter.types.Backend.sweep`),
         after releasing those for which ``select`` names a reason and those the backend
-        reclaims by itself. Releases go to :attr:`released`."""
-        return self._sweep(select, now).kept
+        reclaims by itself. Releases go to :attr:`released`. ``wait=False`` for a read."""
+        return self._sweep(select, now, wait=wait).kept
 
-    def _sweep(self, select: Select | None = None, now: float | None = None) -> Sweep:
+    def _sweep(
+        self, select: Select | None = None, now: float | None = None, *, wait: bool = True
+    ) -> Sweep:
+        """The backend's sweep; ``wait=False`` for reads, which must not wait behind a
+        writer (:meth:`~dra_jupyter.types.Backend.sweep`)."""
         now = time.time() if now is None else now
-        swept = self.backend.sweep(select, now, set(self.live_kernels()))
+        swept = self.backend.sweep(select, now, set(self.live_kernels()), wait=wait)
         for record, reason in swept.released:
             self._note_release(record, reason, now)
         return swept
@@ -373,14 +387,15 @@ class ClaimService:
         """Announce a release (:attr:`released`) and remember it for a while
         (:data:`RELEASED_KEPT`, at most :data:`RELEASED_MAX` claims)."""
         now = time.time() if now is None else now
-        self.released.put((record, reason))
-        self.recent.pop(record.name, None)
-        self.recent[record.name] = Released(record, reason, now)
-        while self.recent:
-            oldest = next(iter(self.recent.values()))
-            if len(self.recent) <= RELEASED_MAX and oldest.time > now - RELEASED_KEPT:
-                break
-            del self.recent[oldest.record.name]
+        self._announce(record, reason)
+        with self._recent_lock:
+            self.recent.pop(record.name, None)
+            self.recent[record.name] = Released(record, reason, now)
+            while self.recent:
+                oldest = next(iter(self.recent.values()))
+                if len(self.recent) <= RELEASED_MAX and oldest.time > now - RELEASED_KEPT:
+                    break
+                del self.recent[oldest.record.name]
 
     def claim_or_released(self, caller: Caller, name: str) -> tuple[ClaimRecord, Released | None]:
         """The live claim, or one this server released lately (with why and when): a card
@@ -388,7 +403,8 @@ class ClaimService:
         try:
             return self.claim(caller, name), None
         except ClaimNotFoundError:
-            gone = self.recent.get(name)
+            with self._recent_lock:
+                gone = self.recent.get(name)
             if gone is None or gone.time <= time.time() - RELEASED_KEPT:
                 raise
             if not self.visible(caller, gone.record, set(self.live_kernels())):
@@ -397,3 +413,31 @@ class ClaimService:
                     "only its owner (or an admin) can see it"
                 ) from None
             return gone.record, gone
+
+    def _announce(self, record: ClaimRecord, reason: str) -> None:
+        """Queue a release for its event: at once, or inside :meth:`batch` once it is
+        committed."""
+        staged: list[tuple[ClaimRecord, str]] | None = getattr(self._staged, "releases", None)
+        if staged is not None:
+            staged.append((record, reason))
+        else:
+            self.released.put((record, reason))
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Run the calls made inside (on this thread) as one write of the backend
+        (:meth:`~dra_jupyter.types.Backend.batch`: locally one ledger transaction, one
+        fsync), so that the server's writer commits many requests at once. Their releases
+        are announced only once that commit succeeded; if it fails, none of them are."""
+        if getattr(self._staged, "releases", None) is not None:
+            yield  # nested: the outer batch commits and announces
+            return
+        staged: list[tuple[ClaimRecord, str]] = []
+        self._staged.releases = staged
+        try:
+            with self.backend.batch():
+                yield
+        finally:
+            self._staged.releases = None
+        for item in staged:
+            self.released.put(item)
