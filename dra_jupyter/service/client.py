@@ -56,7 +56,7 @@ CAPABILITIES = Capabilities(
     claim_states=False,
 )
 CONNECT_TIMEOUT = 5.0  # seconds to connect to the daemon
-ANSWER_TIMEOUT = 60.0  # seconds an answer may take (a wait in line sends progress meanwhile)
+ANSWER_TIMEOUT = 60.0  # seconds an answer may take; a request in line: its timeout and this
 
 Wire = dict[str, Any]
 
@@ -92,21 +92,29 @@ class Channel:
         self._buffer.clear()
         return sock
 
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
     def _close(self) -> None:
         if self._sock is not None and self._pid == os.getpid():
             self._sock.close()
         self._sock = None
         self._buffer.clear()
 
-    def call(self, op: str, args: Wire, on_wait: OnWait | None = None) -> Any:
+    def call(
+        self, op: str, args: Wire, on_wait: OnWait | None = None, *, wait: float | None = 0.0
+    ) -> Any:
+        """The result of ``op``; ``wait``: how long the daemon may keep the request in line
+        (None: without limit), during which no answer is overdue."""
         with self._lock:
             try:
-                return self._call(op, args, on_wait)
+                return self._call(op, args, on_wait, wait)
             except BaseException:
                 self._close()  # a half-read answer must not be the next call's
                 raise
 
-    def _call(self, op: str, args: Wire, on_wait: OnWait | None) -> Any:
+    def _call(self, op: str, args: Wire, on_wait: OnWait | None, wait: float | None) -> Any:
         request_id = next(self._ids)
         frame = protocol.request_frame(request_id, op, args)
         if len(frame) > protocol.MAX_FRAME:
@@ -126,10 +134,12 @@ class Channel:
             if reply.get("id") != request_id and reply.get("id") is not None:
                 continue  # an answer of a call that was given up
             if "waiting" in reply:
+                sock.settimeout(None if wait is None else wait + ANSWER_TIMEOUT)
                 if on_wait is not None:
                     w = reply["waiting"]
                     on_wait(Waiting(int(w["position"]), float(w["waited"]), w.get("timeout")))
                 continue
+            sock.settimeout(ANSWER_TIMEOUT)
             if reply.get("ok") is True:
                 return reply.get("result")
             raise protocol.error_from_wire(reply.get("error"))
@@ -263,7 +273,14 @@ class ServiceBackend:
         if not checked:
             self.check_possible(claim)
         args = {"claim": claim, "timeout": timeout, "lease": lease, **self._owner_args()}
-        return protocol.record_from_wire(self._call("request", args, on_wait))
+        if timeout == 0:
+            return protocol.record_from_wire(self._call("request", args, on_wait))
+        # A wait in line has a connection of its own: the process's other calls go on.
+        line = Channel(self.socket_path)
+        try:
+            return protocol.record_from_wire(line.call("request", args, on_wait, wait=timeout))
+        finally:
+            line.close()
 
     def reserve(self, record: ClaimRecord) -> ClaimRecord:
         raise InvalidInputError(

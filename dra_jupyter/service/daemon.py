@@ -372,8 +372,8 @@ class Daemon:
     def _frame(self, conn: Connection, line: bytes) -> None:
         request_id: int | str | None = None
         try:
+            self._rate(conn.peer)  # every frame counts, malformed ones too
             request_id, op, args = protocol.parse_request(line)
-            self._rate(conn.peer)
             result = getattr(self, f"op_{op}")(conn, request_id, args)
         except DraJupyterError as err:
             request_id = getattr(err, "request_id", request_id)
@@ -639,7 +639,17 @@ class Daemon:
         results = self.local.allocator(held).allocate([probe])
         if results is None:
             return None
-        self._check_limits(wait.owner.user, groups, held, results[0].to_dict())
+        allocation = results[0].to_dict()
+        if not allocation.get("devices", {}).get("results"):
+            raise InvalidInputError("request: the claim holds no device; ask for at least one")
+        user = wait.owner.user
+        claims = sum(1 for r in held if r.owner.user == user)
+        if claims >= self.policy.claims_per_user:
+            raise LimitError(
+                f"user {user}: limit {self.policy.claims_per_user} claims (claims_per_user), "
+                f"holds {claims}; release some first"
+            )
+        self._check_limits(user, groups, held, allocation)
         local = self.local.with_owner(wait.owner)
         record = local.allocate(wait.claim, timeout=0, lease=wait.lease, checked=True)
         self._watch(wait.owner)

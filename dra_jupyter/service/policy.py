@@ -15,6 +15,7 @@ Every knob, its unit and its default (``docs/service.example.toml`` is a comment
     burst = 400                    # requests a user may send at once before the rate applies
     queue_per_user = 8             # requests of one user waiting in line at once
     connections_per_user = 64      # open connections of one user
+    claims_per_user = 256          # live claims of one user (shared devices allow many)
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
@@ -61,6 +62,7 @@ SERVICE_KEYS = {
     "burst",
     "queue_per_user",
     "connections_per_user",
+    "claims_per_user",
 }
 
 
@@ -102,6 +104,7 @@ class Policy:
     burst: float = 400.0
     queue_per_user: int = 8
     connections_per_user: int = 64
+    claims_per_user: int = 256
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -174,6 +177,7 @@ def load_policy(path: Path | None) -> Policy:
         burst=_number(service, "burst", 400, where),
         queue_per_user=int(_number(service, "queue_per_user", 8, where)),
         connections_per_user=int(_number(service, "connections_per_user", 64, where)),
+        claims_per_user=int(_number(service, "claims_per_user", 256, where)),
         defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
         groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
         users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},
