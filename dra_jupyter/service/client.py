@@ -124,8 +124,8 @@ class Channel:
             )
         sock = self._connect()
         try:
-            sock.sendall(frame)
-        except OSError:  # the daemon restarted since the last call: once more, anew
+            self._send(sock, frame)
+        except UnavailableError:  # the daemon restarted since the last call: once more, anew
             self._close()
             sock = self._connect()
             self._send(sock, frame)

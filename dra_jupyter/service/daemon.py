@@ -50,7 +50,14 @@ from dra_jupyter.service import protocol
 from dra_jupyter.service.files import bind_socket, open_private_ledger
 from dra_jupyter.service.peer import Peer, alive, open_pidfd, peer_of, user_groups
 from dra_jupyter.service.policy import Limits, Policy, load_policy
-from dra_jupyter.types import ClaimRecord, Owner, process_start_time
+from dra_jupyter.types import (
+    USER_ANNOTATION,
+    USER_LABEL,
+    ClaimRecord,
+    Owner,
+    label_value,
+    process_start_time,
+)
 
 log = logging.getLogger("dra_jupyter.service")
 
@@ -601,6 +608,7 @@ class Daemon:
             owner = Owner(user=peer.user, host=HOST, pid=0, kernel_id=kernel_id)
         else:
             owner = _process_owner(peer, kernel_id)
+        claim = _labelled(claim, peer.user)
         self.local.check_possible(claim)
         shape = shape_of(claim)
         wait = Wait(conn, request_id, claim, shape, owner, lease, timeout, time.monotonic())
@@ -848,6 +856,19 @@ def _claim_arg(args: dict[str, Any]) -> dict[str, Any]:
     if name is not None and (not isinstance(name, str) or len(name) > 253):
         raise InvalidInputError(f"request: metadata.name {shown(name)} is not a claim name")
     return claim
+
+
+def _labelled(claim: dict[str, Any], user: str) -> dict[str, Any]:
+    """``claim`` with its user's label and annotation those of the kernel's user (what the
+    client wrote there is what it believes, or claims)."""
+    meta = dict(claim["metadata"])
+    labels = meta.get("labels")
+    annotations = meta.get("annotations")
+    if isinstance(labels, dict) and USER_LABEL in labels:
+        meta["labels"] = {**labels, USER_LABEL: label_value(user)}
+    if isinstance(annotations, dict) and USER_ANNOTATION in annotations:
+        meta["annotations"] = {**annotations, USER_ANNOTATION: user}
+    return {**claim, "metadata": meta}
 
 
 def _probe(claim: dict[str, Any]) -> dict[str, Any]:

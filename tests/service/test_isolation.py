@@ -18,6 +18,7 @@ from typing import Any
 from dra_jupyter.api import Session
 from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.settings import Settings
+from dra_jupyter.types import USER_LABEL
 from tests.service.accounts import (
     Child,
     Service,
@@ -108,6 +109,7 @@ def test_another_user_cannot_see_release_keep_or_take_a_claim(users: dict[str, U
                 "same name": error_of(lambda: s.request(gpu=1, name="alice-nb")),
                 "all of them": error_of(lambda: s.request(gpu=8)),
                 "user": s.backend.hello()["user"],  # type: ignore[attr-defined]
+                "label": s.request(gpu=1).to_dict()["metadata"]["labels"][USER_LABEL],
             }
 
         api = run_as(bob, forged, bob_api)["ok"]
@@ -118,6 +120,7 @@ def test_another_user_cannot_see_release_keep_or_take_a_claim(users: dict[str, U
         assert api["all of them"].startswith("BusyError: the devices are busy")
         assert "alice" not in api["all of them"]  # not who holds them either
         assert api["user"] == bob.name
+        assert api["label"] == bob.name  # not the alice his environment names
 
         def open_ledger() -> list[str]:
             out = []
