@@ -660,13 +660,13 @@ class Daemon:
         self._check_limits(user, groups, held, allocation)
         local = self.local.with_owner(wait.owner)
         record = local.allocate(wait.claim, timeout=0, lease=wait.lease, checked=True)
-        self._watch(wait.owner)
         log.info(
             "claim %s allocated to %s: %s",
             record.name,
             record.owner.user,
             ", ".join(record.device_keys),
         )
+        self._watch(wait.owner)  # a holder that is gone already: released at once
         return record
 
     def _check_limits(

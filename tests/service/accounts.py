@@ -257,15 +257,20 @@ class Child:
         self._reap()
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+        if self.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
         self._reap()
 
     def _reap(self) -> None:
         end = time.monotonic() + DEADLINE
-        while time.monotonic() < end:
-            done, _ = os.waitpid(self.pid, os.WNOHANG)
+        while self.pid and time.monotonic() < end:
+            try:
+                done, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                done = self.pid  # reaped already
             if done:
+                self.pid = 0  # never signal a pid that may be another process's by now
                 break
             time.sleep(0.02)
         for fd in (self._out_r, self._go_w):

@@ -36,10 +36,18 @@ def admin_policy(users: dict[str, User], extra: str = "") -> str:
     return f'admin_groups = ["{users["_admin_group"].name}"]\nvisibility = "own"\n{extra}'
 
 
+def read(svc: Service, query: str) -> list[Any]:
+    """Rows of the ledger, read as root (the daemon's user) while the daemon runs."""
+    conn = sqlite3.connect(svc.ledger, timeout=30)
+    try:
+        return conn.execute(query).fetchall()
+    finally:
+        conn.close()
+
+
 def live(svc: Service) -> list[dict[str, Any]]:
-    """The live claims, read from the ledger as root (the daemon's user)."""
-    with sqlite3.connect(f"file:{svc.ledger}?mode=ro", uri=True) as conn:
-        rows = conn.execute("SELECT name, owner, allocation FROM claims").fetchall()
+    """The live claims."""
+    rows = read(svc, "SELECT name, owner, allocation FROM claims")
     return [
         {
             "name": name,
@@ -51,8 +59,7 @@ def live(svc: Service) -> list[dict[str, Any]]:
 
 
 def released(svc: Service) -> dict[str, str]:
-    with sqlite3.connect(f"file:{svc.ledger}?mode=ro", uri=True) as conn:
-        return dict(conn.execute("SELECT name, reason FROM releases ORDER BY id").fetchall())
+    return dict(read(svc, "SELECT name, reason FROM releases ORDER BY id"))
 
 
 def session() -> Session:
