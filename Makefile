@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 NODE   := $(or $(shell command -v node),/usr/bin/node)
 TSC_STAMP := labextension/node_modules/.installed
 
-.PHONY: install test unit lint typecheck layers pytest fuzz demo lab bench bench-latency bench-placement clean
+.PHONY: install test unit lint typecheck layers pytest fuzz demo lab bench bench-latency bench-placement bench-service clean
 
 install: $(STAMP)
 
@@ -90,13 +90,17 @@ lab: install
 	$(BIN)/jupyter lab $(LAB_ARGS)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
-bench: bench-latency bench-placement
+bench: bench-latency bench-placement bench-service
 
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
 
 bench-placement: install
 	$(BIN)/python benchmarks/bench_placement.py --json benchmarks/placement.json --plot benchmarks/placement.png
+
+# The shared-machine service against the embedded backend, side by side (a real daemon)
+bench-service: install
+	$(BIN)/python benchmarks/bench_service.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis labextension/node_modules

@@ -47,7 +47,7 @@ from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend, reclaim_reason, shape_of
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.service import protocol
-from dra_jupyter.service.files import bind_socket, open_private_ledger
+from dra_jupyter.service.files import bind_socket, keep_open, open_private_ledger
 from dra_jupyter.service.peer import Peer, alive, open_pidfd, peer_of, user_groups
 from dra_jupyter.service.policy import Limits, Policy, load_policy
 from dra_jupyter.types import (
@@ -126,6 +126,9 @@ class Daemon:
         self.devices = inventory or resolve_inventory(self.policy.inventory)
         self.kinds = _device_kinds(self.devices)
         self.ledger = open_private_ledger(self.policy.ledger)
+        # The ledger opens a connection per transaction; while this one stays open, closing
+        # those does not checkpoint and delete the WAL each time (an fsync or two each).
+        self._keeper = keep_open(self.policy.ledger)
         pid = os.getpid()
         self.local = LocalBackend(
             self.devices,
@@ -201,6 +204,7 @@ class Daemon:
                     self.socket_path.unlink()
             self.listener.close()
             self.listener = None
+        self._keeper.close()
         for key in list(self.selector.get_map().values()):
             if isinstance(key.data, Connection):
                 key.data.sock.close()

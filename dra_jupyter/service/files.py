@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
 import stat
 from pathlib import Path
 
@@ -74,3 +75,10 @@ def bind_socket(path: Path) -> socket.socket:
         raise UnavailableError(f"socket {path}: cannot listen there: {err.strerror}") from err
     sock.setblocking(False)
     return sock
+
+
+def keep_open(path: Path) -> sqlite3.Connection:
+    """A connection to the ledger that does nothing but stay open (see the daemon)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    return conn
