@@ -55,6 +55,7 @@ from dra_jupyter.types import (
     USER_LABEL,
     ClaimRecord,
     Owner,
+    claim_prefix,
     label_value,
     process_start_time,
 )
@@ -125,7 +126,7 @@ class Daemon:
         self.policy: Policy = load_policy(config)
         self.devices = inventory or resolve_inventory(self.policy.inventory)
         self.kinds = _device_kinds(self.devices)
-        self.ledger = open_private_ledger(self.policy.ledger)
+        self.ledger = open_private_ledger(self.policy.ledger, self.policy.synchronous)
         # The ledger opens a connection per transaction; while this one stays open, closing
         # those does not checkpoint and delete the WAL each time (an fsync or two each).
         self._keeper = keep_open(self.policy.ledger)
@@ -225,6 +226,7 @@ class Daemon:
             ledger=self.policy.ledger,
             inventory=self.policy.inventory,
             strategy=self.policy.strategy,
+            synchronous=self.policy.synchronous,
         )
         self._groups.clear()
         log.info("policy reloaded from %s", self.config)
@@ -460,8 +462,7 @@ class Daemon:
         return out
 
     def _find(self, name: Any) -> ClaimRecord | None:
-        if not isinstance(name, str) or not name or len(name) > 253:
-            raise InvalidInputError(f"claim name {shown(name)} is not a claim name")
+        name = _name_arg({"name": name})
         return next((r for r in self.ledger.read_claims() if r.name == name), None)
 
     def _may_change(self, peer: Peer, record: ClaimRecord, what: str) -> None:
@@ -534,21 +535,18 @@ class Daemon:
                 f"release: reason {shown(reason)}; use at most {protocol.MAX_REASON} "
                 "lower-case letters and '-'"
             )
-        record = self._find(args.get("name"))
-        if record is None:
-            return False
-        self._may_change(conn.peer, record, "release")
-        done = self.local.release(record.name, reason, any_owner=True)
-        if done:
-            log.info(
-                "claim %s of %s released by %s (%s)",
-                record.name,
-                record.owner.user,
-                conn.peer.user,
-                reason,
-            )
-            self._serve_waits()
-        return done
+        name = _name_arg(args)
+        with self.ledger.transaction() as tx:
+            record = next((r for r in Ledger.claims(tx) if r.name == name), None)
+            if record is None:
+                return False
+            self._may_change(conn.peer, record, "release")
+            Ledger.delete(tx, record, reason, time.time())
+        log.info(
+            "claim %s of %s released by %s (%s)", name, record.owner.user, conn.peer.user, reason
+        )
+        self._serve_waits()
+        return True
 
     def op_explain(self, conn: Connection, _id: Any, args: dict[str, Any]) -> Any:
         claim = _claim_arg(args)
@@ -640,36 +638,51 @@ class Daemon:
 
     def _attempt(self, wait: Wait, groups: tuple[str, ...] | None) -> ClaimRecord | None:
         """Allocate ``wait`` now if the devices are free and the owner's limits allow; None
-        when the devices are busy. Raises LimitError over a limit."""
-        held = self.ledger.read_claims()
-        probe = _probe(wait.claim)
-        name = wait.claim["metadata"].get("name")
-        if name and any(r.name == name for r in held):
-            raise AllocationError(
-                f"claim {name} exists already; release it first or use another name"
-            )
-        results = self.local.allocator(held).allocate([probe])
-        if results is None:
-            return None
-        allocation = results[0].to_dict()
-        if not allocation.get("devices", {}).get("results"):
-            raise InvalidInputError("request: the claim holds no device; ask for at least one")
+        when the devices are busy. Raises LimitError over a limit. One ledger transaction:
+        expired leases go, the live claims are read, the allocator decides, the limits are
+        checked, the claim is written (dead holders need no check here: their pidfds
+        released their claims when they exited)."""
+        now = time.time()
         user = wait.owner.user
-        claims = sum(1 for r in held if r.owner.user == user)
-        if claims >= self.policy.claims_per_user:
-            raise LimitError(
-                f"user {user}: limit {self.policy.claims_per_user} claims (claims_per_user), "
-                f"holds {claims}; release some first"
+        meta = dict(wait.claim["metadata"])
+        with self.ledger.transaction() as tx:
+            held = []
+            for record in Ledger.claims(tx):
+                if record.lease_expires is not None and record.lease_expires <= now:
+                    Ledger.delete(tx, record, "expired", now)
+                else:
+                    held.append(record)
+            if meta.get("name") and any(r.name == meta["name"] for r in held):
+                raise AllocationError(
+                    f"claim {meta['name']} exists already; release it first or use another name"
+                )
+            results = self.local.allocator(held).allocate([_probe(wait.claim)])
+            if results is None:
+                return None
+            allocation = results[0].to_dict()
+            if not allocation.get("devices", {}).get("results"):
+                raise InvalidInputError("request: the claim holds no device; ask for at least one")
+            claims = sum(1 for r in held if r.owner.user == user)
+            if claims >= self.policy.claims_per_user:
+                raise LimitError(
+                    f"user {user}: limit {self.policy.claims_per_user} claims (claims_per_user), "
+                    f"holds {claims}; release some first"
+                )
+            self._check_limits(user, groups, held, allocation)
+            if not meta.get("name"):
+                meta["name"] = Ledger.next_name(tx, claim_prefix(user))
+            record = ClaimRecord(
+                name=meta["name"],
+                namespace=meta.get("namespace") or "default",
+                owner=wait.owner,
+                spec={**wait.claim, "metadata": meta},
+                allocation=allocation,
+                created=now,
+                last_activity=now,
+                lease_expires=now + wait.lease if wait.lease is not None else None,
             )
-        self._check_limits(user, groups, held, allocation)
-        local = self.local.with_owner(wait.owner)
-        record = local.allocate(wait.claim, timeout=0, lease=wait.lease, checked=True)
-        log.info(
-            "claim %s allocated to %s: %s",
-            record.name,
-            record.owner.user,
-            ", ".join(record.device_keys),
-        )
+            Ledger.insert(tx, record)
+        log.info("claim %s allocated to %s: %s", record.name, user, ", ".join(record.device_keys))
         self._watch(wait.owner)  # a holder that is gone already: released at once
         return record
 
@@ -878,6 +891,13 @@ def _labelled(claim: dict[str, Any], user: str) -> dict[str, Any]:
 def _probe(claim: dict[str, Any]) -> dict[str, Any]:
     meta = claim["metadata"]
     return {**claim, "metadata": {**meta, "name": meta.get("name") or "new-request"}}
+
+
+def _name_arg(args: dict[str, Any]) -> str:
+    name = args.get("name")
+    if not isinstance(name, str) or not name or len(name) > 253:
+        raise InvalidInputError(f"claim name {shown(name)} is not a claim name")
+    return name
 
 
 def _kernel_id(args: dict[str, Any]) -> str | None:

@@ -7,6 +7,9 @@ Every knob, its unit and its default (``docs/service.example.toml`` is a comment
     ledger = "/var/lib/dra-jupyter/ledger.sqlite"  # path; its folder is made 0700
     inventory = "auto"             # as DRA_JUPYTER_INVENTORY: auto, nvml, a name, a file
     strategy = "topology"          # topology or first-fit
+    synchronous = "normal"         # normal: a commit survives the daemon's crash, not a
+                                   # power loss (the last ones may roll back); full: each
+                                   # commit waits for the disk (about 10x slower)
     admin_groups = []              # groups whose members see and release every claim
                                    # (root always may)
     visibility = "own"             # own: users see only their own claims (others' devices
@@ -56,6 +59,7 @@ SERVICE_KEYS = {
     "ledger",
     "inventory",
     "strategy",
+    "synchronous",
     "admin_groups",
     "visibility",
     "requests_per_second",
@@ -98,6 +102,7 @@ class Policy:
     ledger: Path = DEFAULT_LEDGER
     inventory: str = "auto"
     strategy: str = "topology"
+    synchronous: str = "normal"
     admin_groups: frozenset[str] = frozenset()
     visibility: str = "own"
     requests_per_second: float = 200.0
@@ -159,6 +164,9 @@ def load_policy(path: Path | None) -> Policy:
         raise InvalidInputError(
             f"{where}: strategy {shown(strategy)}; use {' or '.join(STRATEGIES)}"
         )
+    synchronous = _string(service, "synchronous", "normal", where)
+    if synchronous not in ("normal", "full"):
+        raise InvalidInputError(f"{where}: synchronous {shown(synchronous)}; use normal or full")
     visibility = _string(service, "visibility", "own", where)
     if visibility not in VISIBILITY:
         raise InvalidInputError(f"{where}: visibility {shown(visibility)}; use own or all")
@@ -171,6 +179,7 @@ def load_policy(path: Path | None) -> Policy:
         ledger=Path(_string(service, "ledger", str(DEFAULT_LEDGER), where)),
         inventory=_string(service, "inventory", "auto", where),
         strategy=strategy,
+        synchronous=synchronous,
         admin_groups=frozenset(admins),
         visibility=visibility,
         requests_per_second=_number(service, "requests_per_second", 200, where),
