@@ -4,7 +4,7 @@
                          [-o yaml|json]
     dra-jupyter explain  -f OBJECTS.yaml [--strategy ...] [--node NODE] [-o text|json]
     dra-jupyter demo
-    dra-jupyter service  [--config FILE.toml] [--socket PATH]
+    dra-jupyter service  [--config FILE.toml] [--socket PATH] [--import-ledger LEDGER]
     dra-jupyter publish-slices --inventory NAME [--nodes N] [--kubeconfig PATH]
 
 Exit codes, by the class of the error (:mod:`dra_jupyter.errors`): 0 allocated (or
@@ -95,6 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--socket", metavar="PATH", help="the Unix socket (default /run/dra-jupyter/socket)"
     )
+    p.add_argument(
+        "--import-ledger",
+        metavar="LEDGER",
+        help="take over the live claims of an embedded ledger file at start",
+    )
     add_local_commands(sub)
     add_kube_commands(sub)
     return parser
@@ -173,6 +178,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return run_service(
                 Path(args.config) if args.config else None,
                 Path(args.socket) if args.socket else None,
+                Path(args.import_ledger) if args.import_ledger else None,
             )
         if args.command in KUBE_COMMANDS:
             return run_kube(args, out)

@@ -120,8 +120,10 @@ class Daemon:
         config: Path | None = None,
         *,
         inventory: Inventory | None = None,
+        import_ledger: Path | None = None,
     ) -> None:
         self.socket_path = socket_path
+        self.import_from = import_ledger
         self.config = config
         self.policy: Policy = load_policy(config)
         self.devices = inventory or resolve_inventory(self.policy.inventory)
@@ -154,6 +156,8 @@ class Daemon:
     def start(self) -> None:
         """Reclaim what owners that died while the daemon was down held, watch the living
         ones, and listen."""
+        if self.import_from is not None:
+            self.import_ledger(self.import_from)
         released = self.local.sweep(None, time.time(), ()).released
         for record, reason in released:
             log.info("claim %s of %s released at start: %s", record.name, record.owner.user, reason)
@@ -176,6 +180,43 @@ class Daemon:
             self.policy.ledger,
             len(self.ledger.read_claims()),
         )
+
+    def import_ledger(self, path: Path) -> tuple[int, int]:
+        """Take over the live claims of an embedded ledger (the local backend's file), each
+        whose holder is alive, lease not over, name not taken and devices all this
+        inventory's and free; the others are logged, with why, and left. Owners stay the
+        user names that ledger recorded, which its users could write: import only a ledger
+        whose writers you trust. Returns (imported, skipped)."""
+        if not path.is_file():
+            raise InvalidInputError(f"--import-ledger {path}: no such file")
+        records = Ledger(path).read_claims()
+        now = time.time()
+        imported = skipped = 0
+        with self.ledger.transaction() as tx:
+            held = Ledger.claims(tx)
+            taken = {key for r in held for key in r.device_keys}
+            names = {r.name for r in held}
+            for record in records:
+                keys = set(record.device_keys)
+                why = reclaim_reason(record, now)
+                if why is None and record.name in names:
+                    why = "its name is taken"
+                elif why is None and not keys <= self.kinds.keys():
+                    why = "its devices are not this inventory's"
+                elif why is None and keys & taken:
+                    why = "its devices are held already"
+                if why is not None:
+                    log.warning(
+                        "claim %s of %s not imported: %s", record.name, record.owner.user, why
+                    )
+                    skipped += 1
+                    continue
+                Ledger.insert(tx, record)
+                taken |= keys
+                names.add(record.name)
+                imported += 1
+        log.info("imported %d claims from %s (%d left there)", imported, path, skipped)
+        return imported, skipped
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if signum == signal.SIGHUP:
@@ -920,13 +961,15 @@ def _seconds_arg(args: dict[str, Any], key: str, default: float | None) -> float
     return float(value)
 
 
-def run_service(config: Path | None, socket_path: Path | None) -> int:
+def run_service(
+    config: Path | None, socket_path: Path | None, import_ledger: Path | None = None
+) -> int:
     """``dra-jupyter service``: serve until SIGTERM or SIGINT."""
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s dra-jupyter service: %(message)s"
     )
     os.umask(0o077)
-    daemon = Daemon(socket_path or DEFAULT_SOCKET, config)
+    daemon = Daemon(socket_path or DEFAULT_SOCKET, config, import_ledger=import_ledger)
     daemon.start()
     daemon.serve_forever()
     return 0

@@ -104,8 +104,9 @@ def wait_for(what: str, check: Callable[[], bool], deadline: float = DEADLINE) -
 class Service:
     """``dra-jupyter service`` in a subprocess (see the module docstring)."""
 
-    def __init__(self, root: Path, policy: str) -> None:
+    def __init__(self, root: Path, policy: str, args: tuple[str, ...] = ()) -> None:
         self.root = root
+        self.args = args
         self.socket = root / "socket"
         self.ledger = root / "state" / "ledger.sqlite"
         self.config = root / "service.toml"
@@ -131,6 +132,7 @@ class Service:
                     str(self.config),
                     "--socket",
                     str(self.socket),
+                    *self.args,
                 ],
                 stdout=log,
                 stderr=log,
@@ -168,11 +170,11 @@ class Service:
 
 
 @contextlib.contextmanager
-def service(policy: str = "") -> Iterator[Service]:
+def service(policy: str = "", args: tuple[str, ...] = ()) -> Iterator[Service]:
     root = Path(f"/tmp/dra-service-test-{secrets.token_hex(4)}")
     root.mkdir(mode=0o755)
     root.chmod(0o755)  # the users reach the socket; the daemon makes state/ 0700
-    svc = Service(root, policy)
+    svc = Service(root, policy, args)
     try:
         svc.start()
         yield svc

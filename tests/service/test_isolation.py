@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import threading
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from dra_jupyter.api import Session
+from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.inventory.resolve import resolve_inventory
+from dra_jupyter.local.backend import LocalBackend
+from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.settings import Settings
-from dra_jupyter.types import USER_LABEL
+from dra_jupyter.types import USER_LABEL, Owner
 from tests.service.accounts import (
     Child,
     Service,
@@ -349,3 +355,21 @@ def test_the_policy_is_read_again_on_sighup(users: dict[str, User]) -> None:
         wait_for("the broken policy is refused", lambda: "not reloaded" in svc.log.read_text())
         limits = run_as(bob, svc.env(), lambda: session().backend.hello()["limits"])  # type: ignore[attr-defined]
         assert limits["ok"]["gpus"] == {"value": 3.0, "source": "default"}
+
+
+def test_an_embedded_ledger_is_imported(users: dict[str, User], tmp_path: Path) -> None:
+    alice = users["alice"]
+    old = tmp_path / "embedded.sqlite"
+    inventory = resolve_inventory("h200-8x")
+    classes = [c["metadata"]["name"] for c in inventory.device_classes]
+    host = socket.gethostname()
+    for name, pid in (("kept", 0), ("gone", 2**22 + 1)):  # a pid above any pid_max: gone
+        owner = Owner(user=alice.name, host=host, pid=pid, start_time=None)
+        backend = LocalBackend(inventory, Ledger(old), owner)
+        backend.allocate(build_claim(name, {"gpu": 2}, classes=classes), lease=3600)
+    with service(admin_policy(users), ("--import-ledger", str(old))) as svc:
+        [claim] = live(svc)
+        assert claim["name"] == "kept" and claim["owner"]["user"] == alice.name
+        assert "claim gone of" in svc.log.read_text()  # left, and said why
+        done = run_as(alice, svc.env(), lambda: cli(["release", "kept"]))["ok"]
+        assert done["out"] == "released: kept\n"
