@@ -139,3 +139,14 @@ def test_a_file_is_bounded_before_it_is_parsed(tmp_path: Path) -> None:
 def test_a_missing_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="cannot read it: No such file"):
         load_policy(tmp_path / "none.toml")
+
+
+def test_the_example_policy_and_the_systemd_unit_agree_with_the_daemon() -> None:
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    policy = load_policy(deploy / "service.toml")
+    assert policy.ledger == Path("/var/lib/dra-jupyter/ledger.sqlite")
+    assert policy.limits("bob", ("students",)).gpus == Limit(2, "group students")
+    unit = (deploy / "dra-jupyter.service").read_text()
+    assert "dra-jupyter service --config /etc/dra-jupyter/service.toml" in unit
+    assert "--socket /run/dra-jupyter/socket" in unit
+    assert "StateDirectoryMode=0700" in unit and "RuntimeDirectoryMode=0755" in unit
