@@ -104,9 +104,12 @@ def wait_for(what: str, check: Callable[[], bool], deadline: float = DEADLINE) -
 class Service:
     """``dra-jupyter service`` in a subprocess (see the module docstring)."""
 
-    def __init__(self, root: Path, policy: str, args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, root: Path, policy: str, args: tuple[str, ...] = (), inventory: str = "h200-8x"
+    ) -> None:
         self.root = root
         self.args = args
+        self.inventory = inventory
         self.socket = root / "socket"
         self.ledger = root / "state" / "ledger.sqlite"
         self.config = root / "service.toml"
@@ -116,7 +119,7 @@ class Service:
 
     def write_policy(self, policy: str) -> None:
         self.config.write_text(
-            f'[service]\nledger = "{self.ledger}"\ninventory = "h200-8x"\n{policy}'
+            f'[service]\nledger = "{self.ledger}"\ninventory = "{self.inventory}"\n{policy}'
         )
 
     def start(self) -> None:
@@ -170,11 +173,13 @@ class Service:
 
 
 @contextlib.contextmanager
-def service(policy: str = "", args: tuple[str, ...] = ()) -> Iterator[Service]:
+def service(
+    policy: str = "", args: tuple[str, ...] = (), inventory: str = "h200-8x"
+) -> Iterator[Service]:
     root = Path(f"/tmp/dra-service-test-{secrets.token_hex(4)}")
     root.mkdir(mode=0o755)
     root.chmod(0o755)  # the users reach the socket; the daemon makes state/ 0700
-    svc = Service(root, policy, args)
+    svc = Service(root, policy, args, inventory)
     try:
         svc.start()
         yield svc
