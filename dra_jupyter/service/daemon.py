@@ -64,13 +64,16 @@ log = logging.getLogger("dra_jupyter.service")
 
 DEFAULT_SOCKET = Path("/run/dra-jupyter/socket")
 READ_CHUNK = 256 << 10
-MAX_PENDING_OUTPUT = 2 * protocol.MAX_ANSWER  # bytes queued for a client that does not read
+# No frame of a connection is read while this much of its answers waits to be sent; so a
+# client that sends and never reads holds at most this, one answer and one frame.
+BACKLOG = 1 << 20
+MAX_PENDING_OUTPUT = BACKLOG + protocol.MAX_ANSWER
 TICK = 1.0  # seconds between checks of leases, idle claims and waits that ran out
 MAX_KERNEL_ID = 128
 HOST = socket.gethostname()
 
 
-@dataclass
+@dataclass(eq=False)
 class Connection:
     sock: socket.socket
     peer: Peer
@@ -146,6 +149,7 @@ class Daemon:
         self.waits: list[Wait] = []
         self.watches: dict[tuple[int, int | None], Watch] = {}
         self._groups: dict[str, tuple[str, ...]] = {}
+        self._ready: set[Connection] = set()  # connections with frames left to read
         self._stop = False
         self._reload = False
         self._next_tick = 0.0
@@ -227,9 +231,11 @@ class Daemon:
     def serve_forever(self) -> None:
         try:
             while not self._stop:
-                timeout = max(0.0, self._next_tick - time.monotonic())
+                timeout = 0.0 if self._ready else max(0.0, self._next_tick - time.monotonic())
                 for key, mask in self.selector.select(timeout):
                     self._dispatch(key, mask)
+                while self._ready:
+                    self._process(self._ready.pop())
                 if self._reload:
                     self._reload = False
                     self.reload()
@@ -347,7 +353,11 @@ class Daemon:
         if conn.closing:
             return  # an oversized frame was refused: what follows is not read
         conn.inbuf += chunk
-        while not conn.closing:
+        self._process(conn)
+
+    def _process(self, conn: Connection) -> None:
+        """The complete frames of ``conn``, while its answers do not back up."""
+        while not conn.closing and len(conn.outbuf) < BACKLOG and conn.sock.fileno() >= 0:
             end = conn.inbuf.find(b"\n", 0, protocol.MAX_FRAME)
             if end < 0:
                 if len(conn.inbuf) >= protocol.MAX_FRAME:
@@ -404,7 +414,12 @@ class Daemon:
         if not conn.outbuf and conn.closing:
             self._drop(conn)
             return
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
+        backed_up = len(conn.outbuf) >= BACKLOG
+        if not backed_up and b"\n" in conn.inbuf:
+            self._ready.add(conn)  # frames read while its answers backed up: go on
+        events = (0 if backed_up else selectors.EVENT_READ) | (
+            selectors.EVENT_WRITE if conn.outbuf else 0
+        )
         with contextlib.suppress(KeyError, ValueError):
             if self.selector.get_key(conn.sock).events != events:
                 self.selector.modify(conn.sock, events, conn)
@@ -415,6 +430,7 @@ class Daemon:
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(conn.sock)
         conn.sock.close()
+        self._ready.discard(conn)
         state = self._user(conn.peer.uid)
         state.connections -= 1
         for wait in [w for w in self.waits if w.conn is conn]:

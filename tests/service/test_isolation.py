@@ -329,6 +329,20 @@ def test_malformed_and_oversized_frames_are_refused_while_others_are_served(
         finally:
             sender.join(60)
         assert sent and sent[0] != "all"  # the daemon stopped reading and closed it
+
+        # A client that sends and does not read: the daemon stops reading its frames while
+        # their answers back up (a bounded backlog), serves others, then goes on.
+        piped = raw_connect(svc.socket)
+        count = 300  # about 1.6 MB of answers, over the backlog of 1 MiB
+        piped.sendall(
+            b"".join(b'{"v": 1, "id": %d, "op": "inventory"}\n' % i for i in range(count))
+        )
+        assert run_as(bob, svc.env(), lambda: session().backend.hello()["user"])  # type: ignore[attr-defined]
+        stream = piped.makefile("rb")
+        ids = [json.loads(stream.readline())["id"] for _ in range(count)]
+        assert ids == list(range(count))
+        stream.close()
+        piped.close()
         cut = raw_connect(svc.socket)
         cut.sendall(b'{"v": 1, "id": 9, "op": "hel')
         cut.close()  # a frame cut by the end of the connection
