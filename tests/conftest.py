@@ -45,6 +45,7 @@ TIERS = {
     "server": "server",
     "server/test_app_config.py": "pure",
     "service": "service",
+    "service/test_backend_choice.py": "pure",
     "service/test_policy.py": "pure",
     "service/test_protocol.py": "pure",
     "widgets": "kernel",

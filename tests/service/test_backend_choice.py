@@ -1,0 +1,67 @@
+"""Which backend a session gets: ``service`` when asked, ``auto`` picks it only when something
+answers on the socket (else the embedded backend, as before), and opening it connects to
+nothing yet."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dra_jupyter.backends import open_backend
+from dra_jupyter.errors import UnavailableError
+from dra_jupyter.service.client import ServiceBackend
+from dra_jupyter.settings import Settings, resolve_backend
+from dra_jupyter.types import Owner
+
+
+@pytest.fixture
+def listening(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "socket"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.listen(1)
+    try:
+        yield path
+    finally:
+        sock.close()
+
+
+def settings(tmp_path: Path, **changes: object) -> Settings:
+    base = Settings.from_env({"DRA_JUPYTER_LEDGER": str(tmp_path / "ledger.sqlite")})
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_the_socket_comes_from_the_environment(tmp_path: Path) -> None:
+    assert Settings.from_env({}).socket == Path("/run/dra-jupyter/socket")
+    env = {"DRA_JUPYTER_SOCKET": str(tmp_path / "s"), "DRA_JUPYTER_BACKEND": "service"}
+    chosen = Settings.from_env(env)
+    assert (chosen.socket, chosen.backend) == (tmp_path / "s", "service")
+
+
+def test_auto_picks_the_service_when_its_socket_answers(tmp_path: Path, listening: Path) -> None:
+    assert resolve_backend(settings(tmp_path, backend="auto", socket=listening), tmp_path) == (
+        "service"
+    )
+    missing = tmp_path / "none"
+    assert resolve_backend(settings(tmp_path, backend="auto", socket=missing), tmp_path) == "local"
+
+
+def test_a_socket_nobody_listens_on_is_local(tmp_path: Path) -> None:
+    path = tmp_path / "stale"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))  # the file of a daemon that was killed: bound, not listening
+    sock.close()
+    assert resolve_backend(settings(tmp_path, backend="auto", socket=path), tmp_path) == "local"
+
+
+def test_the_service_backend_opens_without_connecting(tmp_path: Path) -> None:
+    owner = Owner(user="me", host=socket.gethostname(), pid=0)
+    backend = open_backend(settings(tmp_path, backend="service", socket=tmp_path / "s"), owner)
+    assert isinstance(backend, ServiceBackend)
+    assert backend.capabilities.where == "the dra-jupyter service"
+    with pytest.raises(UnavailableError, match=r"does not answer .*set DRA_JUPYTER_BACKEND=local"):
+        backend.claims()
