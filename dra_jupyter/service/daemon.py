@@ -233,17 +233,25 @@ class Daemon:
             while not self._stop:
                 timeout = 0.0 if self._ready else max(0.0, self._next_tick - time.monotonic())
                 for key, mask in self.selector.select(timeout):
-                    self._dispatch(key, mask)
+                    self._guarded(self._dispatch, key, mask)
                 while self._ready:
-                    self._process(self._ready.pop())
+                    self._guarded(self._process, self._ready.pop())
                 if self._reload:
                     self._reload = False
                     self.reload()
                 if time.monotonic() >= self._next_tick:
                     self._next_tick = time.monotonic() + TICK
-                    self._tick()
+                    self._guarded(self._tick)
         finally:
             self.close()
+
+    def _guarded(self, step: Any, *args: Any) -> None:
+        """One step of the loop; what it raises (a ledger on a full disk, a bug) is logged,
+        and the daemon goes on serving (the step is tried again at its next event)."""
+        try:
+            step(*args)
+        except Exception:
+            log.error("%s failed: %s", step.__name__, traceback.format_exc())
 
     def close(self) -> None:
         if self.listener is not None:
