@@ -8,14 +8,20 @@ is faked. The inventory is the simulated ``h200-8x`` (8 GPUs).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import json
 import os
 import socket
 import sqlite3
+import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from IPython.core.interactiveshell import InteractiveShell
 
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import build_claim
@@ -36,6 +42,8 @@ from tests.service.accounts import (
     service,
     wait_for,
 )
+
+MAGIC_IMPORTS = ("email.parser", "email.feedparser", "mimetypes", "importlib.readers")
 
 
 def admin_policy(users: dict[str, User], extra: str = "") -> str:
@@ -387,3 +395,38 @@ def test_an_embedded_ledger_is_imported(users: dict[str, User], tmp_path: Path) 
         assert "claim gone of" in svc.log.read_text()  # left, and said why
         done = run_as(alice, svc.env(), lambda: cli(["release", "kept"]))["ok"]
         assert done["out"] == "released: kept\n"
+
+
+def test_the_magics_cannot_release_another_users_claim(users: dict[str, User]) -> None:
+    # What IPython and the magics import on first use, imported while still root (the
+    # interpreter's library may be in a folder the test users cannot open).
+    for module in MAGIC_IMPORTS:
+        importlib.import_module(module)
+    alice, bob = users["alice"], users["bob"]
+    with service(admin_policy(users)) as svc:
+        made = run_as(alice, svc.env(), lambda: cli(["request", "gpu=1", "--name", "alice-m"]))
+        assert made["ok"]["code"] == 0, made
+
+        def magics() -> list[str]:
+            os.environ["IPYTHONDIR"] = tempfile.mkdtemp()  # bob's own
+            shell = InteractiveShell.instance()
+            shell.run_line_magic("load_ext", "dra_jupyter")
+            out = []
+            for line in ("release alice-m", "status --all"):
+                printed = io.StringIO()
+                try:
+                    with contextlib.redirect_stdout(printed):
+                        shown = shell.run_line_magic("dra", line)
+                    out.append(f"ok: {shown} {printed.getvalue()}")
+                except DraJupyterError as err:
+                    out.append(f"{type(err).__name__}: {err}")
+            return out
+
+        forged = {**svc.env(), "USER": alice.name, "JUPYTERHUB_USER": alice.name}
+        answer = run_as(bob, forged, magics)
+        assert "ok" in answer, answer
+        release, status = answer["ok"]
+        assert release.startswith("MagicError: dra release: alice-m: ")
+        assert "claim alice-m belongs to another user" in release
+        assert status.startswith("ok: ") and "alice-m" not in status, status
+        assert [c["name"] for c in live(svc)] == ["alice-m"]
