@@ -29,6 +29,7 @@ from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.server.service import Caller, ClaimService
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import USER_LABEL, Owner
 from tests.service.accounts import (
@@ -430,3 +431,30 @@ def test_the_magics_cannot_release_another_users_claim(users: dict[str, User]) -
         assert "claim alice-m belongs to another user" in release
         assert status.startswith("ok: ") and "alice-m" not in status, status
         assert [c["name"] for c in live(svc)] == ["alice-m"]
+
+
+def test_a_jupyter_server_of_another_user_cannot_release_a_claim(users: dict[str, User]) -> None:
+    """The server extension's REST layer (``ClaimService``) in a server run by bob, whose
+    identity provider says the caller is alice: the daemon goes by the process's uid."""
+    alice, bob = users["alice"], users["bob"]
+    with service(admin_policy(users)) as svc:
+        made = run_as(alice, svc.env(), lambda: cli(["request", "gpu=1", "--name", "alice-r"]))
+        assert made["ok"]["code"] == 0, made
+
+        def rest() -> dict[str, Any]:
+            claims = ClaimService(Settings.from_env(), live_kernels=list)
+            caller = Caller(user=alice.name, admin=True)  # what a provider may say
+            return {
+                "release": error_of(lambda: claims.release(caller, "alice-r")),
+                "keep": error_of(lambda: claims.backend.touch("alice-r", 0.0)),
+                "listed": [r.name for r in claims.claims(caller)],
+                "made": claims.create(caller, {"gpu": 1}).owner.user,
+            }
+
+        answer = run_as(bob, svc.env(), rest)
+        assert "ok" in answer, answer
+        assert answer["ok"]["release"].startswith("ClaimNotFoundError"), answer  # unseen
+        assert answer["ok"]["keep"].startswith("ForbiddenError")
+        assert "alice-r" not in answer["ok"]["listed"]
+        assert answer["ok"]["made"] == bob.name
+        assert "alice-r" in [c["name"] for c in live(svc)]
