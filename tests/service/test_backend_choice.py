@@ -65,3 +65,16 @@ def test_the_service_backend_opens_without_connecting(tmp_path: Path) -> None:
     assert backend.capabilities.where == "the dra-jupyter service"
     with pytest.raises(UnavailableError, match=r"does not answer .*set DRA_JUPYTER_BACKEND=local"):
         backend.claims()
+
+
+def test_a_jupyter_server_on_the_service_gives_its_kernels_the_socket(tmp_path: Path) -> None:
+    from dra_jupyter.server.app import DRAExtensionApp  # noqa: PLC0415
+    from dra_jupyter.server.kernels import kernel_env  # noqa: PLC0415
+
+    trait = DRAExtensionApp.class_traits()["backend"]
+    assert "service" in getattr(trait, "values", ())
+    chosen = settings(tmp_path, backend="service", socket=tmp_path / "s")
+    env = kernel_env("k-1", chosen)
+    assert env["DRA_JUPYTER_BACKEND"] == "service"
+    assert env["DRA_JUPYTER_SOCKET"] == str(tmp_path / "s")
+    assert "DRA_JUPYTER_LEDGER" not in env  # the daemon's ledger is nobody else's
