@@ -30,7 +30,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dra_jupyter.allocator import Strategy
 from dra_jupyter.errors import (
     AllocationError,
     BusyError,
@@ -47,16 +46,25 @@ from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend, reclaim_reason, shape_of
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.service import protocol
+from dra_jupyter.service.args import (
+    claim_arg,
+    device_kinds,
+    duration_text,
+    kernel_id_arg,
+    labelled,
+    name_arg,
+    probe,
+    process_owner,
+    seconds_arg,
+    strategy_named,
+)
 from dra_jupyter.service.files import bind_socket, keep_open, open_private_ledger
 from dra_jupyter.service.peer import Peer, alive, open_pidfd, peer_of, user_groups
 from dra_jupyter.service.policy import Limits, Policy, load_policy
 from dra_jupyter.types import (
-    USER_ANNOTATION,
-    USER_LABEL,
     ClaimRecord,
     Owner,
     claim_prefix,
-    label_value,
     process_start_time,
 )
 
@@ -69,7 +77,6 @@ READ_CHUNK = 256 << 10
 BACKLOG = 1 << 20
 MAX_PENDING_OUTPUT = BACKLOG + protocol.MAX_ANSWER
 TICK = 1.0  # seconds between checks of leases, idle claims and waits that ran out
-MAX_KERNEL_ID = 128
 HOST = socket.gethostname()
 
 
@@ -130,7 +137,7 @@ class Daemon:
         self.config = config
         self.policy: Policy = load_policy(config)
         self.devices = inventory or resolve_inventory(self.policy.inventory)
-        self.kinds = _device_kinds(self.devices)
+        self.kinds = device_kinds(self.devices)
         self.ledger = open_private_ledger(self.policy.ledger, self.policy.synchronous)
         # The ledger opens a connection per transaction; while this one stays open, closing
         # those does not checkpoint and delete the WAL each time (an fsync or two each).
@@ -142,7 +149,7 @@ class Daemon:
             Owner(
                 user="dra-jupyter-service", host=HOST, pid=pid, start_time=process_start_time(pid)
             ),
-            strategy=_strategy(self.policy.strategy),
+            strategy=strategy_named(self.policy.strategy),
         )
         self.selector = selectors.DefaultSelector()
         self.users: dict[int, UserState] = {}
@@ -527,7 +534,7 @@ class Daemon:
         return out
 
     def _find(self, name: Any) -> ClaimRecord | None:
-        name = _name_arg({"name": name})
+        name = name_arg({"name": name})
         return next((r for r in self.ledger.read_claims() if r.name == name), None)
 
     def _may_change(self, peer: Peer, record: ClaimRecord, what: str) -> None:
@@ -600,7 +607,7 @@ class Daemon:
                 f"release: reason {shown(reason)}; use at most {protocol.MAX_REASON} "
                 "lower-case letters and '-'"
             )
-        name = _name_arg(args)
+        name = name_arg(args)
         with self.ledger.transaction() as tx:
             record = next((r for r in Ledger.claims(tx) if r.name == name), None)
             if record is None:
@@ -614,18 +621,17 @@ class Daemon:
         return True
 
     def op_explain(self, conn: Connection, _id: Any, args: dict[str, Any]) -> Any:
-        claim = _claim_arg(args)
+        claim = claim_arg(args)
         held = self._shown(conn.peer, self.local.claims(all_users=True))
-        probe = _probe(claim)
-        return self.local.allocator(held).explain([probe]).to_dict()
+        return self.local.allocator(held).explain([probe(claim)]).to_dict()
 
     def op_adopt(self, conn: Connection, _id: Any, args: dict[str, Any]) -> Any:
         """The caller's process holds the caller's claims of ``kernel_id`` from now on (a
         Jupyter server, before it restarts that kernel)."""
-        kernel_id = _kernel_id(args)
+        kernel_id = kernel_id_arg(args)
         if kernel_id is None:
             raise InvalidInputError("adopt: kernel_id is missing")
-        holder = _process_owner(conn.peer, kernel_id)
+        holder = process_owner(conn.peer, kernel_id, HOST)
         kept, released = [], []
         now = time.time()
         with self.ledger.transaction() as tx:
@@ -647,35 +653,36 @@ class Daemon:
 
     def op_request(self, conn: Connection, request_id: Any, args: dict[str, Any]) -> Any:
         peer = conn.peer
-        claim = _claim_arg(args)
+        claim = claim_arg(args)
         limits = self._limits_of(peer.user, peer.groups)
-        timeout = _seconds_arg(args, "timeout", 0.0)
-        lease = _seconds_arg(args, "lease", None)
+        timeout = seconds_arg(args, "timeout", 0.0)
+        lease = seconds_arg(args, "lease", None)
         wait_max = limits.wait_max
         if wait_max.value:
             if timeout is None:
                 timeout = wait_max.value
             elif timeout > wait_max.value:
                 raise LimitError(
-                    f"user {peer.user}: limit {_duration(wait_max.value)} of waiting in line "
+                    f"user {peer.user}: limit {duration_text(wait_max.value)} of waiting in line "
                     f"({wait_max.source}); pass a shorter timeout"
                 )
         if lease is None and limits.lease_default.value:
             lease = limits.lease_default.value
         lease_max = limits.lease_max
         if lease_max.value and (lease is None or lease > lease_max.value):
-            asked = "no lease" if lease is None else f"a lease of {_duration(lease)}"
+            asked = "no lease" if lease is None else f"a lease of {duration_text(lease)}"
+            limit = duration_text(lease_max.value)
             raise LimitError(
-                f"user {peer.user}: limit {_duration(lease_max.value)} lease ({lease_max.source})"
-                f"; {asked} asked; pass a shorter lease"
+                f"user {peer.user}: limit {limit} lease ({lease_max.source}); {asked} asked; "
+                "pass a shorter lease"
             )
         detached = args.get("detached") is True
-        kernel_id = _kernel_id(args)
+        kernel_id = kernel_id_arg(args)
         if detached:
             owner = Owner(user=peer.user, host=HOST, pid=0, kernel_id=kernel_id)
         else:
-            owner = _process_owner(peer, kernel_id)
-        claim = _labelled(claim, peer.user)
+            owner = process_owner(peer, kernel_id, HOST)
+        claim = labelled(claim, peer.user)
         self.local.check_possible(claim)
         shape = shape_of(claim)
         wait = Wait(conn, request_id, claim, shape, owner, lease, timeout, time.monotonic())
@@ -721,7 +728,7 @@ class Daemon:
                 raise AllocationError(
                     f"claim {meta['name']} exists already; release it first or use another name"
                 )
-            results = self.local.allocator(held).allocate([_probe(wait.claim)])
+            results = self.local.allocator(held).allocate([probe(wait.claim)])
             if results is None:
                 return None
             allocation = results[0].to_dict()
@@ -786,7 +793,7 @@ class Daemon:
 
     def _busy(self, peer: Peer, claim: dict[str, Any], position: int, waited: float) -> BusyError:
         held = self._shown(peer, self.ledger.read_claims())
-        explanation = self.local.allocator(held).explain([_probe(claim)])
+        explanation = self.local.allocator(held).explain([probe(claim)])
         waited_text = f" after waiting {waited:.0f}s" if waited >= 1 else ""
         place = f" (number {position} in the queue)" if position > 1 else ""
         holders = ", ".join(f"{r.name} ({r.owner.user})" for r in held) or "nobody"
@@ -895,94 +902,6 @@ class Daemon:
 
 
 _WAITING = object()
-
-
-def _device_kinds(inventory: Inventory) -> dict[str, str]:
-    kinds = {}
-    for s in inventory.slices:
-        spec = s.get("spec", {})
-        for d in spec.get("devices") or ():
-            kind = ((d.get("attributes") or {}).get("type") or {}).get("string", "")
-            kinds[f"{spec['driver']}/{spec['pool']['name']}/{d['name']}"] = str(kind)
-    return kinds
-
-
-def _strategy(name: str) -> Strategy:
-    return "first-fit" if name == "first-fit" else "topology"
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
-def _process_owner(peer: Peer, kernel_id: str | None) -> Owner:
-    if peer.start_time is None:
-        raise UnavailableError(f"pid {peer.pid} ended before the service could tie claims to it")
-    return Owner(
-        user=peer.user, host=HOST, pid=peer.pid, start_time=peer.start_time, kernel_id=kernel_id
-    )
-
-
-def _claim_arg(args: dict[str, Any]) -> dict[str, Any]:
-    claim = args.get("claim")
-    if (
-        not isinstance(claim, dict)
-        or not isinstance(claim.get("metadata"), dict)
-        or not isinstance(claim.get("spec"), dict)
-    ):
-        raise InvalidInputError("request: claim must be a ResourceClaim with metadata and spec")
-    name = claim["metadata"].get("name")
-    if name is not None and (not isinstance(name, str) or len(name) > 253):
-        raise InvalidInputError(f"request: metadata.name {shown(name)} is not a claim name")
-    return claim
-
-
-def _labelled(claim: dict[str, Any], user: str) -> dict[str, Any]:
-    """``claim`` with its user's label and annotation those of the kernel's user (what the
-    client wrote there is what it believes, or claims)."""
-    meta = dict(claim["metadata"])
-    labels = meta.get("labels")
-    annotations = meta.get("annotations")
-    if isinstance(labels, dict) and USER_LABEL in labels:
-        meta["labels"] = {**labels, USER_LABEL: label_value(user)}
-    if isinstance(annotations, dict) and USER_ANNOTATION in annotations:
-        meta["annotations"] = {**annotations, USER_ANNOTATION: user}
-    return {**claim, "metadata": meta}
-
-
-def _probe(claim: dict[str, Any]) -> dict[str, Any]:
-    meta = claim["metadata"]
-    return {**claim, "metadata": {**meta, "name": meta.get("name") or "new-request"}}
-
-
-def _name_arg(args: dict[str, Any]) -> str:
-    name = args.get("name")
-    if not isinstance(name, str) or not name or len(name) > 253:
-        raise InvalidInputError(f"claim name {shown(name)} is not a claim name")
-    return name
-
-
-def _kernel_id(args: dict[str, Any]) -> str | None:
-    kernel_id = args.get("kernel_id")
-    if kernel_id is None:
-        return None
-    if not isinstance(kernel_id, str) or not 0 < len(kernel_id) <= MAX_KERNEL_ID:
-        raise InvalidInputError(
-            f"kernel_id {shown(kernel_id)}; use at most {MAX_KERNEL_ID} characters"
-        )
-    return kernel_id
-
-
-def _seconds_arg(args: dict[str, Any], key: str, default: float | None) -> float | None:
-    value = args.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e10:
-        raise InvalidInputError(f"request: {key} {shown(value)}; use seconds (or null)")
-    return float(value)
 
 
 def run_service(
