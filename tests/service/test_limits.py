@@ -51,11 +51,12 @@ def test_mig_slices_are_limited(users: dict[str, User]) -> None:
         )
 
 
-def test_the_longest_lease_and_the_default_lease(users: dict[str, User]) -> None:
+def test_the_longest_lease_the_default_lease_and_the_longest_wait(users: dict[str, User]) -> None:
     bob = users["bob"]
     group = bob.name  # his user-private group
     policy = admin_policy(
-        users, f'[limits]\nlease_default = "30m"\n[groups.{group}]\nlease_max = "1h"\n'
+        users,
+        f'[limits]\nlease_default = "30m"\nwait_max = "1m"\n[groups.{group}]\nlease_max = "1h"\n',
     )
     with service(policy) as svc:
 
@@ -64,9 +65,14 @@ def test_the_longest_lease_and_the_default_lease(users: dict[str, User]) -> None
             return {
                 "name": s.request(gpu=1).name,  # no lease named: the default
                 "too long": error_of(lambda: s.request(gpu=1, lease="2h")),
+                "waits too long": error_of(lambda: s.request(gpu=1, timeout="2h")),
             }
 
         answer = run_as(bob, svc.env(), ask)["ok"]
+        assert answer["waits too long"] == (
+            f"LimitError: user {bob.name}: limit 1m of waiting in line (default); pass a "
+            "shorter timeout"
+        )
         assert answer["too long"] == (
             f"LimitError: user {bob.name}: limit 1h lease (group {group}); a lease of 2h "
             "asked; pass a shorter lease"
