@@ -4,8 +4,10 @@ pid at ``connect``), the pid's start time (``/proc/<pid>/stat``), its groups
 
 Nothing here reads what the caller says about itself (no environment, no frame field): a
 process cannot forge its uid or its pid, and the start time tells a reused pid apart.
-``SO_PEERPIDFD`` (Linux 6.5) gives a pidfd of the very process that connected; on older
-kernels the pidfd is opened from the pid and checked against the start time.
+``SO_PEERPIDFD`` (Linux 6.5) gives a pidfd of the very process that connected, so a caller
+that exited before its connection was accepted is told apart from a new process that got
+its pid; on older kernels the pidfd is opened from the pid, and that window (between
+``connect`` and ``accept``, with the pid reused in it) is not closed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import grp
 import os
 import pwd
+import signal
 import socket
 import struct
 from dataclasses import dataclass
@@ -113,8 +116,6 @@ def open_pidfd(pid: int) -> int | None:
 def alive(pidfd: int) -> bool:
     """Whether the process of ``pidfd`` still runs (signal 0 through the pidfd: it never
     reaches another process that reused the pid)."""
-    import signal  # noqa: PLC0415
-
     try:
         signal.pidfd_send_signal(pidfd, 0)
     except ProcessLookupError:
