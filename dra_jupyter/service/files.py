@@ -49,7 +49,7 @@ class DaemonLedger(Ledger):
     default) makes a commit durable against the daemon's own crash or SIGKILL (it is in the
     kernel's page cache when COMMIT returns) but not against a power loss, which may roll
     back the last commits (the processes holding those claims are gone too then); ``full``
-    waits for the disk at every commit, as the embedded ledger does (about 10x slower)."""
+    waits for the disk at every commit, as the embedded ledger does (several times slower)."""
 
     def __init__(self, path: Path, *, synchronous: str = "normal") -> None:
         self.synchronous = "FULL" if synchronous == "full" else "NORMAL"

@@ -1,15 +1,16 @@
 """The service's policy: one TOML file (``dra-jupyter service --config FILE``), read at start
 and again on SIGHUP (a file that does not parse keeps the policy in force, and says why).
 
-Every knob, its unit and its default (``docs/service.example.toml`` is a commented copy)::
+Every knob, its unit and its default (``deploy/service.toml`` is a commented example)::
 
     [service]
-    ledger = "/var/lib/dra-jupyter/ledger.sqlite"  # path; its folder is made 0700
+    ledger = "/var/lib/dra-jupyter/ledger.sqlite"  # its folder: made 0700 if missing,
+                                   # refused if others may open it
     inventory = "auto"             # as DRA_JUPYTER_INVENTORY: auto, nvml, a name, a file
     strategy = "topology"          # topology or first-fit
     synchronous = "normal"         # normal: a commit survives the daemon's crash, not a
                                    # power loss (the last ones may roll back); full: each
-                                   # commit waits for the disk (about 10x slower)
+                                   # commit waits for the disk (several times slower)
     admin_groups = []              # groups whose members see and release every claim
                                    # (root always may)
     visibility = "own"             # own: users see only their own claims (others' devices
