@@ -89,8 +89,37 @@ def unix_users(*names: str, admin_group: str) -> Iterator[dict[str, User]]:
         yield {**users, "_admin_group": User(group, 0, 0)}
     finally:
         for name in made:
-            subprocess.run(["userdel", name], capture_output=True, timeout=DEADLINE, check=False)
+            _remove_user(name)
         subprocess.run(["groupdel", group], capture_output=True, timeout=DEADLINE, check=False)
+
+
+def _remove_user(name: str) -> None:
+    """``userdel``, once no process of the user is left: those this test started and did not
+    reap yet are killed, by pid (userdel refuses a user with processes)."""
+    uid = pwd.getpwnam(name).pw_uid
+    end = time.monotonic() + DEADLINE
+    while True:
+        done = subprocess.run(["userdel", name], capture_output=True, timeout=DEADLINE, check=False)
+        if done.returncode == 0 or time.monotonic() > end:
+            break
+        for pid in _pids_of(uid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # a child of this test left a zombie
+        time.sleep(0.1)
+    if done.returncode != 0:
+        raise AssertionError(f"userdel {name}: {done.stderr.decode(errors='replace').strip()}")
+
+
+def _pids_of(uid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
+    return pids
 
 
 def wait_for(what: str, check: Callable[[], bool], deadline: float = DEADLINE) -> None:
