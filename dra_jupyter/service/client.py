@@ -17,6 +17,7 @@ import itertools
 import json
 import os
 import socket
+import struct
 import threading
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -87,10 +88,30 @@ class Channel:
                 "start it (systemctl start dra-jupyter, or dra-jupyter service --config FILE), "
                 "or set DRA_JUPYTER_BACKEND=local"
             ) from err
+        try:
+            self._check_daemon(sock)
+        except BaseException:
+            sock.close()
+            raise
         sock.settimeout(ANSWER_TIMEOUT)
         self._sock, self._pid = sock, os.getpid()
         self._buffer.clear()
         return sock
+
+    def _check_daemon(self, sock: socket.socket) -> None:
+        """The process that listens is root, this user, or the owner of the socket's folder
+        (who alone could put a socket there): not another user posing as the service."""
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        try:
+            owner = self.path.parent.stat().st_uid
+        except OSError:
+            owner = 0
+        if uid not in (0, os.getuid(), owner):
+            raise UnavailableError(
+                f"the process listening at {self.path} runs as uid {uid}, which is not the "
+                f"service's (root, or the owner of {self.path.parent}); not using it"
+            )
 
     def close(self) -> None:
         with self._lock:

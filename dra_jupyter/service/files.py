@@ -63,14 +63,25 @@ class DaemonLedger(Ledger):
 
 
 def bind_socket(path: Path) -> socket.socket:
-    """Listen at ``path`` (mode 0666: the daemon decides, by the caller's credentials). A
-    stale socket file is replaced; one where a daemon answers is refused."""
+    """Listen at ``path`` (mode 0666: the daemon decides, by the caller's credentials), in a
+    folder others cannot write (made 0755 when missing). A stale socket file is replaced;
+    one where a daemon answers is refused."""
     if len(os.fsencode(path)) > 107:
         raise InvalidInputError(f"socket {path}: over 107 bytes, the limit of a Unix socket path")
+    folder = path.parent
     try:
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if not folder.exists():
+            folder.mkdir(parents=True)
+            folder.chmod(0o755)  # every user reaches the socket (whatever the umask)
+        info = folder.stat()
     except OSError as err:
         raise UnavailableError(f"socket {path}: cannot make its folder: {err.strerror}") from err
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        raise InvalidInputError(
+            f"socket {path}: its folder {folder} is mode {stat.S_IMODE(info.st_mode):04o}: "
+            "others could put their own socket there; use a folder only the service may "
+            "write (0755, as systemd's RuntimeDirectory makes it)"
+        )
     if path.exists() or path.is_symlink():
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise InvalidInputError(f"socket {path}: a file that is not a socket is there")

@@ -4,7 +4,9 @@ nothing yet."""
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -78,3 +80,24 @@ def test_a_jupyter_server_on_the_service_gives_its_kernels_the_socket(tmp_path: 
     assert env["DRA_JUPYTER_BACKEND"] == "service"
     assert env["DRA_JUPYTER_SOCKET"] == str(tmp_path / "s")
     assert "DRA_JUPYTER_LEDGER" not in env  # the daemon's ledger is nobody else's
+
+
+def test_the_socket_folder_is_made_reachable_and_a_writable_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    from dra_jupyter.errors import InvalidInputError  # noqa: PLC0415
+    from dra_jupyter.service.files import bind_socket  # noqa: PLC0415
+
+    old = os.umask(0o077)  # as the daemon runs
+    try:
+        made = bind_socket(tmp_path / "run" / "socket")
+    finally:
+        os.umask(old)
+    made.close()
+    assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "run" / "socket").stat().st_mode) == 0o666
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    with pytest.raises(InvalidInputError, match="others could put their own socket there"):
+        bind_socket(loose / "socket")

@@ -458,3 +458,29 @@ def test_a_jupyter_server_of_another_user_cannot_release_a_claim(users: dict[str
         assert "alice-r" not in answer["ok"]["listed"]
         assert answer["ok"]["made"] == bob.name
         assert "alice-r" in [c["name"] for c in live(svc)]
+
+
+def test_a_socket_of_another_user_is_not_taken_for_the_service(users: dict[str, User]) -> None:
+    alice, bob = users["alice"], users["bob"]
+    path = Path(f"/tmp/dra-fake-{bob.name}.sock")  # /tmp: root's folder, anyone may write
+    kept: list[socket.socket] = []
+
+    def pose() -> str:
+        fake = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        fake.bind(str(path))
+        path.chmod(0o777)
+        fake.listen(8)
+        kept.append(fake)
+        return "listening"
+
+    poser = Child(bob, {}, pose, hold=True)
+    try:
+        assert poser.result() == {"ok": "listening"}
+        env = {"DRA_JUPYTER_BACKEND": "service", "DRA_JUPYTER_SOCKET": str(path)}
+        answer = run_as(alice, env, lambda: error_of(session().backend.claims))
+        assert answer["ok"].startswith(
+            f"UnavailableError: the process listening at {path} runs as uid {bob.uid}"
+        ), answer
+    finally:
+        poser.kill()
+        path.unlink(missing_ok=True)
