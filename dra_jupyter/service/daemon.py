@@ -666,15 +666,14 @@ class Daemon:
                     f"user {peer.user}: limit {duration_text(wait_max.value)} of waiting in line "
                     f"({wait_max.source}); pass a shorter timeout"
                 )
-        if lease is None and limits.lease_default.value:
-            lease = limits.lease_default.value
         lease_max = limits.lease_max
-        if lease_max.value and (lease is None or lease > lease_max.value):
-            asked = "no lease" if lease is None else f"a lease of {duration_text(lease)}"
-            limit = duration_text(lease_max.value)
+        if lease is None:  # none named: the default, else the longest allowed, else none
+            lease = limits.lease_default.value or lease_max.value or None
+        if lease_max.value and lease is not None and lease > lease_max.value:
             raise LimitError(
-                f"user {peer.user}: limit {limit} lease ({lease_max.source}); {asked} asked; "
-                "pass a shorter lease"
+                f"user {peer.user}: limit {duration_text(lease_max.value)} lease "
+                f"({lease_max.source}); a lease of {duration_text(lease)} asked; pass a "
+                "shorter lease"
             )
         detached = args.get("detached") is True
         kernel_id = kernel_id_arg(args)

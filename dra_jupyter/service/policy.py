@@ -25,7 +25,8 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
     mig = 0                        # MIG slices held at once; 0: no limit
     lease_max = "0"                # longest lease (a duration: 90s, 30m, 8h); "0": no limit
-    lease_default = "0"            # a claim's lease when the request names none; "0": none
+    lease_default = "0"            # a claim's lease when the request names none; "0":
+                                   # lease_max, if set, else none
     wait_max = "0"                 # longest wait in line; "0": no limit
     idle = "0"                     # a process's claim without activity this long is released
                                    # (claims of the CLI live by their lease); "0": never

@@ -139,3 +139,12 @@ def test_one_user_waits_in_line_at_most_queue_per_user_times(users: dict[str, Us
             )
         finally:
             first.kill()
+
+
+def test_a_request_without_a_lease_gets_the_longest_allowed(users: dict[str, User]) -> None:
+    bob = users["bob"]
+    with service(admin_policy(users, '[limits]\nlease_max = "1h"\n')) as svc:
+        made = run_as(bob, svc.env(), lambda: detached().request(gpu=1).name)
+        assert made["ok"] == f"{bob.name}-1"
+        [(created, expires)] = read(svc, "SELECT created, lease_expires FROM claims")
+        assert expires - created == 3600
