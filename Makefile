@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 NODE   := $(or $(shell command -v node),/usr/bin/node)
 TSC_STAMP := labextension/node_modules/.installed
 
-.PHONY: install test unit lint typecheck layers pytest fuzz demo lab bench bench-latency bench-placement bench-load clean
+.PHONY: install test unit lint typecheck layers pytest fuzz demo lab bench bench-latency bench-placement bench-load bench-service clean
 
 install: $(STAMP)
 
@@ -94,7 +94,7 @@ lab: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab $(LAB_ARGS)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
-bench: bench-latency bench-placement bench-load
+bench: bench-latency bench-placement bench-load bench-service
 
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
@@ -107,6 +107,10 @@ bench-placement: install
 # a run, two rounds; loopback only. About 3-4 minutes.
 bench-load: install
 	$(BIN)/python benchmarks/bench_load.py --rounds 2
+
+# The shared-machine service against the embedded backend, side by side (a real daemon)
+bench-service: install
+	$(BIN)/python benchmarks/bench_service.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis labextension/node_modules

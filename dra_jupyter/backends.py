@@ -2,9 +2,12 @@
 
 ``local`` is :class:`~dra_jupyter.local.backend.LocalBackend` (this machine's devices, the
 SQLite ledger); ``kubernetes`` is :class:`~dra_jupyter.kube.backend.KubernetesBackend`
-(ResourceClaims in a namespace); ``auto`` is kubernetes in a pod with a service account,
-else local. Each is imported only when it is chosen: the Kubernetes client loads only for
-the Kubernetes backend. What a backend offers is :class:`dra_jupyter.types.Backend`.
+(ResourceClaims in a namespace); ``service`` is
+:class:`~dra_jupyter.service.client.ServiceBackend` (the machine's ``dra-jupyter service``,
+over its Unix socket); ``auto`` is kubernetes in a pod with a service account, else
+service when its socket answers, else local. Each is imported only when it is chosen: the
+Kubernetes client loads only for the Kubernetes backend. What a backend offers is
+:class:`dra_jupyter.types.Backend`.
 """
 
 from __future__ import annotations
@@ -22,10 +25,17 @@ if TYPE_CHECKING:
 def open_backend(settings: Settings, owner: Owner, inventory: Inventory | None = None) -> Backend:
     """The backend ``settings`` name, for ``owner``; ``inventory`` replaces the local
     backend's configured one (a simulated inventory in tests and benchmarks)."""
-    if resolve_backend(settings) == "kubernetes":
+    kind = resolve_backend(settings)
+    if kind == "kubernetes":
         from dra_jupyter.kube.backend import KubernetesBackend  # noqa: PLC0415  # on use
 
         return KubernetesBackend(settings, owner)
+    if kind == "service":  # the daemon's devices: ``inventory`` does not replace them
+        from dra_jupyter.service.client import ServiceBackend  # noqa: PLC0415
+
+        return ServiceBackend(
+            settings.socket, owner, strategy=settings.strategy, namespace=settings.namespace
+        )
     from dra_jupyter.local.backend import LocalBackend  # noqa: PLC0415
     from dra_jupyter.local.ledger import Ledger  # noqa: PLC0415
 

@@ -5,6 +5,7 @@
     dra-jupyter explain  -f OBJECTS.yaml [--strategy ...] [--node NODE] [-o text|json]
     dra-jupyter explain  KEY=VALUE... [--inventory ...] [--ledger ...] [-o text|json]
     dra-jupyter demo
+    dra-jupyter service  [--config FILE.toml] [--socket PATH] [--import-ledger LEDGER]
     dra-jupyter publish-slices --inventory NAME [--nodes N] [--kubeconfig PATH]
 
 Exit codes, by the class of the error (:mod:`dra_jupyter.errors`): 0 allocated (or
@@ -97,6 +98,21 @@ def _parser() -> argparse.ArgumentParser:
         formats = ("yaml", "json") if name == "allocate" else ("text", "json")
         p.add_argument("-o", "--output", choices=formats, default=formats[0])
     sub.add_parser("demo", help="allocate claims of a few shapes on a bundled 8x H200 node")
+    p = sub.add_parser(
+        "service",
+        help="run the shared-machine allocator service (one per machine, as root)",
+        description="Own this machine's devices and ledger; serve every user over a Unix "
+        "socket, identified by the kernel (SO_PEERCRED). SIGHUP reloads the config.",
+    )
+    p.add_argument("--config", metavar="FILE.toml", help="the policy (every knob: README)")
+    p.add_argument(
+        "--socket", metavar="PATH", help="the Unix socket (default /run/dra-jupyter/socket)"
+    )
+    p.add_argument(
+        "--import-ledger",
+        metavar="LEDGER",
+        help="take over the live claims of an embedded ledger file at start",
+    )
     add_local_commands(sub)
     add_kube_commands(sub)
     return parser
@@ -178,6 +194,16 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return run_explain(args, out, err)
         if args.command == "demo":
             return run_demo(out)
+        if args.command == "service":
+            from pathlib import Path  # noqa: PLC0415
+
+            from dra_jupyter.service.daemon import run_service  # noqa: PLC0415  # on use
+
+            return run_service(
+                Path(args.config) if args.config else None,
+                Path(args.socket) if args.socket else None,
+                Path(args.import_ledger) if args.import_ledger else None,
+            )
         if args.command in KUBE_COMMANDS:
             return run_kube(args, out)
         return run_local(args, out)

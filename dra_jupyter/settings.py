@@ -14,10 +14,13 @@ variable                          meaning (default)
 ``DRA_JUPYTER_IDLE_TIMEOUT``      seconds without a cell after which the Jupyter server
                                   releases this kernel's claims (set by the server
                                   extension; 0: no idle release known)
-``DRA_JUPYTER_BACKEND``           ``local`` (this machine, the ledger), ``kubernetes``
-                                  (ResourceClaims in a cluster) or ``auto``: kubernetes
-                                  when running in a pod with a service account, else
-                                  local (``local``)
+``DRA_JUPYTER_BACKEND``           ``local`` (this machine, the ledger), ``service`` (the
+                                  machine's ``dra-jupyter service``, over its socket),
+                                  ``kubernetes`` (ResourceClaims in a cluster) or ``auto``:
+                                  kubernetes when running in a pod with a service account,
+                                  else service when its socket answers, else local
+                                  (``local``)
+``DRA_JUPYTER_SOCKET``            the service's Unix socket (``/run/dra-jupyter/socket``)
 ``DRA_JUPYTER_NAMESPACE``         the namespace of the Kubernetes backend's claims and
                                   pods (the pod's own, else the kubeconfig context's,
                                   else ``default``)
@@ -49,8 +52,9 @@ from typing import Literal
 from dra_jupyter.allocator import STRATEGIES, Strategy
 from dra_jupyter.errors import InvalidInputError, shown
 
-BackendName = Literal["local", "kubernetes", "auto"]
-BACKENDS: tuple[BackendName, ...] = ("local", "kubernetes", "auto")
+BackendName = Literal["local", "service", "kubernetes", "auto"]
+BACKENDS: tuple[BackendName, ...] = ("local", "service", "kubernetes", "auto")
+DEFAULT_SOCKET = Path("/run/dra-jupyter/socket")
 # What a pod's service account mounts (token, namespace): its presence means "in a pod".
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -98,6 +102,7 @@ class Settings:
     kube_backoff: float = 0.5  # seconds before the first retry, doubled each time
     server_id: str = ""  # the Jupyter server whose kernel or REST API makes the claims
     rerun_releases: bool = True  # a cell run again releases its previous run's claims first
+    socket: Path = DEFAULT_SOCKET  # the dra-jupyter service's Unix socket
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -135,6 +140,7 @@ class Settings:
             kube_retries=int(retries),
             kube_backoff=_seconds(env, "DRA_JUPYTER_KUBE_BACKOFF", 0.5),
             ledger=Path(env.get("DRA_JUPYTER_LEDGER") or default_ledger(env)),
+            socket=Path(env.get("DRA_JUPYTER_SOCKET") or DEFAULT_SOCKET),
             inventory=env.get("DRA_JUPYTER_INVENTORY", "auto"),
             strategy=strategy,
             poll_interval=_seconds(env, "DRA_JUPYTER_POLL_INTERVAL", 0.5),
@@ -157,8 +163,24 @@ def in_pod(service_account: Path = SERVICE_ACCOUNT_DIR) -> bool:
     return (service_account / "token").is_file() and (service_account / "namespace").is_file()
 
 
+def service_answers(path: Path, timeout: float = 0.5) -> bool:
+    """Whether something listens on the Unix socket at ``path`` (a dra-jupyter service)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        sock.close()
+    return True
+
+
 def resolve_backend(settings: Settings, service_account: Path = SERVICE_ACCOUNT_DIR) -> str:
-    """``local`` or ``kubernetes``: ``auto`` is kubernetes in a pod, else local."""
+    """``local``, ``service`` or ``kubernetes``: ``auto`` is kubernetes in a pod, else
+    service when its socket answers, else local."""
     if settings.backend == "auto":
-        return "kubernetes" if in_pod(service_account) else "local"
+        if in_pod(service_account):
+            return "kubernetes"
+        return "service" if service_answers(settings.socket) else "local"
     return settings.backend

@@ -1,10 +1,12 @@
-"""Test tiers: every test gets exactly one of ``pure``, ``kernel``, ``server``, ``browser``,
-``k8s`` or ``gpu`` (registered in pyproject.toml), the most that it needs to run:
+"""Test tiers: every test gets exactly one of ``pure``, ``kernel``, ``server``, ``service``,
+``browser``, ``k8s`` or ``gpu`` (registered in pyproject.toml), the most that it needs to run:
 
 * ``pure``: nothing but this Python process (and plain Python subprocesses, temporary
   files, a ledger on them): no kernel, no server, no browser, no cluster, no root;
 * ``kernel``: real IPython kernels (jupyter_client, nbclient);
 * ``server``: a real jupyter_server with the extension (its kernels included);
+* ``service``: a real ``dra-jupyter service`` daemon and real Unix users (made and removed
+  by the tests: root, else they skip, saying so);
 * ``browser``: JupyterLab in Debian's chromium, driven by Playwright;
 * ``k8s``: the real control plane of tests/k8s (etcd, kube-apiserver, ...), or its build;
 * ``gpu``: a real NVIDIA GPU (no test needs one yet: NVML is tested against a fake).
@@ -23,7 +25,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-TIER_NAMES = ("pure", "kernel", "server", "browser", "k8s", "gpu")
+TIER_NAMES = ("pure", "kernel", "server", "service", "browser", "k8s", "gpu")
 
 # Paths relative to tests/: a module's entry wins over its folder's. No entry for the root
 # folder, so that a new folder or a new module at the top must be given a tier here.
@@ -43,6 +45,10 @@ TIERS = {
     "server": "server",
     "server/test_app_config.py": "pure",
     "server/test_writer.py": "pure",  # the writer thread alone, no server
+    "service": "service",
+    "service/test_backend_choice.py": "pure",
+    "service/test_policy.py": "pure",
+    "service/test_protocol.py": "pure",
     "widgets": "kernel",
     "widgets/test_arguments.py": "pure",
     "widgets/test_history.py": "pure",

@@ -37,6 +37,7 @@ from dra_jupyter.server.kernels import (
 from dra_jupyter.server.service import ClaimService
 from dra_jupyter.server.writer import Writer
 from dra_jupyter.settings import (
+    BackendName,
     Settings,
     check_server_id,
     default_server_id,
@@ -63,13 +64,15 @@ class DRAExtensionApp(ExtensionApp):
     load_other_extensions = True
 
     backend = Enum(
-        ["local", "kubernetes"],
+        ["local", "service", "kubernetes"],
         config=True,
         help="""Where the claims of this server's kernels and REST API are made: 'local'
-        (this machine's devices, the embedded allocator and the SQLite ledger) or
-        'kubernetes' (ResourceClaims in a namespace, allocated by kube-scheduler for the
-        pods that use them). Kernels get the same backend. Default: $DRA_JUPYTER_BACKEND
-        ('auto': kubernetes in a pod with a service account, else local), else 'local'.""",
+        (this machine's devices, the embedded allocator and the SQLite ledger), 'service'
+        (this machine's dra-jupyter service, over $DRA_JUPYTER_SOCKET) or 'kubernetes'
+        (ResourceClaims in a namespace, allocated by kube-scheduler for the pods that use
+        them). Kernels get the same backend. Default: $DRA_JUPYTER_BACKEND ('auto':
+        kubernetes in a pod with a service account, else service when its socket answers,
+        else local), else 'local'.""",
     )
     namespace = Unicode(
         config=True,
@@ -203,7 +206,7 @@ class DRAExtensionApp(ExtensionApp):
     def initialize_settings(self) -> None:
         settings = replace(
             Settings.from_env(),
-            backend="kubernetes" if self.backend == "kubernetes" else "local",
+            backend=_backend_name(self.backend),
             inventory=self.inventory,
             # absolute: kernels start in their notebook's folder, and must share this file
             ledger=Path(self.ledger).expanduser().resolve(),
@@ -553,3 +556,8 @@ class DRAExtensionApp(ExtensionApp):
                 IDLE_WARNING,
                 {**self._claim_data(record), "deadline": deadline, "seconds_left": deadline - now},
             )
+
+
+def _backend_name(trait: str) -> BackendName:
+    """The server's backend trait as the settings name it (anything else is local)."""
+    return "kubernetes" if trait == "kubernetes" else "service" if trait == "service" else "local"

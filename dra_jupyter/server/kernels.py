@@ -44,14 +44,15 @@ INVENTORY_ENV = "DRA_JUPYTER_INVENTORY"
 NAMESPACE_ENV = "DRA_JUPYTER_NAMESPACE"
 KUBECONFIG_ENV = "DRA_JUPYTER_KUBECONFIG"
 IDLE_TIMEOUT_ENV = "DRA_JUPYTER_IDLE_TIMEOUT"  # seconds; only when idle release is on
+SOCKET_ENV = "DRA_JUPYTER_SOCKET"
 
 Clock = Callable[[], float]
 
 
 def kernel_env(kernel_id: str, settings: Settings, idle_timeout: float = 0) -> dict[str, str]:
     """What a kernel of this server needs to use the server's backend (``settings``, its
-    ``backend`` resolved to ``local`` or ``kubernetes``), to own its claims and label them
-    with its server, and to tell its user when they are released for idleness."""
+    ``backend`` resolved to ``local``, ``service`` or ``kubernetes``), to own its claims and
+    label them with its server, and to tell its user when they are released for idleness."""
     env = {KERNEL_ID_ENV: kernel_id, BACKEND_ENV: settings.backend}
     if settings.server_id:
         env[SERVER_ID_ENV] = settings.server_id
@@ -60,6 +61,8 @@ def kernel_env(kernel_id: str, settings: Settings, idle_timeout: float = 0) -> d
             env[NAMESPACE_ENV] = settings.namespace
         if settings.kubeconfig:
             env[KUBECONFIG_ENV] = settings.kubeconfig
+    elif settings.backend == "service":
+        env[SOCKET_ENV] = str(settings.socket)
     else:
         env[LEDGER_ENV] = str(settings.ledger)
         env[INVENTORY_ENV] = settings.inventory

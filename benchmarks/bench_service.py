@@ -1,0 +1,219 @@
+"""The shared-machine service against the embedded backend, measured side by side.
+
+Run with ``.venv/bin/python benchmarks/bench_service.py`` (``make bench-service``). Starts a
+real ``dra-jupyter service`` (a subprocess, the simulated ``h200-8x``: 8 GPUs; rate limits
+raised out of the way) on a socket and a ledger in a temporary folder, and prints a
+Markdown table:
+
+(a) **Round trip**: one ``request`` of 1 GPU and its ``release``, ``--repeat`` times, through
+    the :class:`~dra_jupyter.service.client.ServiceBackend` (one kept connection) and through
+    the embedded :class:`~dra_jupyter.local.backend.LocalBackend` on a ledger of the same
+    kind in the same folder, alternating: p50 and p99 in ms, and their ratio.
+(b) **Sustained operations**: ``--clients`` processes (forked), each doing request+release
+    pairs of 1 GPU for ``--seconds`` against the service, then against the embedded
+    backend's ledger; operations (a request or a release, answered) per second, all clients
+    together. Busy answers (8 GPUs, 16 clients) count: they are answered operations.
+(c) **Memory**: the daemon's resident set (``VmRSS``) after (a) and (b), with
+    ``--history`` released claims in the ledger's history (written into the ledger before
+    the daemon starts).
+
+Targets of issue 16: round trip p50 <= 2 ms, >= 1,000 operations/s, RSS <= 100 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.inventory.resolve import resolve_inventory
+from dra_jupyter.local.backend import LocalBackend
+from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.service.client import ServiceBackend
+from dra_jupyter.settings import service_answers
+from dra_jupyter.types import Backend, Owner
+
+REPO = Path(__file__).resolve().parents[1]
+CLAIM = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaim",
+    "metadata": {"name": "", "namespace": "default"},
+    "spec": {
+        "devices": {
+            "requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}
+            ]
+        }
+    },
+}
+POLICY = """[service]
+ledger = "{ledger}"
+inventory = "h200-8x"
+requests_per_second = 1000000
+burst = 1000000
+connections_per_user = 1000
+claims_per_user = 100000
+"""
+
+
+def owner() -> Owner:
+    return Owner(user="bench", host=socket.gethostname(), pid=0)  # detached: lives by lease
+
+
+@contextmanager
+def daemon(root: Path, history: int) -> Iterator[tuple[Path, int]]:
+    ledger = root / "state" / "ledger.sqlite"
+    (root / "state").mkdir(mode=0o700)
+    Ledger(ledger)  # the schema, then the history, before the daemon starts
+    conn = sqlite3.connect(ledger)
+    record = json.dumps(owner().to_dict())
+    conn.executemany(
+        "INSERT INTO releases (name, owner, reason, time) VALUES (?, ?, 'user', ?)",
+        ((f"old-{i}", record, 1.0 + i) for i in range(history)),
+    )
+    conn.commit()
+    conn.close()
+    config = root / "service.toml"
+    config.write_text(POLICY.format(ledger=ledger))
+    sock = root / "socket"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path[1:]])}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dra_jupyter.cli",
+            "service",
+            "--config",
+            str(config),
+            "--socket",
+            str(sock),
+        ],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not service_answers(sock):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the service did not start")
+            time.sleep(0.05)
+        yield sock, process.pid
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
+def round_trips(backend: Backend, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        record = backend.allocate(CLAIM, lease=600, checked=True)
+        backend.release(record.name)
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def _client(make: Callable[[], Backend], seconds: float, start: float, results: Any) -> None:
+    backend = make()
+    while time.time() < start:
+        time.sleep(0.001)
+    done = 0
+    end = start + seconds
+    while time.time() < end:
+        try:
+            record = backend.allocate(CLAIM, lease=600, checked=True)
+            done += 1
+            backend.release(record.name)
+            done += 1
+        except DraJupyterError:
+            done += 1  # busy: an answered operation
+    results.put(done)
+
+
+def sustained(make: Callable[[], Backend], clients: int, seconds: float) -> float:
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    start = time.time() + 1.0
+    procs = [
+        ctx.Process(target=_client, args=(make, seconds, start, results)) for _ in range(clients)
+    ]
+    for p in procs:
+        p.start()
+    total = sum(int(results.get(timeout=seconds + 120)) for _ in procs)
+    for p in procs:
+        p.join(60)
+    return total / seconds
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=300)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--history", type=int, default=10_000)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="dra-bench-service-"))
+    try:
+        inventory = resolve_inventory("h200-8x")
+        embedded_ledger = root / "embedded" / "ledger.sqlite"
+
+        def embedded() -> Backend:
+            return LocalBackend(inventory, Ledger(embedded_ledger), owner())
+
+        with daemon(root, args.history) as (sock, pid):
+
+            def served() -> Backend:
+                return ServiceBackend(sock, owner())
+
+            service_backend, local_backend = served(), embedded()
+            round_trips(service_backend, 20)  # warm: imports, caches, the connection
+            round_trips(local_backend, 20)
+            svc_times: list[float] = []
+            loc_times: list[float] = []
+            for _ in range(10):  # alternating, so that both see the same machine
+                svc_times += round_trips(service_backend, args.repeat // 10)
+                loc_times += round_trips(local_backend, args.repeat // 10)
+            svc_ops = sustained(served, args.clients, args.seconds)
+            loc_ops = sustained(embedded, args.clients, args.seconds)
+            rss = rss_mb(pid)
+        rows = [
+            ("round trip p50 (ms)", pct(svc_times, 50), pct(loc_times, 50)),
+            ("round trip p99 (ms)", pct(svc_times, 99), pct(loc_times, 99)),
+            (f"operations/s, {args.clients} clients", svc_ops, loc_ops),
+        ]
+        print("| measure | service | embedded | service / embedded |")
+        print("|---|---|---|---|")
+        for name, svc, loc in rows:
+            print(f"| {name} | {svc:.2f} | {loc:.2f} | {svc / loc:.2f} |")
+        print(f"| daemon RSS (MB), 8 GPUs, {args.history:,} released claims | {rss:.1f} | | |")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

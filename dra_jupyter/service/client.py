@@ -1,0 +1,390 @@
+"""The service backend: :class:`~dra_jupyter.types.Backend` over the daemon's Unix socket.
+
+The Python API, the magics, the CLI and the Jupyter server extension use it as they use
+the local backend. What the caller is never travels: the daemon asks the kernel, so the
+owner's ``user`` here is only what this process believes (``JUPYTERHUB_USER`` or the OS
+user); the claims it gets back carry the user the daemon decided. Only the owner's
+``kernel_id`` and whether the claim is ``detached`` (``pid`` 0: it lives by its lease, the
+CLI's) are sent.
+
+One connection per process (made again after a fork, or after the daemon restarted),
+shared by :meth:`ServiceBackend.with_owner` twins, one call at a time (a lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import socket
+import struct
+import threading
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dra_jupyter.allocator import Allocator, Strategy
+from dra_jupyter.allocator.cache import AllocatorCache
+from dra_jupyter.errors import (
+    InvalidInputError,
+    NeverPossibleError,
+    UnavailableError,
+)
+from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.service import protocol
+from dra_jupyter.types import (
+    Capabilities,
+    ClaimRecord,
+    OnWait,
+    Owner,
+    Select,
+    Sweep,
+    Waiter,
+    Waiting,
+)
+
+if TYPE_CHECKING:
+    from dra_jupyter.api import Session
+    from dra_jupyter.kube.run import Command, Run
+
+CAPABILITIES = Capabilities(
+    where="the dra-jupyter service",
+    devices_here=True,
+    waits=True,
+    leases=True,
+    allocates_later=False,
+    reserve=False,
+    pods=False,
+    claim_states=False,
+)
+CONNECT_TIMEOUT = 5.0  # seconds to connect to the daemon
+ANSWER_TIMEOUT = 60.0  # seconds an answer may take; a request in line: its timeout and this
+
+Wire = dict[str, Any]
+
+
+class Channel:
+    """This process's connection to the daemon, one call at a time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._pid = 0
+        self._buffer = bytearray()
+        self._ids = itertools.count(1)
+
+    def _connect(self) -> socket.socket:
+        if self._sock is not None and self._pid == os.getpid():
+            return self._sock
+        self._close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(CONNECT_TIMEOUT)
+        try:
+            sock.connect(str(self.path))
+        except OSError as err:
+            sock.close()
+            raise UnavailableError(
+                f"the dra-jupyter service at {self.path} does not answer ({err.strerror or err}); "
+                "start it (systemctl start dra-jupyter, or dra-jupyter service --config FILE), "
+                "or set DRA_JUPYTER_BACKEND=local"
+            ) from err
+        try:
+            self._check_daemon(sock)
+        except BaseException:
+            sock.close()
+            raise
+        sock.settimeout(ANSWER_TIMEOUT)
+        self._sock, self._pid = sock, os.getpid()
+        self._buffer.clear()
+        return sock
+
+    def _check_daemon(self, sock: socket.socket) -> None:
+        """The process that listens is root, this user, or the owner of the socket's folder
+        (who alone could put a socket there): not another user posing as the service."""
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        try:
+            owner = self.path.parent.stat().st_uid
+        except OSError:
+            owner = 0
+        if uid not in (0, os.getuid(), owner):
+            raise UnavailableError(
+                f"the process listening at {self.path} runs as uid {uid}, which is not the "
+                f"service's (root, or the owner of {self.path.parent}); not using it"
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._sock is not None and self._pid == os.getpid():
+            self._sock.close()
+        self._sock = None
+        self._buffer.clear()
+
+    def call(
+        self, op: str, args: Wire, on_wait: OnWait | None = None, *, wait: float | None = 0.0
+    ) -> Any:
+        """The result of ``op``; ``wait``: how long the daemon may keep the request in line
+        (None: without limit), during which no answer is overdue."""
+        with self._lock:
+            try:
+                return self._call(op, args, on_wait, wait)
+            except BaseException:
+                self._close()  # a half-read answer must not be the next call's
+                raise
+
+    def _call(self, op: str, args: Wire, on_wait: OnWait | None, wait: float | None) -> Any:
+        request_id = next(self._ids)
+        frame = protocol.request_frame(request_id, op, args)
+        if len(frame) > protocol.MAX_FRAME:
+            raise InvalidInputError(
+                f"{op}: the request is {len(frame)} bytes, over the service's limit of "
+                f"{protocol.MAX_FRAME}"
+            )
+        sock = self._connect()
+        try:
+            self._send(sock, frame)
+        except UnavailableError:  # the daemon restarted since the last call: once more, anew
+            self._close()
+            sock = self._connect()
+            self._send(sock, frame)
+        while True:
+            reply = self._read(sock)
+            if reply.get("id") != request_id and reply.get("id") is not None:
+                continue  # an answer of a call that was given up
+            if "waiting" in reply:
+                sock.settimeout(None if wait is None else wait + ANSWER_TIMEOUT)
+                if on_wait is not None:
+                    w = reply["waiting"]
+                    on_wait(Waiting(int(w["position"]), float(w["waited"]), w.get("timeout")))
+                continue
+            sock.settimeout(ANSWER_TIMEOUT)
+            if reply.get("ok") is True:
+                return reply.get("result")
+            raise protocol.error_from_wire(reply.get("error"))
+
+    def _send(self, sock: socket.socket, frame: bytes) -> None:
+        try:
+            sock.sendall(frame)
+        except OSError as err:
+            raise self._lost(err) from err
+
+    def _lost(self, err: OSError | None = None) -> UnavailableError:
+        why = f" ({err.strerror or err})" if err is not None else ""
+        return UnavailableError(
+            f"the dra-jupyter service at {self.path} closed the connection{why}; "
+            "try again (it may have restarted)"
+        )
+
+    def _read(self, sock: socket.socket) -> dict[str, Any]:
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                try:
+                    reply = json.loads(line)
+                except ValueError as err:
+                    raise UnavailableError(
+                        f"the dra-jupyter service at {self.path} sent a frame that is not JSON"
+                    ) from err
+                if not isinstance(reply, dict):
+                    raise UnavailableError(f"the service at {self.path} sent a non-object frame")
+                return reply
+            if len(self._buffer) > protocol.MAX_ANSWER:
+                raise UnavailableError(
+                    f"the dra-jupyter service at {self.path} sent an answer over "
+                    f"{protocol.MAX_ANSWER} bytes"
+                )
+            try:
+                chunk = sock.recv(1 << 20)
+            except TimeoutError as err:
+                raise UnavailableError(
+                    f"the dra-jupyter service at {self.path} did not answer in {ANSWER_TIMEOUT:g}s"
+                ) from err
+            except OSError as err:
+                raise self._lost(err) from err
+            if not chunk:
+                raise self._lost()
+            self._buffer += chunk
+
+
+class ServiceBackend:
+    """Claims of one owner, made and kept by the daemon (see the module docstring)."""
+
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self,
+        socket_path: Path,
+        owner: Owner,
+        *,
+        strategy: Strategy = "topology",
+        namespace: str = "default",
+        channel: Channel | None = None,
+    ) -> None:
+        self.socket_path = socket_path
+        self.owner = owner
+        self.namespace = namespace or "default"
+        self.strategy: Strategy = strategy
+        self.channel = channel or Channel(socket_path)
+        self._inventory: Inventory | None = None
+        self._cache = AllocatorCache()
+
+    def _call(self, op: str, args: Wire | None = None, on_wait: OnWait | None = None) -> Any:
+        return self.channel.call(op, args or {}, on_wait)
+
+    def hello(self) -> dict[str, Any]:
+        """Who the daemon says this process is, and the limits that apply."""
+        answer: dict[str, Any] = self._call("hello")
+        return answer
+
+    def inventory(self, *, refresh: bool = False) -> Inventory:
+        if self._inventory is None or refresh:
+            self._inventory = protocol.inventory_from_wire(self._call("inventory"))
+        return self._inventory
+
+    def with_owner(self, owner: Owner) -> ServiceBackend:
+        twin = ServiceBackend(
+            self.socket_path,
+            owner,
+            strategy=self.strategy,
+            namespace=self.namespace,
+            channel=self.channel,
+        )
+        twin._inventory, twin._cache = self._inventory, self._cache
+        return twin
+
+    def allocator(self, held: list[ClaimRecord]) -> Allocator:
+        devices = self.inventory()
+        return Allocator(
+            devices.slices,
+            devices.device_classes,
+            [r.to_object() for r in held],
+            self.strategy,
+            cache=self._cache,
+        )
+
+    def check_possible(self, claim: Wire) -> None:
+        idle = self.allocator([])
+        name = claim["metadata"].get("name") or "new-request"
+        probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
+        if idle.allocate([probe]) is None:
+            explanation = idle.explain([probe])
+            raise NeverPossibleError(
+                f"the request can never be met on {self.inventory().description}:\n"
+                + explanation.summary(),
+                explanation,
+            )
+
+    def _owner_args(self) -> Wire:
+        return {"kernel_id": self.owner.kernel_id, "detached": self.owner.pid == 0}
+
+    def allocate(
+        self,
+        claim: Wire,
+        *,
+        timeout: float | None = 0.0,
+        lease: float | None = None,
+        on_wait: OnWait | None = None,
+        checked: bool = False,
+    ) -> ClaimRecord:
+        if not checked:
+            self.check_possible(claim)
+        args = {"claim": claim, "timeout": timeout, "lease": lease, **self._owner_args()}
+        if timeout == 0:
+            return protocol.record_from_wire(self._call("request", args, on_wait))
+        # A wait in line has a connection of its own: the process's other calls go on.
+        line = Channel(self.socket_path)
+        try:
+            return protocol.record_from_wire(line.call("request", args, on_wait, wait=timeout))
+        finally:
+            line.close()
+
+    def reserve(self, record: ClaimRecord) -> ClaimRecord:
+        raise InvalidInputError(
+            "dra.request: reserve=True applies to the Kubernetes backend; the service "
+            "allocates at once anyway"
+        )
+
+    def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
+        """Give the claim back; the daemon decides whether this user may (its owner, or an
+        admin): ``any_owner`` adds nothing a caller could not do anyway."""
+        return bool(self._call("release", {"name": name, "reason": reason}))
+
+    def record(self, name: str) -> ClaimRecord | None:
+        found = self._call("record", {"name": name})
+        return None if found["record"] is None else protocol.record_from_wire(found["record"])
+
+    def claims(self, *, all_users: bool = False) -> list[ClaimRecord]:
+        return [protocol.record_from_wire(r) for r in self._call("list", {"all_users": all_users})]
+
+    def claims_with_state(self, *, all_users: bool = False) -> list[tuple[ClaimRecord, str]]:
+        return [(r, "allocated") for r in self.claims(all_users=all_users)]
+
+    def holders(self) -> list[ClaimRecord]:
+        return [protocol.record_from_wire(r) for r in self._call("holders")]
+
+    def explain(self, claim: Wire) -> dict[str, Any]:
+        """Why ``claim`` could or could not be allocated now (the explanation's dict)."""
+        answer: dict[str, Any] = self._call("explain", {"claim": claim})
+        return answer
+
+    def state(self, name: str) -> str:
+        return "allocated" if self.record(name) is not None else "released"
+
+    def released_at(self, name: str) -> float | None:
+        ended = self._call("record", {"name": name})["released_at"]
+        return None if ended is None else float(ended)
+
+    def touch(self, name: str, now: float) -> bool:
+        return bool(self._call("keep", {"name": name}))
+
+    def sweep(
+        self,
+        select: Select | None,
+        now: float,
+        live_kernels: Collection[str],
+        *,
+        wait: bool = True,  # no lock here to wait for: the daemon is the one writer
+    ) -> Sweep:
+        """The daemon reclaims dead holders and expired leases by itself; this releases the
+        claims of this user that ``select`` names a reason for (a server's idle release)."""
+        swept = Sweep(complete=False)
+        for record in self.claims():
+            reason = select(record) if select is not None else None
+            if reason is not None and self.release(record.name, reason):
+                swept.released.append((record, reason))
+            else:
+                swept.kept.append(record)
+        return swept
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to group: each call is one transaction of the daemon."""
+        return contextlib.nullcontext()
+
+    def waiting(self) -> list[Waiter]:
+        """None shown yet: the daemon keeps its line, and the protocol has no op for it."""
+        return []
+
+    def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:
+        """This process holds this user's claims of ``kernel_id`` from now on (the daemon
+        takes the holder from the connection, not from ``holder``)."""
+        answer = self._call("adopt", {"kernel_id": kernel_id})
+        return Sweep(
+            kept=[protocol.record_from_wire(r) for r in answer["kept"]],
+            released=[
+                (protocol.record_from_wire(r["record"]), str(r["reason"]))
+                for r in answer["released"]
+            ],
+        )
+
+    def launch(self, session: Session, command: Command, spec: Mapping[str, Any], **_: Any) -> Run:
+        raise InvalidInputError(
+            "dra.run launches a pod, which needs the Kubernetes backend: set "
+            "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
+        )

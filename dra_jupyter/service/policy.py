@@ -1,0 +1,255 @@
+"""The service's policy: one TOML file (``dra-jupyter service --config FILE``), read at start
+and again on SIGHUP (a file that does not parse keeps the policy in force, and says why).
+
+Every knob, its unit and its default (``deploy/service.toml`` is a commented example)::
+
+    [service]
+    ledger = "/var/lib/dra-jupyter/ledger.sqlite"  # its folder: made 0700 if missing,
+                                   # refused if others may open it
+    inventory = "auto"             # as DRA_JUPYTER_INVENTORY: auto, nvml, a name, a file
+    strategy = "topology"          # topology or first-fit
+    synchronous = "normal"         # normal: a commit survives the daemon's crash, not a
+                                   # power loss (the last ones may roll back); full: each
+                                   # commit waits for the disk (several times slower)
+    admin_groups = []              # groups whose members see and release every claim
+                                   # (root always may)
+    visibility = "own"             # own: users see only their own claims (others' devices
+                                   # show as held by "another user"); all: everyone's
+    requests_per_second = 200      # per user: requests above it are refused (token bucket)
+    burst = 400                    # requests a user may send at once before the rate applies
+    queue_per_user = 8             # requests of one user waiting in line at once
+    connections_per_user = 64      # open connections of one user
+    claims_per_user = 256          # live claims of one user (shared devices allow many)
+
+    [limits]                       # everyone's, unless a group or the user says otherwise
+    gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
+    mig = 0                        # MIG slices held at once; 0: no limit
+    lease_max = "0"                # longest lease (a duration: 90s, 30m, 8h); "0": no limit
+    lease_default = "0"            # a claim's lease when the request names none; "0":
+                                   # lease_max, if set, else none
+    wait_max = "0"                 # longest wait in line; "0": no limit
+    idle = "0"                     # a process's claim without activity this long is released
+                                   # (claims of the CLI live by their lease); "0": never
+
+    [groups.<name>]                # the same keys as [limits], for members of the group
+    [users.<name>]                 # the same keys, for one user (wins over the groups)
+
+A user in several groups gets, for each limit, the most generous of those groups that set
+it; a user's own entry wins over them all. Refusals name the limit and where it comes from:
+``user bob: limit 2 GPUs (group students), holds 2``.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dra_jupyter.allocator import STRATEGIES
+from dra_jupyter.durations import parse_duration
+from dra_jupyter.errors import DraJupyterError, InvalidInputError, shown
+
+MAX_CONFIG = 1 << 20  # bytes of the policy file
+DEFAULT_LEDGER = Path("/var/lib/dra-jupyter/ledger.sqlite")
+VISIBILITY = ("own", "all")
+LIMIT_KEYS = ("gpus", "mig", "lease_max", "lease_default", "wait_max", "idle")
+COUNT_KEYS = ("gpus", "mig")
+SERVICE_KEYS = {
+    "ledger",
+    "inventory",
+    "strategy",
+    "synchronous",
+    "admin_groups",
+    "visibility",
+    "requests_per_second",
+    "burst",
+    "queue_per_user",
+    "connections_per_user",
+    "claims_per_user",
+}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit's value for a user (0: none) and where it comes from (``group students``)."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    gpus: Limit
+    mig: Limit
+    lease_max: Limit
+    lease_default: Limit
+    wait_max: Limit
+    idle: Limit
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            k: {"value": getattr(self, k).value, "source": getattr(self, k).source}
+            for k in LIMIT_KEYS
+        }
+
+
+_NO_LIMITS = dict.fromkeys(LIMIT_KEYS, 0.0)
+
+
+@dataclass(frozen=True)
+class Policy:
+    ledger: Path = DEFAULT_LEDGER
+    inventory: str = "auto"
+    strategy: str = "topology"
+    synchronous: str = "normal"
+    admin_groups: frozenset[str] = frozenset()
+    visibility: str = "own"
+    requests_per_second: float = 200.0
+    burst: float = 400.0
+    queue_per_user: int = 8
+    connections_per_user: int = 64
+    claims_per_user: int = 256
+    defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
+    groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    def is_admin(self, uid: int, groups: tuple[str, ...]) -> bool:
+        return uid == 0 or bool(self.admin_groups.intersection(groups))
+
+    def limits(self, user: str, groups: tuple[str, ...]) -> Limits:
+        """Each limit for ``user`` in ``groups``: the user's own, else the most generous of
+        their groups that set it (0, no limit, is the most generous), else the default."""
+        found: dict[str, Limit] = {}
+        own = self.users.get(user, {})
+        for key in LIMIT_KEYS:
+            if key in own:
+                found[key] = Limit(own[key], f"user {user}")
+                continue
+            candidates = [
+                (g, self.groups[g][key])
+                for g in sorted(groups)
+                if g in self.groups and key in self.groups[g]
+            ]
+            if candidates:
+                name, value = max(candidates, key=lambda c: math.inf if c[1] == 0 else c[1])
+                found[key] = Limit(value, f"group {name}")
+            else:
+                found[key] = Limit(self.defaults.get(key, 0.0), "default")
+        return Limits(**found)
+
+
+def load_policy(path: Path | None) -> Policy:
+    """The policy of ``path`` (None: every default); InvalidInputError naming the file, the
+    key and the problem."""
+    if path is None:
+        return Policy()
+    where = f"service config {path}"
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_CONFIG + 1)
+    except OSError as err:
+        raise InvalidInputError(f"{where}: cannot read it: {err.strerror}") from err
+    if len(raw) > MAX_CONFIG:
+        raise InvalidInputError(f"{where}: over {MAX_CONFIG} bytes; a policy is a few lines")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise InvalidInputError(f"{where}: not TOML ({err})") from err
+    _known(data, {"service", "limits", "groups", "users"}, where)
+    service = _table(data, "service", where)
+    _known(service, SERVICE_KEYS, f"{where}, [service]")
+    strategy = _string(service, "strategy", "topology", where)
+    if strategy not in STRATEGIES:
+        raise InvalidInputError(
+            f"{where}: strategy {shown(strategy)}; use {' or '.join(STRATEGIES)}"
+        )
+    synchronous = _string(service, "synchronous", "normal", where)
+    if synchronous not in ("normal", "full"):
+        raise InvalidInputError(f"{where}: synchronous {shown(synchronous)}; use normal or full")
+    visibility = _string(service, "visibility", "own", where)
+    if visibility not in VISIBILITY:
+        raise InvalidInputError(f"{where}: visibility {shown(visibility)}; use own or all")
+    admins = service.get("admin_groups", [])
+    if not isinstance(admins, list) or not all(isinstance(a, str) for a in admins):
+        raise InvalidInputError(f"{where}: admin_groups must be a list of group names")
+    groups = _table(data, "groups", where)
+    users = _table(data, "users", where)
+    return Policy(
+        ledger=Path(_string(service, "ledger", str(DEFAULT_LEDGER), where)),
+        inventory=_string(service, "inventory", "auto", where),
+        strategy=strategy,
+        synchronous=synchronous,
+        admin_groups=frozenset(admins),
+        visibility=visibility,
+        requests_per_second=_number(service, "requests_per_second", 200, where),
+        burst=_number(service, "burst", 400, where),
+        queue_per_user=int(_number(service, "queue_per_user", 8, where)),
+        connections_per_user=int(_number(service, "connections_per_user", 64, where)),
+        claims_per_user=int(_number(service, "claims_per_user", 256, where)),
+        defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
+        groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
+        users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},
+    )
+
+
+def _known(table: Mapping[str, Any], keys: set[str], where: str) -> None:
+    unknown = sorted(table.keys() - keys)
+    if unknown:
+        raise InvalidInputError(
+            f"{where}: unknown key {shown(unknown[0])}; known: {', '.join(sorted(keys))}"
+        )
+
+
+def _table(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{where}: [{key}] must be a table")
+    return value
+
+
+def _sub(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = data[key]
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{where}: {shown(key)} must be a table of limits")
+    return value
+
+
+def _string(table: Mapping[str, Any], key: str, default: str, where: str) -> str:
+    value = table.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"{where}: {key} must be a non-empty string, not {shown(value)}")
+    return value
+
+
+def _number(table: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise InvalidInputError(f"{where}: {key} must be a positive number, not {shown(value)}")
+    return float(value)
+
+
+def _limits(table: Mapping[str, Any], where: str) -> dict[str, float]:
+    _known(table, set(LIMIT_KEYS), where)
+    out: dict[str, float] = {}
+    for key, value in table.items():
+        if key in COUNT_KEYS:
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+                raise InvalidInputError(
+                    f"{where}: {key} must be a whole number of devices (0: no limit), not "
+                    f"{shown(value)}"
+                )
+            out[key] = float(value)
+            continue
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise InvalidInputError(
+                f"{where}: {key} must be a duration (30m, 8h), not {shown(value)}"
+            )
+        try:
+            seconds = parse_duration(value if isinstance(value, str) else float(value), what=key)
+        except DraJupyterError as err:
+            raise InvalidInputError(f"{where}: {err}") from err
+        out[key] = float(seconds or 0.0)
+    return out

@@ -1,0 +1,150 @@
+"""The policy's limits as a real daemon enforces them on real users: MIG slices, leases
+(longest, default), idle claims of a process, the per-user rate and queue. Each refusal is
+one line that names the limit and where it comes from."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from dra_jupyter.api import Session
+from dra_jupyter.settings import Settings
+from dra_jupyter.types import Owner
+from tests.service.accounts import Child, User, run_as, service, wait_for
+from tests.service.test_isolation import admin_policy, error_of, live, read, released
+
+
+def session() -> Session:
+    return Session(Settings.from_env())
+
+
+def detached() -> Session:
+    """A session whose claims no process holds (as the CLI's): they outlive the child."""
+    return Session(Settings.from_env(), owner=replace(Owner.current(), pid=0, start_time=None))
+
+
+def test_mig_slices_are_limited(users: dict[str, User]) -> None:
+    bob = users["bob"]
+    policy = admin_policy(users, "[limits]\nmig = 1\n")
+    with service(policy, inventory="h200-mig") as svc:
+
+        def ask() -> list[str]:
+            s = detached()
+            first = s.request(mig="1g.18gb", lease=600, apply_env=False)
+            return [
+                first.name,
+                error_of(lambda: s.request(mig="1g.18gb", apply_env=False)),
+                error_of(lambda: s.request(mig="1g.18gb", apply_env=False)),
+            ]
+
+        answer = run_as(bob, svc.env(), ask)
+        assert "ok" in answer, answer
+        first, second, third = answer["ok"]
+        assert first == f"{bob.name}-1"
+        assert (
+            second
+            == third
+            == (
+                f"LimitError: user {bob.name}: limit 1 MIG slice (default), holds 1; "
+                "the request needs 1 more"
+            )
+        )
+
+
+def test_the_longest_lease_the_default_lease_and_the_longest_wait(users: dict[str, User]) -> None:
+    bob = users["bob"]
+    group = bob.name  # his user-private group
+    policy = admin_policy(
+        users,
+        f'[limits]\nlease_default = "30m"\nwait_max = "1m"\n[groups.{group}]\nlease_max = "1h"\n',
+    )
+    with service(policy) as svc:
+
+        def ask() -> dict[str, Any]:
+            s = detached()
+            return {
+                "name": s.request(gpu=1).name,  # no lease named: the default
+                "too long": error_of(lambda: s.request(gpu=1, lease="2h")),
+                "waits too long": error_of(lambda: s.request(gpu=1, timeout="2h")),
+            }
+
+        answer = run_as(bob, svc.env(), ask)["ok"]
+        assert answer["waits too long"] == (
+            f"LimitError: user {bob.name}: limit 1m of waiting in line (default); pass a "
+            "shorter timeout"
+        )
+        assert answer["too long"] == (
+            f"LimitError: user {bob.name}: limit 1h lease (group {group}); a lease of 2h "
+            "asked; pass a shorter lease"
+        )
+        [(created, expires)] = read(svc, "SELECT created, lease_expires FROM claims")
+        assert expires - created == 1800
+
+
+def test_an_idle_claim_of_a_process_is_released_and_a_kept_one_is_not(
+    users: dict[str, User],
+) -> None:
+    alice = users["alice"]
+    policy = admin_policy(users, '[limits]\nidle = "2s"\n')
+    with service(policy) as svc:
+
+        def hold() -> str:
+            return session().request(gpu=1, name="idle").name
+
+        holder = Child(alice, svc.env(), hold, hold=True)
+        try:
+            assert holder.result() == {"ok": "idle"}
+            leased = run_as(alice, svc.env(), lambda: detached().request(gpu=1, lease=600).name)
+            wait_for("the idle claim is released", lambda: released(svc).get("idle") == "idle")
+            assert [c["name"] for c in live(svc)] == [leased["ok"]]  # lives by its lease
+        finally:
+            holder.kill()
+
+
+def test_a_users_rate_and_queue_are_bounded(users: dict[str, User]) -> None:
+    bob, carol = users["bob"], users["carol"]
+    policy = admin_policy(users, "requests_per_second = 0.001\nburst = 5\nqueue_per_user = 1\n")
+    with service(policy) as svc:
+
+        def many() -> list[str]:
+            s = session()
+            return [error_of(s.backend.claims) for _ in range(7)]
+
+        answers = run_as(bob, svc.env(), many)["ok"]
+        assert answers[:5] == ["no error"] * 5
+        assert answers[5] == (
+            f"LimitError: user {bob.name}: limit 0.001 requests per second "
+            "(requests_per_second); slow down and try again"
+        )
+        others = run_as(carol, svc.env(), lambda: [c.name for c in session().backend.claims()])
+        assert others == {"ok": []}  # another user's budget is their own
+
+
+def test_one_user_waits_in_line_at_most_queue_per_user_times(users: dict[str, User]) -> None:
+    alice, bob = users["alice"], users["bob"]
+    with service(admin_policy(users, "queue_per_user = 1\n")) as svc:
+        made = run_as(alice, svc.env(), lambda: detached().request(gpu=8, lease=600).name)
+        assert made["ok"]
+
+        def wait() -> str:
+            return error_of(lambda: session().request(gpu=1, timeout=60))
+
+        first = Child(bob, svc.env(), wait)
+        try:
+            wait_for("bob waits in line", lambda: "waits in line" in svc.log.read_text())
+            second = run_as(bob, svc.env(), wait)
+            assert second["ok"] == (
+                f"LimitError: user {bob.name}: limit 1 requests waiting in line "
+                "(queue_per_user), has 1; wait for those first"
+            )
+        finally:
+            first.kill()
+
+
+def test_a_request_without_a_lease_gets_the_longest_allowed(users: dict[str, User]) -> None:
+    bob = users["bob"]
+    with service(admin_policy(users, '[limits]\nlease_max = "1h"\n')) as svc:
+        made = run_as(bob, svc.env(), lambda: detached().request(gpu=1).name)
+        assert made["ok"] == f"{bob.name}-1"
+        [(created, expires)] = read(svc, "SELECT created, lease_expires FROM claims")
+        assert expires - created == 3600
