@@ -204,6 +204,8 @@ def _time(value: Any, column: str, *, optional: bool = False) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         raise DamagedRowError(f"{column} is {shown(value)}, not a time")
+    if not optional and not math.isfinite(value):  # an endless lease is an older ledger's
+        raise DamagedRowError(f"{column} is {shown(value)}, not a time")
     return value
 
 

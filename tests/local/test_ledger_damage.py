@@ -255,6 +255,8 @@ DAMAGE: dict[str, tuple[str, Any, str]] = {
     "owner-a-list": ("owner", "[1, 2]", "owner is not a JSON object"),
     "lease-as-text": ("lease_expires", "in two hours", "lease_expires is 'in two hours'"),
     "created-null-text": ("created", "yesterday", "created is 'yesterday', not a time"),
+    "created-infinite": ("created", float("inf"), "created is inf, not a time"),
+    "activity-infinite": ("last_activity", float("-inf"), "last_activity is -inf, not a time"),
     "allocation-a-number": ("allocation", "5", "allocation is not a JSON object"),
     "spec-not-a-claim": (
         "spec",
