@@ -120,7 +120,9 @@ def server(
         f"--DRAExtensionApp.check_interval={check_interval}",
     ]
     log = (tmp / f"server-{port}.log").open("w")
-    proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # cwd: `python -m` puts the working folder first on sys.path; the extension must be the
+    # environment's (PYTHONPATH's) dra_jupyter, not the one where this was started
+    proc = subprocess.Popen(args, env=env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
     client = Client(port)
     try:
         for _ in range(600):  # up to ~60 s to come up
