@@ -368,8 +368,18 @@ class ServiceBackend:
         return contextlib.nullcontext()
 
     def waiting(self) -> list[Waiter]:
-        """None shown yet: the daemon keeps its line, and the protocol has no op for it."""
-        return []
+        """The daemon's line, first come first (another user's name hidden unless the
+        policy's visibility shows it)."""
+        try:
+            return [
+                Waiter(Owner.from_dict(dict(w["owner"])), str(w["what"]), float(w["since"]))
+                for w in self._call("waiting")
+            ]
+        except (KeyError, TypeError, ValueError) as err:
+            raise UnavailableError(
+                f"service protocol: the daemon sent a line that is not one ({type(err).__name__})"
+                "; is it another version of dra-jupyter?"
+            ) from err
 
     def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:
         """This process holds this user's claims of ``kernel_id`` from now on (the daemon

@@ -43,7 +43,7 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_inventory
-from dra_jupyter.local.backend import LocalBackend, reclaim_reason, shape_of
+from dra_jupyter.local.backend import LocalBackend, reclaim_reason, shape_of, shape_summary
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.service import protocol
 from dra_jupyter.service.args import (
@@ -576,6 +576,25 @@ class Daemon:
     def op_holders(self, conn: Connection, _id: Any, _args: dict[str, Any]) -> Any:
         held = self._shown(conn.peer, self.local.claims(all_users=True))
         return [protocol.record_to_wire(r) for r in held]
+
+    def op_waiting(self, conn: Connection, _id: Any, _args: dict[str, Any]) -> Any:
+        """The line, first come first: who waits (another user's name hidden unless
+        visible), for what, since when."""
+        peer = conn.peer
+        return [
+            {
+                "owner": (
+                    w.owner
+                    if w.owner.user == peer.user
+                    or self.policy.visibility == "all"
+                    or self._admin(peer)
+                    else Owner(user="another user", host="", pid=0)
+                ).to_dict(),
+                "what": shape_summary(w.shape),
+                "since": w.start,
+            }
+            for w in self.waits
+        ]
 
     def op_record(self, conn: Connection, _id: Any, args: dict[str, Any]) -> Any:
         record = self._find(args.get("name"))

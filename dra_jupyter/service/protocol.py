@@ -41,6 +41,7 @@ OPS = (
     "keep",  # record activity on a claim (its idle countdown starts again)
     "list",  # live claims (the caller's, or every visible one)
     "holders",  # every claim that holds devices (others' hidden unless visible)
+    "waiting",  # the requests waiting in line (others' names hidden unless visible)
     "record",  # one live claim, and when a released one ended
     "explain",  # why a claim could or could not be allocated now
     "adopt",  # the caller's process holds a kernel's claims from now on

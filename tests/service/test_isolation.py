@@ -218,6 +218,13 @@ def test_a_request_waits_in_line_until_the_devices_are_released(users: dict[str,
         waiter = Child(bob, svc.env(), wait)
         try:
             wait_for("bob waits in line", lambda: "waits in line" in svc.log.read_text())
+
+            def line() -> list[list[str]]:
+                return [[w.owner.user, w.what] for w in session().backend.waiting()]
+
+            # the holder sees that someone waits, and for what, but not who (visibility own)
+            assert run_as(alice, svc.env(), line)["ok"] == [["another user", "2 gpu.nvidia.com"]]
+            assert run_as(bob, svc.env(), line)["ok"] == [[bob.name, "2 gpu.nvidia.com"]]
             assert run_as(alice, svc.env(), lambda: cli(["release", "all"]))["ok"]["code"] == 0
             assert waiter.result()["ok"]["name"] == "next"
         finally:

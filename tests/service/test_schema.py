@@ -55,6 +55,7 @@ def test_every_frame_of_every_op_validates() -> None:
         backend.touch(made.name, 0)
         backend.claims(all_users=True)
         backend.holders()
+        backend.waiting()
         backend.record(made.name)
         backend.explain(claim)
         backend.adopt("k-1", owner, 0)
