@@ -10,6 +10,7 @@ import { Dialog, ICommandPalette, Notification, showDialog } from '@jupyterlab/a
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { Debouncer } from '@lumino/polling';
 
 import { countdown, deviceSummary, releaseReason } from './format';
 import { DraModel, toError } from './model';
@@ -97,6 +98,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
       tracker?.currentChanged.connect(() => status.update());
     }
+
+    // a cell that ends may have made or released a claim: refresh then, not at the next
+    // poll (a claim made in a kernel is announced by the server only at its next check)
+    const afterCell = new Debouncer(() => model.refreshSoon(), 200);
+    tracker?.widgetAdded.connect((_, widget) => {
+      widget.sessionContext.statusChanged.connect((_, status) => {
+        if (status === 'idle') {
+          void afterCell.invoke();
+        }
+      });
+    });
 
     // the server's events (jupyter_server's event bus, which the page already follows)
     app.serviceManager.events.stream.connect((_, event) => {

@@ -119,6 +119,40 @@ export class DraModel {
    * it). An error is kept in {@link error} and thrown again (the poll backs off).
    */
   async refresh(): Promise<void> {
+    this._reading += 1;
+    try {
+      await this._read();
+    } finally {
+      this._reading -= 1;
+      if (this._again && this._reading === 0) {
+        // something changed while the answer was on its way: it may not show it
+        this._again = false;
+        setTimeout(() => void this.refreshSoon(), 0);
+      }
+    }
+  }
+
+  /**
+   * Refresh now (and let the poll count from here); errors stay in {@link error}. While a
+   * refresh is on its way, one more follows it: what changed since it was asked for (a
+   * claim made just after a release, say) shows at once, not at the next poll.
+   */
+  async refreshSoon(): Promise<void> {
+    if (this._disposed) {
+      return;
+    }
+    if (this._reading > 0) {
+      this._again = true;
+      return;
+    }
+    if (this._poll !== null) {
+      await this._poll.refresh();
+      return;
+    }
+    await this.refresh().catch(() => undefined);
+  }
+
+  private async _read(): Promise<void> {
     try {
       const { claims } = await this._request('GET /claims');
       const missing = claims.some(c => c.devices.some(d => !this._deviceMap.has(d)));
@@ -128,6 +162,7 @@ export class DraModel {
       this._claims = claims;
       for (const c of claims) {
         this._known.set(c.name, c);
+        this._users.add(c.user);
       }
       this._error = null;
       this._connected = true;
@@ -137,15 +172,6 @@ export class DraModel {
       throw this._error;
     }
     this._changed.emit();
-  }
-
-  /** Refresh now (and let the poll count from here); errors stay in {@link error}. */
-  async refreshSoon(): Promise<void> {
-    if (this._poll !== null) {
-      await this._poll.refresh();
-      return;
-    }
-    await this.refresh().catch(() => undefined);
   }
 
   /** Poll {@link refresh} every refreshInterval seconds while the page is visible. */
@@ -213,8 +239,11 @@ export class DraModel {
   }
 
   /**
-   * An event of the server's event bus (any schema; the page gets them all). The claims'
-   * events of this caller are announced (signals) and make the model refresh.
+   * An event of the server's event bus (any schema; the page gets them all). A claim made
+   * or released by anyone makes the model refresh (the devices' states changed; the
+   * answers hold only what the caller may see); an idle warning or a release is announced
+   * (signals) when it is the caller's: a claim seen in an answer, of a user seen there, or
+   * of a kernel of this server.
    */
   handleEvent(event: { schema_id: string; [key: string]: unknown }): void {
     const id = event.schema_id;
@@ -224,20 +253,25 @@ export class DraModel {
     const claimEvent = event as unknown as ClaimEvent;
     const ours =
       this._known.has(claimEvent.claim) ||
+      this._users.has(claimEvent.user) ||
       (claimEvent.kernel_id !== null && this.ownKernel(claimEvent.kernel_id));
-    if (!ours) {
-      return;
+    if (id === EVENTS.idleWarning) {
+      if (ours) {
+        this._idleWarning.emit(event as unknown as IdleWarningEvent);
+      }
+      return; // nothing changed yet
     }
-    if (id === EVENTS.allocated) {
-      this._known.set(claimEvent.claim, undefined);
-    } else if (id === EVENTS.idleWarning) {
-      this._idleWarning.emit(event as unknown as IdleWarningEvent);
-    } else {
+    if (id === EVENTS.released) {
       const claim = this._known.get(claimEvent.claim);
       this._known.delete(claimEvent.claim);
+      const before = this._claims.length;
       this._claims = this._claims.filter(c => c.name !== claimEvent.claim);
-      this._released.emit({ event: event as unknown as ReleasedEvent, claim });
-      this._changed.emit();
+      if (ours) {
+        this._released.emit({ event: event as unknown as ReleasedEvent, claim });
+      }
+      if (this._claims.length !== before) {
+        this._changed.emit();
+      }
     }
     void this.refreshSoon();
   }
@@ -271,8 +305,11 @@ export class DraModel {
   private _connected = false;
   private _devicesWanted = false;
   private _disposed = false;
+  private _reading = 0; // refreshes on their way
+  private _again = false; // refresh once more when they are back
   // claims of this caller seen (answers, own requests, events): name -> last seen
   private _known = new Map<string, Claim | undefined>();
+  private _users = new Set<string>(); // the users of the claims in the answers
   private _changed = new Signal<this, void>(this);
   private _idleWarning = new Signal<this, IdleWarningEvent>(this);
   private _released = new Signal<this, Release>(this);

@@ -7,12 +7,24 @@ import { EVENTS, type IdleWarningEvent } from '../src/tokens';
 import type { Claim } from '../src/wire';
 import { claim, device, GPU } from './fixtures';
 
+/** Wait until ``check`` holds, up to ``ms``. */
+async function until(check: () => boolean, ms = 2000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) {
+      throw new Error(`not within ${ms} ms`);
+    }
+    await new Promise(resolve => setTimeout(resolve, 5));
+  }
+}
+
 /** A server of the REST API in memory: its claims and devices, and the calls it got. */
 class FakeServer {
   claims: Claim[] = [];
   devices = [device(`${GPU}0`), device(`${GPU}1`)];
   calls: string[] = [];
   down: DraRequestError | null = null;
+  gate: Promise<void> | null = null; // GET claims waits for it (an answer on its way)
 
   request: Requester = (async (operation: string, parameters?: Record<string, string>) => {
     this.calls.push(operation + (parameters?.name ? ` ${parameters.name}` : ''));
@@ -20,8 +32,13 @@ class FakeServer {
       throw this.down;
     }
     switch (operation) {
-      case 'GET /claims':
-        return { claims: this.claims };
+      case 'GET /claims': {
+        const answer = { claims: [...this.claims] }; // what the server has when asked
+        if (this.gate !== null) {
+          await this.gate;
+        }
+        return answer;
+      }
       case 'GET /devices':
         return { inventory: 'h200-8x', simulated: true, devices: this.devices };
       case 'DELETE /claims/{name}':
@@ -95,11 +112,40 @@ test("a release event of the caller's claim is announced with the claim and remo
   assert.equal(releases[0].event.reason, 'idle');
   assert.equal(releases[0].claim?.name, 'a');
   assert.equal(m.claims.length, 0);
+  // a claim of the same user not seen yet (made and released between two refreshes)
+  m.handleEvent({ ...event, claim: 'quick', kernel_id: null });
+  assert.deepEqual(
+    releases.map(r => [r.event.claim, r.claim?.name]),
+    [
+      ['a', 'a'],
+      ['quick', undefined]
+    ]
+  );
   // someone else's claim, of a kernel of another server: not announced
-  m.handleEvent({ ...event, claim: 'other', kernel_id: 'elsewhere' });
+  m.handleEvent({ ...event, claim: 'other', user: 'bob', kernel_id: 'elsewhere' });
   // another schema: ignored
   m.handleEvent({ schema_id: 'https://events.jupyter.org/jupyter_server/kernel_actions/v1', claim: 'a' });
-  assert.equal(releases.length, 1);
+  assert.equal(releases.length, 2);
+});
+
+test("a claim made by anyone makes the model refresh; only the caller's are announced", async () => {
+  const server = new FakeServer();
+  const m = model(server);
+  await m.refresh();
+  server.calls = [];
+  server.claims = [claim('rest', { kernel_id: null })];
+  const allocated = { schema_id: EVENTS.allocated, claim: 'rest', user: 'alice', kernel_id: null, devices: [], source: 'rest' };
+  m.handleEvent(allocated);
+  await new Promise(resolve => setTimeout(resolve, 0));
+  assert.deepEqual(server.calls, ['GET /claims']);
+  assert.deepEqual(
+    m.claims.map(c => c.name),
+    ['rest']
+  );
+  const warnings: unknown[] = [];
+  m.idleWarning.connect((_, w) => warnings.push(w));
+  m.handleEvent({ ...allocated, schema_id: EVENTS.idleWarning, claim: 'x', user: 'bob', deadline: 1, seconds_left: 1 });
+  assert.equal(warnings.length, 0);
 });
 
 test("an idle warning of one of this server's kernels is announced; keep resets its deadline", async () => {
@@ -131,4 +177,24 @@ test('release all releases every claim of the caller', async () => {
   assert.equal(server.claims.length, 0);
   assert.equal(m.claims.length, 0);
   assert.ok(server.calls.includes('DELETE /claims/{name} b'));
+});
+
+test('a change announced while a refresh is on its way is read by one more refresh', async () => {
+  const server = new FakeServer();
+  // the poll's own interval is far away: only the refresh after the event can show it
+  const m = new DraModel({ request: server.request, refreshInterval: 600, hidden: () => false });
+  m.start();
+  await until(() => m.connected);
+  let open = () => {};
+  server.gate = new Promise(resolve => (open = resolve));
+  const asked = server.calls.length;
+  const first = m.refreshSoon(); // asked before the claim exists, answered after
+  await until(() => server.calls.length > asked); // on its way
+  server.claims = [claim('new', { kernel_id: null })];
+  m.handleEvent({ schema_id: EVENTS.allocated, claim: 'new', user: 'alice', kernel_id: null, devices: [], source: 'rest' });
+  server.gate = null;
+  open();
+  await first;
+  await until(() => m.claims.some(c => c.name === 'new'));
+  m.dispose(); // (a disposed Poll leaves its timer to run out: node --test-force-exit)
 });

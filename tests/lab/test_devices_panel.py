@@ -157,8 +157,18 @@ def test_release_all_from_the_palette(lab: Lab, page: Any, released: None) -> No
     for name in ("one", "two"):
         lab.api("POST", "/dra/api/claims", {"gpu": 1, "name": name})
     open_lab(page, lab)
-    page.keyboard.press("Control+Shift+c")
-    page.locator(".lm-CommandPalette-input").fill("Release all my devices")
+    palette = page.locator(".lm-CommandPalette-input")
+
+    def opened() -> bool:
+        # JupyterLab may not take keys yet while it sets up the page: press again then
+        if not palette.is_visible():
+            page.locator("#jp-main-dock-panel").click()
+            page.keyboard.press("Control+Shift+c")
+            page.wait_for_timeout(200)
+        return bool(palette.is_visible())
+
+    until("the command palette open", opened)
+    palette.fill("Release all my devices")
     page.locator(".lm-CommandPalette-item").filter(has_text="Release all my devices").click()
     page.locator(".jp-Dialog").get_by_role("button", name="Release").click()
     until("every claim released", lambda: claims(lab) == [])

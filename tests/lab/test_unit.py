@@ -22,7 +22,7 @@ def test_the_typescript_unit_tests_pass() -> None:
     )  # fmt: skip
     assert built.returncode == 0, built.stdout + built.stderr
     ran = subprocess.run(
-        [node, "--test", "--test-reporter=tap", "build-test/test/"],
+        [node, "--test", "--test-force-exit", "--test-reporter=tap", "build-test/test/"],
         cwd=LAB, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
