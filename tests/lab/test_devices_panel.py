@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.error
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser.conftest import (
     WAIT_MS,
@@ -48,9 +50,26 @@ def claims(lab: Lab) -> list[dict[str, Any]]:
     return found
 
 
+def reset_workspace(lab: Lab) -> None:
+    """Forget the layout an earlier test left (its open notebooks and panels), which
+    JupyterLab would restore beside what this test opens."""
+    try:
+        lab.api("DELETE", "/lab/api/workspaces/default")
+    except urllib.error.HTTPError as err:
+        if err.code != 404:  # none saved yet
+            raise
+
+
+def notebook(page: Any, lab: Lab, name: str, cells: list[str]) -> None:
+    """``open_notebook`` in a fresh layout: this notebook alone."""
+    reset_workspace(lab)
+    open_notebook(page, lab, name, cells)
+
+
 def open_lab(page: Any, lab: Lab) -> None:
-    """JupyterLab with the default layout (``reset``: not the one an earlier test left)."""
-    page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+    """JupyterLab with the default layout (not the one an earlier test left)."""
+    reset_workspace(lab)
+    page.goto(f"{lab.url}/lab?token={lab.token}")
     page.locator(".jp-LabShell").wait_for(timeout=WAIT_MS)
     page.locator("#jp-main-statusbar").wait_for(timeout=WAIT_MS)  # the layout is restored
 
@@ -95,7 +114,7 @@ def test_a_notebook_claim_shows_in_panel_and_status_bar_and_release_gives_it_bac
     lab: Lab, page: Any, tmp_path: Path, released: None
 ) -> None:
     cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=2)\nclaim.name"]
-    open_notebook(page, lab, "claims.ipynb", cells)
+    notebook(page, lab, "claims.ipynb", cells)
     panel = open_panel(page)
     run_all_cells(page)
     [claim] = until("the notebook's claim", lambda: claims(lab))
@@ -137,7 +156,7 @@ def test_restart_with_claims_from_the_kernel_menu_keeps_the_devices(
     lab: Lab, page: Any, released: None
 ) -> None:
     cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)"]
-    open_notebook(page, lab, "restart.ipynb", cells)
+    notebook(page, lab, "restart.ipynb", cells)
     run_all_cells(page)
     [before] = until("the notebook's claim", lambda: claims(lab))
     page.locator(STATUS).filter(has_text=re.compile(rf"^1{X} H200")).wait_for(timeout=WAIT_MS)
@@ -157,19 +176,27 @@ def test_release_all_from_the_palette(lab: Lab, page: Any, released: None) -> No
     for name in ("one", "two"):
         lab.api("POST", "/dra/api/claims", {"gpu": 1, "name": name})
     open_lab(page, lab)
+    page.locator(".jp-Launcher").wait_for(timeout=WAIT_MS)  # it takes the focus when it opens
     palette = page.locator(".lm-CommandPalette-input")
+    item = page.locator(".lm-CommandPalette-item").filter(has_text="Release all my devices")
 
-    def opened() -> bool:
-        # JupyterLab may not take keys yet while it sets up the page: press again then
+    def chosen() -> bool:
+        # JupyterLab may not take keys yet while it sets up the page, and the palette
+        # closes when something else takes the focus: open it and choose again then
         if not palette.is_visible():
             page.locator("#jp-main-dock-panel").click()
             page.keyboard.press("Control+Shift+c")
             page.wait_for_timeout(200)
-        return bool(palette.is_visible())
+            if not palette.is_visible():
+                return False
+        palette.fill("Release all my devices")
+        try:
+            item.click(timeout=2000)
+        except PlaywrightTimeout:
+            return False
+        return True
 
-    until("the command palette open", opened)
-    palette.fill("Release all my devices")
-    page.locator(".lm-CommandPalette-item").filter(has_text="Release all my devices").click()
+    until("Release all my devices chosen in the command palette", chosen)
     page.locator(".jp-Dialog").get_by_role("button", name="Release").click()
     until("every claim released", lambda: claims(lab) == [])
 
@@ -188,7 +215,7 @@ def test_the_idle_warning_keep_resets_the_deadline_and_the_release_names_idle(
 ) -> None:
     lab = idle_lab
     cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)"]
-    open_notebook(page, lab, "idle.ipynb", cells)
+    notebook(page, lab, "idle.ipynb", cells)
     run_all_cells(page)
     [claim] = until("the notebook's claim", lambda: claims(lab))
     warning = toast(page, "will be released as idle")
