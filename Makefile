@@ -3,6 +3,7 @@
 #   make test   install everything and run the whole suite (pytest, mypy --strict, ruff)
 #   make unit   install, then only the pure tests (no kernel, server, browser or cluster)
 #   make fuzz   the fuzz suites at length (CLI object files and inventories, ledger rows, REST)
+#   make lab    JupyterLab with the extensions on the example notebooks
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -10,15 +11,33 @@ STAMP  := $(VENV)/.installed
 NODE   := $(or $(shell command -v node),/usr/bin/node)
 TSC_STAMP := labextension/node_modules/.installed
 
-.PHONY: install test unit lint typecheck layers pytest fuzz demo lab bench bench-latency bench-placement bench-load bench-service clean
+LAB_BUILD := dra_jupyter/labextension/static/style.js
+LAB_SOURCES := labextension/package.json labextension/yarn.lock \
+	$(wildcard labextension/src/*.ts labextension/schema/*.json labextension/style/*)
+
+.PHONY: install test unit lint typecheck layers pytest fuzz demo lab labextension bench \
+	bench-latency bench-placement bench-load bench-service clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The editable install builds the JupyterLab extension too (hatch-jupyter-builder runs jlpm
+# in labextension/, so it needs Node.js) and installs a copy in the venv; `develop` makes
+# that a link to dra_jupyter/labextension (jupyter-builder develop, what `jupyter labextension
+# develop` runs), so that a rebuild (below) is what JupyterLab loads.
+$(STAMP): pyproject.toml | $(NODE)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/jupyter-builder develop --overwrite . >/dev/null
 	touch $(STAMP)
+
+# The JupyterLab extension, rebuilt when its sources change (jlpm build:prod: tsc, then
+# jupyter labextension build into dra_jupyter/labextension)
+labextension: $(LAB_BUILD)
+
+$(LAB_BUILD): $(LAB_SOURCES) | $(TSC_STAMP)
+	cd labextension && PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/jlpm build:prod
+	touch $(LAB_BUILD)
 
 # TypeScript for the check of the widgets' JavaScript against the REST spec
 # (tests/widgets/test_wire_types.py): pinned by labextension/yarn.lock, installed with jlpm
@@ -41,7 +60,7 @@ $(CHROMIUM):
 	@[ "$$(id -u)" = 0 ] || { echo "the browser tests need Debian's chromium: run 'sudo apt-get install chromium', or make test as root"; exit 1; }
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
-pytest: install $(CHROMIUM) $(TSC_STAMP)
+pytest: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD)
 	$(BIN)/python -m pytest -q
 
 # The pure tier (tiers: tests/conftest.py), on every core (pytest-xdist); a worker that is
@@ -59,7 +78,7 @@ lint: install
 	$(BIN)/ruff check dra_jupyter tests benchmarks scripts
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks scripts
 
-test: install $(CHROMIUM) $(TSC_STAMP)
+test: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD)
 	$(BIN)/ruff check dra_jupyter tests benchmarks scripts
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks scripts
 	$(BIN)/mypy
@@ -90,7 +109,7 @@ demo: install
 	else echo "Not a terminal, so JupyterLab was not opened: run 'make lab' for the notebooks."; fi
 
 # .venv/bin first on PATH: JupyterLab's terminals (and kernels) find dra-jupyter there
-lab: install
+lab: install $(LAB_BUILD)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab $(LAB_ARGS)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
@@ -113,4 +132,5 @@ bench-service: install
 	$(BIN)/python benchmarks/bench_service.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis labextension/node_modules
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis labextension/node_modules \
+		labextension/lib labextension/build-test labextension/*.tsbuildinfo dra_jupyter/labextension

@@ -148,6 +148,13 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
     return points()
 
 
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """The prebuilt JupyterLab extension (``labextension/``, built into
+    ``dra_jupyter/labextension``), for ``jupyter labextension develop``; a wheel installs it
+    in ``share/jupyter/labextensions``."""
+    return [{"src": "labextension", "dest": "dra-jupyter-labextension"}]
+
+
 def configure(**kwargs: Any) -> Session:
     """Use another inventory, ledger or strategy from now on (see :func:`api.configure`)."""
     from dra_jupyter.api import configure as _configure  # noqa: PLC0415

@@ -5,7 +5,7 @@ Writes ``labextension/src/wire.ts``: one declaration per component schema, and
 ``Operations``, which gives each operation (``"GET /claims/{name}"``, as the spec names it)
 its parameters, request body and answer. The widgets' JavaScript is type-checked against
 these (``tsc`` in ``tests/widgets/test_wire_types.py``), and the JupyterLab extension
-will be written against them.
+(``labextension/src/``) is written against them.
 
 Usage::
 
@@ -47,7 +47,7 @@ HEADER = """\
 //
 // The JSON of the dra-jupyter server extension's REST API, under <base URL>dra/api/.
 // The widgets' JavaScript (dra_jupyter/widgets/*.js) is type-checked against these
-// declarations, and the JupyterLab extension is to be written against them.
+// declarations, and the JupyterLab extension (labextension/src/) is written against them.
 """
 
 

@@ -35,6 +35,8 @@ TIERS = {
     "examples": "kernel",  # nbclient runs the example notebooks
     "inventory": "pure",  # NVML through a fake pynvml
     "k8s": "k8s",
+    "lab": "browser",  # the JupyterLab extension in chromium
+    "lab/test_unit.py": "pure",  # its TypeScript unit tests, on node
     "k8s/test_simulate.py": "pure",  # the simulated nodes' objects, without a cluster
     "local": "pure",  # ledgers on temporary files, worker processes of plain Python
     "magics": "kernel",
@@ -72,6 +74,8 @@ STARTERS = {
     "page": "browser",
     "lab": "browser",
     "lab_without_extension": "browser",
+    "idle_lab": "browser",  # tests/lab
+    "built_extension": "browser",
     "cluster": "k8s",  # under kubeconfig, api, namespace, published
 }
 

@@ -4,7 +4,7 @@
 //
 // The JSON of the dra-jupyter server extension's REST API, under <base URL>dra/api/.
 // The widgets' JavaScript (dra_jupyter/widgets/*.js) is type-checked against these
-// declarations, and the JupyterLab extension is to be written against them.
+// declarations, and the JupyterLab extension (labextension/src/) is written against them.
 
 export interface Error {
   message: string;

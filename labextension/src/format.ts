@@ -1,0 +1,216 @@
+// What the panel and the status bar say: pure functions of the REST answers and the clock.
+
+import type { Claim, Device } from './wire';
+
+/** `12:30`, `1:02:03`; `0:00` once the time is up. */
+export function countdown(seconds: number): string {
+  const s = Math.max(0, Math.ceil(seconds));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const rest = String(s % 60).padStart(2, '0');
+  return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${rest}` : `${m}:${rest}`;
+}
+
+/** `45 s`, `12 min`, `2 h 5 min`, `3 d 4 h`: how long ago, or how long. */
+export function duration(seconds: number): string {
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) {
+    return `${s} s`;
+  }
+  const m = Math.floor(s / 60);
+  if (m < 60) {
+    return `${m} min`;
+  }
+  const h = Math.floor(m / 60);
+  if (h < 24) {
+    return m % 60 ? `${h} h ${m % 60} min` : `${h} h`;
+  }
+  const d = Math.floor(h / 24);
+  return h % 24 ? `${d} d ${h % 24} h` : `${d} d`;
+}
+
+/** The device's own name: the last part of driver/pool/device. */
+export function deviceName(key: string): string {
+  return key.slice(key.lastIndexOf('/') + 1);
+}
+
+/** A model as people say it: `H200` for `NVIDIA H200`, `H100 80GB HBM3` as is less the vendor. */
+export function shortModel(model: string): string {
+  return model.replace(/^(NVIDIA|AMD|Google)\s+/i, '').trim() || model;
+}
+
+const MIG_NAME = /^(.+)-mig-/;
+
+/** The key of the GPU a MIG partition is carved from (`.../gpu-3` for `.../gpu-3-mig-1g18gb-19-0`), or null. */
+export function migParent(key: string): string | null {
+  const slash = key.lastIndexOf('/');
+  const match = MIG_NAME.exec(key.slice(slash + 1));
+  return match ? key.slice(0, slash + 1) + match[1] : null;
+}
+
+/** A GPU (or another whole device) and the MIG partitions carved from it. */
+export interface DeviceGroup {
+  device: Device;
+  partitions: Device[];
+}
+
+/** The devices of one node. */
+export interface NodeGroup {
+  node: string;
+  groups: DeviceGroup[];
+}
+
+/**
+ * The devices by node, then by GPU, with each MIG partition under its parent GPU (a
+ * partition whose GPU is not listed stands alone). Nodes and devices keep the order of the
+ * answer; a node without a name (devices of this machine) is `''`.
+ */
+export function groupDevices(devices: readonly Device[]): NodeGroup[] {
+  const byKey = new Map<string, DeviceGroup>();
+  const nodes = new Map<string, DeviceGroup[]>();
+  const later: Device[] = [];
+  for (const d of devices) {
+    const parent = migParent(d.device);
+    if (parent !== null) {
+      later.push(d);
+      continue;
+    }
+    const group = { device: d, partitions: [] };
+    byKey.set(d.device, group);
+    const list = nodes.get(d.node) ?? [];
+    list.push(group);
+    nodes.set(d.node, list);
+  }
+  for (const d of later) {
+    const parent = byKey.get(migParent(d.device) as string);
+    if (parent !== undefined && parent.device.node === d.node) {
+      parent.partitions.push(d);
+    } else {
+      const list = nodes.get(d.node) ?? [];
+      list.push({ device: d, partitions: [] });
+      nodes.set(d.node, list);
+    }
+  }
+  return [...nodes].map(([node, groups]) => ({ node, groups }));
+}
+
+/** A GPU's state as the panel shows it: its own, or `in use` when a partition is held. */
+export function groupState(group: DeviceGroup): string {
+  const held = group.partitions.filter(p => p.state === 'held' || p.state === 'shared');
+  if (group.device.state === 'blocked' && held.length > 0) {
+    return `${held.length} MIG held`;
+  }
+  return group.device.state;
+}
+
+/** `2× H200`, `1× H200 + 1× H200 MIG 1g.18gb`, `3 devices` when the models are unknown. */
+export function deviceSummary(keys: readonly string[], devices: ReadonlyMap<string, Device>): string {
+  const counts = new Map<string, number>();
+  let unknown = 0;
+  for (const key of keys) {
+    const d = devices.get(key);
+    if (d === undefined || !d.model) {
+      unknown += 1;
+      continue;
+    }
+    const label = shortModel(d.model) + (d.mig_profile ? ` MIG ${d.mig_profile}` : '');
+    counts.set(label, (counts.get(label) ?? 0) + 1);
+  }
+  const parts = [...counts].map(([label, n]) => `${n}× ${label}`);
+  if (unknown > 0) {
+    parts.push(parts.length ? `${unknown} more` : `${unknown} device${unknown > 1 ? 's' : ''}`);
+  }
+  return parts.join(' + ') || 'no devices yet (pending)';
+}
+
+/** Where a claim stands on the clock: the nearer of its idle deadline and lease end. */
+export type Countdown =
+  | { kind: 'idle'; seconds: number } // released when its kernel executes nothing that long
+  | { kind: 'lease'; seconds: number } // released when its lease ends
+  | { kind: 'paused' } // subject to idle release, but a cell runs: the countdown is paused
+  | { kind: 'none' }; // neither
+
+/** The claim's countdown; `busy`: its kernel runs a cell (the server does not count idle time then). */
+export function claimCountdown(claim: Claim, now: number, busy: boolean): Countdown {
+  const lease = claim.lease_expires === null ? null : claim.lease_expires - now;
+  const idle = claim.idle_deadline === null || busy ? null : claim.idle_deadline - now;
+  if (lease !== null && (idle === null || lease < idle)) {
+    return { kind: 'lease', seconds: lease };
+  }
+  if (idle !== null) {
+    return { kind: 'idle', seconds: idle };
+  }
+  return busy && claim.idle_deadline !== null ? { kind: 'paused' } : { kind: 'none' };
+}
+
+export function countdownText(c: Countdown): string {
+  switch (c.kind) {
+    case 'idle':
+      return `idle in ${countdown(c.seconds)}`;
+    case 'lease':
+      return `lease ends in ${countdown(c.seconds)}`;
+    case 'paused':
+      return 'busy · idle countdown paused';
+    case 'none':
+      return '';
+  }
+}
+
+/** The nearest of several countdowns (a paused one before none). */
+export function nearest(countdowns: readonly Countdown[]): Countdown {
+  let best: Countdown = { kind: 'none' };
+  for (const c of countdowns) {
+    if ('seconds' in c) {
+      if (!('seconds' in best) || c.seconds < best.seconds) {
+        best = c;
+      }
+    } else if (c.kind === 'paused' && best.kind === 'none') {
+      best = c;
+    }
+  }
+  return best;
+}
+
+/**
+ * The status bar's text for the claims of one kernel: `2× H200 · idle in 12:30`; the
+ * nearest countdown of its claims; empty when the kernel holds nothing.
+ */
+export function statusText(
+  claims: readonly Claim[],
+  devices: ReadonlyMap<string, Device>,
+  now: number,
+  busy: boolean
+): string {
+  if (claims.length === 0) {
+    return '';
+  }
+  const summary = deviceSummary(
+    claims.flatMap(c => c.devices),
+    devices
+  );
+  let tail = countdownText(nearest(claims.map(c => claimCountdown(c, now, busy))));
+  if (busy && !tail.startsWith('busy')) {
+    tail = tail ? `busy · ${tail}` : 'busy';
+  }
+  return tail ? `${summary} · ${tail}` : summary;
+}
+
+/** Why a claim was released, for its notification (the claim_released event's reasons). */
+export function releaseReason(reason: string): string {
+  switch (reason) {
+    case 'idle':
+      return 'its kernel was idle for the idle timeout';
+    case 'kernel-shutdown':
+      return 'its kernel shut down, restarted or died';
+    case 'user':
+      return 'it was released on request';
+    case 'server-stop':
+      return 'the Jupyter server stopped';
+    case 'expired':
+      return 'its lease ended';
+    case 'reclaimed':
+      return 'the process that held it is gone';
+    default:
+      return `reason: ${reason}`;
+  }
+}

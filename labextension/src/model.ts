@@ -1,0 +1,326 @@
+// The state the panel, the status bar and the notifications show: the caller's claims and
+// the inventory, refreshed while the page is visible, and the server's claim events.
+
+import { Poll } from '@lumino/polling';
+import { type ISignal, Signal } from '@lumino/signaling';
+
+import { DraRequestError, type Requester } from './api';
+import {
+  type AllocatedEvent,
+  type ClaimEvent,
+  EVENTS,
+  type IdleWarningEvent,
+  type ReleasedEvent
+} from './tokens';
+import type { Claim, ClaimRequest, Device, Devices, Restart } from './wire';
+
+/** A release the page announces: the event, and the claim as last seen (if it was). */
+export interface Release {
+  event: ReleasedEvent;
+  claim: Claim | undefined;
+}
+
+export interface ModelOptions {
+  /** How the REST API is called (requestAPI in the page). */
+  request: Requester;
+  /** Seconds between refreshes while the page is visible (default 5). */
+  refreshInterval?: number;
+  /** The clock, in seconds since the epoch. */
+  now?: () => number;
+  /** Whether the page is hidden (then nothing is polled); default: document.hidden. */
+  hidden?: () => boolean;
+}
+
+export class DraModel {
+  constructor(options: ModelOptions) {
+    this._request = options.request;
+    this._interval = options.refreshInterval ?? 5;
+    this.now = options.now ?? (() => Date.now() / 1000);
+    this._hidden =
+      options.hidden ?? (() => typeof document !== 'undefined' && document.hidden);
+  }
+
+  /** The clock, seconds since the epoch. */
+  readonly now: () => number;
+
+  /** Whether a kernel is one of this page's server (set by the plugin). */
+  ownKernel: (kernelId: string) => boolean = () => false;
+
+  /** The claims or devices changed, or an error came or went. */
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  /** The server warned that one of the caller's claims is about to be released as idle. */
+  get idleWarning(): ISignal<this, IdleWarningEvent> {
+    return this._idleWarning;
+  }
+
+  /** One of the caller's claims was released (by anyone, for any reason). */
+  get released(): ISignal<this, Release> {
+    return this._released;
+  }
+
+  /** The caller's live claims, as of the last refresh. */
+  get claims(): readonly Claim[] {
+    return this._claims;
+  }
+
+  /** The inventory, as of the last refresh that read it; null before. */
+  get devices(): Devices | null {
+    return this._devices;
+  }
+
+  /** Each device by its key (driver/pool/device). */
+  get deviceMap(): ReadonlyMap<string, Device> {
+    return this._deviceMap;
+  }
+
+  /** The error of the last refresh, null when it went well. */
+  get error(): DraRequestError | null {
+    return this._error;
+  }
+
+  /** Whether the server extension answered at least once. */
+  get connected(): boolean {
+    return this._connected;
+  }
+
+  /** Read the inventory on each refresh (while the panel is shown), not only when needed. */
+  get devicesWanted(): boolean {
+    return this._devicesWanted;
+  }
+  set devicesWanted(value: boolean) {
+    if (value !== this._devicesWanted) {
+      this._devicesWanted = value;
+      if (value) {
+        void this.refreshSoon();
+      }
+    }
+  }
+
+  get refreshInterval(): number {
+    return this._interval;
+  }
+  set refreshInterval(seconds: number) {
+    this._interval = Math.max(1, seconds);
+    if (this._poll !== null) {
+      this._poll.frequency = { ...this._poll.frequency, interval: this._interval * 1000 };
+    }
+  }
+
+  /** The claims of one kernel. */
+  kernelClaims(kernelId: string | null | undefined): Claim[] {
+    return kernelId ? this._claims.filter(c => c.kernel_id === kernelId) : [];
+  }
+
+  /**
+   * Read the claims (and the inventory when wanted, or when a claim names a device not in
+   * it). An error is kept in {@link error} and thrown again (the poll backs off).
+   */
+  async refresh(): Promise<void> {
+    this._reading += 1;
+    try {
+      await this._read();
+    } finally {
+      this._reading -= 1;
+      if (this._again && this._reading === 0) {
+        // something changed while the answer was on its way: it may not show it
+        this._again = false;
+        setTimeout(() => void this.refreshSoon(), 0);
+      }
+    }
+  }
+
+  /**
+   * Refresh now (and let the poll count from here); errors stay in {@link error}. While a
+   * refresh is on its way, one more follows it: what changed since it was asked for (a
+   * claim made just after a release, say) shows at once, not at the next poll.
+   */
+  async refreshSoon(): Promise<void> {
+    if (this._disposed) {
+      return;
+    }
+    if (this._reading > 0) {
+      this._again = true;
+      return;
+    }
+    if (this._poll !== null) {
+      await this._poll.refresh();
+      return;
+    }
+    await this.refresh().catch(() => undefined);
+  }
+
+  private async _read(): Promise<void> {
+    try {
+      const { claims } = await this._request('GET /claims');
+      const missing = claims.some(c => c.devices.some(d => !this._deviceMap.has(d)));
+      if (this._devicesWanted || missing || this._devices === null) {
+        this._setDevices(await this._request('GET /devices'));
+      }
+      this._claims = claims;
+      for (const c of claims) {
+        this._known.set(c.name, c);
+        this._users.add(c.user);
+      }
+      this._error = null;
+      this._connected = true;
+    } catch (err) {
+      this._error = toError(err);
+      this._changed.emit();
+      throw this._error;
+    }
+    this._changed.emit();
+  }
+
+  /** Poll {@link refresh} every refreshInterval seconds while the page is visible. */
+  start(): void {
+    if (this._poll !== null) {
+      return;
+    }
+    this._poll = new Poll({
+      auto: true,
+      factory: () => this.refresh(),
+      frequency: { interval: this._interval * 1000, backoff: true, max: 60_000 },
+      name: 'dra-jupyter:refresh',
+      standby: () => this._hidden()
+    });
+  }
+
+  /** The idle warning's Keep: the claim's idle countdown starts again. */
+  async keep(name: string): Promise<Claim> {
+    const claim = await this._request('POST /claims/{name}/keep', { name });
+    this._claims = this._claims.map(c => (c.name === name ? claim : c));
+    this._changed.emit();
+    return claim;
+  }
+
+  /** Release one claim (reason `user`). */
+  async release(name: string): Promise<void> {
+    await this._request('DELETE /claims/{name}', { name });
+    this._claims = this._claims.filter(c => c.name !== name);
+    this._changed.emit();
+  }
+
+  /** Release every claim of the caller; the names of those released. */
+  async releaseAll(): Promise<string[]> {
+    await this.refresh();
+    const names = this._claims.map(c => c.name);
+    const problems: string[] = [];
+    for (const name of names) {
+      try {
+        await this.release(name);
+      } catch (err) {
+        problems.push(toError(err).message);
+      }
+    }
+    if (problems.length > 0) {
+      throw new DraRequestError(problems.join('; '), 0);
+    }
+    return names;
+  }
+
+  /** Restart a kernel keeping its claims, which its new process gets in its environment. */
+  async restartWithClaims(kernelId: string): Promise<Restart> {
+    const answer = await this._request('POST /kernels/{kernel_id}/restart-with-claims', {
+      kernel_id: kernelId
+    });
+    await this.refreshSoon();
+    return answer;
+  }
+
+  /** Allocate devices now (as dra.request with timeout 0). */
+  async request(body: ClaimRequest): Promise<Claim> {
+    const claim = await this._request('POST /claims', {}, body);
+    this._known.set(claim.name, claim);
+    await this.refreshSoon();
+    return claim;
+  }
+
+  /**
+   * An event of the server's event bus (any schema; the page gets them all). A claim made
+   * or released by anyone makes the model refresh (the devices' states changed; the
+   * answers hold only what the caller may see); an idle warning or a release is announced
+   * (signals) when it is the caller's: a claim seen in an answer, of a user seen there, or
+   * of a kernel of this server.
+   */
+  handleEvent(event: { schema_id: string; [key: string]: unknown }): void {
+    const id = event.schema_id;
+    if (id !== EVENTS.allocated && id !== EVENTS.idleWarning && id !== EVENTS.released) {
+      return;
+    }
+    const claimEvent = event as unknown as ClaimEvent;
+    const ours =
+      this._known.has(claimEvent.claim) ||
+      this._users.has(claimEvent.user) ||
+      (claimEvent.kernel_id !== null && this.ownKernel(claimEvent.kernel_id));
+    if (id === EVENTS.idleWarning) {
+      if (ours) {
+        this._idleWarning.emit(event as unknown as IdleWarningEvent);
+      }
+      return; // nothing changed yet
+    }
+    if (id === EVENTS.released) {
+      const claim = this._known.get(claimEvent.claim);
+      this._known.delete(claimEvent.claim);
+      const before = this._claims.length;
+      this._claims = this._claims.filter(c => c.name !== claimEvent.claim);
+      if (ours) {
+        this._released.emit({ event: event as unknown as ReleasedEvent, claim });
+      }
+      if (this._claims.length !== before) {
+        this._changed.emit();
+      }
+    }
+    void this.refreshSoon();
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    this._poll?.dispose();
+    Signal.clearData(this);
+  }
+
+  private _setDevices(devices: Devices): void {
+    this._devices = devices;
+    this._deviceMap = new Map(devices.devices.map(d => [d.device, d]));
+  }
+
+  private _request: Requester;
+  private _interval: number;
+  private _hidden: () => boolean;
+  private _poll: Poll | null = null;
+  private _claims: Claim[] = [];
+  private _devices: Devices | null = null;
+  private _deviceMap = new Map<string, Device>();
+  private _error: DraRequestError | null = null;
+  private _connected = false;
+  private _devicesWanted = false;
+  private _disposed = false;
+  private _reading = 0; // refreshes on their way
+  private _again = false; // refresh once more when they are back
+  // claims of this caller seen (answers, own requests, events): name -> last seen
+  private _known = new Map<string, Claim | undefined>();
+  private _users = new Set<string>(); // the users of the claims in the answers
+  private _changed = new Signal<this, void>(this);
+  private _idleWarning = new Signal<this, IdleWarningEvent>(this);
+  private _released = new Signal<this, Release>(this);
+}
+
+/** Any failure of a call as a DraRequestError (a bug in the page keeps its message). */
+export function toError(err: unknown): DraRequestError {
+  if (err instanceof DraRequestError) {
+    return err;
+  }
+  return new DraRequestError(`dra-jupyter: ${String(err)}`, 0);
+}
+
+export type { AllocatedEvent };

@@ -1,0 +1,381 @@
+// The left sidebar's "Devices" panel: the caller's claims (with Release, Keep and
+// "Restart kernel with these devices"), a request form, and the devices by node and GPU
+// with MIG partitions under their parent.
+
+import { LabIcon } from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
+
+import type { DraRequestError } from './api';
+import { button, el } from './dom';
+import {
+  claimCountdown,
+  countdownText,
+  deviceName,
+  deviceSummary,
+  duration,
+  groupDevices,
+  groupState,
+  shortModel
+} from './format';
+import { type DraModel, toError } from './model';
+import type { Claim, ClaimRequest, Device } from './wire';
+
+/** What the views need to know of the page's kernels. */
+export interface Kernels {
+  /** Whether the kernel runs a cell now. */
+  busy(kernelId: string): boolean;
+  /** The notebook (or console) of a kernel, or null when none of the page's sessions has it. */
+  label(kernelId: string): string | null;
+  /** The kernel of the notebook in front, or null. */
+  current(): string | null;
+}
+
+const SVG =
+  '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
+  '<path class="jp-icon3" fill="#616161" d="M4 6h16v10H4zM2 18h20v2H2zM7 8v6h2V8zm4 0v6h2V8zm4 0v6h2V8z"/>' +
+  '</svg>';
+
+export const devicesIcon = new LabIcon({ name: 'dra-jupyter:devices', svgstr: SVG });
+
+export class DevicesPanel extends Widget {
+  constructor(
+    readonly model: DraModel,
+    readonly kernels: Kernels
+  ) {
+    super();
+    this.id = 'dra-jupyter-devices';
+    this.addClass('dra-DevicesPanel');
+    this.title.icon = devicesIcon;
+    this.title.caption = 'Devices: your GPU, MIG and TPU claims';
+    model.changed.connect(this.render, this);
+    this.render();
+  }
+
+  protected onAfterShow(): void {
+    this.model.devicesWanted = true;
+    this._ticker = window.setInterval(() => this.tick(), 1000);
+    this.render();
+  }
+
+  protected onAfterHide(): void {
+    this.model.devicesWanted = false;
+    window.clearInterval(this._ticker);
+  }
+
+  dispose(): void {
+    window.clearInterval(this._ticker);
+    super.dispose();
+  }
+
+  /** Once a second while shown: the countdowns and ages. */
+  tick(): void {
+    const now = this.model.now();
+    for (const row of this.node.querySelectorAll<HTMLElement>('[data-claim]')) {
+      const claim = this.model.claims.find(c => c.name === row.dataset.claim);
+      if (claim !== undefined) {
+        this._fillTimes(row, claim, now);
+      }
+    }
+  }
+
+  render(): void {
+    if (!this.isVisible && this.node.childElementCount > 0) {
+      return; // rendered when shown
+    }
+    const model = this.model;
+    const root = el('div', 'dra-DevicesPanel-content');
+    const header = el('div', 'dra-header');
+    header.append(el('h2', 'dra-title', 'Devices'));
+    header.append(
+      button('↻', 'dra-refresh', 'Refresh now', () => void model.refreshSoon())
+    );
+    root.append(header);
+    if (model.devices !== null) {
+      const sim = model.devices.simulated ? ' (simulated)' : '';
+      root.append(el('div', 'dra-dim dra-inventory', model.devices.inventory + sim));
+    }
+    if (model.error !== null) {
+      root.append(this._error(model.error));
+    }
+    if (model.connected || model.error === null) {
+      root.append(this._claims());
+      root.append(this._form());
+      root.append(this._devices());
+    }
+    this.node.replaceChildren(root);
+  }
+
+  private _error(error: DraRequestError): HTMLElement {
+    const box = el('div', 'dra-error jp-RenderedText');
+    box.setAttribute('role', 'alert');
+    box.textContent = error.message;
+    return box;
+  }
+
+  private _claims(): HTMLElement {
+    const section = el('section', 'dra-claims');
+    section.append(el('h3', '', 'Your claims'));
+    const claims = this.model.claims;
+    if (claims.length === 0) {
+      section.append(
+        el(
+          'div',
+          'dra-dim dra-empty',
+          this.model.connected
+            ? 'You hold no devices. Request some below, or run dra.request() in a notebook.'
+            : 'Loading…'
+        )
+      );
+      return section;
+    }
+    const list = el('ul', 'dra-claim-list');
+    for (const claim of claims) {
+      list.append(this._claim(claim));
+    }
+    section.append(list);
+    return section;
+  }
+
+  private _claim(claim: Claim): HTMLElement {
+    const row = el('li', 'dra-claim');
+    row.dataset.claim = claim.name;
+    const head = el('div', 'dra-claim-head');
+    head.append(el('span', 'dra-claim-devices', deviceSummary(claim.devices, this.model.deviceMap)));
+    head.append(el('span', 'dra-dim dra-claim-name', claim.name));
+    row.append(head);
+    const kernel = claim.kernel_id;
+    const where = kernel
+      ? (this.kernels.label(kernel) ?? `kernel ${kernel.slice(0, 8)}`)
+      : 'no kernel (REST API)';
+    row.append(el('div', 'dra-claim-where', where));
+    row.append(el('div', 'dra-dim dra-claim-keys', claim.devices.map(deviceName).join(', ')));
+    row.append(el('div', 'dra-claim-times'));
+    this._fillTimes(row, claim, this.model.now());
+    const actions = el('div', 'dra-actions');
+    actions.append(
+      button('Release', 'jp-mod-warn dra-release', `Give back ${claim.name} now`, () =>
+        this._act(row, () => this.model.release(claim.name))
+      )
+    );
+    if (claim.idle_deadline !== null) {
+      actions.append(
+        button('Keep', 'jp-mod-accept dra-keep', 'Start the idle countdown again', () =>
+          this._act(row, () => this.model.keep(claim.name))
+        )
+      );
+    }
+    if (kernel) {
+      actions.append(
+        button(
+          'Restart kernel with these devices',
+          'dra-restart',
+          'Restart the kernel; the new kernel keeps these devices in its environment',
+          () => this._act(row, () => this.model.restartWithClaims(kernel))
+        )
+      );
+    }
+    row.append(actions);
+    return row;
+  }
+
+  private _fillTimes(row: HTMLElement, claim: Claim, now: number): void {
+    const times = row.querySelector<HTMLElement>('.dra-claim-times');
+    if (times === null) {
+      return;
+    }
+    const busy = claim.kernel_id !== null && this.kernels.busy(claim.kernel_id);
+    const parts = [`held ${duration(now - claim.created)}`];
+    if (claim.lease_expires !== null) {
+      parts.push(`lease ${duration(claim.lease_expires - now)} left`);
+    }
+    const text = countdownText(claimCountdown(claim, now, busy));
+    if (text && !text.startsWith('lease')) {
+      parts.push(text);
+    } else if (busy) {
+      parts.push('busy');
+    }
+    times.textContent = parts.join(' · ');
+    row.classList.toggle('dra-mod-busy', busy);
+  }
+
+  private _act(row: HTMLElement, action: () => Promise<unknown>): void {
+    for (const b of row.querySelectorAll('button')) {
+      b.disabled = true;
+    }
+    action().then(
+      () => this.render(),
+      (err: unknown) => {
+        for (const b of row.querySelectorAll('button')) {
+          b.disabled = false;
+        }
+        row.querySelector('.dra-error')?.remove();
+        row.append(this._error(toError(err)));
+      }
+    );
+  }
+
+  private _form(): HTMLElement {
+    const form = el('form', 'dra-request');
+    const details = el('details', 'dra-request-details');
+    details.open = this._formOpen;
+    details.addEventListener('toggle', () => (this._formOpen = details.open));
+    details.append(el('summary', '', 'Request devices'));
+    const fields: [keyof ClaimRequest, string, string][] = [
+      ['gpu', 'GPUs', 'how many, e.g. 2'],
+      ['model', 'Model', 'e.g. H200'],
+      ['memory', 'Memory', 'at least, e.g. 80Gi'],
+      ['mig', 'MIG profile', 'e.g. 1g.18gb'],
+      ['lease', 'Lease', 'e.g. 2h']
+    ];
+    const grid = el('div', 'dra-request-grid');
+    for (const [name, label, hint] of fields) {
+      const l = el('label', '', label);
+      const input = el('input', 'jp-mod-styled');
+      input.name = name;
+      input.placeholder = hint;
+      input.value = this._formValues[name] ?? '';
+      input.addEventListener('input', () => (this._formValues[name] = input.value));
+      l.append(input);
+      grid.append(l);
+    }
+    const same = el('label', '', 'Together');
+    const select = el('select', 'jp-mod-styled');
+    select.name = 'same';
+    for (const [value, text] of [
+      ['', 'anywhere'],
+      ['pcie', 'same PCIe root'],
+      ['numa', 'same NUMA node']
+    ]) {
+      const o = el('option', '', text);
+      o.value = value;
+      select.append(o);
+    }
+    select.value = this._formValues.same ?? '';
+    select.addEventListener('change', () => (this._formValues.same = select.value));
+    same.append(select);
+    grid.append(same);
+    details.append(grid);
+    const attach = el('label', 'dra-attach');
+    const box = el('input');
+    box.type = 'checkbox';
+    box.name = 'attach';
+    box.checked = this._attach;
+    box.addEventListener('change', () => (this._attach = box.checked));
+    attach.append(box, ' for the current notebook’s kernel');
+    details.append(attach);
+    const submit = el('button', 'jp-Button jp-mod-styled jp-mod-accept dra-submit', 'Request');
+    submit.type = 'submit';
+    details.append(submit);
+    if (this._formMessage) {
+      const m = el('div', this._formMessage.error ? 'dra-error' : 'dra-ok', this._formMessage.text);
+      m.setAttribute('role', this._formMessage.error ? 'alert' : 'status');
+      details.append(m);
+    }
+    form.append(details);
+    form.addEventListener('submit', event => {
+      event.preventDefault();
+      submit.disabled = true;
+      const body = this._requestBody();
+      this.model.request(body).then(
+        claim => {
+          this._formMessage = { error: false, text: `Got ${claim.name}` };
+          this.render();
+        },
+        (err: unknown) => {
+          this._formMessage = { error: true, text: toError(err).message };
+          this.render();
+        }
+      );
+    });
+    return form;
+  }
+
+  private _requestBody(): ClaimRequest {
+    const v = this._formValues;
+    const body: ClaimRequest = { timeout: 0 };
+    const gpu = (v.gpu ?? '').trim();
+    if (gpu) {
+      body.gpu = gpu === 'all' ? 'all' : Number(gpu);
+    }
+    for (const key of ['model', 'memory', 'mig', 'lease'] as const) {
+      const value = (v[key] ?? '').trim();
+      if (value) {
+        body[key] = value;
+      }
+    }
+    if (v.same === 'pcie') {
+      body.same = 'pcieRoot';
+    } else if (v.same === 'numa') {
+      body.same = 'numaNode';
+    }
+    const kernel = this._attach ? this.kernels.current() : null;
+    if (kernel) {
+      body.kernel_id = kernel;
+    }
+    return body;
+  }
+
+  private _devices(): HTMLElement {
+    const section = el('section', 'dra-devices');
+    section.append(el('h3', '', 'All devices'));
+    const devices = this.model.devices;
+    if (devices === null) {
+      section.append(el('div', 'dra-dim', 'Loading…'));
+      return section;
+    }
+    for (const node of groupDevices(devices.devices)) {
+      const box = el('div', 'dra-node');
+      box.append(el('h4', 'dra-node-name', node.node || 'this machine'));
+      const table = el('table', 'dra-device-table');
+      for (const group of node.groups) {
+        table.append(this._deviceRow(group.device, groupState(group), false));
+        if (group.partitions.length > 0) {
+          const held = group.partitions.filter(p => p.state === 'held' || p.state === 'shared');
+          const tr = el('tr', 'dra-mig-row');
+          const td = el('td');
+          td.colSpan = 4;
+          const more = el('details', 'dra-mig');
+          more.append(
+            el(
+              'summary',
+              '',
+              `${group.partitions.length} MIG partitions` + (held.length ? ` · ${held.length} held` : '')
+            )
+          );
+          const inner = el('table', 'dra-device-table');
+          for (const p of group.partitions) {
+            inner.append(this._deviceRow(p, p.state, true));
+          }
+          more.append(inner);
+          td.append(more);
+          tr.append(td);
+          table.append(tr);
+        }
+      }
+      box.append(table);
+      section.append(box);
+    }
+    return section;
+  }
+
+  private _deviceRow(d: Device, state: string, partition: boolean): HTMLElement {
+    const tr = el('tr', `dra-device dra-state-${d.state}`);
+    tr.dataset.device = d.device;
+    tr.append(el('td', 'dra-device-name', partition ? d.mig_profile || deviceName(d.device) : deviceName(d.device)));
+    tr.append(el('td', '', partition ? '' : shortModel(d.model)));
+    tr.append(el('td', 'dra-dim', d.memory));
+    const s = el('td', 'dra-device-state', state);
+    if (d.holder) {
+      s.title = d.holder;
+      s.textContent = `${state}: ${d.holder}`;
+    }
+    tr.append(s);
+    return tr;
+  }
+
+  private _ticker = 0;
+  private _formOpen = false;
+  private _attach = true;
+  private _formValues: Partial<Record<string, string>> = {};
+  private _formMessage: { error: boolean; text: string } | null = null;
+}

@@ -1,0 +1,61 @@
+// The contract of the extension with the server extension: the REST answers (wire.ts,
+// generated from specification/dra-rest-api.yml) and the events the server emits on
+// jupyter_server's event bus (dra_jupyter/server/events/*.json), as the page receives
+// them from /api/events/subscribe.
+
+export type {
+  Claim,
+  ClaimRequest,
+  Claims,
+  Device,
+  Devices,
+  Error as ApiError,
+  Metrics,
+  Operations,
+  Restart
+} from './wire';
+
+/** The plugin's id; also the settings' id (schema/plugin.json). */
+export const PLUGIN_ID = 'dra-jupyter-labextension:plugin';
+
+const EVENT_BASE = 'https://events.dra-jupyter.dev/dra_jupyter';
+export const EVENTS = {
+  allocated: `${EVENT_BASE}/claim_allocated/v1`,
+  idleWarning: `${EVENT_BASE}/idle_warning/v1`,
+  released: `${EVENT_BASE}/claim_released/v1`
+} as const;
+
+/** What every event of a claim carries (the schemas' common fields). */
+export interface ClaimEvent {
+  schema_id: string;
+  claim: string;
+  user: string;
+  kernel_id: string | null;
+  devices: string[];
+}
+
+/** dra_jupyter/server/events/idle_warning.json */
+export interface IdleWarningEvent extends ClaimEvent {
+  deadline: number;
+  seconds_left: number;
+}
+
+/** dra_jupyter/server/events/claim_released.json */
+export interface ReleasedEvent extends ClaimEvent {
+  reason: string;
+}
+
+/** dra_jupyter/server/events/claim_allocated.json */
+export interface AllocatedEvent extends ClaimEvent {
+  source: string;
+}
+
+/** The extension's settings (schema/plugin.json). */
+export interface Settings {
+  /** Seconds between refreshes of the panel and the status bar while they are shown. */
+  refreshInterval: number;
+  /** Whether idle warnings and releases are shown as notifications. */
+  notify: boolean;
+}
+
+export const DEFAULT_SETTINGS: Settings = { refreshInterval: 5, notify: true };

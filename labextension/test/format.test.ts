@@ -1,0 +1,132 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import {
+  claimCountdown,
+  countdown,
+  deviceSummary,
+  duration,
+  groupDevices,
+  groupState,
+  migParent,
+  nearest,
+  releaseReason,
+  shortModel,
+  statusText
+} from '../src/format';
+import { claim, device, GPU } from './fixtures';
+
+test('countdown: minutes and seconds, hours when there are, never below zero', () => {
+  assert.equal(countdown(750), '12:30');
+  assert.equal(countdown(59.2), '1:00'); // whole seconds left, rounded up
+  assert.equal(countdown(5), '0:05');
+  assert.equal(countdown(3723), '1:02:03');
+  assert.equal(countdown(-5), '0:00');
+});
+
+test('duration: seconds, minutes, hours and minutes, days and hours', () => {
+  assert.equal(duration(45), '45 s');
+  assert.equal(duration(12 * 60 + 5), '12 min');
+  assert.equal(duration(2 * 3600 + 5 * 60), '2 h 5 min');
+  assert.equal(duration(2 * 3600), '2 h');
+  assert.equal(duration(3 * 86400 + 4 * 3600), '3 d 4 h');
+  assert.equal(duration(-3), '0 s');
+});
+
+test('a MIG partition names its parent GPU; a GPU has none', () => {
+  assert.equal(migParent(`${GPU}3-mig-1g18gb-19-0`), `${GPU}3`);
+  assert.equal(migParent(`${GPU}3`), null);
+  assert.equal(migParent('tpu.google.com/node/tpu-0'), null);
+});
+
+test('devices are grouped by node, then GPU, with MIG partitions under their parent', () => {
+  const devices = [
+    device(`${GPU}0`, { node: 'node-0' }),
+    device(`${GPU}0-mig-1g18gb-19-0`, { node: 'node-0', mig_profile: '1g.18gb', state: 'held' }),
+    device(`${GPU}1`, { node: 'node-0' }),
+    device(`${GPU}0-mig-3g71gb-9-4`, { node: 'node-0', mig_profile: '3g.71gb' }),
+    device('gpu.nvidia.com/node-1/gpu-0', { node: 'node-1' }),
+    // a partition whose GPU is not listed stands alone
+    device(`${GPU}7-mig-1g18gb-19-0`, { node: 'node-0', mig_profile: '1g.18gb' })
+  ];
+  const nodes = groupDevices(devices);
+  assert.deepEqual(
+    nodes.map(n => n.node),
+    ['node-0', 'node-1']
+  );
+  const [first] = nodes;
+  assert.deepEqual(
+    first.groups.map(g => [g.device.device, g.partitions.map(p => p.mig_profile)]),
+    [
+      [`${GPU}0`, ['1g.18gb', '3g.71gb']],
+      [`${GPU}1`, []],
+      [`${GPU}7-mig-1g18gb-19-0`, []]
+    ]
+  );
+  assert.equal(nodes[1].groups.length, 1);
+});
+
+test("a GPU blocked by its held partitions says so; otherwise its own state", () => {
+  const gpu = device(`${GPU}0`, { state: 'blocked' });
+  const held = device(`${GPU}0-mig-1g18gb-19-0`, { state: 'held' });
+  assert.equal(groupState({ device: gpu, partitions: [held] }), '1 MIG held');
+  assert.equal(groupState({ device: device(`${GPU}1`), partitions: [] }), 'free');
+});
+
+test('device summaries count by model, MIG profiles apart', () => {
+  const map = new Map(
+    [
+      device(`${GPU}0`),
+      device(`${GPU}1`),
+      device(`${GPU}2-mig-1g18gb-19-0`, { mig_profile: '1g.18gb' })
+    ].map(d => [d.device, d])
+  );
+  assert.equal(deviceSummary([`${GPU}0`, `${GPU}1`], map), '2× H200');
+  assert.equal(
+    deviceSummary([`${GPU}0`, `${GPU}2-mig-1g18gb-19-0`], map),
+    '1× H200 + 1× H200 MIG 1g.18gb'
+  );
+  assert.equal(deviceSummary([`${GPU}0`, 'x/y/z'], map), '1× H200 + 1 more');
+  assert.equal(deviceSummary(['x/y/z', 'x/y/w'], map), '2 devices');
+  assert.equal(deviceSummary([], map), 'no devices yet (pending)');
+  assert.equal(shortModel('NVIDIA H100 80GB HBM3'), 'H100 80GB HBM3');
+});
+
+test('the idle countdown runs while the kernel is idle and is paused while it is busy', () => {
+  const c = claim('c', { idle_deadline: 2000 });
+  assert.deepEqual(claimCountdown(c, 1250, false), { kind: 'idle', seconds: 750 });
+  assert.deepEqual(claimCountdown(c, 1250, true), { kind: 'paused' });
+  assert.deepEqual(claimCountdown(claim('n'), 1250, true), { kind: 'none' });
+});
+
+test('a lease that ends first is the countdown, busy or not', () => {
+  const c = claim('c', { idle_deadline: 5000, lease_expires: 1300 });
+  assert.deepEqual(claimCountdown(c, 1250, false), { kind: 'lease', seconds: 50 });
+  assert.deepEqual(claimCountdown(c, 1250, true), { kind: 'lease', seconds: 50 });
+  const later = claim('l', { idle_deadline: 1300, lease_expires: 5000 });
+  assert.deepEqual(claimCountdown(later, 1250, false), { kind: 'idle', seconds: 50 });
+  assert.deepEqual(
+    nearest([{ kind: 'none' }, { kind: 'paused' }, { kind: 'idle', seconds: 9 }, { kind: 'lease', seconds: 3 }]),
+    { kind: 'lease', seconds: 3 }
+  );
+  assert.deepEqual(nearest([{ kind: 'none' }, { kind: 'paused' }]), { kind: 'paused' });
+});
+
+test('the status bar: devices and the nearest countdown; busy; nothing when nothing is held', () => {
+  const map = new Map([device(`${GPU}0`), device(`${GPU}1`)].map(d => [d.device, d]));
+  const c = claim('c', { devices: [`${GPU}0`, `${GPU}1`], idle_deadline: 1750 });
+  assert.equal(statusText([c], map, 1000, false), '2× H200 · idle in 12:30');
+  assert.equal(statusText([c], map, 1000, true), '2× H200 · busy · idle countdown paused');
+  const leased = claim('l', { devices: [`${GPU}0`], lease_expires: 1060 });
+  assert.equal(statusText([leased], map, 1000, true), '1× H200 · busy · lease ends in 1:00');
+  assert.equal(statusText([claim('n', { devices: [`${GPU}0`] })], map, 1000, false), '1× H200');
+  assert.equal(statusText([], map, 1000, false), '');
+});
+
+test('every release reason of the claim_released event has its words', () => {
+  for (const reason of ['idle', 'kernel-shutdown', 'user', 'server-stop', 'expired', 'reclaimed']) {
+    assert.doesNotMatch(releaseReason(reason), /reason:/, reason);
+  }
+  assert.equal(releaseReason('new-one'), 'reason: new-one');
+  assert.match(releaseReason('idle'), /idle/);
+});

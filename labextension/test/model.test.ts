@@ -1,0 +1,200 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { DraRequestError, type Requester } from '../src/api';
+import { DraModel, type Release } from '../src/model';
+import { EVENTS, type IdleWarningEvent } from '../src/tokens';
+import type { Claim } from '../src/wire';
+import { claim, device, GPU } from './fixtures';
+
+/** Wait until ``check`` holds, up to ``ms``. */
+async function until(check: () => boolean, ms = 2000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) {
+      throw new Error(`not within ${ms} ms`);
+    }
+    await new Promise(resolve => setTimeout(resolve, 5));
+  }
+}
+
+/** A server of the REST API in memory: its claims and devices, and the calls it got. */
+class FakeServer {
+  claims: Claim[] = [];
+  devices = [device(`${GPU}0`), device(`${GPU}1`)];
+  calls: string[] = [];
+  down: DraRequestError | null = null;
+  gate: Promise<void> | null = null; // GET claims waits for it (an answer on its way)
+
+  request: Requester = (async (operation: string, parameters?: Record<string, string>) => {
+    this.calls.push(operation + (parameters?.name ? ` ${parameters.name}` : ''));
+    if (this.down !== null) {
+      throw this.down;
+    }
+    switch (operation) {
+      case 'GET /claims': {
+        const answer = { claims: [...this.claims] }; // what the server has when asked
+        if (this.gate !== null) {
+          await this.gate;
+        }
+        return answer;
+      }
+      case 'GET /devices':
+        return { inventory: 'h200-8x', simulated: true, devices: this.devices };
+      case 'DELETE /claims/{name}':
+        this.claims = this.claims.filter(c => c.name !== parameters?.name);
+        return null;
+      case 'POST /claims/{name}/keep': {
+        const kept = this.claims.find(c => c.name === parameters?.name);
+        if (kept === undefined) {
+          throw new DraRequestError(`claim ${parameters?.name}: not found`, 404);
+        }
+        kept.idle_deadline = 9999;
+        return kept;
+      }
+      default:
+        throw new Error(`not in the fake: ${operation}`);
+    }
+  }) as Requester;
+}
+
+function model(server: FakeServer): DraModel {
+  return new DraModel({ request: server.request, now: () => 1000, hidden: () => false });
+}
+
+test('a refresh reads the claims, and the devices the first time', async () => {
+  const server = new FakeServer();
+  server.claims = [claim('a', { devices: [`${GPU}0`] }), claim('b', { kernel_id: 'k2' })];
+  const m = model(server);
+  let changes = 0;
+  m.changed.connect(() => (changes += 1));
+  await m.refresh();
+  assert.deepEqual(server.calls, ['GET /claims', 'GET /devices']);
+  assert.equal(changes, 1);
+  assert.ok(m.connected);
+  assert.deepEqual(
+    m.kernelClaims('k1').map(c => c.name),
+    ['a']
+  );
+  assert.equal(m.deviceMap.get(`${GPU}0`)?.model, 'NVIDIA H200');
+  await m.refresh(); // the devices again only when wanted or a claim names an unknown one
+  assert.deepEqual(server.calls.slice(2), ['GET /claims']);
+  server.claims.push(claim('c', { devices: [`${GPU}7`] }));
+  await m.refresh();
+  assert.deepEqual(server.calls.slice(3), ['GET /claims', 'GET /devices']);
+});
+
+test('a failed refresh keeps the error (and the last claims) and throws it', async () => {
+  const server = new FakeServer();
+  server.claims = [claim('a')];
+  const m = model(server);
+  await m.refresh();
+  server.down = new DraRequestError('ledger: cannot open', 503);
+  await assert.rejects(m.refresh(), /ledger: cannot open/);
+  assert.equal(m.error?.status, 503);
+  assert.equal(m.claims.length, 1);
+  server.down = null;
+  await m.refresh();
+  assert.equal(m.error, null);
+});
+
+test("a release event of the caller's claim is announced with the claim and removes it", async () => {
+  const server = new FakeServer();
+  server.claims = [claim('a', { devices: [`${GPU}0`] })];
+  const m = model(server);
+  await m.refresh();
+  const releases: Release[] = [];
+  m.released.connect((_, r) => releases.push(r));
+  server.claims = [];
+  const event = { schema_id: EVENTS.released, claim: 'a', user: 'alice', kernel_id: 'k1', devices: [`${GPU}0`], reason: 'idle' };
+  m.handleEvent(event);
+  assert.equal(releases.length, 1);
+  assert.equal(releases[0].event.reason, 'idle');
+  assert.equal(releases[0].claim?.name, 'a');
+  assert.equal(m.claims.length, 0);
+  // a claim of the same user not seen yet (made and released between two refreshes)
+  m.handleEvent({ ...event, claim: 'quick', kernel_id: null });
+  assert.deepEqual(
+    releases.map(r => [r.event.claim, r.claim?.name]),
+    [
+      ['a', 'a'],
+      ['quick', undefined]
+    ]
+  );
+  // someone else's claim, of a kernel of another server: not announced
+  m.handleEvent({ ...event, claim: 'other', user: 'bob', kernel_id: 'elsewhere' });
+  // another schema: ignored
+  m.handleEvent({ schema_id: 'https://events.jupyter.org/jupyter_server/kernel_actions/v1', claim: 'a' });
+  assert.equal(releases.length, 2);
+});
+
+test("a claim made by anyone makes the model refresh; only the caller's are announced", async () => {
+  const server = new FakeServer();
+  const m = model(server);
+  await m.refresh();
+  server.calls = [];
+  server.claims = [claim('rest', { kernel_id: null })];
+  const allocated = { schema_id: EVENTS.allocated, claim: 'rest', user: 'alice', kernel_id: null, devices: [], source: 'rest' };
+  m.handleEvent(allocated);
+  await new Promise(resolve => setTimeout(resolve, 0));
+  assert.deepEqual(server.calls, ['GET /claims']);
+  assert.deepEqual(
+    m.claims.map(c => c.name),
+    ['rest']
+  );
+  const warnings: unknown[] = [];
+  m.idleWarning.connect((_, w) => warnings.push(w));
+  m.handleEvent({ ...allocated, schema_id: EVENTS.idleWarning, claim: 'x', user: 'bob', deadline: 1, seconds_left: 1 });
+  assert.equal(warnings.length, 0);
+});
+
+test("an idle warning of one of this server's kernels is announced; keep resets its deadline", async () => {
+  const server = new FakeServer();
+  server.claims = [claim('a', { idle_deadline: 1100 })];
+  const m = model(server);
+  m.ownKernel = id => id === 'k9';
+  const warnings: IdleWarningEvent[] = [];
+  m.idleWarning.connect((_, w) => warnings.push(w));
+  const warning = { schema_id: EVENTS.idleWarning, claim: 'new', user: 'alice', kernel_id: 'k9', devices: [], deadline: 1100, seconds_left: 100 };
+  m.handleEvent(warning); // a claim not seen yet, of a kernel of this server
+  m.handleEvent({ ...warning, kernel_id: 'k0' }); // neither known nor ours
+  assert.deepEqual(
+    warnings.map(w => w.claim),
+    ['new']
+  );
+  await m.refresh();
+  const kept = await m.keep('a');
+  assert.equal(kept.idle_deadline, 9999);
+  assert.equal(m.claims[0].idle_deadline, 9999);
+  await assert.rejects(m.keep('gone'), (e: unknown) => e instanceof DraRequestError && e.status === 404);
+});
+
+test('release all releases every claim of the caller', async () => {
+  const server = new FakeServer();
+  server.claims = [claim('a'), claim('b', { kernel_id: null })];
+  const m = model(server);
+  assert.deepEqual(await m.releaseAll(), ['a', 'b']);
+  assert.equal(server.claims.length, 0);
+  assert.equal(m.claims.length, 0);
+  assert.ok(server.calls.includes('DELETE /claims/{name} b'));
+});
+
+test('a change announced while a refresh is on its way is read by one more refresh', async () => {
+  const server = new FakeServer();
+  // the poll's own interval is far away: only the refresh after the event can show it
+  const m = new DraModel({ request: server.request, refreshInterval: 600, hidden: () => false });
+  m.start();
+  await until(() => m.connected);
+  let open = () => {};
+  server.gate = new Promise(resolve => (open = resolve));
+  const asked = server.calls.length;
+  const first = m.refreshSoon(); // asked before the claim exists, answered after
+  await until(() => server.calls.length > asked); // on its way
+  server.claims = [claim('new', { kernel_id: null })];
+  m.handleEvent({ schema_id: EVENTS.allocated, claim: 'new', user: 'alice', kernel_id: null, devices: [], source: 'rest' });
+  server.gate = null;
+  open();
+  await first;
+  await until(() => m.claims.some(c => c.name === 'new'));
+  m.dispose(); // (a disposed Poll leaves its timer to run out: node --test-force-exit)
+});

@@ -1,0 +1,245 @@
+"""The JupyterLab extension in a real JupyterLab with the real server extension, driven
+in Debian's chromium: the Devices panel, the status bar item, notifications and commands.
+
+Claims are made in notebook cells (Run All Cells, as a user does) and through the REST
+API; the page must follow by itself. Every wait is for a state, with a deadline.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.error
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from tests.browser.conftest import (
+    WAIT_MS,
+    Lab,
+    open_notebook,
+    run_all_cells,
+    running_lab,
+    screenshots_dir,
+)
+from tests.lab.conftest import lab_argv
+
+PANEL = ".dra-DevicesPanel"
+STATUS = ".dra-DeviceStatus"
+TOAST = ".Toastify__toast"
+X = "\N{MULTIPLICATION SIGN}"  # as in "2x H200", the way the page writes it
+
+
+def until(what: str, check: Callable[[], Any], seconds: float = WAIT_MS / 1000) -> Any:
+    """Poll ``check`` until it returns something true; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds:g} s: {what}")
+        time.sleep(0.1)
+
+
+def claims(lab: Lab) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = lab.api("GET", "/dra/api/claims")["claims"]
+    return found
+
+
+def reset_workspace(lab: Lab) -> None:
+    """Forget the layout an earlier test left (its open notebooks and panels), which
+    JupyterLab would restore beside what this test opens."""
+    try:
+        lab.api("DELETE", "/lab/api/workspaces/default")
+    except urllib.error.HTTPError as err:
+        if err.code != 404:  # none saved yet
+            raise
+
+
+def notebook(page: Any, lab: Lab, name: str, cells: list[str]) -> None:
+    """``open_notebook`` in a fresh layout: this notebook alone."""
+    reset_workspace(lab)
+    open_notebook(page, lab, name, cells)
+
+
+def open_lab(page: Any, lab: Lab) -> None:
+    """JupyterLab with the default layout (not the one an earlier test left)."""
+    reset_workspace(lab)
+    page.goto(f"{lab.url}/lab?token={lab.token}")
+    page.locator(".jp-LabShell").wait_for(timeout=WAIT_MS)
+    page.locator("#jp-main-statusbar").wait_for(timeout=WAIT_MS)  # the layout is restored
+
+
+def open_panel(page: Any) -> Any:
+    """Click the Devices tab of the left sidebar unless it is the open one (a click on the
+    open tab closes it)."""
+    tab = page.locator('.jp-SideBar li[data-id="dra-jupyter-devices"]')
+    tab.wait_for(timeout=WAIT_MS)
+    if "lm-mod-current" not in (tab.get_attribute("class") or ""):
+        tab.click()
+    panel = page.locator(PANEL)
+    panel.wait_for(state="visible", timeout=WAIT_MS)
+    return panel
+
+
+def toast(page: Any, text: str | re.Pattern[str]) -> Any:
+    found = page.locator(TOAST).filter(has_text=text)
+    found.first.wait_for(timeout=WAIT_MS)
+    return found.first
+
+
+@pytest.fixture
+def released(lab: Lab) -> Iterator[None]:
+    """Each test starts and ends with no claim held."""
+    yield
+    for c in claims(lab):
+        lab.api("DELETE", f"/dra/api/claims/{c['name']}")
+
+
+def test_the_panel_shows_the_devices_by_node(lab: Lab, page: Any, tmp_path: Path) -> None:
+    open_lab(page, lab)
+    panel = open_panel(page)
+    rows = panel.locator("tr.dra-device")
+    until("8 devices in the panel", lambda: rows.count() == 8)
+    assert panel.get_by_text("(simulated)", exact=False).count() == 1
+    assert "H200" in rows.first.inner_text()
+    assert panel.get_by_text("You hold no devices", exact=False).count() == 1
+
+
+def test_a_notebook_claim_shows_in_panel_and_status_bar_and_release_gives_it_back(
+    lab: Lab, page: Any, tmp_path: Path, released: None
+) -> None:
+    cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=2)\nclaim.name"]
+    notebook(page, lab, "claims.ipynb", cells)
+    panel = open_panel(page)
+    run_all_cells(page)
+    [claim] = until("the notebook's claim", lambda: claims(lab))
+    status = page.locator(STATUS)
+    status.filter(has_text=re.compile(rf"^2{X} H200 · idle in \d+:\d\d")).wait_for(timeout=WAIT_MS)
+    row = panel.locator(f'.dra-claim[data-claim="{claim["name"]}"]')
+    row.wait_for(timeout=WAIT_MS)
+    assert "claims.ipynb" in row.inner_text()
+    assert f"2{X} H200" in row.inner_text()
+    held = panel.locator("tr.dra-state-held")
+    until("2 devices held in the panel", lambda: held.count() == 2)
+    page.wait_for_timeout(300)  # let the page settle for the picture (no state is waited on)
+    page.screenshot(path=str(screenshots_dir(tmp_path) / "devices-panel.png"))
+
+    row.locator("button.dra-release").click()
+    until("the claim released", lambda: claims(lab) == [])
+    toast(page, f"(claim {claim['name']}): it was released on request")
+    status.wait_for(state="hidden", timeout=WAIT_MS)
+    until("no device held in the panel", lambda: held.count() == 0)
+
+
+def test_the_request_form_explains_why_gpu_9_cannot_be_met(
+    lab: Lab, page: Any, released: None
+) -> None:
+    open_lab(page, lab)
+    panel = open_panel(page)
+    panel.locator(".dra-request summary").click()
+    panel.locator('input[name="gpu"]').fill("9")
+    panel.locator("button.dra-submit").click()
+    error = panel.locator(".dra-request .dra-error")
+    error.wait_for(timeout=WAIT_MS)
+    message = error.inner_text()
+    assert "9" in message and "8" in message, message
+    assert "\n" not in message.strip()
+    assert claims(lab) == []
+
+
+def test_restart_with_claims_from_the_kernel_menu_keeps_the_devices(
+    lab: Lab, page: Any, released: None
+) -> None:
+    cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)"]
+    notebook(page, lab, "restart.ipynb", cells)
+    run_all_cells(page)
+    [before] = until("the notebook's claim", lambda: claims(lab))
+    page.locator(STATUS).filter(has_text=re.compile(rf"^1{X} H200")).wait_for(timeout=WAIT_MS)
+    page.get_by_role("menuitem", name="Kernel", exact=True).click()
+    page.get_by_role("menuitem", name="Restart kernel with its devices").click()
+    toast(page, f"Kernel restarted with 1{X} H200")
+    [after] = claims(lab)
+    assert (after["name"], after["devices"], after["kernel_id"]) == (
+        before["name"],
+        before["devices"],
+        before["kernel_id"],
+    )
+    page.locator(STATUS).filter(has_text=re.compile(rf"^1{X} H200")).wait_for(timeout=WAIT_MS)
+
+
+def test_release_all_from_the_palette(lab: Lab, page: Any, released: None) -> None:
+    for name in ("one", "two"):
+        lab.api("POST", "/dra/api/claims", {"gpu": 1, "name": name})
+    open_lab(page, lab)
+    page.locator(".jp-Launcher").wait_for(timeout=WAIT_MS)  # it takes the focus when it opens
+    palette = page.locator(".lm-CommandPalette-input")
+    item = page.locator(".lm-CommandPalette-item").filter(has_text="Release all my devices")
+
+    def chosen() -> bool:
+        # JupyterLab may not take keys yet while it sets up the page, and the palette
+        # closes when something else takes the focus: open it and choose again then
+        if not palette.is_visible():
+            page.locator("#jp-main-dock-panel").click()
+            page.keyboard.press("Control+Shift+c")
+            page.wait_for_timeout(200)
+            if not palette.is_visible():
+                return False
+        palette.fill("Release all my devices")
+        try:
+            item.click(timeout=2000)
+        except PlaywrightTimeout:
+            return False
+        return True
+
+    until("Release all my devices chosen in the command palette", chosen)
+    page.locator(".jp-Dialog").get_by_role("button", name="Release").click()
+    until("every claim released", lambda: claims(lab) == [])
+
+
+@pytest.fixture(scope="module")
+def idle_lab(tmp_path_factory: pytest.TempPathFactory, built_extension: Path) -> Iterator[Lab]:
+    """Idle release after 12 s, warned 10 s before: the warning comes 2 s after a cell."""
+    tmp = tmp_path_factory.mktemp("lab-idle")
+    idle = ["--DRAExtensionApp.idle_timeout=12", "--DRAExtensionApp.idle_warning=10"]
+    with running_lab(tmp, lab_argv(tmp, built_extension, *idle)) as server:
+        yield server
+
+
+def test_the_idle_warning_keep_resets_the_deadline_and_the_release_names_idle(
+    idle_lab: Lab, page: Any, tmp_path: Path
+) -> None:
+    lab = idle_lab
+    cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)"]
+    notebook(page, lab, "idle.ipynb", cells)
+    run_all_cells(page)
+    [claim] = until("the notebook's claim", lambda: claims(lab))
+    warning = toast(page, "will be released as idle")
+    assert claim["name"] in warning.inner_text()
+    page.screenshot(path=str(screenshots_dir(tmp_path) / "idle-warning.png"))
+    before = claims(lab)[0]["idle_deadline"]
+    warning.get_by_role("button", name="Keep").click()
+    until("a later idle deadline", lambda: claims(lab)[0]["idle_deadline"] > before)
+    # nothing runs: the claim is released as idle, and the notification says so
+    toast(page, f"(claim {claim['name']}): its kernel was idle for the idle timeout")
+    assert claims(lab) == []
+
+
+def test_without_the_server_extension_the_panel_says_how_to_install_it(
+    tmp_path_factory: pytest.TempPathFactory, built_extension: Path, page: Any
+) -> None:
+    tmp = tmp_path_factory.mktemp("lab-plain")
+    argv = [f"--LabApp.extra_labextensions_path={built_extension}"]
+    argv.append("--ServerApp.jpserver_extensions=dra_jupyter=False")
+    with running_lab(tmp, argv) as lab:
+        open_lab(page, lab)
+        panel = open_panel(page)
+        error = panel.locator(".dra-error")
+        error.wait_for(timeout=WAIT_MS)
+        assert "server extension is unavailable" in error.inner_text()
+        assert "pip install dra-jupyter" in error.inner_text()
+        assert page.locator(STATUS).is_hidden()
