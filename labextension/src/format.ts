@@ -1,6 +1,6 @@
 // What the panel and the status bar say: pure functions of the REST answers and the clock.
 
-import type { Claim, Device } from './wire';
+import type { Claim, Device, Waiter } from './wire';
 
 /** `12:30`, `1:02:03`; `0:00` once the time is up. */
 export function countdown(seconds: number): string {
@@ -213,4 +213,21 @@ export function releaseReason(reason: string): string {
     default:
       return `reason: ${reason}`;
   }
+}
+
+/**
+ * The line, as the panel shows it: one line a waiting request, oldest first, with who waits
+ * (`you` for the caller's own: `mine` tells them apart), for what, since how long; the
+ * caller's own say their place in line.
+ */
+export function queueLines(
+  waiting: readonly Waiter[],
+  mine: (w: Waiter) => boolean,
+  now: number
+): string[] {
+  return waiting.map((w, i) => {
+    const who = mine(w) ? 'you' : w.user;
+    const place = mine(w) ? ` (number ${i + 1} in line)` : '';
+    return `${who}: ${w.what}, waiting ${duration(now - w.since)}${place}`;
+  });
 }

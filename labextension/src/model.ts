@@ -12,7 +12,7 @@ import {
   type IdleWarningEvent,
   type ReleasedEvent
 } from './tokens';
-import type { Claim, ClaimRequest, Device, Devices, Restart } from './wire';
+import type { Claim, ClaimRequest, Device, Devices, Restart, Waiter } from './wire';
 
 /** A release the page announces: the event, and the claim as last seen (if it was). */
 export interface Release {
@@ -45,6 +45,14 @@ export class DraModel {
 
   /** Whether a kernel is one of this page's server (set by the plugin). */
   ownKernel: (kernelId: string) => boolean = () => false;
+
+  /**
+   * Whether a request waiting in line is the caller's: of a kernel of this server, or of a
+   * user whose claims the answers held.
+   */
+  isMine(w: Waiter): boolean {
+    return (w.kernel_id !== null && this.ownKernel(w.kernel_id)) || this._users.has(w.user);
+  }
 
   /** The claims or devices changed, or an error came or went. */
   get changed(): ISignal<this, void> {

@@ -14,6 +14,7 @@ import {
   deviceSummary,
   duration,
   groupDevices,
+  queueLines,
   groupState,
   shortModel
 } from './format';
@@ -99,6 +100,10 @@ export class DevicesPanel extends Widget {
     }
     if (model.connected || model.error === null) {
       root.append(this._claims());
+      const queue = this._queue();
+      if (queue !== null) {
+        root.append(queue);
+      }
       root.append(this._form());
       root.append(this._devices());
     }
@@ -131,6 +136,23 @@ export class DevicesPanel extends Widget {
     const list = el('ul', 'dra-claim-list');
     for (const claim of claims) {
       list.append(this._claim(claim));
+    }
+    section.append(list);
+    return section;
+  }
+
+  /** Who waits in line for devices (none: no section). */
+  private _queue(): HTMLElement | null {
+    const waiting = this.model.devices?.waiting ?? [];
+    if (waiting.length === 0) {
+      return null;
+    }
+    const section = el('section', 'dra-queue');
+    section.append(el('h3', '', `Waiting in line (${waiting.length})`));
+    const list = el('ul', 'dra-queue-list');
+    const now = Date.now() / 1000;
+    for (const line of queueLines(waiting, w => this.model.isMine(w), now)) {
+      list.append(el('li', 'dra-queue-entry', line));
     }
     section.append(list);
     return section;

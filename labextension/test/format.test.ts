@@ -10,6 +10,7 @@ import {
   groupState,
   migParent,
   nearest,
+  queueLines,
   releaseReason,
   shortModel,
   statusText
@@ -129,4 +130,17 @@ test('every release reason of the claim_released event has its words', () => {
   }
   assert.equal(releaseReason('new-one'), 'reason: new-one');
   assert.match(releaseReason('idle'), /idle/);
+});
+
+test('the line: who waits for what and since when; your own say their place', () => {
+  const now = 1_000_000;
+  const waiting = [
+    { user: 'bob', kernel_id: null, what: '2 gpu.nvidia.com', since: now - 125 },
+    { user: 'me', kernel_id: 'k-1', what: '8 gpu.nvidia.com', since: now - 30 }
+  ];
+  assert.deepEqual(
+    queueLines(waiting, w => w.user === 'me', now),
+    ['bob: 2 gpu.nvidia.com, waiting 2 min', 'you: 8 gpu.nvidia.com, waiting 30 s (number 2 in line)']
+  );
+  assert.deepEqual(queueLines([], () => true, now), []);
 });

@@ -7,7 +7,10 @@ API; the page must follow by itself. Every wait is for a state, with a deadline.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
@@ -150,6 +153,34 @@ def test_the_request_form_explains_why_gpu_9_cannot_be_met(
     assert "9" in message and "8" in message, message
     assert "\n" not in message.strip()
     assert claims(lab) == []
+
+
+def test_the_panel_shows_who_waits_in_line(lab: Lab, page: Any, released: None) -> None:
+    """A command-line request waits behind this user's claim of all 8 GPUs: the panel
+    shows the line (who, for what, since when), and no line once it got its devices."""
+    held = lab.api("POST", "/dra/api/claims", {"gpu": 8})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_JUPYTER_")}
+    env.update(DRA_JUPYTER_LEDGER=str(lab.ledger), DRA_JUPYTER_INVENTORY="h200-8x",
+               DRA_JUPYTER_POLL_INTERVAL="0.05")  # fmt: skip
+    cli = [sys.executable, "-m", "dra_jupyter.cli"]
+    argv = [*cli, "request", "gpu=2", "--timeout", "5m", "--lease", "5m", "--name", "in-line"]
+    waiter = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    try:
+        open_lab(page, lab)
+        panel = open_panel(page)
+        queue = panel.locator(".dra-queue")
+        queue.wait_for(timeout=WAIT_MS)
+        assert "Waiting in line (1)" in queue.inner_text()
+        [entry] = queue.locator("li.dra-queue-entry").all_inner_texts()
+        assert re.fullmatch(r".+: 2 gpu\.nvidia\.com, waiting \d+ s.*", entry), entry
+        lab.api("DELETE", f"/dra/api/claims/{held['name']}")
+        assert waiter.wait(timeout=120) == 0  # it got the devices
+        queue.wait_for(state="detached", timeout=WAIT_MS)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+        subprocess.run([*cli, "release", "in-line"], env=env, capture_output=True, check=False)
 
 
 def test_restart_with_claims_from_the_kernel_menu_keeps_the_devices(
