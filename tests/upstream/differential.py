@@ -185,7 +185,9 @@ def _without(objects: list[Wire], path: tuple[Any, ...]) -> list[Wire]:
     return out
 
 
-def shrink(objects: list[Wire], still: Callable[[list[Wire]], bool], budget: int = 2000) -> list[Wire]:
+def shrink(
+    objects: list[Wire], still: Callable[[list[Wire]], bool], budget: int = 2000
+) -> list[Wire]:
     """A smaller world for which ``still`` holds: drop list items and optional fields one at
     a time while the mismatch stays (greedy, to a fixed point or ``budget`` tries)."""
     tries = 0

@@ -75,7 +75,9 @@ class _Builder:
             name = f"node-{i}"
             region = self.rng.choice(("r1", "r2"))
             labels = {"kubernetes.io/hostname": name, "region": region}
-            out.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
+            out.append(
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+            )
         return out
 
     def device(self, driver: str, name: str, index: int, multi: bool) -> Wire:
@@ -110,7 +112,7 @@ class _Builder:
 
     def node_slices(self, node: str, driver: str) -> list[Wire]:
         rng = self.rng
-        short = driver.split(".")[0]
+        short = driver.split(".", maxsplit=1)[0]
         pool = f"{node}-{short}"
         count = rng.randint(1, 4)
         partitionable = driver == GPU and _pick(rng, 0.2)
@@ -147,7 +149,9 @@ class _Builder:
                 "driver": driver,
                 "nodeName": node,
                 "pool": {"name": pool, "generation": generation, "resourceSliceCount": slice_count},
-                "sharedCounters": [{"name": "gpu-counters", "counters": {"memory": _quantity("40Gi")}}],
+                "sharedCounters": [
+                    {"name": "gpu-counters", "counters": {"memory": _quantity("40Gi")}}
+                ],
             }
             slices.append(_slice(f"{pool}-counters", counters))
         if _pick(rng, 0.1):
@@ -166,23 +170,36 @@ class _Builder:
         out = []
         if _pick(rng, 0.3):
             self.features.add("all-nodes")
-            devices = [self.device(NIC, f"shared-{i}", i, _pick(rng, 0.3)) for i in range(rng.randint(1, 2))]
+            devices = [
+                self.device(NIC, f"shared-{i}", i, _pick(rng, 0.3))
+                for i in range(rng.randint(1, 2))
+            ]
             out.append(self._pool_slice("shared", {"allNodes": True}, devices))
         if _pick(rng, 0.3):
             self.features.add("node-selector")
             names = [n["metadata"]["name"] for n in nodes]
             if _pick(rng, 0.5):
                 term: Wire = {
-                    "matchExpressions": [{"key": "region", "operator": "In", "values": [rng.choice(("r1", "r2"))]}]
+                    "matchExpressions": [
+                        {"key": "region", "operator": "In", "values": [rng.choice(("r1", "r2"))]}
+                    ]
                 }
             else:
                 values = [rng.choice(names)]
                 if len(names) > 1 and _pick(rng, 0.25):
                     self.features.add("invalid-match-fields")
                     values = names[:2]
-                term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": values}]}
-            devices = [self.device(NIC, f"regional-{i}", i, False) for i in range(rng.randint(1, 2))]
-            out.append(self._pool_slice("regional", {"nodeSelector": {"nodeSelectorTerms": [term]}}, devices))
+                term = {
+                    "matchFields": [{"key": "metadata.name", "operator": "In", "values": values}]
+                }
+            devices = [
+                self.device(NIC, f"regional-{i}", i, False) for i in range(rng.randint(1, 2))
+            ]
+            out.append(
+                self._pool_slice(
+                    "regional", {"nodeSelector": {"nodeSelectorTerms": [term]}}, devices
+                )
+            )
         if _pick(rng, 0.15):
             self.features.add("per-device-node-selection")
             names = [n["metadata"]["name"] for n in nodes]
@@ -197,14 +214,20 @@ class _Builder:
                 else:
                     dev["nodeSelector"] = {
                         "nodeSelectorTerms": [
-                            {"matchExpressions": [{"key": "region", "operator": "In", "values": ["r1"]}]}
+                            {
+                                "matchExpressions": [
+                                    {"key": "region", "operator": "In", "values": ["r1"]}
+                                ]
+                            }
                         ]
                     }
                 devices.append(dev)
             out.append(self._pool_slice("fabric", {"perDeviceNodeSelection": True}, devices, GPU))
         return out
 
-    def _pool_slice(self, pool: str, selection: Wire, devices: list[Wire], driver: str = NIC) -> Wire:
+    def _pool_slice(
+        self, pool: str, selection: Wire, devices: list[Wire], driver: str = NIC
+    ) -> Wire:
         for dev in devices:
             self.devices.append((driver, pool, dev))
         spec = {
@@ -231,7 +254,9 @@ class _Builder:
                     {
                         "selectors": [
                             _cel(f'device.driver == "{GPU}"'),
-                            _cel(f'device.capacity["{GPU}"].memory.compareTo(quantity("16Gi")) >= 0'),
+                            _cel(
+                                f'device.capacity["{GPU}"].memory.compareTo(quantity("16Gi")) >= 0'
+                            ),
                         ]
                     },
                 )
@@ -242,11 +267,11 @@ class _Builder:
 
     # --- claims ------------------------------------------------------------------------------
 
-    def exact(self, classes: list[str], allow_all: bool = True) -> Wire:
+    def exact(self, classes: list[str], *, sub: bool = False) -> Wire:
         rng = self.rng
         cls = rng.choice(classes) if not _pick(rng, 0.03) else "missing"
         out: Wire = {"deviceClassName": cls}
-        if allow_all and _pick(rng, 0.1):
+        if _pick(rng, 0.1):
             self.features.add("all")
             out["allocationMode"] = "All"
         else:
@@ -260,7 +285,7 @@ class _Builder:
         if _pick(rng, 0.4):
             self.features.add("cel")
             out["selectors"] = [_cel(rng.choice(SELECTORS)) for _ in range(rng.choice((1, 1, 2)))]
-        if _pick(rng, 0.05):
+        if not sub and _pick(rng, 0.05):  # a subrequest has no adminAccess field
             self.features.add("admin-access")
             out["adminAccess"] = True
         if _pick(rng, 0.2):
@@ -289,7 +314,7 @@ class _Builder:
                 self.features.add("first-available")
                 subs = []
                 for s in range(rng.randint(2, 3)):
-                    sub = {"name": f"s{s}", **self.exact(classes)}
+                    sub = {"name": f"s{s}", **self.exact(classes, sub=True)}
                     subs.append(sub)
                 requests.append({"name": rname, "firstAvailable": subs})
             else:
