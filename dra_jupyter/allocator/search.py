@@ -331,6 +331,14 @@ class Search:
             return Outcome.FAIL if outcome is Outcome.MAX_SIZE else outcome
         rd = self.data[(ci, ri, si)]
         if di == 0 and not in_sub and not self.constraints_feasible(ci, ri):
+            # upstream still looks at this request's devices (each alternative in turn)
+            # and stops with the first CEL error among those not in use
+            sub = 0
+            while (ci, ri, sub) in self.data:
+                alt = self.data[(ci, ri, sub)]
+                if alt.all_devices is None:
+                    self._raise_unreachable_error(ci, alt.candidates, 0, alt.request.admin_access)
+                sub += 1
             return Outcome.FAIL
         if not in_sub and rd.parent is not None:
             all_exceeded = True
@@ -400,6 +408,8 @@ class Search:
                 continue  # an alternative outside the constraint: no bound from it
             if any(rd.all_devices is not None or rd.request.admin_access for rd in covered):
                 return True  # "All" must reach its own error; admin access may reuse devices
+            if any(cand.error is not None for rd in covered for cand in rd.candidates):
+                return True  # upstream's search may reach the CEL error: so must this one
             need += min(rd.num_devices for rd in covered)
             for rd in covered:
                 pool = rd.all_devices if rd.all_devices is not None else rd.candidates
@@ -423,6 +433,18 @@ class Search:
         unused = set().union(*values.values()) - (current or frozenset())
         return len(unused) >= need
 
+    def _raise_unreachable_error(
+        self, ci: int, candidates: Sequence[Candidate], start: int, admin: bool
+    ) -> None:
+        def free(cand: Candidate) -> bool:
+            if admin:
+                return ci not in self.allocating.get(cand.id, ())
+            return not self.in_use(cand.id)
+
+        error = _first_error(candidates, start, free)
+        if error is not None:
+            raise error
+
     def _try_candidates(
         self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: RequestData
     ) -> Outcome:
@@ -431,6 +453,9 @@ class Search:
         needed = rd.num_devices - di
         for index in range(start, len(candidates)):
             if len(candidates) - index < needed:
+                # too few left to succeed; upstream still looks at each of them and stops
+                # with the first CEL error among those not in use
+                self._raise_unreachable_error(ci, candidates, index, request.admin_access)
                 break
             cand = candidates[index]
             if request.admin_access:
@@ -450,6 +475,15 @@ class Search:
             if outcome is Outcome.MAX_SIZE:
                 return outcome
         return Outcome.FAIL
+
+
+def _first_error(
+    candidates: Sequence[Candidate], start: int, free: Callable[[Candidate], bool]
+) -> InvalidInputError | None:
+    for cand in candidates[start:]:
+        if cand.error is not None and free(cand):
+            return cand.error
+    return None
 
 
 def list_candidates(

@@ -585,7 +585,7 @@ def parse_resource_slice(obj: Any) -> ResourceSlice:
         spec.get("sharedCounters"), "spec.sharedCounters", limits.MAX_COUNTER_SETS_PER_SLICE
     )
     chosen = (selection is not None) + per_device
-    if chosen > 1 or (chosen == 0 and not shared_raw):
+    if chosen != 1:  # a counters-only slice too (kube-apiserver 1.37)
         raise ctx.fail(
             "spec",
             "must set exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection",
@@ -613,6 +613,8 @@ def parse_resource_slice(obj: Any) -> ResourceSlice:
     shared = []
     for i, s in enumerate(shared_raw):
         sm = ctx.mapping(s, f"spec.sharedCounters[{i}]", required=True)
+        if not sm.get("counters"):
+            raise ctx.fail(f"spec.sharedCounters[{i}].counters", "is required")
         shared.append(
             CounterSet(
                 name=ctx.name(

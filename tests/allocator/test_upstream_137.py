@@ -241,3 +241,115 @@ def test_slice_node_selector_match_fields_with_two_values_is_refused() -> None:
     }
     with pytest.raises(InvalidInputError, match=r"matchFields\[0\]\.values"):
         allocate([slice_({"name": "d0"}, nodeSelector=selector)], [claim(exact("r"))])
+
+
+# --- (c) All over shared devices: a device whose capacity is used up stays in the set ---------
+
+
+def held(device: str, amount: str) -> Wire:
+    """A claim in use holding a share of ``amount`` bandwidth of ``device``."""
+    result = {
+        "request": "r",
+        "driver": DRIVER,
+        "pool": "p",
+        "device": device,
+        "shareID": "00000000-0000-4000-8000-000000000001",
+        "consumedCapacity": {"bw": amount},
+    }
+    out = claim(exact("r"))
+    out["metadata"]["name"] = "held"
+    out["status"] = {"allocation": {"devices": {"results": [result]}}}
+    return out
+
+
+def bandwidth(name: str, value: str) -> Wire:
+    return {"name": name, "allowMultipleAllocations": True, "capacity": {"bw": {"value": value}}}
+
+
+def test_all_over_shared_devices_fails_when_one_is_used_up() -> None:
+    slices = [slice_(bandwidth("d0", "4"), bandwidth("d1", "4"))]
+    allocator = Allocator(slices, [device_class()], [held("d1", "4")], nodes=[NODE])
+    request = exact("r", allocationMode="All", capacity={"requests": {"bw": "1"}})
+    assert allocator.allocate([claim(request)]) is None
+
+
+def test_all_over_used_up_shared_devices_moves_to_the_next_subrequest() -> None:
+    slices = [slice_(bandwidth("d0", "4"), bandwidth("d1", "4"))]
+    allocator = Allocator(slices, [device_class()], [held("d1", "4")], nodes=[NODE])
+    request = {
+        "name": "r",
+        "firstAvailable": [
+            {
+                "name": "all",
+                "deviceClassName": "c",
+                "allocationMode": "All",
+                "capacity": {"requests": {"bw": "1"}},
+            },
+            {"name": "one", "deviceClassName": "c", "capacity": {"requests": {"bw": "1"}}},
+        ],
+    }
+    found = allocator.allocate([claim(request)])
+    assert found is not None
+    results = found[0].to_dict()["devices"]["results"]
+    assert [(r["request"], r["device"]) for r in results] == [("r/one", "d0")]
+
+
+# --- (d) a CEL error the search meets stops it, as upstream's ---------------------------------
+
+MISSING = f'device.attributes["{DRIVER}"].numa == 1'  # an error where numa is missing
+
+
+def test_cel_error_on_a_device_stops_the_search_when_too_few_devices_remain() -> None:
+    with pytest.raises(InvalidInputError, match="CEL runtime error"):
+        allocate(
+            [slice_({"name": "d0"})],
+            [claim(exact("r", count=3, selectors=[{"cel": {"expression": MISSING}}]))],
+        )
+
+
+def test_cel_error_on_a_device_stops_the_search_when_a_constraint_cannot_hold() -> None:
+    request = exact("r0", selectors=[{"cel": {"expression": MISSING}}])
+    constrained = claim(request, exact("r1"))
+    constrained["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DRIVER}/absent"}]
+    with pytest.raises(InvalidInputError, match="CEL runtime error"):
+        allocate([TWO], [constrained])
+
+
+def test_cel_error_of_a_later_request_is_met_when_the_constraint_fails_later() -> None:
+    numa = {"numa": {"int": 0}}
+    slices = [slice_({"name": "d0", "attributes": numa}, {"name": "d1"}, {"name": "d2"})]
+    requests = (exact("r0"), exact("r1", count=2, selectors=[{"cel": {"expression": MISSING}}]))
+    constrained = claim(*requests)
+    constrained["spec"]["devices"]["constraints"] = [{"distinctAttribute": f"{DRIVER}/numa"}]
+    with pytest.raises(InvalidInputError, match="CEL runtime error"):
+        allocate(slices, [constrained])
+
+
+# --- validation of counter slices, as kube-apiserver's ------------------------------------
+
+
+def counters_slice(**selection: Any) -> Wire:
+    spec: Wire = {
+        "driver": DRIVER,
+        **selection,
+        "pool": {"name": "p", "generation": 1, "resourceSliceCount": 2},
+        "sharedCounters": [{"name": "set", "counters": {"memory": {"value": "1"}}}],
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "k"},
+        "spec": spec,
+    }
+
+
+def test_counters_slice_without_node_selection_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="exactly one of nodeName"):
+        allocate([counters_slice()], [claim(exact("r"))])
+
+
+def test_counter_set_without_counters_is_refused() -> None:
+    slice_obj = counters_slice(nodeName="node-1")
+    slice_obj["spec"]["sharedCounters"][0]["counters"] = {}
+    with pytest.raises(InvalidInputError, match=r"sharedCounters\[0\]\.counters: is required"):
+        allocate([slice_obj], [claim(exact("r"))])
