@@ -22,9 +22,10 @@ GPU, NIC = "gpu.example.com", "nic.example.com"
 DRIVERS = (GPU, NIC)
 NAMESPACE = "default"
 
-# CEL over every attribute type, some with runtime errors where an attribute is missing
-# (numa is not on every device; a NIC has no GPU attributes).
-SELECTORS = (
+# CEL over every attribute type, by the driver whose devices they read; some fail with a
+# runtime error where an attribute is missing (numa is not on every device; a NIC has no
+# GPU attributes), which upstream reports as an error of the whole allocation.
+GPU_SELECTORS = (
     f'device.attributes["{GPU}"].model == "h100"',
     f'device.attributes["{GPU}"].model.startsWith("a")',
     f'device.capacity["{GPU}"].memory.compareTo(quantity("16Gi")) >= 0',
@@ -34,12 +35,20 @@ SELECTORS = (
     f'device.attributes["{GPU}"].healthy',
     f'device.attributes["{GPU}"].index % 2 == 0',
     f'"numa" in device.attributes["{GPU}"] && device.attributes["{GPU}"].numa == 0',
-    f'device.attributes["{GPU}"].numa == 1',  # a runtime error where numa is missing
     "device.allowMultipleAllocations == true",
-    f'device.driver == "{NIC}"',
-    f'device.attributes["{NIC}"].speed >= 100',
-    f'has(device.attributes["{NIC}"].speed) && device.attributes["{NIC}"].speed >= 100',
 )
+NIC_SELECTORS = (
+    f'device.driver == "{NIC}"',
+    f'has(device.attributes["{NIC}"].speed) && device.attributes["{NIC}"].speed >= 100',
+    "device.allowMultipleAllocations == true",
+    f'device.attributes["{NIC}"].speed == 200',
+)
+RISKY_SELECTORS = (
+    f'device.attributes["{GPU}"].numa == 1',  # a runtime error where numa is missing
+    f'device.attributes["{NIC}"].speed >= 100',  # an error on a GPU
+    f'device.attributes["{GPU}"].model == "a100"',  # an error on a NIC
+)
+SELECTORS = GPU_SELECTORS + NIC_SELECTORS + RISKY_SELECTORS
 CONSTRAINT_ATTRIBUTES = (f"{GPU}/numa", f"{GPU}/model", f"{GPU}/index", f"{NIC}/speed")
 POLICIES: tuple[Wire, ...] = (
     {"default": "1G", "validRange": {"min": "1G", "step": "1G"}},
@@ -101,7 +110,8 @@ class _Builder:
             self.features.add("consumable-capacity")
             device["allowMultipleAllocations"] = True
             policy = rng.choice(POLICIES)
-            capacity["bandwidth"] = {"value": rng.choice(("4G", "8G")), "requestPolicy": policy}
+            value = "8G" if _pick(rng, 0.9) else "4G"  # 4G is below one policy's max: refused
+            capacity["bandwidth"] = {"value": value, "requestPolicy": policy}
         if capacity:
             device["capacity"] = capacity
         if _pick(rng, 0.12):
@@ -269,7 +279,7 @@ class _Builder:
 
     def exact(self, classes: list[str], *, sub: bool = False) -> Wire:
         rng = self.rng
-        cls = rng.choice(classes) if not _pick(rng, 0.03) else "missing"
+        cls = rng.choice(classes) if not _pick(rng, 0.01) else "missing"
         out: Wire = {"deviceClassName": cls}
         if _pick(rng, 0.1):
             self.features.add("all")
@@ -284,7 +294,17 @@ class _Builder:
                 self.features.add("count")
         if _pick(rng, 0.4):
             self.features.add("cel")
-            out["selectors"] = [_cel(rng.choice(SELECTORS)) for _ in range(rng.choice((1, 1, 2)))]
+            fitting = (
+                NIC_SELECTORS if cls == "nic" else GPU_SELECTORS if "gpu" in cls else SELECTORS
+            )
+            chosen = []
+            for _ in range(rng.choice((1, 1, 2))):
+                if _pick(rng, 0.1):
+                    self.features.add("cel-runtime-error")
+                    chosen.append(rng.choice(RISKY_SELECTORS))
+                else:
+                    chosen.append(rng.choice(fitting))
+            out["selectors"] = [_cel(expression) for expression in chosen]
         if not sub and _pick(rng, 0.05):  # a subrequest has no adminAccess field
             self.features.add("admin-access")
             out["adminAccess"] = True
