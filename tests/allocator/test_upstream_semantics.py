@@ -6186,11 +6186,12 @@ EXAMPLE_DRIVER_CASES: dict[str, Case] = {
     ),
 }
 
-# Upstream cases whose ResourceSlice kube-apiserver 1.37 refuses: a validRange whose max
-# (4) is above the capacity's value (2). Upstream's allocator tests build such slices
-# without the API server; ours validates its input as kube-apiserver does, so these
-# cases expect the refusal (their allocations were checked against upstream before).
-APISERVER_REFUSES = {
+# Upstream cases whose ResourceSlice kube-apiserver 1.37 refuses. Upstream's allocator tests
+# build such slices without the API server; ours validates its input as kube-apiserver does,
+# so these cases expect the refusal (their allocations were checked against upstream before).
+_MAX_ABOVE_VALUE = r"requestPolicy\.validRange\.max: 4 is larger than capacity value 2"
+_NO_COUNTERS = r"sharedCounters\[0\]\.counters: is required"
+_REFUSED_MAX = (
     "consumable-capacity-multi-allocatable-device-with-exceeded-consumable-capacity-request",
     "consumable-capacity-multi-allocatable-device-with-allocated-capacity-next-device",
     "consumable-capacity-with-multi-allocatable-device-backtrack",
@@ -6200,12 +6201,17 @@ APISERVER_REFUSES = {
     "allow-multiple-allocations-not-allocate-multi-allocatable-device-which-already-dedicated",
     "allow-multiple-allocations-not-allocate-dedicated-device-which-change-from-multi-allocatable",
     "distinct-constraint-one-multi-allocatable-device-with-distinct-constraint",
-}
-REFUSAL = (
-    r"ResourceSlice slice-1, .*requestPolicy\.validRange\.max: 4 is larger than capacity value 2"
 )
-for _name in APISERVER_REFUSES:
-    UPSTREAM_CASES[_name] = dataclasses.replace(UPSTREAM_CASES[_name], error=REFUSAL)
+_REFUSED_COUNTERS = (
+    "partitionable-devices-same-counter-set-name-in-different-resource-slices",
+    "partitionable-devices-device-counter-consumption-references-unknown-counter-set",
+)
+APISERVER_REFUSES = {
+    **dict.fromkeys(_REFUSED_MAX, _MAX_ABOVE_VALUE),
+    **dict.fromkeys(_REFUSED_COUNTERS, _NO_COUNTERS),
+}
+for _name, _refusal in APISERVER_REFUSES.items():
+    UPSTREAM_CASES[_name] = dataclasses.replace(UPSTREAM_CASES[_name], error=_refusal)
 
 CASES: dict[str, Case] = {**UPSTREAM_CASES, **NVIDIA_CASES, **EXAMPLE_DRIVER_CASES}
 
