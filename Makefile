@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 NODE   := $(or $(shell command -v node),/usr/bin/node)
 TSC_STAMP := labextension/node_modules/.installed
 
-.PHONY: install test unit lint typecheck layers pytest fuzz fuzz-upstream demo lab bench bench-latency bench-placement clean
+.PHONY: install test unit lint typecheck layers pytest fuzz fuzz-upstream demo lab bench bench-latency bench-upstream bench-placement clean
 
 install: $(STAMP)
 
@@ -101,10 +101,15 @@ lab: install
 	$(BIN)/jupyter lab $(LAB_ARGS)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
-bench: bench-latency bench-placement
+bench: bench-latency bench-placement bench-upstream
 
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
+
+# Cold calls side by side with the real allocator (tools/upstream-allocator), one run
+bench-upstream: install
+	$(BIN)/python scripts/upstream-allocator build
+	$(BIN)/python benchmarks/bench_upstream.py --repeat 20
 
 bench-placement: install
 	$(BIN)/python benchmarks/bench_placement.py --json benchmarks/placement.json --plot benchmarks/placement.png
