@@ -33,10 +33,11 @@ from benchmarks.bench_allocator import (
 )
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.inventory import mig, nvidia
-from dra_jupyter.model.objects import DeviceClass, ResourceClaim, ResourceSlice
+from dra_jupyter.model.objects import DeviceClass, Node, ResourceClaim, ResourceSlice
 from dra_jupyter.model.parse import (
     parse_device_class,
     parse_many,
+    parse_node,
     parse_resource_claim,
     parse_resource_slice,
 )
@@ -133,13 +134,15 @@ def main(argv: list[str] | None = None) -> int:
         classes = parse_many(classes_wire, parse_device_class, DeviceClass)
         held = parse_many(held_wire, parse_resource_claim, ResourceClaim)
         [parsed] = parse_many([claim], parse_resource_claim, ResourceClaim)
+        node_objects = parse_many(nodes, parse_node, Node)
         ours: dict[str, float] = {}
         mine: Any = None
         for strategy in ("first-fit", "topology"):
             times = []
             for _ in range(args.repeat):
                 start = time.perf_counter()
-                found = Allocator(slices, classes, held, strategy, nodes=nodes).allocate([parsed])
+                allocator = Allocator(slices, classes, held, strategy, nodes=node_objects)
+                found = allocator.allocate([parsed])
                 times.append((time.perf_counter() - start) * 1000)
                 if strategy == "first-fit":
                     mine = picks(found[0].to_dict()) if found is not None else None

@@ -359,7 +359,7 @@ def _check_policy(ctx: _Ctx, policy: RequestPolicy, value: Quantity, path: str) 
                     f"option {option} is larger than capacity value {value}",
                 )
         if default not in values:
-            raise ctx.fail(f"{path}.validValues", f"default {default} is not one of validValues")
+            raise ctx.fail(f"{path}.default", f"{default} is not one of validValues")
         return
     if valid is None or default is None:
         return
@@ -367,14 +367,14 @@ def _check_policy(ctx: _Ctx, policy: RequestPolicy, value: Quantity, path: str) 
     if valid.min > value:
         raise ctx.fail(f"{rpath}.min", f"{valid.min} is larger than capacity value {value}")
     if default < valid.min:
-        raise ctx.fail(f"{rpath}.default", f"{default} is less than validRange.min {valid.min}")
+        raise ctx.fail(f"{path}.default", f"{default} is less than validRange.min {valid.min}")
     if valid.max is not None:
         if valid.min > valid.max:
             raise ctx.fail(f"{rpath}.max", f"min {valid.min} is larger than max {valid.max}")
         if valid.max > value:
             raise ctx.fail(f"{rpath}.max", f"{valid.max} is larger than capacity value {value}")
         if default > valid.max:
-            raise ctx.fail(f"{rpath}.default", f"{default} is more than validRange.max {valid.max}")
+            raise ctx.fail(f"{path}.default", f"{default} is more than validRange.max {valid.max}")
     bounds = {"default": default, "min": valid.min, "max": valid.max, "step": valid.step}
     milli = fractional and any(q is not None and q.value.denominator != 1 for q in bounds.values())
     if milli:
@@ -398,11 +398,11 @@ def _check_policy(ctx: _Ctx, policy: RequestPolicy, value: Quantity, path: str) 
     def units(q: Quantity) -> int:
         return int(q.value * 1000) if milli else int(q)
 
-    for q in (default, valid.max):
+    for field, q in (("default", default), ("validRange.max", valid.max)):
         if q is not None and (units(q) - units(valid.min)) % units(step) != 0:
             raise ctx.fail(
-                f"{rpath}.step",
-                f"{q} is not a multiple of a given step ({step}) from ({valid.min})",
+                f"{path}.{field}",
+                f"{q} is not validRange.min {valid.min} plus a whole number of steps of {step}",
             )
 
 

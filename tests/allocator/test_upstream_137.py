@@ -188,7 +188,7 @@ def test_rounded_amount_prints_in_the_step_format() -> None:
         ({"default": "1", "validValues": ["500m", "1"]}, r"validValues\[1\]: 1 is a duplicate"),
         (
             {"default": "2", "validRange": {"min": "1", "max": "4", "step": "2"}},
-            "2 is not a multiple",
+            "default: 2 is not validRange.min 1 plus a whole number of steps of 2",
         ),
     ],
 )
