@@ -172,14 +172,19 @@ def differs(upstream: Upstream, objects: list[Wire]) -> tuple[Outcome, Outcome] 
 def compare(
     upstream: Upstream, seeds: Iterable[int]
 ) -> tuple[list[Mismatch], Counter[str], Counter[str]]:
-    """Every seed's world through both; mismatches, and worlds/agreements per feature."""
+    """Every seed's world through both; mismatches, and worlds/agreements per feature (and
+    per upstream exit code, and per known divergence)."""
     mismatches: list[Mismatch] = []
     total: Counter[str] = Counter()
     agree: Counter[str] = Counter()
     for seed in seeds:
         objects, features = world(seed)
-        found = differs(upstream, objects)
-        for name in {"any", *features}:
+        mine, answer = our_outcome(objects), upstream.answer(objects)
+        theirs = upstream.outcome_of(answer)
+        known = known_divergence(mine, answer) if mine != theirs else None
+        found = None if mine == theirs or known else (mine, theirs)
+        outcome = f"known: {known}" if known else f"exit {theirs[0]} (upstream)"
+        for name in {"any", *features, outcome}:
             total[name] += 1
             agree[name] += found is None
         if found is not None:
