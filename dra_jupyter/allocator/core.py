@@ -82,7 +82,7 @@ every node. (``topology`` on a cluster of more nodes may scan first: see
 
 
 class Allocator(NodeFilter):
-    """Decides which devices ResourceClaims get, exactly as the Kubernetes 1.36 scheduler would.
+    """Decides which devices ResourceClaims get, exactly as the Kubernetes 1.37 scheduler would.
 
     Pure and thread-safe: it reads the objects it is given and writes nothing; the
     caller persists allocations. Objects may be wire dicts (as ``kubectl get -o yaml``
