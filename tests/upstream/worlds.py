@@ -124,7 +124,7 @@ class _Builder:
         rng = self.rng
         short = driver.split(".", maxsplit=1)[0]
         pool = f"{node}-{short}"
-        count = rng.randint(1, 4)
+        count = rng.randint(2, 6)
         partitionable = driver == GPU and _pick(rng, 0.2)
         devices = []
         for i in range(count):
@@ -285,7 +285,7 @@ class _Builder:
             self.features.add("all")
             out["allocationMode"] = "All"
         else:
-            count = rng.choice((1, 1, 1, 2, 2, 3))
+            count = rng.choice((1, 1, 1, 1, 2, 2, 3))
             if _pick(rng, 0.04):
                 self.features.add("count-zero")
                 count = 0
@@ -325,14 +325,14 @@ class _Builder:
 
     def claim(self, name: str, classes: list[str]) -> Wire:
         rng = self.rng
-        requests = []
-        names = []
+        requests: list[Wire] = []
+        names: list[str] = []
         for r in range(rng.choice((1, 1, 2, 2, 3))):
             rname = f"r{r}"
             names.append(rname)
             if _pick(rng, 0.2):
                 self.features.add("first-available")
-                subs = []
+                subs: list[Wire] = []
                 for s in range(rng.randint(2, 3)):
                     sub = {"name": f"s{s}", **self.exact(classes, sub=True)}
                     subs.append(sub)
@@ -364,7 +364,7 @@ class _Builder:
         if not self.devices:
             return None
         picked = rng.sample(self.devices, min(len(self.devices), rng.randint(1, 3)))
-        results = []
+        results: list[Wire] = []
         admin = _pick(rng, 0.1)
         for driver, pool, dev in picked:
             result: Wire = {"request": "r", "driver": driver, "pool": pool, "device": dev["name"]}
