@@ -399,6 +399,10 @@ class Search:
         for rj in range(ri, len(claim.requests)):
             request = claim.requests[rj]
             alts = [self.data[(ci, rj, s)] for s in range(len(request.alternatives))]
+            if any(cand.error is not None for rd in alts for cand in rd.candidates):
+                # upstream's search may reach this CEL error (on a request the constraint
+                # covers or on one before): so must this one
+                return True
             covered = [
                 rd
                 for rd in alts
@@ -408,8 +412,6 @@ class Search:
                 continue  # an alternative outside the constraint: no bound from it
             if any(rd.all_devices is not None or rd.request.admin_access for rd in covered):
                 return True  # "All" must reach its own error; admin access may reuse devices
-            if any(cand.error is not None for rd in covered for cand in rd.candidates):
-                return True  # upstream's search may reach the CEL error: so must this one
             need += min(rd.num_devices for rd in covered)
             for rd in covered:
                 pool = rd.all_devices if rd.all_devices is not None else rd.candidates

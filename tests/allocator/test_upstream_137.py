@@ -353,3 +353,21 @@ def test_counter_set_without_counters_is_refused() -> None:
     slice_obj["spec"]["sharedCounters"][0]["counters"] = {}
     with pytest.raises(InvalidInputError, match=r"sharedCounters\[0\]\.counters: is required"):
         allocate([slice_obj], [claim(exact("r"))])
+
+
+def test_cel_error_of_a_request_before_the_one_a_constraint_rules_out_is_met() -> None:
+    """Seed 5000553 of make fuzz-upstream, shrunk: r1's selector fails on the device left for
+    it; upstream meets that before it finds that r2's constraint cannot hold."""
+    other = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "o"}}
+    other["spec"] = {}
+    requests = (
+        exact("r0"),
+        exact("r1", selectors=[{"cel": {"expression": MISSING}}]),
+        {"name": "r2", "exactly": {"deviceClassName": "o"}},
+    )
+    constrained = claim(*requests)
+    constrained["spec"]["devices"]["constraints"] = [
+        {"matchAttribute": f"{DRIVER}/speed", "requests": ["r2"]}
+    ]
+    with pytest.raises(InvalidInputError, match="CEL runtime error"):
+        allocate([TWO], [constrained], [device_class(), other])
