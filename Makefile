@@ -15,8 +15,8 @@ LAB_BUILD := dra_jupyter/labextension/static/style.js
 LAB_SOURCES := labextension/package.json labextension/yarn.lock \
 	$(wildcard labextension/src/*.ts labextension/schema/*.json labextension/style/*)
 
-.PHONY: install test unit lint typecheck layers pytest fuzz demo lab labextension bench \
-	bench-latency bench-placement bench-load bench-service clean
+.PHONY: install test unit lint typecheck layers pytest fuzz fuzz-upstream demo lab labextension bench \
+	bench-latency bench-upstream bench-placement bench-load bench-service clean
 
 install: $(STAMP)
 
@@ -84,6 +84,7 @@ test: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache  # the layers: [tool.importlinter] in pyproject.toml
 	$(BIN)/python scripts/k8s-testenv build  # Kubernetes for tests/k8s: once, then cached
+	$(BIN)/python scripts/upstream-allocator build  # the real allocator for tests/upstream
 	$(BIN)/python -m pytest -q
 
 # The fuzz suites at length: the property tests of tests/test_cli_fuzz.py (mutated object
@@ -97,6 +98,16 @@ fuzz: install
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/test_cli_fuzz.py \
 		tests/local/test_ledger_damage.py tests/server/test_rest_fuzz.py \
 		--hypothesis-show-statistics
+
+# Ours against the real Kubernetes 1.37.2 allocator (tools/upstream-allocator, built and
+# cached like the test control plane) on N seeded random worlds from seeds `make test` does
+# not use (FIRST_SEED on); agreement per feature, and each mismatch shrunk into a small
+# reproducer (JSON, under $TMPDIR/dra-jupyter-fuzz-upstream). About 1 s per 200 worlds.
+N ?= 10000
+FIRST_SEED ?= 1000000
+fuzz-upstream: install
+	$(BIN)/python scripts/upstream-allocator build
+	$(BIN)/python -m tests.upstream.differential --worlds $(N) --first-seed $(FIRST_SEED)
 
 # The main job on the embedded default, then (from a terminal) the example notebooks in
 # JupyterLab with the server extension; idle release after 2 minutes so it can be watched.
@@ -113,10 +124,15 @@ lab: install $(LAB_BUILD)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab $(LAB_ARGS)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
-bench: bench-latency bench-placement bench-load bench-service
+bench: bench-latency bench-upstream bench-placement bench-load bench-service
 
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
+
+# Cold calls side by side with the real allocator (tools/upstream-allocator), one run
+bench-upstream: install
+	$(BIN)/python scripts/upstream-allocator build
+	$(BIN)/python benchmarks/bench_upstream.py --repeat 20
 
 bench-placement: install
 	$(BIN)/python benchmarks/bench_placement.py --json benchmarks/placement.json --plot benchmarks/placement.png

@@ -54,6 +54,8 @@ TIERS = {
     "widgets": "kernel",
     "widgets/test_arguments.py": "pure",
     "widgets/test_history.py": "pure",
+    # the Go harness of the real allocator: built like tests/k8s's control plane
+    "upstream": "k8s",
     "test_api_inventories.py": "pure",
     "test_claimspec.py": "pure",
     "test_cli.py": "pure",

@@ -668,9 +668,10 @@ INVALID: dict[str, tuple[Callable[[Path], Path], tuple[str, ...], bool]] = {
         ("ResourceClaim default/x", f"{_REQ0}.selectors[0]", "cost", "1000000"),
         True,
     ),
-    "count-zero": (
-        _write([*hgx(), claim("x", request("gpu", GPU, 0))]),
-        ("ResourceClaim default/x", f"{_REQ0}.count", "0"),
+    # count 0 is not given (omitempty) and defaults to 1, as kube-apiserver does
+    "count-negative": (
+        _write([*hgx(), claim("x", request("gpu", GPU, -1))]),
+        ("ResourceClaim default/x", f"{_REQ0}.count", "-1"),
         True,
     ),
     "request-name-upper-case": (

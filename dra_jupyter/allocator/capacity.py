@@ -1,16 +1,23 @@
 """Consumable capacity (KEP-5075): how much of a device's capacity a request consumes.
 
-A port of upstream ``consumable_capacity.go`` (1.36): a request names amounts per
+A port of upstream ``consumable_capacity.go`` (1.37): a request names amounts per
 capacity; an amount left out takes the policy's default or, without one, the whole
 capacity; ``validRange`` rounds up to ``min + n*step`` and ``validValues`` to the first
 value at least as large; an amount outside the policy makes the device ineligible.
+
+Steps are counted as upstream does with the gate ``DRAFractionalCapacityRange``: off (the
+1.37 default), on whole numbers (``Quantity.Value()``, which rounds up); on, on
+milli-units (:mod:`dra_jupyter.model.features`). A rounded amount prints in the step's
+format, as upstream's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 
-from dra_jupyter.model.objects import Device, DeviceCapacity, RequestPolicy
+from dra_jupyter.model import features
+from dra_jupyter.model.objects import Device, DeviceCapacity, RequestPolicy, ValidRange
 from dra_jupyter.model.quantity import Quantity
 
 Consumed = dict[str, Quantity]
@@ -30,13 +37,31 @@ def _consumed_one(requested: Quantity | None, cap: DeviceCapacity) -> Quantity:
             return rng.min
         if rng.step is None:
             return requested
-        step, low = int(rng.step), int(rng.min)
-        n = -(-(int(requested) - low) // step) if step else 0
-        return Quantity.from_value(low + step * n, "BinarySI")
+        milli = _milli(rng)
+        step, low, want = (_units(q, milli) for q in (rng.step, rng.min, requested))
+        n = -(-(want - low) // step) if step else 0
+        total = low + step * n
+        return Quantity.from_value(Fraction(total, 1000) if milli else total, rng.step.format)
     for valid in policy.valid_values:
         if requested <= valid:
             return valid
     return requested
+
+
+def _milli(rng: ValidRange) -> bool:
+    """Upstream ``useMilli``: the gate is on and min, max and step are whole milli-units
+    (the step at least 1m)."""
+    if not features.current().dra_fractional_capacity_range:
+        return False
+    for q in (rng.min, rng.max, rng.step):
+        if q is not None and (q.value * 1000).denominator != 1:
+            return False
+    return rng.step is None or rng.step.value * 1000 >= 1
+
+
+def _units(q: Quantity, milli: bool) -> int:
+    """``MilliValue()`` or ``Value()``: rounded up (away from zero)."""
+    return int(Quantity.from_value(q.value * 1000)) if milli else int(q)
 
 
 def _violates(amount: Quantity, policy: RequestPolicy | None) -> bool:
@@ -48,8 +73,13 @@ def _violates(amount: Quantity, policy: RequestPolicy | None) -> bool:
         rng = policy.valid_range
         if rng.max is not None and amount > rng.max:
             return True
-        step = int(rng.step) if rng.step is not None else 0
-        return bool(step) and (int(amount) - int(rng.min)) % step != 0
+        if rng.step is None:
+            return False
+        milli = _milli(rng)
+        if milli and (amount.value * 1000).denominator != 1:
+            return True
+        step = _units(rng.step, milli)
+        return bool(step) and (_units(amount, milli) - _units(rng.min, milli)) % step != 0
     if policy.valid_values:
         return amount not in policy.valid_values
     return False

@@ -15,7 +15,7 @@ from dra_jupyter.allocator.cache import (
     read_values,
     request_shape,
 )
-from dra_jupyter.allocator.capacity import consumed_capacity, fits
+from dra_jupyter.allocator.capacity import consumed_capacity
 from dra_jupyter.allocator.explain import Explanation, explain
 from dra_jupyter.allocator.pools import Pool, usable_devices
 from dra_jupyter.allocator.prefilter import NodeFilter
@@ -82,7 +82,7 @@ every node. (``topology`` on a cluster of more nodes may scan first: see
 
 
 class Allocator(NodeFilter):
-    """Decides which devices ResourceClaims get, exactly as the Kubernetes 1.36 scheduler would.
+    """Decides which devices ResourceClaims get, exactly as the Kubernetes 1.37 scheduler would.
 
     Pure and thread-safe: it reads the objects it is given and writes nothing; the
     caller persists allocations. Objects may be wire dicts (as ``kubectl get -o yaml``
@@ -619,10 +619,10 @@ class Allocator(NodeFilter):
                     dev_id = DeviceID(slice_.driver, slice_.pool, device.name)
                     if not selectable(rd, claim, slice_, device, dev_id, node, self.matches):
                         continue
+                    # only the device's own capacity decides (1.37): one whose capacity
+                    # is used up by other claims stays in the set, and the request fails
                     consumed = consumed_capacity(rd.request.capacity_requests, device)
-                    if consumed is None or not fits(
-                        device, consumed, self.state.capacity.get(dev_id)
-                    ):
+                    if consumed is None:
                         continue
                     out.append(
                         Candidate(

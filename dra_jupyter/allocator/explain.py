@@ -413,7 +413,56 @@ def _why_together(
                     f"eligible devices, {needed} needed"
                 )
                 return
+    competition = _competition(claims, data)
     report.reasons.append(
-        "each request could be served alone, but not all together: they compete for the same "
-        "devices or counters, or a constraint cannot hold across them"
+        "each request could be served alone, but not all together: "
+        + (
+            competition
+            or "they compete for the same devices or counters, or a constraint "
+            "cannot hold across them"
+        )
     )
+
+
+def _competition(claims: list[ResourceClaim], data: dict[tuple[int, int, int], RequestData]) -> str:
+    """Which requests compete, and for what: the devices two requests could both take
+    (whole), the shared devices whose capacity both would consume, the counter sets both
+    would draw from; the first alternative of each request. Empty when none overlap (then
+    a constraint is what cannot hold)."""
+    entries: list[tuple[str, RequestData]] = []
+    for (ci, _ri, si), rd in data.items():
+        if si == 0:
+            entries.append((f"claim {claims[ci].key} request {rd.name}", rd))
+
+    def resources(rd: RequestData) -> tuple[set[str], set[str], set[str]]:
+        pool = rd.all_devices if rd.all_devices is not None else rd.candidates
+        whole: set[str] = set()
+        shared: set[str] = set()
+        counters: set[str] = set()
+        for cand in pool:
+            (shared if cand.device.allow_multiple_allocations else whole).add(str(cand.id))
+            for used in cand.device.consumes_counters:
+                counters.add(f"{cand.pool.id}/{used.counter_set}")
+        return whole, shared, counters
+
+    found = [(label, resources(rd), rd.num_devices) for label, rd in entries]
+    lines: list[str] = []
+    for i, (a, (whole_a, shared_a, counters_a), need_a) in enumerate(found):
+        for b, (whole_b, shared_b, counters_b), need_b in found[i + 1 :]:
+            what = []
+            if both := whole_a & whole_b:
+                what.append(f"devices {_few(both)} ({need_a} + {need_b} needed of {len(both)})")
+            if both := shared_a & shared_b:
+                what.append(f"the capacity of {_few(both)}")
+            if both := counters_a & counters_b:
+                what.append(f"the counters of {_few(both)}")
+            if what:
+                lines.append(f"{a} and {b} compete for {' and '.join(what)}")
+    if len(lines) > 3:
+        lines = [*lines[:3], f"and {len(lines) - 3} more pairs"]
+    return "; ".join(lines)
+
+
+def _few(names: set[str]) -> str:
+    shown = sorted(names)
+    return ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")

@@ -38,9 +38,9 @@ def configs(claim: ResourceClaim, chosen: list[RequestData]) -> tuple[Wire, ...]
     """``devices.config``: each used class's config once (FromClass), then the claim's (FromClaim).
 
     ``chosen`` holds, per request of the claim, the request or the chosen subrequest.
-    This is Kubernetes 1.36 exactly: a claim config naming N requests is copied once
-    per named request that was allocated (1.37 copies it once and leaves ``requests``
-    out when a config covers every request).
+    This is Kubernetes 1.37 exactly: a claim config is copied once if it names any
+    allocated request (or chosen subrequest), and a config that applies to every request
+    of the claim has its ``requests`` left out ("empty means all").
     """
     out: list[Wire] = []
     class_entries: dict[str, list[Wire]] = {}
@@ -60,17 +60,21 @@ def configs(claim: ResourceClaim, chosen: list[RequestData]) -> tuple[Wire, ...]
         if not config.requests:
             out.append({"source": "FromClaim", **config.configuration})
             continue
-        for request, rd in zip(claim.requests, chosen, strict=True):
-            if request.name in config.requests or (
-                rd.parent is not None and rd.name in config.requests
-            ):
-                out.append(
-                    {
-                        "source": "FromClaim",
-                        "requests": list(config.requests),
-                        **config.configuration,
-                    }
-                )
+        if any(
+            request.name in config.requests
+            or (rd.parent is not None and rd.name in config.requests)
+            for request, rd in zip(claim.requests, chosen, strict=True)
+        ):
+            out.append(
+                {"source": "FromClaim", "requests": list(config.requests), **config.configuration}
+            )
+    for entry in out:
+        requests = entry.get("requests")
+        if requests and all(
+            request.name in requests or (rd.parent is not None and rd.name in requests)
+            for request, rd in zip(claim.requests, chosen, strict=True)
+        ):
+            del entry["requests"]
     return tuple(out)
 
 

@@ -331,6 +331,14 @@ class Search:
             return Outcome.FAIL if outcome is Outcome.MAX_SIZE else outcome
         rd = self.data[(ci, ri, si)]
         if di == 0 and not in_sub and not self.constraints_feasible(ci, ri):
+            # upstream still looks at this request's devices (each alternative in turn)
+            # and stops with the first CEL error among those not in use
+            sub = 0
+            while (ci, ri, sub) in self.data:
+                alt = self.data[(ci, ri, sub)]
+                if alt.all_devices is None:
+                    self._raise_unreachable_error(ci, alt.candidates, 0, alt.request.admin_access)
+                sub += 1
             return Outcome.FAIL
         if not in_sub and rd.parent is not None:
             all_exceeded = True
@@ -391,6 +399,10 @@ class Search:
         for rj in range(ri, len(claim.requests)):
             request = claim.requests[rj]
             alts = [self.data[(ci, rj, s)] for s in range(len(request.alternatives))]
+            if any(cand.error is not None for rd in alts for cand in rd.candidates):
+                # upstream's search may reach this CEL error (on a request the constraint
+                # covers or on one before): so must this one
+                return True
             covered = [
                 rd
                 for rd in alts
@@ -423,6 +435,18 @@ class Search:
         unused = set().union(*values.values()) - (current or frozenset())
         return len(unused) >= need
 
+    def _raise_unreachable_error(
+        self, ci: int, candidates: Sequence[Candidate], start: int, admin: bool
+    ) -> None:
+        def free(cand: Candidate) -> bool:
+            if admin:
+                return ci not in self.allocating.get(cand.id, ())
+            return not self.in_use(cand.id)
+
+        error = _first_error(candidates, start, free)
+        if error is not None:
+            raise error
+
     def _try_candidates(
         self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: RequestData
     ) -> Outcome:
@@ -431,6 +455,9 @@ class Search:
         needed = rd.num_devices - di
         for index in range(start, len(candidates)):
             if len(candidates) - index < needed:
+                # too few left to succeed; upstream still looks at each of them and stops
+                # with the first CEL error among those not in use
+                self._raise_unreachable_error(ci, candidates, index, request.admin_access)
                 break
             cand = candidates[index]
             if request.admin_access:
@@ -450,6 +477,15 @@ class Search:
             if outcome is Outcome.MAX_SIZE:
                 return outcome
         return Outcome.FAIL
+
+
+def _first_error(
+    candidates: Sequence[Candidate], start: int, free: Callable[[Candidate], bool]
+) -> InvalidInputError | None:
+    for cand in candidates[start:]:
+        if cand.error is not None and free(cand):
+            return cand.error
+    return None
 
 
 def list_candidates(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from dra_jupyter.errors import ECHO_LIMIT, ObjectError, shown
-from dra_jupyter.model import limits
+from dra_jupyter.model import features, limits
 from dra_jupyter.model.attributes import AttributeValue, Version
 from dra_jupyter.model.objects import (
     AllocationResult,
@@ -308,8 +308,6 @@ def _capacity(ctx: _Ctx, raw: Any, path: str) -> DeviceCapacity:
             ctx.quantity(v, f"{ppath}.validValues[{i}]")
             for i, v in enumerate(ctx.seq(p.get("validValues"), f"{ppath}.validValues", 10))
         )
-        if list(values) != sorted(set(values)):
-            raise ctx.fail(f"{ppath}.validValues", "must be unique and in ascending order")
         valid_range = None
         if p.get("validRange") is not None:
             r = ctx.mapping(p["validRange"], f"{ppath}.validRange")
@@ -323,15 +321,17 @@ def _capacity(ctx: _Ctx, raw: Any, path: str) -> DeviceCapacity:
         if values and valid_range:
             raise ctx.fail(ppath, "must not set both validValues and validRange")
         policy = RequestPolicy(default=default, valid_values=values, valid_range=valid_range)
-        _check_policy(ctx, policy, ppath)
+        _check_policy(ctx, policy, value, ppath)
     return DeviceCapacity(value=value, request_policy=policy)
 
 
-def _check_policy(ctx: _Ctx, policy: RequestPolicy, path: str) -> None:
-    """What the API server checks of a request policy's default (as kube-apiserver 1.37
-    answers it): one beside validValues or validRange, and inside them. (It also refuses
-    options above the capacity's value; upstream's own allocator tests hold such devices,
-    so they are left to the allocator, which never grants more than the value.)"""
+def _check_policy(ctx: _Ctx, policy: RequestPolicy, value: Quantity, path: str) -> None:
+    """What kube-apiserver 1.37 checks of a request policy (``validateRequestPolicy``):
+    a default beside validValues or validRange and inside them, options and bounds within
+    the capacity's ``value``, and steps from ``min`` to the default and to ``max``. Steps
+    are counted on whole numbers (``Quantity.Value()``, rounded up) unless the gate
+    ``DRAFractionalCapacityRange`` is on and the range or default has a fraction: then on
+    milli-units (:mod:`dra_jupyter.model.features`)."""
     default, values, valid = policy.default, policy.valid_values, policy.valid_range
     kind = "validValues" if values else "validRange" if valid is not None else ""
     if kind and default is None:
@@ -340,21 +340,69 @@ def _check_policy(ctx: _Ctx, policy: RequestPolicy, path: str) -> None:
             f"is required when {kind} is set",
             "give the amount a request that does not ask for this capacity consumes",
         )
-    if values and default not in values:
-        raise ctx.fail(f"{path}.default", f"{default} is not one of validValues")
+    fractional = features.current().dra_fractional_capacity_range
+    if values:
+        for i in range(len(values) - 1):
+            if values[i] > values[i + 1]:
+                raise ctx.fail(
+                    f"{path}.validValues[{i + 1}]", "values must be sorted in ascending order"
+                )
+        seen: set[object] = set()
+        for i, option in enumerate(values):
+            key: object = option.value if fractional else int(option)
+            if key in seen:
+                raise ctx.fail(f"{path}.validValues[{i}]", f"{option} is a duplicate")
+            seen.add(key)
+            if option > value:
+                raise ctx.fail(
+                    f"{path}.validValues[{i}]",
+                    f"option {option} is larger than capacity value {value}",
+                )
+        if default not in values:
+            raise ctx.fail(f"{path}.default", f"{default} is not one of validValues")
+        return
     if valid is None or default is None:
         return
+    rpath = f"{path}.validRange"
+    if valid.min > value:
+        raise ctx.fail(f"{rpath}.min", f"{valid.min} is larger than capacity value {value}")
     if default < valid.min:
         raise ctx.fail(f"{path}.default", f"{default} is less than validRange.min {valid.min}")
-    if valid.max is not None and default > valid.max:
-        raise ctx.fail(f"{path}.default", f"{default} is more than validRange.max {valid.max}")
-    if valid.step is not None and valid.step.value > 0:
-        steps = (default.value - valid.min.value) / valid.step.value
-        if steps.denominator != 1:
+    if valid.max is not None:
+        if valid.min > valid.max:
+            raise ctx.fail(f"{rpath}.max", f"min {valid.min} is larger than max {valid.max}")
+        if valid.max > value:
+            raise ctx.fail(f"{rpath}.max", f"{valid.max} is larger than capacity value {value}")
+        if default > valid.max:
+            raise ctx.fail(f"{path}.default", f"{default} is more than validRange.max {valid.max}")
+    bounds = {"default": default, "min": valid.min, "max": valid.max, "step": valid.step}
+    milli = fractional and any(q is not None and q.value.denominator != 1 for q in bounds.values())
+    if milli:
+        for name, q in bounds.items():
+            if q is not None and (q.value * 1000).denominator != 1:
+                raise ctx.fail(f"{rpath}.{name}", f"{q} cannot be represented as a milli value")
+    step = valid.step
+    if step is None:
+        return
+    if step.value <= 0:
+        raise ctx.fail(f"{rpath}.step", f"{step} must be greater than zero")
+    if valid.min + step > value:
+        raise ctx.fail(
+            f"{rpath}.step", f"one step {valid.min + step} is larger than capacity value {value}"
+        )
+    if not milli:
+        for name, q in bounds.items():
+            if q is not None and not 0 <= q.value <= 2**63 - 1:
+                raise ctx.fail(f"{rpath}.{name}", f"{q} must be between 0 and 9223372036854775807")
+
+    def units(q: Quantity) -> int:
+        return int(q.value * 1000) if milli else int(q)
+
+    for field, q in (("default", default), ("validRange.max", valid.max)):
+        if q is not None and (units(q) - units(valid.min)) % units(step) != 0:
             raise ctx.fail(
-                f"{path}.default",
-                f"{default} is not validRange.min {valid.min} plus a whole number of "
-                f"steps of {valid.step}",
+                f"{path}.{field}",
+                f"{q} is not validRange.min {valid.min} plus a whole number of steps of {step}",
             )
 
 
@@ -481,20 +529,26 @@ def _device(ctx: _Ctx, raw: Any, path: str, per_device: bool) -> Device:
         raise ctx.fail(
             path, "sets node selection, but the slice does not set perDeviceNodeSelection"
         )
+    capacity = {str(k): _capacity(ctx, v, f"{path}.capacity[{k}]") for k, v in caps_raw.items()}
+    multiple = ctx.boolean(m.get("allowMultipleAllocations"), f"{path}.allowMultipleAllocations")
+    for key, cap in capacity.items():
+        if cap.request_policy is not None and not multiple:
+            raise ctx.fail(
+                f"{path}.capacity[{key}].requestPolicy",
+                "is forbidden: allowMultipleAllocations must be true",
+            )
     return Device(
         name=name,
         attributes={
             str(k): _attribute(ctx, v, f"{path}.attributes[{k}]") for k, v in attrs_raw.items()
         },
-        capacity={str(k): _capacity(ctx, v, f"{path}.capacity[{k}]") for k, v in caps_raw.items()},
+        capacity=capacity,
         consumes_counters=tuple(consumes),
         taints=tuple(
             _taint(ctx, t, f"{path}.taints[{i}]")
             for i, t in enumerate(ctx.seq(m.get("taints"), f"{path}.taints", limits.MAX_TAINTS))
         ),
-        allow_multiple_allocations=ctx.boolean(
-            m.get("allowMultipleAllocations"), f"{path}.allowMultipleAllocations"
-        ),
+        allow_multiple_allocations=multiple,
         binds_to_node=ctx.boolean(m.get("bindsToNode"), f"{path}.bindsToNode"),
         binding_conditions=tuple(
             ctx.seq(
@@ -531,7 +585,7 @@ def parse_resource_slice(obj: Any) -> ResourceSlice:
         spec.get("sharedCounters"), "spec.sharedCounters", limits.MAX_COUNTER_SETS_PER_SLICE
     )
     chosen = (selection is not None) + per_device
-    if chosen > 1 or (chosen == 0 and not shared_raw):
+    if chosen != 1:  # a counters-only slice too (kube-apiserver 1.37)
         raise ctx.fail(
             "spec",
             "must set exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection",
@@ -559,6 +613,8 @@ def parse_resource_slice(obj: Any) -> ResourceSlice:
     shared = []
     for i, s in enumerate(shared_raw):
         sm = ctx.mapping(s, f"spec.sharedCounters[{i}]", required=True)
+        if not sm.get("counters"):
+            raise ctx.fail(f"spec.sharedCounters[{i}].counters", "is required")
         shared.append(
             CounterSet(
                 name=ctx.name(
@@ -609,12 +665,22 @@ def _exact(ctx: _Ctx, raw: Any, path: str, name: str, *, sub: bool) -> ExactRequ
     mode = ctx.string(m.get("allocationMode"), f"{path}.allocationMode") or "ExactCount"
     if mode not in ("ExactCount", "All"):
         raise ctx.fail(f"{path}.allocationMode", f"{shown(mode)} is not ExactCount or All")
-    count = ctx.integer(m.get("count"), f"{path}.count", 1)
-    if mode == "ExactCount" and count <= 0:
+    # kube-apiserver: count is omitempty, so 0 is not given; ExactCount defaults it to 1
+    # (SetDefaults_ExactDeviceRequest); All refuses a count
+    count = ctx.integer(m.get("count"), f"{path}.count", 0)
+    if mode == "ExactCount" and count == 0:
+        count = 1
+    if mode == "ExactCount" and count < 0:
         raise ctx.fail(
             f"{path}.count",
             f"must be at least 1, not {count}",
             "ask for one or more devices, or use allocationMode: All",
+        )
+    if mode == "All" and count != 0:
+        raise ctx.fail(
+            f"{path}.count",
+            "must not be specified when allocationMode is 'All'",
+            "leave count out: All takes every matching device",
         )
     if sub and m.get("adminAccess") is not None:
         raise ctx.fail(f"{path}.adminAccess", "is not allowed in a firstAvailable subrequest")

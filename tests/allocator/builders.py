@@ -176,7 +176,9 @@ def _exact(
     if selectors:
         out["selectors"] = [_selector(s) for s in selectors]
     out["allocationMode"] = allocation_mode
-    if count is not None:
+    # upstream's tables give All requests a count of 1, which its allocator ignores and
+    # kube-apiserver refuses ("must not be specified"): left out here
+    if count is not None and allocation_mode != "All":
         out["count"] = count
     if admin_access is not None:
         out["adminAccess"] = admin_access

@@ -409,6 +409,10 @@ def test_requests_that_compete() -> None:
     assert all(r.funnel == funnel(8, 8, 8, 8, 8, 8, 8) and not r.reasons for r in report.requests)
     [reason] = report.reasons
     assert "could be served alone, but not all together" in reason
+    # who competes, and for what (issue 13)
+    assert "claim default/a request req and claim default/b request req compete for " in reason
+    assert "devices gpu.example.com/node-1/gpu-0, " in reason
+    assert "(5 + 5 needed of 8)" in reason
 
 
 def test_all_mode_reports_the_held_device() -> None:

@@ -437,8 +437,8 @@ def policies(draw: st.DrawFn, memory: int) -> Policy | None:
     high = draw(st.sampled_from((None, *[v for v in aligned if v >= 16])))
     top = high if high is not None else memory
     defaults = [v for v in aligned if v <= top][:4]
-    if not defaults:  # min above the capacity: the API server refuses such a range
-        return None
+    if not defaults or low + step > memory:  # min, or one step from it, above the
+        return None  # capacity: the API server refuses such a range
     default = draw(st.sampled_from(defaults))  # required, in the range, on a step
     return Policy(default=default, min=low, step=step, max=high)
 
