@@ -170,7 +170,7 @@ def test_the_panel_shows_who_waits_in_line(lab: Lab, page: Any, released: None) 
         panel = open_panel(page)
         queue = panel.locator(".dra-queue")
         queue.wait_for(timeout=WAIT_MS)
-        assert "Waiting in line (1)" in queue.inner_text()
+        assert "waiting in line (1)" in queue.inner_text().lower()  # h3 is upper case
         [entry] = queue.locator("li.dra-queue-entry").all_inner_texts()
         assert re.fullmatch(r".+: 2 gpu\.nvidia\.com, waiting \d+ s.*", entry), entry
         lab.api("DELETE", f"/dra/api/claims/{held['name']}")
