@@ -89,7 +89,8 @@ def ours(objects: list[Wire]) -> tuple[int, str, Any]:
         json.dump({"apiVersion": "v1", "kind": "List", "items": objects}, file)
         file.flush()
         out, err = io.StringIO(), io.StringIO()
-        code = cli_main(["allocate", "-f", file.name, "-o", "json"], out, err)
+        argv = ["allocate", "-f", file.name, "--strategy", "first-fit", "-o", "json"]
+        code = cli_main(argv, out, err)  # first-fit: kube-scheduler's choice
     if code != 0:
         return code, err.getvalue(), None
     items = json.loads(out.getvalue())["items"]
