@@ -801,3 +801,14 @@ def test_a_share_that_is_too_big_says_what_is_left(tmp_path: Path) -> None:
         "1 needed; the most left is 40.4Gi of memory (gpu-0)\n"
     ) in str(caught.value)
     session.release_all()
+
+
+def test_same_that_cannot_hold_names_the_keyword(tmp_path: Path) -> None:
+    session = make_session(tmp_path, "h200-8x")
+    with pytest.raises(NeverPossibleError) as caught:
+        session.request(gpu=3, same="pcieRoot", apply_env=False)
+    assert (
+        'claim default/new-request: same="pcieRoot" (matchAttribute '
+        "resource.kubernetes.io/pcieRoot): at most 2 of the devices that could be used have "
+        "the same pcieRoot (pci0000:15), 3 needed"
+    ) in str(caught.value)

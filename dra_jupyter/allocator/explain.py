@@ -568,20 +568,22 @@ def _why_together(
                     value = lookup_attribute(cand.device, cand.id, attr)
                     if value is not None:
                         groups[typed_values(value)] += 1
-            kind = "matchAttribute" if constraint.match_attribute else "distinctAttribute"
+            short = attr.rsplit("/", 1)[-1]
             if constraint.match_attribute and groups:
                 best, count = groups.most_common(1)[0]
                 if count < needed:
                     shown = ", ".join(str(v) for _t, v in sorted(best, key=str))
                     report.reasons.append(
-                        f"claim {claim.key}: {kind} {attr}: at most {count} eligible devices share "
-                        f"one value ({shown}), {needed} needed"
+                        f'claim {claim.key}: same="{short}" (matchAttribute {attr}): at most '
+                        f"{count} of the devices that could be used have the same {short} "
+                        f"({shown}), {needed} needed"
                     )
                     return
             if constraint.distinct_attribute and len(groups) < needed:
                 report.reasons.append(
-                    f"claim {claim.key}: {kind} {attr}: only {len(groups)} distinct values among "
-                    f"eligible devices, {needed} needed"
+                    f'claim {claim.key}: distinct="{short}" (distinctAttribute {attr}): the '
+                    f"devices that could be used have only {len(groups)} different {short} "
+                    f"values, {needed} needed"
                 )
                 return
     competition = _competition(claims, data)
@@ -613,7 +615,7 @@ def _competition(claims: list[ResourceClaim], data: dict[tuple[int, int, int], R
         for cand in pool:
             (shared if cand.device.allow_multiple_allocations else whole).add(str(cand.id))
             for used in cand.device.consumes_counters:
-                counters.add(f"{cand.pool.id}/{used.counter_set}")
+                counters.add(_set_device(cand.pool, used.counter_set))
         return whole, shared, counters
 
     found = [(label, resources(rd), rd.num_devices) for label, rd in entries]
@@ -626,7 +628,7 @@ def _competition(claims: list[ResourceClaim], data: dict[tuple[int, int, int], R
             if both := shared_a & shared_b:
                 what.append(f"the capacity of {_few(both)}")
             if both := counters_a & counters_b:
-                what.append(f"the counters of {_few(both)}")
+                what.append(f"the parts (partitions) of {_few(both)}")
             if what:
                 lines.append(f"{a} and {b} compete for {' and '.join(what)}")
     if len(lines) > 3:

@@ -349,8 +349,8 @@ def test_match_attribute_that_cannot_hold() -> None:
     assert explanation.satisfiable is False
     report = only_node(explanation)
     assert report.reasons == [
-        f"claim default/c: matchAttribute {ROOT}: at most 2 eligible devices share one value "
-        "(r0), 3 needed"
+        f'claim default/c: same="root" (matchAttribute {ROOT}): at most 2 of the devices that '
+        "could be used have the same root (r0), 3 needed"
     ]
     req = only_request(explanation)
     assert req.funnel == funnel(8, 8, 8, 8, 8, 8, 8)
@@ -369,7 +369,7 @@ def test_match_attribute_counts_only_eligible_devices() -> None:
         [claim("c", request("req", "gpu", 3), constraints=[match_attribute(ROOT)])]
     )
     [reason] = only_node(bad).reasons
-    assert "at most 2 eligible devices share one value" in reason
+    assert "at most 2 of the devices that could be used have the same root" in reason
     assert "(r2)" in reason or "(r3)" in reason
 
 
@@ -387,7 +387,9 @@ def test_match_attribute_across_requests() -> None:
     )
     assert explanation.satisfiable is False
     [reason] = only_node(explanation).reasons
-    assert reason.startswith(f"claim default/c: matchAttribute {ROOT}: at most 2 eligible")
+    assert reason.startswith(
+        f'claim default/c: same="root" (matchAttribute {ROOT}): at most 2 of the devices'
+    )
     assert reason.endswith("3 needed")
 
 
@@ -398,8 +400,8 @@ def test_distinct_attribute_that_cannot_hold() -> None:
     )
     assert explanation.satisfiable is False
     assert only_node(explanation).reasons == [
-        f"claim default/c: distinctAttribute {ROOT}: only 2 distinct values among eligible "
-        "devices, 3 needed"
+        f'claim default/c: distinct="root" (distinctAttribute {ROOT}): the devices that could '
+        "be used have only 2 different root values, 3 needed"
     ]
 
 
@@ -710,3 +712,21 @@ def test_counters_stage_in_device_words() -> None:
         "the free device of class gpu is blocked by partitions in use, 1 needed: "
         "the memory slices of gpu-3 are taken by claim default/x"
     )
+
+
+def test_requests_that_compete_for_the_parts_of_a_gpu() -> None:
+    """The whole GPU and its partitions draw on the same counter set: the competition names
+    the GPU, not the counter set."""
+    allocator = _partitioned()
+    explanation = allocator.explain(
+        [claim("a", request("one", "gpu")), claim("b", request("four", "gpu", 4))]
+    )
+    assert explanation.satisfiable is False
+    [reason] = only_node(explanation).reasons
+    assert reason.startswith("each request could be served alone, but not all together: ")
+    assert reason.endswith(
+        "claim default/a request one and claim default/b request four compete for devices "
+        f"{DRIVER}/{NODE}/gpu-0, {DRIVER}/{NODE}/gpu-0-part-0, {DRIVER}/{NODE}/gpu-0-part-1 "
+        "and 2 more (1 + 4 needed of 5) and the parts (partitions) of gpu-0"
+    ), reason
+    assert "counter" not in reason
