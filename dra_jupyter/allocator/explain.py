@@ -11,6 +11,7 @@ are examined instead.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -311,7 +312,9 @@ def _counters_left(allocator: Allocator, device: Device, pool: Pool, tally: _Tal
                 tally.scarce.setdefault(use.counter_set, {})[name] = left
     for name in blocked:
         tally.counter_sets[name] += 1
-        whole = tally.counter_devices.setdefault(name, _set_device(pool, name))
+        if name not in tally.counter_devices:
+            tally.counter_devices[name] = _set_device(pool, name)
+        whole = tally.counter_devices[name]
         if whole in consumers.get(name, ()):
             tally.taken_whole.add(name)
         for holder in holders.get(name, ()):
@@ -366,10 +369,12 @@ _COMPARISON = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=256)
 def _compared(expr: str) -> tuple[str, str, str] | None:
-    """What a selector compares: (domain, attribute, the value it must have), or None."""
-    if _MEMORY_SELECTOR.fullmatch(expr):
-        return None
+    """What a selector compares: (domain, attribute, the value it must have), or None;
+    ("", "memory", "") for a selector on a device's memory."""
+    if _MEMORY_COMPARED.search(expr):
+        return "", "memory", ""
     if m := _MODEL_SELECTOR.fullmatch(expr):
         return m["domain"], m["attr"], m["model"]
     if m := _COMPARISON.search(expr):
@@ -380,17 +385,17 @@ def _compared(expr: str) -> tuple[str, str, str] | None:
 def _note_ruled_out(tally: _Tally, i: int, expr: str, device: Device, dev_id: DeviceID) -> None:
     """Remember what a device a selector rules out has instead: its memory, or the value
     of the attribute the selector compares."""
-    if _MEMORY_COMPARED.search(expr):
+    compared = _compared(expr)
+    if compared is None:
+        return
+    domain, attr, _wanted = compared
+    if not domain:  # memory
         cap = device.capacity.get("memory")
         if cap is not None:
             best = tally.largest_memory.get(i)
             if best is None or cap.value > best[0]:
                 tally.largest_memory[i] = (cap.value, dev_id.device)
         return
-    compared = _compared(expr)
-    if compared is None:
-        return
-    domain, attr, _wanted = compared
     value = lookup_attribute(device, dev_id, f"{domain}/{attr}")
     if value is not None:
         shown = ", ".join(str(v) for _t, v in sorted(typed_values(value), key=str))
@@ -615,8 +620,13 @@ def _competition(claims: list[ResourceClaim], data: dict[tuple[int, int, int], R
         for cand in pool:
             (shared if cand.device.allow_multiple_allocations else whole).add(str(cand.id))
             for used in cand.device.consumes_counters:
-                counters.add(_set_device(cand.pool, used.counter_set))
+                key = f"{cand.pool.id}/{used.counter_set}"
+                if key not in devices_of_sets:  # what people call it: the GPU it is
+                    devices_of_sets[key] = _set_device(cand.pool, used.counter_set)
+                counters.add(key)
         return whole, shared, counters
+
+    devices_of_sets: dict[str, str] = {}
 
     found = [(label, resources(rd), rd.num_devices) for label, rd in entries]
     lines: list[str] = []
@@ -628,7 +638,8 @@ def _competition(claims: list[ResourceClaim], data: dict[tuple[int, int, int], R
             if both := shared_a & shared_b:
                 what.append(f"the capacity of {_few(both)}")
             if both := counters_a & counters_b:
-                what.append(f"the parts (partitions) of {_few(both)}")
+                gpus = {devices_of_sets[k] for k in both}
+                what.append(f"the parts (partitions) of {_few(gpus)}")
             if what:
                 lines.append(f"{a} and {b} compete for {' and '.join(what)}")
     if len(lines) > 3:
