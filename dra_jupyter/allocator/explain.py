@@ -478,7 +478,10 @@ def _listed(counts: Counter[str], unit: str = "") -> str:
 
 def _reason(stage: str, before: int, after: int, want: int, rd: RequestData, t: _Tally) -> str:
     all_mode = rd.request.allocation_mode == "All"
-    need = f"all {want} matching devices needed" if all_mode else f"{want} needed"
+    if all_mode:
+        need = f"all {want} matching devices needed" if want > 1 else "at least one needed"
+    else:
+        need = f"{want} needed"
     cls = rd.device_class.name
     if stage == "class":
         named = _noun(cls, 2) != f"devices of class {cls}"
@@ -592,14 +595,28 @@ def _why_together(
                 )
                 return
     competition = _competition(claims, data)
+    constraints = [_constraint_label(c) for claim in claims for c in claim.constraints]
+    if not competition and len({(ci, ri) for ci, ri, _si in data}) == 1 and constraints:
+        # one request: what cannot hold is its constraints, together
+        report.reasons.append(
+            "the devices asked for are here, but no choice of them meets "
+            f"{' and '.join(constraints)} at once"
+        )
+        return
     report.reasons.append(
         "each request could be served alone, but not all together: "
         + (
             competition
-            or "they compete for the same devices or counters, or a constraint "
-            "cannot hold across them"
+            or "they compete for the same devices or their parts, or a constraint (same=, "
+            "distinct=) cannot hold across them"
         )
     )
+
+
+def _constraint_label(constraint: Any) -> str:
+    """``same="pcieRoot"``, ``distinct="numaNode"``: a constraint as the keyword typed."""
+    key = "same" if constraint.match_attribute else "distinct"
+    return f'{key}="{constraint.attribute.rsplit("/", 1)[-1]}"'
 
 
 def _competition(claims: list[ResourceClaim], data: dict[tuple[int, int, int], RequestData]) -> str:

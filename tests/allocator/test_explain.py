@@ -730,3 +730,44 @@ def test_requests_that_compete_for_the_parts_of_a_gpu() -> None:
         "and 2 more (1 + 4 needed of 5) and the parts (partitions) of gpu-0"
     ), reason
     assert "counter" not in reason
+
+
+def test_one_request_whose_constraints_cannot_hold_together() -> None:
+    """One request, two constraints that each could hold: it is the two together that
+    cannot, not requests that compete (there is one)."""
+    numa = f"{DRIVER}/numa"
+    slices = [
+        slice_with_devices(
+            "s",
+            NODE,
+            NODE,
+            DRIVER,
+            *(
+                device(f"gpu-{i}", attributes={"root": f"r{i // 2}", "numa": i // 4})
+                for i in range(8)
+            ),
+        )
+    ]
+    allocator = Allocator(slices, CLASSES)
+    explanation = allocator.explain(
+        [
+            claim(
+                "c",
+                request("req", "gpu", 2),
+                constraints=[match_attribute(ROOT), distinct_attribute(numa)],
+            )
+        ]
+    )
+    assert explanation.satisfiable is False
+    assert only_node(explanation).reasons == [
+        'the devices asked for are here, but no choice of them meets same="root" and '
+        'distinct="numa" at once'
+    ]
+
+
+def test_all_mode_that_matches_nothing_needs_at_least_one() -> None:
+    allocator = _nvidia(*["Hopper"] * 2)
+    [reason] = only_request(allocator.explain([_keywords(gpu="all", model="B200")])).reasons
+    assert reason == (
+        'model="b200" matches none of the 2 GPUs (they are NVIDIA H200), at least one needed'
+    )
