@@ -533,7 +533,7 @@ def test_taint_not_tolerated(tmp_path: Path) -> None:
     assert "default/nb" in err
     assert "request gpu" in err
     assert "gpu.nvidia.com/xid=79:NoSchedule" in err
-    assert "0 of 8" in err
+    assert "0 of the 8 free GPUs are not marked unusable" in err
 
 
 def test_tolerated_taint_allocates(tmp_path: Path) -> None:

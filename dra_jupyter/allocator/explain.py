@@ -542,9 +542,10 @@ def _reason(stage: str, before: int, after: int, want: int, rd: RequestData, t: 
         if more:
             parts.append(f"and the partitions of {more} more devices")
         return f"{text}: {'; '.join(parts)}" if parts else text
+    nouns = _noun(cls, before).split(" of class ")[0]
     return (
-        f"{after} of {before} devices have only tolerated taints, {need}; "
-        f"not tolerated: {_listed(t.taints, ' devices')}"
+        f"{after} of the {before} free {nouns} are not marked unusable, {need}; marked by a "
+        f"taint the request does not tolerate: {_listed(t.taints, ' devices')}"
     )
 
 

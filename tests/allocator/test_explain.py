@@ -108,7 +108,8 @@ def test_held_and_tainted_devices() -> None:
     assert req.eligible == 3
     assert req.enough is False
     assert req.reasons == [
-        "3 of 5 devices have only tolerated taints, 4 needed; not tolerated: "
+        "3 of the 5 free devices are not marked unusable, 4 needed; marked by a taint the "
+        "request does not tolerate: "
         "example.com/unhealthy=true:NoSchedule (2 devices)"
     ]
     assert explanation.summary() == f"node {NODE}: claim default/c, request req: {req.reasons[0]}"
@@ -333,7 +334,7 @@ def test_first_available_none_fits() -> None:
     four, one = only_node(explanation).requests
     assert four.funnel == one.funnel == funnel(8, 8, 8, 2, 2, 2, 0)
     assert four.reasons[0].startswith("2 of the 8 matching devices are free, 4 needed")
-    assert one.reasons[0].startswith("0 of 2 devices have only tolerated taints, 1 needed")
+    assert one.reasons[0].startswith("0 of the 2 free devices are not marked unusable, 1 needed")
     assert explanation.summary().splitlines() == [
         f"node {NODE}: claim default/c, request gpus/four: {four.reasons[0]}",
         f"node {NODE}: claim default/c, request gpus/one: {one.reasons[0]}",
