@@ -738,3 +738,77 @@ def test_a_selector_with_a_value_in_the_wrong_case_gets_the_right_one(tmp_path: 
         session.request(gpu=1, selector=ARCHITECTURE + "'Ampere'", apply_env=False)
     claim = session.request(gpu=1, selector=ARCHITECTURE + '"Hopper"', apply_env=False)
     assert claim.state == "allocated"
+
+
+# --- explain in the user's words (issue 14, item 12) -----------------------------------------
+
+
+def test_a_held_slice_is_named_as_the_part_of_the_gpu_it_takes(mig: Session) -> None:
+    """Not ``shared counters ... used up: gpu-0-counter-set (memory-slice-6, ..., +3 more)``."""
+    part = mig.request(mig="1g.18gb", apply_env=False)
+    with pytest.raises(AllocationError) as caught:
+        mig.request(gpu=1, apply_env=False)
+    message = str(caught.value)
+    assert (
+        "request gpu: the free GPU is blocked by partitions in use, 1 needed: the memory slices "
+        f"and other parts of gpu-0 are taken by claim default/{part.name}\n"
+    ) in message, message
+    assert "counter" not in message, message
+    assert "+" not in message, message
+    part.release()
+    whole = mig.request(gpu=1, apply_env=False)
+    with pytest.raises(AllocationError) as caught:
+        mig.request(mig="3g.71gb", apply_env=False)
+    assert f"gpu-0 is taken whole by claim default/{whole.name}" in str(caught.value)
+
+
+def test_a_mig_profile_too_few_of_names_the_keyword(mig: Session) -> None:
+    """Not ``selector #0 ("device.attributes['gpu.nvidia.com'].profile == ...") rejects 23``."""
+    with pytest.raises(NeverPossibleError) as caught:
+        mig.request(mig="3g.71gb", count=3, apply_env=False)
+    message = str(caught.value)
+    assert (
+        'request mig: mig="3g.71gb" matches only 2 of the 25 MIG devices (the others are '
+        "1g.18gb (7), 1g.18gb+me (7), 1g.35gb (4), 2g.35gb (3) and 2 more), 3 needed"
+    ) in message, message
+    assert "selector #" not in message and "rejects" not in message, message
+
+
+def test_explain_names_the_model_and_what_the_gpus_are(tmp_path: Path) -> None:
+    from dra_jupyter.verdicts import explain_request  # noqa: PLC0415
+
+    session = make_session(tmp_path, "h200-8x")
+    lines = str(explain_request(session, {"gpu": 1, "model": "H100"})).splitlines()
+    assert lines[1] == (
+        "node gpu-node-1: claim default/new-request, request gpu: "
+        'model="h100" matches none of the 8 GPUs (they are NVIDIA H200), 1 needed'
+    )
+    selector = ARCHITECTURE + '"Blackwell"'
+    lines = str(explain_request(session, {"gpu": 1, "selector": selector})).splitlines()
+    assert lines[1].endswith(
+        'request gpu: selector architecture == "Blackwell" matches none of the 8 GPUs '
+        "(they are Hopper), 1 needed"
+    )
+
+
+def test_a_share_that_is_too_big_says_what_is_left(tmp_path: Path) -> None:
+    session = make_session(tmp_path, "h200-shared")
+    session.request(gpu=8, share="100Gi", apply_env=False)
+    with pytest.raises(AllocationError) as caught:
+        session.request(gpu=1, share="60Gi", apply_env=False)
+    assert (
+        "request gpu: 0 of the 8 GPUs not held by others have memory >= 60Gi left to share, "
+        "1 needed; the most left is 40.4Gi of memory (gpu-0)\n"
+    ) in str(caught.value)
+    session.release_all()
+
+
+def test_same_that_cannot_hold_names_the_keyword(tmp_path: Path) -> None:
+    session = make_session(tmp_path, "h200-8x")
+    with pytest.raises(NeverPossibleError) as caught:
+        session.request(gpu=3, same="pcieRoot", apply_env=False)
+    assert (
+        'claim default/new-request: same="pcieRoot" (matchAttribute '
+        "resource.kubernetes.io/pcieRoot): at most 2 of the devices that could be used have "
+        "the same pcieRoot (pci0000:15), 3 needed"
+    ) in str(caught.value)

@@ -11,6 +11,8 @@ are examined instead.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
@@ -36,7 +38,7 @@ STAGE_TEXT = {
     "selectors": "match the request's selectors",
     "free": "are not held by other claims",
     "capacity": "have the capacity asked for",
-    "counters": "have enough shared counters left",
+    "counters": "are not blocked by partitions in use",
     "taints": "have only tolerated taints",
 }
 
@@ -158,10 +160,15 @@ class _Tally:
 
     funnel: Counter[str] = field(default_factory=lambda: Counter(dict.fromkeys(STAGES, 0)))
     rejected: Counter[int] = field(default_factory=Counter)  # per request selector
+    # per request selector: the values the devices it rules out have (what it compares)
+    ruled_out: dict[int, Counter[str]] = field(default_factory=dict)
+    largest_memory: dict[int, tuple[Quantity, str]] = field(default_factory=dict)
     holders: Counter[str] = field(default_factory=Counter)  # claims holding matching devices
     counter_sets: Counter[str] = field(default_factory=Counter)  # devices blocked per set
     scarce: dict[str, dict[str, Fraction]] = field(default_factory=dict)  # set -> counter -> left
-    counter_holders: Counter[str] = field(default_factory=Counter)
+    counter_holders: dict[str, Counter[str]] = field(default_factory=dict)  # set -> holders
+    counter_devices: dict[str, str] = field(default_factory=dict)  # set -> the device it is
+    taken_whole: set[str] = field(default_factory=set)  # sets whose whole device is held
     taints: Counter[str] = field(default_factory=Counter)
     largest_left: dict[str, tuple[Quantity, str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -224,6 +231,7 @@ def _stage(
         for i, expr in enumerate(rd.request.selectors):
             if not allocator.selector_holds(expr, device, dev_id, claim, rd.request, i):
                 tally.rejected[i] += 1
+                _note_ruled_out(tally, i, expr, device, dev_id)
                 passed = False
         if slice_.per_device_node_selection and not (
             device.node_selection is not None and selection_matches(device.node_selection, node)
@@ -276,6 +284,7 @@ def _counters_left(allocator: Allocator, device: Device, pool: Pool, tally: _Tal
     note the exhausted counter and the claims whose devices consume it."""
     used: dict[tuple[str, str], Any] = {}
     users: dict[tuple[str, str], set[str]] = {}
+    consumers: dict[str, set[str]] = {}  # counter set -> the allocated devices drawing on it
     for slice_ in (*pool.slices, *pool.other_slices):
         for other in slice_.devices:
             other_id = DeviceID(slice_.driver, slice_.pool, other.name)
@@ -286,8 +295,9 @@ def _counters_left(allocator: Allocator, device: Device, pool: Pool, tally: _Tal
                     key = (use.counter_set, name)
                     used[key] = used.get(key, 0) + q.value
                     users.setdefault(key, set()).update(allocator.state.holders.get(other_id, ()))
+                consumers.setdefault(use.counter_set, set()).add(other.name)
     blocked: set[str] = set()
-    holders: set[str] = set()
+    holders: dict[str, set[str]] = {}
     for use in device.consumes_counters:
         cs = pool.counter_sets.get(use.counter_set)
         if cs is None:
@@ -297,21 +307,165 @@ def _counters_left(allocator: Allocator, device: Device, pool: Pool, tally: _Tal
             total = cs.counters[name].value
             if used.get(key, 0) + q.value > total:
                 blocked.add(use.counter_set)
-                holders.update(users.get(key, ()))
+                holders.setdefault(use.counter_set, set()).update(users.get(key, ()))
                 left = (total - used.get(key, 0)) / total if total else Fraction(0)
                 tally.scarce.setdefault(use.counter_set, {})[name] = left
     for name in blocked:
         tally.counter_sets[name] += 1
-    for holder in holders:
-        tally.counter_holders[holder] += 1
+        if name not in tally.counter_devices:
+            tally.counter_devices[name] = _set_device(pool, name)
+        whole = tally.counter_devices[name]
+        if whole in consumers.get(name, ()):
+            tally.taken_whole.add(name)
+        for holder in holders.get(name, ()):
+            tally.counter_holders.setdefault(name, Counter())[holder] += 1
     return not blocked
 
 
-def _scarce_counters(counters: dict[str, Fraction]) -> str:
-    """The counters of a set that ran out, the most used up first."""
-    names = sorted(counters, key=lambda n: (counters[n], n))
-    shown = ", ".join(names[:3])
-    return f"{shown}, +{len(names) - 3} more" if len(names) > 3 else shown
+def _set_device(pool: Pool, counter_set: str) -> str:
+    """The device a counter set stands for, as people call it: ``gpu-0`` for
+    ``gpu-0-counter-set`` (the whole device that consumes all of it), else the set's name."""
+    for suffix in ("-counter-set", "-counters", "-counterset"):
+        if counter_set.endswith(suffix):
+            base = counter_set.removesuffix(suffix)
+            names = {d.name for s in (*pool.slices, *pool.other_slices) for d in s.devices}
+            if base in names:
+                return base
+    return f"counter set {counter_set}"
+
+
+def _counter_words(counters: dict[str, Fraction]) -> str:
+    """The counters of a set that ran out, in words, the most used up first:
+    ``memory-slice-6``, ``memory-slice-7`` and ``jpeg-engines`` are its memory slices and
+    jpeg engines."""
+    words: dict[str, Fraction] = {}
+    for name, left in counters.items():
+        word = name.replace("-", " ").replace("_", " ")
+        numbered = re.fullmatch(r"(.*\D) ?(\d+)", word)
+        if numbered:
+            word = numbered[1].rstrip() + "s"  # memory-slice-6 -> memory slices
+        word = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", word).lower()  # copyEngines -> copy engines
+        words[word] = min(left, words.get(word, left))
+    # memory slices first: where a partition may sit (the other parts follow from them)
+    names = sorted(words, key=lambda n: (words[n], "slice" not in n, n))
+    return names[0] if len(names) == 1 else f"{names[0]} and other parts"
+
+
+_MEMORY_SELECTOR = re.compile(
+    r"""'memory' in device\.capacity\[(['"])[^'"]+\1\] && device\.capacity\[(['"])[^'"]+\2\]"""
+    r"""\.memory\.compareTo\(quantity\((['"])(?P<amount>[^'"]+)\3\)\) >= 0"""
+)
+# a selector that compares a device's memory to a quantity (whatever else it says)
+_MEMORY_COMPARED = re.compile(r"""\.memory\.compareTo\(quantity\(""")
+_MODEL_SELECTOR = re.compile(
+    r"""'(?P<attr>productName|tpuGen)' in device\.attributes\[(['"])(?P<domain>[^'"]+)\2\] && """
+    r"""device\.attributes\[(['"])[^'"]+\4\]\.(?P=attr)\.lowerAscii\(\)\.contains\("""
+    r"""'(?P<model>(?:[^'\\]|\\.)*)'\)"""
+)
+# ``device.attributes["gpu.nvidia.com"].architecture == "Hopper"`` (anywhere in a selector)
+_COMPARISON = re.compile(
+    r"""device\.attributes\[(['"])(?P<domain>[^'"]+)\1\]\s*\.\s*(?P<attr>[A-Za-z_]\w*)\s*==\s*"""
+    r"""(?:"(?P<dq>[^"\\]*)"|'(?P<sq>[^'\\]*)')"""
+)
+
+
+@functools.lru_cache(maxsize=256)
+def _compared(expr: str) -> tuple[str, str, str] | None:
+    """What a selector compares: (domain, attribute, the value it must have), or None;
+    ("", "memory", "") for a selector on a device's memory."""
+    if _MEMORY_COMPARED.search(expr):
+        return "", "memory", ""
+    if m := _MODEL_SELECTOR.fullmatch(expr):
+        return m["domain"], m["attr"], m["model"]
+    if m := _COMPARISON.search(expr):
+        return m["domain"], m["attr"], m["dq"] if m["dq"] is not None else m["sq"]
+    return None
+
+
+def _note_ruled_out(tally: _Tally, i: int, expr: str, device: Device, dev_id: DeviceID) -> None:
+    """Remember what a device a selector rules out has instead: its memory, or the value
+    of the attribute the selector compares."""
+    compared = _compared(expr)
+    if compared is None:
+        return
+    domain, attr, _wanted = compared
+    if not domain:  # memory
+        cap = device.capacity.get("memory")
+        if cap is not None:
+            best = tally.largest_memory.get(i)
+            if best is None or cap.value > best[0]:
+                tally.largest_memory[i] = (cap.value, dev_id.device)
+        return
+    value = lookup_attribute(device, dev_id, f"{domain}/{attr}")
+    if value is not None:
+        shown = ", ".join(str(v) for _t, v in sorted(typed_values(value), key=str))
+        tally.ruled_out.setdefault(i, Counter())[shown] += 1
+
+
+def _human_bytes(q: Quantity) -> str:
+    """``143771Mi`` -> ``140.4Gi``, rounded down (never more than a device has)."""
+    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20)):
+        if q.value >= size:
+            shown = q.value / size
+            if shown.denominator == 1:
+                return f"{shown.numerator}{unit}"
+            tenths = int(shown * 10)
+            return f"{tenths // 10}.{tenths % 10}{unit}"
+    return str(q)
+
+
+def _noun(device_class: str, n: int) -> str:
+    """What the devices of a class are called: GPUs, MIG devices, TPU chips."""
+    one, many = {
+        "gpu.nvidia.com": ("GPU", "GPUs"),
+        "gpu.amd.com": ("GPU", "GPUs"),
+        "mig.nvidia.com": ("MIG device", "MIG devices"),
+        "tpu.google.com": ("TPU chip", "TPU chips"),
+    }.get(device_class, (f"device of class {device_class}", f"devices of class {device_class}"))
+    return one if n == 1 else many
+
+
+def _selector_label(expr: str, device_class: str) -> str:
+    """A selector as the user typed it: ``memory="80Gi"``, ``model="h100"``, ``mig="3g.71gb"``,
+    else ``selector <CEL>``."""
+    if m := _MEMORY_SELECTOR.fullmatch(expr):
+        return f'memory="{m["amount"]}"'
+    if m := _MODEL_SELECTOR.fullmatch(expr):
+        return f'model="{m["model"]}"'
+    m = _COMPARISON.fullmatch(expr.strip())
+    if device_class == "mig.nvidia.com" and m and m["attr"] == "profile":
+        return f'mig="{m["dq"] if m["dq"] is not None else m["sq"]}"'
+    return "selector " + _SHORT.sub("", expr)
+
+
+# ``device.attributes["gpu.nvidia.com"].`` before an attribute's name: what a reader skips
+_SHORT = re.compile(r"""device\.(?:attributes|capacity)\[(['"])[^'"]+\1\]\s*\.\s*""")
+
+
+def _values(counts: Counter[str], all_out: bool) -> str:
+    """``they are Blackwell``, ``the others are 1g.18gb (7), 2g.35gb (4) and 2 more``."""
+    who = "they are" if all_out else "the others are"
+    if len(counts) == 1:
+        return f"{who} {next(iter(counts))}"
+    shown = [f"{v} ({n})" for v, n in sorted(counts.items(), key=lambda x: (-x[1], x[0]))[:4]]
+    more = f" and {len(counts) - 4} more" if len(counts) > 4 else ""
+    return f"{who} " + ", ".join(shown) + more
+
+
+def _selector_phrase(i: int, before: int, rd: RequestData, t: _Tally) -> str:
+    """``model="h100" matches none of the 8 GPUs (they are NVIDIA H200)``."""
+    expr = rd.request.selectors[i]
+    cls = rd.device_class.name
+    matched = before - t.rejected[i]
+    how_many = "none" if matched == 0 else f"only {matched}"
+    text = f"{_selector_label(expr, cls)} matches {how_many} of the {before} {_noun(cls, before)}"
+    if i in t.largest_memory:
+        amount, name = t.largest_memory[i]
+        most = "the most memory is" if matched == 0 else "the others have at most"
+        return f"{text} ({most} {_human_bytes(amount)}, {name})"
+    if i in t.ruled_out:
+        return f"{text} ({_values(t.ruled_out[i], matched == 0)})"
+    return text
 
 
 def _listed(counts: Counter[str], unit: str = "") -> str:
@@ -324,48 +478,74 @@ def _listed(counts: Counter[str], unit: str = "") -> str:
 
 def _reason(stage: str, before: int, after: int, want: int, rd: RequestData, t: _Tally) -> str:
     all_mode = rd.request.allocation_mode == "All"
-    need = f"all {want} matching devices needed" if all_mode else f"{want} needed"
+    if all_mode:
+        need = f"all {want} matching devices needed" if want > 1 else "at least one needed"
+    else:
+        need = f"{want} needed"
     cls = rd.device_class.name
     if stage == "class":
+        named = _noun(cls, 2) != f"devices of class {cls}"
+        where = f" (class {cls})" if named else ""
         if after == 0:
-            return f"no device matches class {cls} ({need})"
-        return f"only {after} devices match class {cls}, {need}"
+            return f"no {_noun(cls, 2)} here{where} ({need})"
+        return f"only {after} {_noun(cls, after)} here{where}, {need}"
     if stage == "selectors":
-        worst = ", ".join(
-            f"selector #{i} ({rd.request.selectors[i]!r}) rejects {n}"
-            for i, n in t.rejected.most_common(2)
-        )
-        text = f"{after} of {before} devices of class {cls} match the selectors, {need}"
-        return f"{text}: {worst}" if worst else text
+        worst = [_selector_phrase(i, before, rd, t) for i, _n in t.rejected.most_common(2)]
+        if len(worst) == 1 and before - t.rejected.most_common(1)[0][1] == after:
+            return f"{worst[0]}, {need}"  # the one selector that rules devices out
+        nouns = _noun(cls, before)
+        text = f"{after} of the {before} {nouns} match everything asked, {need}"
+        return f"{text}: {'; '.join(worst)}" if worst else text
     if stage == "free":
-        text = f"{after} of {before} matching devices are free, {need}"
+        nouns = _noun(cls, before).split(" of class ")[0]
+        text = f"{after} of the {before} matching {nouns} are free, {need}"
         return f"{text}; held by {_listed(t.holders)}" if t.holders else text
     if stage == "capacity":
-        asked = ", ".join(f"{k} >= {v}" for k, v in rd.request.capacity_requests.items())
+        nouns = _noun(cls, before)
+        asked = " and ".join(f"{k} >= {v}" for k, v in rd.request.capacity_requests.items())
         text = (
-            f"{after} of {before} free devices have the capacity asked for "
-            f"({asked or 'the whole device'}), {need}"
+            f"{after} of the {before} {nouns} not held by others have {asked} left to share"
+            if asked
+            else f"{after} of the {before} {nouns} not held by others are unshared (a request "
+            "without share= takes the whole device)"
         )
-        others = "the others have" if after else "the devices have"
+        text += f", {need}"
+        others = "the others have" if after else "the most left is"
         left = "; ".join(
-            f"{others} at most {v[0]} of {k} left ({v[1]})" for k, v in t.largest_left.items()
+            f"{others} {_human_bytes(v[0]) if k == 'memory' else v[0]} of {k} "
+            f"({v[1].rsplit('/', 1)[-1]})"
+            for k, v in t.largest_left.items()
         )
         return f"{text}; {left}" if left else text
     if stage == "counters":
-        text = f"{after} of {before} devices have enough shared counters left, {need}"
-        if t.counter_sets:
-            sets = [
-                f"{name} ({_scarce_counters(t.scarce[name])})"
-                for name, _n in t.counter_sets.most_common(3)
-            ]
-            more = len(t.counter_sets) - len(sets)
-            text += f"; used up: {'; '.join(sets)}" + (f"; and {more} more sets" if more else "")
-        if t.counter_holders:
-            text += f"; consumed by {_listed(t.counter_holders)}"
-        return text
+        if after:
+            text = f"only {after} of the {before} free {_noun(cls, before)} are not blocked"
+        elif before == 1:
+            text = f"the free {_noun(cls, 1)} is blocked"
+        else:
+            text = f"all {before} free {_noun(cls, before)} are blocked"
+        text += f" by partitions in use, {need}"
+        parts = []
+        for name, _n in t.counter_sets.most_common(3):
+            whole = t.counter_devices[name]
+            if name in t.taken_whole:
+                part = f"{whole} is taken whole"
+            else:
+                part = f"the {_counter_words(t.scarce[name])} of {whole} are taken"
+            holders = t.counter_holders.get(name)
+            if holders and len(holders) == 1:
+                part += f" by claim {next(iter(holders))}"
+            elif holders:
+                part += f" by claims {_listed(holders, ' blocked')}"
+            parts.append(part)
+        more = len(t.counter_sets) - len(parts)
+        if more:
+            parts.append(f"and the partitions of {more} more devices")
+        return f"{text}: {'; '.join(parts)}" if parts else text
+    nouns = _noun(cls, before).split(" of class ")[0]
     return (
-        f"{after} of {before} devices have only tolerated taints, {need}; "
-        f"not tolerated: {_listed(t.taints, ' devices')}"
+        f"{after} of the {before} free {nouns} are not marked unusable, {need}; marked by a "
+        f"taint the request does not tolerate: {_listed(t.taints, ' devices')}"
     )
 
 
@@ -397,31 +577,47 @@ def _why_together(
                     value = lookup_attribute(cand.device, cand.id, attr)
                     if value is not None:
                         groups[typed_values(value)] += 1
-            kind = "matchAttribute" if constraint.match_attribute else "distinctAttribute"
+            short = attr.rsplit("/", 1)[-1]
             if constraint.match_attribute and groups:
                 best, count = groups.most_common(1)[0]
                 if count < needed:
                     shown = ", ".join(str(v) for _t, v in sorted(best, key=str))
                     report.reasons.append(
-                        f"claim {claim.key}: {kind} {attr}: at most {count} eligible devices share "
-                        f"one value ({shown}), {needed} needed"
+                        f'claim {claim.key}: same="{short}" (matchAttribute {attr}): at most '
+                        f"{count} of the devices that could be used have the same {short} "
+                        f"({shown}), {needed} needed"
                     )
                     return
             if constraint.distinct_attribute and len(groups) < needed:
                 report.reasons.append(
-                    f"claim {claim.key}: {kind} {attr}: only {len(groups)} distinct values among "
-                    f"eligible devices, {needed} needed"
+                    f'claim {claim.key}: distinct="{short}" (distinctAttribute {attr}): the '
+                    f"devices that could be used have only {len(groups)} different {short} "
+                    f"values, {needed} needed"
                 )
                 return
     competition = _competition(claims, data)
+    constraints = [_constraint_label(c) for claim in claims for c in claim.constraints]
+    if not competition and len({(ci, ri) for ci, ri, _si in data}) == 1 and constraints:
+        # one request: what cannot hold is its constraints, together
+        report.reasons.append(
+            "the devices asked for are here, but no choice of them meets "
+            f"{' and '.join(constraints)} at once"
+        )
+        return
     report.reasons.append(
         "each request could be served alone, but not all together: "
         + (
             competition
-            or "they compete for the same devices or counters, or a constraint "
-            "cannot hold across them"
+            or "they compete for the same devices or their parts, or a constraint (same=, "
+            "distinct=) cannot hold across them"
         )
     )
+
+
+def _constraint_label(constraint: Any) -> str:
+    """``same="pcieRoot"``, ``distinct="numaNode"``: a constraint as the keyword typed."""
+    key = "same" if constraint.match_attribute else "distinct"
+    return f'{key}="{constraint.attribute.rsplit("/", 1)[-1]}"'
 
 
 def _competition(claims: list[ResourceClaim], data: dict[tuple[int, int, int], RequestData]) -> str:
@@ -442,8 +638,13 @@ def _competition(claims: list[ResourceClaim], data: dict[tuple[int, int, int], R
         for cand in pool:
             (shared if cand.device.allow_multiple_allocations else whole).add(str(cand.id))
             for used in cand.device.consumes_counters:
-                counters.add(f"{cand.pool.id}/{used.counter_set}")
+                key = f"{cand.pool.id}/{used.counter_set}"
+                if key not in devices_of_sets:  # what people call it: the GPU it is
+                    devices_of_sets[key] = _set_device(cand.pool, used.counter_set)
+                counters.add(key)
         return whole, shared, counters
+
+    devices_of_sets: dict[str, str] = {}
 
     found = [(label, resources(rd), rd.num_devices) for label, rd in entries]
     lines: list[str] = []
@@ -455,7 +656,8 @@ def _competition(claims: list[ResourceClaim], data: dict[tuple[int, int, int], R
             if both := shared_a & shared_b:
                 what.append(f"the capacity of {_few(both)}")
             if both := counters_a & counters_b:
-                what.append(f"the counters of {_few(both)}")
+                gpus = {devices_of_sets[k] for k in both}
+                what.append(f"the parts (partitions) of {_few(gpus)}")
             if what:
                 lines.append(f"{a} and {b} compete for {' and '.join(what)}")
     if len(lines) > 3:

@@ -108,7 +108,8 @@ def test_held_and_tainted_devices() -> None:
     assert req.eligible == 3
     assert req.enough is False
     assert req.reasons == [
-        "3 of 5 devices have only tolerated taints, 4 needed; not tolerated: "
+        "3 of the 5 free devices are not marked unusable, 4 needed; marked by a taint the "
+        "request does not tolerate: "
         "example.com/unhealthy=true:NoSchedule (2 devices)"
     ]
     assert explanation.summary() == f"node {NODE}: claim default/c, request req: {req.reasons[0]}"
@@ -160,17 +161,17 @@ def test_class_stage_counts_devices_of_other_drivers() -> None:
     explanation = allocator.explain([claim("c", request("req", "gpu", 9))])
     req = only_request(explanation)
     assert req.funnel == funnel(12, 8, 8, 8, 8, 8, 8)
-    assert req.reasons == ["only 8 devices match class gpu, 9 needed"]
+    assert req.reasons == ["only 8 devices of class gpu here, 9 needed"]
 
 
 def test_no_device_of_the_class() -> None:
     allocator = Allocator([gpus()], CLASSES)
     req = only_request(allocator.explain([claim("c", request("req", "nic"))]))
     assert req.funnel == funnel(8, 0, 0, 0, 0, 0, 0)
-    assert req.reasons == ["no device matches class nic (1 needed)"]
+    assert req.reasons == ["no devices of class nic here (1 needed)"]
 
 
-def test_selectors_stage_names_the_selector_that_rejects() -> None:
+def test_selectors_stage_names_the_selector_that_rules_devices_out() -> None:
     memory = dict.fromkeys(range(4), "40Gi")
     big = f"device.capacity['{DRIVER}'].memory.compareTo(quantity('80Gi')) >= 0"
     allocator = Allocator([gpus(memory=memory)], CLASSES)
@@ -179,8 +180,8 @@ def test_selectors_stage_names_the_selector_that_rejects() -> None:
     )
     assert req.funnel == funnel(8, 8, 4, 4, 4, 4, 4)
     assert req.reasons == [
-        f"4 of 8 devices of class gpu match the selectors, 5 needed: selector #1 ({big!r}) "
-        "rejects 4"
+        "selector memory.compareTo(quantity('80Gi')) >= 0 matches only 4 of the 8 devices of "
+        "class gpu (the others have at most 40Gi, gpu-0), 5 needed"
     ]
 
 
@@ -197,7 +198,7 @@ def test_free_stage_names_the_holders() -> None:
     req = only_request(allocator.explain([claim("c", request("req", "gpu", 2))]))
     assert req.funnel == funnel(8, 8, 8, 1, 1, 1, 1)
     assert req.reasons == [
-        "1 of 8 matching devices are free, 2 needed; held by default/trainer (5), "
+        "1 of the 8 matching devices are free, 2 needed; held by default/trainer (5), "
         "default/notebook (2)"
     ]
 
@@ -206,7 +207,7 @@ def test_free_stage_mentions_every_holder() -> None:
     """With more holders than are listed, the reason says how many more there are."""
     allocator = Allocator([gpus()], CLASSES, held(NODE, *range(8)))
     [reason] = only_request(allocator.explain([claim("c", request("req", "gpu"))])).reasons
-    assert reason.startswith("0 of 8 matching devices are free, 1 needed; held by ")
+    assert reason.startswith("0 of the 8 matching devices are free, 1 needed; held by ")
     assert "default/allocated-0 (1)" in reason
     assert "5 more" in reason or all(f"default/allocated-{i}" in reason for i in range(8)), reason
 
@@ -227,9 +228,9 @@ def test_capacity_stage_larger_than_any_device() -> None:
     assert req.funnel == funnel(4, 4, 4, 4, 0, 0, 0)
     [reason] = req.reasons
     assert reason.startswith(
-        "0 of 4 free devices have the capacity asked for (memory >= 100Gi), 1 needed"
+        "0 of the 4 devices of class gpu not held by others have memory >= 100Gi left to "
+        "share, 1 needed; the most left is 80Gi of memory (gpu-0)"
     )
-    assert "80Gi" in reason
 
 
 def test_capacity_stage_consumed_by_other_claims() -> None:
@@ -244,7 +245,9 @@ def test_capacity_stage_consumed_by_other_claims() -> None:
     req = only_request(explanation)
     assert req.funnel == funnel(4, 4, 4, 4, 1, 1, 1)
     [reason] = req.reasons
-    assert reason.startswith("1 of 4 free devices have the capacity asked for (memory >= 40Gi)")
+    assert reason.startswith(
+        "1 of the 4 devices of class gpu not held by others have memory >= 40Gi left to share"
+    )
     # What is left is what matters: 20Gi on the shared GPUs, not their 80Gi total.
     assert "20Gi" in reason, reason
 
@@ -277,8 +280,8 @@ def test_counters_stage() -> None:
     req = only_request(allocator.explain([claim("c", request("req", "gpu", 4))]))
     assert req.funnel == funnel(5, 5, 5, 4, 4, 3, 3)
     assert req.reasons == [
-        "3 of 4 devices have enough shared counters left, 4 needed; "
-        "used up: gpu-0-counter-set (mem); consumed by default/allocated-0 (1)"
+        "only 3 of the 4 free devices of class gpu are not blocked by partitions in use, "
+        "4 needed: the mem of gpu-0 are taken by claim default/allocated-0"
     ]
 
 
@@ -290,10 +293,13 @@ def test_counters_stage_full_device_taken() -> None:
 
 
 def test_counters_stage_names_the_counter_set() -> None:
-    """Which counter ran out, and who holds what consumes it."""
+    """Which device's parts ran out (the device the counter set stands for), and who holds
+    what consumes them."""
     allocator = _partitioned("gpu-0")
     [reason] = only_request(allocator.explain([claim("c", request("req", "gpu"))])).reasons
-    assert "gpu-0-counter-set" in reason, reason
+    assert reason.startswith("all 4 free devices of class gpu are blocked by partitions"), reason
+    assert reason.endswith(": gpu-0 is taken whole by claim default/allocated-0"), reason
+    assert "counter" not in reason, reason
     assert "default/allocated-0" in reason, reason
 
 
@@ -312,7 +318,7 @@ def test_first_available_reports_every_alternative() -> None:
     assert (two.request, two.needed) == ("gpus/two", 2)
     assert eight.funnel == two.funnel == funnel(8, 8, 8, 5, 5, 5, 5)
     assert eight.reasons == [
-        "5 of 8 matching devices are free, 8 needed; held by default/allocated-0 (1), "
+        "5 of the 8 matching devices are free, 8 needed; held by default/allocated-0 (1), "
         "default/allocated-1 (1), default/allocated-2 (1)"
     ]
     assert two.reasons == []
@@ -327,8 +333,8 @@ def test_first_available_none_fits() -> None:
     assert explanation.satisfiable is False
     four, one = only_node(explanation).requests
     assert four.funnel == one.funnel == funnel(8, 8, 8, 2, 2, 2, 0)
-    assert four.reasons[0].startswith("2 of 8 matching devices are free, 4 needed")
-    assert one.reasons[0].startswith("0 of 2 devices have only tolerated taints, 1 needed")
+    assert four.reasons[0].startswith("2 of the 8 matching devices are free, 4 needed")
+    assert one.reasons[0].startswith("0 of the 2 free devices are not marked unusable, 1 needed")
     assert explanation.summary().splitlines() == [
         f"node {NODE}: claim default/c, request gpus/four: {four.reasons[0]}",
         f"node {NODE}: claim default/c, request gpus/one: {one.reasons[0]}",
@@ -344,8 +350,8 @@ def test_match_attribute_that_cannot_hold() -> None:
     assert explanation.satisfiable is False
     report = only_node(explanation)
     assert report.reasons == [
-        f"claim default/c: matchAttribute {ROOT}: at most 2 eligible devices share one value "
-        "(r0), 3 needed"
+        f'claim default/c: same="root" (matchAttribute {ROOT}): at most 2 of the devices that '
+        "could be used have the same root (r0), 3 needed"
     ]
     req = only_request(explanation)
     assert req.funnel == funnel(8, 8, 8, 8, 8, 8, 8)
@@ -364,7 +370,7 @@ def test_match_attribute_counts_only_eligible_devices() -> None:
         [claim("c", request("req", "gpu", 3), constraints=[match_attribute(ROOT)])]
     )
     [reason] = only_node(bad).reasons
-    assert "at most 2 eligible devices share one value" in reason
+    assert "at most 2 of the devices that could be used have the same root" in reason
     assert "(r2)" in reason or "(r3)" in reason
 
 
@@ -382,7 +388,9 @@ def test_match_attribute_across_requests() -> None:
     )
     assert explanation.satisfiable is False
     [reason] = only_node(explanation).reasons
-    assert reason.startswith(f"claim default/c: matchAttribute {ROOT}: at most 2 eligible")
+    assert reason.startswith(
+        f'claim default/c: same="root" (matchAttribute {ROOT}): at most 2 of the devices'
+    )
     assert reason.endswith("3 needed")
 
 
@@ -393,8 +401,8 @@ def test_distinct_attribute_that_cannot_hold() -> None:
     )
     assert explanation.satisfiable is False
     assert only_node(explanation).reasons == [
-        f"claim default/c: distinctAttribute {ROOT}: only 2 distinct values among eligible "
-        "devices, 3 needed"
+        f'claim default/c: distinct="root" (distinctAttribute {ROOT}): the devices that could '
+        "be used have only 2 different root values, 3 needed"
     ]
 
 
@@ -457,7 +465,7 @@ def test_first_fit_stops_at_the_first_satisfiable_node() -> None:
     node_a, node_b = explanation.nodes
     [req] = node_a.requests
     assert req.funnel == funnel(4, 4, 4, 0, 0, 0, 0)
-    assert req.reasons[0].startswith("0 of 4 matching devices are free, 2 needed; held by ")
+    assert req.reasons[0].startswith("0 of the 4 matching devices are free, 2 needed; held by ")
     assert node_b.requests[0].funnel == funnel(4, 4, 4, 2, 2, 2, 2)
     assert node_b.requests[0].reasons == []
 
@@ -473,7 +481,7 @@ def test_no_node_fits() -> None:
         funnel(4, 4, 4, 4, 4, 4, 4),
     ]
     assert explanation.summary().splitlines() == [
-        f"node {name}: claim default/c, request req: only 4 devices match class gpu, 5 needed"
+        f"node {name}: claim default/c, request req: only 4 devices of class gpu here, 5 needed"
         for name in ("node-a", "node-b", "node-c")
     ]
 
@@ -587,3 +595,180 @@ def test_invalid_input_raises() -> None:
         allocator.explain([claim("c", request("req", "tpu"))])
     with pytest.raises(InvalidInputError, match=r"selectors\[0\]"):
         allocator.explain([claim("c", request("req", "gpu", selectors=["device.driver =="]))])
+
+
+# --- reasons in the user's words (issue 14, item 12) ------------------------------------
+
+NVIDIA = "gpu.nvidia.com"
+
+
+def _nvidia(*architectures: str, memory: str = "140Gi") -> Allocator:
+    """NVIDIA GPUs ``gpu-<i>`` (class gpu.nvidia.com) of the given architectures."""
+    devices = [
+        device(
+            f"gpu-{i}",
+            attributes={"architecture": arch, "productName": f"NVIDIA {arch[0]}200"},
+            capacity={"memory": memory},
+        )
+        for i, arch in enumerate(architectures)
+    ]
+    classes = [device_class(NVIDIA, NVIDIA)]
+    return Allocator([slice_with_devices("s", NODE, NODE, NVIDIA, *devices)], classes)
+
+
+def _keywords(**spec: object) -> Wire:
+    """The claim ``dra.request(**spec)`` makes (so that the patterns stay claimspec's)."""
+    from dra_jupyter.claimspec import build_claim  # noqa: PLC0415
+
+    return build_claim("c", spec, classes=[NVIDIA])
+
+
+def test_a_selector_that_matches_none_says_what_the_devices_are() -> None:
+    allocator = _nvidia(*["Blackwell"] * 8)
+    selector = f'device.attributes["{NVIDIA}"].architecture == "Hopper"'
+    [reason] = only_request(allocator.explain([_keywords(gpu=1, selector=selector)])).reasons
+    assert reason == (
+        'selector architecture == "Hopper" matches none of the 8 GPUs (they are Blackwell), '
+        "1 needed"
+    )
+
+
+def test_a_selector_that_matches_some_counts_the_others_by_value() -> None:
+    allocator = _nvidia("Hopper", "Hopper", "Blackwell", "Blackwell", "Blackwell", "Ampere")
+    selector = f"device.attributes['{NVIDIA}'].architecture == 'Hopper'"
+    [reason] = only_request(allocator.explain([_keywords(gpu=3, selector=selector)])).reasons
+    assert reason == (
+        "selector architecture == 'Hopper' matches only 2 of the 6 GPUs "
+        "(the others are Blackwell (3), Ampere (1)), 3 needed"
+    )
+
+
+def test_model_and_memory_keywords_are_named_as_typed() -> None:
+    allocator = _nvidia(*["Hopper"] * 4, memory="143771Mi")
+    [model] = only_request(allocator.explain([_keywords(gpu=1, model="B200")])).reasons
+    assert model == 'model="b200" matches none of the 4 GPUs (they are NVIDIA H200), 1 needed'
+    [memory] = only_request(allocator.explain([_keywords(gpu=1, memory="200Gi")])).reasons
+    assert memory == (
+        'memory="200Gi" matches none of the 4 GPUs (the most memory is 140.4Gi, gpu-0), 1 needed'
+    )
+    for reason in (model, memory):
+        assert "selector #" not in reason
+        assert "rejects" not in reason
+        assert "compareTo" not in reason
+        assert "lowerAscii" not in reason
+
+
+def test_two_keywords_that_rule_devices_out_are_both_named() -> None:
+    allocator = _nvidia("Hopper", "Hopper", "Blackwell", "Blackwell", memory="80Gi")
+    selector = f'device.attributes["{NVIDIA}"].architecture == "Hopper"'
+    explanation = allocator.explain([_keywords(gpu=1, memory="100Gi", selector=selector)])
+    [reason] = only_request(explanation).reasons
+    assert reason.startswith("0 of the 4 GPUs match everything asked, 1 needed: "), reason
+    assert 'memory="100Gi" matches none of the 4 GPUs (the most memory is 80Gi, gpu-0)' in reason
+    assert (
+        'selector architecture == "Hopper" matches only 2 of the 4 GPUs '
+        "(the others are Blackwell)" in reason
+    )
+
+
+def test_class_stage_names_the_devices() -> None:
+    allocator = _nvidia(*["Hopper"] * 8)
+    [reason] = only_request(allocator.explain([_keywords(gpu=9)])).reasons
+    assert reason == "only 8 GPUs here (class gpu.nvidia.com), 9 needed"
+
+
+def test_counters_stage_in_device_words() -> None:
+    """Counters named ``memory-slice-<n>`` are the memory slices of the GPU whose counter
+    set they are; not the counter names, not ``+N more``."""
+    pool = resource_pool(NODE, 2)
+    slices = {f"memory-slice-{i}": "1" for i in range(8)}
+    counters = slice_with_counter_sets(
+        "a-counters",
+        NODE,
+        pool,
+        DRIVER,
+        counter_set("gpu-3-counter-set", {**slices, "decoders": "7", "copy-engines": "8"}),
+    )
+    full = device(
+        "gpu-3",
+        consumes_counters=[
+            device_counter_consumption(
+                "gpu-3-counter-set", {**slices, "decoders": "7", "copy-engines": "8"}
+            )
+        ],
+    )
+    part = device(
+        "gpu-3-mig-1g-0",
+        consumes_counters=[
+            device_counter_consumption("gpu-3-counter-set", {"memory-slice-0": "1"})
+        ],
+    )
+    allocator = Allocator(
+        [counters, slice_with_devices("b-devices", NODE, pool, DRIVER, full, part)],
+        CLASSES,
+        [allocated_claim("x", device_allocation_result("r", DRIVER, NODE, "gpu-3-mig-1g-0"))],
+    )
+    [reason] = only_request(allocator.explain([claim("c", request("req", "gpu"))])).reasons
+    assert reason == (
+        "the free device of class gpu is blocked by partitions in use, 1 needed: "
+        "the memory slices of gpu-3 are taken by claim default/x"
+    )
+
+
+def test_requests_that_compete_for_the_parts_of_a_gpu() -> None:
+    """The whole GPU and its partitions draw on the same counter set: the competition names
+    the GPU, not the counter set."""
+    allocator = _partitioned()
+    explanation = allocator.explain(
+        [claim("a", request("one", "gpu")), claim("b", request("four", "gpu", 4))]
+    )
+    assert explanation.satisfiable is False
+    [reason] = only_node(explanation).reasons
+    assert reason.startswith("each request could be served alone, but not all together: ")
+    assert reason.endswith(
+        "claim default/a request one and claim default/b request four compete for devices "
+        f"{DRIVER}/{NODE}/gpu-0, {DRIVER}/{NODE}/gpu-0-part-0, {DRIVER}/{NODE}/gpu-0-part-1 "
+        "and 2 more (1 + 4 needed of 5) and the parts (partitions) of gpu-0"
+    ), reason
+    assert "counter" not in reason
+
+
+def test_one_request_whose_constraints_cannot_hold_together() -> None:
+    """One request, two constraints that each could hold: it is the two together that
+    cannot, not requests that compete (there is one)."""
+    numa = f"{DRIVER}/numa"
+    slices = [
+        slice_with_devices(
+            "s",
+            NODE,
+            NODE,
+            DRIVER,
+            *(
+                device(f"gpu-{i}", attributes={"root": f"r{i // 2}", "numa": i // 4})
+                for i in range(8)
+            ),
+        )
+    ]
+    allocator = Allocator(slices, CLASSES)
+    explanation = allocator.explain(
+        [
+            claim(
+                "c",
+                request("req", "gpu", 2),
+                constraints=[match_attribute(ROOT), distinct_attribute(numa)],
+            )
+        ]
+    )
+    assert explanation.satisfiable is False
+    assert only_node(explanation).reasons == [
+        'the devices asked for are here, but no choice of them meets same="root" and '
+        'distinct="numa" at once'
+    ]
+
+
+def test_all_mode_that_matches_nothing_needs_at_least_one() -> None:
+    allocator = _nvidia(*["Hopper"] * 2)
+    [reason] = only_request(allocator.explain([_keywords(gpu="all", model="B200")])).reasons
+    assert reason == (
+        'model="b200" matches none of the 2 GPUs (they are NVIDIA H200), at least one needed'
+    )

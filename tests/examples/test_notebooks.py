@@ -119,7 +119,7 @@ def test_topology_explains_busy_and_impossible(topology: tuple[Any, Ledger]) -> 
     busy, never = text(nb, "explain-busy"), text(nb, "explain-never")
     assert "Traceback" not in busy + never
     assert busy.startswith("gpu=8: cannot be met now")
-    assert "1 of 8 matching devices are free, 8 needed" in busy
+    assert "1 of the 8 matching GPUs are free, 8 needed" in busy
     assert never.startswith(
         "gpu=2 memory=200Gi: can never be met here: no device with memory >= 200Gi; "
         "the largest is 140.4Gi (gpu-node-1/gpu-0)"

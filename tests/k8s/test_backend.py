@@ -137,7 +137,7 @@ def test_an_impossible_request_is_refused_before_anything_is_created(
     message = str(raised.value)
     assert message.startswith("the request can never be met on the cluster at https://127.0.0.1:")
     assert "node gpu-node-2: claim" in message
-    assert "request gpu: only 8 devices match class gpu.nvidia.com, 9 needed" in message
+    assert "request gpu: only 8 GPUs here (class gpu.nvidia.com), 9 needed" in message
     assert raised.value.explanation is not None
     with pytest.raises(AllocationError, match=r"^dra\.request: no TPU devices on the cluster at "):
         alice.request(tpu=1, name="tpu")

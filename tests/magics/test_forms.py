@@ -113,11 +113,11 @@ def test_yaml_is_a_valid_resource_claim_and_creates_nothing(kernel: Kernel) -> N
 def test_explain_never_later_and_now(kernel: Kernel) -> None:
     never = kernel.ok("%dra explain gpu=9").result
     assert never.startswith("gpu=9: can never be met here: asks for 9 GPU devices; 8x NVIDIA H200")
-    assert "only 8 devices match class gpu.nvidia.com, 9 needed" in never
+    assert "only 8 GPUs here (class gpu.nvidia.com), 9 needed" in never
     kernel.ok("c = %dra request gpu=6")
     later = kernel.ok("%dra explain gpu=4").result
     assert later.startswith("gpu=4: cannot be met now")
-    assert "2 of 8 matching devices are free, 4 needed" in later
+    assert "2 of the 8 matching GPUs are free, 4 needed" in later
     assert f"held now: {kernel.claims()[0].name}" in later
     now = kernel.ok("v = %dra explain gpu=2 --verbose\nv").result
     assert now.startswith("gpu=2: can be met now on gpu-node-1: gpu-")
