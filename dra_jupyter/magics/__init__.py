@@ -16,6 +16,7 @@ def load_ipython_extension(ipython: Any) -> None:
     """Register ``%dra``/``%%dra`` and their tab completion with an IPython shell, and put
     the package in the namespace as ``dra`` unless the name is taken (Shift-Tab on
     ``%dra`` still shows the magic's help: :mod:`.inspection`)."""
+    import dra_jupyter.api  # noqa: F401, PLC0415  # now, not at the first Tab (no session yet)
     from dra_jupyter.magics import inspection  # noqa: PLC0415
     from dra_jupyter.magics.completion import install  # noqa: PLC0415
     from dra_jupyter.magics.dramagics import DraMagics  # noqa: PLC0415

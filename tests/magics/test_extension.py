@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -63,3 +65,25 @@ def test_no_python_names_where_the_magic_has_nothing_to_offer(kernel: Kernel) ->
         assert reply["matches"] == [""], (code, reply["matches"][:5])
         assert reply["cursor_start"] == reply["cursor_end"] == len(code)
     assert kernel.complete("%dra request mo")["matches"] == ["model="]
+
+
+LOAD_AND_LOOK = """
+import sys
+from IPython.testing.globalipapp import start_ipython
+ip = start_ipython()
+ip.run_line_magic("load_ext", "dra_jupyter")
+loaded = "dra_jupyter.api" in sys.modules
+from dra_jupyter import api
+print(loaded, api._Default.session is None)
+"""
+
+
+def test_load_ext_loads_the_api_so_the_first_tab_does_not() -> None:
+    """The first Tab after ``%load_ext`` used to import the API (the allocator, CEL: about
+    0.4-2 s) while the user waited for a completion; loading the extension loads it (the
+    cell that loads it shows the wait), and still opens no session, ledger or device. In a
+    fresh process: this one has imported the API long ago."""
+    argv = [sys.executable, "-c", LOAD_AND_LOOK]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"], done.stdout
