@@ -30,6 +30,8 @@ export function claim(name: string, more: Partial<Claim> = {}): Claim {
     last_activity: 1000,
     lease_expires: null,
     idle_deadline: null,
+    busy: false,
+    released: null,
     ...more
   };
 }
