@@ -142,6 +142,47 @@ def test_the_panel_shows_the_devices_by_node(lab: Lab, page: Any, tmp_path: Path
     assert panel.get_by_text("You hold no devices", exact=False).count() == 1
 
 
+def test_each_device_row_shows_its_memory_and_a_utilisation_sparkline_while_shown(
+    lab: Lab, page: Any, released: None
+) -> None:
+    """GET /dra/api/metrics (the simulated source here) gives each row its memory used /
+    total and a sparkline of its utilisation; it is asked for only while the panel is
+    shown, and never counts as activity (no_track_activity)."""
+    asked: list[str] = []  # the page's REST calls, in order
+    page.on("request", lambda r: asked.append(r.url) if "/dra/api/" in r.url else None)
+    open_lab(page, lab)
+    panel = open_panel(page)
+    rows = panel.locator("tr.dra-device")
+    until("8 devices in the panel", lambda: rows.count() == 8)
+    sparks = rows.locator("td.dra-device-util svg.dra-spark")
+    until("a sparkline in every device row", lambda: sparks.count() == 8)
+    # two samples or more make a line (the server samples every 2 s)
+    lines = rows.locator("svg.dra-spark path[d*='L']")
+    until("a line in every sparkline", lambda: lines.count() == 8)
+    for memory in rows.locator("td.dra-device-memory").all_inner_texts():
+        assert re.fullmatch(r"\d+(\.\d)?(Mi|Gi) / 140\.4Gi", memory.strip()), memory
+    for util in rows.locator("td.dra-device-util .dra-num").all_inner_texts():
+        assert re.fullmatch(r"\d+%", util.strip()), util
+    metrics = [u for u in asked if "/dra/api/metrics" in u]
+    assert metrics and all("no_track_activity=1" in u for u in metrics), metrics
+
+    page.locator('.jp-SideBar li[data-id="dra-jupyter-devices"]').click()  # closes it
+    panel.wait_for(state="hidden", timeout=WAIT_MS)
+    closed = len(asked)
+
+    def reads_of_claims() -> int:
+        page.evaluate("0")  # Playwright hands the page's events over during its calls only
+        return sum("/dra/api/claims" in u for u in asked[closed:])
+
+    # a claim made and released elsewhere: the page reads its claims again on each event
+    # (refreshes do not overlap: the second read starts once the first is done)
+    made = lab.api("POST", "/dra/api/claims", {"gpu": 1})
+    until("the claims read after the claim was made", lambda: reads_of_claims() >= 1)
+    lab.api("DELETE", f"/dra/api/claims/{made['name']}")
+    until("the claims read after its release", lambda: reads_of_claims() >= 2)
+    assert not [u for u in asked[closed:] if "/dra/api/metrics" in u], asked[closed:]
+
+
 def test_a_notebook_claim_shows_in_panel_and_status_bar_and_release_gives_it_back(
     lab: Lab, page: Any, tmp_path: Path, released: None
 ) -> None:
