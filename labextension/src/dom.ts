@@ -27,3 +27,24 @@ export function button(
   b.addEventListener('click', onClick);
   return b;
 }
+
+/** A small inline SVG line (`class="dra-spark"`) of the path `d` in a width x height box. */
+export function sparkline(d: string, width: number, height: number, title: string): SVGSVGElement {
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(ns, 'svg');
+  svg.setAttribute('class', 'dra-spark');
+  svg.setAttribute('width', String(width));
+  svg.setAttribute('height', String(height));
+  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+  svg.setAttribute('role', 'img');
+  svg.setAttribute('aria-label', title);
+  const tip = document.createElementNS(ns, 'title');
+  tip.textContent = title;
+  svg.append(tip);
+  if (d) {
+    const path = document.createElementNS(ns, 'path');
+    path.setAttribute('d', d);
+    svg.append(path);
+  }
+  return svg;
+}

@@ -12,7 +12,17 @@ import {
   type IdleWarningEvent,
   type ReleasedEvent
 } from './tokens';
-import type { Claim, ClaimRequest, Device, Devices, Restart, Waiter } from './wire';
+import { SPARK_SAMPLES, metricsByDevice } from './metrics';
+import type {
+  Claim,
+  ClaimRequest,
+  Device,
+  DeviceMetrics,
+  Devices,
+  Metrics,
+  Restart,
+  Waiter
+} from './wire';
 
 /** A release the page announces: the event, and the claim as last seen (if it was). */
 export interface Release {
@@ -82,6 +92,19 @@ export class DraModel {
   /** Each device by its key (driver/pool/device). */
   get deviceMap(): ReadonlyMap<string, Device> {
     return this._deviceMap;
+  }
+
+  /**
+   * The devices' metrics (GET /metrics, the last {@link SPARK_SAMPLES} samples), read with
+   * the inventory while the panel is shown; null before, or when the last read failed.
+   */
+  get metrics(): Metrics | null {
+    return this._metrics;
+  }
+
+  /** Each device's metrics by its key (none when the server has no metrics source). */
+  get metricsMap(): ReadonlyMap<string, DeviceMetrics> {
+    return this._metricsMap;
   }
 
   /** The error of the last refresh, null when it went well. */
@@ -166,6 +189,9 @@ export class DraModel {
       const missing = claims.some(c => c.devices.some(d => !this._deviceMap.has(d)));
       if (this._devicesWanted || missing || this._devices === null) {
         this._setDevices(await this._request('GET /devices'));
+      }
+      if (this._devicesWanted) {
+        await this._readMetrics();
       }
       this._claims = claims;
       for (const c of claims) {
@@ -297,6 +323,16 @@ export class DraModel {
     Signal.clearData(this);
   }
 
+  /** The metrics, while the panel is shown; a failure leaves the panel without them. */
+  private async _readMetrics(): Promise<void> {
+    try {
+      this._metrics = await this._request('GET /metrics', { history: SPARK_SAMPLES });
+    } catch {
+      this._metrics = null; // no sparklines; the claims and devices still show
+    }
+    this._metricsMap = metricsByDevice(this._metrics);
+  }
+
   private _setDevices(devices: Devices): void {
     this._devices = devices;
     this._deviceMap = new Map(devices.devices.map(d => [d.device, d]));
@@ -309,6 +345,8 @@ export class DraModel {
   private _claims: Claim[] = [];
   private _devices: Devices | null = null;
   private _deviceMap = new Map<string, Device>();
+  private _metrics: Metrics | null = null;
+  private _metricsMap = new Map<string, DeviceMetrics>();
   private _error: DraRequestError | null = null;
   private _connected = false;
   private _devicesWanted = false;

@@ -6,7 +6,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import type { DraRequestError } from './api';
-import { button, el } from './dom';
+import { button, el, sparkline } from './dom';
 import {
   claimCountdown,
   countdownText,
@@ -18,6 +18,15 @@ import {
   groupState,
   shortModel
 } from './format';
+import {
+  memoryText,
+  SPARK_HEIGHT,
+  SPARK_WIDTH,
+  sparklinePath,
+  sparklinePoints,
+  utilizationSeries,
+  utilizationText
+} from './metrics';
 import { type DraModel, toError } from './model';
 import type { Claim, ClaimRequest, Device } from './wire';
 
@@ -355,7 +364,7 @@ export class DevicesPanel extends Widget {
           const held = group.partitions.filter(p => p.state === 'held' || p.state === 'shared');
           const tr = el('tr', 'dra-mig-row');
           const td = el('td');
-          td.colSpan = 4;
+          td.colSpan = 5;
           const more = el('details', 'dra-mig');
           more.append(
             el(
@@ -385,7 +394,21 @@ export class DevicesPanel extends Widget {
     tr.dataset.device = d.device;
     tr.append(el('td', 'dra-device-name', partition ? d.mig_profile || deviceName(d.device) : deviceName(d.device)));
     tr.append(el('td', '', partition ? '' : shortModel(d.model)));
-    tr.append(el('td', 'dra-dim', d.memory));
+    const metrics = this.model.metricsMap.get(d.device);
+    tr.append(el('td', 'dra-dim dra-device-memory', memoryText(metrics?.current, d.memory)));
+    const util = el('td', 'dra-device-util');
+    if (metrics !== undefined) {
+      const series = utilizationSeries(metrics);
+      if (series.some(v => v !== null)) {
+        const label = utilizationText(metrics.current);
+        util.append(el('span', 'dra-num', label));
+        const path = sparklinePath(sparklinePoints(series, SPARK_WIDTH, SPARK_HEIGHT));
+        util.append(
+          sparkline(path, SPARK_WIDTH, SPARK_HEIGHT, `utilisation, last ${series.length} samples`)
+        );
+      }
+    }
+    tr.append(util);
     const s = el('td', 'dra-device-state', state);
     if (d.holder) {
       s.title = d.holder;

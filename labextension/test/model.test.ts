@@ -4,7 +4,8 @@ import { test } from 'node:test';
 import { DraRequestError, type Requester } from '../src/api';
 import { DraModel, type Release } from '../src/model';
 import { EVENTS, type IdleWarningEvent } from '../src/tokens';
-import type { Claim } from '../src/wire';
+import { SPARK_SAMPLES } from '../src/metrics';
+import type { Claim, Metrics } from '../src/wire';
 import { claim, device, GPU } from './fixtures';
 
 /** Wait until ``check`` holds, up to ``ms``. */
@@ -25,6 +26,23 @@ class FakeServer {
   calls: string[] = [];
   down: DraRequestError | null = null;
   gate: Promise<void> | null = null; // GET claims waits for it (an answer on its way)
+  metrics: Metrics | DraRequestError = {
+    source: 'simulated',
+    simulated: true,
+    problem: '',
+    interval: 2,
+    length: 900,
+    idle_timeout: 0,
+    idle_warning: 0,
+    devices: [
+      {
+        device: `${GPU}0`,
+        current: null,
+        history: { time: [1, 3], memory_used: [0, 0], utilization: [5, 50], temperature: [35, 40] }
+      }
+    ]
+  };
+  history: unknown[] = []; // the history parameter of each GET metrics
 
   request: Requester = (async (operation: string, parameters?: Record<string, string>) => {
     this.calls.push(operation + (parameters?.name ? ` ${parameters.name}` : ''));
@@ -39,6 +57,12 @@ class FakeServer {
         }
         return answer;
       }
+      case 'GET /metrics':
+        this.history.push(parameters?.history);
+        if (this.metrics instanceof DraRequestError) {
+          throw this.metrics;
+        }
+        return this.metrics;
       case 'GET /devices':
         return { inventory: 'h200-8x', simulated: true, devices: this.devices };
       case 'DELETE /claims/{name}':
@@ -197,4 +221,48 @@ test('a change announced while a refresh is on its way is read by one more refre
   await first;
   await until(() => m.claims.some(c => c.name === 'new'));
   m.dispose(); // (a disposed Poll leaves its timer to run out: node --test-force-exit)
+});
+
+test('the metrics are read with the devices only while the panel wants them', async () => {
+  const server = new FakeServer();
+  const m = model(server);
+  await m.refresh();
+  assert.ok(!server.calls.includes('GET /metrics')); // the panel is not shown
+  assert.equal(m.metrics, null);
+  m.devicesWanted = true; // shown: a refresh now, and the metrics with each
+  await until(() => server.calls.includes('GET /metrics'));
+  await until(() => m.metricsMap.size === 1);
+  assert.deepEqual(m.metricsMap.get(`${GPU}0`)?.history.utilization, [5, 50]);
+  assert.deepEqual(server.history, [SPARK_SAMPLES]);
+  m.devicesWanted = false; // hidden: no more metrics
+  server.calls = [];
+  await m.refresh();
+  assert.deepEqual(server.calls, ['GET /claims']);
+});
+
+test('metrics that fail leave the panel without them, not in error', async () => {
+  const server = new FakeServer();
+  server.claims = [claim('a')];
+  server.metrics = new DraRequestError('no metrics here', 500);
+  const m = model(server);
+  m.devicesWanted = true;
+  await m.refresh();
+  assert.equal(m.error, null);
+  assert.equal(m.metrics, null);
+  assert.equal(m.metricsMap.size, 0);
+  assert.deepEqual(
+    m.claims.map(c => c.name),
+    ['a']
+  );
+  assert.equal(m.devices?.devices.length, 2);
+});
+
+test('a server without a metrics source (none) gives no device metrics', async () => {
+  const server = new FakeServer();
+  server.metrics = { ...(server.metrics as Metrics), source: 'none', devices: [] };
+  const m = model(server);
+  m.devicesWanted = true;
+  await m.refresh();
+  assert.equal(m.metrics?.source, 'none');
+  assert.equal(m.metricsMap.size, 0);
 });

@@ -95,6 +95,35 @@ def toast(page: Any, text: str | re.Pattern[str]) -> Any:
     return found.first
 
 
+def cell_output(page: Any, index: int) -> str:
+    """The text of the outputs of the notebook's code cell ``index``."""
+    cell = page.locator(".jp-Notebook .jp-CodeCell").nth(index)
+    return "".join(cell.locator(".jp-OutputArea-output").all_inner_texts()).strip()
+
+
+def run_cell(page: Any, index: int, output: str) -> None:
+    """Run the notebook's code cell ``index`` alone (its editor, Ctrl+Enter), as a user
+    does, until its output is ``output``. JupyterLab may not take the keys while it sets up
+    the page or a kernel: the cell is run again while its prompt says it has not run."""
+    cell = page.locator(".jp-Notebook .jp-CodeCell").nth(index)
+    prompt = cell.locator(".jp-InputPrompt")
+    before = prompt.inner_text().strip()
+
+    def ran() -> bool:
+        if cell_output(page, index) == output and prompt.inner_text().strip() != before:
+            return True
+        if prompt.inner_text().strip() in (before, "[ ]:"):
+            cell.locator(".jp-InputArea-editor").click()
+            page.keyboard.press("Control+Enter")
+            page.wait_for_timeout(500)
+        return False
+
+    until(f"cell {index} run, its output {output!r} (it shows {cell_output(page, index)!r})", ran)
+
+
+ENV_CELL = "import os\nprint('env', os.environ.get('CUDA_VISIBLE_DEVICES'))"
+
+
 @pytest.fixture
 def released(lab: Lab) -> Iterator[None]:
     """Each test starts and ends with no claim held."""
@@ -113,10 +142,55 @@ def test_the_panel_shows_the_devices_by_node(lab: Lab, page: Any, tmp_path: Path
     assert panel.get_by_text("You hold no devices", exact=False).count() == 1
 
 
+def test_each_device_row_shows_its_memory_and_a_utilisation_sparkline_while_shown(
+    lab: Lab, page: Any, released: None
+) -> None:
+    """GET /dra/api/metrics (the simulated source here) gives each row its memory used /
+    total and a sparkline of its utilisation; it is asked for only while the panel is
+    shown, and never counts as activity (no_track_activity)."""
+    asked: list[str] = []  # the page's REST calls, in order
+    page.on("request", lambda r: asked.append(r.url) if "/dra/api/" in r.url else None)
+    open_lab(page, lab)
+    panel = open_panel(page)
+    rows = panel.locator("tr.dra-device")
+    until("8 devices in the panel", lambda: rows.count() == 8)
+    sparks = rows.locator("td.dra-device-util svg.dra-spark")
+    until("a sparkline in every device row", lambda: sparks.count() == 8)
+    # two samples or more make a line (the server samples every 2 s)
+    lines = rows.locator("svg.dra-spark path[d*='L']")
+    until("a line in every sparkline", lambda: lines.count() == 8)
+    for memory in rows.locator("td.dra-device-memory").all_inner_texts():
+        assert re.fullmatch(r"\d+(\.\d)?(Mi|Gi) / 140\.4Gi", memory.strip()), memory
+    for util in rows.locator("td.dra-device-util .dra-num").all_inner_texts():
+        assert re.fullmatch(r"\d+%", util.strip()), util
+    metrics = [u for u in asked if "/dra/api/metrics" in u]
+    assert metrics and all("no_track_activity=1" in u for u in metrics), metrics
+
+    page.locator('.jp-SideBar li[data-id="dra-jupyter-devices"]').click()  # closes it
+    panel.wait_for(state="hidden", timeout=WAIT_MS)
+    closed = len(asked)
+
+    def reads_of_claims() -> int:
+        page.evaluate("0")  # Playwright hands the page's events over during its calls only
+        return sum("/dra/api/claims" in u for u in asked[closed:])
+
+    # a claim made and released elsewhere: the page reads its claims again on each event
+    # (refreshes do not overlap: the second read starts once the first is done)
+    made = lab.api("POST", "/dra/api/claims", {"gpu": 1})
+    until("the claims read after the claim was made", lambda: reads_of_claims() >= 1)
+    lab.api("DELETE", f"/dra/api/claims/{made['name']}")
+    until("the claims read after its release", lambda: reads_of_claims() >= 2)
+    assert not [u for u in asked[closed:] if "/dra/api/metrics" in u], asked[closed:]
+
+
 def test_a_notebook_claim_shows_in_panel_and_status_bar_and_release_gives_it_back(
     lab: Lab, page: Any, tmp_path: Path, released: None
 ) -> None:
-    cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=2)\nclaim.name"]
+    cells = [
+        "import os\nbefore = os.environ.get('CUDA_VISIBLE_DEVICES')\nprint('env', before)",
+        "import dra_jupyter as dra\nclaim = dra.request(gpu=2)\nclaim.name",
+        ENV_CELL,
+    ]
     notebook(page, lab, "claims.ipynb", cells)
     panel = open_panel(page)
     run_all_cells(page)
@@ -137,6 +211,11 @@ def test_a_notebook_claim_shows_in_panel_and_status_bar_and_release_gives_it_bac
     toast(page, f"(claim {claim['name']}): it was released on request")
     status.wait_for(state="hidden", timeout=WAIT_MS)
     until("no device held in the panel", lambda: held.count() == 0)
+    # the kernel held the claim's devices in its environment; the next cell runs without
+    # them: CUDA_VISIBLE_DEVICES is what it was before the claim
+    unclaimed = cell_output(page, 0)
+    assert cell_output(page, 2) == f"env {claim['env']['CUDA_VISIBLE_DEVICES']}"
+    run_cell(page, 2, unclaimed)
 
 
 def test_the_request_form_explains_why_gpu_9_cannot_be_met(
@@ -170,7 +249,8 @@ def test_the_panel_shows_who_waits_in_line(lab: Lab, page: Any, released: None) 
         panel = open_panel(page)
         queue = panel.locator(".dra-queue")
         queue.wait_for(timeout=WAIT_MS)
-        assert "waiting in line (1)" in queue.inner_text().lower()  # h3 is upper case
+        # the text, not as shown: the panel's headings are in capitals (CSS)
+        assert "Waiting in line (1)" in (queue.locator("h3").text_content() or "")
         [entry] = queue.locator("li.dra-queue-entry").all_inner_texts()
         assert re.fullmatch(r".+: 2 gpu\.nvidia\.com, waiting \d+ s.*", entry), entry
         lab.api("DELETE", f"/dra/api/claims/{held['name']}")
@@ -186,7 +266,7 @@ def test_the_panel_shows_who_waits_in_line(lab: Lab, page: Any, released: None) 
 def test_restart_with_claims_from_the_kernel_menu_keeps_the_devices(
     lab: Lab, page: Any, released: None
 ) -> None:
-    cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)"]
+    cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)", ENV_CELL]
     notebook(page, lab, "restart.ipynb", cells)
     run_all_cells(page)
     [before] = until("the notebook's claim", lambda: claims(lab))
@@ -201,6 +281,10 @@ def test_restart_with_claims_from_the_kernel_menu_keeps_the_devices(
         before["kernel_id"],
     )
     page.locator(STATUS).filter(has_text=re.compile(rf"^1{X} H200")).wait_for(timeout=WAIT_MS)
+    # the new kernel's process starts with the claim's devices in its environment
+    visible = after["env"]["CUDA_VISIBLE_DEVICES"]
+    assert visible and cell_output(page, 1) == f"env {visible}"
+    run_cell(page, 1, f"env {visible}")
 
 
 def test_release_all_from_the_palette(lab: Lab, page: Any, released: None) -> None:
