@@ -63,7 +63,9 @@ async def test_claims_over_rest_with_another_users_refused(
     assert r.code == 204
     assert names(api, namespace) == [theirs.name]
     assert events_of(api, namespace, claim["name"]) == []  # a user's release needs no Event
-    r = await jp_fetch("dra", "api", "claims", claim["name"], raise_error=False)
+    gone = body(await jp_fetch("dra", "api", "claims", claim["name"]))  # released lately
+    assert (gone["name"], gone["released"]["reason"]) == (claim["name"], "user")
+    r = await jp_fetch("dra", "api", "claims", "no-such-claim", raise_error=False)
     assert r.code == 404
 
 
