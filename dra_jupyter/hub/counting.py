@@ -126,6 +126,9 @@ class ChoiceCache:
         self.layouts_built = 0  # how many times slices were laid out (a new inventory)
         self._holding: tuple[Layout, _Holding] | None = None
         self.counted: Counting | None = None  # the last call's counts
+        # per claim object of the last call: it, its creation time, the shapes it holds
+        self.claim_shapes: dict[int, tuple[ResourceClaim, float | None, tuple[int, ...]]] = {}
+        self.claim_layout: Layout | None = None
 
     def layout(self, allocator: Allocator, strategy: Strategy) -> Layout:
         """The layout of the allocator's catalog, built (and idle devices counted) once."""
@@ -190,7 +193,7 @@ def count(
     ):
         return last  # nothing changed since the last call
     fewer = cache.holding(layout, allocator.state, strategy).fewer
-    changed = _changed(layout, allocator, world.since)
+    changed = _changed(layout, allocator, world.since, cache)
     out: list[Count] = []
     for s, shape in enumerate(layout.shapes):
         idle = layout.idle_per_node[s]
@@ -519,35 +522,45 @@ def _everywhere(
 # --- when it changed -------------------------------------------------------------------------
 
 
-def _changed(layout: Layout, allocator: Allocator, since: Mapping[str, float]) -> dict[int, float]:
+def _changed(
+    layout: Layout, allocator: Allocator, since: Mapping[str, float], cache: ChoiceCache
+) -> dict[int, float]:
     """Per shape, when the latest claim that holds one of its devices (or part of a unit
-    with one) got them."""
-    times: dict[str, float] = {}
-    for claim in allocator.allocated:
-        when = since.get(claim.key)
-        if when is None:
-            when = _created(claim)
-        if when is not None:
-            times[claim.key] = when
-    if not times:
-        return {}
+    with one) got them. What each claim holds is found once per claim object."""
+    known = cache.claim_shapes if cache.claim_layout is layout else {}
+    kept: dict[int, tuple[ResourceClaim, float | None, tuple[int, ...]]] = {}
     out: dict[int, float] = {}
-    for device, holders in allocator.state.holders.items():
-        found = layout.whole.get(device)
-        if found is not None:
-            shapes = layout.sort_shapes[found[1]]
-        else:
-            at = layout.unit_at.get(device)
-            shapes = layout.unit_shapes[at[0]] if at is not None else ()
-        if not shapes:
+    for claim in allocator.allocated:
+        found = known.get(id(claim))
+        if found is None or found[0] is not claim:
+            found = (claim, _created(claim), _shapes_held(layout, claim))
+        kept[id(claim)] = found
+        when = since.get(claim.key, found[1])
+        if when is None:
             continue
-        latest = max((times[h] for h in holders if h in times), default=None)
-        if latest is None:
-            continue
-        for s in shapes:
-            if latest > out.get(s, 0.0):
-                out[s] = latest
+        for s in found[2]:
+            if when > out.get(s, 0.0):
+                out[s] = when
+    cache.claim_shapes, cache.claim_layout = kept, layout
     return out
+
+
+def _shapes_held(layout: Layout, claim: ResourceClaim) -> tuple[int, ...]:
+    """The shapes of the devices the claim holds, and of the units it holds part of."""
+    if claim.allocation is None:
+        return ()
+    shapes: set[int] = set()
+    for result in claim.allocation.results:
+        if result.admin_access:
+            continue
+        found = layout.whole.get(result.device)
+        if found is not None:
+            shapes.update(layout.sort_shapes[found[1]])
+            continue
+        at = layout.unit_at.get(result.device)
+        if at is not None:
+            shapes.update(layout.unit_shapes[at[0]])
+    return tuple(sorted(shapes))
 
 
 def _created(claim: ResourceClaim) -> float | None:

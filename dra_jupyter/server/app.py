@@ -280,6 +280,8 @@ class DRAExtensionApp(ExtensionApp):
         if settings.backend == "kubernetes":  # kernels get the namespace the server uses
             settings = replace(settings, namespace=self.service.backend.namespace)
         self.startup_env: dict[str, str] = {}
+        self.startup_claim: str | None = None  # its name while it lives
+        self._startup_kept = 0.0  # when its activity was last recorded
         if self.startup_request:
             self._claim_at_start()
         install_kernel_env(
@@ -307,6 +309,7 @@ class DRAExtensionApp(ExtensionApp):
             raise SystemExit(1) from err
         os.environ.update(env)  # the server's own processes (terminals) too
         self.startup_env = env
+        self.startup_claim, self._startup_kept = record.name, time.time()
         self._report(startup.succeeded(record, env))
         self.log.info(
             "dra_jupyter: claim %s at start: %s", record.name, ", ".join(record.device_keys)
@@ -567,6 +570,7 @@ class DRAExtensionApp(ExtensionApp):
         for kernel_id in set(self.watcher.watches) - live:
             self.watcher.detach(kernel_id)
         now = time.time()
+        await self._keep_startup_claim(now)
         # kernels this server ran that are gone; claims of any kernel whose process is gone
         # (after a server restart, say) are released by the backend's sweep. A claim of a
         # live kernel process not known here may belong to another server on the ledger.
@@ -583,6 +587,19 @@ class DRAExtensionApp(ExtensionApp):
             ):
                 self.emit_allocated(record, "kernel")
             self._maybe_warn(record, now)
+
+    async def _keep_startup_claim(self, now: float) -> None:
+        """The startup claim is as active as the server's kernels: a cell that ran since the
+        last check records activity on it (what the service's ``idle`` limit measures)."""
+        if self.startup_claim is None:
+            return
+        ran = max((w.execution.last_execute for w in self.watcher.watches.values()), default=0.0)
+        if ran <= self._startup_kept:
+            return
+        self._startup_kept = now
+        if not await self.call(self.service.backend.touch, self.startup_claim, now):
+            self.log.warning("dra_jupyter: the claim %s made at start is gone", self.startup_claim)
+            self.startup_claim = None
 
     def _idle_or(
         self, select: Callable[[ClaimRecord], str | None], now: float

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from traitlets.config.loader import PyFileConfigLoader
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.claimspec import build_claim
@@ -22,6 +23,7 @@ from dra_jupyter.server import startup
 from dra_jupyter.types import ClaimRecord, Owner
 
 NOW = dt.datetime(2026, 12, 1, 15, 0, tzinfo=dt.UTC)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def record(name: str, user: str, spec: dict[str, object], held: list[ClaimRecord]) -> ClaimRecord:
@@ -130,3 +132,23 @@ def test_the_profiles_config_is_a_policy() -> None:
     assert profiles.policy() == ChoicePolicy.from_table([{"match": "mig-*", "groups": ["ml"]}])
     with pytest.raises(InvalidInputError, match="profile rule 1: unknown key 'who'"):
         DRAProfiles(rules=[{"who": "x"}]).policy()
+
+
+def test_the_deployed_jupyterhub_config_offers_what_it_says() -> None:
+    """deploy/jupyterhub_config.py loads, names the spawner, and its rules hold: a whole
+    node for ml-admins only, 4 GPUs for researchers too, "No GPU" first."""
+    config = PyFileConfigLoader("jupyterhub_config.py", path=str(REPO / "deploy")).load_config()
+    assert config.JupyterHub.spawner_class == "dra_jupyter.hub.local.DRALocalSpawner"
+    policy = DRAProfiles(config=config).policy()
+    inv = simulated.load("h200-8x")
+    offered = choices(service_world(inv, []), now=NOW)
+    slugs = {
+        who: [c.slug for c in restrict(offered, who, groups, policy)]
+        for who, groups in (("ann", {"ml-admins"}), ("bea", {"researchers"}), ("cid", set()))
+    }
+    assert slugs["ann"] == ["none", "h200-x1", "h200-x2", "h200-x4", "h200-x8"]
+    assert slugs["bea"] == ["none", "h200-x1", "h200-x2", "h200-x4"]
+    assert slugs["cid"] == ["none", "h200-x1", "h200-x2"]
+    mine = restrict(offered, "cid", (), policy)
+    assert [c.slug for c in mine if c.default] == ["none"]
+    assert {(c.lease, c.idle_timeout) for c in mine} == {("8h", "1h")}

@@ -1,6 +1,7 @@
 """Devices a server gets as it starts (c.DRAExtensionApp.startup_request, what the hub's
 spawner passes): claimed by the server for its user, their environment the server's and its
-kernels', reported to a file, released when the server stops; a refusal stops the server."""
+kernels', reported to a file, active while its kernels run cells, released when the server
+stops; a refusal stops the server."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from dra_jupyter.local.ledger import Ledger
 from tests.server.conftest import start_extensions
 from tests.server.test_kernels import started_kernel
+from tests.server.test_rest import extension
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 120  # seconds a server may take to start and stop (never a timing asserted)
@@ -72,6 +74,9 @@ async def test_the_server_starts_with_its_devices_and_gives_them_back(
             output_hook=printed.append,
         )
         assert reply["content"]["status"] == "ok"
+        await extension(jp_serverapp).check()  # a cell ran: the claim was active
+        [kept] = ledger.read_claims()
+        assert kept.last_activity > record.last_activity
     assert visible in "".join(m["content"].get("text", "") for m in printed)
     await jp_serverapp.extension_manager.stop_all_extensions()
     assert ledger.read_claims() == []
