@@ -225,12 +225,17 @@ def build_layout(allocator: Allocator) -> Layout:
     if odd_nodes:  # an odd node is counted by the allocator alone, whole
         whole = {d: v for d, v in whole.items() if v[0] not in odd_nodes}
         units = [u for u in units if u.node not in odd_nodes]
+    bad = _number_structures(units)
+    if bad:  # a counter its set has not: the allocator calls the pool invalid
+        odd_nodes.update(units[u].node for u in bad)
+        whole = {d: v for d, v in whole.items() if v[0] not in odd_nodes}
+        units = [u for u in units if u.node not in odd_nodes]
+        _number_structures(units)
     unit_at = {
         (unit.pool.driver, unit.pool.pool, device.name): (u, pos)
         for u, unit in enumerate(units)
         for pos, device in enumerate(unit.devices)
     }
-    _number_structures(units)
     shapes = _shapes(sorts, classes)
     claims = [shape_claim(shape, 1, classes) for shape in shapes]
     shape_sorts = [
@@ -402,8 +407,9 @@ def _units(
     counter_slices: Sequence[ResourceSlice],
 ) -> list[Unit] | None:
     """The pool's flexible devices grouped by the counter sets they draw on (linked sets
-    merged), in the pool's order; None when a device draws on a set or a counter the pool
-    does not publish (the allocator calls the pool invalid)."""
+    merged), in the pool's order; None when a device draws on a set the pool does not
+    publish (the allocator calls the pool invalid; a counter it does not publish is found
+    per structure, :func:`_number_structures`)."""
     sets: dict[str, CounterSet] = {}
     owner: dict[str, ResourceSlice] = {}
     for s in counter_slices:
@@ -419,9 +425,8 @@ def _units(
         uses = device.consumes_counters
         if len(uses) == 1:  # the common case: one GPU's counter set
             use = uses[0]
-            cs = sets.get(use.counter_set)
-            if cs is None or not use.counters.keys() <= cs.counters.keys():
-                return None
+            if use.counter_set not in sets:
+                return None  # (its counters are checked per structure)
             g = group_of.get(use.counter_set)
             if g is None:
                 g = group_of[use.counter_set] = len(groups)
@@ -433,8 +438,7 @@ def _units(
             continue
         found: int | None = None
         for use in uses:
-            cs = sets.get(use.counter_set)
-            if cs is None or not use.counters.keys() <= cs.counters.keys():
+            if use.counter_set not in sets:
                 return None
             g = group_of.get(use.counter_set)
             if g is None:
@@ -475,38 +479,54 @@ def _units(
     return out
 
 
-def _number_structures(units: Sequence[Unit]) -> None:
+def _number_structures(units: Sequence[Unit]) -> set[int]:
     """Number the units by structure: their devices' sorts, in order; which of the unit's
     counter sets each device draws on and how much; the sets' counters; a shared device's
     capacity; taints and binding conditions. Quantities are told apart by object: the parser
     keeps one object per text, so equal texts give one object (equal values written alike),
-    and a structure is never shared by two units that differ."""
+    and a structure is never shared by two units that differ. Returns the units that draw on
+    a counter their set has not (the allocator calls their pool invalid), checked once per
+    structure."""
     known: dict[object, int] = {}
-    for unit in units:
+    valid: list[bool] = []
+    bad: set[int] = set()
+    for u, unit in enumerate(units):
         local = {cs.name: i for i, cs in enumerate(unit.counter_sets)}
-        key = (
-            unit.sorts,
-            tuple(
-                (
-                    tuple(
-                        (
-                            local[use.counter_set],
-                            tuple(use.counters),
-                            *map(id, use.counters.values()),
-                        )
-                        for use in device.consumes_counters
-                    ),
-                    tuple((n, id(c)) for n, c in device.capacity.items())
-                    if device.allow_multiple_allocations
-                    else (),
-                    device.taints,
-                    device.binding_conditions,
+        parts: list[object] = [unit.sorts]
+        for device in unit.devices:
+            for use in device.consumes_counters:  # names (str), then values (int ids)
+                counters = use.counters
+                parts.append((local[use.counter_set], *counters, *map(id, counters.values())))
+            if device.allow_multiple_allocations or device.taints or device.binding_conditions:
+                parts.append(
+                    (
+                        tuple((n, id(c)) for n, c in device.capacity.items()),
+                        device.taints,
+                        device.binding_conditions,
+                    )
                 )
-                for device in unit.devices
-            ),
-            tuple((tuple(cs.counters), *map(id, cs.counters.values())) for cs in unit.counter_sets),
-        )
-        unit.structure = known.setdefault(key, len(known))
+            parts.append(None)  # the end of a device
+        for cs in unit.counter_sets:
+            parts.append((*cs.counters, *map(id, cs.counters.values())))
+        key = tuple(parts)
+        n = known.get(key)
+        if n is None:
+            n = known[key] = len(known)
+            valid.append(_counters_defined(unit))
+        unit.structure = n
+        if not valid[n]:
+            bad.add(u)
+    return bad
+
+
+def _counters_defined(unit: Unit) -> bool:
+    """Whether every counter the unit's devices draw on is one of its set's."""
+    sets = {cs.name: cs.counters for cs in unit.counter_sets}
+    return all(
+        use.counters.keys() <= sets[use.counter_set].keys()
+        for device in unit.devices
+        for use in device.consumes_counters
+    )
 
 
 # --- shapes ----------------------------------------------------------------------------------

@@ -239,13 +239,14 @@ class DRASpawnerMixin(_Extended):  # type: ignore[misc]  # JupyterHub is untyped
         else:
             found = find(offer.choices, slug)
         if found is None:
-            names = ", ".join(c.slug for c in offer.choices) or "none"
-            raise SpawnException(
-                f"profile {slug!r} is not one {self.user.name} may choose here; choose one of "
-                f"{names}",
-                reason="profile",
-                status_code=403,
+            names = ", ".join(c.slug for c in offer.choices)
+            message = (
+                f"profile {slug!r} is not one {self.user.name} may choose here; choose one "
+                f"of {names or 'none'}"
+                if slug
+                else f"no choice is offered to {self.user.name} here"
             )
+            raise SpawnException(message, reason="profile", status_code=403)
         if found.request and offer.problem:
             raise SpawnException(offer.problem, reason="devices", status_code=503)
         return found

@@ -265,6 +265,19 @@ def test_pools_it_does_not_model_are_counted_by_the_allocator() -> None:
     assert_counts_agree(World(slices, inv.device_classes))
 
 
+def test_a_pool_that_draws_on_counters_it_has_not_is_counted_by_the_allocator() -> None:
+    """A MIG placement that draws on a counter its set does not publish: the allocator calls
+    the pool invalid, and so nothing of that node is offered; the other node is."""
+    slices = nodes_of("h200-mig", 2, "mig")
+    broken = next(
+        s for s in slices if s["spec"]["nodeName"] == "mig-2" and s["spec"].get("devices")
+    )
+    use = broken["spec"]["devices"][-1]["consumesCounters"][0]
+    use["counters"]["no-such-counter"] = {"value": "1"}
+    found = assert_counts_agree(World(slices, classes_of("h200-mig")))
+    assert (find(found, "mig-1g-18gb-x1") or found[0]).available == 7  # mig-1's GPU only
+
+
 def test_slices_for_many_nodes_are_counted_on_the_cluster() -> None:
     inv = simulated.load("workstation-4gpu")
     shared = copy.deepcopy(inv.slices[0])

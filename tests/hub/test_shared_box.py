@@ -289,6 +289,10 @@ async def _execute(hub: Hub, path: str, code: str) -> str:
         raise AssertionError(f"no answer from the kernel in {DEADLINE}s")
     finally:
         ws.close()
+        # the close handshake is not waited for: the connection goes with this loop
+        stream = getattr(ws, "stream", None) or getattr(ws.protocol, "stream", None)
+        if stream is not None:
+            stream.close()
 
 
 @pytest.fixture(scope="module")
