@@ -102,7 +102,9 @@ def image_env(tmp: Path, venv: Path) -> dict[str, str]:
     """This machine's environment as the image's: the venv's bin first, no other venv on
     the PATH, nothing of this checkout or this user's Python and Jupyter set-up (a user
     site, PYTHONPATH, config and data folders), no dra-jupyter or device variable. HOME
-    stays, and with it pip's and yarn's caches."""
+    stays, and with it pip's and yarn's caches (yarn fetches from its global mirror,
+    ~/.yarn/berry/cache, what it has; node_modules is made of hard links into yarn's global
+    store, ~/.yarn/berry/store, instead of copies: the same files, written once)."""
     drop = ("DRA_JUPYTER_", "JUPYTER", "IPYTHON", "PYTHON", "VIRTUAL_ENV", "CONDA")
     env = {
         k: v
@@ -123,6 +125,7 @@ def image_env(tmp: Path, venv: Path) -> dict[str, str]:
         JUPYTER_RUNTIME_DIR=str(tmp / "jupyter-runtime"),
         IPYTHONDIR=str(tmp / "ipython"),
         XDG_STATE_HOME=str(tmp / "state"),  # the ledger binder's default puts in $HOME
+        YARN_NM_MODE="hardlinks-global",
     )
     return env
 
