@@ -1,7 +1,8 @@
 """binder/: the mybinder environment, built the way repo2docker builds it from the binder/
 files alone, in a fresh virtualenv (no system site packages, so a missing requirement
-fails), on a copy of the repository's tracked files; then the quickstart notebook runs
-through binder/start in that environment's kernel, on the simulated devices.
+fails), on a copy of the repository's tracked files; then the example notebooks run
+through binder/start in that environment's kernel, on the simulated devices, and JupyterLab
+starts through it as mybinder starts it.
 
 Slow the first time (pip and jlpm download what their caches lack; their caches are used,
 as on a developer's machine), and bounded: every step has a timeout.
