@@ -31,6 +31,9 @@ TIER_NAMES = ("pure", "kernel", "server", "service", "browser", "k8s", "gpu")
 # folder, so that a new folder or a new module at the top must be given a tier here.
 TIERS = {
     "allocator": "pure",
+    # binder/ built in a fresh virtualenv (pip, jlpm), then the quickstart in its kernel
+    # and JupyterLab through binder/start
+    "binder": "kernel",
     "browser": "browser",
     "examples": "kernel",  # nbclient runs the example notebooks
     "inventory": "pure",  # NVML through a fake pynvml
