@@ -1,0 +1,193 @@
+"""Real server processes for the benchmarks: a ``jupyter server`` with the extension,
+isolated in a temporary folder and listening on 127.0.0.1 only, or any other process that
+is ready once a check passes; and what such a process costs (its CPU time).
+
+One place for what bench_load, bench_server, bench_lab and bench_service each did: start
+the process with its output in a log file, wait until it answers (at most ``--wait``
+seconds; a process that exits shows the tail of its log), and stop it (terminate, then
+kill after 30 s).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+TOKEN = "bench-token"
+HOST = "127.0.0.1"  # loopback only
+REPO = Path(__file__).resolve().parent.parent
+
+# Run ``jupyter_server`` under yappi (CPU clock, every thread) and write its statistics
+# (pstats format) when the server stops: ``argv[1]`` for the main thread (the event loop),
+# ``argv[1]`` + ``.threads`` for the others; SIGUSR1 clears them (after the start and a
+# warm-up). The rest of argv is the server's.
+_PROFILED = """
+import atexit, signal, sys, yappi
+out = sys.argv.pop(1)
+yappi.set_clock_type("cpu")
+yappi.start(builtins=False)
+signal.signal(signal.SIGUSR1, lambda *_: yappi.clear_stats())
+def save():
+    yappi.stop()
+    loop = [t.id for t in yappi.get_thread_stats() if t.name == "_MainThread"]
+    others = [t.id for t in yappi.get_thread_stats() if t.name != "_MainThread"]
+    yappi.get_func_stats(filter_callback=lambda f: f.ctx_id in loop).save(out, type="pstat")
+    yappi.get_func_stats(filter_callback=lambda f: f.ctx_id in others).save(
+        out + ".threads", type="pstat"
+    )
+atexit.register(save)
+from jupyter_server.serverapp import main
+sys.argv[0] = "jupyter-server"
+sys.exit(main())
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, every thread, those ended too) the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ns(pid: int) -> tuple[int, int]:
+    """CPU nanoseconds the process's main thread (a server's event loop) and its other live
+    threads have run (``/proc/PID/task/*/schedstat``: finer than :func:`cpu_seconds`'s
+    clock ticks, for the cost of single requests)."""
+    main = others = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            ns = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that just ended
+        if task.name == str(pid):
+            main = ns
+        else:
+            others += ns
+    return main, others
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """This process's environment, with the checkout first on PYTHONPATH (the extension and
+    benchmarks of this tree, not an installed copy), plus ``extra``."""
+    path = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)), **extra}
+
+
+class Process:
+    """A started process and its log."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.proc = proc
+        self.log = log
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")[-chars:]
+
+
+@contextmanager
+def running(
+    argv: Sequence[str],
+    *,
+    log: Path,
+    ready: Callable[[], bool],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    wait: float = 60.0,
+) -> Iterator[Process]:
+    """Run ``argv`` (output to ``log``) until the block ends; yields once ``ready()`` is
+    true (an OSError from it counts as not yet), at most ``wait`` seconds."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    process = Process(proc, log)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{argv[0]} exited ({proc.returncode}):\n{process.tail()}")
+            try:
+                if ready():
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{' '.join(argv[:3])} was not ready in {wait:g} s; see {log}")
+            time.sleep(0.05)
+        yield process
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Server(Process):
+    """A ``jupyter server`` with the extension: its process, port and token."""
+
+    port: int
+    token: str = TOKEN
+
+
+@contextmanager
+def jupyter_server(
+    tmp: Path,
+    *,
+    ledger: Path,
+    inventory: str | Path = "h200-8x",
+    name: str = "server",
+    options: Sequence[str] = (),
+    ready: Callable[[int], bool],
+    profile: Path | None = None,
+) -> Iterator[Server]:
+    """A ``jupyter server`` subprocess with the extension on ``ledger`` and ``inventory``,
+    its config, data and runtime folders under ``tmp`` (``name`` keeps several apart);
+    ``options`` are more command-line settings (``--DRAExtensionApp.idle_timeout=3``).
+    Yields once ``ready(port)`` is true. With ``profile``, the server runs under yappi
+    (CPU time of every thread) and its statistics are written there (pstats) at stop."""
+    port = free_port()
+    env = environment(
+        JUPYTER_CONFIG_DIR=str(tmp / "config"),
+        JUPYTER_DATA_DIR=str(tmp / "data"),
+        JUPYTER_RUNTIME_DIR=str(tmp / f"runtime-{name}"),
+    )
+    launch = ["-m", "jupyter_server"] if profile is None else ["-c", _PROFILED, str(profile)]
+    argv = [
+        sys.executable,
+        *launch,
+        "--no-browser",
+        "--allow-root",  # harmless when not root; containers often run as root
+        f"--port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.ip={HOST}",
+        f"--IdentityProvider.token={TOKEN}",
+        f"--ServerApp.root_dir={tmp}",
+        "--ServerApp.jpserver_extensions=dra_jupyter=True",
+        f"--DRAExtensionApp.ledger={ledger}",
+        f"--DRAExtensionApp.inventory={inventory}",
+        *options,
+    ]
+    # cwd: `python -m` puts the working folder first on sys.path; the extension must come
+    # from the environment's (PYTHONPATH's) dra_jupyter, not from where this was started
+    with running(
+        argv, log=tmp / f"{name}.log", ready=lambda: ready(port), env=env, cwd=tmp
+    ) as process:
+        server = Server(process.proc, process.log)
+        server.port = port
+        yield server
