@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -86,10 +87,8 @@ class Connection:
     async def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-            try:
+            with contextlib.suppress(ConnectionError):  # the server closed first (a big body)
                 await self.writer.wait_closed()
-            except ConnectionError:  # the server closed first (a refused big body)
-                pass
             self.writer = None
 
 

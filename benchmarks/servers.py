@@ -109,9 +109,12 @@ def running(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     wait: float = 60.0,
+    what: str = "",
 ) -> Iterator[Process]:
     """Run ``argv`` (output to ``log``) until the block ends; yields once ``ready()`` is
-    true (an OSError from it counts as not yet), at most ``wait`` seconds."""
+    true (an OSError from it counts as not yet), at most ``wait`` seconds. ``what`` names
+    it in errors (else ``argv[0]``)."""
+    what = what or argv[0]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
     process = Process(proc, log)
@@ -119,14 +122,14 @@ def running(
         deadline = time.monotonic() + wait
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"{argv[0]} exited ({proc.returncode}):\n{process.tail()}")
+                raise RuntimeError(f"{what} exited ({proc.returncode}):\n{process.tail()}")
             try:
                 if ready():
                     break
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{' '.join(argv[:3])} was not ready in {wait:g} s; see {log}")
+                raise RuntimeError(f"{what} was not ready in {wait:g} s; see {log}")
             time.sleep(0.05)
         yield process
     finally:
@@ -186,7 +189,13 @@ def jupyter_server(
     # cwd: `python -m` puts the working folder first on sys.path; the extension must come
     # from the environment's (PYTHONPATH's) dra_jupyter, not from where this was started
     with running(
-        argv, log=tmp / f"{name}.log", ready=lambda: ready(port), env=env, cwd=tmp
+        argv,
+        log=tmp / f"{name}.log",
+        ready=lambda: ready(port),
+        env=env,
+        cwd=tmp,
+        wait=60.0 if profile is None else 180.0,  # yappi slows the start several times
+        what=f"jupyter server {name}",
     ) as process:
         server = Server(process.proc, process.log)
         server.port = port

@@ -57,6 +57,7 @@ CAPABILITIES = Capabilities(
 )
 
 Wire = dict[str, Any]
+_POSSIBLE_MOST = 1024  # shapes remembered as possible
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
@@ -118,6 +119,8 @@ class LocalBackend:
         self._cache = AllocatorCache()
         self._idle = AllocatorCache()
         self._wires: dict[int, tuple[ClaimRecord, Wire]] = {}
+        # the shapes (shape_of) found possible on the idle machine: the inventory is fixed
+        self._possible: set[str] = set()
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """This machine's devices (found once: ``refresh`` changes nothing)."""
@@ -137,6 +140,7 @@ class LocalBackend:
         )
         # the inventory is the same: so is what was learnt of it
         twin._cache, twin._idle, twin._wires = self._cache, self._idle, self._wires
+        twin._possible = self._possible
         return twin
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
@@ -166,7 +170,11 @@ class LocalBackend:
 
     def check_possible(self, claim: Wire) -> None:
         """Raise NeverPossibleError when the claim could not be met even on an idle
-        machine."""
+        machine. A shape found possible once is not tried again (the devices here do not
+        change)."""
+        shape = shape_of(claim)
+        if shape in self._possible:
+            return
         idle = self.allocator([])
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
@@ -177,6 +185,9 @@ class LocalBackend:
                 + explanation.summary(),
                 explanation,
             )
+        if len(self._possible) >= _POSSIBLE_MOST:
+            self._possible.clear()
+        self._possible.add(shape)
 
     def allocate(
         self,
