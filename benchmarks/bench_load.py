@@ -1,6 +1,6 @@
 """The REST API under load: concurrent clients creating and deleting claims.
 
-Run with ``.venv/bin/python benchmarks/bench_load.py`` (``make bench-load``). Starts real
+Run with ``.venv/bin/python -m benchmarks.bench_load`` (``make bench-load``). Starts real
 ``jupyter server`` processes with the extension, on a temporary ledger and the simulated
 ``h200-8x`` inventory (8 GPUs), listening on 127.0.0.1 only, and prints Markdown tables.
 
@@ -25,7 +25,16 @@ or ``--seconds``, whichever comes first (bounded in count and time).
   latency close to ``--hold``; and while one POST with a ``--big-post`` bytes ``model``
   string is handled (the issue's 50 MB body stalled every read for seconds).
 
-Percentiles are of every request's latency (send to last byte), in milliseconds.
+Percentiles are of every request's latency (send to last byte), in milliseconds. **CPU**
+(robust where the machine is shared, unlike rates and latencies): each load run's server
+CPU seconds (``/proc/PID/stat``, every thread) and this process's (the clients) per
+request; and first, one request at a time on one connection, ``--cost`` of each kind (the
+baseline GET, a POST that allocates and the DELETE of its claim, a POST answered busy), the
+server's CPU per request from its threads' ``schedstat`` (nanoseconds), with the part on
+the event loop (the main thread: jupyter_server, Tornado and our handlers; the rest is the
+writer and reader threads, ours). ``--profile FILE`` instead runs one server under yappi
+(CPU clock, every thread) for those requests (and ``--rounds`` create/delete runs) and
+writes its statistics (pstats: ``FILE`` the event loop, ``FILE.threads`` the others).
 """
 
 from __future__ import annotations
@@ -100,16 +109,19 @@ class Run:
     latencies: list[float] = field(default_factory=list)
     answers: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
-    cpu: float = 0.0  # CPU seconds of the servers over the run (every thread)
+    cpu: float | None = None  # CPU seconds of the servers over the run (every thread)
+    client_cpu: float | None = None  # CPU seconds of this process (the clients) over it
 
     def row(self) -> str:
         ms = sorted(x * 1000 for x in self.latencies)
         cuts = statistics.quantiles(ms, n=100, method="inclusive") if len(ms) > 1 else ms * 99
         rate = len(ms) / self.seconds
         answers = ", ".join(f"{k}: {v}" for k, v in sorted(self.answers.items()))
+        cpu = "" if self.cpu is None else f" {self.cpu / len(ms) * 1000:.2f} |"
+        client = "" if self.client_cpu is None else f" {self.client_cpu / len(ms) * 1000:.2f} |"
         return (
             f"| {self.name} | {len(ms)} | {rate:,.0f} | {statistics.median(ms):.1f} | "
-            f"{cuts[98]:.1f} | {ms[-1]:.1f} | {self.cpu / len(ms) * 1000:.2f} | {answers} |"
+            f"{cuts[98]:.1f} | {ms[-1]:.1f} |{cpu}{client} {answers} |"
         )
 
 
@@ -157,9 +169,10 @@ async def _load(name: str, ports: list[int], clients: int, ops: int, seconds: fl
 
 
 def load(name: str, servers: list[Server], clients: int, ops: int, seconds: float) -> Run:
-    before = sum(cpu_seconds(s.pid) for s in servers)
+    before, client = sum(cpu_seconds(s.pid) for s in servers), time.process_time()
     run = asyncio.run(_load(name, [s.port for s in servers], clients, ops, seconds))
     run.cpu = sum(cpu_seconds(s.pid) for s in servers) - before
+    run.client_cpu = time.process_time() - client
     return run
 
 
@@ -380,20 +393,26 @@ def main() -> None:
     )
     print(
         "| run | requests | per second | p50 ms | p99 ms | max ms | server CPU ms per "
-        "request | answers |"
+        "request | client CPU ms per request | answers |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for run in runs:
         print(run.row())
     for base, load_run in zip(runs[0::2], runs[1::2], strict=True):
         b, lr = len(base.latencies) / base.seconds, len(load_run.latencies) / load_run.seconds
-        print(f"\n{load_run.name}: {lr / b:.2f}x the baseline's requests per second", end="")
+        assert base.cpu is not None and load_run.cpu is not None
+        cpu = (load_run.cpu / len(load_run.latencies)) / (base.cpu / len(base.latencies))
+        print(
+            f"\n{load_run.name}: {lr / b:.2f}x the baseline's requests per second, "
+            f"{cpu:.2f}x its server CPU per request",
+            end="",
+        )
     print(
         "\n\n## Reads during a slow write (another process holds the write lock for "
         f"{args.hold:g} s; a big POST)\n"
     )
-    print("| run | requests | per second | p50 ms | p99 ms | max ms | server CPU ms | answers |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | requests | per second | p50 ms | p99 ms | max ms | answers |")
+    print("|---|---|---|---|---|---|---|")
     print(locked.row())
     print(waiting.row())
     print(big.row())

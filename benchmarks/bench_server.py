@@ -1,6 +1,6 @@
 """The Jupyter server extension: how soon an idle claim's device is back, and REST latency.
 
-Run with ``.venv/bin/python benchmarks/bench_server.py``. Starts real ``jupyter server``
+Run with ``.venv/bin/python -m benchmarks.bench_server``. Starts real ``jupyter server``
 processes (with the extension, a temporary ledger and a simulated inventory of 16 HGX
 H200 nodes, 128 GPUs), on this machine, and prints a Markdown table.
 

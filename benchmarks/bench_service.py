@@ -1,6 +1,6 @@
 """The shared-machine service against the embedded backend, measured side by side.
 
-Run with ``.venv/bin/python benchmarks/bench_service.py`` (``make bench-service``). Starts a
+Run with ``.venv/bin/python -m benchmarks.bench_service`` (``make bench-service``). Starts a
 real ``dra-jupyter service`` (a subprocess, the simulated ``h200-8x``: 8 GPUs; rate limits
 raised out of the way) on a socket and a ledger in a temporary folder, and prints a
 Markdown table:
@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.servers import environment, running
+from benchmarks.servers import environment
 from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
@@ -45,6 +45,7 @@ from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.service.client import ServiceBackend
 from dra_jupyter.settings import service_answers
 from dra_jupyter.types import Backend, Owner
+from tests.helpers import running
 
 CLAIM = {
     "apiVersion": "resource.k8s.io/v1",

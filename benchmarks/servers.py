@@ -2,22 +2,22 @@
 isolated in a temporary folder and listening on 127.0.0.1 only, or any other process that
 is ready once a check passes; and what such a process costs (its CPU time).
 
-One place for what bench_load, bench_server, bench_lab and bench_service each did: start
-the process with its output in a log file, wait until it answers (at most ``--wait``
-seconds; a process that exits shows the tail of its log), and stop it (terminate, then
-kill after 30 s).
+One place for what bench_load, bench_server, bench_lab and bench_service each did; the
+process itself is run by :func:`tests.helpers.running` (which the tests' servers use too):
+its output in a log file, ready once a check passes (a process that exits shows the tail
+of its log), stopped at the end (terminate, then kill after 30 s).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.helpers import Process, running
 
 TOKEN = "bench-token"
 HOST = "127.0.0.1"  # loopback only
@@ -32,7 +32,11 @@ import atexit, signal, sys, yappi
 out = sys.argv.pop(1)
 yappi.set_clock_type("cpu")
 yappi.start(builtins=False)
-signal.signal(signal.SIGUSR1, lambda *_: yappi.clear_stats())
+def restart(*_):
+    yappi.stop()
+    yappi.clear_stats()
+    yappi.start(builtins=False)
+signal.signal(signal.SIGUSR1, restart)
 def save():
     yappi.stop()
     loop = [t.id for t in yappi.get_thread_stats() if t.name == "_MainThread"]
@@ -83,62 +87,6 @@ def environment(**extra: str) -> dict[str, str]:
     benchmarks of this tree, not an installed copy), plus ``extra``."""
     path = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)), **extra}
-
-
-class Process:
-    """A started process and its log."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
-        self.proc = proc
-        self.log = log
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def tail(self, chars: int = 3000) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")[-chars:]
-
-
-@contextmanager
-def running(
-    argv: Sequence[str],
-    *,
-    log: Path,
-    ready: Callable[[], bool],
-    env: dict[str, str] | None = None,
-    cwd: Path | None = None,
-    wait: float = 60.0,
-    what: str = "",
-) -> Iterator[Process]:
-    """Run ``argv`` (output to ``log``) until the block ends; yields once ``ready()`` is
-    true (an OSError from it counts as not yet), at most ``wait`` seconds. ``what`` names
-    it in errors (else ``argv[0]``)."""
-    what = what or argv[0]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-    process = Process(proc, log)
-    try:
-        deadline = time.monotonic() + wait
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{what} exited ({proc.returncode}):\n{process.tail()}")
-            try:
-                if ready():
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what} was not ready in {wait:g} s; see {log}")
-            time.sleep(0.05)
-        yield process
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class Server(Process):

@@ -21,10 +21,8 @@ import os
 import secrets
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +34,12 @@ from hypothesis import strategies as st
 
 from dra_jupyter.local.ledger import Ledger
 from tests.fuzzing import fuzz_settings
+from tests.helpers import running
 from tests.server.test_wire_contract import REF, validator
 
 ERROR = validator({"$ref": REF + "Error"})  # closed: no field the spec does not describe
 SOCKET_DIR = "/tmp" if Path("/tmp").is_dir() else None  # a Unix socket's path: ~100 bytes at most
-START_TRIES = 600  # x 0.1 s: how long the server may take to answer before the test fails
+START_SECONDS = 60.0  # how long the server may take to answer before the test fails
 MAX_MESSAGE = 1000  # an error's one line is at most this long: values in it are cut
 
 
@@ -128,31 +127,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     ]  # fmt: skip
     if os.geteuid() == 0:
         argv.append("--allow-root")
-    log_path = tmp / "server.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-        found = Server(sock, token, tmp / "ledger.sqlite", log_path)
-        try:
-            for _ in range(START_TRIES):
-                if proc.poll() is not None:
-                    raise AssertionError(f"jupyter server exited: {log_path.read_text()}")
-                try:
-                    if found.call("GET", "/dra/api/devices").status == 200:
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.1)
-            else:
-                raise AssertionError(f"jupyter server did not answer: {log_path.read_text()}")
+    found = Server(sock, token, tmp / "ledger.sqlite", tmp / "server.log")
+    try:
+        with running(
+            argv,
+            log=found.log,
+            ready=lambda: found.call("GET", "/dra/api/devices").status == 200,
+            env=env,
+            wait=START_SECONDS,
+            what="jupyter server",
+        ):
             yield found
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            shutil.rmtree(short, ignore_errors=True)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def error_line(reply: Reply) -> str:
