@@ -44,7 +44,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -335,9 +334,6 @@ def profile(out: Path, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="dra-bench-load-") as name:
         tmp = Path(name)
         with server(tmp, tmp / "ledger.sqlite", 1, profile=out.resolve()) as first:
-            costs(first, 20)  # warm up
-            os.kill(first.pid, signal.SIGUSR1)  # the statistics from here on
-            time.sleep(0.5)
             _cost_table(costs(first, args.cost))
             if args.rounds:
                 shape = (args.clients, args.ops, args.seconds)

@@ -25,18 +25,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Run ``jupyter_server`` under yappi (CPU clock, every thread) and write its statistics
 # (pstats format) when the server stops: ``argv[1]`` for the main thread (the event loop),
-# ``argv[1]`` + ``.threads`` for the others; SIGUSR1 clears them (after the start and a
-# warm-up). The rest of argv is the server's.
+# ``argv[1]`` + ``.threads`` for the others. They cover the server's whole life, its start
+# included: read the subtrees of the request handlers. The rest of argv is the server's.
 _PROFILED = """
-import atexit, signal, sys, yappi
+import atexit, sys, yappi
 out = sys.argv.pop(1)
 yappi.set_clock_type("cpu")
 yappi.start(builtins=False)
-def restart(*_):
-    yappi.stop()
-    yappi.clear_stats()
-    yappi.start(builtins=False)
-signal.signal(signal.SIGUSR1, restart)
 def save():
     yappi.stop()
     loop = [t.id for t in yappi.get_thread_stats() if t.name == "_MainThread"]
