@@ -44,9 +44,28 @@ MAX_MESSAGE = 1000  # an error's one line is at most this long: values in it are
 
 
 class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
+    """HTTP over the server's Unix socket. ``one_write``: the request goes out in one write,
+    headers and body, when its answer is asked for (as a browser sends a small one):
+    http.client writes the body after the headers, and a server that refuses the request
+    from its headers (authentication first) answers and closes the connection, which a
+    body written after that meets as a broken pipe."""
+
+    def __init__(self, path: str, timeout: float, *, one_write: bool = False) -> None:
         super().__init__("localhost", timeout=timeout)
         self.unix_path = path
+        self._held: list[bytes] | None = [] if one_write else None
+
+    def send(self, data: Any) -> None:
+        if self._held is not None and isinstance(data, bytes):
+            self._held.append(data)
+        else:
+            super().send(data)
+
+    def getresponse(self) -> http.client.HTTPResponse:
+        if self._held:
+            held, self._held = b"".join(self._held), []
+            super().send(held)
+        return super().getresponse()
 
     def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -81,8 +100,8 @@ class Server:
     ledger: Path
     log: Path
 
-    def connection(self, timeout: float = 60) -> _UnixConnection:
-        return _UnixConnection(str(self.sock), timeout)
+    def connection(self, timeout: float = 60, *, one_write: bool = False) -> _UnixConnection:
+        return _UnixConnection(str(self.sock), timeout, one_write=one_write)
 
     def call(
         self,
@@ -93,8 +112,9 @@ class Server:
         *,
         token: bool = True,
     ) -> Reply:
-        """One request on a new connection; ``path`` is under the server's root."""
-        conn = self.connection()
+        """One request on a new connection, in one write; ``path`` is under the server's
+        root."""
+        conn = self.connection(one_write=True)
         try:
             sent = {"Content-Type": "application/json", **(headers or {})}
             if token:
