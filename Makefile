@@ -141,11 +141,11 @@ bench-placement: install
 # and two sharing a ledger, beside a GET /api/status baseline; at most 5,000 requests or 20 s
 # a run, two rounds; loopback only. About 3-4 minutes.
 bench-load: install
-	$(BIN)/python benchmarks/bench_load.py --rounds 2
+	$(BIN)/python -m benchmarks.bench_load --rounds 2
 
 # The shared-machine service against the embedded backend, side by side (a real daemon)
 bench-service: install
-	$(BIN)/python benchmarks/bench_service.py
+	$(BIN)/python -m benchmarks.bench_service
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis labextension/node_modules \

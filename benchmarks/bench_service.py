@@ -1,6 +1,6 @@
 """The shared-machine service against the embedded backend, measured side by side.
 
-Run with ``.venv/bin/python benchmarks/bench_service.py`` (``make bench-service``). Starts a
+Run with ``.venv/bin/python -m benchmarks.bench_service`` (``make bench-service``). Starts a
 real ``dra-jupyter service`` (a subprocess, the simulated ``h200-8x``: 8 GPUs; rate limits
 raised out of the way) on a socket and a ledger in a temporary folder, and prints a
 Markdown table:
@@ -25,12 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import shutil
 import socket
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.servers import environment
 from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
@@ -46,8 +45,8 @@ from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.service.client import ServiceBackend
 from dra_jupyter.settings import service_answers
 from dra_jupyter.types import Backend, Owner
+from tests.helpers import running
 
-REPO = Path(__file__).resolve().parents[1]
 CLAIM = {
     "apiVersion": "resource.k8s.io/v1",
     "kind": "ResourceClaim",
@@ -90,31 +89,15 @@ def daemon(root: Path, history: int) -> Iterator[tuple[Path, int]]:
     config = root / "service.toml"
     config.write_text(POLICY.format(ledger=ledger))
     sock = root / "socket"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path[1:]])}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dra_jupyter.cli",
-            "service",
-            "--config",
-            str(config),
-            "--socket",
-            str(sock),
-        ],
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not service_answers(sock):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the service did not start")
-            time.sleep(0.05)
+    argv = [sys.executable, "-m", "dra_jupyter.cli", "service", "--config", str(config)]
+    with running(
+        [*argv, "--socket", str(sock)],
+        log=root / "service.log",
+        ready=lambda: service_answers(sock),
+        env=environment(),
+        what="dra-jupyter service",
+    ) as process:
         yield sock, process.pid
-    finally:
-        process.terminate()
-        process.wait(60)
 
 
 def round_trips(backend: Backend, repeat: int) -> list[float]:

@@ -15,7 +15,7 @@ import re
 import socket
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -100,7 +100,14 @@ class Owner:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # by hand: dataclasses.asdict copies deeply, and this runs for every ledger write
+        return {
+            "user": self.user,
+            "host": self.host,
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "kernel_id": self.kernel_id,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Owner:

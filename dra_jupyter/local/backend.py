@@ -57,6 +57,7 @@ CAPABILITIES = Capabilities(
 )
 
 Wire = dict[str, Any]
+_POSSIBLE_MOST = 1024  # shapes remembered as possible
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
@@ -118,6 +119,8 @@ class LocalBackend:
         self._cache = AllocatorCache()
         self._idle = AllocatorCache()
         self._wires: dict[int, tuple[ClaimRecord, Wire]] = {}
+        # the shapes (shape_of) found possible on the idle machine: the inventory is fixed
+        self._possible: set[str] = set()
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """This machine's devices (found once: ``refresh`` changes nothing)."""
@@ -137,6 +140,7 @@ class LocalBackend:
         )
         # the inventory is the same: so is what was learnt of it
         twin._cache, twin._idle, twin._wires = self._cache, self._idle, self._wires
+        twin._possible = self._possible
         return twin
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
@@ -166,7 +170,11 @@ class LocalBackend:
 
     def check_possible(self, claim: Wire) -> None:
         """Raise NeverPossibleError when the claim could not be met even on an idle
-        machine."""
+        machine. A shape found possible once is not tried again (the devices here do not
+        change)."""
+        shape = shape_of(claim)
+        if shape in self._possible:
+            return
         idle = self.allocator([])
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
@@ -177,6 +185,9 @@ class LocalBackend:
                 + explanation.summary(),
                 explanation,
             )
+        if len(self._possible) >= _POSSIBLE_MOST:
+            self._possible.clear()
+        self._possible.add(shape)
 
     def allocate(
         self,
@@ -198,14 +209,14 @@ class LocalBackend:
         waiter: int | None = None
         try:
             while True:
-                record, position = self._attempt(claim, shape, waiter, lease)
+                record, position, held = self._attempt(claim, shape, waiter, lease)
                 if record is not None:
                     waiter = None  # dequeued in the same transaction
                     return record
                 now = self.clock()
                 waited = now - start
                 if timeout is not None and waited >= timeout:
-                    raise self._busy(claim, position, waited)
+                    raise self._busy(claim, position, waited, held)
                 if waiter is None:
                     with self.ledger.transaction() as conn:
                         waiter = Ledger.enqueue(conn, shape, self.owner, now)
@@ -220,13 +231,15 @@ class LocalBackend:
 
     def _attempt(
         self, claim: Wire, shape: str, waiter: int | None, lease: float | None
-    ) -> tuple[ClaimRecord | None, int]:
+    ) -> tuple[ClaimRecord | None, int, list[ClaimRecord] | None]:
+        """One try: the new claim (or None), the place in line, and the claims held then
+        (None when earlier requests of the same shape go first: not read)."""
         with self.ledger.transaction() as conn:
             now = self.clock()
             Ledger.reclaim(conn, now)
             position = Ledger.position(conn, shape, waiter)
             if position > 1:
-                return None, position  # earlier requests of the same shape go first
+                return None, position, None  # earlier requests of the same shape go first
             held = Ledger.claims(conn)
             meta = dict(claim["metadata"])
             if meta.get("name") and any(r.name == meta["name"] for r in held):
@@ -236,7 +249,7 @@ class LocalBackend:
             probe = {**claim, "metadata": {**meta, "name": meta.get("name") or "new-request"}}
             results = self.allocator(held).allocate([probe])
             if results is None:
-                return None, position
+                return None, position, held
             if not meta.get("name"):  # named only once it is allocated
                 meta["name"] = Ledger.next_name(conn, claim_prefix(self.owner.user))
             named = {**claim, "metadata": meta}
@@ -253,10 +266,15 @@ class LocalBackend:
             Ledger.insert(conn, record)
             if waiter is not None:
                 Ledger.dequeue(conn, waiter)
-            return record, position
+            return record, position, held
 
-    def _busy(self, claim: Wire, position: int, waited: float) -> BusyError:
-        held = self.ledger.read_claims()
+    def _busy(
+        self, claim: Wire, position: int, waited: float, held: list[ClaimRecord] | None = None
+    ) -> BusyError:
+        """Why the claim cannot be allocated now, on the claims ``held`` by the attempt that
+        failed (read again when it did not read them)."""
+        if held is None:
+            held = self.ledger.read_claims()
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
         explanation = self.allocator(held).explain([probe])

@@ -38,7 +38,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +277,7 @@ class Ledger:
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
         self.path = Path(path)
+        self._shm = Path(f"{self.path}-shm")  # made once: stat() at every call
         self.busy_timeout = busy_timeout
         self._kept = threading.local()
         try:
@@ -372,7 +373,7 @@ class Ledger:
         (None when either is gone): a kept connection is used only while they are the
         ones it opened."""
         try:
-            db, shm = self.path.stat(), Path(f"{self.path}-shm").stat()
+            db, shm = self.path.stat(), self._shm.stat()
         except OSError:
             return None
         return db.st_dev, db.st_ino, shm.st_ino
@@ -604,18 +605,29 @@ class Ledger:
 
     @staticmethod
     def insert(conn: sqlite3.Connection, record: ClaimRecord) -> None:
-        conn.execute(
-            "INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                record.name,
-                record.namespace,
-                json.dumps(record.owner.to_dict()),
-                json.dumps(record.spec),
-                json.dumps(record.allocation),
-                record.created,
-                record.last_activity,
-                record.lease_expires,
-            ),
+        values = (
+            record.name,
+            record.namespace,
+            json.dumps(record.owner.to_dict()),
+            json.dumps(record.spec),
+            json.dumps(record.allocation),
+            record.created,
+            record.last_activity,
+            record.lease_expires,
+        )
+        conn.execute("INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
+        # The row as a read will parse it (its JSON read back), known now: the next reads
+        # find it parsed. A row that is rolled back is never read, so never looked up.
+        if len(_PARSED) >= _PARSED_MOST:
+            _PARSED.clear()
+        lease = record.lease_expires
+        _PARSED[values] = replace(
+            record,
+            spec=json.loads(values[3]),
+            allocation=json.loads(values[4]),
+            created=float(record.created),  # REAL columns: read back as floats
+            last_activity=float(record.last_activity),
+            lease_expires=None if lease is None else float(lease),
         )
 
     @staticmethod

@@ -36,12 +36,14 @@ from dra_jupyter.claimspec import requested_devices
 from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.envvars import environment_for
 from dra_jupyter.errors import (
+    AllocationError,
     ClaimNotFoundError,
     ForbiddenError,
     InvalidInputError,
     KernelNotFoundError,
     LimitError,
     NeverPossibleError,
+    ObjectError,
     shown,
 )
 from dra_jupyter.inventory.base import Inventory
@@ -296,13 +298,18 @@ class ClaimService:
         backend = self.backend_for(caller.user, kernel_id)
         session = Session(self.session.settings, backend=backend)
         claim = session.build(spec, name)
-        try:
-            session.check_possible(spec, claim)
-        except NeverPossibleError as err:
-            raise NeverPossibleError(
-                f"POST claims: {str(err).removeprefix('dra.request: ')}", err.explanation
-            ) from None
-        record = backend.allocate(claim, timeout=0, lease=lease, checked=True)
+        if caps.allocates_later:  # a claim that is made now and allocated later: check first
+            self._check_possible(session, spec, claim)
+            record = backend.allocate(claim, timeout=0, lease=lease, checked=True)
+        else:
+            # Allocated now or never: what is allocated was possible. Only a request that
+            # fails is checked against an idle machine (which costs another allocation), to
+            # say "never" (422) rather than "busy" (409).
+            try:
+                record = backend.allocate(claim, timeout=0, lease=lease, checked=True)
+            except (AllocationError, ObjectError):
+                self._check_possible(session, spec, claim)
+                raise
         count = self.counted(record)
         if self.max_devices_per_user and held_now + count > self.max_devices_per_user:
             backend.release(record.name, "limit", any_owner=True)
@@ -311,6 +318,15 @@ class ClaimService:
                 f"limit per user is {self.max_devices_per_user}; ask for fewer devices"
             )
         return record
+
+    @staticmethod
+    def _check_possible(session: Session, spec: dict[str, Any], claim: dict[str, Any]) -> None:
+        try:
+            session.check_possible(spec, claim)
+        except NeverPossibleError as err:
+            raise NeverPossibleError(
+                f"POST claims: {str(err).removeprefix('dra.request: ')}", err.explanation
+            ) from None
 
     def _devices_held(self, user: str) -> int:
         """What the user's claims count (locally every claim of the machine's ledger, on
