@@ -197,10 +197,11 @@ class Daemon:
         whose holder is alive, lease not over, name not taken and devices all this
         inventory's and free; the others are logged, with why, and left. Owners stay the
         user names that ledger recorded, which its users could write: import only a ledger
-        whose writers you trust. Returns (imported, skipped)."""
+        whose writers you trust. The file is read as it is, of any schema version this
+        dra-jupyter knows, and left unchanged. Returns (imported, skipped)."""
         if not path.is_file():
             raise InvalidInputError(f"--import-ledger {path}: no such file")
-        records = Ledger(path).read_claims()
+        records = Ledger.claims_in(path)
         now = time.time()
         imported = skipped = 0
         with self.ledger.transaction() as tx:
