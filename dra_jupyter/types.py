@@ -202,6 +202,18 @@ class Waiter:
     since: float  # seconds since the epoch
 
 
+@dataclass(frozen=True)
+class Ended:
+    """A claim that was released, as the backend remembers it: the claim as it was, why
+    (``user``, ``idle``, ``expired``, ...), when, and the words said to its user (None: the
+    reason says it)."""
+
+    record: ClaimRecord
+    reason: str
+    time: float
+    message: str | None = None
+
+
 # --- backends ------------------------------------------------------------------------------
 
 
@@ -298,6 +310,10 @@ class Backend(Protocol):
 
     def released_at(self, name: str) -> float | None:
         """When the claim was released, where the backend remembers (else None)."""
+
+    def ended(self, name: str) -> Ended | None:
+        """The latest release of the claim ``name``, by whichever process released it, where
+        the backend remembers it (the local ledger, the service; not Kubernetes): None."""
 
     def waiting(self) -> list[Waiter]:
         """The requests that wait in line now, oldest first (none where requests do not

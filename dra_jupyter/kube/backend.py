@@ -42,6 +42,7 @@ from dra_jupyter.types import (
     USER_ANNOTATION,
     Capabilities,
     ClaimRecord,
+    Ended,
     OnWait,
     Owner,
     Select,
@@ -378,6 +379,10 @@ class KubernetesBackend:
         return []
 
     def released_at(self, name: str) -> float | None:
+        """Unknown: a deleted claim leaves nothing in the cluster."""
+        return None
+
+    def ended(self, name: str) -> Ended | None:
         """Unknown: a deleted claim leaves nothing in the cluster."""
         return None
 

@@ -32,6 +32,7 @@ from dra_jupyter.local.ledger import Ledger, LedgerBusyError
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
+    Ended,
     OnWait,
     Owner,
     Select,
@@ -329,8 +330,14 @@ class LocalBackend:
         ]
 
     def released_at(self, name: str) -> float | None:
-        ended = [r.time for r in self.ledger.releases(1000) if r.name == name]
-        return max(ended) if ended else None
+        gone = self.ledger.released(name)
+        return None if gone is None else gone.time
+
+    def ended(self, name: str) -> Ended | None:
+        gone = self.ledger.released(name)
+        if gone is None or gone.record is None:  # a release of a version-1 ledger
+            return None
+        return Ended(gone.record, gone.reason, gone.time, gone.message)
 
     def touch(self, name: str, now: float) -> bool:
         return self.ledger.touch(name, now)

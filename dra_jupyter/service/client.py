@@ -36,6 +36,7 @@ from dra_jupyter.service import protocol
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
+    Ended,
     OnWait,
     Owner,
     Select,
@@ -340,6 +341,17 @@ class ServiceBackend:
     def released_at(self, name: str) -> float | None:
         ended = self._call("record", {"name": name})["released_at"]
         return None if ended is None else float(ended)
+
+    def ended(self, name: str) -> Ended | None:
+        gone = self._call("record", {"name": name}).get("released")
+        if not isinstance(gone, dict):
+            return None
+        return Ended(
+            protocol.record_from_wire(gone["record"]),
+            str(gone["reason"]),
+            float(gone["time"]),
+            None if gone.get("message") is None else str(gone["message"]),
+        )
 
     def touch(self, name: str, now: float) -> bool:
         return bool(self._call("keep", {"name": name}))

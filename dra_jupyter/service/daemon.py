@@ -600,14 +600,23 @@ class Daemon:
     def op_record(self, conn: Connection, _id: Any, args: dict[str, Any]) -> Any:
         record = self._find(args.get("name"))
         if record is not None and self._visible(conn.peer, record):
-            return {"record": protocol.record_to_wire(record), "released_at": None}
-        ended = [
-            r.time
-            for r in self.ledger.releases(1000)
-            if r.name == args.get("name")
-            and (r.owner.user == conn.peer.user or self._admin(conn.peer))
-        ]
-        return {"record": None, "released_at": max(ended) if ended else None}
+            return {
+                "record": protocol.record_to_wire(record),
+                "released_at": None,
+                "released": None,
+            }
+        gone = self.ledger.released(name_arg(args))
+        if gone is None or not (gone.owner.user == conn.peer.user or self._admin(conn.peer)):
+            return {"record": None, "released_at": None, "released": None}
+        released = None
+        if gone.record is not None:  # a release of a version-1 ledger kept only its time
+            released = {
+                "record": protocol.record_to_wire(gone.record),
+                "reason": gone.reason,
+                "time": gone.time,
+                "message": gone.message,
+            }
+        return {"record": None, "released_at": gone.time, "released": released}
 
     def op_keep(self, conn: Connection, _id: Any, args: dict[str, Any]) -> Any:
         record = self._find(args.get("name"))

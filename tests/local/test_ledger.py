@@ -572,3 +572,18 @@ def test_claims_per_user(ledger: Ledger) -> None:
     assert {r.name for r in alice.claims(all_users=True)} == {a.name, b.name}
     assert not set(devices(a)) & set(devices(b))
     assert a.spec["metadata"]["name"] == a.name
+
+
+def test_a_claim_released_elsewhere_is_remembered_with_why(tmp_path: Path) -> None:
+    """What one process released, another (its own Ledger on the file) reads back: the
+    claim as it was, the reason and when (GET claims/{name} of a claim the CLI released)."""
+    path = tmp_path / "ledger.sqlite"
+    cli = backend(Ledger(path), "alice")
+    made = cli.allocate(claim({"gpu": 1}))
+    assert cli.release(made.name)
+    server = backend(Ledger(path), "alice")
+    ended = server.ended(made.name)
+    assert ended is not None
+    assert (ended.record, ended.reason, ended.message) == (made, "user", None)
+    assert server.released_at(made.name) == ended.time
+    assert server.ended("alice-99") is None

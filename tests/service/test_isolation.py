@@ -483,6 +483,34 @@ def test_a_jupyter_server_of_another_user_cannot_release_a_claim(users: dict[str
         assert "alice-r" in [c["name"] for c in live(svc)]
 
 
+def test_a_claim_released_by_the_cli_reads_as_released_in_a_jupyter_server(
+    users: dict[str, User],
+) -> None:
+    """GET claims/{name} (``claim_or_released``) of a claim that another process (the CLI)
+    released: the ledger keeps its end, so the server says why, not 404; another user is
+    told nothing of it."""
+    alice, bob = users["alice"], users["bob"]
+    with service(admin_policy(users)) as svc:
+        made = run_as(alice, svc.env(), lambda: cli(["request", "gpu=1", "--name", "alice-e"]))
+        assert made["ok"]["code"] == 0, made
+        gone = run_as(alice, svc.env(), lambda: cli(["release", "alice-e"]))
+        assert gone["ok"]["code"] == 0, gone
+
+        def card(user: str) -> Any:
+            claims = ClaimService(Settings.from_env(), live_kernels=list)
+            try:
+                record, ended = claims.claim_or_released(Caller(user=user), "alice-e")
+            except DraJupyterError as err:
+                return type(err).__name__
+            assert ended is not None
+            return [record.name, record.owner.user, record.device_keys, ended.reason]
+
+        answer = run_as(alice, svc.env(), lambda: card(alice.name))
+        assert answer["ok"][:2] == ["alice-e", alice.name], answer
+        assert len(answer["ok"][2]) == 1 and answer["ok"][3] == "user"
+        assert run_as(bob, svc.env(), lambda: card(alice.name)) == {"ok": "ClaimNotFoundError"}
+
+
 def test_a_socket_of_another_user_is_not_taken_for_the_service(users: dict[str, User]) -> None:
     alice, bob = users["alice"], users["bob"]
     path = Path(f"/tmp/dra-fake-{bob.name}.sock")  # /tmp: root's folder, anyone may write
