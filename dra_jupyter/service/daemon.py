@@ -48,14 +48,17 @@ from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.service import protocol
 from dra_jupyter.service.args import (
     claim_arg,
+    device_capacities,
     device_kinds,
     duration_text,
     kernel_id_arg,
     labelled,
     name_arg,
+    percent_text,
     probe,
     process_owner,
     seconds_arg,
+    share_percent,
     strategy_named,
 )
 from dra_jupyter.service.files import bind_socket, keep_open, open_private_ledger
@@ -138,6 +141,7 @@ class Daemon:
         self.policy: Policy = load_policy(config)
         self.devices = inventory or resolve_inventory(self.policy.inventory)
         self.kinds = device_kinds(self.devices)
+        self.capacities = device_capacities(self.devices)
         self.ledger = open_private_ledger(self.policy.ledger, self.policy.synchronous)
         # The ledger opens a connection per transaction; while this one stays open, closing
         # those does not checkpoint and delete the WAL each time (an fsync or two each).
@@ -794,16 +798,24 @@ class Daemon:
         allocation: dict[str, Any],
     ) -> None:
         limits = self._limits_of(user, groups)
-        if not (limits.gpus.value or limits.mig.value):
+        if not (limits.gpus.value or limits.mig.value or limits.gpu_share.value):
             return
         mine: set[str] = set()
+        mine_shared = 0.0  # percent of a GPU, summed over the user's shares
         for record in held:
             if record.owner.user == user:
                 mine.update(record.device_keys)
-        new = {
-            f"{r['driver']}/{r['pool']}/{r['device']}"
-            for r in allocation.get("devices", {}).get("results", [])
-        } - mine
+                mine_shared += self._shared(record.allocation)
+        results = allocation.get("devices", {}).get("results", [])
+        share = limits.gpu_share
+        asks_shared = self._shared(allocation)
+        if share.value and asks_shared and mine_shared + asks_shared > share.value + 1e-9:
+            raise LimitError(
+                f"user {user}: limit {percent_text(share.value)} of a GPU ({share.source}), "
+                f"holds {percent_text(mine_shared)}; the request needs "
+                f"{percent_text(asks_shared)} more"
+            )
+        new = {f"{r['driver']}/{r['pool']}/{r['device']}" for r in results} - mine
         for key, noun, limit in (("gpu", "GPU", limits.gpus), ("mig", "MIG slice", limits.mig)):
             if not limit.value:
                 continue
@@ -815,6 +827,13 @@ class Daemon:
                     f"user {user}: limit {int(limit.value)} {noun}{plural} ({limit.source}), "
                     f"holds {holds}; the request needs {asks} more"
                 )
+
+    def _shared(self, allocation: dict[str, Any]) -> float:
+        """Percent of a GPU the shares of an allocation hold (whole devices: 0)."""
+        return sum(
+            share_percent(r, self.capacities.get(f"{r['driver']}/{r['pool']}/{r['device']}", {}))
+            for r in allocation.get("devices", {}).get("results", [])
+        )
 
     def _kind(self, device_key: str) -> str:
         return "mig" if self.kinds.get(device_key) == "mig" else "gpu"

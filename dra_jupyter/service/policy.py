@@ -24,6 +24,12 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
     mig = 0                        # MIG slices held at once; 0: no limit
+    gpu_share = "0%"               # shares of shared GPUs (consumable capacity) held at
+                                   # once, in percent of one GPU's memory (or, without
+                                   # memory, of its most used capacity), summed over every
+                                   # share the user holds: "50%" (or 50); over 100 allows
+                                   # more than one GPU's worth; whole GPUs count under gpus,
+                                   # not here; "0%": no limit
     lease_max = "0"                # longest lease (a duration: 90s, 30m, 8h); "0": no limit
     lease_default = "0"            # a claim's lease when the request names none; "0":
                                    # lease_max, if set, else none
@@ -41,6 +47,7 @@ it; a user's own entry wins over them all. Refusals name the limit and where it 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tomllib
 from collections.abc import Mapping
@@ -55,7 +62,7 @@ from dra_jupyter.errors import DraJupyterError, InvalidInputError, shown
 MAX_CONFIG = 1 << 20  # bytes of the policy file
 DEFAULT_LEDGER = Path("/var/lib/dra-jupyter/ledger.sqlite")
 VISIBILITY = ("own", "all")
-LIMIT_KEYS = ("gpus", "mig", "lease_max", "lease_default", "wait_max", "idle")
+LIMIT_KEYS = ("gpus", "mig", "gpu_share", "lease_max", "lease_default", "wait_max", "idle")
 COUNT_KEYS = ("gpus", "mig")
 SERVICE_KEYS = {
     "ledger",
@@ -84,6 +91,7 @@ class Limit:
 class Limits:
     gpus: Limit
     mig: Limit
+    gpu_share: Limit  # percent of one GPU
     lease_max: Limit
     lease_default: Limit
     wait_max: Limit
@@ -243,6 +251,9 @@ def _limits(table: Mapping[str, Any], where: str) -> dict[str, float]:
                 )
             out[key] = float(value)
             continue
+        if key == "gpu_share":
+            out[key] = _percent(value, key, where)
+            continue
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise InvalidInputError(
                 f"{where}: {key} must be a duration (30m, 8h), not {shown(value)}"
@@ -253,3 +264,20 @@ def _limits(table: Mapping[str, Any], where: str) -> dict[str, float]:
             raise InvalidInputError(f"{where}: {err}") from err
         out[key] = float(seconds or 0.0)
     return out
+
+
+def _percent(value: Any, key: str, where: str) -> float:
+    """``"50%"`` or ``50``: percent of one GPU (0: no limit)."""
+    text = value.strip().removesuffix("%").strip() if isinstance(value, str) else value
+    number: float | None = None
+    if isinstance(text, str):
+        with contextlib.suppress(ValueError):
+            number = float(text)
+    elif isinstance(text, int | float) and not isinstance(text, bool):
+        number = float(text)
+    if number is None or not math.isfinite(number) or not 0 <= number < 1e6:
+        raise InvalidInputError(
+            f'{where}: {key} must be a percentage of one GPU ("50%"; "0%": no limit), '
+            f"not {shown(value)}"
+        )
+    return number

@@ -51,6 +51,55 @@ def test_mig_slices_are_limited(users: dict[str, User]) -> None:
         )
 
 
+def test_a_share_of_a_gpu_is_limited(users: dict[str, User]) -> None:
+    """``gpu_share``: the shares (consumable capacity) a user holds, summed in percent of
+    one H200's memory (143771Mi), across GPUs; another user's shares do not count."""
+    alice, bob = users["alice"], users["bob"]
+    group = bob.name  # his user-private group
+    policy = admin_policy(users, f'[limits]\ngpu_share = "80%"\n[groups.{group}]\ngpu_share = 50\n')
+    with service(policy, inventory="h200-shared") as svc:
+
+        def ask() -> list[str]:
+            s = detached()
+            made = [s.request(gpu=1, share="57508Mi", lease=600, apply_env=False).name]  # 40%
+            made.append(error_of(lambda: s.request(gpu=1, share="28754Mi", apply_env=False)))
+            made.append(s.request(gpu=1, share="14377Mi", lease=600, apply_env=False).name)
+            made.append(error_of(lambda: s.request(gpu=1, share="1Gi", apply_env=False)))
+            return made
+
+        answer = run_as(bob, svc.env(), ask)
+        assert "ok" in answer, answer
+        first, twenty, ten, more = answer["ok"]
+        assert (first, ten) == (f"{bob.name}-1", f"{bob.name}-2")  # 40% + 10%: at the limit
+        assert twenty == (
+            f"LimitError: user {bob.name}: limit 50% of a GPU (group {group}), holds 40%; "
+            "the request needs 20% more"
+        )
+        assert more == (
+            f"LimitError: user {bob.name}: limit 50% of a GPU (group {group}), holds 50%; "
+            "the request needs 0.7% more"
+        )
+
+        def alices() -> list[str]:  # her own limit (the default, 80%): bob's shares are his
+            s = detached()
+            return [
+                s.request(gpu=1, share="57508Mi", lease=600, apply_env=False).name,
+                error_of(lambda: s.request(gpu=1, share="60000Mi", apply_env=False)),
+            ]
+
+        mine, over = run_as(alice, svc.env(), alices)["ok"]
+        assert mine == f"{alice.name}-1"
+        assert over == (
+            f"LimitError: user {alice.name}: limit 80% of a GPU (default), holds 40%; "
+            "the request needs 41.7% more"
+        )
+        assert sorted(c["name"] for c in live(svc)) == [
+            f"{alice.name}-1",
+            f"{bob.name}-1",
+            f"{bob.name}-2",
+        ]
+
+
 def test_the_longest_lease_the_default_lease_and_the_longest_wait(users: dict[str, User]) -> None:
     bob = users["bob"]
     group = bob.name  # his user-private group
