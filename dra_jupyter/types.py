@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from dra_jupyter.api import Session
     from dra_jupyter.inventory.base import Inventory
     from dra_jupyter.kube.run import Command, Run
+    from dra_jupyter.metrics.base import MetricsSource
 
 Wire = dict[str, Any]
 
@@ -318,6 +319,11 @@ class Backend(Protocol):
     def waiting(self) -> list[Waiter]:
         """The requests that wait in line now, oldest first (none where requests do not
         wait: Kubernetes)."""
+
+    def metrics_source(self) -> MetricsSource | None:
+        """Where this backend's device metrics come from when it serves them (the service:
+        read by the daemon once for every client of the machine); None: the caller reads
+        the inventory's own source (``dra_jupyter.metrics.source_for``)."""
 
     def touch(self, name: str, now: float) -> bool:
         """Record activity on the claim (the idle countdown starts again); False if gone."""

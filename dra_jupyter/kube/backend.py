@@ -386,6 +386,9 @@ class KubernetesBackend:
         """Unknown: a deleted claim leaves nothing in the cluster."""
         return None
 
+    def metrics_source(self) -> None:
+        """None: the caller reads the inventory's own source."""
+
     def touch(self, name: str, now: float) -> bool:
         """Record activity on the claim (annotation ``dra-jupyter/last-activity``)."""
         stamp = f"{now:.3f}"

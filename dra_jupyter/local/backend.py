@@ -339,6 +339,9 @@ class LocalBackend:
             return None
         return Ended(gone.record, gone.reason, gone.time, gone.message)
 
+    def metrics_source(self) -> None:
+        """None: the caller reads the inventory's own source."""
+
     def touch(self, name: str, now: float) -> bool:
         return self.ledger.touch(name, now)
 

@@ -32,6 +32,7 @@ from dra_jupyter.errors import (
     UnavailableError,
 )
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.metrics.base import Sample
 from dra_jupyter.service import protocol
 from dra_jupyter.types import (
     Capabilities,
@@ -353,6 +354,10 @@ class ServiceBackend:
             None if gone.get("message") is None else str(gone["message"]),
         )
 
+    def metrics_source(self) -> ServiceMetrics:
+        """The daemon's metrics: it reads NVML (or the simulated source) once for all."""
+        return ServiceMetrics(self)
+
     def touch(self, name: str, now: float) -> bool:
         return bool(self._call("keep", {"name": name}))
 
@@ -410,3 +415,31 @@ class ServiceBackend:
             "dra.run launches a pod, which needs the Kubernetes backend: set "
             "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
         )
+
+
+class ServiceMetrics:
+    """A :class:`~dra_jupyter.metrics.base.MetricsSource` that asks the daemon (op
+    ``metrics``), which reads the machine's source at most once a second for every client."""
+
+    def __init__(self, backend: ServiceBackend) -> None:
+        self.backend = backend
+        self.name = "service"
+        self.simulated = False
+        self.problem = ""
+        self.reads = 0  # the daemon's reads of its source so far, as it last said
+
+    def sample(self, held: Collection[str], now: float) -> list[Sample]:
+        answer = self.backend._call("metrics")  # the daemon knows what is held
+        self.name = f"service ({answer.get('source')})"
+        self.simulated = bool(answer.get("simulated"))
+        self.problem = str(answer.get("problem") or "")
+        self.reads = int(answer.get("reads") or 0)
+        fields = set(Sample.__dataclass_fields__)
+        return [
+            Sample(**{k: v for k, v in s.items() if k in fields})
+            for s in answer.get("samples", [])
+            if isinstance(s, dict)
+        ]
+
+    def close(self) -> None:
+        return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import selectors
 import signal
@@ -45,6 +46,7 @@ from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend, reclaim_reason, shape_of, shape_summary
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.metrics import MetricsSource, Sample, source_for
 from dra_jupyter.service import protocol
 from dra_jupyter.service.args import (
     claim_arg,
@@ -165,6 +167,10 @@ class Daemon:
         self._reload = False
         self._next_tick = 0.0
         self.listener: socket.socket | None = None
+        self._metrics: MetricsSource | None = None  # made on the first metrics op
+        self._samples: list[Sample] = []
+        self._sampled = -math.inf  # time.monotonic() of that read
+        self.metrics_reads = 0
 
     # --- start and stop ------------------------------------------------------------------
 
@@ -273,6 +279,9 @@ class Daemon:
             self.listener.close()
             self.listener = None
         self._keeper.close()
+        if self._metrics is not None:
+            with contextlib.suppress(Exception):  # NVML's shutdown: nothing to do about it
+                self._metrics.close()
         for key in list(self.selector.get_map().values()):
             if isinstance(key.data, Connection):
                 key.data.sock.close()
@@ -657,6 +666,25 @@ class Daemon:
         claim = claim_arg(args)
         held = self._shown(conn.peer, self.local.claims(all_users=True))
         return self.local.allocator(held).explain([probe(claim)]).to_dict()
+
+    def op_metrics(self, conn: Connection, _id: Any, _args: dict[str, Any]) -> Any:
+        """The devices' metrics, read at most once per ``metrics_max_age`` (the policy's) for
+        every client (the machine's NVML is read by the daemon alone, not by each server)."""
+        if self._metrics is None:
+            self._metrics = source_for(self.devices)
+        if time.monotonic() - self._sampled >= self.policy.metrics_max_age:
+            held = {d for r in self.ledger.read_claims() for d in r.device_keys}
+            self._samples = self._metrics.sample(held, time.time())
+            self._sampled = time.monotonic()
+            self.metrics_reads += 1
+        return {
+            "source": self._metrics.name,
+            "simulated": self._metrics.simulated,
+            "problem": self._metrics.problem,
+            "time": max((s.time for s in self._samples), default=None),
+            "reads": self.metrics_reads,
+            "samples": [s.to_dict() for s in self._samples],
+        }
 
     def op_adopt(self, conn: Connection, _id: Any, args: dict[str, Any]) -> Any:
         """The caller's process holds the caller's claims of ``kernel_id`` from now on (a

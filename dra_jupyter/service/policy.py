@@ -20,6 +20,8 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
     queue_per_user = 8             # requests of one user waiting in line at once
     connections_per_user = 64      # open connections of one user
     claims_per_user = 256          # live claims of one user (shared devices allow many)
+    metrics_max_age = 1            # seconds one read of the devices' metrics (NVML) answers
+                                   # every client's metrics op before it is read again
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
@@ -76,6 +78,7 @@ SERVICE_KEYS = {
     "queue_per_user",
     "connections_per_user",
     "claims_per_user",
+    "metrics_max_age",
 }
 
 
@@ -120,6 +123,7 @@ class Policy:
     queue_per_user: int = 8
     connections_per_user: int = 64
     claims_per_user: int = 256
+    metrics_max_age: float = 1.0
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -197,6 +201,7 @@ def load_policy(path: Path | None) -> Policy:
         queue_per_user=int(_number(service, "queue_per_user", 8, where)),
         connections_per_user=int(_number(service, "connections_per_user", 64, where)),
         claims_per_user=int(_number(service, "claims_per_user", 256, where)),
+        metrics_max_age=_number(service, "metrics_max_age", 1, where),
         defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
         groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
         users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},
