@@ -494,6 +494,7 @@ class Ledger:
         or, in a forked child, kept unused (it is the parent's)."""
         kept: _Kept | None = getattr(self._kept, "conn", None)
         self._kept.conn = None
+        self._kept.no_busy_wait = None
         if kept is None:
             return
         if kept[1] != os.getpid():
@@ -507,6 +508,9 @@ class Ledger:
         """A connection for reads (no transaction); SQLite's errors become LedgerError."""
         if wal:
             with self._connection() as conn, self._translated():
+                if getattr(self._kept, "no_busy_wait", None) is conn and not conn.in_transaction:
+                    conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                    self._kept.no_busy_wait = None
                 yield conn
             return
         conn = self._connect(wal=wal)
@@ -562,25 +566,27 @@ class Ledger:
         ledger waited up to 1.7 s that way."""
         deadline = time.monotonic() + self.busy_timeout
         pause = 0.0002
-        conn.execute("PRAGMA busy_timeout = 0")
-        try:
-            while True:
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    return
-                except sqlite3.OperationalError as err:
-                    if not getattr(err, "sqlite_errorname", "").startswith("SQLITE_BUSY"):
-                        raise
-                    if not wait:
-                        raise LedgerBusyError(
-                            f"ledger {self.path}: another writer holds its lock"
-                        ) from err
-                    if time.monotonic() >= deadline:
-                        raise
-                time.sleep(pause)
-                pause = min(pause * 2, 0.002)
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        # SQLite's busy handler off: left off after the transaction (a PRAGMA costs tens of
+        # microseconds, as much as a small transaction), and set again before a read
+        # (_reading); within a transaction that holds the write lock nothing waits anyway.
+        if getattr(self._kept, "no_busy_wait", None) is not conn:
+            conn.execute("PRAGMA busy_timeout = 0")
+            self._kept.no_busy_wait = conn
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as err:
+                if not getattr(err, "sqlite_errorname", "").startswith("SQLITE_BUSY"):
+                    raise
+                if not wait:
+                    raise LedgerBusyError(
+                        f"ledger {self.path}: another writer holds its lock"
+                    ) from err
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.002)
 
     @contextmanager
     def _savepoint(self, conn: sqlite3.Connection) -> Iterator[None]:
@@ -698,19 +704,23 @@ class Ledger:
 
     @staticmethod
     def insert(conn: sqlite3.Connection, record: ClaimRecord) -> None:
-        conn.execute(
-            "INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                record.name,
-                record.namespace,
-                json.dumps(record.owner.to_dict()),
-                json.dumps(record.spec),
-                json.dumps(record.allocation),
-                record.created,
-                record.last_activity,
-                record.lease_expires,
-            ),
+        values = (
+            record.name,
+            record.namespace,
+            json.dumps(record.owner.to_dict()),
+            json.dumps(record.spec),
+            json.dumps(record.allocation),
+            record.created,
+            record.last_activity,
+            record.lease_expires,
         )
+        conn.execute("INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
+        # The row reads back as these values: the next read need not parse it again (a
+        # record made here is valid; one that was not would have failed its allocation).
+        # Only floats and None (times) and strings go in, which SQLite gives back alike.
+        if len(_PARSED) >= _PARSED_MOST:
+            _PARSED.clear()
+        _PARSED[values] = record
 
     @staticmethod
     def delete(

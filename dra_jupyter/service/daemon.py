@@ -163,6 +163,9 @@ class Daemon:
         self.watches: dict[tuple[int, int | None], Watch] = {}
         self._groups: dict[str, tuple[str, ...]] = {}
         self._ready: set[Connection] = set()  # connections with frames left to read
+        self._possible: set[str] = set()  # shapes met on the idle machine (check_possible)
+        # connections whose answers wait for the batch's commit (None: not in a batch)
+        self._deferred: dict[Connection, None] | None = None
         self._stop = False
         self._reload = False
         self._next_tick = 0.0
@@ -250,10 +253,9 @@ class Daemon:
         try:
             while not self._stop:
                 timeout = 0.0 if self._ready else max(0.0, self._next_tick - time.monotonic())
-                for key, mask in self.selector.select(timeout):
-                    self._guarded(self._dispatch, key, mask)
-                while self._ready:
-                    self._guarded(self._process, self._ready.pop())
+                events = self.selector.select(timeout)
+                if events or self._ready:
+                    self._serve_batch(events)
                 if self._reload:
                     self._reload = False
                     self.reload()
@@ -262,6 +264,41 @@ class Daemon:
                     self._guarded(self._tick)
         finally:
             self.close()
+
+    def _serve_batch(self, events: list[tuple[selectors.SelectorKey, int]]) -> None:
+        """Serve what is ready now as one ledger transaction (a group commit): every
+        request's transaction is a savepoint of it (rolled back alone on its error), and
+        no answer leaves before the one commit, so an answer still means committed. With
+        many clients one commit serves many requests. Where the commit fails, nothing of
+        the batch was written: the connections answered in it are closed unanswered (their
+        clients see the service go, and may ask again)."""
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(self.ledger.batch())
+        except LedgerError as err:  # cannot even begin: serve unbatched, each says its error
+            log.error("%s", err)
+        else:
+            self._deferred = {}
+        try:
+            for key, mask in events:
+                self._guarded(self._dispatch, key, mask)
+            while self._ready:
+                self._guarded(self._process, self._ready.pop())
+        finally:
+            deferred, self._deferred = self._deferred, None
+            try:
+                stack.close()
+            except LedgerError as err:
+                log.error(
+                    "a batch of requests was not committed, %d connections closed: %s",
+                    len(deferred or ()),
+                    err,
+                )
+                for conn in deferred or ():
+                    self._drop(conn)
+                deferred = None
+        for conn in deferred or ():
+            self._flush(conn)
 
     def _guarded(self, step: Any, *args: Any) -> None:
         """One step of the loop; what it raises (a ledger on a full disk, a bug) is logged,
@@ -431,6 +468,9 @@ class Daemon:
         self._flush(conn)
 
     def _flush(self, conn: Connection) -> None:
+        if self._deferred is not None:  # inside a batch: sent once it is committed
+            self._deferred[conn] = None
+            return
         while conn.outbuf:
             try:
                 sent = conn.sock.send(conn.outbuf[:READ_CHUNK])
@@ -743,8 +783,12 @@ class Daemon:
         else:
             owner = process_owner(peer, kernel_id, HOST)
         claim = labelled(claim, peer.user)
-        self.local.check_possible(claim)
         shape = shape_of(claim)
+        if shape not in self._possible:  # the inventory is fixed: possible once, always
+            self.local.check_possible(claim)
+            if len(self._possible) >= 4096:
+                self._possible.clear()
+            self._possible.add(shape)
         wait = Wait(conn, request_id, claim, shape, owner, lease, timeout, time.monotonic())
         ahead = sum(1 for w in self.waits if w.shape == shape)
         if not ahead:
