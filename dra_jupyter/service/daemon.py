@@ -271,14 +271,15 @@ class Daemon:
         no answer leaves before the one commit, so an answer still means committed. With
         many clients one commit serves many requests. Where the commit fails, nothing of
         the batch was written: the connections answered in it are closed unanswered (their
-        clients see the service go, and may ask again)."""
+        clients see the service go, and may ask again). One event alone is served without
+        a batch (its own transaction is the commit; a batch's savepoints would only add)."""
         stack = contextlib.ExitStack()
         try:
-            stack.enter_context(self.ledger.batch())
+            if len(events) + len(self._ready) > 1:
+                stack.enter_context(self.ledger.batch())
+                self._deferred = {}
         except LedgerError as err:  # cannot even begin: serve unbatched, each says its error
             log.error("%s", err)
-        else:
-            self._deferred = {}
         try:
             for key, mask in events:
                 self._guarded(self._dispatch, key, mask)
