@@ -236,6 +236,7 @@ class ServiceBackend:
         self.channel = channel or Channel(socket_path)
         self._inventory: Inventory | None = None
         self._cache = AllocatorCache()
+        self._watched = _Watched()
 
     def _call(self, op: str, args: Wire | None = None, on_wait: OnWait | None = None) -> Any:
         return self.channel.call(op, args or {}, on_wait)
@@ -259,6 +260,7 @@ class ServiceBackend:
             channel=self.channel,
         )
         twin._inventory, twin._cache = self._inventory, self._cache
+        twin._watched = self._watched
         return twin
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
@@ -316,7 +318,10 @@ class ServiceBackend:
     def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
         """Give the claim back; the daemon decides whether this user may (its owner, or an
         admin): ``any_owner`` adds nothing a caller could not do anyway."""
-        return bool(self._call("release", {"name": name, "reason": reason}))
+        done = bool(self._call("release", {"name": name, "reason": reason}))
+        if done:
+            self._watched.released_here(name)
+        return done
 
     def record(self, name: str) -> ClaimRecord | None:
         found = self._call("record", {"name": name})
@@ -370,9 +375,16 @@ class ServiceBackend:
         wait: bool = True,  # no lock here to wait for: the daemon is the one writer
     ) -> Sweep:
         """The daemon reclaims dead holders and expired leases by itself; this releases the
-        claims of this user that ``select`` names a reason for (a server's idle release)."""
+        claims of this user that ``select`` names a reason for (a server's idle release).
+        Claims of this process that the daemon released since the last sweep (idle, a
+        lease, an admin) are among the released too, with the daemon's reason, so that the
+        server announces them as it does its own."""
         swept = Sweep(complete=False)
-        for record in self.claims():
+        records = self.claims()
+        for record in self._watched.gone_since(records, self.owner.host):
+            ended = self.ended(record.name)
+            swept.released.append((record, ended.reason if ended is not None else "reclaimed"))
+        for record in records:
             reason = select(record) if select is not None else None
             if reason is not None and self.release(record.name, reason):
                 swept.released.append((record, reason))
@@ -415,6 +427,44 @@ class ServiceBackend:
             "dra.run launches a pod, which needs the Kubernetes backend: set "
             "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
         )
+
+
+class _Watched:
+    """The claims held by this process that a sweep saw last, shared by a backend and its
+    twins (:meth:`ServiceBackend.with_owner`): one gone by the next sweep, and not released
+    through this process, was released by the daemon. Each is reported once (names are
+    never reused), also when threads sweep at once."""
+
+    MOST = 4096  # names remembered as reported
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: dict[str, ClaimRecord] = {}
+        self.done: dict[str, None] = {}  # names released here or reported, oldest first
+
+    def released_here(self, name: str) -> None:
+        with self.lock:
+            self.seen.pop(name, None)
+            self._done(name)
+
+    def gone_since(self, records: list[ClaimRecord], host: str) -> list[ClaimRecord]:
+        pid = os.getpid()
+        names = {r.name for r in records}
+        with self.lock:
+            gone = [r for n, r in self.seen.items() if n not in names and n not in self.done]
+            for record in gone:
+                self._done(record.name)
+            self.seen = {
+                r.name: r
+                for r in records
+                if r.owner.pid == pid and r.owner.host == host and r.name not in self.done
+            }
+        return gone
+
+    def _done(self, name: str) -> None:
+        self.done[name] = None
+        while len(self.done) > self.MOST:
+            del self.done[next(iter(self.done))]
 
 
 class ServiceMetrics:

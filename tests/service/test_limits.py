@@ -4,10 +4,12 @@ one line that names the limit and where it comes from."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
 from dra_jupyter.api import Session
+from dra_jupyter.server.service import Caller, ClaimService
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
 from tests.service.accounts import Child, User, run_as, service, wait_for
@@ -148,6 +150,46 @@ def test_an_idle_claim_of_a_process_is_released_and_a_kept_one_is_not(
             assert [c["name"] for c in live(svc)] == [leased["ok"]]  # lives by its lease
         finally:
             holder.kill()
+
+
+def test_a_claim_the_daemon_releases_is_announced_by_the_jupyter_server(
+    users: dict[str, User],
+) -> None:
+    """A claim of a server's kernel that the daemon releases (here: idle, by the policy)
+    comes out of the server's sweep as released, with the daemon's reason: the server
+    emits its ``released`` event and its GET claims/{name} says why, as for a release of
+    its own. Only once, however often it sweeps."""
+    alice = users["alice"]
+    policy = admin_policy(users, '[limits]\nidle = "2s"\n')
+    with service(policy) as svc:
+
+        def server() -> Any:
+            claims = ClaimService(Settings.from_env(), live_kernels=list)
+            caller = Caller(user=alice.name)
+            made = claims.create(caller, {"gpu": 1})
+            deadline = time.monotonic() + 60  # a bound, not a timing: the daemon ticks by 1s
+            while claims.released.empty() and time.monotonic() < deadline:
+                claims.claims(caller)  # a sweep, as a board's poll makes
+                time.sleep(0.2)
+            for _ in range(3):
+                claims.claims(caller)
+            announced = []
+            while not claims.released.empty():
+                record, reason = claims.released.get_nowait()
+                announced.append([record.name, reason])
+            record, gone = claims.claim_or_released(caller, made.name)
+            return {
+                "made": made.name,
+                "announced": announced,
+                "card": [record.name, gone.reason if gone else None],
+            }
+
+        answer = run_as(alice, svc.env(), server)
+        assert "ok" in answer, answer
+        name = answer["ok"]["made"]
+        assert answer["ok"]["announced"] == [[name, "idle"]]
+        assert answer["ok"]["card"] == [name, "idle"]
+        assert released(svc).get(name) == "idle"
 
 
 def test_a_users_rate_and_queue_are_bounded(users: dict[str, User]) -> None:
