@@ -354,6 +354,7 @@ class LocalBackend:
         live_kernels: Collection[str],
         *,
         wait: bool = True,
+        message: Callable[[ClaimRecord, str], str | None] | None = None,
     ) -> Sweep:
         """Every live claim of the ledger, after one transaction that releases those for
         which ``select`` names a reason, and those the ledger would reclaim: an expired
@@ -369,7 +370,8 @@ class LocalBackend:
         something is to be released. ``wait=False`` (a read, which must not wait behind
         a writer): if another connection holds the write lock then, nothing is released
         now, and the claims to release are left out of ``kept`` (the next sweep or
-        allocation releases them)."""
+        allocation releases them). ``message``: the words the ledger keeps for a release's
+        user, by claim and reason (None: the reason says it)."""
         swept = self._judge(self.ledger.read_claims(), select, now)
         if not swept.released:
             return swept
@@ -377,7 +379,8 @@ class LocalBackend:
             with self.ledger.transaction(wait=wait) as conn:
                 swept = self._judge(Ledger.claims(conn), select, now)
                 for record, reason in swept.released:
-                    Ledger.delete(conn, record, reason, now)
+                    words = message(record, reason) if message is not None else None
+                    Ledger.delete(conn, record, reason, now, words)
         except LedgerBusyError:
             return Sweep(kept=swept.kept, complete=True)
         return swept

@@ -1010,8 +1010,13 @@ class Daemon:
             limit = self._limits_of(record.owner.user).idle.value
             return "idle" if limit and now - record.last_activity >= limit else None
 
+        def words(record: ClaimRecord, reason: str) -> str | None:
+            if reason != "idle":
+                return None
+            return f"idle for {duration_text(self._limits_of(record.owner.user).idle.value)}"
+
         try:
-            swept = self.local.sweep(idle, now, ())
+            swept = self.local.sweep(idle, now, (), message=words)
         except LedgerError as err:
             log.error("%s", err)
             return

@@ -190,6 +190,10 @@ def test_a_claim_the_daemon_releases_is_announced_by_the_jupyter_server(
         assert answer["ok"]["announced"] == [[name, "idle"]]
         assert answer["ok"]["card"] == [name, "idle"]
         assert released(svc).get(name) == "idle"
+        # the daemon's words, kept in the ledger for whoever asks later (its own idle limit)
+        assert read(svc, f"SELECT message FROM releases WHERE name = '{name}'") == [
+            ("idle for 2s",)
+        ]
 
 
 def test_a_users_rate_and_queue_are_bounded(users: dict[str, User]) -> None:
