@@ -7,14 +7,15 @@ all, even when a process is killed with SIGKILL mid-way (``synchronous=FULL`` ke
 across power loss too).
 
 Tables: ``claims`` (live claims), ``waiters`` (the FIFO queue of requests waiting for
-devices), ``releases`` (why claims ended), ``meta`` (schema version, name sequence),
+devices), ``releases`` (why, when and, since schema version 2, which claim as it was and
+with what message claims ended), ``meta`` (schema version, name sequence),
 ``damaged_claims`` (rows of ``claims`` that could not be read, moved aside as they were).
 
 What can go wrong, and what each raises or does:
 
 * a file that is not a dra-jupyter ledger (another program's SQLite file, a file that is
-  not SQLite, another schema version): :class:`LedgerError`, checked before anything in
-  the file is changed (not even its journal mode);
+  not SQLite, a schema version newer than :data:`SCHEMA_VERSION`): :class:`LedgerError`,
+  checked before anything in the file is changed (not even its journal mode);
 * a full disk, a file or folder that cannot be written, a damaged file, an I/O error, a
   lock held too long: :class:`LedgerError` with advice that fits the cause (SQLite's own
   error is its ``__cause__``); a transaction that fails leaves the ledger as it was;
@@ -23,6 +24,13 @@ What can go wrong, and what each raises or does:
   :class:`DraJupyterWarning`, and skipped; a write transaction moves it to
   ``damaged_claims`` (nothing is deleted), so every other claim, and every other user's
   command, keeps working. Its devices count as free from then on.
+
+Schema versions: a ledger of an older version is migrated forward when first opened
+(:data:`_MIGRATIONS`, one step per version, every step and the new version number in one
+transaction: a process killed mid-way leaves it as it was). A new version adds its step
+there and keeps a builder of real files of the version before it in ``tests/local``
+(``ledger_v1.py``: that version's schema and statements verbatim), which the migration
+tests use.
 """
 
 from __future__ import annotations
