@@ -162,6 +162,7 @@ class Daemon:
         self.waits: list[Wait] = []
         self.watches: dict[tuple[int, int | None], Watch] = {}
         self._groups: dict[str, tuple[str, ...]] = {}
+        self._limits: dict[tuple[str, tuple[str, ...]], Limits] = {}  # by user and groups
         self._ready: set[Connection] = set()  # connections with frames left to read
         self._possible: set[str] = set()  # shapes met on the idle machine (check_possible)
         # connections whose answers wait for the batch's commit (None: not in a batch)
@@ -343,6 +344,7 @@ class Daemon:
             synchronous=self.policy.synchronous,
         )
         self._groups.clear()
+        self._limits.clear()
         log.info("policy reloaded from %s", self.config)
 
     # --- the loop ------------------------------------------------------------------------
@@ -566,7 +568,13 @@ class Daemon:
             groups = self._groups.get(user)
             if groups is None:
                 groups = self._groups[user] = user_groups(user)
-        return self.policy.limits(user, groups)
+        key = (user, groups)
+        limits = self._limits.get(key)
+        if limits is None:  # the same until the policy is reloaded
+            if len(self._limits) >= 4096:
+                self._limits.clear()
+            limits = self._limits[key] = self.policy.limits(user, groups)
+        return limits
 
     def _shown(self, peer: Peer, held: list[ClaimRecord]) -> list[ClaimRecord]:
         """``held`` as ``peer`` may see it: others' claims, where hidden, keep their devices
