@@ -381,7 +381,7 @@ class ServiceBackend:
         server announces them as it does its own."""
         swept = Sweep(complete=False)
         records = self.claims()
-        for record in self._watched.gone_since(records, self.owner.host):
+        for record in self._watched.gone_since(records, self.owner.host, live_kernels):
             ended = self.ended(record.name)
             swept.released.append((record, ended.reason if ended is not None else "reclaimed"))
         for record in records:
@@ -430,10 +430,10 @@ class ServiceBackend:
 
 
 class _Watched:
-    """The claims held by this process that a sweep saw last, shared by a backend and its
-    twins (:meth:`ServiceBackend.with_owner`): one gone by the next sweep, and not released
-    through this process, was released by the daemon. Each is reported once (names are
-    never reused), also when threads sweep at once."""
+    """The claims held by this process, or of its live kernels, that a sweep saw last,
+    shared by a backend and its twins (:meth:`ServiceBackend.with_owner`): one gone by the
+    next sweep, and not released through this process, was released by the daemon. Each
+    is reported once (names are never reused), also when threads sweep at once."""
 
     MOST = 4096  # names remembered as reported
 
@@ -447,7 +447,9 @@ class _Watched:
             self.seen.pop(name, None)
             self._done(name)
 
-    def gone_since(self, records: list[ClaimRecord], host: str) -> list[ClaimRecord]:
+    def gone_since(
+        self, records: list[ClaimRecord], host: str, live_kernels: Collection[str]
+    ) -> list[ClaimRecord]:
         pid = os.getpid()
         names = {r.name for r in records}
         with self.lock:
@@ -457,7 +459,11 @@ class _Watched:
             self.seen = {
                 r.name: r
                 for r in records
-                if r.owner.pid == pid and r.owner.host == host and r.name not in self.done
+                if r.name not in self.done
+                and (
+                    (r.owner.pid == pid and r.owner.host == host)
+                    or (r.owner.kernel_id is not None and r.owner.kernel_id in live_kernels)
+                )
             }
         return gone
 

@@ -4,6 +4,7 @@ one line that names the limit and where it comes from."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from typing import Any
@@ -194,6 +195,51 @@ def test_a_claim_the_daemon_releases_is_announced_by_the_jupyter_server(
         assert read(svc, f"SELECT message FROM releases WHERE name = '{name}'") == [
             ("idle for 2s",)
         ]
+
+
+def test_a_kernels_claim_the_daemon_reclaims_is_announced_by_the_jupyter_server(
+    users: dict[str, User],
+) -> None:
+    """A claim a kernel of the server made (held by the kernel's process) that the daemon
+    releases when that process ends (``kernel-shutdown``) is announced by the server too."""
+    alice = users["alice"]
+    with service(admin_policy(users)) as svc:
+
+        def server() -> Any:
+            to_kernel_r, to_kernel_w = os.pipe()
+            from_kernel_r, from_kernel_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the kernel: makes its claim, then ends when told
+                code = 1
+                try:
+                    owner = replace(Owner.current(), kernel_id="k-1")
+                    made = Session(Settings.from_env(), owner=owner).request(gpu=1)
+                    os.write(from_kernel_w, made.name.encode() + b"\n")
+                    os.read(to_kernel_r, 1)
+                    code = 0
+                finally:
+                    os._exit(code)
+            name = os.read(from_kernel_r, 256).decode().strip()
+            claims = ClaimService(Settings.from_env(), live_kernels=lambda: ["k-1"])
+            caller = Caller(user=alice.name)
+            seen = [r.name for r in claims.claims(caller)]  # a sweep: the server sees it
+            os.write(to_kernel_w, b"x")  # the kernel ends: its pidfd tells the daemon
+            os.waitpid(pid, 0)
+            deadline = time.monotonic() + 60  # a bound, not a timing
+            while claims.released.empty() and time.monotonic() < deadline:
+                claims.claims(caller)
+                time.sleep(0.1)
+            announced = []
+            while not claims.released.empty():
+                record, reason = claims.released.get_nowait()
+                announced.append([record.name, reason])
+            return {"name": name, "seen": seen, "announced": announced}
+
+        answer = run_as(alice, svc.env(), server)
+        assert "ok" in answer, answer
+        name = answer["ok"]["name"]
+        assert answer["ok"]["seen"] == [name]
+        assert answer["ok"]["announced"] == [[name, "kernel-shutdown"]]
 
 
 def test_a_users_rate_and_queue_are_bounded(users: dict[str, User]) -> None:
