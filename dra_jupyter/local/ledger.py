@@ -109,6 +109,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 _OURS = {"meta", "claims", "waiters", "releases", "damaged_claims", "sqlite_sequence"}
 _CLAIM_COLUMNS = "name, namespace, owner, spec, allocation, created, last_activity, lease_expires"
 
+# The history keeps the claim itself (``releases.claim``) of this many latest releases; older
+# ones keep who, why, when and the message (a few bytes instead of a claim's kilobyte or two).
+# Dropped PRUNE_EVERY releases at a time, by id range: the ledger stays bounded in size.
+RELEASED_CLAIMS_KEPT = 10_000
+PRUNE_EVERY = 256
+
 _NEW_LEDGER = (
     "move the file away or choose another path (DRA_JUPYTER_LEDGER); dra-jupyter then "
     "starts a new, empty ledger there"
@@ -741,7 +747,7 @@ class Ledger:
         """Release a claim: its row goes, and the history keeps the claim as it was, why and
         when it ended (and ``message``, the words for its user, where the reason is not)."""
         conn.execute("DELETE FROM claims WHERE name = ?", (record.name,))
-        conn.execute(
+        cur = conn.execute(
             "INSERT INTO releases (name, owner, reason, time, claim, message) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             (
@@ -762,6 +768,13 @@ class Ledger:
                 message,
             ),
         )
+        last = cur.lastrowid or 0
+        if last % PRUNE_EVERY == 0 and last > RELEASED_CLAIMS_KEPT:
+            edge = last - RELEASED_CLAIMS_KEPT
+            conn.execute(
+                "UPDATE releases SET claim = NULL WHERE id > ? AND id <= ?",
+                (edge - PRUNE_EVERY, edge),
+            )
 
     @staticmethod
     def set_owner(conn: sqlite3.Connection, name: str, owner: Owner) -> None:

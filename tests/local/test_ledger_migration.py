@@ -160,3 +160,28 @@ def test_many_processes_migrate_one_ledger_once(
     assert errors == []
     assert columns(path, "releases").count("claim") == 1
     assert [r.name for r in Ledger(path).read_claims()] == ["alice-1", "bob-1"]
+
+
+def test_the_history_keeps_the_claims_of_the_latest_releases_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Older releases keep who, why and when; the claim itself only the latest ones, so the
+    history stays bounded in size."""
+    from dra_jupyter.local import ledger as module  # noqa: PLC0415  # its constants
+
+    monkeypatch.setattr(module, "RELEASED_CLAIMS_KEPT", 20)
+    monkeypatch.setattr(module, "PRUNE_EVERY", 8)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    who = owner("alice")
+    for i in range(1, 61):
+        kept = record(f"alice-{i}", who)
+        with ledger.transaction() as tx:
+            Ledger.insert(tx, kept)
+            Ledger.delete(tx, kept, "user", float(i))
+    with_claim = [r[0] for r in stored(ledger.path, "SELECT id FROM releases WHERE claim NOT NULL")]
+    assert with_claim == list(range(37, 61))  # the latest 20, and up to 8 until the next prune
+    assert len(stored(ledger.path, "SELECT id FROM releases")) == 60  # who, why, when: all
+    old = ledger.released("alice-1")
+    assert old is not None and (old.reason, old.time, old.record) == ("user", 1.0, None)
+    latest = ledger.released("alice-60")
+    assert latest is not None and latest.record is not None
