@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from dra_jupyter.api import Session
     from dra_jupyter.inventory.base import Inventory
     from dra_jupyter.kube.run import Command, Run
+    from dra_jupyter.metrics.base import MetricsSource
 
 Wire = dict[str, Any]
 
@@ -209,6 +210,18 @@ class Waiter:
     since: float  # seconds since the epoch
 
 
+@dataclass(frozen=True)
+class Ended:
+    """A claim that was released, as the backend remembers it: the claim as it was, why
+    (``user``, ``idle``, ``expired``, ...), when, and the words said to its user (None: the
+    reason says it)."""
+
+    record: ClaimRecord
+    reason: str
+    time: float
+    message: str | None = None
+
+
 # --- backends ------------------------------------------------------------------------------
 
 
@@ -306,9 +319,18 @@ class Backend(Protocol):
     def released_at(self, name: str) -> float | None:
         """When the claim was released, where the backend remembers (else None)."""
 
+    def ended(self, name: str) -> Ended | None:
+        """The latest release of the claim ``name``, by whichever process released it, where
+        the backend remembers it (the local ledger, the service; not Kubernetes): None."""
+
     def waiting(self) -> list[Waiter]:
         """The requests that wait in line now, oldest first (none where requests do not
         wait: Kubernetes)."""
+
+    def metrics_source(self) -> MetricsSource | None:
+        """Where this backend's device metrics come from when it serves them (the service:
+        read by the daemon once for every client of the machine); None: the caller reads
+        the inventory's own source (``dra_jupyter.metrics.source_for``)."""
 
     def touch(self, name: str, now: float) -> bool:
         """Record activity on the claim (the idle countdown starts again); False if gone."""

@@ -32,6 +32,7 @@ from dra_jupyter.local.ledger import Ledger, LedgerBusyError
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
+    Ended,
     OnWait,
     Owner,
     Select,
@@ -347,8 +348,17 @@ class LocalBackend:
         ]
 
     def released_at(self, name: str) -> float | None:
-        ended = [r.time for r in self.ledger.releases(1000) if r.name == name]
-        return max(ended) if ended else None
+        gone = self.ledger.released(name)
+        return None if gone is None else gone.time
+
+    def ended(self, name: str) -> Ended | None:
+        gone = self.ledger.released(name)
+        if gone is None or gone.record is None:  # a release of a version-1 ledger
+            return None
+        return Ended(gone.record, gone.reason, gone.time, gone.message)
+
+    def metrics_source(self) -> None:
+        """None: the caller reads the inventory's own source."""
 
     def touch(self, name: str, now: float) -> bool:
         return self.ledger.touch(name, now)
@@ -362,6 +372,7 @@ class LocalBackend:
         live_kernels: Collection[str],
         *,
         wait: bool = True,
+        message: Callable[[ClaimRecord, str], str | None] | None = None,
     ) -> Sweep:
         """Every live claim of the ledger, after one transaction that releases those for
         which ``select`` names a reason, and those the ledger would reclaim: an expired
@@ -377,7 +388,8 @@ class LocalBackend:
         something is to be released. ``wait=False`` (a read, which must not wait behind
         a writer): if another connection holds the write lock then, nothing is released
         now, and the claims to release are left out of ``kept`` (the next sweep or
-        allocation releases them)."""
+        allocation releases them). ``message``: the words the ledger keeps for a release's
+        user, by claim and reason (None: the reason says it)."""
         swept = self._judge(self.ledger.read_claims(), select, now)
         if not swept.released:
             return swept
@@ -385,7 +397,8 @@ class LocalBackend:
             with self.ledger.transaction(wait=wait) as conn:
                 swept = self._judge(Ledger.claims(conn), select, now)
                 for record, reason in swept.released:
-                    Ledger.delete(conn, record, reason, now)
+                    words = message(record, reason) if message is not None else None
+                    Ledger.delete(conn, record, reason, now, words)
         except LedgerBusyError:
             return Sweep(kept=swept.kept, complete=True)
         return swept

@@ -260,7 +260,7 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
 
     def claim_model(self, record: Any, gone: Released | None = None) -> ClaimModel:
         if gone is not None:
-            message = release_message(gone.reason, self.dra.idle_timeout)
+            message = gone.message or release_message(gone.reason, self.dra.idle_timeout)
             released = ReleasedModel(reason=gone.reason, time=gone.time, message=message)
             model = self.dra.service.to_model(record, released=released)
         else:

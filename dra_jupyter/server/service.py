@@ -105,6 +105,7 @@ class Released:
     record: ClaimRecord
     reason: str
     time: float
+    message: str | None = None  # the words of whoever released it (None: the reason says it)
 
 
 @dataclass(frozen=True)
@@ -414,13 +415,18 @@ class ClaimService:
                 del self.recent[oldest.record.name]
 
     def claim_or_released(self, caller: Caller, name: str) -> tuple[ClaimRecord, Released | None]:
-        """The live claim, or one this server released lately (with why and when): a card
+        """The live claim, or one released lately (with why and when), by this server or, where
+        the backend remembers (the local ledger, the service), by another process: a card
         that polls its claim learns why it went."""
         try:
             return self.claim(caller, name), None
         except ClaimNotFoundError:
             with self._recent_lock:
                 gone = self.recent.get(name)
+            if gone is None:  # released by another process (the CLI, the service): the backend's
+                ended = self.backend.ended(name)
+                if ended is not None:
+                    gone = Released(ended.record, ended.reason, ended.time, ended.message)
             if gone is None or gone.time <= time.time() - RELEASED_KEPT:
                 raise
             if not self.visible(caller, gone.record, set(self.live_kernels())):

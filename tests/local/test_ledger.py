@@ -157,13 +157,6 @@ def test_empty_file_becomes_a_ledger(tmp_path: Path) -> None:
     assert Ledger(path).read_claims() == []
 
 
-def test_other_schema_version_is_refused(ledger: Ledger) -> None:
-    with ledger.transaction() as conn:
-        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
-    with pytest.raises(LedgerError, match=r"schema version 99, this dra-jupyter reads version 1"):
-        Ledger(ledger.path)
-
-
 def test_folder_that_cannot_be_made(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(LedgerError, match="cannot create its folder") as info:
@@ -226,7 +219,7 @@ def test_insert_read_touch_delete(ledger: Ledger) -> None:
     with ledger.transaction() as conn:
         Ledger.delete(conn, first, "user", now=60.0)
     assert [r.name for r in ledger.read_claims()] == ["c2"]
-    assert ledger.releases() == [Release("c1", alice, "user", 60.0)]
+    assert ledger.releases() == [Release("c1", alice, "user", 60.0, first)]
 
 
 def test_a_row_just_inserted_reads_back_as_its_file_has_it(ledger: Ledger) -> None:
@@ -601,3 +594,18 @@ def test_claims_per_user(ledger: Ledger) -> None:
     assert {r.name for r in alice.claims(all_users=True)} == {a.name, b.name}
     assert not set(devices(a)) & set(devices(b))
     assert a.spec["metadata"]["name"] == a.name
+
+
+def test_a_claim_released_elsewhere_is_remembered_with_why(tmp_path: Path) -> None:
+    """What one process released, another (its own Ledger on the file) reads back: the
+    claim as it was, the reason and when (GET claims/{name} of a claim the CLI released)."""
+    path = tmp_path / "ledger.sqlite"
+    cli = backend(Ledger(path), "alice")
+    made = cli.allocate(claim({"gpu": 1}))
+    assert cli.release(made.name)
+    server = backend(Ledger(path), "alice")
+    ended = server.ended(made.name)
+    assert ended is not None
+    assert (ended.record, ended.reason, ended.message) == (made, "user", None)
+    assert server.released_at(made.name) == ended.time
+    assert server.ended("alice-99") is None
