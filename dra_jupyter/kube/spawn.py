@@ -269,7 +269,7 @@ def explain_pending(
         hint = impossible_hint(request, inventory) if request is not None else None
         head = "can never be met on this cluster, even with every device free"
         lines = [f"{head}: {hint}" if hint else head]
-        lines += idle.explain([probe]).summary().splitlines()
+        lines += _ours(idle.explain([probe]).summary(), namespace)
         return "\n".join(lines)
     me = (meta.get("namespace"), meta.get("name"))
     held = [r for r in backend.holders() if (r.namespace, r.name) != me]
@@ -277,7 +277,7 @@ def explain_pending(
     if explanation.satisfiable:
         return f"devices are free now on node {explanation.node}; kube-scheduler will retry"
     lines = ["not now: the devices it needs are held by others"]
-    lines += explanation.summary().splitlines()
+    lines += _ours(explanation.summary(), namespace)
     devices: Counter[str] = Counter()
     for record in held:
         devices[record.owner.user] += len(record.device_keys)
@@ -287,6 +287,13 @@ def explain_pending(
         more = f" and {len(devices) - 5} more" if len(devices) > 5 else ""
         lines.append(f"held now: {total} devices by {len(devices)} users ({users}{more})")
     return "\n".join(lines)
+
+
+def _ours(summary: str, namespace: str) -> list[str]:
+    """The explanation's lines without the probe's name (the user asked for no claim)."""
+    return [
+        line.replace(f"claim {namespace}/{EXPLAIN_PROBE}, ", "") for line in summary.splitlines()
+    ]
 
 
 __all__ = [

@@ -181,7 +181,7 @@ class Hub:
         listed = client.ResourceV1Api(self.api).list_namespaced_resource_claim_template(
             self.namespace
         )
-        return [t.metadata.name for t in listed.items]
+        return [to_wire(self.api, t)["metadata"]["name"] for t in listed.items]
 
     def claims(self) -> list[dict[str, Any]]:
         listed = client.ResourceV1Api(self.api).list_namespaced_resource_claim(self.namespace)
@@ -404,10 +404,14 @@ def test_a_gpu_server_gets_its_claim_allocated_bound_and_cleaned_up(hub: Hub) ->
     assert env["JUPYTERHUB_USER"] == "alice"
     assert "--DRAExtensionApp.idle_timeout=3600" in container["args"]
 
-    template = client.ResourceV1Api(hub.api).read_namespaced_resource_claim_template(
-        "jupyter-alice-dra", hub.namespace
+    template = to_wire(
+        hub.api,
+        client.ResourceV1Api(hub.api).read_namespaced_resource_claim_template(
+            "jupyter-alice-dra", hub.namespace
+        ),
     )
-    assert [o.uid for o in template.metadata.owner_references or []] == [pod["metadata"]["uid"]]
+    owners = template["metadata"].get("ownerReferences") or []
+    assert [o["uid"] for o in owners] == [pod["metadata"]["uid"]]  # goes with the pod
     [claim] = [c for c in hub.claims() if c["metadata"]["name"].startswith("jupyter-alice-dra")]
     assert claim["status"]["allocation"]["devices"]["results"][0]["device"].startswith("gpu-")
     assert [r["name"] for r in claim["status"]["reservedFor"]] == ["jupyter-alice"]
