@@ -100,11 +100,13 @@ def apply_rbac(api: client.ApiClient, namespace: str) -> list[tuple[str, str]]:
             rbac.create_namespaced_role(namespace, to_model(client.V1Role, doc))
         elif kind == "RoleBinding":
             rbac.create_namespaced_role_binding(namespace, to_model(client.V1RoleBinding, doc))
-        elif kind == "ClusterRole":
-            with contextlib.suppress(ApiException):  # shared by the hub and the servers
-                rbac.create_cluster_role(to_model(client.V1ClusterRole, doc))
+        elif kind == "ClusterRole":  # named for the namespace: two hubs may run at once
+            doc["metadata"]["name"] += f"-{namespace}"
+            rbac.create_cluster_role(to_model(client.V1ClusterRole, doc))
             cluster_wide.append((kind, doc["metadata"]["name"]))
         elif kind == "ClusterRoleBinding":
+            doc["metadata"]["name"] += f"-{namespace}"
+            doc["roleRef"]["name"] += f"-{namespace}"
             rbac.create_cluster_role_binding(to_model(client.V1ClusterRoleBinding, doc))
             cluster_wide.append((kind, doc["metadata"]["name"]))
         else:
@@ -214,8 +216,28 @@ def login(url: str, user: str) -> urllib.request.OpenerDirector:
     return opener
 
 
+# DRAKubeSpawner, or stock KubeSpawner with the three hooks
+SUBCLASS = """
+c.JupyterHub.spawner_class = "dra_jupyter.hub.kubespawner.DRAKubeSpawner"
+c.DRAKubeSpawner.dra_fail_unschedulable_after = 2.0
+c.DRAKubeSpawner.dra_kueue_queue = "gpu-queue"
+"""
+STOCK = """
+from dra_jupyter.hub import kubespawner as dra
+c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
+c.KubeSpawner.pre_spawn_hook = dra.pre_spawn_hook
+c.KubeSpawner.modify_pod_hook = dra.modify_pod_hook
+c.KubeSpawner.after_pod_created_hook = dra.after_pod_created_hook
+"""
+
+
 def _config(
-    tmp: Path, namespace: str, ports: dict[str, int], token: str, singleuser_kubeconfig: Path
+    tmp: Path,
+    namespace: str,
+    ports: dict[str, int],
+    token: str,
+    singleuser_kubeconfig: Path,
+    spawner: str,
 ) -> str:
     return (
         PROFILES
@@ -239,7 +261,6 @@ c.JupyterHub.load_groups = {{"gpu-users": {{"users": ["alice"]}}}}
 c.JupyterHub.services = [{{"name": "test", "api_token": "{token}"}}]
 c.JupyterHub.load_roles = [{{"name": "test", "services": ["test"],
     "scopes": ["admin:users", "admin:servers", "access:servers", "read:users", "tokens"]}}]
-c.JupyterHub.spawner_class = "dra_jupyter.hub.kubespawner.DRAKubeSpawner"
 c.KubeSpawner.namespace = "{namespace}"
 c.KubeSpawner.image = "dra-jupyter-test/never-pulled:0"
 c.KubeSpawner.cmd = ["jupyterhub-singleuser"]
@@ -253,9 +274,8 @@ c.KubeSpawner.http_timeout = 90
 c.KubeSpawner.delete_grace_period = 1
 c.KubeSpawner.profile_list = profiles
 c.KubeSpawner.environment = {{"DRA_JUPYTER_KUBECONFIG": "{singleuser_kubeconfig}"}}
-c.DRAKubeSpawner.dra_fail_unschedulable_after = 2.0
-c.DRAKubeSpawner.dra_kueue_queue = "gpu-queue"
 """
+        + spawner
     )
 
 
@@ -273,11 +293,35 @@ def _rbac_in_effect(kubeconfig: Path, namespace: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, process, kubelet
+def hub(
     cluster: testenv.Cluster,
     api: client.ApiClient,
     published: SimulatedCluster,
     tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Hub]:
+    """A hub with DRAKubeSpawner."""
+    with running_hub(cluster, api, tmp_path_factory, SUBCLASS) as running:
+        yield running
+
+
+@pytest.fixture
+def stock_hub(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    published: SimulatedCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Hub]:
+    """A hub with stock KubeSpawner and dra_jupyter.hub.kubespawner's three hooks."""
+    with running_hub(cluster, api, tmp_path_factory, STOCK) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, process, kubelet
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+    spawner: str,
 ) -> Iterator[Hub]:
     assert (PROXY_BIN / "configurable-http-proxy").exists(), "run `make hub-proxy` first"
     tmp = tmp_path_factory.mktemp("hub")
@@ -293,7 +337,7 @@ def hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, process, kubel
     ports = {k: testenv.free_port() for k in ("proxy", "proxy-api", "hub", "singleuser")}
     token = secrets.token_hex(16)
     (tmp / "jupyterhub_config.py").write_text(
-        _config(tmp, namespace, ports, token, singleuser_config)
+        _config(tmp, namespace, ports, token, singleuser_config, spawner)
     )
     env = {
         **os.environ,
@@ -480,3 +524,35 @@ def test_what_is_outside_the_allowed_set_is_refused(hub: Hub) -> None:
     wait_for("alice's refused server to be gone", lambda: hub.server("alice") is None)
     assert hub.templates() == []
     assert not hub.claims()
+
+
+def test_stock_kubespawner_with_the_hooks_gives_the_devices_too(stock_hub: Hub) -> None:
+    hub = stock_hub
+    status, body = hub.request("POST", "/hub/api/users/alice/server", {"profile": "h200"})
+    assert status in (201, 202), body
+    events = hub.progress("alice", deadline_s=150)
+    assert events[-1].get("ready"), _texts(events) + (hub.dir / "hub.log").read_text()[-4000:]
+    pod = hub.pod("jupyter-alice")
+    assert pod is not None
+    assert pod["spec"]["resourceClaims"] == [
+        {"name": "dra", "resourceClaimTemplateName": "jupyter-alice-dra"}
+    ]
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["claims"] == [{"name": "dra"}]
+    assert container["resources"]["limits"] == {"cpu": "2", "memory": "2147483648"}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DRA_JUPYTER_BACKEND"] == "kubernetes"
+    template = to_wire(
+        hub.api,
+        client.ResourceV1Api(hub.api).read_namespaced_resource_claim_template(
+            "jupyter-alice-dra", hub.namespace
+        ),
+    )
+    owners = template["metadata"].get("ownerReferences") or []
+    assert [o["uid"] for o in owners] == [pod["metadata"]["uid"]]
+    [claim] = hub.claims()
+    assert claim["status"]["allocation"]["devices"]["results"]
+    hub.stop("alice")
+    # nothing deletes the template but the garbage collector, for its owner is gone
+    wait_for("the template to go with the pod", lambda: hub.templates() == [])
+    wait_for("no claim left", lambda: not hub.claims())
