@@ -285,7 +285,9 @@ def explain_pending(
         total = sum(devices.values())
         users = ", ".join(f"{user} {n}" for user, n in devices.most_common(5))
         more = f" and {len(devices) - 5} more" if len(devices) > 5 else ""
-        lines.append(f"held now: {total} devices by {len(devices)} users ({users}{more})")
+        lines.append(
+            f"held now on the cluster: {total} devices by {len(devices)} users ({users}{more})"
+        )
     return "\n".join(lines)
 
 
