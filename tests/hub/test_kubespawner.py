@@ -556,3 +556,56 @@ def test_stock_kubespawner_with_the_hooks_gives_the_devices_too(stock_hub: Hub) 
     # nothing deletes the template but the garbage collector, for its owner is gone
     wait_for("the template to go with the pod", lambda: hub.templates() == [])
     wait_for("no claim left", lambda: not hub.claims())
+
+
+def test_the_explanation_says_who_holds_what_a_spawn_needs(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    """Without a hub: two GPUs of a model of their own on a node of their own, held by bob
+    and carol (reserved by our allocator), explained for a new server's template."""
+    from dra_jupyter.inventory import simulated  # noqa: PLC0415
+    from dra_jupyter.kube.spawn import ServerDevices, claim_template  # noqa: PLC0415
+    from tests.k8s.test_backend import session  # noqa: PLC0415
+
+    tag = uuid.uuid4().hex[:8]
+    model, node = f"HubTest {tag}", f"hubtest-{tag}"
+    [base] = simulated.load("h200-8x").slices[:1]
+    devices = []
+    for i, device in enumerate(base["spec"]["devices"][:2]):
+        attributes = dict(device["attributes"])
+        attributes["productName"] = {"string": model}
+        attributes["uuid"] = {"string": f"GPU-{tag}-{i}"}
+        devices.append({**device, "attributes": attributes})
+    pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
+    slice_ = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpus"},
+        "spec": {"driver": "gpu.nvidia.com", "pool": pool, "nodeName": node, "devices": devices},
+    }
+    resource = client.ResourceV1Api(api)
+    resource.create_resource_slice(to_model(client.V1ResourceSlice, slice_))
+    held = []
+    try:
+        for user in ("bob", "carol"):
+            claim = session(kubeconfig, namespace, user).request(gpu=1, model=tag, reserve=True)
+            held.append(claim)
+        dra = ServerDevices(api, namespace)
+        template = claim_template(
+            "t", {"gpu": 1, "model": tag}, namespace=namespace, user="alice", pod="jupyter-alice"
+        )
+        busy = dra.explain({"spec": template["spec"]["spec"]}, {"gpu": 1, "model": tag})
+        lines = busy.splitlines()
+        assert lines[0] == "not now: the devices it needs are held by others"
+        assert f"node {node}: request gpu:" in busy
+        assert "held now on the cluster:" in lines[-1]
+        assert "bob 1" in lines[-1] and "carol 1" in lines[-1]
+        never = claim_template(
+            "t", {"gpu": 3, "model": tag}, namespace=namespace, user="a", pod="p"
+        )
+        text = dra.explain({"spec": never["spec"]["spec"]}, {"gpu": 3, "model": tag})
+        assert text.startswith("can never be met on this cluster, even with every device free")
+    finally:
+        for claim in held:
+            claim.release()
+        resource.delete_resource_slice(f"{node}-gpus")
