@@ -24,6 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.kube.connect import to_wire
+from tests.k8s.testenv import _killed_with
 
 POLL_S = 0.3
 KEPT_ENV = ("PATH", "PYTHONPATH", "HOME", "LANG", "TMPDIR")
@@ -81,6 +82,7 @@ class StandInKubelet:
         env = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
         env.update({e["name"]: e.get("value", "") for e in container.get("env") or ()})
         log = (self.logs / f"{name}.log").open("ab")
+        parent = os.getpid()
         process = subprocess.Popen(  # the pod's own argv, never a shell
             command,
             env=env,
@@ -89,6 +91,7 @@ class StandInKubelet:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=lambda: _killed_with(parent),  # noqa: PLW1509  # dies with the test run
         )
         log.close()
         self.running[uid] = process

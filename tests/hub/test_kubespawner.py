@@ -348,6 +348,7 @@ def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, proces
     env.pop("KUBERNETES_SERVICE_HOST", None)
     env.pop("JUPYTERHUB_API_TOKEN", None)
     log = (tmp / "hub.log").open("wb")
+    parent = os.getpid()
     process = subprocess.Popen(
         [str(VENV_BIN / "jupyterhub"), "-f", str(tmp / "jupyterhub_config.py")],
         cwd=tmp,
@@ -356,6 +357,8 @@ def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, proces
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # killed with the test run, as the control plane is (a run killed leaves no hub)
+        preexec_fn=lambda: testenv._killed_with(parent),  # noqa: PLW1509
     )
     url = f"http://127.0.0.1:{ports['proxy']}"
     kubelet_env = {"PATH": env["PATH"], "PYTHONPATH": env["PYTHONPATH"]}
