@@ -16,7 +16,7 @@ LAB_SOURCES := labextension/package.json labextension/yarn.lock \
 	$(wildcard labextension/src/*.ts labextension/schema/*.json labextension/style/*)
 
 .PHONY: install test unit lint typecheck layers pytest fuzz fuzz-upstream demo lab labextension bench \
-	bench-latency bench-upstream bench-placement bench-load bench-service clean
+	bench-latency bench-upstream bench-placement bench-load bench-service clean hub-proxy
 
 install: $(STAMP)
 
@@ -60,7 +60,17 @@ $(CHROMIUM):
 	@[ "$$(id -u)" = 0 ] || { echo "the browser tests need Debian's chromium: run 'sudo apt-get install chromium', or make test as root"; exit 1; }
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
-pytest: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD)
+# configurable-http-proxy for the real JupyterHub of tests/hub, pinned by
+# hub/proxy/package-lock.json (npm ci), into hub/proxy/node_modules once, then kept
+HUB_PROXY := hub/proxy/node_modules/.bin/configurable-http-proxy
+
+hub-proxy: $(HUB_PROXY)
+
+$(HUB_PROXY): hub/proxy/package.json hub/proxy/package-lock.json | $(NODE)
+	cd hub/proxy && npm ci --no-audit --no-fund --loglevel=error
+	touch $(HUB_PROXY)
+
+pytest: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD) $(HUB_PROXY) $(HUB_PROXY)
 	$(BIN)/python -m pytest -q
 
 # The pure tier (tiers: tests/conftest.py), on every core (pytest-xdist); a worker that is
@@ -78,7 +88,7 @@ lint: install
 	$(BIN)/ruff check dra_jupyter tests benchmarks scripts
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks scripts
 
-test: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD)
+test: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD) $(HUB_PROXY)
 	$(BIN)/ruff check dra_jupyter tests benchmarks scripts
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks scripts
 	$(BIN)/mypy
@@ -149,4 +159,5 @@ bench-service: install
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis labextension/node_modules \
-		labextension/lib labextension/build-test labextension/*.tsbuildinfo dra_jupyter/labextension
+		labextension/lib labextension/build-test labextension/*.tsbuildinfo dra_jupyter/labextension \
+		hub/proxy/node_modules

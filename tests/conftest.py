@@ -24,6 +24,10 @@ from pathlib import Path
 
 import pytest
 
+# the control plane's fixtures (cluster, kubeconfig, api, published, namespace), for tests/k8s
+# and tests/hub alike: one control plane a run
+pytest_plugins = ["tests.k8s.fixtures"]
+
 TESTS = Path(__file__).resolve().parent
 TIER_NAMES = ("pure", "kernel", "server", "service", "browser", "k8s", "gpu")
 
@@ -41,6 +45,8 @@ TIERS = {
     "lab": "browser",  # the JupyterLab extension in chromium
     "lab/test_unit.py": "pure",  # its TypeScript unit tests, on node
     "k8s/test_simulate.py": "pure",  # the simulated nodes' objects, without a cluster
+    "hub/test_kubespawner.py": "k8s",  # a real JupyterHub with DRAKubeSpawner on tests/k8s
+    "hub/test_spawn_progress.py": "pure",  # the spawn's device events, the pod edit
     "local": "pure",  # ledgers on temporary files, worker processes of plain Python
     "magics": "kernel",
     "magics/test_parsing.py": "pure",
