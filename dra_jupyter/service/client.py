@@ -414,13 +414,16 @@ class ServiceBackend:
         """This process holds this user's claims of ``kernel_id`` from now on (the daemon
         takes the holder from the connection, not from ``holder``)."""
         answer = self._call("adopt", {"kernel_id": kernel_id})
-        return Sweep(
+        swept = Sweep(
             kept=[protocol.record_from_wire(r) for r in answer["kept"]],
             released=[
                 (protocol.record_from_wire(r["record"]), str(r["reason"]))
                 for r in answer["released"]
             ],
         )
+        for record, _reason in swept.released:  # reported here: not again by a sweep
+            self._watched.released_here(record.name)
+        return swept
 
     def launch(self, session: Session, command: Command, spec: Mapping[str, Any], **_: Any) -> Run:
         raise InvalidInputError(
