@@ -384,6 +384,8 @@ class ServiceBackend:
         for record in self._watched.gone_since(records, self.owner.host, live_kernels):
             ended = self.ended(record.name)
             swept.released.append((record, ended.reason if ended is not None else "reclaimed"))
+            if ended is not None:
+                swept.ended[record.name] = ended
         for record in records:
             reason = select(record) if select is not None else None
             if reason is not None and self.release(record.name, reason):

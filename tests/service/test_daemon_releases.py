@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -12,8 +13,37 @@ from dra_jupyter.api import Session
 from dra_jupyter.server.service import Caller, ClaimService
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
-from tests.service.accounts import User, service, wait_for
-from tests.service.test_isolation import admin_policy
+from tests.service.accounts import User, run_as, service, wait_for
+from tests.service.test_isolation import admin_policy, read
+
+
+def test_a_claim_the_daemon_idles_reads_back_with_its_words_and_time(
+    users: dict[str, User],
+) -> None:
+    """The server's card of a claim the daemon released as idle says what the daemon said
+    (``idle for 2s``, its own limit, not the server's) and when the daemon released it."""
+    alice = users["alice"]
+    policy = admin_policy(users, '[limits]\nidle = "2s"\n')
+    with service(policy) as svc:
+
+        def server() -> Any:
+            claims = ClaimService(Settings.from_env(), live_kernels=list)
+            caller = Caller(user=alice.name)
+            made = claims.create(caller, {"gpu": 1})
+            deadline = time.monotonic() + 60  # a bound, not a timing: the daemon ticks by 1s
+            while claims.released.empty() and time.monotonic() < deadline:
+                claims.claims(caller)  # a sweep, as a board's poll makes
+                time.sleep(0.2)
+            _record, gone = claims.claim_or_released(caller, made.name)
+            assert gone is not None
+            return {"made": made.name, "message": gone.message, "time": gone.time}
+
+        answer = run_as(alice, svc.env(), server)
+        assert "ok" in answer, answer
+        name = answer["ok"]["made"]
+        [(message, when)] = read(svc, f"SELECT message, time FROM releases WHERE name = '{name}'")
+        assert message == "idle for 2s"
+        assert (answer["ok"]["message"], answer["ok"]["time"]) == (message, when)
 
 
 def test_a_claim_adopt_releases_is_announced_once(
