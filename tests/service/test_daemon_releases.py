@@ -85,3 +85,30 @@ def test_a_claim_adopt_releases_is_announced_once(
             for backend in (session.backend, claims.backend):
                 backend.channel.close()  # type: ignore[attr-defined]  # a ServiceBackend
         assert announced == [[made.name, "expired"]]
+
+
+def test_a_released_claim_is_told_to_its_owner_and_admins_only(users: dict[str, User]) -> None:
+    """The ``record`` op's ``released`` (the claim as it was, why, the words): to its owner
+    and an admin; another user learns nothing of it, not even when it ended."""
+    alice, bob, carol = users["alice"], users["bob"], users["carol"]
+    with service(admin_policy(users)) as svc:
+
+        def make() -> Any:
+            session = Session(Settings.from_env(), owner=replace(Owner.current(), pid=0))
+            made = session.request(gpu=1, name="alice-nb", lease=600, apply_env=False)
+            made.release()
+            return made.name
+
+        assert run_as(alice, svc.env(), make) == {"ok": "alice-nb"}
+
+        def ask() -> Any:
+            backend = Session(Settings.from_env()).backend
+            ended = backend.ended("alice-nb")
+            return [
+                None if ended is None else [ended.record.name, ended.reason],
+                backend.released_at("alice-nb") is not None,
+            ]
+
+        assert run_as(alice, svc.env(), ask) == {"ok": [["alice-nb", "user"], True]}
+        assert run_as(carol, svc.env(), ask) == {"ok": [["alice-nb", "user"], True]}
+        assert run_as(bob, svc.env(), ask) == {"ok": [None, False]}
