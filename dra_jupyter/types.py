@@ -250,6 +250,9 @@ class Sweep:
 
     kept: list[ClaimRecord] = field(default_factory=list)
     released: list[tuple[ClaimRecord, str]] = field(default_factory=list)  # with the reason
+    # Of those released by another process (the service's daemon), its account by claim
+    # name: when, and the words it said (its idle limit, say), for whoever reads them later
+    ended: dict[str, Ended] = field(default_factory=dict)
     # True when ``kept`` is every live claim the backend knows (the local ledger's), so a
     # caller needs no other listing; False when it is the server's claims only (Kubernetes)
     complete: bool = False

@@ -432,6 +432,10 @@ class Ledger:
                     f"dra-jupyter reads (1 to {SCHEMA_VERSION}); it was not changed; upgrade "
                     "dra-jupyter, or use another path (DRA_JUPYTER_LEDGER)"
                 )
+            raise LedgerError(
+                f"ledger {self.path}: the file is damaged (its schema version is {version}, "
+                f"which no dra-jupyter writes); {_NEW_LEDGER}"
+            )
         raise LedgerError(
             f"ledger {self.path}: the file is damaged (its schema version is {shown(value)}, "
             f"not a number); {_NEW_LEDGER}"

@@ -57,7 +57,15 @@ from dra_jupyter.server.models import (
 )
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import device_rows
-from dra_jupyter.types import Backend, ClaimRecord, Owner, Select, Sweep, process_start_time
+from dra_jupyter.types import (
+    Backend,
+    ClaimRecord,
+    Ended,
+    Owner,
+    Select,
+    Sweep,
+    process_start_time,
+)
 
 # Keywords of POST claims that are not claim keywords (dra.request's own arguments).
 _REQUEST_KEYS = ("name", "lease", "timeout", "kernel_id")
@@ -397,17 +405,23 @@ class ClaimService:
         now = time.time() if now is None else now
         swept = self.backend.sweep(select, now, set(self.live_kernels()), wait=wait)
         for record, reason in swept.released:
-            self._note_release(record, reason, now)
+            self._note_release(record, reason, now, swept.ended.get(record.name))
         return swept
 
-    def _note_release(self, record: ClaimRecord, reason: str, now: float | None = None) -> None:
+    def _note_release(
+        self, record: ClaimRecord, reason: str, now: float | None = None, ended: Ended | None = None
+    ) -> None:
         """Announce a release (:attr:`released`) and remember it for a while
-        (:data:`RELEASED_KEPT`, at most :data:`RELEASED_MAX` claims)."""
+        (:data:`RELEASED_KEPT`, at most :data:`RELEASED_MAX` claims): with the time and
+        words of ``ended``, the account of the process that released it, if another did."""
         now = time.time() if now is None else now
         self._announce(record, reason)
+        gone = Released(record, reason, now)
+        if ended is not None:
+            gone = Released(record, reason, ended.time, ended.message)
         with self._recent_lock:
             self.recent.pop(record.name, None)
-            self.recent[record.name] = Released(record, reason, now)
+            self.recent[record.name] = gone
             while self.recent:
                 oldest = next(iter(self.recent.values()))
                 if len(self.recent) <= RELEASED_MAX and oldest.time > now - RELEASED_KEPT:

@@ -384,6 +384,8 @@ class ServiceBackend:
         for record in self._watched.gone_since(records, self.owner.host, live_kernels):
             ended = self.ended(record.name)
             swept.released.append((record, ended.reason if ended is not None else "reclaimed"))
+            if ended is not None:
+                swept.ended[record.name] = ended
         for record in records:
             reason = select(record) if select is not None else None
             if reason is not None and self.release(record.name, reason):
@@ -414,13 +416,16 @@ class ServiceBackend:
         """This process holds this user's claims of ``kernel_id`` from now on (the daemon
         takes the holder from the connection, not from ``holder``)."""
         answer = self._call("adopt", {"kernel_id": kernel_id})
-        return Sweep(
+        swept = Sweep(
             kept=[protocol.record_from_wire(r) for r in answer["kept"]],
             released=[
                 (protocol.record_from_wire(r["record"]), str(r["reason"]))
                 for r in answer["released"]
             ],
         )
+        for record, _reason in swept.released:  # reported here: not again by a sweep
+            self._watched.released_here(record.name)
+        return swept
 
     def launch(self, session: Session, command: Command, spec: Mapping[str, Any], **_: Any) -> Run:
         raise InvalidInputError(

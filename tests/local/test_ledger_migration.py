@@ -185,3 +185,22 @@ def test_the_history_keeps_the_claims_of_the_latest_releases_only(
     assert old is not None and (old.reason, old.time, old.record) == ("user", 1.0, None)
     latest = ledger.released("alice-60")
     assert latest is not None and latest.record is not None
+
+
+def test_a_version_no_dra_jupyter_wrote_is_refused_as_such(tmp_path: Path) -> None:
+    """Version 0 is a number, but none this dra-jupyter (or an older one) wrote: refused in
+    one line that says so, not as a version that is not a number."""
+    path = tmp_path / "ledger.sqlite"
+    Ledger(path)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("UPDATE meta SET value = '0' WHERE key = 'schema'")
+        conn.commit()
+    before = path.read_bytes()
+    with pytest.raises(LedgerError) as info:
+        Ledger(path)
+    assert str(info.value) == (
+        f"ledger {path}: the file is damaged (its schema version is 0, which no dra-jupyter "
+        "writes); move the file away or choose another path (DRA_JUPYTER_LEDGER); "
+        "dra-jupyter then starts a new, empty ledger there"
+    )
+    assert path.read_bytes() == before

@@ -91,6 +91,24 @@ async def test_a_claim_released_by_another_process_reads_as_released(
     assert r.code == 404
 
 
+async def test_another_users_claim_released_elsewhere_is_refused_as_when_live(
+    jp_fetch: Fetch, jp_serverapp: Any, ledger_path: Path
+) -> None:
+    """What the ledger keeps of another user's released claim is theirs: GET answers 403
+    (who owned it, as for their live claim), not its devices, reason or message."""
+    app = extension(jp_serverapp)
+    theirs = await app.call(app.service.create, Caller("someone-else"), {"gpu": 1})
+    other = Ledger(ledger_path)  # another writer of the ledger: not this server
+    with other.transaction() as tx:
+        [record] = [r for r in Ledger.claims(tx) if r.name == theirs.name]
+        Ledger.delete(tx, record, "user", time.time(), "their own words")
+    r = await jp_fetch("dra", "api", "claims", theirs.name, raise_error=False)
+    assert r.code == 403
+    text = r.body.decode()
+    assert "someone-else" in body(r)["message"]
+    assert "their own words" not in text and "devices" not in text
+
+
 @pytest.mark.parametrize(
     ("payload", "words"),
     [
