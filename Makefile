@@ -66,11 +66,15 @@ HUB_PROXY := hub/proxy/node_modules/.bin/configurable-http-proxy
 
 hub-proxy: $(HUB_PROXY)
 
+# (Debian's own nodejs comes without npm: its npm package then, as root)
 $(HUB_PROXY): hub/proxy/package.json hub/proxy/package-lock.json | $(NODE)
+	@command -v npm >/dev/null || [ "$$(id -u)" != 0 ] || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
+	@command -v npm >/dev/null || { echo "the JupyterHub tests need npm: run 'sudo apt-get install npm', or make test as root"; exit 1; }
 	cd hub/proxy && npm ci --no-audit --no-fund --loglevel=error
 	touch $(HUB_PROXY)
 
-pytest: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD) $(HUB_PROXY) $(HUB_PROXY)
+pytest: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD) $(HUB_PROXY)
 	$(BIN)/python -m pytest -q
 
 # The pure tier (tiers: tests/conftest.py), on every core (pytest-xdist); a worker that is

@@ -41,6 +41,9 @@ class StandInKubelet:
         self.running: dict[str, subprocess.Popen[bytes]] = {}  # pod uid -> its process
         self.problems: list[str] = []
         self._stop = threading.Event()
+        # held while a process is started or the running ones are taken: none is started
+        # after __exit__ took them (the loop may still be in a call when it ends)
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="stand-in-kubelet", daemon=True)
 
     def __enter__(self) -> StandInKubelet:
@@ -48,11 +51,14 @@ class StandInKubelet:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        for process in self.running.values():
+        with self._lock:
+            self._stop.set()
+        self._thread.join(timeout=60)
+        with self._lock:
+            processes = list(self.running.values())
+            self.running.clear()
+        for process in processes:
             _end(process)
-        self.running.clear()
 
     def _loop(self) -> None:
         while not self._stop.wait(POLL_S):
@@ -67,7 +73,8 @@ class StandInKubelet:
         meta, spec = pod["metadata"], pod["spec"]
         uid, name = meta["uid"], meta["name"]
         if meta.get("deletionTimestamp"):
-            process = self.running.pop(uid, None)
+            with self._lock:
+                process = self.running.pop(uid, None)
             if process is not None:
                 _end(process)
             with contextlib.suppress(ApiException):
@@ -81,20 +88,22 @@ class StandInKubelet:
         command = [*(container.get("command") or []), *(container.get("args") or [])]
         env = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
         env.update({e["name"]: e.get("value", "") for e in container.get("env") or ()})
-        log = (self.logs / f"{name}.log").open("ab")
         parent = os.getpid()
-        process = subprocess.Popen(  # the pod's own argv, never a shell
-            command,
-            env=env,
-            cwd=self.logs,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=lambda: _killed_with(parent),  # noqa: PLW1509  # dies with the test run
-        )
-        log.close()
-        self.running[uid] = process
+        with self._lock:
+            if self._stop.is_set():  # ended meanwhile: start nothing __exit__ would miss
+                return
+            with (self.logs / f"{name}.log").open("ab") as log:
+                self.running[uid] = subprocess.Popen(  # the pod's own argv, never a shell
+                    command,
+                    env=env,
+                    cwd=self.logs,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    # dies with the test run
+                    preexec_fn=lambda: _killed_with(parent),  # noqa: PLW1509
+                )
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         ready = {"status": "True", "lastTransitionTime": now}
         status = {
