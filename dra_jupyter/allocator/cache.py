@@ -184,16 +184,13 @@ class Catalog:
     def node_names(self) -> list[str]:
         """Candidate nodes, in name order: nodes with node-local slices, and known Node objects."""
         if self._names is None:
-            names = {
-                s.node_selection.node_name
-                for s in self.slices
-                if s.node_selection is not None
-                and s.node_selection.node_name
-                and not s.shared_counters
-            }
+            # the node-local device slices' nodes (the index's keys), and the nodes named by
+            # devices of slices with perDeviceNodeSelection (the index's shared slices: the
+            # parser refuses a device's node selection in a slice of one node)
+            names = {name for name in self.index.local if name}
             names.update(
                 d.node_selection.node_name
-                for s in self.slices
+                for s in self.index.shared
                 for d in s.devices
                 if d.node_selection is not None and d.node_selection.node_name
             )

@@ -148,10 +148,11 @@ class ResourceSlice:
     per_device_node_selection: bool = False
     devices: tuple[Device, ...] = ()
     shared_counters: tuple[CounterSet, ...] = ()
+    # ``PoolID(driver, pool)``, made once: the allocator indexes every slice by it per call
+    pool_id: PoolID = field(init=False, repr=False, compare=False)
 
-    @property
-    def pool_id(self) -> PoolID:
-        return PoolID(self.driver, self.pool)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pool_id", PoolID(self.driver, self.pool))
 
 
 @dataclass(frozen=True, slots=True)
