@@ -20,6 +20,7 @@ them). Without a cache, every ``Allocator`` builds its own, used for that alloca
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -177,7 +178,7 @@ class Catalog:
     def same_inputs(self, *given: Sequence[object]) -> bool:
         """Whether ``(slices, classes, nodes)`` are the very objects this catalog was built from."""
         return all(
-            len(mine) == len(new) and all(a is b for a, b in zip(mine, new, strict=True))
+            len(mine) == len(new) and all(map(operator.is_, mine, new))
             for mine, new in zip(self.sources, given, strict=True)
         )
 
@@ -345,7 +346,7 @@ class AllocatorCache:
         if (
             current is not None
             and len(current.sources) == len(given)
-            and all(a is b for a, b in zip(current.sources, given, strict=True))
+            and all(map(operator.is_, current.sources, given))
         ):
             return current
         known = (

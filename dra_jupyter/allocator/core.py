@@ -200,9 +200,10 @@ class Allocator(NodeFilter):
             ):
                 every = [name for name in every if self._flexible(name)]
                 self._scanning = True  # their pools are scanned: count the others so too
+            flexible = self.catalog.index.flexible
+            touched = self._maybe_touched if self.holdings.held_pools() else _nothing_held
             order = LazyOrder(
-                (node_bound(name, not self._maybe_touched(name), self._flexible(name)), name)
-                for name in every
+                (node_bound(name, not touched(name), flexible(name)), name) for name in every
             )
             if shape is not None:
                 order = self.holdings.orders.setdefault((shape, node), order)
@@ -672,6 +673,11 @@ class Allocator(NodeFilter):
                 )
             )
         return out
+
+
+def _nothing_held(name: str | None) -> bool:
+    """:meth:`Allocator._maybe_touched` when no allocated claim holds a device."""
+    return False
 
 
 def exact_counts(claims: Sequence[ResourceClaim]) -> bool:

@@ -50,6 +50,9 @@ class SliceIndex:
         self.shared: list[ResourceSlice] = []  # device slices usable on more than one node
         self.counters: dict[PoolID, list[ResourceSlice]] = {}  # relevant to every node
         local, shared, counters = self.local, self.shared, self.counters
+        self._shared_flexible = False  # a device slice of no one node has flexible devices
+        flexible: set[str] = set()  # the nodes whose own device slices have some
+        self._flexible_nodes = flexible
         # one pass, as little as possible per slice: a cold call on 1,000 nodes pays it for
         # every slice, where upstream's NewAllocator only keeps the list
         for s in slices:
@@ -64,16 +67,18 @@ class SliceIndex:
             name = selection.node_name if selection is not None else None
             if name is None:
                 shared.append(s)
+                self._shared_flexible = self._shared_flexible or s.flexible
                 continue
             group = local.get(name)
             if group is None:
                 local[name] = [s]
             else:
                 group.append(s)
+            if s.flexible:
+                flexible.add(name)
         self._by_pool: dict[PoolID, list[ResourceSlice]] | None = None
         self._device_slices: dict[PoolID, list[ResourceSlice]] | None = None
         self._counter_only: list[Pool] | None = None
-        self._flexible: dict[str | None, bool] = {}  # per node: partitionable or shared devices
         # per device slice and the counter sets it was checked against: its problem, so a
         # pool seen through its counter slices and then by its node is checked once
         self.problems: dict[tuple[int, frozenset[tuple[str, int]]], str] = {}
@@ -105,17 +110,7 @@ class SliceIndex:
         that consumes counters (a MIG placement, or a GPU that can be split) or allows
         several allocations (shared capacity): read from the slices alone, without
         gathering the node's pools."""
-        found = self._flexible.get(name)
-        if found is None:
-            if name is not None and None not in self._flexible:
-                self.flexible(None)  # the slices of no one node, checked once
-            local = self.local.get(name, ()) if name is not None else self.shared
-            found = self._flexible[name] = (name is not None and self._flexible[None]) or any(
-                d.consumes_counters or d.allow_multiple_allocations
-                for s in local
-                for d in s.devices
-            )
-        return found
+        return self._shared_flexible or name in self._flexible_nodes
 
     def counter_only_pools(self) -> list[Pool]:
         """Pools that a node sees only through their counter slices, when they need saying:

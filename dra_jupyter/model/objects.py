@@ -148,11 +148,19 @@ class ResourceSlice:
     per_device_node_selection: bool = False
     devices: tuple[Device, ...] = ()
     shared_counters: tuple[CounterSet, ...] = ()
-    # ``PoolID(driver, pool)``, made once: the allocator indexes every slice by it per call
+    # Made once from the fields above, for the allocator, which reads them of every slice on
+    # every call: ``PoolID(driver, pool)``, and whether a device consumes counters (a MIG
+    # placement, a GPU that can be split) or allows several allocations (shared capacity).
     pool_id: PoolID = field(init=False, repr=False, compare=False)
+    flexible: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pool_id", PoolID(self.driver, self.pool))
+        object.__setattr__(
+            self,
+            "flexible",
+            any(d.consumes_counters or d.allow_multiple_allocations for d in self.devices),
+        )
 
 
 @dataclass(frozen=True, slots=True)
