@@ -46,6 +46,7 @@ from benchmarks.bench_allocator import (
 )
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.allocator.cache import AllocatorCache
+from dra_jupyter.allocator.core import STRATEGIES
 from dra_jupyter.inventory import mig, nvidia
 from dra_jupyter.model.objects import DeviceClass, Node, ResourceClaim, ResourceSlice
 from dra_jupyter.model.parse import (
@@ -160,7 +161,7 @@ def row(name: str, make: World, binary: Path, classes_wire: list[Wire], args: An
         answer = json.loads(done.stdout)
         go.append(answer["ns"] / 1e6)
         theirs = picks(answer["items"][0]["status"]["allocation"]) if answer["exit"] == 0 else None
-        for strategy in ("first-fit", "topology"):
+        for strategy in STRATEGIES:
             for _ in range(args.repeat):
                 start = time.perf_counter()
                 allocator = Allocator(slices, classes, held, strategy, nodes=node_objects)
@@ -169,7 +170,7 @@ def row(name: str, make: World, binary: Path, classes_wire: list[Wire], args: An
                 if strategy == "first-fit":
                     mine = picks(found[0].to_dict()) if found is not None else None
     warm: dict[str, str] = {}
-    for strategy in ("first-fit", "topology"):
+    for strategy in STRATEGIES:
         cache = AllocatorCache()
         times, cpu = [], []
         for i in range(args.warm_repeat + 1):
