@@ -34,7 +34,7 @@ from dra_jupyter.allocator.topology import (
     NodeCapacity,
     NodeKey,
     claims_need,
-    node_bound,
+    node_bounds,
     node_capacity,
     node_key,
     node_order,
@@ -200,11 +200,8 @@ class Allocator(NodeFilter):
             ):
                 every = [name for name in every if self._flexible(name)]
                 self._scanning = True  # their pools are scanned: count the others so too
-            flexible = self.catalog.index.flexible
-            touched = self._maybe_touched if self.holdings.held_pools() else _nothing_held
-            order = LazyOrder(
-                (node_bound(name, not touched(name), flexible(name)), name) for name in every
-            )
+            touched = self._maybe_touched if self.holdings.held_pools() else None
+            order = LazyOrder(node_bounds(every, self.catalog.index.flexible, touched))
             if shape is not None:
                 order = self.holdings.orders.setdefault((shape, node), order)
         needed, largest = claims_need(claims)
@@ -673,11 +670,6 @@ class Allocator(NodeFilter):
                 )
             )
         return out
-
-
-def _nothing_held(name: str | None) -> bool:
-    """:meth:`Allocator._maybe_touched` when no allocated claim holds a device."""
-    return False
 
 
 def exact_counts(claims: Sequence[ResourceClaim]) -> bool:
