@@ -188,7 +188,8 @@ class Catalog:
             # the node-local device slices' nodes (the index's keys), and the nodes named by
             # devices of slices with perDeviceNodeSelection (the index's shared slices: the
             # parser refuses a device's node selection in a slice of one node)
-            names = {name for name in self.index.local if name}
+            names = set(self.index.local)
+            names.discard("")  # a slice of node "" (made by hand): no node
             names.update(
                 d.node_selection.node_name
                 for s in self.index.shared

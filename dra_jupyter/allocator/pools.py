@@ -56,26 +56,24 @@ class SliceIndex:
         # one pass, as little as possible per slice: a cold call on 1,000 nodes pays it for
         # every slice, where upstream's NewAllocator only keeps the list
         for s in slices:
-            if s.shared_counters:
+            name = s.local_node
+            if name is not None:  # most slices: the devices of one node
+                group = local.get(name)
+                if group is None:
+                    local[name] = [s]
+                else:
+                    group.append(s)
+                if s.flexible:
+                    flexible.add(name)
+            elif s.shared_counters:
                 found = counters.get(s.pool_id)
                 if found is None:
                     counters[s.pool_id] = [s]
                 else:
                     found.append(s)
-                continue
-            selection = s.node_selection
-            name = selection.node_name if selection is not None else None
-            if name is None:
+            else:
                 shared.append(s)
                 self._shared_flexible = self._shared_flexible or s.flexible
-                continue
-            group = local.get(name)
-            if group is None:
-                local[name] = [s]
-            else:
-                group.append(s)
-            if s.flexible:
-                flexible.add(name)
         self._by_pool: dict[PoolID, list[ResourceSlice]] | None = None
         self._device_slices: dict[PoolID, list[ResourceSlice]] | None = None
         self._counter_only: list[Pool] | None = None
