@@ -143,7 +143,8 @@ bench: bench-latency bench-upstream bench-placement bench-load bench-service
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
 
-# Cold calls side by side with the real allocator (tools/upstream-allocator), one run
+# Cold and warm calls side by side with the real allocator (tools/upstream-allocator), one run,
+# then the model conversion of 8,000 GPUs and 20,800 MIG devices (benchmarks/bench_model.py)
 bench-upstream: install
 	$(BIN)/python scripts/upstream-allocator build
 	$(BIN)/python benchmarks/bench_upstream.py --repeat 20
