@@ -66,11 +66,15 @@ HUB_PROXY := hub/proxy/node_modules/.bin/configurable-http-proxy
 
 hub-proxy: $(HUB_PROXY)
 
+# (Debian's own nodejs comes without npm: its npm package then, as root)
 $(HUB_PROXY): hub/proxy/package.json hub/proxy/package-lock.json | $(NODE)
+	@command -v npm >/dev/null || [ "$$(id -u)" != 0 ] || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
+	@command -v npm >/dev/null || { echo "the JupyterHub tests need npm: run 'sudo apt-get install npm', or make test as root"; exit 1; }
 	cd hub/proxy && npm ci --no-audit --no-fund --loglevel=error
 	touch $(HUB_PROXY)
 
-pytest: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD) $(HUB_PROXY) $(HUB_PROXY)
+pytest: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD) $(HUB_PROXY)
 	$(BIN)/python -m pytest -q
 
 # The pure tier (tiers: tests/conftest.py), on every core (pytest-xdist); a worker that is
@@ -139,7 +143,8 @@ bench: bench-latency bench-upstream bench-placement bench-load bench-service ben
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
 
-# Cold calls side by side with the real allocator (tools/upstream-allocator), one run
+# Cold and warm calls side by side with the real allocator (tools/upstream-allocator), one run,
+# then the model conversion of 8,000 GPUs and 20,800 MIG devices (benchmarks/bench_model.py)
 bench-upstream: install
 	$(BIN)/python scripts/upstream-allocator build
 	$(BIN)/python benchmarks/bench_upstream.py --repeat 20
@@ -151,11 +156,11 @@ bench-placement: install
 # and two sharing a ledger, beside a GET /api/status baseline; at most 5,000 requests or 20 s
 # a run, two rounds; loopback only. About 3-4 minutes.
 bench-load: install
-	$(BIN)/python benchmarks/bench_load.py --rounds 2
+	$(BIN)/python -m benchmarks.bench_load --rounds 2
 
 # The shared-machine service against the embedded backend, side by side (a real daemon)
 bench-service: install
-	$(BIN)/python benchmarks/bench_service.py
+	$(BIN)/python -m benchmarks.bench_service
 
 # The spawn form's choices (dra_jupyter.hub.choices) on 1,000 nodes of 8 GPUs and on the MIG
 # cluster of bench-latency, beside one cold allocation in the same world; about a minute

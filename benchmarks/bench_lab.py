@@ -23,7 +23,6 @@ poll, every ``refreshInterval``).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -34,6 +33,7 @@ from typing import Any
 import yaml
 
 from benchmarks.bench_server import percentiles, server
+from benchmarks.servers import cpu_seconds
 from dra_jupyter.inventory import mig
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
@@ -42,27 +42,6 @@ from dra_jupyter.types import Owner
 
 CLAIMS = 50
 PANEL = ".dra-DevicesPanel"
-
-
-def _server_pid(port: int) -> int:
-    """The ``jupyter server`` child of this process listening on ``port``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and f"--port={port}".encode() in cmdline:
-            return int(entry.name)
-    raise RuntimeError(f"no jupyter server child on port {port}")
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def refresh_cost(tmp: Path, repeat: int) -> list[tuple[str, int, float, float, float]]:
@@ -76,8 +55,7 @@ def refresh_cost(tmp: Path, repeat: int) -> list[tuple[str, int, float, float, f
             assert code == 201, answer
         code, listed = client.call("GET", "/dra/api/claims")
         assert code == 200 and len(listed["claims"]) == CLAIMS, listed
-        port = client.conn.port
-        pid = _server_pid(port)
+        pid = client.pid
         q = "?no_track_activity=1"
         kinds: dict[str, list[str]] = {
             "baseline: GET /api/status": ["/api/status"],
@@ -91,12 +69,12 @@ def refresh_cost(tmp: Path, repeat: int) -> list[tuple[str, int, float, float, f
         cpu = dict.fromkeys(kinds, 0.0)
         for _ in range(repeat):  # interleaved, so that the load of the machine is shared
             for kind, paths in kinds.items():
-                before, start = _cpu_seconds(pid), time.perf_counter()
+                before, start = cpu_seconds(pid), time.perf_counter()
                 for path in paths:
                     code, _ = client.call("GET", path)
                     assert code == 200, path
                 samples[kind].append(time.perf_counter() - start)
-                cpu[kind] += _cpu_seconds(pid) - before
+                cpu[kind] += cpu_seconds(pid) - before
         out = []
         for kind, paths in kinds.items():
             p50, p99 = percentiles(samples[kind])

@@ -1,6 +1,6 @@
 """The REST API under load: concurrent clients creating and deleting claims.
 
-Run with ``.venv/bin/python benchmarks/bench_load.py`` (``make bench-load``). Starts real
+Run with ``.venv/bin/python -m benchmarks.bench_load`` (``make bench-load``). Starts real
 ``jupyter server`` processes with the extension, on a temporary ledger and the simulated
 ``h200-8x`` inventory (8 GPUs), listening on 127.0.0.1 only, and prints Markdown tables.
 
@@ -25,16 +25,25 @@ or ``--seconds``, whichever comes first (bounded in count and time).
   latency close to ``--hold``; and while one POST with a ``--big-post`` bytes ``model``
   string is handled (the issue's 50 MB body stalled every read for seconds).
 
-Percentiles are of every request's latency (send to last byte), in milliseconds.
+Percentiles are of every request's latency (send to last byte), in milliseconds. **CPU**
+(robust where the machine is shared, unlike rates and latencies): each load run's server
+CPU seconds (``/proc/PID/stat``, every thread) and this process's (the clients) per
+request; and first, one request at a time on one connection, ``--cost`` of each kind (the
+baseline GET, a POST that allocates and the DELETE of its claim, a POST answered busy), the
+server's CPU per request from its threads' ``schedstat`` (nanoseconds), with the part on
+the event loop (the main thread: jupyter_server, Tornado and our handlers; the rest is the
+writer and reader threads, ours). ``--profile FILE`` instead runs one server under yappi
+(CPU clock, every thread) for those requests (and ``--rounds`` create/delete runs) and
+writes its statistics (pstats: ``FILE`` the event loop, ``FILE.threads`` the others).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -42,21 +51,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TOKEN = "bench-token"
-HOST = "127.0.0.1"  # loopback only
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
+from benchmarks.servers import HOST, TOKEN, Server, cpu_ns, cpu_seconds, jupyter_server
 
 
 class Connection:
@@ -95,7 +95,8 @@ class Connection:
     async def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-            await self.writer.wait_closed()
+            with contextlib.suppress(ConnectionError):  # the server closed first (a big body)
+                await self.writer.wait_closed()
             self.writer = None
 
 
@@ -107,15 +108,19 @@ class Run:
     latencies: list[float] = field(default_factory=list)
     answers: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
+    cpu: float | None = None  # CPU seconds of the servers over the run (every thread)
+    client_cpu: float | None = None  # CPU seconds of this process (the clients) over it
 
     def row(self) -> str:
         ms = sorted(x * 1000 for x in self.latencies)
         cuts = statistics.quantiles(ms, n=100, method="inclusive") if len(ms) > 1 else ms * 99
         rate = len(ms) / self.seconds
         answers = ", ".join(f"{k}: {v}" for k, v in sorted(self.answers.items()))
+        cpu = "" if self.cpu is None else f" {self.cpu / len(ms) * 1000:.2f} |"
+        client = "" if self.client_cpu is None else f" {self.client_cpu / len(ms) * 1000:.2f} |"
         return (
             f"| {self.name} | {len(ms)} | {rate:,.0f} | {statistics.median(ms):.1f} | "
-            f"{cuts[98]:.1f} | {ms[-1]:.1f} | {answers} |"
+            f"{cuts[98]:.1f} | {ms[-1]:.1f} |{cpu}{client} {answers} |"
         )
 
 
@@ -162,8 +167,54 @@ async def _load(name: str, ports: list[int], clients: int, ops: int, seconds: fl
     return run
 
 
-def load(name: str, ports: list[int], clients: int, ops: int, seconds: float) -> Run:
-    return asyncio.run(_load(name, ports, clients, ops, seconds))
+def load(name: str, servers: list[Server], clients: int, ops: int, seconds: float) -> Run:
+    before, client = sum(cpu_seconds(s.pid) for s in servers), time.process_time()
+    run = asyncio.run(_load(name, [s.port for s in servers], clients, ops, seconds))
+    run.cpu = sum(cpu_seconds(s.pid) for s in servers) - before
+    run.client_cpu = time.process_time() - client
+    return run
+
+
+KINDS = ("GET /api/status", "POST claims (201)", "DELETE claims/NAME (204)", "POST claims (409)")
+
+
+async def _costs(server: Server, repeat: int) -> dict[str, list[tuple[int, int]]]:
+    """The server's CPU nanoseconds for each kind of request, one at a time on one
+    connection: ``repeat`` times a baseline GET, a POST that allocates and the DELETE of
+    its claim, then with every GPU held a POST that is answered busy (409)."""
+    conn = Connection(server.port)
+    out: dict[str, list[tuple[int, int]]] = {k: [] for k in KINDS}
+
+    async def timed(kind: str, method: str, path: str, body: Any = None) -> bytes:
+        loop, others = cpu_ns(server.pid)
+        status, data = await conn.call(method, path, body)
+        loop_after, others_after = cpu_ns(server.pid)
+        out[kind].append((loop_after - loop, others_after - others))
+        assert kind.endswith(f"({status})") or status == 200, (kind, status, data[:300])
+        return data
+
+    held = []
+    try:
+        for _ in range(repeat):
+            await timed(KINDS[0], "GET", "/api/status")
+            claim = json.loads(await timed(KINDS[1], "POST", "/dra/api/claims", {"gpu": 1}))
+            await timed(KINDS[2], "DELETE", f"/dra/api/claims/{claim['name']}")
+        while True:  # hold every GPU
+            status, data = await conn.call("POST", "/dra/api/claims", {"gpu": 1})
+            if status != 201:
+                break
+            held.append(json.loads(data)["name"])
+        for _ in range(repeat):
+            await timed(KINDS[3], "POST", "/dra/api/claims", {"gpu": 1})
+    finally:
+        for name in held:
+            await conn.call("DELETE", f"/dra/api/claims/{name}")
+        await conn.close()
+    return out
+
+
+def costs(server: Server, repeat: int) -> dict[str, list[tuple[int, int]]]:
+    return asyncio.run(_costs(server, repeat))
 
 
 async def _reads_under_lock(port: int, ledger: Path, hold: float) -> tuple[Run, Run]:
@@ -245,66 +296,49 @@ for _ in range(2):
 """
 
 
-@contextmanager
-def server(tmp: Path, ledger: Path, index: int) -> Iterator[int]:
-    """A ``jupyter server`` subprocess with the extension on ``ledger``; yields its port."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
-        "JUPYTER_DATA_DIR": str(tmp / "data"),
-        "JUPYTER_RUNTIME_DIR": str(tmp / f"runtime-{index}"),
-    }
-    args = [
-        sys.executable,
-        "-m",
-        "jupyter_server",
-        "--no-browser",
-        "--allow-root",  # harmless when not root; containers often run as root
-        f"--port={port}",
-        "--ServerApp.port_retries=0",
-        f"--ServerApp.ip={HOST}",
-        f"--IdentityProvider.token={TOKEN}",
-        f"--ServerApp.root_dir={tmp}",
-        "--ServerApp.jpserver_extensions=dra_jupyter=True",
-        f"--DRAExtensionApp.ledger={ledger}",
-        "--DRAExtensionApp.inventory=h200-8x",
-    ]
-    log = (tmp / f"server-{index}.log").open("w")
-    # cwd: `python -m` puts the working folder first on sys.path; the extension must come
-    # from the environment's (PYTHONPATH's) dra_jupyter, not from where this was started
-    proc = subprocess.Popen(args, env=env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        for _ in range(600):  # up to ~60 s to come up
-
-            async def ready() -> int:
-                conn = Connection(port)
-                try:
-                    return (await conn.call("GET", "/dra/api/devices"))[0]
-                finally:
-                    await conn.close()
-
-            if proc.poll() is not None:
-                log.flush()
-                tail = Path(log.name).read_text(encoding="utf-8")[-3000:]
-                raise RuntimeError(f"jupyter server exited:\n{tail}")
-            try:
-                if asyncio.run(ready()) == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise RuntimeError(f"jupyter server did not answer; see {log.name}")
-        yield port
-    finally:
-        proc.terminate()
+def _ready(port: int) -> bool:
+    async def ready() -> int:
+        conn = Connection(port)
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            return (await conn.call("GET", "/dra/api/devices"))[0]
+        finally:
+            await conn.close()
+
+    return asyncio.run(ready()) == 200
+
+
+def server(tmp: Path, ledger: Path, index: int, profile: Path | None = None) -> Any:
+    """A ``jupyter server`` subprocess with the extension on ``ledger``."""
+    return jupyter_server(tmp, ledger=ledger, name=f"server-{index}", ready=_ready, profile=profile)
+
+
+def _cost_table(samples: dict[str, list[tuple[int, int]]]) -> None:
+    base = statistics.median(a + b for a, b in samples[KINDS[0]])
+    print(
+        "| request | requests | server CPU ms, median | mean | of which on the event loop "
+        "(mean) | x the baseline's median |"
+    )
+    print("|---|---|---|---|---|---|")
+    for kind, ns in samples.items():
+        total = [a + b for a, b in ns]
+        median = statistics.median(total)
+        print(
+            f"| {kind} | {len(ns)} | {median / 1e6:.2f} | {statistics.fmean(total) / 1e6:.2f} | "
+            f"{statistics.fmean(a for a, _ in ns) / 1e6:.2f} | {median / base:.1f} |"
+        )
+
+
+def profile(out: Path, args: argparse.Namespace) -> None:
+    """One server under yappi: the costs, then one create/delete run; the statistics in
+    ``out`` (pstats; read with ``python -m pstats``)."""
+    with tempfile.TemporaryDirectory(prefix="dra-bench-load-") as name:
+        tmp = Path(name)
+        with server(tmp, tmp / "ledger.sqlite", 1, profile=out.resolve()) as first:
+            _cost_table(costs(first, args.cost))
+            if args.rounds:
+                shape = (args.clients, args.ops, args.seconds)
+                print(load("create/delete, 1 server (profiled)", [first], *shape).row())
+    print(f"\nprofile of the server (yappi, CPU time): {out}")
 
 
 def main() -> None:
@@ -317,35 +351,58 @@ def main() -> None:
     parser.add_argument(
         "--big-post", type=int, default=5 * 2**20, help="bytes of the big POST's model (5 MiB)"
     )
+    parser.add_argument(
+        "--cost", type=int, default=300, help="requests of each kind, one at a time (300)"
+    )
+    parser.add_argument(
+        "--profile", type=Path, help="only profile one server (yappi) and write its stats here"
+    )
     args = parser.parse_args()
+    if args.profile is not None:
+        profile(args.profile, args)
+        return
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="dra-bench-load-") as name, ExitStack() as stack:
         tmp = Path(name)
         ledger = tmp / "ledger.sqlite"
         first = stack.enter_context(server(tmp, ledger, 1))
         second = stack.enter_context(server(tmp, ledger, 2))
+        samples = costs(first, args.cost)
         shape = (args.clients, args.ops, args.seconds)
         for _ in range(args.rounds):  # interleaved, so that the machine's moods hit all
             runs.append(load("baseline: GET /api/status, 1 server", [first], *shape))
             runs.append(load("create/delete, 1 server", [first], *shape))
             runs.append(load("baseline: GET /api/status, 2 servers", [first, second], *shape))
             runs.append(load("create/delete, 2 servers, one ledger", [first, second], *shape))
-        locked, waiting = asyncio.run(_reads_under_lock(first, ledger, args.hold))
-        big = asyncio.run(_reads_beside_a_big_post(first, args.big_post))
+        locked, waiting = asyncio.run(_reads_under_lock(first.port, ledger, args.hold))
+        big = asyncio.run(_reads_beside_a_big_post(first.port, args.big_post))
         left = sqlite3.connect(ledger).execute("SELECT COUNT(*) FROM claims").fetchone()[0]
         assert left == 0, f"{left} claims left in the ledger"
 
+    load_avg = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average at the end: {load_avg} ({os.cpu_count()} CPUs)\n")
+    print(f"## Server CPU per request: one at a time, {args.cost} of each kind\n")
+    _cost_table(samples)
     print(
-        f"## Load: {args.clients} clients, at most {args.ops} requests or "
+        f"\n## Load: {args.clients} clients, at most {args.ops} requests or "
         f"{args.seconds:g} s per run, simulated h200-8x\n"
     )
-    print("| run | requests | per second | p50 ms | p99 ms | max ms | answers |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| run | requests | per second | p50 ms | p99 ms | max ms | server CPU ms per "
+        "request | client CPU ms per request | answers |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for run in runs:
         print(run.row())
     for base, load_run in zip(runs[0::2], runs[1::2], strict=True):
         b, lr = len(base.latencies) / base.seconds, len(load_run.latencies) / load_run.seconds
-        print(f"\n{load_run.name}: {lr / b:.2f}x the baseline's requests per second", end="")
+        assert base.cpu is not None and load_run.cpu is not None
+        cpu = (load_run.cpu / len(load_run.latencies)) / (base.cpu / len(base.latencies))
+        print(
+            f"\n{load_run.name}: {lr / b:.2f}x the baseline's requests per second, "
+            f"{cpu:.2f}x its server CPU per request",
+            end="",
+        )
     print(
         "\n\n## Reads during a slow write (another process holds the write lock for "
         f"{args.hold:g} s; a big POST)\n"

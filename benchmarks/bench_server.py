@@ -1,6 +1,6 @@
 """The Jupyter server extension: how soon an idle claim's device is back, and REST latency.
 
-Run with ``.venv/bin/python benchmarks/bench_server.py``. Starts real ``jupyter server``
+Run with ``.venv/bin/python -m benchmarks.bench_server``. Starts real ``jupyter server``
 processes (with the extension, a temporary ledger and a simulated inventory of 16 HGX
 H200 nodes, 128 GPUs), on this machine, and prints a Markdown table.
 
@@ -24,12 +24,8 @@ import argparse
 import getpass
 import http.client
 import json
-import os
 import random
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -39,13 +35,13 @@ from typing import Any
 
 import yaml
 
+from benchmarks.servers import HOST, TOKEN, jupyter_server
 from dra_jupyter.inventory import nvidia
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.types import Owner
 
-TOKEN = "bench-token"
 NODES = 16  # 8 GPUs each
 
 
@@ -64,18 +60,13 @@ def _claim() -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class Client:
-    """One kept-alive HTTP connection to the server, with its token."""
+    """One kept-alive HTTP connection to the server, with its token; ``pid`` is the
+    server's process."""
 
-    def __init__(self, port: int) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    def __init__(self, port: int, pid: int = 0) -> None:
+        self.port, self.pid = port, pid
+        self.conn = http.client.HTTPConnection(HOST, port, timeout=60)
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         payload = None if body is None else json.dumps(body)
@@ -89,66 +80,37 @@ class Client:
         self.conn.close()
 
 
+def _answers(port: int) -> bool:
+    client = Client(port)
+    try:
+        return client.call("GET", "/dra/api/devices")[0] == 200
+    finally:
+        client.close()
+
+
 @contextmanager
 def server(
     tmp: Path, inventory: Path, ledger: Path, *, idle_timeout: float, check_interval: float
 ) -> Iterator[Client]:
     """A ``jupyter server`` subprocess with the extension, isolated in ``tmp``."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
-        "JUPYTER_DATA_DIR": str(tmp / "data"),
-        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
-    }
-    args = [
-        sys.executable,
-        "-m",
-        "jupyter_server",
-        "--no-browser",
-        "--allow-root",  # harmless when not root; containers often run as root
-        f"--port={port}",
-        "--ServerApp.port_retries=0",
-        "--ServerApp.ip=127.0.0.1",
-        f"--IdentityProvider.token={TOKEN}",
-        f"--ServerApp.root_dir={tmp}",
-        "--ServerApp.jpserver_extensions=dra_jupyter=True",
-        f"--DRAExtensionApp.ledger={ledger}",
-        f"--DRAExtensionApp.inventory={inventory}",
+    options = [
         f"--DRAExtensionApp.idle_timeout={idle_timeout}",
         f"--DRAExtensionApp.idle_warning={min(1.0, idle_timeout / 2)}",
         f"--DRAExtensionApp.check_interval={check_interval}",
     ]
-    log = (tmp / f"server-{port}.log").open("w")
-    # cwd: `python -m` puts the working folder first on sys.path; the extension must be the
-    # environment's (PYTHONPATH's) dra_jupyter, not the one where this was started
-    proc = subprocess.Popen(args, env=env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
-    client = Client(port)
-    try:
-        for _ in range(600):  # up to ~60 s to come up
-            if proc.poll() is not None:
-                log.flush()
-                tail = Path(log.name).read_text(encoding="utf-8")[-3000:]
-                raise RuntimeError(f"jupyter server exited:\n{tail}")
-            try:
-                if client.call("GET", "/dra/api/devices")[0] == 200:
-                    break
-            except OSError:
-                client.close()
-                client = Client(port)
-            time.sleep(0.1)
-        else:
-            raise RuntimeError(f"jupyter server did not answer; see {log.name}")
-        yield client
-    finally:
-        client.close()
-        proc.terminate()
+    with jupyter_server(
+        tmp,
+        ledger=ledger,
+        inventory=inventory,
+        name=f"server-{ledger.stem}",
+        options=options,
+        ready=_answers,
+    ) as running:
+        client = Client(running.port, running.pid)
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            yield client
+        finally:
+            client.close()
 
 
 def idle_release(

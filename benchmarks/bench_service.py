@@ -1,6 +1,6 @@
 """The shared-machine service against the embedded backend, measured side by side.
 
-Run with ``.venv/bin/python benchmarks/bench_service.py`` (``make bench-service``). Starts a
+Run with ``.venv/bin/python -m benchmarks.bench_service`` (``make bench-service``). Starts a
 real ``dra-jupyter service`` (a subprocess, the simulated ``h200-8x``: 8 GPUs; rate limits
 raised out of the way) on a socket and a ledger in a temporary folder, and prints a
 Markdown table:
@@ -13,6 +13,10 @@ Markdown table:
     pairs of 1 GPU for ``--seconds`` against the service, then against the embedded
     backend's ledger; operations (a request or a release, answered) per second, all clients
     together. Busy answers (8 GPUs, 16 clients) count: they are answered operations.
+(d) **CPU per operation**: the daemon's CPU time (user + system, ``/proc/PID/stat``) over
+    the round trips of (a) and over (b), per answered operation: what bounds a one-thread
+    daemon's operations/s, and a figure that a loaded machine moves much less than wall
+    times.
 (c) **Memory**: the daemon's resident set (``VmRSS``) after (a) and (b), with
     ``--history`` released claims in the ledger's history (written into the ledger before
     the daemon starts).
@@ -30,7 +34,6 @@ import shutil
 import socket
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.servers import environment
 from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
@@ -46,8 +50,8 @@ from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.service.client import ServiceBackend
 from dra_jupyter.settings import service_answers
 from dra_jupyter.types import Backend, Owner
+from tests.helpers import running
 
-REPO = Path(__file__).resolve().parents[1]
 CLAIM = {
     "apiVersion": "resource.k8s.io/v1",
     "kind": "ResourceClaim",
@@ -90,31 +94,15 @@ def daemon(root: Path, history: int) -> Iterator[tuple[Path, int]]:
     config = root / "service.toml"
     config.write_text(POLICY.format(ledger=ledger))
     sock = root / "socket"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path[1:]])}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dra_jupyter.cli",
-            "service",
-            "--config",
-            str(config),
-            "--socket",
-            str(sock),
-        ],
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not service_answers(sock):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the service did not start")
-            time.sleep(0.05)
+    argv = [sys.executable, "-m", "dra_jupyter.cli", "service", "--config", str(config)]
+    with running(
+        [*argv, "--socket", str(sock)],
+        log=root / "service.log",
+        ready=lambda: service_answers(sock),
+        env=environment(),
+        what="dra-jupyter service",
+    ) as process:
         yield sock, process.pid
-    finally:
-        process.terminate()
-        process.wait(60)
 
 
 def round_trips(backend: Backend, repeat: int) -> list[float]:
@@ -159,6 +147,12 @@ def sustained(make: Callable[[], Backend], clients: int, seconds: float) -> floa
     return total / seconds
 
 
+def cpu_ms(pid: int) -> float:
+    """The process's CPU time so far (user + system), in ms."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -195,10 +189,15 @@ def main() -> None:
             round_trips(local_backend, 20)
             svc_times: list[float] = []
             loc_times: list[float] = []
+            cpu_round_trips = 0.0
             for _ in range(10):  # alternating, so that both see the same machine
+                before = cpu_ms(pid)
                 svc_times += round_trips(service_backend, args.repeat // 10)
+                cpu_round_trips += cpu_ms(pid) - before
                 loc_times += round_trips(local_backend, args.repeat // 10)
+            before = cpu_ms(pid)
             svc_ops = sustained(served, args.clients, args.seconds)
+            cpu_sustained = (cpu_ms(pid) - before) / (svc_ops * args.seconds)
             loc_ops = sustained(embedded, args.clients, args.seconds)
             rss = rss_mb(pid)
         rows = [
@@ -210,6 +209,11 @@ def main() -> None:
         print("|---|---|---|---|")
         for name, svc, loc in rows:
             print(f"| {name} | {svc:.2f} | {loc:.2f} | {svc / loc:.2f} |")
+        per_op = cpu_round_trips / (2 * len(svc_times))
+        print(f"| daemon CPU per operation (ms), round trips | {per_op:.2f} | | |")
+        print(
+            f"| daemon CPU per operation (ms), {args.clients} clients | {cpu_sustained:.2f} | | |"
+        )
         print(f"| daemon RSS (MB), 8 GPUs, {args.history:,} released claims | {rss:.1f} | | |")
     finally:
         shutil.rmtree(root, ignore_errors=True)

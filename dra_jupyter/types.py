@@ -15,7 +15,7 @@ import re
 import socket
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from dra_jupyter.api import Session
     from dra_jupyter.inventory.base import Inventory
     from dra_jupyter.kube.run import Command, Run
+    from dra_jupyter.metrics.base import MetricsSource
 
 Wire = dict[str, Any]
 
@@ -100,7 +101,14 @@ class Owner:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # by hand: dataclasses.asdict copies deeply, and this runs for every ledger write
+        return {
+            "user": self.user,
+            "host": self.host,
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "kernel_id": self.kernel_id,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Owner:
@@ -202,6 +210,18 @@ class Waiter:
     since: float  # seconds since the epoch
 
 
+@dataclass(frozen=True)
+class Ended:
+    """A claim that was released, as the backend remembers it: the claim as it was, why
+    (``user``, ``idle``, ``expired``, ...), when, and the words said to its user (None: the
+    reason says it)."""
+
+    record: ClaimRecord
+    reason: str
+    time: float
+    message: str | None = None
+
+
 # --- backends ------------------------------------------------------------------------------
 
 
@@ -230,6 +250,9 @@ class Sweep:
 
     kept: list[ClaimRecord] = field(default_factory=list)
     released: list[tuple[ClaimRecord, str]] = field(default_factory=list)  # with the reason
+    # Of those released by another process (the service's daemon), its account by claim
+    # name: when, and the words it said (its idle limit, say), for whoever reads them later
+    ended: dict[str, Ended] = field(default_factory=dict)
     # True when ``kept`` is every live claim the backend knows (the local ledger's), so a
     # caller needs no other listing; False when it is the server's claims only (Kubernetes)
     complete: bool = False
@@ -299,9 +322,18 @@ class Backend(Protocol):
     def released_at(self, name: str) -> float | None:
         """When the claim was released, where the backend remembers (else None)."""
 
+    def ended(self, name: str) -> Ended | None:
+        """The latest release of the claim ``name``, by whichever process released it, where
+        the backend remembers it (the local ledger, the service; not Kubernetes): None."""
+
     def waiting(self) -> list[Waiter]:
         """The requests that wait in line now, oldest first (none where requests do not
         wait: Kubernetes)."""
+
+    def metrics_source(self) -> MetricsSource | None:
+        """Where this backend's device metrics come from when it serves them (the service:
+        read by the daemon once for every client of the machine); None: the caller reads
+        the inventory's own source (``dra_jupyter.metrics.source_for``)."""
 
     def touch(self, name: str, now: float) -> bool:
         """Record activity on the claim (the idle countdown starts again); False if gone."""

@@ -24,6 +24,10 @@ from pathlib import Path
 
 import pytest
 
+# the control plane's fixtures (cluster, kubeconfig, api, published, namespace), for tests/k8s
+# and tests/hub alike: one control plane a run
+pytest_plugins = ["tests.k8s.fixtures"]
+
 TESTS = Path(__file__).resolve().parent
 TIER_NAMES = ("pure", "kernel", "server", "service", "browser", "k8s", "gpu")
 
@@ -31,6 +35,9 @@ TIER_NAMES = ("pure", "kernel", "server", "service", "browser", "k8s", "gpu")
 # folder, so that a new folder or a new module at the top must be given a tier here.
 TIERS = {
     "allocator": "pure",
+    # binder/ built in a fresh virtualenv (pip, jlpm), then the quickstart in its kernel
+    # and JupyterLab through binder/start
+    "binder": "kernel",
     "browser": "browser",
     "examples": "kernel",  # nbclient runs the example notebooks
     "hub": "pure",  # the spawn form's choices, counted on objects
@@ -40,6 +47,8 @@ TIERS = {
     "lab": "browser",  # the JupyterLab extension in chromium
     "lab/test_unit.py": "pure",  # its TypeScript unit tests, on node
     "k8s/test_simulate.py": "pure",  # the simulated nodes' objects, without a cluster
+    "hub/test_kubespawner.py": "k8s",  # a real JupyterHub with DRAKubeSpawner on tests/k8s
+    "hub/test_spawn_progress.py": "pure",  # the spawn's device events, the pod edit
     "local": "pure",  # ledgers on temporary files, worker processes of plain Python
     "magics": "kernel",
     "magics/test_parsing.py": "pure",

@@ -20,6 +20,7 @@ them). Without a cache, every ``Allocator`` builds its own, used for that alloca
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -177,23 +178,21 @@ class Catalog:
     def same_inputs(self, *given: Sequence[object]) -> bool:
         """Whether ``(slices, classes, nodes)`` are the very objects this catalog was built from."""
         return all(
-            len(mine) == len(new) and all(a is b for a, b in zip(mine, new, strict=True))
+            len(mine) == len(new) and all(map(operator.is_, mine, new))
             for mine, new in zip(self.sources, given, strict=True)
         )
 
     def node_names(self) -> list[str]:
         """Candidate nodes, in name order: nodes with node-local slices, and known Node objects."""
         if self._names is None:
-            names = {
-                s.node_selection.node_name
-                for s in self.slices
-                if s.node_selection is not None
-                and s.node_selection.node_name
-                and not s.shared_counters
-            }
+            # the node-local device slices' nodes (the index's keys), and the nodes named by
+            # devices of slices with perDeviceNodeSelection (the index's shared slices: the
+            # parser refuses a device's node selection in a slice of one node)
+            names = set(self.index.local)
+            names.discard("")  # a slice of node "" (made by hand): no node
             names.update(
                 d.node_selection.node_name
-                for s in self.slices
+                for s in self.index.shared
                 for d in s.devices
                 if d.node_selection is not None and d.node_selection.node_name
             )
@@ -348,7 +347,7 @@ class AllocatorCache:
         if (
             current is not None
             and len(current.sources) == len(given)
-            and all(a is b for a, b in zip(current.sources, given, strict=True))
+            and all(map(operator.is_, current.sources, given))
         ):
             return current
         known = (

@@ -17,10 +17,10 @@ from dra_jupyter.allocator.cache import (
 )
 from dra_jupyter.allocator.capacity import consumed_capacity
 from dra_jupyter.allocator.explain import Explanation, explain
-from dra_jupyter.allocator.pools import Pool, usable_devices
+from dra_jupyter.allocator.pools import Pool
 from dra_jupyter.allocator.prefilter import NodeFilter
 from dra_jupyter.allocator.results import allocation_result
-from dra_jupyter.allocator.scan import Scanned, Test, shared_by_values
+from dra_jupyter.allocator.scan import Test, shared_by_values, slice_tests
 from dra_jupyter.allocator.search import (
     Candidate,
     RequestData,
@@ -34,7 +34,7 @@ from dra_jupyter.allocator.topology import (
     NodeCapacity,
     NodeKey,
     claims_need,
-    node_bound,
+    node_bounds,
     node_capacity,
     node_key,
     node_order,
@@ -133,6 +133,7 @@ class Allocator(NodeFilter):
         self._matches: dict[tuple[str, int], bool | str] = self.catalog.results
         self._compiled: dict[str, CompiledSelector] = self.catalog.compiled
         self.scan_after = scan_after
+        self._list_tests: dict[Shape, tuple[Test, ...]] = {}  # per shape: _list's selectors
         self._start_filter()
 
     # --- public ------------------------------------------------------------------------------
@@ -199,10 +200,8 @@ class Allocator(NodeFilter):
             ):
                 every = [name for name in every if self._flexible(name)]
                 self._scanning = True  # their pools are scanned: count the others so too
-            order = LazyOrder(
-                (node_bound(name, not self._maybe_touched(name), self._flexible(name)), name)
-                for name in every
-            )
+            touched = self._maybe_touched if self.holdings.held_pools() else None
+            order = LazyOrder(node_bounds(every, self.catalog.index.flexible, touched))
             if shape is not None:
                 order = self.holdings.orders.setdefault((shape, node), order)
         needed, largest = claims_need(claims)
@@ -533,43 +532,58 @@ class Allocator(NodeFilter):
         self, shape: Shape, request: ExactRequest, claim: ResourceClaim, name: str | None
     ) -> Listed:
         node = self.node(name)
-        cls = self.classes[request.device_class_name]
         out = Listed([], [])
+        tests = self._list_tests.get(shape)
+        if tests is None:
+            cls = self.classes[request.device_class_name]
+            tests = self._list_tests[shape] = tuple(
+                self._scan_test(expr, owner, None if owner is cls else request, i)
+                for owner, selectors in ((cls, cls.selectors), (claim, request.selectors))
+                for i, expr in enumerate(selectors)
+            )
         # a device that the scan of its pool left out has a selector that is false: skipped
         # without asking the selectors again
         scanned = self.catalog.inventory.get(shape)
-        kept: Scanned | None = None
-        for pool, slice_, device, dev_id in usable_devices(self.catalog.own_pools(name)):
-            if scanned is not None and (kept is None or kept.pool != pool.id):
-                kept = scanned.known(pool.id)
-            if kept is not None and dev_id not in kept.ids:
+        for pool in self.catalog.own_pools(name):
+            if not pool.usable:
                 continue
-            result: bool | str = True
-            for owner, selectors in ((cls, cls.selectors), (claim, request.selectors)):
-                for i, expr in enumerate(selectors):
-                    result = self._result(
-                        expr, device, dev_id, owner, None if owner is cls else request, i
-                    )
-                    if result is not True:
-                        break
-                if result is not True:
-                    break
-            if result is False:
-                continue
-            if result is True:
-                if slice_.per_device_node_selection and not (
-                    device.node_selection is not None
-                    and selection_matches(device.node_selection, node)
-                ):
+            kept = scanned.known(pool.id) if scanned is not None else None
+            for slice_ in pool.slices:
+                driver, pool_name = slice_.driver, slice_.pool
+                # devices that agree on what a selector reads share its result (the scan's
+                # tests), and a slice whose devices all agree asks it once
+                asked, whole = slice_tests(slice_, tests)
+                if whole is False:
                     continue
-                consumed = consumed_capacity(request.capacity_requests, device)
-                if consumed is None or taint_prevents(device, request):
-                    continue
-                shared = consumed if device.allow_multiple_allocations else None
-                out.candidates.append(Candidate(dev_id, device, slice_, pool, shared))
-            else:
-                out.candidates.append(Candidate(dev_id, device, slice_, pool))
-            out.failed.append(result is not True)
+                for device in slice_.devices:
+                    dev_id = None
+                    if kept is not None:
+                        dev_id = DeviceID(driver, pool_name, device.name)
+                        if dev_id not in kept.ids:
+                            continue
+                    result: bool | str = True
+                    for test in asked:
+                        result = test(device, driver, pool_name)
+                        if result is not True:
+                            break
+                    if result is False:
+                        continue
+                    if dev_id is None:
+                        dev_id = DeviceID(driver, pool_name, device.name)
+                    if result is True:
+                        if slice_.per_device_node_selection and not (
+                            device.node_selection is not None
+                            and selection_matches(device.node_selection, node)
+                        ):
+                            continue
+                        consumed = consumed_capacity(request.capacity_requests, device)
+                        if consumed is None or taint_prevents(device, request):
+                            continue
+                        shared = consumed if device.allow_multiple_allocations else None
+                        out.candidates.append(Candidate(dev_id, device, slice_, pool, shared))
+                    else:
+                        out.candidates.append(Candidate(dev_id, device, slice_, pool))
+                    out.failed.append(result is not True)
         return out
 
     def _candidates(

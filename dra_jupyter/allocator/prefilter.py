@@ -124,6 +124,13 @@ class NodeFilter:
         shape = request_shape(request)
         found = self.catalog.plain_match.get(shape)
         if found is None:
+            # A device listed on the first such node settles it without the scan of the
+            # inventory (a listed device is one the scan of its pool keeps, and its pool is
+            # one of the node's): the node is listed first anyway, by topology's order.
+            first = next((n for n in self.catalog.node_names() if not self._flexible(n)), None)
+            if first is not None and self._listed(request, claim, first).candidates:
+                self.catalog.plain_match[shape] = True
+                return True
             inventory = self._inventory(request, claim)
             found = any(
                 inventory.pool(pool).devices

@@ -100,18 +100,7 @@ def _scan(pool_id: PoolID, slices: Sequence[ResourceSlice], given: Sequence[Test
     errors = False
     for slice_ in slices:
         driver, pool = slice_.driver, slice_.pool
-        # a test that gives every device of the slice one result is asked once
-        tests: list[Test] = []
-        whole: Result = True
-        for test in given:
-            once = test.for_slice(slice_) if isinstance(test, SharedTest) else None
-            if once is None:
-                tests.append(test)
-            elif once is not True:
-                tests.append(_constant(once))
-                if len(tests) == 1:
-                    whole = once  # every device stops here
-                break
+        tests, whole = slice_tests(slice_, given)
         if whole is False:
             continue
         for device in slice_.devices:
@@ -126,6 +115,25 @@ def _scan(pool_id: PoolID, slices: Sequence[ResourceSlice], given: Sequence[Test
                 errors = True
             devices.append((DeviceID(driver, pool, device.name), device))
     return Scanned(pool_id, frozenset(d for d, _ in devices), tuple(devices), errors)
+
+
+def slice_tests(slice_: ResourceSlice, given: Sequence[Test]) -> tuple[list[Test], Result]:
+    """The tests to ask each device of the slice, in turn, and ``False`` when every device
+    of it stops at the first (else ``True``): a test that gives every device of the slice
+    one result is asked once (:meth:`SharedTest.for_slice`), and none after it when that
+    result is not true."""
+    tests: list[Test] = []
+    whole: Result = True
+    for test in given:
+        once = test.for_slice(slice_) if isinstance(test, SharedTest) else None
+        if once is None:
+            tests.append(test)
+        elif once is not True:
+            tests.append(_constant(once))
+            if len(tests) == 1:
+                whole = once  # every device stops here
+            break
+    return tests, whole
 
 
 def _constant(result: Result) -> Test:
@@ -146,15 +154,24 @@ class SharedTest:
         self._known: dict[tuple[object, ...], Result] = {}
         self._names = reads.attributes if reads is not None else ()
         self._plain = reads is not None and not reads.capacity and not reads.allow
+        self._one = self._names[0] if self._plain and len(self._names) == 1 else None
 
     def __call__(self, device: Device, driver: str, pool: str) -> Result:
         reads = self._reads
         if reads is None:
             return self._test(device, driver, pool)
-        if self._plain:  # what read_values gives, in short: attributes only, none a tuple
+        if self._one is not None:  # one attribute, not a tuple: the key below, in short
+            value = device.attributes.get(self._one)
+            kind = type(value)
+            key: tuple[object, ...] = (
+                (driver, value, kind)
+                if kind is not tuple
+                else (True, *read_values(reads, driver, device))
+            )
+        elif self._plain:  # what read_values gives, in short: attributes only, none a tuple
             values = tuple(map(device.attributes.get, self._names))
             kinds = tuple(map(type, values))
-            key: tuple[object, ...] = (
+            key = (
                 (driver, *values, *kinds)  # flat: hashed faster; a string first, not True
                 if tuple not in kinds
                 else (True, *read_values(reads, driver, device))

@@ -109,16 +109,17 @@ def _add_counters(
         for name, q in use.counters.items():
             if only_known and name not in counters:
                 continue
-            counters[name] = counters.get(name, Fraction(0)) + sign * q.value
+            counters[name] = counters.get(name, 0) + sign * q.whole
 
 
 def available_counters(pool: Pool, state: AllocatedState) -> CounterTotals:
     """The pool's counters less what allocated claims' devices consume."""
     left: CounterTotals = {
-        name: {c: _whole(q.value) for c, q in cs.counters.items()}
-        for name, cs in pool.counter_sets.items()
+        name: {c: q.whole for c, q in cs.counters.items()} for name, cs in pool.counter_sets.items()
     }
     dedicated, shared = state.dedicated, state.shared
+    if not dedicated and not shared:
+        return left  # nothing is held anywhere
     for slice_ in (*pool.slices, *pool.other_slices):
         driver, name = slice_.driver, slice_.pool
         for device in slice_.devices:
@@ -133,13 +134,8 @@ def available_counters(pool: Pool, state: AllocatedState) -> CounterTotals:
                     continue
                 for counter, q in use.counters.items():
                     if counter in counters:
-                        counters[counter] -= _whole(q.value)
+                        counters[counter] -= q.whole
     return left
-
-
-def _whole(value: Fraction) -> Fraction | int:
-    """``value``, as an ``int`` when it is one."""
-    return value.numerator if value.denominator == 1 else value
 
 
 def counters_fit(device: Device, available: CounterTotals) -> bool:
@@ -150,7 +146,7 @@ def counters_fit(device: Device, available: CounterTotals) -> bool:
         if left is None:
             continue
         for name, q in use.counters.items():
-            if name in left and left[name] < q.value:
+            if name in left and left[name] < q.whole:
                 return False
     return True
 

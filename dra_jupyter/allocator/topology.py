@@ -57,7 +57,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 from dra_jupyter.allocator.pools import Pool
 from dra_jupyter.allocator.search import Candidate, RequestData
@@ -116,8 +115,9 @@ class _Counters:
 
     def __init__(self, pool: Pool, state: AllocatedState) -> None:
         self.pool = pool
+        self._needs: dict[int, dict[CounterKey, float]] = {}  # by id of a device of the pool
         self.totals: dict[CounterKey, float] = {
-            (cs.name, name): _float(q.value)
+            (cs.name, name): float(q.whole)
             for cs in pool.counter_sets.values()
             for name, q in cs.counters.items()
         }
@@ -127,11 +127,18 @@ class _Counters:
                 if device.consumes_counters and state.consumes_counters(
                     DeviceID(slice_.driver, slice_.pool, device.name)
                 ):
-                    for key, value in _needs(device).items():
+                    for key, value in self.needs(device).items():
                         if key in self.left:
                             self.left[key] -= value
         self._by_set: dict[str, list[tuple[Device, dict[CounterKey, float]]]] | None = None
         self._fitting: dict[str, list[dict[CounterKey, float]]] = {}
+
+    def needs(self, device: Device) -> dict[CounterKey, float]:
+        """What the device needs of each counter, worked out once per device of the pool."""
+        found = self._needs.get(id(device))
+        if found is None:
+            found = self._needs[id(device)] = _needs(device)
+        return found
 
     @property
     def by_set(self) -> dict[str, list[tuple[Device, dict[CounterKey, float]]]]:
@@ -141,7 +148,7 @@ class _Counters:
             for slice_ in self.pool.slices:
                 for device in slice_.devices:
                     if device.consumes_counters:
-                        needs = _needs(device)
+                        needs = self.needs(device)
                         for set_name in {k[0] for k in needs}:
                             self._by_set.setdefault(set_name, []).append((device, needs))
         return self._by_set
@@ -175,7 +182,7 @@ class _Counters:
                     free = unused[set_name] = self.untouched(set_name)
                 if not free:
                     continue
-                needs = _needs(device)
+                needs = self.needs(device)
                 if all(needs.get(k, 0.0) >= v for k, v in full.get(set_name, {}).items()):
                     unused[set_name] = False  # counted: its other whole devices are not
                     yield device
@@ -193,13 +200,9 @@ class _Counters:
         return found
 
 
-def _float(value: Fraction) -> float:
-    return value.numerator / value.denominator
-
-
 def _needs(device: Device) -> dict[CounterKey, float]:
     return {
-        (use.counter_set, name): _float(q.value)
+        (use.counter_set, name): float(q.whole)  # as Fraction.__float__ has it
         for use in device.consumes_counters
         for name, q in use.counters.items()
     }
@@ -288,6 +291,19 @@ def node_bound(name: str | None, untouched: bool, flexible: bool) -> NodeKey:
     nothing the node could use is in use (then its key's ``untouched`` is true too);
     ``flexible`` as its key has it (read from the slices alone)."""
     return (False, untouched, flexible, 0, name or "")
+
+
+def node_bounds(
+    names: Iterable[str | None],
+    flexible: Callable[[str | None], bool],
+    touched: Callable[[str | None], bool] | None,
+) -> list[tuple[NodeKey, str | None]]:
+    """:func:`node_bound` of each node, with its name: ``touched`` says whether something
+    the node could use may be in use (None: nothing anywhere is). One comprehension, as a
+    cold call on 1,000 nodes makes one for each."""
+    if touched is None:
+        return [((False, True, flexible(name), 0, name or ""), name) for name in names]
+    return [((False, not touched(name), flexible(name), 0, name or ""), name) for name in names]
 
 
 def node_order(
@@ -379,16 +395,17 @@ def _locality_key(root: list[int], numa: list[int], count: int) -> tuple[int, in
 def _blocking(cand: Candidate, counters: _Counters) -> int:
     """How many devices of the candidate's counter sets that fit now would no longer fit
     once it is taken (0 for devices without counters)."""
-    needs = _needs(cand.device)
+    needs = counters.needs(cand.device)
     left = counters.left
+    after = {key: left.get(key, 0.0) - need for key, need in needs.items()}  # once taken
     blocked = 0
     for set_name in {k[0] for k in needs}:
         for other in counters.fitting(set_name):
-            if any(
-                key in needs and left.get(key, 0.0) - needs[key] < value
-                for key, value in other.items()
-            ):
-                blocked += 1
+            for key, value in other.items():
+                rest = after.get(key)
+                if rest is not None and rest < value:
+                    blocked += 1
+                    break
     return blocked
 
 

@@ -9,6 +9,9 @@
 * :mod:`dra_jupyter.hub.local`: one shared machine, the shared-machine service's devices in
   the spawn form of LocalProcessSpawner (``DRALocalSpawner``) or any spawner that runs the
   server as its user (``DRASpawnerMixin``); the form itself in :mod:`~dra_jupyter.hub.form`.
+* :mod:`dra_jupyter.hub.kubespawner`: KubeSpawner with DRA (``DRAKubeSpawner``), the
+  spawn's progress in :mod:`~dra_jupyter.hub.progress`, the pod's claim in
+  :mod:`~dra_jupyter.hub.pod`.
 
 Importing this package imports neither JupyterHub nor the allocator.
 """

@@ -42,6 +42,7 @@ from dra_jupyter.types import (
     USER_ANNOTATION,
     Capabilities,
     ClaimRecord,
+    Ended,
     OnWait,
     Owner,
     Select,
@@ -380,6 +381,13 @@ class KubernetesBackend:
     def released_at(self, name: str) -> float | None:
         """Unknown: a deleted claim leaves nothing in the cluster."""
         return None
+
+    def ended(self, name: str) -> Ended | None:
+        """Unknown: a deleted claim leaves nothing in the cluster."""
+        return None
+
+    def metrics_source(self) -> None:
+        """None: the caller reads the inventory's own source."""
 
     def touch(self, name: str, now: float) -> bool:
         """Record activity on the claim (annotation ``dra-jupyter/last-activity``)."""

@@ -32,6 +32,7 @@ from dra_jupyter.local.ledger import Ledger, LedgerBusyError
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
+    Ended,
     OnWait,
     Owner,
     Select,
@@ -57,6 +58,7 @@ CAPABILITIES = Capabilities(
 )
 
 Wire = dict[str, Any]
+_POSSIBLE_MOST = 1024  # shapes remembered as possible
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
@@ -118,6 +120,8 @@ class LocalBackend:
         self._cache = AllocatorCache()
         self._idle = AllocatorCache()
         self._wires: dict[int, tuple[ClaimRecord, Wire]] = {}
+        # the shapes (shape_of) found possible on the idle machine: the inventory is fixed
+        self._possible: set[str] = set()
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """This machine's devices (found once: ``refresh`` changes nothing)."""
@@ -137,6 +141,7 @@ class LocalBackend:
         )
         # the inventory is the same: so is what was learnt of it
         twin._cache, twin._idle, twin._wires = self._cache, self._idle, self._wires
+        twin._possible = self._possible
         return twin
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
@@ -166,7 +171,11 @@ class LocalBackend:
 
     def check_possible(self, claim: Wire) -> None:
         """Raise NeverPossibleError when the claim could not be met even on an idle
-        machine."""
+        machine. A shape found possible once is not tried again (the devices here do not
+        change)."""
+        shape = shape_of(claim)
+        if shape in self._possible:
+            return
         idle = self.allocator([])
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
@@ -177,6 +186,9 @@ class LocalBackend:
                 + explanation.summary(),
                 explanation,
             )
+        if len(self._possible) >= _POSSIBLE_MOST:
+            self._possible.clear()
+        self._possible.add(shape)
 
     def allocate(
         self,
@@ -198,14 +210,14 @@ class LocalBackend:
         waiter: int | None = None
         try:
             while True:
-                record, position = self._attempt(claim, shape, waiter, lease)
+                record, position, held = self._attempt(claim, shape, waiter, lease)
                 if record is not None:
                     waiter = None  # dequeued in the same transaction
                     return record
                 now = self.clock()
                 waited = now - start
                 if timeout is not None and waited >= timeout:
-                    raise self._busy(claim, position, waited)
+                    raise self._busy(claim, position, waited, held)
                 if waiter is None:
                     with self.ledger.transaction() as conn:
                         waiter = Ledger.enqueue(conn, shape, self.owner, now)
@@ -220,13 +232,15 @@ class LocalBackend:
 
     def _attempt(
         self, claim: Wire, shape: str, waiter: int | None, lease: float | None
-    ) -> tuple[ClaimRecord | None, int]:
+    ) -> tuple[ClaimRecord | None, int, list[ClaimRecord] | None]:
+        """One try: the new claim (or None), the place in line, and the claims held then
+        (None when earlier requests of the same shape go first: not read)."""
         with self.ledger.transaction() as conn:
             now = self.clock()
             Ledger.reclaim(conn, now)
             position = Ledger.position(conn, shape, waiter)
             if position > 1:
-                return None, position  # earlier requests of the same shape go first
+                return None, position, None  # earlier requests of the same shape go first
             held = Ledger.claims(conn)
             meta = dict(claim["metadata"])
             if meta.get("name") and any(r.name == meta["name"] for r in held):
@@ -236,7 +250,7 @@ class LocalBackend:
             probe = {**claim, "metadata": {**meta, "name": meta.get("name") or "new-request"}}
             results = self.allocator(held).allocate([probe])
             if results is None:
-                return None, position
+                return None, position, held
             if not meta.get("name"):  # named only once it is allocated
                 meta["name"] = Ledger.next_name(conn, claim_prefix(self.owner.user))
             named = {**claim, "metadata": meta}
@@ -253,10 +267,15 @@ class LocalBackend:
             Ledger.insert(conn, record)
             if waiter is not None:
                 Ledger.dequeue(conn, waiter)
-            return record, position
+            return record, position, held
 
-    def _busy(self, claim: Wire, position: int, waited: float) -> BusyError:
-        held = self.ledger.read_claims()
+    def _busy(
+        self, claim: Wire, position: int, waited: float, held: list[ClaimRecord] | None = None
+    ) -> BusyError:
+        """Why the claim cannot be allocated now, on the claims ``held`` by the attempt that
+        failed (read again when it did not read them)."""
+        if held is None:
+            held = self.ledger.read_claims()
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
         explanation = self.allocator(held).explain([probe])
@@ -329,8 +348,17 @@ class LocalBackend:
         ]
 
     def released_at(self, name: str) -> float | None:
-        ended = [r.time for r in self.ledger.releases(1000) if r.name == name]
-        return max(ended) if ended else None
+        gone = self.ledger.released(name)
+        return None if gone is None else gone.time
+
+    def ended(self, name: str) -> Ended | None:
+        gone = self.ledger.released(name)
+        if gone is None or gone.record is None:  # a release of a version-1 ledger
+            return None
+        return Ended(gone.record, gone.reason, gone.time, gone.message)
+
+    def metrics_source(self) -> None:
+        """None: the caller reads the inventory's own source."""
 
     def touch(self, name: str, now: float) -> bool:
         return self.ledger.touch(name, now)
@@ -344,6 +372,7 @@ class LocalBackend:
         live_kernels: Collection[str],
         *,
         wait: bool = True,
+        message: Callable[[ClaimRecord, str], str | None] | None = None,
     ) -> Sweep:
         """Every live claim of the ledger, after one transaction that releases those for
         which ``select`` names a reason, and those the ledger would reclaim: an expired
@@ -359,7 +388,8 @@ class LocalBackend:
         something is to be released. ``wait=False`` (a read, which must not wait behind
         a writer): if another connection holds the write lock then, nothing is released
         now, and the claims to release are left out of ``kept`` (the next sweep or
-        allocation releases them)."""
+        allocation releases them). ``message``: the words the ledger keeps for a release's
+        user, by claim and reason (None: the reason says it)."""
         swept = self._judge(self.ledger.read_claims(), select, now)
         if not swept.released:
             return swept
@@ -367,7 +397,8 @@ class LocalBackend:
             with self.ledger.transaction(wait=wait) as conn:
                 swept = self._judge(Ledger.claims(conn), select, now)
                 for record, reason in swept.released:
-                    Ledger.delete(conn, record, reason, now)
+                    words = message(record, reason) if message is not None else None
+                    Ledger.delete(conn, record, reason, now, words)
         except LedgerBusyError:
             return Sweep(kept=swept.kept, complete=True)
         return swept

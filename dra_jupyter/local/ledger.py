@@ -7,14 +7,15 @@ all, even when a process is killed with SIGKILL mid-way (``synchronous=FULL`` ke
 across power loss too).
 
 Tables: ``claims`` (live claims), ``waiters`` (the FIFO queue of requests waiting for
-devices), ``releases`` (why claims ended), ``meta`` (schema version, name sequence),
+devices), ``releases`` (why, when and, since schema version 2, which claim as it was and
+with what message claims ended), ``meta`` (schema version, name sequence),
 ``damaged_claims`` (rows of ``claims`` that could not be read, moved aside as they were).
 
 What can go wrong, and what each raises or does:
 
 * a file that is not a dra-jupyter ledger (another program's SQLite file, a file that is
-  not SQLite, another schema version): :class:`LedgerError`, checked before anything in
-  the file is changed (not even its journal mode);
+  not SQLite, a schema version newer than :data:`SCHEMA_VERSION`): :class:`LedgerError`,
+  checked before anything in the file is changed (not even its journal mode);
 * a full disk, a file or folder that cannot be written, a damaged file, an I/O error, a
   lock held too long: :class:`LedgerError` with advice that fits the cause (SQLite's own
   error is its ``__cause__``); a transaction that fails leaves the ledger as it was;
@@ -23,6 +24,13 @@ What can go wrong, and what each raises or does:
   :class:`DraJupyterWarning`, and skipped; a write transaction moves it to
   ``damaged_claims`` (nothing is deleted), so every other claim, and every other user's
   command, keeps working. Its devices count as free from then on.
+
+Schema versions: a ledger of an older version is migrated forward when first opened
+(:data:`_MIGRATIONS`, one step per version, every step and the new version number in one
+transaction: a process killed mid-way leaves it as it was). A new version adds its step
+there and keeps a builder of real files of the version before it in ``tests/local``
+(``ledger_v1.py``: that version's schema and statements verbatim), which the migration
+tests use.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +54,9 @@ from dra_jupyter.errors import DraJupyterWarning, LedgerError, ObjectError, show
 from dra_jupyter.model.parse import parse_resource_claim
 from dra_jupyter.types import ClaimRecord, Owner
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# The schema as a new ledger gets it (the latest version). An older ledger is brought up to
+# it by _MIGRATIONS, one version at a time, all in one transaction (see Ledger._migrate).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (
@@ -70,16 +80,40 @@ CREATE TABLE IF NOT EXISTS releases (
     name TEXT NOT NULL,
     owner TEXT NOT NULL,
     reason TEXT NOT NULL,
-    time REAL NOT NULL
+    time REAL NOT NULL,
+    claim TEXT,
+    message TEXT
 );
+CREATE INDEX IF NOT EXISTS releases_by_name ON releases (name, id);
 CREATE TABLE IF NOT EXISTS damaged_claims (
     name, namespace, owner, spec, allocation, created, last_activity, lease_expires,
     problem TEXT NOT NULL,
     time REAL NOT NULL
 );
 """
+
+# Version n to n + 1, by n. Each step only adds (columns, indexes, tables): what an older
+# version wrote stays readable.
+#
+# 1 to 2: a release keeps the claim as it was (``claim``: namespace, spec, allocation, times,
+# as JSON) and the words said to its user (``message``), so that any process, not only the
+# one that released it, can say why a claim ended (GET claims/{name}, the service's
+# ``record``). Releases of version 1 have neither (NULL): they still say when and why.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE releases ADD COLUMN claim TEXT",
+        "ALTER TABLE releases ADD COLUMN message TEXT",
+        "CREATE INDEX IF NOT EXISTS releases_by_name ON releases (name, id)",
+    ),
+}
 _OURS = {"meta", "claims", "waiters", "releases", "damaged_claims", "sqlite_sequence"}
 _CLAIM_COLUMNS = "name, namespace, owner, spec, allocation, created, last_activity, lease_expires"
+
+# The history keeps the claim itself (``releases.claim``) of this many latest releases; older
+# ones keep who, why, when and the message (a few bytes instead of a claim's kilobyte or two).
+# Dropped PRUNE_EVERY releases at a time, by id range: the ledger stays bounded in size.
+RELEASED_CLAIMS_KEPT = 10_000
+PRUNE_EVERY = 256
 
 _NEW_LEDGER = (
     "move the file away or choose another path (DRA_JUPYTER_LEDGER); dra-jupyter then "
@@ -263,12 +297,47 @@ def _report(conn: sqlite3.Connection, what: str, problem: str, done: str) -> Non
     )
 
 
+def _release_from_row(row: sqlite3.Row) -> Release | None:
+    """A row of ``releases``; None when damaged (the history only informs: nothing to report).
+    A claim that cannot be read leaves the release without its record."""
+    try:
+        owner = owner_from(row["owner"])
+        when = _time(row["time"], "time")
+    except DamagedRowError:
+        return None
+    name, reason = row["name"], row["reason"]
+    if not isinstance(name, str) or not isinstance(reason, str) or when is None:
+        return None
+    record = None
+    with contextlib.suppress(DamagedRowError, KeyError, TypeError):
+        kept = _json(row["claim"], "claim") if row["claim"] is not None else None
+        if isinstance(kept, dict):
+            record = record_from_row(
+                {  # type: ignore[arg-type]  # a mapping with a row's keys
+                    "name": name,
+                    "namespace": kept["namespace"],
+                    "owner": row["owner"],
+                    "spec": json.dumps(kept["spec"]),
+                    "allocation": json.dumps(kept["allocation"]),
+                    "created": kept["created"],
+                    "last_activity": kept["last_activity"],
+                    "lease_expires": kept["lease_expires"],
+                }
+            )
+    message = row["message"]
+    return Release(name, owner, reason, when, record, message if isinstance(message, str) else None)
+
+
 @dataclass(frozen=True)
 class Release:
     name: str
     owner: Owner
     reason: str  # user, reclaimed (owner gone), expired (lease), idle, kernel-shutdown, ...
     time: float
+    # The claim as it was when it ended (None for a release of a version-1 ledger, or a
+    # damaged row), and what was said to its user (None: the reason says it).
+    record: ClaimRecord | None = None
+    message: str | None = None
 
 
 class Ledger:
@@ -277,6 +346,7 @@ class Ledger:
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
         self.path = Path(path)
+        self._shm = Path(f"{self.path}-shm")  # made once: stat() at every call
         self.busy_timeout = busy_timeout
         self._kept = threading.local()
         try:
@@ -287,8 +357,8 @@ class Ledger:
                 "choose another path (DRA_JUPYTER_LEDGER)"
             ) from err
         with self._reading(wal=False) as conn:  # nothing is changed before this check
-            complete = self._check_ours(conn)
-        if complete:  # a ledger with every table: opened without waiting for the write lock
+            version, complete = self._check_ours(conn)
+        if complete and version == SCHEMA_VERSION:  # opened without waiting for the write lock
             # May this process write it (not a read-only file or mount)? A write that
             # changes nothing says so; where another writer holds the lock now, the first
             # real write tells instead.
@@ -297,19 +367,42 @@ class Ledger:
                     "INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
                 )
             return
+        # A new file, or one of an older version (or missing tables): one transaction brings
+        # it to this version, so a process killed half-way leaves it as it was.
         with self.transaction() as conn:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            self._check_version(conn)
+            self._prepare(conn)
 
-    def _check_ours(self, conn: sqlite3.Connection) -> bool:
-        """Refuse a SQLite file of another program, or of another schema version. True when
-        it is a ledger of this version with every table already."""
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """Inside the write transaction: migrate an older ledger forward step by step, create
+        what is missing, and record this schema version. Read again under the lock: another
+        process may have migrated it meanwhile."""
+        version = self._stored_version(conn)
+        if version is not None and version < SCHEMA_VERSION:
+            for step in range(version, SCHEMA_VERSION):
+                for statement in _MIGRATIONS[step]:
+                    conn.execute(statement)
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(SCHEMA_VERSION),))
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        self._check_version(conn)
+
+    def _stored_version(self, conn: sqlite3.Connection) -> int | None:
+        """The version the file has (checked: a known one), or None for a new file."""
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "meta" not in tables:
+            return None
+        if conn.execute("SELECT 1 FROM meta WHERE key = 'schema'").fetchone() is None:
+            return None
+        return self._check_version(conn)
+
+    def _check_ours(self, conn: sqlite3.Connection) -> tuple[int | None, bool]:
+        """Refuse a SQLite file of another program, or of a schema version newer than this
+        one's. Its version (None: a new, empty file) and whether every table is there."""
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables:
-            return False  # a new (or empty) file: it becomes a ledger
+            return None, False  # a new (or empty) file: it becomes a ledger
         row = None
         if {"meta", "claims"} <= tables:
             with contextlib.suppress(sqlite3.OperationalError):  # a "meta" of another shape
@@ -322,18 +415,26 @@ class Ledger:
                 f"{', …' if len(others) > 5 else ''}); it was not changed; choose another "
                 "path (DRA_JUPYTER_LEDGER)"
             )
-        self._check_version(conn)
-        return _OURS - {"sqlite_sequence"} <= tables
+        return self._check_version(conn), _OURS - {"sqlite_sequence"} <= tables
 
-    def _check_version(self, conn: sqlite3.Connection) -> None:
+    def _check_version(self, conn: sqlite3.Connection) -> int:
+        """The stored schema version: this one or an older one (which :meth:`_prepare`
+        migrates); a newer or unreadable one is refused."""
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         value = row["value"] if row is not None else None
         if isinstance(value, str) and value.strip().isdigit() and len(value) < 10:
-            if int(value) == SCHEMA_VERSION:
-                return
+            version = int(value)
+            if 1 <= version <= SCHEMA_VERSION:
+                return version
+            if version > SCHEMA_VERSION:
+                raise LedgerError(
+                    f"ledger {self.path}: schema version {version} is newer than this "
+                    f"dra-jupyter reads (1 to {SCHEMA_VERSION}); it was not changed; upgrade "
+                    "dra-jupyter, or use another path (DRA_JUPYTER_LEDGER)"
+                )
             raise LedgerError(
-                f"ledger {self.path}: schema version {int(value)}, this dra-jupyter "
-                f"reads version {SCHEMA_VERSION}; use another path or upgrade dra-jupyter"
+                f"ledger {self.path}: the file is damaged (its schema version is {version}, "
+                f"which no dra-jupyter writes); {_NEW_LEDGER}"
             )
         raise LedgerError(
             f"ledger {self.path}: the file is damaged (its schema version is {shown(value)}, "
@@ -372,7 +473,7 @@ class Ledger:
         (None when either is gone): a kept connection is used only while they are the
         ones it opened."""
         try:
-            db, shm = self.path.stat(), Path(f"{self.path}-shm").stat()
+            db, shm = self.path.stat(), self._shm.stat()
         except OSError:
             return None
         return db.st_dev, db.st_ino, shm.st_ino
@@ -412,6 +513,7 @@ class Ledger:
         or, in a forked child, kept unused (it is the parent's)."""
         kept: _Kept | None = getattr(self._kept, "conn", None)
         self._kept.conn = None
+        self._kept.no_busy_wait = None
         if kept is None:
             return
         if kept[1] != os.getpid():
@@ -425,6 +527,9 @@ class Ledger:
         """A connection for reads (no transaction); SQLite's errors become LedgerError."""
         if wal:
             with self._connection() as conn, self._translated():
+                if getattr(self._kept, "no_busy_wait", None) is conn and not conn.in_transaction:
+                    conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                    self._kept.no_busy_wait = None
                 yield conn
             return
         conn = self._connect(wal=wal)
@@ -480,25 +585,27 @@ class Ledger:
         ledger waited up to 1.7 s that way."""
         deadline = time.monotonic() + self.busy_timeout
         pause = 0.0002
-        conn.execute("PRAGMA busy_timeout = 0")
-        try:
-            while True:
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    return
-                except sqlite3.OperationalError as err:
-                    if not getattr(err, "sqlite_errorname", "").startswith("SQLITE_BUSY"):
-                        raise
-                    if not wait:
-                        raise LedgerBusyError(
-                            f"ledger {self.path}: another writer holds its lock"
-                        ) from err
-                    if time.monotonic() >= deadline:
-                        raise
-                time.sleep(pause)
-                pause = min(pause * 2, 0.002)
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        # SQLite's busy handler off: left off after the transaction (a PRAGMA costs tens of
+        # microseconds, as much as a small transaction), and set again before a read
+        # (_reading); within a transaction that holds the write lock nothing waits anyway.
+        if getattr(self._kept, "no_busy_wait", None) is not conn:
+            conn.execute("PRAGMA busy_timeout = 0")
+            self._kept.no_busy_wait = conn
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as err:
+                if not getattr(err, "sqlite_errorname", "").startswith("SQLITE_BUSY"):
+                    raise
+                if not wait:
+                    raise LedgerBusyError(
+                        f"ledger {self.path}: another writer holds its lock"
+                    ) from err
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.002)
 
     @contextmanager
     def _savepoint(self, conn: sqlite3.Connection) -> Iterator[None]:
@@ -586,6 +693,18 @@ class Ledger:
         with self._reading() as conn:
             return self.claims(conn)
 
+    @classmethod
+    def claims_in(cls, path: str | Path, *, busy_timeout: float = 30.0) -> list[ClaimRecord]:
+        """The live claims of the ledger file at ``path``, of this schema version or any
+        earlier one, read without changing the file (not migrated, not even its journal
+        mode): to import another process's ledger. Refused like :class:`Ledger` refuses
+        (another program's file, a newer version)."""
+        ledger = cls.__new__(cls)
+        ledger.path, ledger.busy_timeout, ledger._kept = Path(path), busy_timeout, threading.local()
+        with ledger._reading(wal=False) as conn:
+            version, _complete = ledger._check_ours(conn)
+            return [] if version is None else cls.claims(conn)
+
     @staticmethod
     def next_name(conn: sqlite3.Connection, prefix: str) -> str:
         """``<prefix>-<n>``: the next number of the prefix whose name is not taken."""
@@ -604,34 +723,70 @@ class Ledger:
 
     @staticmethod
     def insert(conn: sqlite3.Connection, record: ClaimRecord) -> None:
-        conn.execute(
-            "INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                record.name,
-                record.namespace,
-                json.dumps(record.owner.to_dict()),
-                json.dumps(record.spec),
-                json.dumps(record.allocation),
-                record.created,
-                record.last_activity,
-                record.lease_expires,
-            ),
+        values = (
+            record.name,
+            record.namespace,
+            json.dumps(record.owner.to_dict()),
+            json.dumps(record.spec),
+            json.dumps(record.allocation),
+            record.created,
+            record.last_activity,
+            record.lease_expires,
+        )
+        conn.execute("INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
+        # The row as a read will parse it (its JSON read back), known now: the next reads
+        # find it parsed. A row that is rolled back is never read, so never looked up.
+        if len(_PARSED) >= _PARSED_MOST:
+            _PARSED.clear()
+        lease = record.lease_expires
+        _PARSED[values] = replace(
+            record,
+            spec=json.loads(values[3]),
+            allocation=json.loads(values[4]),
+            created=float(record.created),  # REAL columns: read back as floats
+            last_activity=float(record.last_activity),
+            lease_expires=None if lease is None else float(lease),
         )
 
     @staticmethod
     def delete(
-        conn: sqlite3.Connection, record: ClaimRecord, reason: str, now: float | None = None
+        conn: sqlite3.Connection,
+        record: ClaimRecord,
+        reason: str,
+        now: float | None = None,
+        message: str | None = None,
     ) -> None:
+        """Release a claim: its row goes, and the history keeps the claim as it was, why and
+        when it ended (and ``message``, the words for its user, where the reason is not)."""
         conn.execute("DELETE FROM claims WHERE name = ?", (record.name,))
-        conn.execute(
-            "INSERT INTO releases (name, owner, reason, time) VALUES (?, ?, ?, ?)",
+        cur = conn.execute(
+            "INSERT INTO releases (name, owner, reason, time, claim, message) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             (
                 record.name,
                 json.dumps(record.owner.to_dict()),
                 reason,
                 time.time() if now is None else now,
+                json.dumps(
+                    {
+                        "namespace": record.namespace,
+                        "spec": record.spec,
+                        "allocation": record.allocation,
+                        "created": record.created,
+                        "last_activity": record.last_activity,
+                        "lease_expires": record.lease_expires,
+                    }
+                ),
+                message,
             ),
         )
+        last = cur.lastrowid or 0
+        if last % PRUNE_EVERY == 0 and last > RELEASED_CLAIMS_KEPT:
+            edge = last - RELEASED_CLAIMS_KEPT
+            conn.execute(
+                "UPDATE releases SET claim = NULL WHERE id > ? AND id <= ?",
+                (edge - PRUNE_EVERY, edge),
+            )
 
     @staticmethod
     def set_owner(conn: sqlite3.Connection, name: str, owner: Owner) -> None:
@@ -655,16 +810,16 @@ class Ledger:
             rows = conn.execute(
                 "SELECT * FROM releases ORDER BY id DESC LIMIT ?", (limit,)
             ).fetchall()
-        out = []
-        for r in rows:
-            try:
-                owner = owner_from(r["owner"])
-                when = _time(r["time"], "time")
-            except DamagedRowError:
-                continue  # the history only informs (when a claim ended): nothing to report
-            if isinstance(r["name"], str) and isinstance(r["reason"], str) and when is not None:
-                out.append(Release(r["name"], owner, r["reason"], when))
-        return out
+        return [r for r in map(_release_from_row, rows) if r is not None]
+
+    def released(self, name: str) -> Release | None:
+        """The latest release of the claim ``name`` (whichever process released it), or None
+        when the history has none (or only a damaged one)."""
+        with self._reading() as conn:
+            row = conn.execute(
+                "SELECT * FROM releases WHERE name = ? ORDER BY id DESC LIMIT 1", (name,)
+            ).fetchone()
+        return None if row is None else _release_from_row(row)
 
     @classmethod
     def reclaim(cls, conn: sqlite3.Connection, now: float) -> list[tuple[ClaimRecord, str]]:

@@ -148,10 +148,27 @@ class ResourceSlice:
     per_device_node_selection: bool = False
     devices: tuple[Device, ...] = ()
     shared_counters: tuple[CounterSet, ...] = ()
+    # Made once from the fields above, for the allocator, which reads them of every slice on
+    # every call: ``PoolID(driver, pool)``, whether a device consumes counters (a MIG
+    # placement, a GPU that can be split) or allows several allocations (shared capacity),
+    # ``local_node`` is the node of a slice of devices of one node (``nodeName``), else None.
+    pool_id: PoolID = field(init=False, repr=False, compare=False)
+    flexible: bool = field(init=False, repr=False, compare=False)
+    local_node: str | None = field(init=False, repr=False, compare=False)
 
-    @property
-    def pool_id(self) -> PoolID:
-        return PoolID(self.driver, self.pool)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pool_id", PoolID(self.driver, self.pool))
+        selection = self.node_selection
+        object.__setattr__(
+            self,
+            "local_node",
+            selection.node_name if selection is not None and not self.shared_counters else None,
+        )
+        object.__setattr__(
+            self,
+            "flexible",
+            any(d.consumes_counters or d.allow_multiple_allocations for d in self.devices),
+        )
 
 
 @dataclass(frozen=True, slots=True)

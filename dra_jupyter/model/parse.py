@@ -412,7 +412,10 @@ def _counters(ctx: _Ctx, raw: Any, path: str) -> dict[str, Quantity]:
         raise ctx.fail(path, f"has more than {limits.MAX_COUNTERS_PER_SET} counters")
     out = {}
     for key, c in m.items():
-        problem = limits.dns_label_problem(str(key))
+        if type(key) is str and _label_ok(key):
+            problem = None
+        else:
+            problem = limits.dns_label_problem(str(key))
         if problem:
             raise ctx.fail(f"{path}[{_cut(str(key))}]", f"a counter name {problem}")
         cm = ctx.mapping(c, f"{path}[{key}]", required=True)
@@ -568,6 +571,131 @@ def _device(ctx: _Ctx, raw: Any, path: str, per_device: bool) -> Device:
     )
 
 
+# The fast path of a device: most devices of an inventory are plain (a name, scalar
+# attributes, plain capacities, counters consumed) and valid. ``_fast_device`` reads such a
+# device without building a field path or a message; for anything else, or anything wrong,
+# it answers None and ``_device`` parses the device again, checking every field and naming
+# the first problem. A device it accepts is one ``_device`` accepts, as the same object.
+_FAST_DEVICE_KEYS = frozenset(
+    {"name", "attributes", "capacity", "consumesCounters", "allowMultipleAllocations"}
+)
+_FAST_DEVICE_OPTIONAL = ("attributes", "capacity", "consumesCounters", "allowMultipleAllocations")
+
+
+@functools.lru_cache(maxsize=4096)
+def _label_ok(name: str) -> bool:
+    return limits.dns_label_problem(name) is None
+
+
+@functools.lru_cache(maxsize=4096)
+def _qualified_ok(name: str) -> bool:
+    return limits.qualified_name_problem(name) is None
+
+
+def _fast_attributes(raw: dict[str, Any]) -> dict[str, AttributeValue] | None:
+    out: dict[str, AttributeValue] = {}
+    for key, wrapped in raw.items():
+        if type(key) is not str or type(wrapped) is not dict or len(wrapped) != 1:
+            return None
+        if not _qualified_ok(key):
+            return None
+        value = wrapped.get("string")  # the commonest kind first
+        if value is not None:
+            if type(value) is not str or len(value) > limits.MAX_ATTRIBUTE_STRING_LENGTH:
+                return None
+        elif (value := wrapped.get("int")) is not None:
+            if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
+                return None
+        elif (value := wrapped.get("bool")) is not None:
+            if type(value) is not bool:
+                return None
+        elif (value := wrapped.get("version")) is not None:
+            if type(value) is not str or len(value) > limits.MAX_ATTRIBUTE_STRING_LENGTH:
+                return None
+            try:
+                value = _version(value)
+            except ValueError:
+                return None
+        else:
+            return None
+        out[key] = value
+    return out
+
+
+def _fast_capacity(raw: dict[str, Any]) -> dict[str, DeviceCapacity] | None:
+    out: dict[str, DeviceCapacity] = {}
+    for key, wrapped in raw.items():
+        if type(key) is not str or type(wrapped) is not dict or len(wrapped) != 1:
+            return None
+        value = wrapped.get("value")  # and nothing beside it: no request policy
+        if (type(value) is not str and type(value) is not int) or not _qualified_ok(key):
+            return None
+        try:
+            out[key] = _plain_capacity(value)
+        except ValueError:
+            return None
+    return out
+
+
+def _fast_consumes(raw: list[Any]) -> tuple[CounterConsumption, ...] | None:
+    if len(raw) > limits.MAX_CONSUMES_COUNTERS:
+        return None
+    out = []
+    for entry in raw:
+        if type(entry) is not dict or len(entry) != 2:
+            return None
+        counter_set, counters_raw = entry.get("counterSet"), entry.get("counters")
+        if type(counter_set) is not str or not counter_set or type(counters_raw) is not dict:
+            return None
+        if len(counters_raw) > limits.MAX_COUNTERS_PER_SET:
+            return None
+        counters: dict[str, Quantity] = {}
+        for key, wrapped in counters_raw.items():
+            if type(key) is not str or type(wrapped) is not dict or len(wrapped) != 1:
+                return None
+            value = wrapped.get("value")
+            if (type(value) is not str and type(value) is not int) or not _label_ok(key):
+                return None
+            try:
+                counters[key] = _quantity(value)
+            except ValueError:
+                return None
+        out.append(CounterConsumption(counter_set=counter_set, counters=counters))
+    return tuple(out)
+
+
+def _fast_device(m: Any) -> Device | None:
+    """The device, when it is plain and valid (see above); else None."""
+    if type(m) is not dict or not m.keys() <= _FAST_DEVICE_KEYS:
+        return None
+    name = m.get("name")
+    if type(name) is not str or not _label_ok(name):
+        return None
+    attrs_raw, caps_raw, consumes_raw, multiple = map(m.get, _FAST_DEVICE_OPTIONAL)
+    attributes: dict[str, AttributeValue] | None = {}
+    capacity: dict[str, DeviceCapacity] | None = {}
+    consumes: tuple[CounterConsumption, ...] | None = ()
+    if attrs_raw is not None:
+        attributes = _fast_attributes(attrs_raw) if type(attrs_raw) is dict else None
+    if caps_raw is not None:
+        capacity = _fast_capacity(caps_raw) if type(caps_raw) is dict else None
+    if consumes_raw is not None:
+        consumes = _fast_consumes(consumes_raw) if type(consumes_raw) is list else None
+    if attributes is None or capacity is None or consumes is None:
+        return None
+    if len(attributes) + len(capacity) > limits.MAX_ATTRIBUTES_AND_CAPACITIES:
+        return None
+    if multiple is not None and type(multiple) is not bool:
+        return None
+    return Device(
+        name=name,
+        attributes=attributes,
+        capacity=capacity,
+        consumes_counters=consumes,
+        allow_multiple_allocations=bool(multiple),
+    )
+
+
 def parse_resource_slice(obj: Any) -> ResourceSlice:
     obj = _check_kind(obj, "ResourceSlice")
     ctx, name, _ = _metadata(obj, "ResourceSlice", namespaced=False)
@@ -598,9 +726,13 @@ def parse_resource_slice(obj: Any) -> ResourceSlice:
             "slice holds one or the other",
             "move the counter sets into a slice of their own",
         )
-    devices = tuple(
-        _device(ctx, d, f"spec.devices[{i}]", per_device) for i, d in enumerate(devices_raw)
-    )
+    parsed = []
+    for i, d in enumerate(devices_raw):
+        device = None if per_device else _fast_device(d)
+        parsed.append(
+            device if device is not None else _device(ctx, d, f"spec.devices[{i}]", per_device)
+        )
+    devices = tuple(parsed)
     ctx.unique([d.name for d in devices], "spec.devices", "device name")
     if len(devices) > limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS and any(
         d.taints or d.consumes_counters for d in devices

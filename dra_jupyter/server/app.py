@@ -431,12 +431,14 @@ class DRAExtensionApp(ExtensionApp):
     # --- metrics -----------------------------------------------------------------------------
 
     def metrics_source(self) -> MetricsSource:
-        """The inventory's metrics source (resolving the inventory on first use); none
-        where the devices are not this machine's (it would be this machine's, or made up)."""
+        """The backend's metrics (the service's daemon reads them once for every server), else
+        the inventory's own source (resolving the inventory on first use); none where the
+        devices are not this machine's (it would be this machine's, or made up)."""
         if self._metrics_source is None:
             caps = self.service.backend.capabilities
             if caps.devices_here:
-                self._metrics_source = source_for(self.service.inventory())
+                served = self.service.backend.metrics_source()
+                self._metrics_source = served or source_for(self.service.inventory())
             else:
                 self._metrics_source = NoSource(
                     f"no device metrics here: the devices of {caps.where} are on the "

@@ -20,6 +20,8 @@ import json
 import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from http.client import responses
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_server.auth.decorator import authorized
@@ -47,6 +49,7 @@ from dra_jupyter.server.models import (
     ClaimModel,
     ClaimsResponse,
     DeviceMetricsModel,
+    ErrorModel,
     HistoryModel,
     MetricsResponse,
     ReleasedModel,
@@ -171,6 +174,33 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
         with _handle_error():
             return parse_json_body(raw, what)
 
+    def log_exception(
+        self,
+        typ: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """A 4xx is an answer, not a fault of the server: its message at debug level (the
+        access log has its line, a warning); anything else as tornado logs it."""
+        if isinstance(value, web.HTTPError) and value.status_code < 500:
+            self.log.debug(
+                "%d %s: %s", value.status_code, self._request_summary(), value.get_message()
+            )
+            return
+        super().log_exception(typ, value, tb)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """A 4xx as jupyter_server's ``APIHandler.write_error`` writes it (``message`` and
+        ``reason``, :class:`~dra_jupyter.server.models.ErrorModel`), without its second
+        warning per answer; anything else as it does."""
+        exc_info = kwargs.get("exc_info")
+        error = exc_info[1] if exc_info else None
+        if status_code >= 500 or not isinstance(error, web.HTTPError):
+            super().write_error(status_code, **kwargs)
+            return
+        message = error.log_message or responses.get(status_code, "Unknown HTTP Error")
+        self.finish(json.dumps(ErrorModel(message=message, reason=error.reason)))
+
     def decode_argument(self, value: bytes, name: str | None = None) -> str:
         """Path segments and query values as text: bytes that are not UTF-8 become U+FFFD,
         refused in words by the handler, after authentication (tornado would answer 400
@@ -230,7 +260,7 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
 
     def claim_model(self, record: Any, gone: Released | None = None) -> ClaimModel:
         if gone is not None:
-            message = release_message(gone.reason, self.dra.idle_timeout)
+            message = gone.message or release_message(gone.reason, self.dra.idle_timeout)
             released = ReleasedModel(reason=gone.reason, time=gone.time, message=message)
             model = self.dra.service.to_model(record, released=released)
         else:

@@ -36,12 +36,14 @@ from dra_jupyter.claimspec import requested_devices
 from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.envvars import environment_for
 from dra_jupyter.errors import (
+    AllocationError,
     ClaimNotFoundError,
     ForbiddenError,
     InvalidInputError,
     KernelNotFoundError,
     LimitError,
     NeverPossibleError,
+    ObjectError,
     shown,
 )
 from dra_jupyter.inventory.base import Inventory
@@ -55,7 +57,15 @@ from dra_jupyter.server.models import (
 )
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import device_rows
-from dra_jupyter.types import Backend, ClaimRecord, Owner, Select, Sweep, process_start_time
+from dra_jupyter.types import (
+    Backend,
+    ClaimRecord,
+    Ended,
+    Owner,
+    Select,
+    Sweep,
+    process_start_time,
+)
 
 # Keywords of POST claims that are not claim keywords (dra.request's own arguments).
 _REQUEST_KEYS = ("name", "lease", "timeout", "kernel_id")
@@ -103,6 +113,7 @@ class Released:
     record: ClaimRecord
     reason: str
     time: float
+    message: str | None = None  # the words of whoever released it (None: the reason says it)
 
 
 @dataclass(frozen=True)
@@ -296,13 +307,18 @@ class ClaimService:
         backend = self.backend_for(caller.user, kernel_id)
         session = Session(self.session.settings, backend=backend)
         claim = session.build(spec, name)
-        try:
-            session.check_possible(spec, claim)
-        except NeverPossibleError as err:
-            raise NeverPossibleError(
-                f"POST claims: {str(err).removeprefix('dra.request: ')}", err.explanation
-            ) from None
-        record = backend.allocate(claim, timeout=0, lease=lease, checked=True)
+        if caps.allocates_later:  # a claim that is made now and allocated later: check first
+            self._check_possible(session, spec, claim)
+            record = backend.allocate(claim, timeout=0, lease=lease, checked=True)
+        else:
+            # Allocated now or never: what is allocated was possible. Only a request that
+            # fails is checked against an idle machine (which costs another allocation), to
+            # say "never" (422) rather than "busy" (409).
+            try:
+                record = backend.allocate(claim, timeout=0, lease=lease, checked=True)
+            except (AllocationError, ObjectError):
+                self._check_possible(session, spec, claim)
+                raise
         count = self.counted(record)
         if self.max_devices_per_user and held_now + count > self.max_devices_per_user:
             backend.release(record.name, "limit", any_owner=True)
@@ -311,6 +327,15 @@ class ClaimService:
                 f"limit per user is {self.max_devices_per_user}; ask for fewer devices"
             )
         return record
+
+    @staticmethod
+    def _check_possible(session: Session, spec: dict[str, Any], claim: dict[str, Any]) -> None:
+        try:
+            session.check_possible(spec, claim)
+        except NeverPossibleError as err:
+            raise NeverPossibleError(
+                f"POST claims: {str(err).removeprefix('dra.request: ')}", err.explanation
+            ) from None
 
     def _devices_held(self, user: str) -> int:
         """What the user's claims count (locally every claim of the machine's ledger, on
@@ -380,17 +405,23 @@ class ClaimService:
         now = time.time() if now is None else now
         swept = self.backend.sweep(select, now, set(self.live_kernels()), wait=wait)
         for record, reason in swept.released:
-            self._note_release(record, reason, now)
+            self._note_release(record, reason, now, swept.ended.get(record.name))
         return swept
 
-    def _note_release(self, record: ClaimRecord, reason: str, now: float | None = None) -> None:
+    def _note_release(
+        self, record: ClaimRecord, reason: str, now: float | None = None, ended: Ended | None = None
+    ) -> None:
         """Announce a release (:attr:`released`) and remember it for a while
-        (:data:`RELEASED_KEPT`, at most :data:`RELEASED_MAX` claims)."""
+        (:data:`RELEASED_KEPT`, at most :data:`RELEASED_MAX` claims): with the time and
+        words of ``ended``, the account of the process that released it, if another did."""
         now = time.time() if now is None else now
         self._announce(record, reason)
+        gone = Released(record, reason, now)
+        if ended is not None:
+            gone = Released(record, reason, ended.time, ended.message)
         with self._recent_lock:
             self.recent.pop(record.name, None)
-            self.recent[record.name] = Released(record, reason, now)
+            self.recent[record.name] = gone
             while self.recent:
                 oldest = next(iter(self.recent.values()))
                 if len(self.recent) <= RELEASED_MAX and oldest.time > now - RELEASED_KEPT:
@@ -398,13 +429,18 @@ class ClaimService:
                 del self.recent[oldest.record.name]
 
     def claim_or_released(self, caller: Caller, name: str) -> tuple[ClaimRecord, Released | None]:
-        """The live claim, or one this server released lately (with why and when): a card
+        """The live claim, or one released lately (with why and when), by this server or, where
+        the backend remembers (the local ledger, the service), by another process: a card
         that polls its claim learns why it went."""
         try:
             return self.claim(caller, name), None
         except ClaimNotFoundError:
             with self._recent_lock:
                 gone = self.recent.get(name)
+            if gone is None:  # released by another process (the CLI, the service): the backend's
+                ended = self.backend.ended(name)
+                if ended is not None:
+                    gone = Released(ended.record, ended.reason, ended.time, ended.message)
             if gone is None or gone.time <= time.time() - RELEASED_KEPT:
                 raise
             if not self.visible(caller, gone.record, set(self.live_kernels())):

@@ -3,11 +3,15 @@ the small values its messages show."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from dra_jupyter.allocator import Strategy
-from dra_jupyter.errors import InvalidInputError, UnavailableError, shown
+from dra_jupyter.errors import DraJupyterError, InvalidInputError, UnavailableError, shown
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.service.peer import Peer
 from dra_jupyter.types import USER_ANNOTATION, USER_LABEL, Owner, label_value
 
@@ -23,6 +27,41 @@ def device_kinds(inventory: Inventory) -> dict[str, str]:
             kind = ((d.get("attributes") or {}).get("type") or {}).get("string", "")
             kinds[f"{spec['driver']}/{spec['pool']['name']}/{d['name']}"] = str(kind)
     return kinds
+
+
+def device_capacities(inventory: Inventory) -> dict[str, dict[str, Fraction]]:
+    """Each device's capacities (``memory``, ``shares``, ...) by device key, as numbers."""
+    out: dict[str, dict[str, Fraction]] = {}
+    for s in inventory.slices:
+        spec = s.get("spec", {})
+        for d in spec.get("devices") or ():
+            caps: dict[str, Fraction] = {}
+            for name, cap in (d.get("capacity") or {}).items():
+                with contextlib.suppress(DraJupyterError, TypeError, ValueError):
+                    caps[str(name)] = Quantity.parse(cap["value"]).value
+            out[f"{spec['driver']}/{spec['pool']['name']}/{d['name']}"] = caps
+    return out
+
+
+def share_percent(result: Mapping[str, Any], capacity: Mapping[str, Fraction]) -> float:
+    """How much of its device a result holds, in percent: for a share (``shareID``), its
+    consumed memory of the device's (else its largest part of any capacity); 0 for a whole
+    device (the ``gpus`` limit counts those)."""
+    if not result.get("shareID"):
+        return 0.0
+    parts: dict[str, float] = {}
+    for name, amount in (result.get("consumedCapacity") or {}).items():
+        total = capacity.get(name)
+        with contextlib.suppress(DraJupyterError, TypeError, ValueError):
+            if total:
+                parts[name] = float(Quantity.parse(amount).value / total) * 100
+    if "memory" in parts:
+        return parts["memory"]
+    return max(parts.values(), default=0.0)
+
+
+def percent_text(value: float) -> str:
+    return f"{round(value, 1):g}%"
 
 
 def strategy_named(name: str) -> Strategy:

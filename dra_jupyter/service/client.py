@@ -32,10 +32,12 @@ from dra_jupyter.errors import (
     UnavailableError,
 )
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.metrics.base import Sample
 from dra_jupyter.service import protocol
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
+    Ended,
     OnWait,
     Owner,
     Select,
@@ -234,6 +236,7 @@ class ServiceBackend:
         self.channel = channel or Channel(socket_path)
         self._inventory: Inventory | None = None
         self._cache = AllocatorCache()
+        self._watched = _Watched()
 
     def _call(self, op: str, args: Wire | None = None, on_wait: OnWait | None = None) -> Any:
         return self.channel.call(op, args or {}, on_wait)
@@ -257,6 +260,7 @@ class ServiceBackend:
             channel=self.channel,
         )
         twin._inventory, twin._cache = self._inventory, self._cache
+        twin._watched = self._watched
         return twin
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
@@ -314,7 +318,10 @@ class ServiceBackend:
     def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
         """Give the claim back; the daemon decides whether this user may (its owner, or an
         admin): ``any_owner`` adds nothing a caller could not do anyway."""
-        return bool(self._call("release", {"name": name, "reason": reason}))
+        done = bool(self._call("release", {"name": name, "reason": reason}))
+        if done:
+            self._watched.released_here(name)
+        return done
 
     def record(self, name: str) -> ClaimRecord | None:
         found = self._call("record", {"name": name})
@@ -341,6 +348,21 @@ class ServiceBackend:
         ended = self._call("record", {"name": name})["released_at"]
         return None if ended is None else float(ended)
 
+    def ended(self, name: str) -> Ended | None:
+        gone = self._call("record", {"name": name}).get("released")
+        if not isinstance(gone, dict):
+            return None
+        return Ended(
+            protocol.record_from_wire(gone["record"]),
+            str(gone["reason"]),
+            float(gone["time"]),
+            None if gone.get("message") is None else str(gone["message"]),
+        )
+
+    def metrics_source(self) -> ServiceMetrics:
+        """The daemon's metrics: it reads NVML (or the simulated source) once for all."""
+        return ServiceMetrics(self)
+
     def touch(self, name: str, now: float) -> bool:
         return bool(self._call("keep", {"name": name}))
 
@@ -353,9 +375,18 @@ class ServiceBackend:
         wait: bool = True,  # no lock here to wait for: the daemon is the one writer
     ) -> Sweep:
         """The daemon reclaims dead holders and expired leases by itself; this releases the
-        claims of this user that ``select`` names a reason for (a server's idle release)."""
+        claims of this user that ``select`` names a reason for (a server's idle release).
+        Claims of this process that the daemon released since the last sweep (idle, a
+        lease, an admin) are among the released too, with the daemon's reason, so that the
+        server announces them as it does its own."""
         swept = Sweep(complete=False)
-        for record in self.claims():
+        records = self.claims()
+        for record in self._watched.gone_since(records, self.owner.host, live_kernels):
+            ended = self.ended(record.name)
+            swept.released.append((record, ended.reason if ended is not None else "reclaimed"))
+            if ended is not None:
+                swept.ended[record.name] = ended
+        for record in records:
             reason = select(record) if select is not None else None
             if reason is not None and self.release(record.name, reason):
                 swept.released.append((record, reason))
@@ -385,16 +416,91 @@ class ServiceBackend:
         """This process holds this user's claims of ``kernel_id`` from now on (the daemon
         takes the holder from the connection, not from ``holder``)."""
         answer = self._call("adopt", {"kernel_id": kernel_id})
-        return Sweep(
+        swept = Sweep(
             kept=[protocol.record_from_wire(r) for r in answer["kept"]],
             released=[
                 (protocol.record_from_wire(r["record"]), str(r["reason"]))
                 for r in answer["released"]
             ],
         )
+        for record, _reason in swept.released:  # reported here: not again by a sweep
+            self._watched.released_here(record.name)
+        return swept
 
     def launch(self, session: Session, command: Command, spec: Mapping[str, Any], **_: Any) -> Run:
         raise InvalidInputError(
             "dra.run launches a pod, which needs the Kubernetes backend: set "
             "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
         )
+
+
+class _Watched:
+    """The claims held by this process, or of its live kernels, that a sweep saw last,
+    shared by a backend and its twins (:meth:`ServiceBackend.with_owner`): one gone by the
+    next sweep, and not released through this process, was released by the daemon. Each
+    is reported once (names are never reused), also when threads sweep at once."""
+
+    MOST = 4096  # names remembered as reported
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: dict[str, ClaimRecord] = {}
+        self.done: dict[str, None] = {}  # names released here or reported, oldest first
+
+    def released_here(self, name: str) -> None:
+        with self.lock:
+            self.seen.pop(name, None)
+            self._done(name)
+
+    def gone_since(
+        self, records: list[ClaimRecord], host: str, live_kernels: Collection[str]
+    ) -> list[ClaimRecord]:
+        pid = os.getpid()
+        names = {r.name for r in records}
+        with self.lock:
+            gone = [r for n, r in self.seen.items() if n not in names and n not in self.done]
+            for record in gone:
+                self._done(record.name)
+            self.seen = {
+                r.name: r
+                for r in records
+                if r.name not in self.done
+                and (
+                    (r.owner.pid == pid and r.owner.host == host)
+                    or (r.owner.kernel_id is not None and r.owner.kernel_id in live_kernels)
+                )
+            }
+        return gone
+
+    def _done(self, name: str) -> None:
+        self.done[name] = None
+        while len(self.done) > self.MOST:
+            del self.done[next(iter(self.done))]
+
+
+class ServiceMetrics:
+    """A :class:`~dra_jupyter.metrics.base.MetricsSource` that asks the daemon (op
+    ``metrics``), which reads the machine's source at most once a second for every client."""
+
+    def __init__(self, backend: ServiceBackend) -> None:
+        self.backend = backend
+        self.name = "service"
+        self.simulated = False
+        self.problem = ""
+        self.reads = 0  # the daemon's reads of its source so far, as it last said
+
+    def sample(self, held: Collection[str], now: float) -> list[Sample]:
+        answer = self.backend._call("metrics")  # the daemon knows what is held
+        self.name = f"service ({answer.get('source')})"
+        self.simulated = bool(answer.get("simulated"))
+        self.problem = str(answer.get("problem") or "")
+        self.reads = int(answer.get("reads") or 0)
+        fields = set(Sample.__dataclass_fields__)
+        return [
+            Sample(**{k: v for k, v in s.items() if k in fields})
+            for s in answer.get("samples", [])
+            if isinstance(s, dict)
+        ]
+
+    def close(self) -> None:
+        return None

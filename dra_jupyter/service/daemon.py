@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import selectors
 import signal
@@ -45,17 +46,21 @@ from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend, reclaim_reason, shape_of, shape_summary
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.metrics import MetricsSource, Sample, source_for
 from dra_jupyter.service import protocol
 from dra_jupyter.service.args import (
     claim_arg,
+    device_capacities,
     device_kinds,
     duration_text,
     kernel_id_arg,
     labelled,
     name_arg,
+    percent_text,
     probe,
     process_owner,
     seconds_arg,
+    share_percent,
     strategy_named,
 )
 from dra_jupyter.service.files import bind_socket, keep_open, open_private_ledger
@@ -138,6 +143,7 @@ class Daemon:
         self.policy: Policy = load_policy(config)
         self.devices = inventory or resolve_inventory(self.policy.inventory)
         self.kinds = device_kinds(self.devices)
+        self.capacities = device_capacities(self.devices)
         self.ledger = open_private_ledger(self.policy.ledger, self.policy.synchronous)
         # The ledger opens a connection per transaction; while this one stays open, closing
         # those does not checkpoint and delete the WAL each time (an fsync or two each).
@@ -156,11 +162,19 @@ class Daemon:
         self.waits: list[Wait] = []
         self.watches: dict[tuple[int, int | None], Watch] = {}
         self._groups: dict[str, tuple[str, ...]] = {}
+        self._limits: dict[tuple[str, tuple[str, ...]], Limits] = {}  # by user and groups
         self._ready: set[Connection] = set()  # connections with frames left to read
+        self._possible: set[str] = set()  # shapes met on the idle machine (check_possible)
+        # connections whose answers wait for the batch's commit (None: not in a batch)
+        self._deferred: dict[Connection, None] | None = None
         self._stop = False
         self._reload = False
         self._next_tick = 0.0
         self.listener: socket.socket | None = None
+        self._metrics: MetricsSource | None = None  # made on the first metrics op
+        self._samples: list[Sample] = []
+        self._sampled = -math.inf  # time.monotonic() of that read
+        self.metrics_reads = 0
 
     # --- start and stop ------------------------------------------------------------------
 
@@ -197,10 +211,11 @@ class Daemon:
         whose holder is alive, lease not over, name not taken and devices all this
         inventory's and free; the others are logged, with why, and left. Owners stay the
         user names that ledger recorded, which its users could write: import only a ledger
-        whose writers you trust. Returns (imported, skipped)."""
+        whose writers you trust. The file is read as it is, of any schema version this
+        dra-jupyter knows, and left unchanged. Returns (imported, skipped)."""
         if not path.is_file():
             raise InvalidInputError(f"--import-ledger {path}: no such file")
-        records = Ledger(path).read_claims()
+        records = Ledger.claims_in(path)
         now = time.time()
         imported = skipped = 0
         with self.ledger.transaction() as tx:
@@ -239,10 +254,9 @@ class Daemon:
         try:
             while not self._stop:
                 timeout = 0.0 if self._ready else max(0.0, self._next_tick - time.monotonic())
-                for key, mask in self.selector.select(timeout):
-                    self._guarded(self._dispatch, key, mask)
-                while self._ready:
-                    self._guarded(self._process, self._ready.pop())
+                events = self.selector.select(timeout)
+                if events or self._ready:
+                    self._serve_batch(events)
                 if self._reload:
                     self._reload = False
                     self.reload()
@@ -251,6 +265,42 @@ class Daemon:
                     self._guarded(self._tick)
         finally:
             self.close()
+
+    def _serve_batch(self, events: list[tuple[selectors.SelectorKey, int]]) -> None:
+        """Serve what is ready now as one ledger transaction (a group commit): every
+        request's transaction is a savepoint of it (rolled back alone on its error), and
+        no answer leaves before the one commit, so an answer still means committed. With
+        many clients one commit serves many requests. Where the commit fails, nothing of
+        the batch was written: the connections answered in it are closed unanswered (their
+        clients see the service go, and may ask again). One event alone is served without
+        a batch (its own transaction is the commit; a batch's savepoints would only add)."""
+        stack = contextlib.ExitStack()
+        try:
+            if len(events) + len(self._ready) > 1:
+                stack.enter_context(self.ledger.batch())
+                self._deferred = {}
+        except LedgerError as err:  # cannot even begin: serve unbatched, each says its error
+            log.error("%s", err)
+        try:
+            for key, mask in events:
+                self._guarded(self._dispatch, key, mask)
+            while self._ready:
+                self._guarded(self._process, self._ready.pop())
+        finally:
+            deferred, self._deferred = self._deferred, None
+            try:
+                stack.close()
+            except LedgerError as err:
+                log.error(
+                    "a batch of requests was not committed, %d connections closed: %s",
+                    len(deferred or ()),
+                    err,
+                )
+                for conn in deferred or ():
+                    self._drop(conn)
+                deferred = None
+        for conn in deferred or ():
+            self._flush(conn)
 
     def _guarded(self, step: Any, *args: Any) -> None:
         """One step of the loop; what it raises (a ledger on a full disk, a bug) is logged,
@@ -268,6 +318,9 @@ class Daemon:
             self.listener.close()
             self.listener = None
         self._keeper.close()
+        if self._metrics is not None:
+            with contextlib.suppress(Exception):  # NVML's shutdown: nothing to do about it
+                self._metrics.close()
         for key in list(self.selector.get_map().values()):
             if isinstance(key.data, Connection):
                 key.data.sock.close()
@@ -291,6 +344,7 @@ class Daemon:
             synchronous=self.policy.synchronous,
         )
         self._groups.clear()
+        self._limits.clear()
         log.info("policy reloaded from %s", self.config)
 
     # --- the loop ------------------------------------------------------------------------
@@ -417,6 +471,9 @@ class Daemon:
         self._flush(conn)
 
     def _flush(self, conn: Connection) -> None:
+        if self._deferred is not None:  # inside a batch: sent once it is committed
+            self._deferred[conn] = None
+            return
         while conn.outbuf:
             try:
                 sent = conn.sock.send(conn.outbuf[:READ_CHUNK])
@@ -511,7 +568,13 @@ class Daemon:
             groups = self._groups.get(user)
             if groups is None:
                 groups = self._groups[user] = user_groups(user)
-        return self.policy.limits(user, groups)
+        key = (user, groups)
+        limits = self._limits.get(key)
+        if limits is None:  # the same until the policy is reloaded
+            if len(self._limits) >= 4096:
+                self._limits.clear()
+            limits = self._limits[key] = self.policy.limits(user, groups)
+        return limits
 
     def _shown(self, peer: Peer, held: list[ClaimRecord]) -> list[ClaimRecord]:
         """``held`` as ``peer`` may see it: others' claims, where hidden, keep their devices
@@ -599,14 +662,23 @@ class Daemon:
     def op_record(self, conn: Connection, _id: Any, args: dict[str, Any]) -> Any:
         record = self._find(args.get("name"))
         if record is not None and self._visible(conn.peer, record):
-            return {"record": protocol.record_to_wire(record), "released_at": None}
-        ended = [
-            r.time
-            for r in self.ledger.releases(1000)
-            if r.name == args.get("name")
-            and (r.owner.user == conn.peer.user or self._admin(conn.peer))
-        ]
-        return {"record": None, "released_at": max(ended) if ended else None}
+            return {
+                "record": protocol.record_to_wire(record),
+                "released_at": None,
+                "released": None,
+            }
+        gone = self.ledger.released(name_arg(args))
+        if gone is None or not (gone.owner.user == conn.peer.user or self._admin(conn.peer)):
+            return {"record": None, "released_at": None, "released": None}
+        released = None
+        if gone.record is not None:  # a release of a version-1 ledger kept only its time
+            released = {
+                "record": protocol.record_to_wire(gone.record),
+                "reason": gone.reason,
+                "time": gone.time,
+                "message": gone.message,
+            }
+        return {"record": None, "released_at": gone.time, "released": released}
 
     def op_keep(self, conn: Connection, _id: Any, args: dict[str, Any]) -> Any:
         record = self._find(args.get("name"))
@@ -643,6 +715,25 @@ class Daemon:
         claim = claim_arg(args)
         held = self._shown(conn.peer, self.local.claims(all_users=True))
         return self.local.allocator(held).explain([probe(claim)]).to_dict()
+
+    def op_metrics(self, conn: Connection, _id: Any, _args: dict[str, Any]) -> Any:
+        """The devices' metrics, read at most once per ``metrics_max_age`` (the policy's) for
+        every client (the machine's NVML is read by the daemon alone, not by each server)."""
+        if self._metrics is None:
+            self._metrics = source_for(self.devices)
+        if time.monotonic() - self._sampled >= self.policy.metrics_max_age:
+            held = {d for r in self.ledger.read_claims() for d in r.device_keys}
+            self._samples = self._metrics.sample(held, time.time())
+            self._sampled = time.monotonic()
+            self.metrics_reads += 1
+        return {
+            "source": self._metrics.name,
+            "simulated": self._metrics.simulated,
+            "problem": self._metrics.problem,
+            "time": max((s.time for s in self._samples), default=None),
+            "reads": self.metrics_reads,
+            "samples": [s.to_dict() for s in self._samples],
+        }
 
     def op_adopt(self, conn: Connection, _id: Any, args: dict[str, Any]) -> Any:
         """The caller's process holds the caller's claims of ``kernel_id`` from now on (a
@@ -701,8 +792,12 @@ class Daemon:
         else:
             owner = process_owner(peer, kernel_id, HOST)
         claim = labelled(claim, peer.user)
-        self.local.check_possible(claim)
         shape = shape_of(claim)
+        if shape not in self._possible:  # the inventory is fixed: possible once, always
+            self.local.check_possible(claim)
+            if len(self._possible) >= 4096:
+                self._possible.clear()
+            self._possible.add(shape)
         wait = Wait(conn, request_id, claim, shape, owner, lease, timeout, time.monotonic())
         ahead = sum(1 for w in self.waits if w.shape == shape)
         if not ahead:
@@ -784,16 +879,24 @@ class Daemon:
         allocation: dict[str, Any],
     ) -> None:
         limits = self._limits_of(user, groups)
-        if not (limits.gpus.value or limits.mig.value):
+        if not (limits.gpus.value or limits.mig.value or limits.gpu_share.value):
             return
         mine: set[str] = set()
+        mine_shared = 0.0  # percent of a GPU, summed over the user's shares
         for record in held:
             if record.owner.user == user:
                 mine.update(record.device_keys)
-        new = {
-            f"{r['driver']}/{r['pool']}/{r['device']}"
-            for r in allocation.get("devices", {}).get("results", [])
-        } - mine
+                mine_shared += self._shared(record.allocation)
+        results = allocation.get("devices", {}).get("results", [])
+        share = limits.gpu_share
+        asks_shared = self._shared(allocation)
+        if share.value and asks_shared and mine_shared + asks_shared > share.value + 1e-9:
+            raise LimitError(
+                f"user {user}: limit {percent_text(share.value)} of a GPU ({share.source}), "
+                f"holds {percent_text(mine_shared)}; the request needs "
+                f"{percent_text(asks_shared)} more"
+            )
+        new = {f"{r['driver']}/{r['pool']}/{r['device']}" for r in results} - mine
         for key, noun, limit in (("gpu", "GPU", limits.gpus), ("mig", "MIG slice", limits.mig)):
             if not limit.value:
                 continue
@@ -805,6 +908,13 @@ class Daemon:
                     f"user {user}: limit {int(limit.value)} {noun}{plural} ({limit.source}), "
                     f"holds {holds}; the request needs {asks} more"
                 )
+
+    def _shared(self, allocation: dict[str, Any]) -> float:
+        """Percent of a GPU the shares of an allocation hold (whole devices: 0)."""
+        return sum(
+            share_percent(r, self.capacities.get(f"{r['driver']}/{r['pool']}/{r['device']}", {}))
+            for r in allocation.get("devices", {}).get("results", [])
+        )
 
     def _kind(self, device_key: str) -> str:
         return "mig" if self.kinds.get(device_key) == "mig" else "gpu"
@@ -908,8 +1018,13 @@ class Daemon:
             limit = self._limits_of(record.owner.user).idle.value
             return "idle" if limit and now - record.last_activity >= limit else None
 
+        def words(record: ClaimRecord, reason: str) -> str | None:
+            if reason != "idle":
+                return None
+            return f"idle for {duration_text(self._limits_of(record.owner.user).idle.value)}"
+
         try:
-            swept = self.local.sweep(idle, now, ())
+            swept = self.local.sweep(idle, now, (), message=words)
         except LedgerError as err:
             log.error("%s", err)
             return

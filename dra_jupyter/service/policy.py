@@ -20,10 +20,18 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
     queue_per_user = 8             # requests of one user waiting in line at once
     connections_per_user = 64      # open connections of one user
     claims_per_user = 256          # live claims of one user (shared devices allow many)
+    metrics_max_age = 1            # seconds one read of the devices' metrics (NVML) answers
+                                   # every client's metrics op before it is read again
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
     mig = 0                        # MIG slices held at once; 0: no limit
+    gpu_share = "0%"               # shares of shared GPUs (consumable capacity) held at
+                                   # once, in percent of one GPU's memory (or, without
+                                   # memory, of its most used capacity), summed over every
+                                   # share the user holds: "50%" (or 50); over 100 allows
+                                   # more than one GPU's worth; whole GPUs count under gpus,
+                                   # not here; "0%": no limit
     lease_max = "0"                # longest lease (a duration: 90s, 30m, 8h); "0": no limit
     lease_default = "0"            # a claim's lease when the request names none; "0":
                                    # lease_max, if set, else none
@@ -41,6 +49,7 @@ it; a user's own entry wins over them all. Refusals name the limit and where it 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tomllib
 from collections.abc import Mapping
@@ -55,7 +64,7 @@ from dra_jupyter.errors import DraJupyterError, InvalidInputError, shown
 MAX_CONFIG = 1 << 20  # bytes of the policy file
 DEFAULT_LEDGER = Path("/var/lib/dra-jupyter/ledger.sqlite")
 VISIBILITY = ("own", "all")
-LIMIT_KEYS = ("gpus", "mig", "lease_max", "lease_default", "wait_max", "idle")
+LIMIT_KEYS = ("gpus", "mig", "gpu_share", "lease_max", "lease_default", "wait_max", "idle")
 COUNT_KEYS = ("gpus", "mig")
 SERVICE_KEYS = {
     "ledger",
@@ -69,6 +78,7 @@ SERVICE_KEYS = {
     "queue_per_user",
     "connections_per_user",
     "claims_per_user",
+    "metrics_max_age",
 }
 
 
@@ -84,6 +94,7 @@ class Limit:
 class Limits:
     gpus: Limit
     mig: Limit
+    gpu_share: Limit  # percent of one GPU
     lease_max: Limit
     lease_default: Limit
     wait_max: Limit
@@ -112,6 +123,7 @@ class Policy:
     queue_per_user: int = 8
     connections_per_user: int = 64
     claims_per_user: int = 256
+    metrics_max_age: float = 1.0
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -189,6 +201,7 @@ def load_policy(path: Path | None) -> Policy:
         queue_per_user=int(_number(service, "queue_per_user", 8, where)),
         connections_per_user=int(_number(service, "connections_per_user", 64, where)),
         claims_per_user=int(_number(service, "claims_per_user", 256, where)),
+        metrics_max_age=_number(service, "metrics_max_age", 1, where),
         defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
         groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
         users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},
@@ -243,6 +256,9 @@ def _limits(table: Mapping[str, Any], where: str) -> dict[str, float]:
                 )
             out[key] = float(value)
             continue
+        if key == "gpu_share":
+            out[key] = _percent(value, key, where)
+            continue
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise InvalidInputError(
                 f"{where}: {key} must be a duration (30m, 8h), not {shown(value)}"
@@ -253,3 +269,20 @@ def _limits(table: Mapping[str, Any], where: str) -> dict[str, float]:
             raise InvalidInputError(f"{where}: {err}") from err
         out[key] = float(seconds or 0.0)
     return out
+
+
+def _percent(value: Any, key: str, where: str) -> float:
+    """``"50%"`` or ``50``: percent of one GPU (0: no limit)."""
+    text = value.strip().removesuffix("%").strip() if isinstance(value, str) else value
+    number: float | None = None
+    if isinstance(text, str):
+        with contextlib.suppress(ValueError):
+            number = float(text)
+    elif isinstance(text, int | float) and not isinstance(text, bool):
+        number = float(text)
+    if number is None or not math.isfinite(number) or not 0 <= number < 1e6:
+        raise InvalidInputError(
+            f'{where}: {key} must be a percentage of one GPU ("50%"; "0%": no limit), '
+            f"not {shown(value)}"
+        )
+    return number

@@ -45,6 +45,7 @@ OPS = (
     "record",  # one live claim, and when a released one ended
     "explain",  # why a claim could or could not be allocated now
     "adopt",  # the caller's process holds a kernel's claims from now on
+    "metrics",  # the devices' metrics, sampled by the daemon once for every client
 )
 REASON_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz-")
 MAX_REASON = 32

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.allocator.cache import AllocatorCache
+from dra_jupyter.allocator.topology import node_bound, node_bounds
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory import mig, nvidia
 from dra_jupyter.model.objects import ResourceClaim
@@ -461,3 +462,19 @@ def test_the_scan_reads_no_counters_of_a_pool_that_publishes_more_slices_than_it
     }
     assert [r.node for r in answers[10**9] or []] == ["a"]
     assert answers[0] == answers[10**9]
+
+
+@given(
+    st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "node-1", ""])), max_size=6),
+    st.sets(st.sampled_from(["a", "b", "node-1", ""])),
+    st.one_of(st.none(), st.sets(st.sampled_from(["a", "b", "node-1", ""]))),
+)
+def test_node_bounds_are_each_nodes_bound(
+    names: list[str | None], flexible: set[str], touched: set[str] | None
+) -> None:
+    """The comprehension of a cold call's bounds gives :func:`node_bound` of every node."""
+    is_touched = None if touched is None else (lambda name: name in touched)
+    got = node_bounds(names, lambda name: name in flexible, is_touched)
+    assert got == [
+        (node_bound(n, touched is None or n not in touched, n in flexible), n) for n in names
+    ]

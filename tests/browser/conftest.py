@@ -12,9 +12,7 @@ import os
 import re
 import secrets
 import socket
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,6 +25,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from tests.helpers import running
+
 CHROMIUM = os.environ.get("DRA_JUPYTER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -37,7 +37,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-START_TRIES = 600  # x 0.1 s: how long the server may take to answer before the test fails
+START_SECONDS = 60.0  # how long the server may take to answer before the test fails
 
 
 @dataclass
@@ -98,29 +98,16 @@ def running_lab(
     ]  # fmt: skip
     if os.geteuid() == 0:
         argv.append("--allow-root")
-    log_path = tmp / "lab.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-        server = Lab(f"http://127.0.0.1:{port}", token, root, tmp / "ledger.sqlite")
-        try:
-            for _ in range(START_TRIES):
-                if proc.poll() is not None:
-                    raise AssertionError(f"jupyter lab exited: {log_path.read_text()}")
-                try:
-                    server.api("GET", "/api/status")
-                    break
-                except (urllib.error.URLError, ConnectionError):
-                    time.sleep(0.1)
-            else:
-                raise AssertionError(f"jupyter lab did not answer: {log_path.read_text()}")
-            yield server
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    server = Lab(f"http://127.0.0.1:{port}", token, root, tmp / "ledger.sqlite")
+
+    def ready() -> bool:
+        server.api("GET", "/api/status")  # URLError, ConnectionError: OSErrors, not yet
+        return True
+
+    with running(
+        argv, log=tmp / "lab.log", ready=ready, env=env, wait=START_SECONDS, what="jupyter lab"
+    ):
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ that share one ledger file:
   ``build_claim``), print ``{"event": "held", ...}``, then wait for ``release`` on stdin.
 * ``half LEDGER``: open a ledger transaction, insert a claim row, print
   ``{"event": "inserted"}`` and sleep before the commit (to be killed there).
+* ``migrate LEDGER``: open an older ledger, print ``{"event": "migrated"}`` once every
+  step of the migration ran, and sleep before its commit (to be killed there).
 * ``open LEDGER``: print ``{"event": "ready"}``, wait for ``go`` on stdin, open the ledger
   and print ``opened`` or ``error``.
 
@@ -352,6 +354,20 @@ def half(ledger_path: Path) -> int:
     return 0
 
 
+def migrate(ledger_path: Path) -> int:
+    """Migrate the ledger, stopping before the commit (the test kills the process there)."""
+
+    class Stopped(Ledger):
+        def _prepare(self, conn: Any) -> None:
+            super()._prepare(conn)
+            emit({"event": "migrated", "pid": os.getpid()})
+            time.sleep(60.0)  # killed here by the test
+
+    Stopped(ledger_path)
+    emit({"event": "committed"})
+    return 0
+
+
 def open_ledger(ledger_path: Path) -> int:
     """Wait for ``go`` on stdin, then open the ledger (many of these race for a new file)."""
     emit({"event": "ready"})
@@ -375,6 +391,8 @@ def main(argv: Sequence[str]) -> int:
         return hold(Path(path), rest[0], json.loads(rest[1]), float(rest[2]))
     if mode == "half":
         return half(Path(path))
+    if mode == "migrate":
+        return migrate(Path(path))
     if mode == "open":
         return open_ledger(Path(path))
     raise SystemExit(f"unknown mode {mode!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,46 @@ async def test_round_trip(jp_fetch: Fetch, ledger: Ledger, events: Events) -> No
     gone = body(await jp_fetch("dra", "api", "claims", claim["name"]))  # readable a while
     assert gone["released"]["reason"] == "user"
     assert gone["released"]["message"] == "released by its user"
+
+
+async def test_a_claim_released_by_another_process_reads_as_released(
+    jp_fetch: Fetch, ledger_path: Path, events: Events
+) -> None:
+    """The ledger keeps each release's claim and reason (schema version 2): a claim that
+    another process released (the CLI, another server) answers GET with why, not 404."""
+    claim = body(await post(jp_fetch, {"gpu": 1}))
+    other = Ledger(ledger_path)  # another writer of the ledger: not this server
+    when = time.time()
+    with other.transaction() as tx:
+        [record] = [r for r in Ledger.claims(tx) if r.name == claim["name"]]
+        Ledger.delete(tx, record, "expired", when, "its lease ended at night")
+    gone = body(await jp_fetch("dra", "api", "claims", claim["name"]))
+    assert gone["name"] == claim["name"] and gone["devices"] == claim["devices"]
+    assert gone["released"] == {
+        "reason": "expired",
+        "time": when,
+        "message": "its lease ended at night",
+    }
+    r = await jp_fetch("dra", "api", "claims", "nobody-1", raise_error=False)
+    assert r.code == 404
+
+
+async def test_another_users_claim_released_elsewhere_is_refused_as_when_live(
+    jp_fetch: Fetch, jp_serverapp: Any, ledger_path: Path
+) -> None:
+    """What the ledger keeps of another user's released claim is theirs: GET answers 403
+    (who owned it, as for their live claim), not its devices, reason or message."""
+    app = extension(jp_serverapp)
+    theirs = await app.call(app.service.create, Caller("someone-else"), {"gpu": 1})
+    other = Ledger(ledger_path)  # another writer of the ledger: not this server
+    with other.transaction() as tx:
+        [record] = [r for r in Ledger.claims(tx) if r.name == theirs.name]
+        Ledger.delete(tx, record, "user", time.time(), "their own words")
+    r = await jp_fetch("dra", "api", "claims", theirs.name, raise_error=False)
+    assert r.code == 403
+    text = r.body.decode()
+    assert "someone-else" in body(r)["message"]
+    assert "their own words" not in text and "devices" not in text
 
 
 @pytest.mark.parametrize(

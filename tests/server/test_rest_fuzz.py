@@ -21,10 +21,8 @@ import os
 import secrets
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,18 +34,38 @@ from hypothesis import strategies as st
 
 from dra_jupyter.local.ledger import Ledger
 from tests.fuzzing import fuzz_settings
+from tests.helpers import running
 from tests.server.test_wire_contract import REF, validator
 
 ERROR = validator({"$ref": REF + "Error"})  # closed: no field the spec does not describe
 SOCKET_DIR = "/tmp" if Path("/tmp").is_dir() else None  # a Unix socket's path: ~100 bytes at most
-START_TRIES = 600  # x 0.1 s: how long the server may take to answer before the test fails
+START_SECONDS = 60.0  # how long the server may take to answer before the test fails
 MAX_MESSAGE = 1000  # an error's one line is at most this long: values in it are cut
 
 
 class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
+    """HTTP over the server's Unix socket. ``one_write``: the request goes out in one write,
+    headers and body, when its answer is asked for (as a browser sends a small one):
+    http.client writes the body after the headers, and a server that refuses the request
+    from its headers (authentication first) answers and closes the connection, which a
+    body written after that meets as a broken pipe."""
+
+    def __init__(self, path: str, timeout: float, *, one_write: bool = False) -> None:
         super().__init__("localhost", timeout=timeout)
         self.unix_path = path
+        self._held: list[bytes] | None = [] if one_write else None
+
+    def send(self, data: Any) -> None:
+        if self._held is not None and isinstance(data, bytes):
+            self._held.append(data)
+        else:
+            super().send(data)
+
+    def getresponse(self) -> http.client.HTTPResponse:
+        if self._held:
+            held, self._held = b"".join(self._held), []
+            super().send(held)
+        return super().getresponse()
 
     def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -82,8 +100,8 @@ class Server:
     ledger: Path
     log: Path
 
-    def connection(self, timeout: float = 60) -> _UnixConnection:
-        return _UnixConnection(str(self.sock), timeout)
+    def connection(self, timeout: float = 60, *, one_write: bool = False) -> _UnixConnection:
+        return _UnixConnection(str(self.sock), timeout, one_write=one_write)
 
     def call(
         self,
@@ -94,8 +112,9 @@ class Server:
         *,
         token: bool = True,
     ) -> Reply:
-        """One request on a new connection; ``path`` is under the server's root."""
-        conn = self.connection()
+        """One request on a new connection, in one write; ``path`` is under the server's
+        root."""
+        conn = self.connection(one_write=True)
         try:
             sent = {"Content-Type": "application/json", **(headers or {})}
             if token:
@@ -128,31 +147,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     ]  # fmt: skip
     if os.geteuid() == 0:
         argv.append("--allow-root")
-    log_path = tmp / "server.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-        found = Server(sock, token, tmp / "ledger.sqlite", log_path)
-        try:
-            for _ in range(START_TRIES):
-                if proc.poll() is not None:
-                    raise AssertionError(f"jupyter server exited: {log_path.read_text()}")
-                try:
-                    if found.call("GET", "/dra/api/devices").status == 200:
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.1)
-            else:
-                raise AssertionError(f"jupyter server did not answer: {log_path.read_text()}")
+    found = Server(sock, token, tmp / "ledger.sqlite", tmp / "server.log")
+    try:
+        with running(
+            argv,
+            log=found.log,
+            ready=lambda: found.call("GET", "/dra/api/devices").status == 200,
+            env=env,
+            wait=START_SECONDS,
+            what="jupyter server",
+        ):
             yield found
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            shutil.rmtree(short, ignore_errors=True)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def error_line(reply: Reply) -> str:

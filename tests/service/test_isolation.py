@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from dra_jupyter.api import Session
@@ -28,10 +29,11 @@ from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
-from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.local.ledger import SCHEMA_VERSION, Ledger
 from dra_jupyter.server.service import Caller, ClaimService
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import USER_LABEL, Owner
+from tests.local.ledger_v1 import write_v1
 from tests.service.accounts import (
     Child,
     Service,
@@ -387,22 +389,36 @@ def test_the_policy_is_read_again_on_sighup(users: dict[str, User]) -> None:
         assert limits["ok"]["gpus"] == {"value": 3.0, "source": "default"}
 
 
-def test_an_embedded_ledger_is_imported(users: dict[str, User], tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, SCHEMA_VERSION])
+def test_an_embedded_ledger_is_imported(
+    users: dict[str, User], tmp_path: Path, version: int
+) -> None:
     alice = users["alice"]
     old = tmp_path / "embedded.sqlite"
+    scratch = tmp_path / "scratch.sqlite"
     inventory = resolve_inventory("h200-8x")
     classes = [c["metadata"]["name"] for c in inventory.device_classes]
     host = socket.gethostname()
+    made = []
     for name, pid in (("kept", 0), ("gone", 2**22 + 1)):  # a pid above any pid_max: gone
         owner = Owner(user=alice.name, host=host, pid=pid, start_time=None)
-        backend = LocalBackend(inventory, Ledger(old), owner)
-        backend.allocate(build_claim(name, {"gpu": 2}, classes=classes), lease=3600)
+        backend = LocalBackend(inventory, Ledger(scratch if version == 1 else old), owner)
+        made.append(backend.allocate(build_claim(name, {"gpu": 2}, classes=classes), lease=3600))
+    if version == 1:  # the same claims, in a ledger that version 1 of the schema wrote
+        write_v1(old, made, [])
+    before = sqlite_dump(old)
     with service(admin_policy(users), ("--import-ledger", str(old))) as svc:
         [claim] = live(svc)
         assert claim["name"] == "kept" and claim["owner"]["user"] == alice.name
         assert "claim gone of" in svc.log.read_text()  # left, and said why
         done = run_as(alice, svc.env(), lambda: cli(["release", "kept"]))["ok"]
         assert done["out"] == "released: kept\n"
+    assert sqlite_dump(old) == before  # read as it was: not migrated, nothing changed
+
+
+def sqlite_dump(path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return list(conn.iterdump())
 
 
 def test_the_magics_cannot_release_another_users_claim(users: dict[str, User]) -> None:
@@ -465,6 +481,34 @@ def test_a_jupyter_server_of_another_user_cannot_release_a_claim(users: dict[str
         assert "alice-r" not in answer["ok"]["listed"]
         assert answer["ok"]["made"] == bob.name
         assert "alice-r" in [c["name"] for c in live(svc)]
+
+
+def test_a_claim_released_by_the_cli_reads_as_released_in_a_jupyter_server(
+    users: dict[str, User],
+) -> None:
+    """GET claims/{name} (``claim_or_released``) of a claim that another process (the CLI)
+    released: the ledger keeps its end, so the server says why, not 404; another user is
+    told nothing of it."""
+    alice, bob = users["alice"], users["bob"]
+    with service(admin_policy(users)) as svc:
+        made = run_as(alice, svc.env(), lambda: cli(["request", "gpu=1", "--name", "alice-e"]))
+        assert made["ok"]["code"] == 0, made
+        gone = run_as(alice, svc.env(), lambda: cli(["release", "alice-e"]))
+        assert gone["ok"]["code"] == 0, gone
+
+        def card(user: str) -> Any:
+            claims = ClaimService(Settings.from_env(), live_kernels=list)
+            try:
+                record, ended = claims.claim_or_released(Caller(user=user), "alice-e")
+            except DraJupyterError as err:
+                return type(err).__name__
+            assert ended is not None
+            return [record.name, record.owner.user, record.device_keys, ended.reason]
+
+        answer = run_as(alice, svc.env(), lambda: card(alice.name))
+        assert answer["ok"][:2] == ["alice-e", alice.name], answer
+        assert len(answer["ok"][2]) == 1 and answer["ok"][3] == "user"
+        assert run_as(bob, svc.env(), lambda: card(alice.name)) == {"ok": "ClaimNotFoundError"}
 
 
 def test_a_socket_of_another_user_is_not_taken_for_the_service(users: dict[str, User]) -> None:

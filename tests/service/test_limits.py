@@ -4,10 +4,13 @@ one line that names the limit and where it comes from."""
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import replace
 from typing import Any
 
 from dra_jupyter.api import Session
+from dra_jupyter.server.service import Caller, ClaimService
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
 from tests.service.accounts import Child, User, run_as, service, wait_for
@@ -49,6 +52,55 @@ def test_mig_slices_are_limited(users: dict[str, User]) -> None:
                 "the request needs 1 more"
             )
         )
+
+
+def test_a_share_of_a_gpu_is_limited(users: dict[str, User]) -> None:
+    """``gpu_share``: the shares (consumable capacity) a user holds, summed in percent of
+    one H200's memory (143771Mi), across GPUs; another user's shares do not count."""
+    alice, bob = users["alice"], users["bob"]
+    group = bob.name  # his user-private group
+    policy = admin_policy(users, f'[limits]\ngpu_share = "80%"\n[groups.{group}]\ngpu_share = 50\n')
+    with service(policy, inventory="h200-shared") as svc:
+
+        def ask() -> list[str]:
+            s = detached()
+            made = [s.request(gpu=1, share="57508Mi", lease=600, apply_env=False).name]  # 40%
+            made.append(error_of(lambda: s.request(gpu=1, share="28754Mi", apply_env=False)))
+            made.append(s.request(gpu=1, share="14377Mi", lease=600, apply_env=False).name)
+            made.append(error_of(lambda: s.request(gpu=1, share="1Gi", apply_env=False)))
+            return made
+
+        answer = run_as(bob, svc.env(), ask)
+        assert "ok" in answer, answer
+        first, twenty, ten, more = answer["ok"]
+        assert (first, ten) == (f"{bob.name}-1", f"{bob.name}-2")  # 40% + 10%: at the limit
+        assert twenty == (
+            f"LimitError: user {bob.name}: limit 50% of a GPU (group {group}), holds 40%; "
+            "the request needs 20% more"
+        )
+        assert more == (
+            f"LimitError: user {bob.name}: limit 50% of a GPU (group {group}), holds 50%; "
+            "the request needs 0.7% more"
+        )
+
+        def alices() -> list[str]:  # her own limit (the default, 80%): bob's shares are his
+            s = detached()
+            return [
+                s.request(gpu=1, share="57508Mi", lease=600, apply_env=False).name,
+                error_of(lambda: s.request(gpu=1, share="60000Mi", apply_env=False)),
+            ]
+
+        mine, over = run_as(alice, svc.env(), alices)["ok"]
+        assert mine == f"{alice.name}-1"
+        assert over == (
+            f"LimitError: user {alice.name}: limit 80% of a GPU (default), holds 40%; "
+            "the request needs 41.7% more"
+        )
+        assert sorted(c["name"] for c in live(svc)) == [
+            f"{alice.name}-1",
+            f"{bob.name}-1",
+            f"{bob.name}-2",
+        ]
 
 
 def test_the_longest_lease_the_default_lease_and_the_longest_wait(users: dict[str, User]) -> None:
@@ -99,6 +151,95 @@ def test_an_idle_claim_of_a_process_is_released_and_a_kept_one_is_not(
             assert [c["name"] for c in live(svc)] == [leased["ok"]]  # lives by its lease
         finally:
             holder.kill()
+
+
+def test_a_claim_the_daemon_releases_is_announced_by_the_jupyter_server(
+    users: dict[str, User],
+) -> None:
+    """A claim of a server's kernel that the daemon releases (here: idle, by the policy)
+    comes out of the server's sweep as released, with the daemon's reason: the server
+    emits its ``released`` event and its GET claims/{name} says why, as for a release of
+    its own. Only once, however often it sweeps."""
+    alice = users["alice"]
+    policy = admin_policy(users, '[limits]\nidle = "2s"\n')
+    with service(policy) as svc:
+
+        def server() -> Any:
+            claims = ClaimService(Settings.from_env(), live_kernels=list)
+            caller = Caller(user=alice.name)
+            made = claims.create(caller, {"gpu": 1})
+            deadline = time.monotonic() + 60  # a bound, not a timing: the daemon ticks by 1s
+            while claims.released.empty() and time.monotonic() < deadline:
+                claims.claims(caller)  # a sweep, as a board's poll makes
+                time.sleep(0.2)
+            for _ in range(3):
+                claims.claims(caller)
+            announced = []
+            while not claims.released.empty():
+                record, reason = claims.released.get_nowait()
+                announced.append([record.name, reason])
+            record, gone = claims.claim_or_released(caller, made.name)
+            return {
+                "made": made.name,
+                "announced": announced,
+                "card": [record.name, gone.reason if gone else None],
+            }
+
+        answer = run_as(alice, svc.env(), server)
+        assert "ok" in answer, answer
+        name = answer["ok"]["made"]
+        assert answer["ok"]["announced"] == [[name, "idle"]]
+        assert answer["ok"]["card"] == [name, "idle"]
+        assert released(svc).get(name) == "idle"
+        # the daemon's words, kept in the ledger for whoever asks later (its own idle limit)
+        assert read(svc, f"SELECT message FROM releases WHERE name = '{name}'") == [
+            ("idle for 2s",)
+        ]
+
+
+def test_a_kernels_claim_the_daemon_reclaims_is_announced_by_the_jupyter_server(
+    users: dict[str, User],
+) -> None:
+    """A claim a kernel of the server made (held by the kernel's process) that the daemon
+    releases when that process ends (``kernel-shutdown``) is announced by the server too."""
+    alice = users["alice"]
+    with service(admin_policy(users)) as svc:
+
+        def server() -> Any:
+            to_kernel_r, to_kernel_w = os.pipe()
+            from_kernel_r, from_kernel_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the kernel: makes its claim, then ends when told
+                code = 1
+                try:
+                    owner = replace(Owner.current(), kernel_id="k-1")
+                    made = Session(Settings.from_env(), owner=owner).request(gpu=1)
+                    os.write(from_kernel_w, made.name.encode() + b"\n")
+                    os.read(to_kernel_r, 1)
+                    code = 0
+                finally:
+                    os._exit(code)
+            name = os.read(from_kernel_r, 256).decode().strip()
+            claims = ClaimService(Settings.from_env(), live_kernels=lambda: ["k-1"])
+            caller = Caller(user=alice.name)
+            seen = [r.name for r in claims.claims(caller)]  # a sweep: the server sees it
+            os.write(to_kernel_w, b"x")  # the kernel ends: its pidfd tells the daemon
+            os.waitpid(pid, 0)
+            deadline = time.monotonic() + 60  # a bound, not a timing
+            while claims.released.empty() and time.monotonic() < deadline:
+                claims.claims(caller)
+                time.sleep(0.1)
+            announced = []
+            while not claims.released.empty():
+                record, reason = claims.released.get_nowait()
+                announced.append([record.name, reason])
+            return {"name": name, "seen": seen, "announced": announced}
+
+        answer = run_as(alice, svc.env(), server)
+        assert "ok" in answer, answer
+        name = answer["ok"]["name"]
+        assert answer["ok"]["seen"] == [name]
+        assert answer["ok"]["announced"] == [[name, "kernel-shutdown"]]
 
 
 def test_a_users_rate_and_queue_are_bounded(users: dict[str, User]) -> None:

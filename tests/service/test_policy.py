@@ -26,6 +26,7 @@ claims_per_user = 16
 [limits]
 gpus = 4
 mig = 7
+gpu_share = "150%"
 lease_max = "8h"
 lease_default = "1h"
 wait_max = "30m"
@@ -34,6 +35,7 @@ idle = 600
 [groups.students]
 gpus = 2
 lease_max = "2h"
+gpu_share = 50
 
 [groups.staff]
 gpus = 0
@@ -68,6 +70,7 @@ def test_every_knob_is_read(tmp_path: Path) -> None:
     assert limits.to_dict() == {
         "gpus": {"value": 4, "source": "default"},
         "mig": {"value": 7, "source": "default"},
+        "gpu_share": {"value": 150, "source": "default"},
         "lease_max": {"value": 8 * 3600, "source": "default"},
         "lease_default": {"value": 3600, "source": "default"},
         "wait_max": {"value": 1800, "source": "default"},
@@ -82,6 +85,7 @@ def test_a_user_gets_their_own_limit_else_their_most_generous_group(tmp_path: Pa
     assert policy.limits("alice", ("students", "staff")).gpus == Limit(0, "group staff")  # none
     assert policy.limits("alice", ("students",)).lease_max == Limit(7200, "group students")
     assert policy.limits("alice", ("students",)).mig == Limit(7, "default")
+    assert policy.limits("alice", ("students",)).gpu_share == Limit(50, "group students")
     assert policy.limits("bob", ("staff",)).gpus == Limit(1, "user bob")  # the user wins
     assert policy.limits("bob", ()).idle == Limit(0, "user bob")
 
@@ -117,6 +121,9 @@ def test_no_file_is_every_default() -> None:
         ("[groups.students]\ngpu = 2\n", "[groups.students]: unknown key 'gpu'"),
         ("[groups]\nstudents = 2\n", "'students' must be a table of limits"),
         ("[users.bob]\nmig = -1\n", "[users.bob]: mig must be a whole number"),
+        ("[limits]\ngpu_share = 'half'\n", "gpu_share must be a percentage of one GPU"),
+        ("[limits]\ngpu_share = -5\n", "gpu_share must be a percentage of one GPU"),
+        ("[limits]\ngpu_share = true\n", "gpu_share must be a percentage of one GPU"),
     ],
 )
 def test_a_mistake_is_refused_in_one_line_naming_the_key(

@@ -61,6 +61,8 @@ def test_every_frame_of_every_op_validates() -> None:
         backend.adopt("k-1", owner, 0)
         backend.release(made.name, "idle")
         backend.released_at(made.name)
+        assert backend.ended(made.name) is not None
+        assert backend.metrics_source().sample((), 0.0)
         with contextlib.suppress(DraJupyterError):  # a refusal, for its frame
             backend.allocate(build_claim("", {"gpu": 9}, classes=classes), checked=True)
         for frame in (b"nonsense\n", b'{"v": 2, "id": 1, "op": "hello"}\n'):

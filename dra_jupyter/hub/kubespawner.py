@@ -1,0 +1,401 @@
+"""KubeSpawner with devices through Dynamic Resource Allocation.
+
+:class:`DRAKubeSpawner` gives a hub user's server the devices of the chosen profile::
+
+    c.JupyterHub.spawner_class = "dra_jupyter.hub.kubespawner.DRAKubeSpawner"
+    c.DRAKubeSpawner.profile_list = [
+        {"display_name": "1 H200", "slug": "h200",
+         "kubespawner_override": {"dra_request": {"gpu": 1, "model": "H200"},
+                                  "dra_lease": "8h", "dra_idle_timeout": "1h"}},
+        {"display_name": "No GPU", "slug": "cpu",
+         "kubespawner_override": {"dra_request": {}}},
+    ]
+
+On start it creates a ResourceClaimTemplate for ``dra_request`` (``dra.request``
+keywords, :mod:`dra_jupyter.claimspec`) named for the server's pod, and adds to the pod
+``spec.resourceClaims`` (the template) and the notebook container's ``resources.claims``,
+keeping its ``resources.limits`` and ``requests``. The resourceclaim controller makes the
+pod's claim from the template, owned by the pod; kube-scheduler allocates it and binds
+the pod. Why a template (:mod:`dra_jupyter.kube.spawn`): its claim goes with the pod,
+and Kueue counts templates that pods reference. The template is owned by the pod once
+the pod exists, and deleted when the server stops, with any claim left of it.
+
+The progress stream (the spawn page) interleaves KubeSpawner's pod events with the
+claim's states; when the pod cannot be scheduled, the scheduler's reason and our
+explanation come within seconds, and (``dra_fail_unschedulable_after``) the spawn fails
+with them instead of waiting for ``start_timeout``.
+
+The single-user server runs the dra-jupyter server extension on the Kubernetes backend
+(``DRA_JUPYTER_BACKEND=kubernetes``, the namespace, the pod's name as server id), so
+``%dra`` claims made from notebooks belong to the hub user (``JUPYTERHUB_USER``) and are
+released when idle (``dra_idle_timeout``; needs ``cmd``, as zero-to-jupyterhub sets it).
+
+Stock KubeSpawner: the three hooks :func:`pre_spawn_hook`, :func:`modify_pod_hook` and
+:func:`after_pod_created_hook` do the same without the progress (the template then goes
+with the pod, by its owner reference).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from kubespawner import KubeSpawner
+from traitlets import Dict, Float, List, Unicode
+
+from dra_jupyter.claimspec import CLAIM_KEYS
+from dra_jupyter.durations import parse_duration, parse_lease
+from dra_jupyter.errors import AllocationError, InvalidInputError, shown
+from dra_jupyter.hub.pod import add_claim
+from dra_jupyter.hub.progress import DeviceProgress, Event, interleave, never_back
+from dra_jupyter.kube.connect import api_client
+from dra_jupyter.kube.spawn import POD_CLAIM, ServerDevices, claim_template, generated_claim
+from dra_jupyter.settings import check_server_id, default_server_id
+from dra_jupyter.verdicts import describe
+
+KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+DRA_TRAITS = ("dra_request", "dra_lease", "dra_idle_timeout", "dra_kueue_queue")
+POLL_S = 1.0  # how often a spawn looks at its pod and claim
+
+
+class SpawnDevicesError(AllocationError):
+    """A spawn failed for its devices; JupyterHub shows ``jupyterhub_message`` (and the
+    HTML) on the spawn page."""
+
+    def __init__(self, message: str, html_message: str | None = None) -> None:
+        super().__init__(message)
+        self.jupyterhub_message = message
+        self.jupyterhub_html_message = html_message
+
+
+@functools.cache
+def _devices(kubeconfig: str, namespace: str) -> ServerDevices:
+    """One API client per kubeconfig and namespace, for the life of the hub."""
+    return ServerDevices(api_client(kubeconfig or None), namespace)
+
+
+def template_name(pod_name: str) -> str:
+    return f"{pod_name}-{POD_CLAIM}"[:253]
+
+
+def checked_request(request: Mapping[str, Any], allowed: list[str], where: str) -> dict[str, Any]:
+    """``request`` when each keyword is one ``allowed``; else InvalidInputError."""
+    if not isinstance(request, Mapping):
+        raise InvalidInputError(f"{where}: dra_request must be a dict of dra.request keywords")
+    for key in request:
+        if key not in allowed:
+            known = ", ".join(k for k in allowed)
+            raise InvalidInputError(
+                f"{where}: dra_request keyword {shown(key)} is not allowed here; use "
+                f"{known} (lease and idle timeout are dra_lease and dra_idle_timeout)"
+            )
+    return dict(request)
+
+
+class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyped
+    """KubeSpawner whose profiles ask for devices with ``dra.request`` keywords."""
+
+    dra_request = Dict(
+        config=True,
+        help="""The server's devices as dra.request keywords ({"gpu": 1, "memory":
+        "80Gi"}, {"mig": "3g.71gb"}); {} for none. Set per profile in
+        kubespawner_override.""",
+    )
+    dra_lease = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="""Longest the server may hold its devices ("8h"): the pod's
+        activeDeadlineSeconds (the pod, and so its claim, ends then). None: no limit.""",
+    )
+    dra_idle_timeout = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="""The idle release of claims made from the server's notebooks ("1h"), as
+        c.DRAExtensionApp.idle_timeout of its server extension (passed as an argument, so
+        KubeSpawner.cmd must be set). None: the extension's default.""",
+    )
+    dra_kueue_queue = Unicode(
+        "",
+        config=True,
+        help="""A Kueue LocalQueue: the pod gets the label kueue.x-k8s.io/queue-name, so
+        that cluster quota counts its devices (Kueue counts templates referenced from
+        pods). Empty: no label.""",
+    )
+    dra_namespace = Unicode(
+        "",
+        config=True,
+        help="""The namespace of the claims made from the server's notebooks
+        (DRA_JUPYTER_NAMESPACE). Empty: the pod's namespace. The pod's own template is
+        always in the pod's namespace.""",
+    )
+    dra_kubeconfig = Unicode(
+        "",
+        config=True,
+        help="""A kubeconfig for the hub's own calls (templates, claims, slices). Empty:
+        the pod's service account, else $KUBECONFIG, else ~/.kube/config, as KubeSpawner
+        finds them.""",
+    )
+    dra_allowed_keys = List(
+        Unicode(),
+        default_value=list(CLAIM_KEYS),
+        config=True,
+        help="""The dra.request keywords a profile's dra_request may use; a spawn whose
+        request uses another is refused before anything is created.""",
+    )
+    dra_fail_unschedulable_after = Float(
+        5.0,
+        allow_none=True,
+        config=True,
+        help="""Seconds the pod may stay unschedulable (explained) before the spawn fails
+        with the scheduler's reason and why; None waits for start_timeout.""",
+    )
+    dra_explain_after = Float(
+        8.0,
+        config=True,
+        help="""Seconds a claim may stay pending without the pod being unschedulable
+        before the spawn explains it anyway.""",
+    )
+
+    _start_future: asyncio.Future[Any] | None  # KubeSpawner's: what progress() follows
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # KubeSpawner merges a profile's dict overrides into the trait: each spawn starts
+        # again from what was configured, not from the previous spawn's profile
+        self._dra_configured = {k: copy.deepcopy(getattr(self, k)) for k in DRA_TRAITS}
+        self._dra_progress: DeviceProgress | None = None
+        self._dra_events: list[Event] = []
+
+    # --- options -----------------------------------------------------------------------------
+
+    async def load_user_options(self) -> None:
+        if "dra_request" in (self.user_options or {}):
+            raise SpawnDevicesError(
+                f"spawn {self._log_name}: user_options may not carry dra_request; choose "
+                "one of the profiles"
+            )
+        for key, value in self._dra_configured.items():
+            setattr(self, key, copy.deepcopy(value))
+        await super().load_user_options()
+        checked_request(self.dra_request, list(self.dra_allowed_keys), f"spawn {self._log_name}")
+        parse_lease(self.dra_lease, what="dra_lease")
+        parse_duration(self.dra_idle_timeout, what="dra_idle_timeout")
+
+    @property
+    def _dra(self) -> ServerDevices:
+        return _devices(self.dra_kubeconfig, self.namespace)
+
+    def dra_server_id(self) -> str:
+        return check_server_id(default_server_id(self.pod_name), "DRAKubeSpawner server id")
+
+    def get_env(self) -> dict[str, str]:
+        env: dict[str, str] = super().get_env()
+        env.setdefault("DRA_JUPYTER_BACKEND", "kubernetes")
+        env.setdefault("DRA_JUPYTER_NAMESPACE", self.dra_namespace or self.namespace)
+        env.setdefault("DRA_JUPYTER_SERVER_ID", self.dra_server_id())
+        return env
+
+    def get_args(self) -> list[str]:
+        args: list[str] = super().get_args()
+        idle = parse_duration(self.dra_idle_timeout, what="dra_idle_timeout")
+        if idle is not None:
+            args.append(f"--DRAExtensionApp.idle_timeout={idle:g}")
+        return args
+
+    async def get_pod_manifest(self) -> Any:
+        """KubeSpawner's pod, with the template of ``dra_request`` (created here, just
+        before the pod is) as its claim; the lease as activeDeadlineSeconds."""
+        pod = await super().get_pod_manifest()
+        lease = parse_lease(self.dra_lease, what="dra_lease")
+        labels = {KUEUE_LABEL: self.dra_kueue_queue} if self.dra_kueue_queue else {}
+        if not self.dra_request:
+            return add_claim(pod, None, labels=labels, active_deadline=lease)
+        name = template_name(self.pod_name)
+        request = dict(self.dra_request)
+        self._dra_progress = DeviceProgress(describe(request), name)
+        dra = self._dra
+        classes = await asyncio.to_thread(dra.device_classes)
+        template = claim_template(
+            name,
+            request,
+            namespace=self.namespace,
+            user=self.user.name,
+            pod=self.pod_name,
+            classes=classes,
+            lease=lease,
+        )
+        await asyncio.to_thread(dra.create_template, template)
+        self._dra_events.append(self._dra_progress.requested())
+        self.log.info("dra: %s asks for %s (template %s)", self._log_name, describe(request), name)
+        return add_claim(pod, name, labels=labels, active_deadline=lease)
+
+    # --- start, stop -------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Future[Any]:
+        self._dra_progress = None
+        self._dra_events = []
+        self._start_future = asyncio.ensure_future(self._dra_start())
+        return self._start_future
+
+    async def _dra_start(self) -> Any:
+        start = asyncio.ensure_future(self._start())
+        watch = asyncio.ensure_future(self._dra_watch())
+        try:
+            done, _ = await asyncio.wait({start, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if watch in done:
+                watch.result()  # it ends only to fail the spawn
+            url = await start
+            watch.cancel()
+            # the pod runs: what changed since the last look is told all the same
+            await self._dra_observe(fail=False)
+            return url
+        finally:
+            for task in (start, watch):
+                task.cancel()
+            await asyncio.gather(start, watch, return_exceptions=True)
+
+    async def _dra_watch(self) -> None:
+        """Follow the pod and its claim while the spawn runs (:meth:`_dra_observe`, each
+        second) until it fails the spawn."""
+        owned = False
+        while True:
+            await asyncio.sleep(POLL_S)
+            owned = await self._dra_observe(fail=True, owned=owned)
+
+    async def _dra_observe(self, *, fail: bool, owned: bool = False) -> bool:
+        """Look at the pod and its claim once: announce each change, own the template by
+        the pod (once; returns whether it is), explain a pod that cannot be placed, and
+        (``fail``) fail the spawn when it stays so (raises SpawnDevicesError)."""
+        progress = self._dra_progress
+        reflector = self.pod_reflector
+        if progress is None or reflector is None:
+            return owned
+        pod = reflector.pods.get(f"{self.namespace}/{self.pod_name}")
+        if pod is None:
+            return owned
+        dra = self._dra
+        if not owned and pod.get("metadata", {}).get("uid"):
+            uid = pod["metadata"]["uid"]
+            await asyncio.to_thread(dra.own_template, progress.template, self.pod_name, uid)
+            owned = True
+        name = generated_claim(pod)
+        claim = await asyncio.to_thread(dra.claim, name) if name else None
+        now = time.monotonic()
+        self._dra_events.extend(progress.update(pod, claim, now))
+        if fail and progress.wants_explanation(now, self.dra_explain_after):
+            subject = claim or await asyncio.to_thread(dra.template, progress.template)
+            if subject is not None and "devices" not in (subject.get("spec") or {}):
+                subject = {**subject, "spec": subject["spec"]["spec"]}  # a template's claim
+            text = await asyncio.to_thread(dra.explain, subject or {}, dict(self.dra_request))
+            self._dra_events.append(progress.explained(text))
+        limit = self.dra_fail_unschedulable_after
+        since = progress.unschedulable_since
+        failing = fail and limit is not None and since is not None and now - since >= limit
+        if failing and progress.explanation:
+            message, markup = progress.failure()
+            self.log.warning("dra: %s: %s", self._log_name, message)
+            raise SpawnDevicesError(f"spawn {self._log_name}: {message}", markup)
+        return owned
+
+    async def stop(self, now: bool = False) -> None:
+        """KubeSpawner's stop (the pod deleted), then the template and any claim left."""
+        try:
+            await super().stop(now)
+        finally:
+            await self._dra_cleanup()
+
+    async def _dra_cleanup(self) -> None:
+        dra = self._dra
+        name = template_name(self.pod_name)
+        if await asyncio.to_thread(dra.delete_template, name):
+            self.log.info("dra: deleted template %s of %s", name, self._log_name)
+        for claim in await asyncio.to_thread(dra.delete_claims_of, self.pod_name):
+            self.log.info("dra: deleted claim %s of %s", claim, self._log_name)
+
+    # --- progress ----------------------------------------------------------------------------
+
+    async def progress(self) -> AsyncIterator[Event]:
+        """KubeSpawner's events interleaved with the devices' (:mod:`.progress`)."""
+        async for item in never_back(interleave(super().progress(), self._dra_stream())):
+            yield item
+
+    async def _dra_stream(self) -> AsyncIterator[Event]:
+        sent = 0
+        while True:
+            future = self._start_future
+            done = future is not None and future.done()
+            while sent < len(self._dra_events):
+                yield self._dra_events[sent]
+                sent += 1
+            if done:
+                return
+            await asyncio.sleep(POLL_S / 2)
+
+
+# --- stock KubeSpawner ------------------------------------------------------------------------
+
+
+def pre_spawn_hook(spawner: Any) -> None:
+    """``c.KubeSpawner.pre_spawn_hook``: the dra_* settings a profile's
+    kubespawner_override sets, reset for this spawn (stock KubeSpawner has no such
+    traits; its override merges dicts into what is there)."""
+    for key in DRA_TRAITS:
+        setattr(spawner, key, {} if key == "dra_request" else None)
+
+
+async def modify_pod_hook(spawner: Any, pod: Any) -> Any:
+    """``c.KubeSpawner.modify_pod_hook``: the template of ``spawner.dra_request`` created
+    and added to the pod, as :class:`DRAKubeSpawner` does (no progress, no early failure);
+    the server extension's environment set."""
+    request = checked_request(
+        getattr(spawner, "dra_request", None) or {}, list(CLAIM_KEYS), "modify_pod_hook"
+    )
+    lease = parse_lease(getattr(spawner, "dra_lease", None), what="dra_lease")
+    queue = getattr(spawner, "dra_kueue_queue", None)
+    labels = {KUEUE_LABEL: queue} if queue else {}
+    container = pod.spec.containers[0]
+    env = list(container.env or [])
+    names = {
+        getattr(e, "name", None) or (e.get("name") if isinstance(e, dict) else None) for e in env
+    }
+    for key, value in (
+        ("DRA_JUPYTER_BACKEND", "kubernetes"),
+        ("DRA_JUPYTER_NAMESPACE", spawner.namespace),
+        ("DRA_JUPYTER_SERVER_ID", default_server_id(spawner.pod_name)),
+    ):
+        if key not in names:
+            env.append({"name": key, "value": value})
+    container.env = env
+    if not request:
+        return add_claim(pod, None, labels=labels, active_deadline=lease)
+    dra = _devices("", spawner.namespace)
+    name = template_name(spawner.pod_name)
+    classes = await asyncio.to_thread(dra.device_classes)
+    template = claim_template(
+        name,
+        request,
+        namespace=spawner.namespace,
+        user=spawner.user.name,
+        pod=spawner.pod_name,
+        classes=classes,
+        lease=lease,
+    )
+    await asyncio.to_thread(dra.create_template, template)
+    return add_claim(pod, name, labels=labels, active_deadline=lease)
+
+
+async def after_pod_created_hook(spawner: Any, pod: Mapping[str, Any]) -> None:
+    """``c.KubeSpawner.after_pod_created_hook``: the pod owns its template, so that the
+    template is deleted with the pod."""
+    if getattr(spawner, "dra_request", None):
+        uid = pod["metadata"]["uid"]
+        dra = _devices("", spawner.namespace)
+        await asyncio.to_thread(
+            dra.own_template, template_name(spawner.pod_name), spawner.pod_name, uid
+        )

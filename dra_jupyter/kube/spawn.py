@@ -1,0 +1,311 @@
+"""A JupyterHub user's server on Kubernetes, as :mod:`dra_jupyter.hub.kubespawner` starts it:
+the ResourceClaimTemplate of its devices (which the pod references: the resourceclaim
+controller makes the pod's claim from it, owned by the pod), the pod's generated claim as
+it is now, and why kube-scheduler has not allocated it.
+
+A template rather than a claim of our own: the claim made from it is owned by the pod (it
+goes when the pod goes, whoever deletes the pod), and Kueue counts the devices of templates
+that pods reference (not of standalone claims). The template itself is deleted when the
+server stops, and owned by the pod once the pod exists, so that it goes with the pod too
+when the hub is not there to delete it.
+
+Synchronous (the official client); the spawner runs these calls in a thread.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.allocator import Allocator
+from dra_jupyter.claimspec import build_claim
+from dra_jupyter.errors import ClusterError
+from dra_jupyter.hints import impossible_hint
+from dra_jupyter.inventory.base import Wire
+from dra_jupyter.kube.backend import KubernetesBackend
+from dra_jupyter.kube.claims import forbidden
+from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
+from dra_jupyter.kube.records import claim_state
+from dra_jupyter.settings import Settings
+from dra_jupyter.types import USER_ANNOTATION, Owner, label_value
+
+TEMPLATES = "resourceclaimtemplates.resource.k8s.io"
+HUB_USER_LABEL = "dra-jupyter/hub-user"  # the hub user whose server the template is for
+HUB_SERVER_LABEL = "dra-jupyter/hub-server"  # the server's pod
+LEASE_ANNOTATION = "dra-jupyter/lease"  # seconds the server may hold its devices
+POD_CLAIM = "dra"  # the name of the pod's claim (spec.resourceClaims[].name)
+EXPLAIN_PROBE = "server-devices"  # the name the request is explained under
+# seconds to connect and to read each answer: a spawn never waits on a stale connection
+TIMEOUT = (5, 15)
+
+
+def claim_template(
+    name: str,
+    request: Mapping[str, Any],
+    *,
+    namespace: str,
+    user: str,
+    pod: str,
+    classes: Sequence[str] = (),
+    lease: float | None = None,
+) -> Wire:
+    """The ResourceClaimTemplate for ``request`` (``dra.request`` keywords) of ``user``'s
+    server in pod ``pod``; the claim made from it carries the same labels and the user in
+    full (:data:`~dra_jupyter.types.USER_ANNOTATION`)."""
+    labels = {HUB_USER_LABEL: label_value(user), HUB_SERVER_LABEL: label_value(pod)}
+    claim = build_claim(name, request, namespace=namespace, classes=classes)
+    annotations = {USER_ANNOTATION: user}
+    if lease is not None:
+        annotations[LEASE_ANNOTATION] = f"{lease:g}"
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {
+            "metadata": {"labels": labels, "annotations": {USER_ANNOTATION: user}},
+            "spec": claim["spec"],
+        },
+    }
+
+
+def generated_claim(pod: Mapping[str, Any], pod_claim: str = POD_CLAIM) -> str | None:
+    """The name of the claim the resourceclaim controller made for the pod's ``pod_claim``
+    (``status.resourceClaimStatuses``), or None while there is none yet."""
+    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
+        if status.get("name") == pod_claim and status.get("resourceClaimName"):
+            return str(status["resourceClaimName"])
+    return None
+
+
+class ServerDevices:
+    """The templates and claims of hub users' servers in one namespace."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.resource = client.ResourceV1Api(api)
+        self.core = client.CoreV1Api(api)
+
+    def _error(self, error: Exception, verb: str, resource: str, action: str) -> ClusterError:
+        if isinstance(error, ApiException) and error.status == 403:
+            return forbidden(error, verb, resource, self.namespace, action)
+        return cluster_error(error, action, self.api)
+
+    def device_classes(self) -> list[str]:
+        """The names of the cluster's DeviceClasses ([] when RBAC hides them: the request's
+        default class is used)."""
+        try:
+            listed = self.resource.list_device_class(_request_timeout=TIMEOUT)
+        except ApiException as error:
+            if error.status == 403:
+                return []
+            raise self._error(error, "list", "deviceclasses", "spawn") from error
+        except urllib3.exceptions.HTTPError as error:
+            raise self._error(error, "list", "deviceclasses", "spawn") from error
+        return [c.metadata.name for c in listed.items if c.metadata and c.metadata.name]
+
+    def create_template(self, template: Wire) -> Wire:
+        """Create ``template``; one of that name left from an earlier start is replaced (a
+        template's spec cannot change)."""
+        name = template["metadata"]["name"]
+        action = f"spawn: creating ResourceClaimTemplate {name}"
+        body = to_model(client.V1ResourceClaimTemplate, template)
+        for attempt in range(2):
+            try:
+                created = self.resource.create_namespaced_resource_claim_template(
+                    self.namespace, body=body, _request_timeout=TIMEOUT
+                )
+            except ApiException as error:
+                if error.status == 409 and attempt == 0:
+                    self.delete_template(name)
+                    continue
+                raise self._error(error, "create", TEMPLATES, action) from error
+            except urllib3.exceptions.HTTPError as error:
+                raise self._error(error, "create", TEMPLATES, action) from error
+            return to_wire(self.api, created)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def own_template(self, name: str, pod: str, uid: str) -> bool:
+        """Make pod ``pod`` (of ``uid``) the template's owner, so that it is deleted with the
+        pod; False if the template is gone."""
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}
+        body = {"metadata": {"ownerReferences": [owner]}}
+        try:
+            self.resource.patch_namespaced_resource_claim_template(
+                name, self.namespace, body, _request_timeout=TIMEOUT
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise self._error(error, "patch", TEMPLATES, f"spawn: template {name}") from error
+        except urllib3.exceptions.HTTPError as error:
+            raise self._error(error, "patch", TEMPLATES, f"spawn: template {name}") from error
+        return True
+
+    def template(self, name: str) -> Wire | None:
+        try:
+            got = self.resource.read_namespaced_resource_claim_template(
+                name, self.namespace, _request_timeout=TIMEOUT
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise self._error(error, "get", TEMPLATES, f"template {name}") from error
+        except urllib3.exceptions.HTTPError as error:
+            raise self._error(error, "get", TEMPLATES, f"template {name}") from error
+        return to_wire(self.api, got)
+
+    def delete_template(self, name: str) -> bool:
+        """Delete the template; False if it was gone."""
+        try:
+            self.resource.delete_namespaced_resource_claim_template(
+                name, self.namespace, _request_timeout=TIMEOUT
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise self._error(error, "delete", TEMPLATES, f"stop: template {name}") from error
+        except urllib3.exceptions.HTTPError as error:
+            raise self._error(error, "delete", TEMPLATES, f"stop: template {name}") from error
+        return True
+
+    def pod(self, name: str) -> Wire | None:
+        try:
+            got = self.core.read_namespaced_pod(name, self.namespace, _request_timeout=TIMEOUT)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise self._error(error, "get", "pods", f"spawn: pod {name}") from error
+        except urllib3.exceptions.HTTPError as error:
+            raise self._error(error, "get", "pods", f"spawn: pod {name}") from error
+        return to_wire(self.api, got)
+
+    def claim(self, name: str) -> Wire | None:
+        try:
+            got = self.resource.read_namespaced_resource_claim(
+                name, self.namespace, _request_timeout=TIMEOUT
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise self._error(error, "get", "resourceclaims", f"spawn: claim {name}") from error
+        except urllib3.exceptions.HTTPError as error:
+            raise self._error(error, "get", "resourceclaims", f"spawn: claim {name}") from error
+        return to_wire(self.api, got)
+
+    def claims_of(self, pod: str) -> list[Wire]:
+        """The claims of hub server ``pod`` (made from its template), deleted or not."""
+        selector = f"{HUB_SERVER_LABEL}={label_value(pod)}"
+        try:
+            listed = self.resource.list_namespaced_resource_claim(
+                self.namespace, label_selector=selector, _request_timeout=TIMEOUT
+            )
+        except (ApiException, urllib3.exceptions.HTTPError) as error:
+            raise self._error(error, "list", "resourceclaims", f"stop: pod {pod}") from error
+        return [to_wire(self.api, c) for c in listed.items]
+
+    def delete_claims_of(self, pod: str) -> list[str]:
+        """Delete what is left of the claims of hub server ``pod`` (the resourceclaim
+        controller deletes them with the pod; this is for a pod that was never made, or a
+        controller that is behind); the names deleted."""
+        deleted = []
+        for claim in self.claims_of(pod):
+            name = claim["metadata"]["name"]
+            try:
+                self.resource.delete_namespaced_resource_claim(
+                    name, self.namespace, _request_timeout=TIMEOUT
+                )
+            except ApiException as error:
+                if error.status == 404:
+                    continue
+                raise self._error(error, "delete", "resourceclaims", f"stop: {name}") from error
+            except urllib3.exceptions.HTTPError as error:
+                raise self._error(error, "delete", "resourceclaims", f"stop: {name}") from error
+            deleted.append(name)
+        return deleted
+
+    def explain(self, claim: Wire, request: Mapping[str, Any] | None = None) -> str:
+        """Why ``claim`` (a template's or a generated claim) is not allocated, in lines:
+        never on this cluster (and why), or not now (per node, what is missing) and who
+        holds the devices now."""
+        return explain_pending(self.api, self.namespace, claim, request)
+
+
+def explain_pending(
+    api: client.ApiClient,
+    namespace: str,
+    claim: Wire,
+    request: Mapping[str, Any] | None = None,
+) -> str:
+    """See :meth:`ServerDevices.explain`; the cluster's slices and claims as the Kubernetes
+    backend reads them (every namespace where RBAC allows, else this one)."""
+    settings = Settings(ledger=Path("/nonexistent"), namespace=namespace, kube_retries=1)
+    backend = KubernetesBackend(settings, Owner(user="", host="", pid=0), api=api)
+    inventory = backend.inventory()
+    meta = claim.get("metadata") or {}
+    probe: Wire = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": EXPLAIN_PROBE, "namespace": namespace},
+        "spec": claim.get("spec") or {},
+    }
+    if not inventory.slices:
+        if not backend.slices_readable:
+            return "RBAC hides the cluster's ResourceSlices from the hub, so it cannot say more"
+        return "the cluster publishes no devices (no ResourceSlices)"
+    idle = Allocator(inventory.slices, inventory.device_classes, [], "first-fit")
+    if idle.allocate([probe]) is None:
+        hint = impossible_hint(request, inventory) if request is not None else None
+        head = "can never be met on this cluster, even with every device free"
+        lines = [f"{head}: {hint}" if hint else head]
+        lines += _ours(idle.explain([probe]).summary(), namespace)
+        return "\n".join(lines)
+    me = (meta.get("namespace"), meta.get("name"))
+    held = [r for r in backend.holders() if (r.namespace, r.name) != me]
+    explanation = backend.allocator(held).explain([probe])
+    if explanation.satisfiable:
+        return f"devices are free now on node {explanation.node}; kube-scheduler will retry"
+    lines = ["not now: the devices it needs are held by others"]
+    lines += _ours(explanation.summary(), namespace)
+    devices: Counter[str] = Counter()
+    for record in held:
+        devices[record.owner.user] += len(record.device_keys)
+    if devices:
+        total = sum(devices.values())
+        users = ", ".join(f"{user} {n}" for user, n in devices.most_common(5))
+        more = f" and {len(devices) - 5} more" if len(devices) > 5 else ""
+        lines.append(
+            f"held now on the cluster: {total} devices by {len(devices)} users ({users}{more})"
+        )
+    return "\n".join(lines)
+
+
+def _ours(summary: str, namespace: str) -> list[str]:
+    """The explanation's lines without the probe's name (the user asked for no claim)."""
+    return [
+        line.replace(f"claim {namespace}/{EXPLAIN_PROBE}, ", "") for line in summary.splitlines()
+    ]
+
+
+__all__ = [
+    "HUB_SERVER_LABEL",
+    "HUB_USER_LABEL",
+    "LEASE_ANNOTATION",
+    "POD_CLAIM",
+    "ServerDevices",
+    "claim_state",
+    "claim_template",
+    "explain_pending",
+    "generated_claim",
+]

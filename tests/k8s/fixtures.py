@@ -1,0 +1,91 @@
+"""A real control plane, once per test run: built (cached) and started on first use, stopped at
+the end of the session. ``make test`` builds it beforehand (``scripts/k8s-testenv build``).
+
+A plugin of the whole suite (``pytest_plugins`` in tests/conftest.py), not tests/k8s's
+conftest: tests/hub's JupyterHub uses the same control plane, and a fixture defined twice
+would start two."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.cli import main as cli_main
+from dra_jupyter.inventory import simulated
+from dra_jupyter.kube.connect import api_client
+from dra_jupyter.kube.simulate import SimulatedCluster, simulate
+from tests.k8s import testenv
+
+T = TypeVar("T")
+WAIT_S = 90.0  # bounded polling for what the controllers and the scheduler do
+INVENTORY, NODES = "h200-8x", 2  # what the session's cluster publishes
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_S) -> T:
+    """Poll ``probe`` until it returns something other than None (or False)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:.0f} s for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testenv.Cluster]:
+    testenv.build()  # a no-op once built
+    # killed with this process: a test run stopped with SIGKILL leaves no control plane
+    running = testenv.start(tmp_path_factory.mktemp("k8s"), die_with_parent=True)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(cluster: testenv.Cluster) -> Path:
+    return cluster.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def api(kubeconfig: Path) -> Iterator[client.ApiClient]:
+    with api_client(str(kubeconfig)) as api:
+        yield api
+
+
+@pytest.fixture(scope="session")
+def published(kubeconfig: Path) -> SimulatedCluster:
+    """The session's simulated cluster: ``h200-8x`` on gpu-node-1 and gpu-node-2."""
+    argv = ["publish-slices", "--inventory", INVENTORY, "--nodes", str(NODES)]
+    assert cli_main([*argv, "--kubeconfig", str(kubeconfig)]) == 0
+    return simulate(simulated.load(INVENTORY), NODES)
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace whose ``default`` service account exists (pods can be created)."""
+    core = client.CoreV1Api(api)
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(body=client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+    def service_account() -> bool:
+        try:
+            core.read_namespaced_service_account("default", name)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    wait_for(f"the default service account of {name}", service_account)
+    yield name
+    core.delete_namespace(name)
