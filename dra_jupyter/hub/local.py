@@ -47,10 +47,11 @@ from traitlets import Enum, Float, Unicode, default
 from dra_jupyter.allocator import Strategy
 from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import DraJupyterError, InvalidInputError
-from dra_jupyter.hub.choices import NONE, Choice, choices, find, restrict
+from dra_jupyter.hub.choices import NONE, UNLIMITED, Choice, choices, find, restrict
 from dra_jupyter.hub.config import DRAProfiles
 from dra_jupyter.hub.counting import ChoiceCache
 from dra_jupyter.hub.form import FIELD, chosen, render, service_world, slug_of
+from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.service.client import ServiceBackend
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
@@ -76,14 +77,27 @@ STATUS = {
 }
 
 
+INVENTORY_MAX_AGE = 300.0  # seconds the service's inventory is used before it is read again
+
+
 @dataclass
 class _Source:
-    """One service: its client (whose inventory is read once, so the choices' layout is
-    kept) and the choices' cache; shared by every spawner of the hub."""
+    """One service: its client, its inventory (read again after :data:`INVENTORY_MAX_AGE`;
+    the same objects meanwhile, so the choices' layout is kept) and the choices' cache;
+    shared by every spawner of the hub."""
 
     backend: ServiceBackend
     cache: ChoiceCache = field(default_factory=ChoiceCache)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    read: float = 0.0  # time.monotonic() of the inventory's last read
+
+    def inventory(self) -> Inventory:
+        now = time.monotonic()
+        stale = now - self.read > INVENTORY_MAX_AGE
+        found = self.backend.inventory(refresh=stale and self.read > 0)
+        if stale:
+            self.read = now
+        return found
 
 
 @dataclass(frozen=True)
@@ -168,12 +182,12 @@ class DRASpawnerMixin(_Extended):  # type: ignore[misc]  # JupyterHub is untyped
         source = self._source()
         try:
             with source.lock:  # one count at a time: they share the cache
-                inventory = source.backend.inventory()
+                inventory = source.inventory()
                 world = service_world(inventory, source.backend.holders())
                 strategy: Strategy = "first-fit" if self.dra_strategy == "first-fit" else "topology"
                 offered = choices(world, cache=source.cache, strategy=strategy)
         except DraJupyterError as err:
-            none = Choice(NONE, "No GPU", "no devices: CPU only", {}, 1, None, None)
+            none = Choice(NONE, "No GPU", "no devices: CPU only", {}, UNLIMITED, None, None)
             return Offer(restrict([none], self.user.name, groups, policy), problem=str(err))
         shown = inventory.description + (" (simulated)" if inventory.simulated else "")
         return Offer(restrict(offered, self.user.name, groups, policy), inventory=shown)
