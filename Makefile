@@ -16,7 +16,7 @@ LAB_SOURCES := labextension/package.json labextension/yarn.lock \
 	$(wildcard labextension/src/*.ts labextension/schema/*.json labextension/style/*)
 
 .PHONY: install test unit lint typecheck layers pytest fuzz fuzz-upstream demo lab labextension bench \
-	bench-latency bench-upstream bench-placement bench-load bench-service clean hub-proxy
+	bench-latency bench-upstream bench-placement bench-load bench-service bench-hub clean hub-proxy
 
 install: $(STAMP)
 
@@ -138,7 +138,7 @@ lab: install $(LAB_BUILD)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab $(LAB_ARGS)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
-bench: bench-latency bench-upstream bench-placement bench-load bench-service
+bench: bench-latency bench-upstream bench-placement bench-load bench-service bench-hub
 
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
@@ -161,6 +161,11 @@ bench-load: install
 # The shared-machine service against the embedded backend, side by side (a real daemon)
 bench-service: install
 	$(BIN)/python -m benchmarks.bench_service
+
+# The spawn form's choices (dra_jupyter.hub.choices) on 1,000 nodes of 8 GPUs and on the MIG
+# cluster of bench-latency, beside one cold allocation in the same world; about a minute
+bench-hub: install
+	$(BIN)/python benchmarks/bench_hub.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis labextension/node_modules \

@@ -40,6 +40,8 @@ TIERS = {
     "binder": "kernel",
     "browser": "browser",
     "examples": "kernel",  # nbclient runs the example notebooks
+    "hub": "pure",  # the spawn form's choices, counted on objects
+    "hub/test_shared_box.py": "service",  # a real JupyterHub, the service, real Unix users
     "inventory": "pure",  # NVML through a fake pynvml
     "k8s": "k8s",
     "lab": "browser",  # the JupyterLab extension in chromium

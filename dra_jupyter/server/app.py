@@ -9,6 +9,7 @@ Nothing is probed when the extension loads: the inventory is resolved on first u
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from traitlets import Bool, Enum, Float, Int, Unicode, default, validate
 
 from dra_jupyter.errors import DraJupyterError, KernelRestartError
 from dra_jupyter.metrics import MetricsHistory, MetricsSource, NoSource, Sample, source_for
+from dra_jupyter.server import startup
 from dra_jupyter.server.handlers import routes
 from dra_jupyter.server.idle import Decision, IdlePolicy
 from dra_jupyter.server.kernels import (
@@ -147,6 +149,27 @@ class DRAExtensionApp(ExtensionApp):
         allows 'read' on the resource 'dra-admin'.""",
     )
 
+    startup_request = Unicode(
+        config=True,
+        help="""Devices this server gets as it starts, as a JSON object of dra.request
+        keywords ('{"gpu": 1}', '{"mig": "3g.71gb"}'): claimed for the server's user and
+        held by the server (the shared-machine service applies that user's limits), their
+        environment (CUDA_VISIBLE_DEVICES and the like) the server's and every kernel's,
+        released when the server stops. A refusal stops the server. JupyterHub's
+        dra_jupyter.hub spawners set it from the spawn form. Default:
+        $DRA_JUPYTER_STARTUP_REQUEST, else none.""",
+    )
+    startup_lease = Unicode(
+        config=True,
+        help="""The lease of the startup_request's claim ('8h'; empty: the backend's
+        default). Default: $DRA_JUPYTER_STARTUP_LEASE.""",
+    )
+    startup_report = Unicode(
+        config=True,
+        help="""A file to write what came of startup_request to, as one JSON object (what a
+        spawner waits for). Default: $DRA_JUPYTER_STARTUP_REPORT, else none.""",
+    )
+
     metrics_interval = Float(
         2.0,
         config=True,
@@ -188,6 +211,18 @@ class DRAExtensionApp(ExtensionApp):
     @default("ledger")
     def _default_ledger(self) -> str:
         return str(Settings.from_env().ledger)
+
+    @default("startup_request")
+    def _default_startup_request(self) -> str:
+        return os.environ.get(startup.REQUEST_ENV, "")
+
+    @default("startup_lease")
+    def _default_startup_lease(self) -> str:
+        return os.environ.get(startup.LEASE_ENV, "")
+
+    @default("startup_report")
+    def _default_startup_report(self) -> str:
+        return os.environ.get(startup.REPORT_ENV, "")
 
     # --- set up ------------------------------------------------------------------------------
 
@@ -244,14 +279,48 @@ class DRAExtensionApp(ExtensionApp):
         self._check_problem = ""  # the last error of a check pass logged
         if settings.backend == "kubernetes":  # kernels get the namespace the server uses
             settings = replace(settings, namespace=self.service.backend.namespace)
+        self.startup_env: dict[str, str] = {}
+        self.startup_claim: str | None = None  # its name while it lives
+        self._startup_kept = 0.0  # when its activity was last recorded
+        if self.startup_request:
+            self._claim_at_start()
         install_kernel_env(
             self.server.kernel_manager,
-            lambda kernel_id: kernel_env(kernel_id, settings, self.idle_timeout),
+            lambda kernel_id: {
+                **self.startup_env,
+                **kernel_env(kernel_id, settings, self.idle_timeout),
+            },
         )
         logger = self.events
         for path in sorted(EVENTS_DIR.glob("*.json")):
             logger.register_event_schema(path)
         logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
+
+    def _claim_at_start(self) -> None:
+        """The claim of ``startup_request`` (:mod:`dra_jupyter.server.startup`), made now: its
+        environment becomes this server's and its kernels'; a refusal stops the server."""
+        try:
+            request = startup.parse_request(self.startup_request)
+            record, env = startup.claim_at_start(self.service, request, self.startup_lease or None)
+        except DraJupyterError as err:
+            outcome = startup.failed(err)
+            self._report(outcome)
+            self.log.error("dra_jupyter: the devices asked for at start: %s", outcome["message"])
+            raise SystemExit(1) from err
+        os.environ.update(env)  # the server's own processes (terminals) too
+        self.startup_env = env
+        self.startup_claim, self._startup_kept = record.name, time.time()
+        self._report(startup.succeeded(record, env))
+        self.log.info(
+            "dra_jupyter: claim %s at start: %s", record.name, ", ".join(record.device_keys)
+        )
+
+    def _report(self, outcome: dict[str, Any]) -> None:
+        if self.startup_report:
+            try:
+                startup.report(self.startup_report, outcome)
+            except OSError as err:
+                self.log.warning("dra_jupyter: %s cannot be written: %s", self.startup_report, err)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes())
@@ -503,6 +572,7 @@ class DRAExtensionApp(ExtensionApp):
         for kernel_id in set(self.watcher.watches) - live:
             self.watcher.detach(kernel_id)
         now = time.time()
+        await self._keep_startup_claim(now)
         # kernels this server ran that are gone; claims of any kernel whose process is gone
         # (after a server restart, say) are released by the backend's sweep. A claim of a
         # live kernel process not known here may belong to another server on the ledger.
@@ -519,6 +589,19 @@ class DRAExtensionApp(ExtensionApp):
             ):
                 self.emit_allocated(record, "kernel")
             self._maybe_warn(record, now)
+
+    async def _keep_startup_claim(self, now: float) -> None:
+        """The startup claim is as active as the server's kernels: a cell that ran since the
+        last check records activity on it (what the service's ``idle`` limit measures)."""
+        if self.startup_claim is None:
+            return
+        ran = max((w.execution.last_execute for w in self.watcher.watches.values()), default=0.0)
+        if ran <= self._startup_kept:
+            return
+        self._startup_kept = now
+        if not await self.call(self.service.backend.touch, self.startup_claim, now):
+            self.log.warning("dra_jupyter: the claim %s made at start is gone", self.startup_claim)
+            self.startup_claim = None
 
     def _idle_or(
         self, select: Callable[[ClaimRecord], str | None], now: float
