@@ -30,6 +30,12 @@ The single-user server runs the dra-jupyter server extension on the Kubernetes b
 ``%dra`` claims made from notebooks belong to the hub user (``JUPYTERHUB_USER``) and are
 released when idle (``dra_idle_timeout``; needs ``cmd``, as zero-to-jupyterhub sets it).
 
+The profiles can come from the cluster itself: ``c.DRAKubeSpawner.profile_list =
+cluster_profiles`` (:func:`cluster_profiles`) offers one choice per device class, model,
+count and MIG profile (and "No GPU"), each with how many could start now, counted with our
+allocator over the cluster's ResourceSlices and allocated claims, and restricted by the
+admin's ``c.DRAProfiles`` rules (:mod:`dra_jupyter.hub.config`).
+
 Stock KubeSpawner: the three hooks :func:`pre_spawn_hook`, :func:`modify_pod_hook` and
 :func:`after_pod_created_hook` do the same without the progress (the template then goes
 with the pod, by its owner reference).
@@ -40,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -50,6 +57,9 @@ from traitlets import Dict, Float, List, Unicode
 from dra_jupyter.claimspec import CLAIM_KEYS
 from dra_jupyter.durations import parse_duration, parse_lease
 from dra_jupyter.errors import AllocationError, InvalidInputError, shown
+from dra_jupyter.hub.choices import ChoiceCache, choices, kubespawner_profiles, restrict
+from dra_jupyter.hub.config import DRAProfiles
+from dra_jupyter.hub.form import service_world
 from dra_jupyter.hub.pod import add_claim
 from dra_jupyter.hub.progress import DeviceProgress, Event, interleave, never_back
 from dra_jupyter.kube.connect import api_client
@@ -76,6 +86,34 @@ class SpawnDevicesError(AllocationError):
 def _devices(kubeconfig: str, namespace: str) -> ServerDevices:
     """One API client per kubeconfig and namespace, for the life of the hub."""
     return ServerDevices(api_client(kubeconfig or None), namespace)
+
+
+class _Counted:
+    """What the counts of :func:`cluster_profiles` share between calls (one at a time)."""
+
+    lock = threading.Lock()
+    cache = ChoiceCache()
+
+
+async def cluster_profiles(spawner: Any) -> list[dict[str, Any]]:
+    """A callable ``profile_list`` (``c.DRAKubeSpawner.profile_list = cluster_profiles``):
+    the spawn form's choices from the cluster's DeviceClasses, ResourceSlices and allocated
+    claims now, counted with our allocator (:mod:`dra_jupyter.hub.choices`: "3 can start
+    now", or why none can and since when; never-possible ones left out), those the admin's
+    ``c.DRAProfiles`` rules and test give the spawner's user and groups, as KubeSpawner
+    profiles whose ``kubespawner_override`` carries ``dra_request``, ``dra_lease`` and
+    ``dra_idle_timeout``. The cluster is read in a thread (the official client blocks)."""
+    return await asyncio.to_thread(_cluster_profiles, spawner)
+
+
+def _cluster_profiles(spawner: Any) -> list[dict[str, Any]]:
+    devices = _devices(getattr(spawner, "dra_kubeconfig", ""), spawner.namespace)
+    inventory, holders = devices.devices()
+    with _Counted.lock:
+        offered = choices(service_world(inventory, holders), cache=_Counted.cache)
+    policy = DRAProfiles(parent=spawner).policy()
+    groups = {g.name for g in getattr(spawner.user, "groups", ()) or ()}
+    return kubespawner_profiles(restrict(offered, spawner.user.name, groups, policy))
 
 
 def template_name(pod_name: str) -> str:

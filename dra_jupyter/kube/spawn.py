@@ -27,13 +27,13 @@ from dra_jupyter.allocator import Allocator
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import ClusterError
 from dra_jupyter.hints import impossible_hint
-from dra_jupyter.inventory.base import Wire
+from dra_jupyter.inventory.base import Inventory, Wire
 from dra_jupyter.kube.backend import KubernetesBackend
 from dra_jupyter.kube.claims import forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.records import claim_state
 from dra_jupyter.settings import Settings
-from dra_jupyter.types import USER_ANNOTATION, Owner, label_value
+from dra_jupyter.types import USER_ANNOTATION, ClaimRecord, Owner, label_value
 
 TEMPLATES = "resourceclaimtemplates.resource.k8s.io"
 HUB_USER_LABEL = "dra-jupyter/hub-user"  # the hub user whose server the template is for
@@ -235,6 +235,13 @@ class ServerDevices:
             deleted.append(name)
         return deleted
 
+    def devices(self) -> tuple[Inventory, list[ClaimRecord]]:
+        """The cluster's devices (DeviceClasses, ResourceSlices, Nodes) and every claim that
+        holds some now, as the Kubernetes backend reads them (every namespace where RBAC
+        allows, else this one): what the spawn form's choices are counted on."""
+        backend = _cluster(self.api, self.namespace)
+        return backend.inventory(), backend.holders()
+
     def explain(self, claim: Wire, request: Mapping[str, Any] | None = None) -> str:
         """Why ``claim`` (a template's or a generated claim) is not allocated, in lines:
         never on this cluster (and why), or not now (per node, what is missing) and who
@@ -250,8 +257,7 @@ def explain_pending(
 ) -> str:
     """See :meth:`ServerDevices.explain`; the cluster's slices and claims as the Kubernetes
     backend reads them (every namespace where RBAC allows, else this one)."""
-    settings = Settings(ledger=Path("/nonexistent"), namespace=namespace, kube_retries=1)
-    backend = KubernetesBackend(settings, Owner(user="", host="", pid=0), api=api)
+    backend = _cluster(api, namespace)
     inventory = backend.inventory()
     meta = claim.get("metadata") or {}
     probe: Wire = {
@@ -289,6 +295,13 @@ def explain_pending(
             f"held now on the cluster: {total} devices by {len(devices)} users ({users}{more})"
         )
     return "\n".join(lines)
+
+
+def _cluster(api: client.ApiClient, namespace: str) -> KubernetesBackend:
+    """The Kubernetes backend as a reader of the cluster's devices and claims (no ledger, no
+    owner of its own, one try a call)."""
+    settings = Settings(ledger=Path("/nonexistent"), namespace=namespace, kube_retries=1)
+    return KubernetesBackend(settings, Owner(user="", host="", pid=0), api=api)
 
 
 def _ours(summary: str, namespace: str) -> list[str]:

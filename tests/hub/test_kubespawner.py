@@ -64,6 +64,9 @@ CPU_PROFILE = {"display_name": "No GPU", "slug": "cpu",
                "kubespawner_override": {"dra_request": {}}}
 
 def profiles(spawner):
+    if spawner.user.name == "dave":  # the cluster's own choices, live
+        from dra_jupyter.hub.kubespawner import cluster_profiles
+        return cluster_profiles(spawner)
     groups = {g.name for g in spawner.user.groups}
     return [*GPU_PROFILES, CPU_PROFILE] if "gpu-users" in groups else [CPU_PROFILE]
 """
@@ -273,6 +276,7 @@ c.KubeSpawner.start_timeout = 120
 c.KubeSpawner.http_timeout = 90
 c.KubeSpawner.delete_grace_period = 1
 c.KubeSpawner.profile_list = profiles
+c.DRAProfiles.rules = [{{"match": "*-x2", "users": ["alice"]}}]  # two GPUs: alice's only
 c.KubeSpawner.environment = {{"DRA_JUPYTER_KUBECONFIG": "{singleuser_kubeconfig}"}}
 """
         + spawner
@@ -611,4 +615,53 @@ def test_the_explanation_says_who_holds_what_a_spawn_needs(
     finally:
         for claim in held:
             claim.release()
+        resource.delete_resource_slice(f"{node}-gpus")
+
+
+def test_profiles_from_the_cluster_count_what_could_start_now(
+    hub: Hub, kubeconfig: Path, published: SimulatedCluster
+) -> None:
+    """dave's profiles are cluster_profiles: his spawn page offers the cluster's models with
+    how many could start now, counted from its slices and claims, live; the admin's rule
+    keeps the two-GPU choices for alice."""
+    from dra_jupyter.inventory import simulated  # noqa: PLC0415
+    from tests.k8s.test_backend import session  # noqa: PLC0415
+
+    tag = uuid.uuid4().hex[:8]
+    model, node = f"Counted {tag}", f"counted-{tag}"
+    [base] = simulated.load("h200-8x").slices[:1]
+    devices = []
+    for i, device in enumerate(base["spec"]["devices"][:2]):
+        attributes = dict(device["attributes"])
+        attributes["productName"] = {"string": model}
+        attributes["uuid"] = {"string": f"GPU-{tag}-{i}"}
+        devices.append({**device, "attributes": attributes})
+    pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
+    slice_ = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpus"},
+        "spec": {"driver": "gpu.nvidia.com", "pool": pool, "nodeName": node, "devices": devices},
+    }
+    resource = client.ResourceV1Api(hub.api)
+    resource.create_resource_slice(to_model(client.V1ResourceSlice, slice_))
+
+    def offered() -> str:
+        """dave's spawn page from the profile of one GPU of the new model on."""
+        page: str = login(hub.url, "dave").open(f"{hub.url}/hub/spawn", timeout=60).read().decode()
+        assert "No GPU" in page, page[-2000:]
+        assert f"2\u00d7 {model}" not in page  # the rule: two GPUs are alice's
+        return page[page.index(f"1\u00d7 {model}") :][:800]
+
+    held = None
+    try:
+        assert "2 can start now" in offered()
+        held = session(kubeconfig, hub.namespace, "bob").request(gpu=1, model=tag, reserve=True)
+        assert "1 can start now" in offered()
+        held.release()
+        held = None
+        assert "2 can start now" in offered()
+    finally:
+        if held is not None:
+            held.release()
         resource.delete_resource_slice(f"{node}-gpus")
