@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
 import dra_jupyter.api
 import dra_jupyter.claimspec
@@ -153,8 +153,10 @@ class Daemon:
     def start(self) -> None:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "dra_jupyter.cli", "service"]
-                + ["--config", str(self.config), "--socket", str(self.socket)],
+                [
+                    *(sys.executable, "-m", "dra_jupyter.cli", "service"),
+                    *("--config", str(self.config), "--socket", str(self.socket)),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -226,7 +228,9 @@ class Client:
     """A process forked from this one that runs as ``user`` (None: this user) and does what
     it is told, one command at a time, until it is told to exit."""
 
-    _open: set[int] = set()  # this process's ends of the clients' pipes (a child closes them)
+    _open: ClassVar[set[int]] = (
+        set()
+    )  # this process's ends of the clients' pipes (a child closes them)
 
     def __init__(self, label: str, user: User | None, env: dict[str, str]) -> None:
         self.label = label
@@ -258,9 +262,9 @@ class Client:
                             _write(out_w, {"ok": _serve(json.loads(line))})
                         except DraJupyterError as err:
                             _write(out_w, {"error": f"{type(err).__name__}: {err}"})
-                        except Exception as err:  # noqa: BLE001  # back to the demo, whole
+                        except Exception as err:  # back to the demo, whole
                             _write(out_w, {"error": f"{err!r}: {traceback.format_exc()}"})
-            except BaseException:  # noqa: BLE001
+            except BaseException:  # the exit code says it
                 code = 3
             finally:
                 os._exit(code)
