@@ -423,6 +423,9 @@ def run_service_demo(out: TextIO) -> int:
     except DemoError as err:
         out.write(f"\nthe service demo failed: {err}\nthe service's log:\n{daemon.tail()}\n")
         return 1
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the users are gone already (above)
+        out.write(f"\ninterrupted: stopped the service and removed {root}\n")
+        return 130
     finally:
         daemon.stop()
         shutil.rmtree(root, ignore_errors=True)
