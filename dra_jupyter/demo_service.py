@@ -388,9 +388,12 @@ def _one_user(script: Script, me: str) -> None:
     script.step(p2, "holders")
 
 
-def run_service_demo(out: TextIO) -> int:
+def run_service_demo(out: TextIO, *, several_users: bool | None = None) -> int:
     """``dra-jupyter demo --service`` (the module docstring): 0 when every step went as it
-    should, 1 otherwise."""
+    should, 1 otherwise (130 when interrupted). ``several_users``: whether to make the two
+    users (None: when root)."""
+    if several_users is None:
+        several_users = os.geteuid() == 0
     previous = signal.signal(signal.SIGTERM, _stop)
     root = Path(tempfile.mkdtemp(prefix="dra-demo-service-"))
     root.chmod(0o755)  # the users reach the socket; the daemon makes state/ 0700
@@ -402,7 +405,7 @@ def run_service_demo(out: TextIO) -> int:
     )
     try:
         with contextlib.ExitStack() as stack:
-            users = stack.enter_context(demo_users(out)) if os.geteuid() == 0 else []
+            users = stack.enter_context(demo_users(out)) if several_users else []
             daemon.start()
             stack.callback(daemon.stop)
             out.write(

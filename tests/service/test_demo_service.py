@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pwd
 import re
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_jupyter.demo_service import USERS
+from dra_jupyter.demo_service import USERS, run_service_demo
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,5 +68,25 @@ def test_the_service_demo_serves_two_users_and_leaves_nothing_behind() -> None:
     for name in USERS:
         with pytest.raises(KeyError):
             pwd.getpwnam(name)
+    assert not Path(folder).exists()
+    assert _daemons_of(folder) == []
+
+
+def test_the_service_demo_of_one_user_shows_the_limit_over_their_processes() -> None:
+    """What a user who is not root sees (here root, as one user): two processes of one user,
+    the limit over both, the reclaim, and that several users need root."""
+    out = io.StringIO()
+    assert run_service_demo(out, several_users=False) == 0, out.getvalue()
+    text = out.getvalue()
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert "made the Unix user" not in text
+    assert f"(the limit is per user: {me}'s processes together)\n" in text
+    assert (
+        f"    LimitError: user {me}: limit 2 GPUs (default), holds 2; the request needs 1 more\n"
+        in text
+    )
+    assert re.search(rf"the service reclaimed {me}-1 \d+\.\d\ds after its process exited", text)
+    assert "showing several users needs root" in text
+    [folder] = re.findall(r"^folder (/tmp/dra-demo-service-\S+);", text, re.M)
     assert not Path(folder).exists()
     assert _daemons_of(folder) == []
