@@ -65,9 +65,9 @@ PRELOADED = (
 USERS = ("dra-demo-ada", "dra-demo-bo")
 DEADLINE = 30.0  # seconds any one step may take
 LIMIT = 2  # GPUs per user
-POLICY = f"""visibility = "own"     # each user sees only their own claims
+POLICY = f"""visibility = "own"  # each user sees only their own claims
 [limits]
-gpus = {LIMIT}                 # whole GPUs per user at once
+gpus = {LIMIT}  # whole GPUs per user at once
 """
 
 
