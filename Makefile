@@ -1,5 +1,5 @@
 # dra-jupyter: two commands do everything on a fresh machine.
-#   make demo   run the main job on the embedded default
+#   make demo   run the main job on the embedded default, then the service of many users
 #   make test   install everything and run the whole suite (pytest, mypy --strict, ruff)
 #   make unit   install, then only the pure tests (no kernel, server, browser or cluster)
 #   make fuzz   the fuzz suites at length (CLI object files and inventories, ledger rows, REST)
@@ -123,13 +123,16 @@ fuzz-upstream: install
 	$(BIN)/python scripts/upstream-allocator build
 	$(BIN)/python -m tests.upstream.differential --worlds $(N) --first-seed $(FIRST_SEED)
 
-# The main job on the embedded default, then (from a terminal) the example notebooks in
-# JupyterLab with the server extension; idle release after 2 minutes so it can be watched.
+# The main job on the embedded default; the shared-machine service, started in a temporary
+# folder, serving several users (as root: two temporary Unix users; else two processes of
+# yours); then (from a terminal) the example notebooks in JupyterLab with the server
+# extension, idle release after 2 minutes so it can be watched.
 LAB_ARGS := --ServerApp.root_dir=examples --DRAExtensionApp.idle_timeout=120 \
 	--DRAExtensionApp.idle_warning=60 $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 demo: install
 	$(BIN)/dra-jupyter demo
+	$(BIN)/dra-jupyter demo --service
 	@if [ -t 0 ] && [ -t 1 ]; then $(MAKE) --no-print-directory lab; \
 	else echo "Not a terminal, so JupyterLab was not opened: run 'make lab' for the notebooks."; fi
 

@@ -4,7 +4,7 @@
                          [-o yaml|json]
     dra-jupyter explain  -f OBJECTS.yaml [--strategy ...] [--node NODE] [-o text|json]
     dra-jupyter explain  KEY=VALUE... [--inventory ...] [--ledger ...] [-o text|json]
-    dra-jupyter demo
+    dra-jupyter demo     [--service]
     dra-jupyter service  [--config FILE.toml] [--socket PATH] [--import-ledger LEDGER]
     dra-jupyter publish-slices --inventory NAME [--nodes N] [--kubeconfig PATH]
 
@@ -97,7 +97,13 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--node", help="only consider this node")
         formats = ("yaml", "json") if name == "allocate" else ("text", "json")
         p.add_argument("-o", "--output", choices=formats, default=formats[0])
-    sub.add_parser("demo", help="allocate claims of a few shapes on a bundled 8x H200 node")
+    p = sub.add_parser("demo", help="allocate claims of a few shapes on a bundled 8x H200 node")
+    p.add_argument(
+        "--service",
+        action="store_true",
+        help="instead: start the shared-machine service in a temporary folder and show it "
+        "serving several users (as root: two temporary Unix users; else this one)",
+    )
     p = sub.add_parser(
         "service",
         help="run the shared-machine allocator service (one per machine, as root)",
@@ -192,6 +198,10 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return run_allocate(args, out, err)
         if args.command == "explain":
             return run_explain(args, out, err)
+        if args.command == "demo" and args.service:
+            from dra_jupyter.demo_service import run_service_demo  # noqa: PLC0415  # on use
+
+            return run_service_demo(out)
         if args.command == "demo":
             return run_demo(out)
         if args.command == "service":
