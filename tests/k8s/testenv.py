@@ -179,6 +179,8 @@ def _stop_one(component: Component, child: subprocess.Popen[bytes] | None, timeo
             else:
                 time.sleep(0.2)
             if (child is not None and child.returncode is not None) or not _ours(component):
+                if child is not None:  # exited: reap it (a zombie is no longer "ours", so
+                    child.wait(timeout)  # this can come before the wait above reaped it)
                 return
     raise TestenvError(f"k8s-testenv stop: {component.name} (pid {component.pid}) did not exit")
 
