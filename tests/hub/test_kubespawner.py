@@ -565,17 +565,11 @@ def test_stock_kubespawner_with_the_hooks_gives_the_devices_too(stock_hub: Hub) 
     wait_for("no claim left", lambda: not hub.claims())
 
 
-def test_the_explanation_says_who_holds_what_a_spawn_needs(
-    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
-) -> None:
-    """Without a hub: two GPUs of a model of their own on a node of their own, held by bob
-    and carol (reserved by our allocator), explained for a new server's template."""
+def own_model_slice(model: str, node: str, tag: str) -> dict[str, Any]:
+    """A ResourceSlice of two H200s renamed ``model`` on a node of their own: devices no
+    other test holds."""
     from dra_jupyter.inventory import simulated  # noqa: PLC0415
-    from dra_jupyter.kube.spawn import ServerDevices, claim_template  # noqa: PLC0415
-    from tests.k8s.test_backend import session  # noqa: PLC0415
 
-    tag = uuid.uuid4().hex[:8]
-    model, node = f"HubTest {tag}", f"hubtest-{tag}"
     [base] = simulated.load("h200-8x").slices[:1]
     devices = []
     for i, device in enumerate(base["spec"]["devices"][:2]):
@@ -584,12 +578,25 @@ def test_the_explanation_says_who_holds_what_a_spawn_needs(
         attributes["uuid"] = {"string": f"GPU-{tag}-{i}"}
         devices.append({**device, "attributes": attributes})
     pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
-    slice_ = {
+    return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"name": f"{node}-gpus"},
         "spec": {"driver": "gpu.nvidia.com", "pool": pool, "nodeName": node, "devices": devices},
     }
+
+
+def test_the_explanation_says_who_holds_what_a_spawn_needs(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    """Without a hub: two GPUs of a model of their own on a node of their own, held by bob
+    and carol (reserved by our allocator), explained for a new server's template."""
+    from dra_jupyter.kube.spawn import ServerDevices, claim_template  # noqa: PLC0415
+    from tests.k8s.test_backend import session  # noqa: PLC0415
+
+    tag = uuid.uuid4().hex[:8]
+    model, node = f"HubTest {tag}", f"hubtest-{tag}"
+    slice_ = own_model_slice(model, node, tag)
     resource = client.ResourceV1Api(api)
     resource.create_resource_slice(to_model(client.V1ResourceSlice, slice_))
     held = []
@@ -624,25 +631,11 @@ def test_profiles_from_the_cluster_count_what_could_start_now(
     """dave's profiles are cluster_profiles: his spawn page offers the cluster's models with
     how many could start now, counted from its slices and claims, live; the admin's rule
     keeps the two-GPU choices for alice."""
-    from dra_jupyter.inventory import simulated  # noqa: PLC0415
     from tests.k8s.test_backend import session  # noqa: PLC0415
 
     tag = uuid.uuid4().hex[:8]
     model, node = f"Counted {tag}", f"counted-{tag}"
-    [base] = simulated.load("h200-8x").slices[:1]
-    devices = []
-    for i, device in enumerate(base["spec"]["devices"][:2]):
-        attributes = dict(device["attributes"])
-        attributes["productName"] = {"string": model}
-        attributes["uuid"] = {"string": f"GPU-{tag}-{i}"}
-        devices.append({**device, "attributes": attributes})
-    pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
-    slice_ = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-gpus"},
-        "spec": {"driver": "gpu.nvidia.com", "pool": pool, "nodeName": node, "devices": devices},
-    }
+    slice_ = own_model_slice(model, node, tag)
     resource = client.ResourceV1Api(hub.api)
     resource.create_resource_slice(to_model(client.V1ResourceSlice, slice_))
 
