@@ -34,10 +34,10 @@ from dra_jupyter.allocator.topology import (
     NodeCapacity,
     NodeKey,
     claims_need,
-    node_bounds,
     node_capacity,
     node_key,
     node_order,
+    node_runs,
     order_candidates,
 )
 from dra_jupyter.errors import InvalidInputError, ObjectError, SelectorError
@@ -98,7 +98,8 @@ class Allocator(NodeFilter):
     ``cache``: an :class:`~dra_jupyter.allocator.cache.AllocatorCache` that a long-running
     caller keeps and passes to each allocator it makes, so that what depends only on the
     slices (and on unchanged allocated claims) is computed once. Inputs are compared by
-    identity: pass new objects when slices or claims change, never change them in place.
+    identity first, then equality: pass new objects when slices or claims change, never
+    change them in place.
     """
 
     def __init__(
@@ -201,7 +202,7 @@ class Allocator(NodeFilter):
                 every = [name for name in every if self._flexible(name)]
                 self._scanning = True  # their pools are scanned: count the others so too
             touched = self._maybe_touched if self.holdings.held_pools() else None
-            order = LazyOrder(node_bounds(every, self.catalog.index.flexible, touched))
+            order = LazyOrder(node_runs(every, self.catalog.index.flexible, touched))
             if shape is not None:
                 order = self.holdings.orders.setdefault((shape, node), order)
         needed, largest = claims_need(claims)
@@ -315,7 +316,7 @@ class Allocator(NodeFilter):
                     f"nodes with devices: {', '.join(known) or 'none'}"
                 )
             return [node]
-        names: list[str | None] = list(self.node_names())
+        names: list[str | None] = list(self.catalog.node_names())
         return names or [None]
 
     def node(self, name: str | None) -> Node | None:

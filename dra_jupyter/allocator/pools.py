@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 
 from dra_jupyter.model.nodes import selection_matches
 from dra_jupyter.model.objects import CounterSet, Device, DeviceID, Node, PoolID, ResourceSlice
+
+_LOCAL_NODE = attrgetter("local_node")
+_FLEXIBLE = attrgetter("flexible")
 
 
 @dataclass
@@ -46,15 +51,34 @@ class SliceIndex:
 
     def __init__(self, slices: Sequence[ResourceSlice]) -> None:
         self.slices = slices
-        self.local: dict[str, list[ResourceSlice]] = {}
+        self.local: dict[str, Sequence[ResourceSlice]] = {}
         self.shared: list[ResourceSlice] = []  # device slices usable on more than one node
         self.counters: dict[PoolID, list[ResourceSlice]] = {}  # relevant to every node
-        local, shared, counters = self.local, self.shared, self.counters
         self._shared_flexible = False  # a device slice of no one node has flexible devices
-        flexible: set[str] = set()  # the nodes whose own device slices have some
-        self._flexible_nodes = flexible
-        # one pass, as little as possible per slice: a cold call on 1,000 nodes pays it for
-        # every slice, where upstream's NewAllocator only keeps the list
+        # the nodes whose own device slices have some
+        self._flexible_nodes: set[str | None] = set()
+        # as little as possible per slice: a cold call on 1,000 nodes pays this for every
+        # slice, where upstream's NewAllocator only keeps the list. The commonest cluster, one
+        # device slice a node, is indexed without a Python step per slice.
+        names = list(map(_LOCAL_NODE, slices))
+        distinct = set(names)
+        if None not in distinct and len(distinct) == len(names):
+            self.local = dict(zip(names, zip(slices), strict=True))
+            self._flexible_nodes = set(compress(names, map(_FLEXIBLE, slices)))
+        else:
+            self._index_each(slices)
+        self._by_pool: dict[PoolID, list[ResourceSlice]] | None = None
+        self._device_slices: dict[PoolID, list[ResourceSlice]] | None = None
+        self._counter_only: list[Pool] | None = None
+        # per device slice and the counter sets it was checked against: its problem, so a
+        # pool seen through its counter slices and then by its node is checked once
+        self.problems: dict[tuple[int, frozenset[tuple[str, int]]], str] = {}
+
+    def _index_each(self, slices: Sequence[ResourceSlice]) -> None:
+        """The index, slice by slice (several slices a node, shared or counter slices)."""
+        local: dict[str, list[ResourceSlice]] = {}
+        shared, counters = self.shared, self.counters
+        flexible = self._flexible_nodes
         for s in slices:
             name = s.local_node
             if name is not None:  # most slices: the devices of one node
@@ -74,12 +98,7 @@ class SliceIndex:
             else:
                 shared.append(s)
                 self._shared_flexible = self._shared_flexible or s.flexible
-        self._by_pool: dict[PoolID, list[ResourceSlice]] | None = None
-        self._device_slices: dict[PoolID, list[ResourceSlice]] | None = None
-        self._counter_only: list[Pool] | None = None
-        # per device slice and the counter sets it was checked against: its problem, so a
-        # pool seen through its counter slices and then by its node is checked once
-        self.problems: dict[tuple[int, frozenset[tuple[str, int]]], str] = {}
+        self.local = dict(local)
 
     @property
     def by_pool(self) -> dict[PoolID, list[ResourceSlice]]:

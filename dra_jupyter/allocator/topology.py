@@ -293,17 +293,31 @@ def node_bound(name: str | None, untouched: bool, flexible: bool) -> NodeKey:
     return (False, untouched, flexible, 0, name or "")
 
 
-def node_bounds(
-    names: Iterable[str | None],
+BoundPrefix = tuple[bool, bool, bool, int]
+"""A :func:`node_bound` less the node's name: nodes with the same prefix rank by name."""
+
+
+def node_runs(
+    names: Sequence[str | None],
     flexible: Callable[[str | None], bool],
     touched: Callable[[str | None], bool] | None,
-) -> list[tuple[NodeKey, str | None]]:
-    """:func:`node_bound` of each node, with its name: ``touched`` says whether something
-    the node could use may be in use (None: nothing anywhere is). One comprehension, as a
-    cold call on 1,000 nodes makes one for each."""
+) -> list[tuple[BoundPrefix, list[str | None]]]:
+    """The nodes by the prefix of their :func:`node_bound`, prefixes in order, each run's
+    nodes in the order given: with ``names`` in name order (as the allocator lists them),
+    the runs one after the other are the nodes in the order of their bounds, without a sort
+    or a heap of every node (a cold call on 1,000 nodes makes them). ``touched`` says
+    whether something the node could use may be in use (None: nothing anywhere is)."""
+    runs: dict[BoundPrefix, list[str | None]] = {}
     if touched is None:
-        return [((False, True, flexible(name), 0, name or ""), name) for name in names]
-    return [((False, not touched(name), flexible(name), 0, name or ""), name) for name in names]
+        flags = list(map(flexible, names))
+        if not any(flags):  # the commonest cluster: no MIG or shared devices, nothing held
+            return [((False, True, False, 0), list(names))]
+        for name, flag in zip(names, flags, strict=True):
+            runs.setdefault((False, True, flag, 0), []).append(name)
+    else:
+        for name in names:
+            runs.setdefault((False, not touched(name), flexible(name), 0), []).append(name)
+    return sorted(runs.items())
 
 
 def node_order(
@@ -321,20 +335,33 @@ def node_order(
 class LazyOrder:
     """The order of :func:`node_order`, worked out only as far as callers read it.
 
-    Every node starts in a heap at its :func:`node_bound`; a node popped at its bound is
-    counted and pushed back at its :func:`node_key`; a node popped at its key comes next,
-    since every other node's key is at least its entry. So the nodes come in exactly
-    ``node_order``'s order (less those left out), and a claim that the first nodes take
-    counts only those. Safe to share between threads.
+    Every node starts pending at its :func:`node_bound`, in the order of the bounds (the
+    runs of :func:`node_runs`); a pending node that comes next is counted and moves to a
+    heap at its :func:`node_key`; a node at the top of the heap comes next once no pending
+    node's bound is below its key, since every other node's key is at least its bound. So
+    the nodes come in exactly ``node_order``'s order (less those left out), and a claim
+    that the first nodes take counts only those. Safe to share between threads.
     """
 
-    def __init__(self, bounds: Iterable[tuple[NodeKey, str | None]]) -> None:
-        self._heap: list[tuple[NodeKey, bool, str | None]] = [
-            (bound, True, name) for bound, name in bounds
-        ]
-        heapq.heapify(self._heap)
+    def __init__(self, runs: Iterable[tuple[BoundPrefix, Sequence[str | None]]]) -> None:
+        self._runs = [(prefix, names) for prefix, names in runs if names]
+        self._run, self._at = 0, 0  # the next pending node: self._runs[_run][1][_at]
+        self._heap: list[tuple[NodeKey, str | None]] = []  # counted nodes, by key
         self._done: list[str | None] = []
         self._lock = threading.Lock()
+
+    def _pending(self) -> tuple[NodeKey, str | None] | None:
+        """The next pending node at its bound, or None when none is left."""
+        if self._run >= len(self._runs):
+            return None
+        prefix, names = self._runs[self._run]
+        name = names[self._at]
+        return (*prefix, name or ""), name
+
+    def _advance(self) -> None:
+        self._at += 1
+        if self._at >= len(self._runs[self._run][1]):
+            self._run, self._at = self._run + 1, 0
 
     def names(
         self,
@@ -349,17 +376,21 @@ class LazyOrder:
         while True:
             with self._lock:
                 heap, done = self._heap, self._done
-                while i >= len(done) and heap:
-                    _, at_bound, name = heap[0]
-                    # asked before popping: an error leaves the heap whole
-                    if at_bound and not drop(name):
-                        heapq.heapreplace(heap, (key(name), False, name))
-                    elif not at_bound and keep(name):
-                        done.append(heapq.heappop(heap)[2])
-                    else:
+                while i >= len(done):
+                    pending = self._pending()
+                    if heap and (pending is None or heap[0][0] < pending[0]):
+                        name = heap[0][1]
+                        if keep(name):  # asked before popping: an error leaves it there
+                            done.append(name)
                         heapq.heappop(heap)
-                if i >= len(done):
-                    return
+                    elif pending is not None:
+                        name = pending[1]
+                        counted = None if drop(name) else (key(name), name)
+                        self._advance()  # after both: an error leaves the node pending
+                        if counted is not None:
+                            heapq.heappush(heap, counted)
+                    else:
+                        return
                 name = done[i]
             yield name
             i += 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from dra_jupyter.errors import ECHO_LIMIT, ObjectError, shown
 from dra_jupyter.model import features, limits
@@ -1002,4 +1002,7 @@ PARSERS: dict[str, Callable[[Any], object]] = {
 
 def parse_many(items: Any, parser: Callable[[Any], T], kind: type[T]) -> list[T]:
     """Parse wire dicts (or pass through objects already parsed)."""
-    return [i if isinstance(i, kind) else parser(i) for i in items]
+    given: list[Any] = list(items)
+    if set(map(type, given)) <= {kind}:  # all parsed already: no Python step per item
+        return cast(list[T], given)
+    return [i if isinstance(i, kind) else parser(i) for i in given]

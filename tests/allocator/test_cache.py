@@ -192,6 +192,24 @@ def test_new_slices_replace_what_was_learned_from_the_old(strategy: Strategy) ->
     assert run(small, want, (), strategy, cache) is None
 
 
+def test_an_equal_copy_of_the_inputs_reuses_the_catalog_and_a_changed_one_does_not() -> None:
+    """The cache compares its inputs as tuples: the same objects (by identity, in C), or
+    objects equal to them (the same slices read again), are the same catalog; a slice that
+    changed is a new one."""
+    slices = [node_slice("n1", gpu("g0", m=1)), node_slice("n2", gpu("g0", m=2))]
+    cache = AllocatorCache()
+    first = cache.catalog(slices, CLASSES)
+    assert cache.catalog(list(slices), CLASSES) is first
+    assert cache.catalog(copy.deepcopy(slices), copy.deepcopy(CLASSES)) is first
+    changed = copy.deepcopy(slices)
+    changed[1]["spec"]["devices"][0]["attributes"]["m"] = {"int": 3}
+    rebuilt = cache.catalog(changed, CLASSES)
+    assert rebuilt is not first
+    want = [claim("c1", request("r", "c", 1, selectors=[f"device.attributes['{DRIVER}'].m > 2"]))]
+    assert run(changed, want, cache=cache) == [("n2", "g0")]
+    assert run(slices, want, cache=cache) is None
+
+
 @pytest.mark.parametrize("strategy", ["first-fit", "topology"])
 def test_a_cel_error_is_raised_even_when_a_later_request_cannot_fit(strategy: Strategy) -> None:
     # r0's selector fails on g0 (no attribute "x"); r1 wants more devices than exist. The

@@ -372,9 +372,19 @@ def test_the_cache_keeps_the_layout_and_follows_the_claims() -> None:
     assert [c.available for c in idle[1:]] == [8, 4, 2, 1]
     assert [c.available for c in busy[1:]] == [0, 0, 0, 0]
     assert cache.layouts_built == 1  # the same slices: the layout was kept
-    again = simulated.load("h200-8x")  # equal slices, other objects: laid out again
+    again = simulated.load("h200-8x")  # equal slices, read again: the layout is kept
     choices(World(again.slices, again.device_classes), cache=cache, now=NOW)
+    assert cache.layouts_built == 1
+    changed = copy.deepcopy(again.slices)  # a slice that changed: laid out again
+    del changed[0]["spec"]["devices"][0]
+    fewer = choices(World(changed, again.device_classes), cache=cache, now=NOW)
     assert cache.layouts_built == 2
+    assert [(c.slug, c.available) for c in fewer[1:]] == [
+        ("h200-x1", 7),
+        ("h200-x2", 3),
+        ("h200-x4", 1),
+        ("h200-x7", 1),
+    ]
 
 
 # --- who may choose what --------------------------------------------------------------------
