@@ -14,7 +14,8 @@ An :class:`AllocatorCache` keeps the latest of each. Inputs are compared as tupl
 by item, by identity first (in C): the same slice objects, or objects equal to them (the
 same slices read again), reuse the catalog, and a claim object seen in the last call is not
 parsed again. The objects must therefore not be changed in place: a slice or claim that
-changes must be a new object (as a Kubernetes informer or a ledger read gives them). Without a cache, every ``Allocator`` builds its own, used for that allocator only.
+changes must be a new object (as a Kubernetes informer or a ledger read gives them).
+Without a cache, every ``Allocator`` builds its own, used for that allocator only.
 """
 
 from __future__ import annotations
