@@ -111,27 +111,42 @@ class NodeCapacity:
 
 class _Counters:
     """A pool's counters in one pass: totals, what the devices in use leave, and what each
-    of the node's devices needs, by counter set (floats: this only orders candidates)."""
+    of the node's devices needs, by counter set (floats: this only orders candidates).
+
+    Counter sets of one shape share their candidates' blocking counts: two sets with the
+    same counters left whose devices draw only on them and take the same of them, in the
+    same order (the GPUs of one model, used alike), block the same for a device that takes
+    the same of either, so the devices of only one of them are weighed
+    (:meth:`blocking`)."""
 
     def __init__(self, pool: Pool, state: AllocatedState) -> None:
         self.pool = pool
         self._needs: dict[int, dict[CounterKey, float]] = {}  # by id of a device of the pool
-        self.totals: dict[CounterKey, float] = {
-            (cs.name, name): float(q.whole)
-            for cs in pool.counter_sets.values()
-            for name, q in cs.counters.items()
-        }
+        self.totals: dict[CounterKey, float] = {}
+        self._keys: dict[str, list[CounterKey]] = {}  # each set's counters, in order
+        for cs in pool.counter_sets.values():
+            keys = self._keys.setdefault(cs.name, [])
+            for name, q in cs.counters.items():
+                key = (cs.name, name)
+                if key not in self.totals:
+                    keys.append(key)
+                self.totals[key] = float(q.whole)
         self.left = dict(self.totals)
-        for slice_ in (*pool.slices, *pool.other_slices):
-            for device in slice_.devices:
-                if device.consumes_counters and state.consumes_counters(
-                    DeviceID(slice_.driver, slice_.pool, device.name)
-                ):
-                    for key, value in self.needs(device).items():
-                        if key in self.left:
-                            self.left[key] -= value
-        self._by_set: dict[str, list[tuple[Device, dict[CounterKey, float]]]] | None = None
+        if _held_in(pool, state):
+            for slice_ in (*pool.slices, *pool.other_slices):
+                for device in slice_.devices:
+                    if device.consumes_counters and state.consumes_counters(
+                        DeviceID(slice_.driver, slice_.pool, device.name)
+                    ):
+                        for key, value in self.needs(device).items():
+                            if key in self.left:
+                                self.left[key] -= value
+        self._members: dict[str, list[Device]] | None = None
         self._fitting: dict[str, list[dict[CounterKey, float]]] = {}
+        self._untouched: dict[str, bool] = {}
+        self._shapes: dict[str, int | None] = {}  # by set: the number of its shape
+        self._known: dict[tuple[tuple[str, ...], tuple[float, ...]], list[tuple[object, int]]] = {}
+        self._blocked: dict[tuple[int, object], int] = {}  # by shape and what a device takes
 
     def needs(self, device: Device) -> dict[CounterKey, float]:
         """What the device needs of each counter, worked out once per device of the pool."""
@@ -141,20 +156,30 @@ class _Counters:
         return found
 
     @property
-    def by_set(self) -> dict[str, list[tuple[Device, dict[CounterKey, float]]]]:
-        """The node's devices that consume counters, and what they need, by counter set."""
-        if self._by_set is None:
-            self._by_set = {}
+    def members(self) -> dict[str, list[Device]]:
+        """The node's devices that need something of each counter set, in upstream's order."""
+        if self._members is None:
+            members: dict[str, list[Device]] = {}
             for slice_ in self.pool.slices:
                 for device in slice_.devices:
-                    if device.consumes_counters:
-                        needs = self.needs(device)
-                        for set_name in {k[0] for k in needs}:
-                            self._by_set.setdefault(set_name, []).append((device, needs))
-        return self._by_set
+                    uses = device.consumes_counters
+                    if len(uses) == 1:
+                        if uses[0].counters:
+                            members.setdefault(uses[0].counter_set, []).append(device)
+                    elif uses:
+                        for set_name in dict.fromkeys(u.counter_set for u in uses if u.counters):
+                            members.setdefault(set_name, []).append(device)
+            self._members = members
+        return self._members
 
     def untouched(self, set_name: str) -> bool:
-        return all(self.left[k] == v for k, v in self.totals.items() if k[0] == set_name)
+        found = self._untouched.get(set_name)
+        if found is None:
+            left, totals = self.left, self.totals
+            found = self._untouched[set_name] = all(
+                left[k] == totals[k] for k in self._keys.get(set_name, ())
+            )
+        return found
 
     def whole_free(self) -> Iterable[Device]:
         """Devices that take all of an unused counter set (a whole MIG-capable GPU), one per
@@ -191,13 +216,77 @@ class _Counters:
         """What each device of the set that fits now needs."""
         found = self._fitting.get(set_name)
         if found is None:
-            left = self.left
+            left, needs = self.left, self.needs
             found = self._fitting[set_name] = [
-                needs
-                for _device, needs in self.by_set.get(set_name, ())
-                if all(left.get(k, 0.0) >= v for k, v in needs.items())
+                wanted
+                for wanted in map(needs, self.members.get(set_name, ()))
+                if all(left.get(k, 0.0) >= v for k, v in wanted.items())
             ]
         return found
+
+    def blocking(self, device: Device) -> int:
+        """How many devices of the device's counter sets that fit now would no longer fit
+        once it is taken (0 for devices without counters), counted once per shape of set
+        and what the device takes of it."""
+        set_name, taken = _drawn(device)
+        shape = self._shape(set_name) if set_name is not None else None
+        if shape is None:
+            return _blocking(self.needs(device), self)
+        key = (shape, taken)
+        found = self._blocked.get(key)
+        if found is None:
+            found = self._blocked[key] = _blocking(self.needs(device), self)
+        return found
+
+    def _shape(self, set_name: str) -> int | None:
+        """The number of the set's shape (:class:`_Counters`), the same for sets that block
+        alike; None when one of its devices draws on another set too (its fit depends on
+        that set)."""
+        if set_name in self._shapes:
+            return self._shapes[set_name]
+        drawn = []
+        for device in self.members.get(set_name, ()):
+            on, taken = _drawn(device)
+            if on is None:
+                self._shapes[set_name] = None
+                return None
+            drawn.append(taken)
+        devices = tuple(drawn)
+        keys = self._keys.get(set_name, ())
+        left = self.left
+        head = (tuple(k[1] for k in keys), tuple(left[k] for k in keys))
+        known = self._known.setdefault(head, [])
+        # compared, not hashed: the parser shares equal quantities, so equal shapes compare
+        # by identity
+        number = next((n for other, n in known if other == devices), None)
+        if number is None:
+            number = len(self._shapes)
+            known.append((devices, number))
+        self._shapes[set_name] = number
+        return number
+
+
+def _held_in(pool: Pool, state: AllocatedState) -> bool:
+    """Whether a device of the pool may be in use (held whole or shared)."""
+    if not state.dedicated and not state.shared:
+        return False
+    driver, name = pool.id
+    return any(
+        d.pool == name and d.driver == driver for d in (*state.dedicated, *state.shared)
+    )
+
+
+def _drawn(device: Device) -> tuple[str | None, object]:
+    """The one counter set the device draws on (None: several, or none) and what it takes of
+    it, counter by counter as published."""
+    uses = device.consumes_counters
+    if len(uses) == 1:
+        use = uses[0]
+        return use.counter_set, tuple(use.counters.items())
+    sets = {use.counter_set for use in uses if use.counters}
+    if len(sets) != 1:
+        return None, None
+    return sets.pop(), tuple(tuple(use.counters.items()) for use in uses if use.counters)
 
 
 def _needs(device: Device) -> dict[CounterKey, float]:
@@ -423,10 +512,9 @@ def _locality_key(root: list[int], numa: list[int], count: int) -> tuple[int, in
     return (2, -len(numa), 0, first_numa, first_root)
 
 
-def _blocking(cand: Candidate, counters: _Counters) -> int:
-    """How many devices of the candidate's counter sets that fit now would no longer fit
-    once it is taken (0 for devices without counters)."""
-    needs = counters.needs(cand.device)
+def _blocking(needs: dict[CounterKey, float], counters: _Counters) -> int:
+    """How many devices of the counter sets in ``needs`` that fit now would no longer fit
+    once a device that needs them is taken (0 for a device without counters)."""
     left = counters.left
     after = {key: left.get(key, 0.0) - need for key, need in needs.items()}  # once taken
     blocked = 0
@@ -457,7 +545,7 @@ def order_candidates(rd: RequestData, state: AllocatedState) -> list[Candidate]:
             if counters is None:
                 counters = pools[c.pool.id] = _Counters(c.pool, state)
             touched = not all(counters.untouched(u.counter_set) for u in c.device.consumes_counters)
-            blocked = _blocking(c, counters)
+            blocked = counters.blocking(c.device)
         consumed = -sum(float(q.value) for q in state.capacity.get(c.id, {}).values())
         # a MIG placement (count 1) is placed by what it blocks, before locality
         first, then = (blocked, 0) if c.device.consumes_counters else (0, blocked)
