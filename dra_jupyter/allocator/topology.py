@@ -54,14 +54,16 @@ from __future__ import annotations
 
 import heapq
 import threading
+from operator import itemgetter
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from dra_jupyter.allocator.pools import Pool
 from dra_jupyter.allocator.search import Candidate, RequestData
 from dra_jupyter.allocator.state import AllocatedState
 from dra_jupyter.model.objects import Device, DeviceID, ResourceClaim
+from dra_jupyter.model.quantity import Quantity
 
 ROOT = "resource.kubernetes.io/pcieRoot"
 NUMA = "resource.kubernetes.io/numaNode"
@@ -145,8 +147,11 @@ class _Counters:
         self._fitting: dict[str, list[dict[CounterKey, float]]] = {}
         self._untouched: dict[str, bool] = {}
         self._shapes: dict[str, int | None] = {}  # by set: the number of its shape
-        self._known: dict[tuple[tuple[str, ...], tuple[float, ...]], list[tuple[object, int]]] = {}
-        self._blocked: dict[tuple[int, object], int] = {}  # by shape and what a device takes
+        self._taken: dict[str, list[Mapping[str, Quantity]]] = {}
+        self._place: dict[int, int] = {}
+        self._mixed: set[str] = set()
+        self._known: dict[object, list[tuple[list[Mapping[str, Quantity]], int]]] = {}
+        self._blocked: dict[tuple[int, int], int] = {}  # by shape and place in the set
 
     def needs(self, device: Device) -> dict[CounterKey, float]:
         """What the device needs of each counter, worked out once per device of the pool."""
@@ -159,18 +164,37 @@ class _Counters:
     def members(self) -> dict[str, list[Device]]:
         """The node's devices that need something of each counter set, in upstream's order."""
         if self._members is None:
-            members: dict[str, list[Device]] = {}
-            for slice_ in self.pool.slices:
-                for device in slice_.devices:
-                    uses = device.consumes_counters
-                    if len(uses) == 1:
-                        if uses[0].counters:
-                            members.setdefault(uses[0].counter_set, []).append(device)
-                    elif uses:
-                        for set_name in dict.fromkeys(u.counter_set for u in uses if u.counters):
-                            members.setdefault(set_name, []).append(device)
-            self._members = members
+            self._index()
+            assert self._members is not None
         return self._members
+
+    def _index(self) -> None:
+        """:attr:`members` in one pass, with what each member of a set takes of it (as
+        published) and its place there, for :meth:`_shape`."""
+        members: dict[str, list[Device]] = {}
+        taken: dict[str, list[Mapping[str, Quantity]]] = {}
+        place: dict[int, int] = {}  # by id of a device drawing on one set: its index there
+        mixed: set[str] = set()  # sets with a member that draws on several uses
+        for slice_ in self.pool.slices:
+            for device in slice_.devices:
+                uses = device.consumes_counters
+                if len(uses) == 1:
+                    use = uses[0]
+                    if use.counters:
+                        on = members.get(use.counter_set)
+                        if on is None:
+                            on = members[use.counter_set] = []
+                            taken[use.counter_set] = []
+                        place[id(device)] = len(on)
+                        on.append(device)
+                        taken[use.counter_set].append(use.counters)
+                elif uses:
+                    for set_name in dict.fromkeys(u.counter_set for u in uses if u.counters):
+                        members.setdefault(set_name, []).append(device)
+                        taken.setdefault(set_name, [])
+                        mixed.add(set_name)
+        self._members, self._taken, self._place = members, taken, place
+        self._mixed = mixed
 
     def untouched(self, set_name: str) -> bool:
         found = self._untouched.get(set_name)
@@ -227,12 +251,15 @@ class _Counters:
     def blocking(self, device: Device) -> int:
         """How many devices of the device's counter sets that fit now would no longer fit
         once it is taken (0 for devices without counters), counted once per shape of set
-        and what the device takes of it."""
-        set_name, taken = _drawn(device)
-        shape = self._shape(set_name) if set_name is not None else None
+        and place of the device in its set."""
+        uses = device.consumes_counters
+        shape = self._shape(uses[0].counter_set) if len(uses) == 1 else None
         if shape is None:
             return _blocking(self.needs(device), self)
-        key = (shape, taken)
+        place = self._place.get(id(device))
+        if place is None:  # takes nothing of its set
+            return _blocking(self.needs(device), self)
+        key = (shape, place)
         found = self._blocked.get(key)
         if found is None:
             found = self._blocked[key] = _blocking(self.needs(device), self)
@@ -240,28 +267,25 @@ class _Counters:
 
     def _shape(self, set_name: str) -> int | None:
         """The number of the set's shape (:class:`_Counters`), the same for sets that block
-        alike; None when one of its devices draws on another set too (its fit depends on
-        that set)."""
+        alike: the same counters left, and members that draw on it alone and take the same
+        of it, in the same order; None when a member has several uses."""
         if set_name in self._shapes:
             return self._shapes[set_name]
-        drawn = []
-        for device in self.members.get(set_name, ()):
-            on, taken = _drawn(device)
-            if on is None:
-                self._shapes[set_name] = None
-                return None
-            drawn.append(taken)
-        devices = tuple(drawn)
+        members = self.members
+        if set_name in self._mixed or set_name not in members:
+            self._shapes[set_name] = None
+            return None
+        taken = self._taken[set_name]
         keys = self._keys.get(set_name, ())
         left = self.left
-        head = (tuple(k[1] for k in keys), tuple(left[k] for k in keys))
+        head = (*[k[1] for k in keys], *[left[k] for k in keys])  # names, then what is left
         known = self._known.setdefault(head, [])
-        # compared, not hashed: the parser shares equal quantities, so equal shapes compare
-        # by identity
-        number = next((n for other, n in known if other == devices), None)
+        # lists of dicts compared in C: the parser shares equal quantities, so equal shapes
+        # compare by identity
+        number = next((n for other, n in known if other == taken), None)
         if number is None:
             number = len(self._shapes)
-            known.append((devices, number))
+            known.append((taken, number))
         self._shapes[set_name] = number
         return number
 
@@ -274,19 +298,6 @@ def _held_in(pool: Pool, state: AllocatedState) -> bool:
     return any(
         d.pool == name and d.driver == driver for d in (*state.dedicated, *state.shared)
     )
-
-
-def _drawn(device: Device) -> tuple[str | None, object]:
-    """The one counter set the device draws on (None: several, or none) and what it takes of
-    it, counter by counter as published."""
-    uses = device.consumes_counters
-    if len(uses) == 1:
-        use = uses[0]
-        return use.counter_set, tuple(use.counters.items())
-    sets = {use.counter_set for use in uses if use.counters}
-    if len(sets) != 1:
-        return None, None
-    return sets.pop(), tuple(tuple(use.counters.items()) for use in uses if use.counters)
 
 
 def _needs(device: Device) -> dict[CounterKey, float]:
@@ -303,6 +314,15 @@ def node_capacity(pools: Sequence[Pool], state: AllocatedState, flexible: bool) 
     (:meth:`~dra_jupyter.allocator.pools.SliceIndex.flexible`, known without the pools)."""
     free, untouched, shareable = 0, True, False
     dedicated, shared = state.dedicated, state.shared
+    if not dedicated and not shared:  # nothing held anywhere: every device is free
+        for pool in pools:
+            if pool.usable:
+                for slice_ in pool.slices:
+                    free += len(slice_.devices)
+                    shareable = shareable or any(
+                        d.allow_multiple_allocations for d in slice_.devices
+                    )
+        return NodeCapacity(free, untouched, flexible, pools, state, shareable)
     for pool in pools:
         if not pool.usable:
             continue
@@ -516,13 +536,18 @@ def _blocking(needs: dict[CounterKey, float], counters: _Counters) -> int:
     """How many devices of the counter sets in ``needs`` that fit now would no longer fit
     once a device that needs them is taken (0 for a device without counters)."""
     left = counters.left
-    after = {key: left.get(key, 0.0) - need for key, need in needs.items()}  # once taken
+    # what is left once it is taken, of the counters it takes (of another, a device that
+    # fits now still does), the scarcest first: where a device is most likely stopped
+    after = sorted(
+        ((key, left.get(key, 0.0) - need) for key, need in needs.items() if need > 0),
+        key=itemgetter(1),
+    )
     blocked = 0
     for set_name in {k[0] for k in needs}:
         for other in counters.fitting(set_name):
-            for key, value in other.items():
-                rest = after.get(key)
-                if rest is not None and rest < value:
+            for key, rest in after:
+                value = other.get(key)
+                if value is not None and rest < value:
                     blocked += 1
                     break
     return blocked
