@@ -295,9 +295,7 @@ def _held_in(pool: Pool, state: AllocatedState) -> bool:
     if not state.dedicated and not state.shared:
         return False
     driver, name = pool.id
-    return any(
-        d.pool == name and d.driver == driver for d in (*state.dedicated, *state.shared)
-    )
+    return any(d.pool == name and d.driver == driver for d in (*state.dedicated, *state.shared))
 
 
 def _needs(device: Device) -> dict[CounterKey, float]:
