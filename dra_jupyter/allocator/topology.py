@@ -54,10 +54,10 @@ from __future__ import annotations
 
 import heapq
 import threading
-from operator import itemgetter
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from dra_jupyter.allocator.pools import Pool
 from dra_jupyter.allocator.search import Candidate, RequestData
