@@ -161,7 +161,7 @@ def test_gpus_of_one_shape_share_their_blocking_counts_and_no_other() -> None:
         held("b", "n1", "gpu-3-mig-1g18gb-19-6"),  # GPU 3 used as GPU 1: one shape
         held("c", "n1", "gpu-2-mig-2g35gb-14-0"),
     ]
-    allocator = Allocator(slices, nvidia.device_classes(), allocated, "topology")  # type: ignore[arg-type]
+    allocator = Allocator(slices, nvidia.device_classes(), allocated, "topology")
     [pool] = allocator.catalog.own_pools("n1")
     shared = _Counters(pool, allocator.state)
     devices = [d for s in pool.slices for d in s.devices if d.consumes_counters]
