@@ -560,19 +560,23 @@ def order_candidates(rd: RequestData, state: AllocatedState) -> list[Candidate]:
     roots = _groups(candidates, ROOT)
     numas = _groups(candidates, NUMA)
     pools: dict[object, _Counters] = {}
+    capacity = state.capacity
     keys = []
     for i, c in enumerate(candidates):
-        touched, blocked = c.id in state.shared, 0
-        if c.device.consumes_counters:
+        uses = c.device.consumes_counters
+        if uses:
             counters = pools.get(c.pool.id)
             if counters is None:
                 counters = pools[c.pool.id] = _Counters(c.pool, state)
-            touched = not all(counters.untouched(u.counter_set) for u in c.device.consumes_counters)
-            blocked = counters.blocking(c.device)
-        consumed = -sum(float(q.value) for q in state.capacity.get(c.id, {}).values())
-        # a MIG placement (count 1) is placed by what it blocks, before locality
-        first, then = (blocked, 0) if c.device.consumes_counters else (0, blocked)
-        keys.append(
-            (not touched, first, _locality_key(roots[i], numas[i], count), then, consumed, i)
-        )
+            if len(uses) == 1:
+                touched = not counters.untouched(uses[0].counter_set)
+            else:
+                touched = not all(counters.untouched(u.counter_set) for u in uses)
+            # a MIG placement (count 1) is placed by what it blocks, before locality
+            first = counters.blocking(c.device)
+        else:
+            touched, first = c.id in state.shared, 0
+        held = capacity.get(c.id) if capacity else None
+        consumed = -sum(float(q.value) for q in held.values()) if held else 0
+        keys.append((not touched, first, _locality_key(roots[i], numas[i], count), 0, consumed, i))
     return [candidates[i] for i in sorted(range(len(candidates)), key=keys.__getitem__)]
