@@ -211,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-repeat", type=int, default=7)
     parser.add_argument("--no-gc-freeze", action="store_true")
     parser.add_argument("--no-model", action="store_true")
+    parser.add_argument(
+        "--world", default="", metavar="SUBSTRING", help="only the worlds whose name has it"
+    )
     args = parser.parse_args(argv)
     binary = build.build()
     classes_wire = nvidia.device_classes()
@@ -221,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|---|---|")
     for name, make in worlds().items():
+        if args.world not in name:
+            continue
         print(row(name, make, binary, classes_wire, args), flush=True)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cores")
     if not args.no_model:

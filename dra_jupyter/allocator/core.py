@@ -77,8 +77,8 @@ SCAN_AFTER = 16
 """Nodes an allocator lists one by one before it counts a request's devices pool by pool
 (:mod:`~dra_jupyter.allocator.scan`): a claim that the first nodes take never pays for the
 scan; one that no node can take pays for one pass over the inventory instead of listing
-every node. (``topology`` on a cluster of more nodes may scan first: see
-``_plain_nodes_hopeless``.)"""
+every node. (``topology`` on a cluster of more nodes may scan first, or after its first
+node, when a claim only partitionable or shared devices serve: see ``_topology_order``.)"""
 
 
 class Allocator(NodeFilter):
@@ -199,8 +199,12 @@ class Allocator(NodeFilter):
                 and len(every) > self.scan_after
                 and self._plain_nodes_hopeless(claims)
             ):
-                every = [name for name in every if self._flexible(name)]
-                self._scanning = True  # their pools are scanned: count the others so too
+                kept = [name for name in every if self._flexible(name)]
+                if len(kept) < len(every):
+                    self._scanning = True  # their pools are scanned: count the others so too
+                else:  # none scanned: count by the scan once one node was listed in vain
+                    self._scan_early = True
+                every = kept
             touched = self._maybe_touched if self.holdings.held_pools() else None
             order = LazyOrder(node_runs(every, self.catalog.index.flexible, touched))
             if shape is not None:

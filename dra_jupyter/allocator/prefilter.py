@@ -56,6 +56,7 @@ class NodeFilter:
     scan_after: int
     _listings: int  # nodes listed by _too_few in this allocator's calls
     _scanning: bool  # whether a scan began before scan_after nodes were listed
+    _scan_early: bool  # whether a scan begins once one node was listed
     # the claims of the latest call, and whether no pools have enough for them
     _nowhere: tuple[list[ResourceClaim], bool] | None
     # per request object: the request and its scan
@@ -64,6 +65,7 @@ class NodeFilter:
     def _start_filter(self) -> None:
         self._listings = 0
         self._scanning = False
+        self._scan_early = False
         self._nowhere = None
         self._scans = {}
 
@@ -101,7 +103,8 @@ class NodeFilter:
 
     def _scan_begun(self) -> bool:
         """Whether nodes are tested against the scan (instead of listed one by one)."""
-        return self._scanning or self._listings >= self.scan_after
+        after = min(self.scan_after, 1) if self._scan_early else self.scan_after
+        return self._scanning or self._listings >= after
 
     def _flexible(self, name: str | None) -> bool:
         return self.catalog.index.flexible(name)
@@ -128,7 +131,10 @@ class NodeFilter:
             # inventory (a listed device is one the scan of its pool keeps, and its pool is
             # one of the node's): the node is listed first anyway, by topology's order.
             first = next((n for n in self.catalog.node_names() if not self._flexible(n)), None)
-            if first is not None and self._listed(request, claim, first).candidates:
+            if first is None:  # no such node: no pool to scan
+                self.catalog.plain_match[shape] = False
+                return False
+            if self._listed(request, claim, first).candidates:
                 self.catalog.plain_match[shape] = True
                 return True
             inventory = self._inventory(request, claim)

@@ -55,13 +55,15 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from dra_jupyter.allocator.pools import Pool
 from dra_jupyter.allocator.search import Candidate, RequestData
 from dra_jupyter.allocator.state import AllocatedState
 from dra_jupyter.model.objects import Device, DeviceID, ResourceClaim
+from dra_jupyter.model.quantity import Quantity
 
 ROOT = "resource.kubernetes.io/pcieRoot"
 NUMA = "resource.kubernetes.io/numaNode"
@@ -111,27 +113,45 @@ class NodeCapacity:
 
 class _Counters:
     """A pool's counters in one pass: totals, what the devices in use leave, and what each
-    of the node's devices needs, by counter set (floats: this only orders candidates)."""
+    of the node's devices needs, by counter set (floats: this only orders candidates).
+
+    Counter sets of one shape share their candidates' blocking counts: two sets with the
+    same counters left whose devices draw only on them and take the same of them, in the
+    same order (the GPUs of one model, used alike), block the same for a device that takes
+    the same of either, so the devices of only one of them are weighed
+    (:meth:`blocking`)."""
 
     def __init__(self, pool: Pool, state: AllocatedState) -> None:
         self.pool = pool
         self._needs: dict[int, dict[CounterKey, float]] = {}  # by id of a device of the pool
-        self.totals: dict[CounterKey, float] = {
-            (cs.name, name): float(q.whole)
-            for cs in pool.counter_sets.values()
-            for name, q in cs.counters.items()
-        }
+        self.totals: dict[CounterKey, float] = {}
+        self._keys: dict[str, list[CounterKey]] = {}  # each set's counters, in order
+        for cs in pool.counter_sets.values():
+            keys = self._keys.setdefault(cs.name, [])
+            for name, q in cs.counters.items():
+                key = (cs.name, name)
+                if key not in self.totals:
+                    keys.append(key)
+                self.totals[key] = float(q.whole)
         self.left = dict(self.totals)
-        for slice_ in (*pool.slices, *pool.other_slices):
-            for device in slice_.devices:
-                if device.consumes_counters and state.consumes_counters(
-                    DeviceID(slice_.driver, slice_.pool, device.name)
-                ):
-                    for key, value in self.needs(device).items():
-                        if key in self.left:
-                            self.left[key] -= value
-        self._by_set: dict[str, list[tuple[Device, dict[CounterKey, float]]]] | None = None
+        if _held_in(pool, state):
+            for slice_ in (*pool.slices, *pool.other_slices):
+                for device in slice_.devices:
+                    if device.consumes_counters and state.consumes_counters(
+                        DeviceID(slice_.driver, slice_.pool, device.name)
+                    ):
+                        for key, value in self.needs(device).items():
+                            if key in self.left:
+                                self.left[key] -= value
+        self._members: dict[str, list[Device]] | None = None
         self._fitting: dict[str, list[dict[CounterKey, float]]] = {}
+        self._untouched: dict[str, bool] = {}
+        self._shapes: dict[str, int | None] = {}  # by set: the number of its shape
+        self._taken: dict[str, list[Mapping[str, Quantity]]] = {}
+        self._place: dict[int, int] = {}
+        self._mixed: set[str] = set()
+        self._known: dict[object, list[tuple[list[Mapping[str, Quantity]], int]]] = {}
+        self._blocked: dict[tuple[int, int], int] = {}  # by shape and place in the set
 
     def needs(self, device: Device) -> dict[CounterKey, float]:
         """What the device needs of each counter, worked out once per device of the pool."""
@@ -141,20 +161,49 @@ class _Counters:
         return found
 
     @property
-    def by_set(self) -> dict[str, list[tuple[Device, dict[CounterKey, float]]]]:
-        """The node's devices that consume counters, and what they need, by counter set."""
-        if self._by_set is None:
-            self._by_set = {}
-            for slice_ in self.pool.slices:
-                for device in slice_.devices:
-                    if device.consumes_counters:
-                        needs = self.needs(device)
-                        for set_name in {k[0] for k in needs}:
-                            self._by_set.setdefault(set_name, []).append((device, needs))
-        return self._by_set
+    def members(self) -> dict[str, list[Device]]:
+        """The node's devices that need something of each counter set, in upstream's order."""
+        if self._members is None:
+            self._index()
+            assert self._members is not None
+        return self._members
+
+    def _index(self) -> None:
+        """:attr:`members` in one pass, with what each member of a set takes of it (as
+        published) and its place there, for :meth:`_shape`."""
+        members: dict[str, list[Device]] = {}
+        taken: dict[str, list[Mapping[str, Quantity]]] = {}
+        place: dict[int, int] = {}  # by id of a device drawing on one set: its index there
+        mixed: set[str] = set()  # sets with a member that draws on several uses
+        for slice_ in self.pool.slices:
+            for device in slice_.devices:
+                uses = device.consumes_counters
+                if len(uses) == 1:
+                    use = uses[0]
+                    if use.counters:
+                        on = members.get(use.counter_set)
+                        if on is None:
+                            on = members[use.counter_set] = []
+                            taken[use.counter_set] = []
+                        place[id(device)] = len(on)
+                        on.append(device)
+                        taken[use.counter_set].append(use.counters)
+                elif uses:
+                    for set_name in dict.fromkeys(u.counter_set for u in uses if u.counters):
+                        members.setdefault(set_name, []).append(device)
+                        taken.setdefault(set_name, [])
+                        mixed.add(set_name)
+        self._members, self._taken, self._place = members, taken, place
+        self._mixed = mixed
 
     def untouched(self, set_name: str) -> bool:
-        return all(self.left[k] == v for k, v in self.totals.items() if k[0] == set_name)
+        found = self._untouched.get(set_name)
+        if found is None:
+            left, totals = self.left, self.totals
+            found = self._untouched[set_name] = all(
+                left[k] == totals[k] for k in self._keys.get(set_name, ())
+            )
+        return found
 
     def whole_free(self) -> Iterable[Device]:
         """Devices that take all of an unused counter set (a whole MIG-capable GPU), one per
@@ -191,13 +240,62 @@ class _Counters:
         """What each device of the set that fits now needs."""
         found = self._fitting.get(set_name)
         if found is None:
-            left = self.left
+            left, needs = self.left, self.needs
             found = self._fitting[set_name] = [
-                needs
-                for _device, needs in self.by_set.get(set_name, ())
-                if all(left.get(k, 0.0) >= v for k, v in needs.items())
+                wanted
+                for wanted in map(needs, self.members.get(set_name, ()))
+                if all(left.get(k, 0.0) >= v for k, v in wanted.items())
             ]
         return found
+
+    def blocking(self, device: Device) -> int:
+        """How many devices of the device's counter sets that fit now would no longer fit
+        once it is taken (0 for devices without counters), counted once per shape of set
+        and place of the device in its set."""
+        uses = device.consumes_counters
+        shape = self._shape(uses[0].counter_set) if len(uses) == 1 else None
+        if shape is None:
+            return _blocking(self.needs(device), self)
+        place = self._place.get(id(device))
+        if place is None:  # takes nothing of its set
+            return _blocking(self.needs(device), self)
+        key = (shape, place)
+        found = self._blocked.get(key)
+        if found is None:
+            found = self._blocked[key] = _blocking(self.needs(device), self)
+        return found
+
+    def _shape(self, set_name: str) -> int | None:
+        """The number of the set's shape (:class:`_Counters`), the same for sets that block
+        alike: the same counters left, and members that draw on it alone and take the same
+        of it, in the same order; None when a member has several uses."""
+        if set_name in self._shapes:
+            return self._shapes[set_name]
+        members = self.members
+        if set_name in self._mixed or set_name not in members:
+            self._shapes[set_name] = None
+            return None
+        taken = self._taken[set_name]
+        keys = self._keys.get(set_name, ())
+        left = self.left
+        head = (*[k[1] for k in keys], *[left[k] for k in keys])  # names, then what is left
+        known = self._known.setdefault(head, [])
+        # lists of dicts compared in C: the parser shares equal quantities, so equal shapes
+        # compare by identity
+        number = next((n for other, n in known if other == taken), None)
+        if number is None:
+            number = len(self._shapes)
+            known.append((taken, number))
+        self._shapes[set_name] = number
+        return number
+
+
+def _held_in(pool: Pool, state: AllocatedState) -> bool:
+    """Whether a device of the pool may be in use (held whole or shared)."""
+    if not state.dedicated and not state.shared:
+        return False
+    driver, name = pool.id
+    return any(d.pool == name and d.driver == driver for d in (*state.dedicated, *state.shared))
 
 
 def _needs(device: Device) -> dict[CounterKey, float]:
@@ -214,6 +312,15 @@ def node_capacity(pools: Sequence[Pool], state: AllocatedState, flexible: bool) 
     (:meth:`~dra_jupyter.allocator.pools.SliceIndex.flexible`, known without the pools)."""
     free, untouched, shareable = 0, True, False
     dedicated, shared = state.dedicated, state.shared
+    if not dedicated and not shared:  # nothing held anywhere: every device is free
+        for pool in pools:
+            if pool.usable:
+                for slice_ in pool.slices:
+                    free += len(slice_.devices)
+                    shareable = shareable or any(
+                        d.allow_multiple_allocations for d in slice_.devices
+                    )
+        return NodeCapacity(free, untouched, flexible, pools, state, shareable)
     for pool in pools:
         if not pool.usable:
             continue
@@ -423,18 +530,22 @@ def _locality_key(root: list[int], numa: list[int], count: int) -> tuple[int, in
     return (2, -len(numa), 0, first_numa, first_root)
 
 
-def _blocking(cand: Candidate, counters: _Counters) -> int:
-    """How many devices of the candidate's counter sets that fit now would no longer fit
-    once it is taken (0 for devices without counters)."""
-    needs = counters.needs(cand.device)
+def _blocking(needs: dict[CounterKey, float], counters: _Counters) -> int:
+    """How many devices of the counter sets in ``needs`` that fit now would no longer fit
+    once a device that needs them is taken (0 for a device without counters)."""
     left = counters.left
-    after = {key: left.get(key, 0.0) - need for key, need in needs.items()}  # once taken
+    # what is left once it is taken, of the counters it takes (of another, a device that
+    # fits now still does), the scarcest first: where a device is most likely stopped
+    after = sorted(
+        ((key, left.get(key, 0.0) - need) for key, need in needs.items() if need > 0),
+        key=itemgetter(1),
+    )
     blocked = 0
     for set_name in {k[0] for k in needs}:
         for other in counters.fitting(set_name):
-            for key, value in other.items():
-                rest = after.get(key)
-                if rest is not None and rest < value:
+            for key, rest in after:
+                value = other.get(key)
+                if value is not None and rest < value:
                     blocked += 1
                     break
     return blocked
@@ -449,19 +560,23 @@ def order_candidates(rd: RequestData, state: AllocatedState) -> list[Candidate]:
     roots = _groups(candidates, ROOT)
     numas = _groups(candidates, NUMA)
     pools: dict[object, _Counters] = {}
+    capacity = state.capacity
     keys = []
     for i, c in enumerate(candidates):
-        touched, blocked = c.id in state.shared, 0
-        if c.device.consumes_counters:
+        uses = c.device.consumes_counters
+        if uses:
             counters = pools.get(c.pool.id)
             if counters is None:
                 counters = pools[c.pool.id] = _Counters(c.pool, state)
-            touched = not all(counters.untouched(u.counter_set) for u in c.device.consumes_counters)
-            blocked = _blocking(c, counters)
-        consumed = -sum(float(q.value) for q in state.capacity.get(c.id, {}).values())
-        # a MIG placement (count 1) is placed by what it blocks, before locality
-        first, then = (blocked, 0) if c.device.consumes_counters else (0, blocked)
-        keys.append(
-            (not touched, first, _locality_key(roots[i], numas[i], count), then, consumed, i)
-        )
+            if len(uses) == 1:
+                touched = not counters.untouched(uses[0].counter_set)
+            else:
+                touched = not all(counters.untouched(u.counter_set) for u in uses)
+            # a MIG placement (count 1) is placed by what it blocks, before locality
+            first = counters.blocking(c.device)
+        else:
+            touched, first = c.id in state.shared, 0
+        held = capacity.get(c.id) if capacity else None
+        consumed = -sum(float(q.value) for q in held.values()) if held else 0
+        keys.append((not touched, first, _locality_key(roots[i], numas[i], count), 0, consumed, i))
     return [candidates[i] for i in sorted(range(len(candidates)), key=keys.__getitem__)]

@@ -413,6 +413,27 @@ def test_a_mig_claim_on_a_large_cluster_counts_one_mig_node() -> None:
     assert list(allocator.holdings.capacities) == ["node-40"]
 
 
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_a_mig_claim_on_a_cluster_of_mig_nodes_scans_only_once_a_node_failed(
+    share: float,
+) -> None:
+    """No node without MIG or shares to leave out: ``topology`` lists its first MIG node, as
+    first-fit would, and counts by the scan only once a node could not take the claim (a
+    claim the first node takes scans nothing); the answers are those of an allocator that
+    never scans."""
+    kinds = ["mig"] * 20
+    slices, classes = cluster(kinds), nvidia.device_classes()
+    for seed in range(3):
+        allocated = held(kinds, random.Random(seed), share)
+        for claim in CLAIMS[4:6]:
+            allocator = Allocator(slices, classes, allocated, "topology")
+            never = Allocator(slices, classes, allocated, "topology", scan_after=10**9)
+            assert answer(allocator, [claim]) == answer(never, [claim]), (seed, claim)
+            if share == 0.0:
+                assert not allocator.catalog.inventory
+                assert list(allocator.holdings.capacities) == ["node-00"]
+
+
 def test_a_cold_allocator_is_freed_without_the_garbage_collector() -> None:
     """An allocator and its caches (the catalog, the scan) hold no reference cycle: they go
     as soon as the last reference does, not at the collector's next full pass, which on a

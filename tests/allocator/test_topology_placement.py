@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.allocator.core import exact_counts
 from dra_jupyter.allocator.pools import usable_devices
-from dra_jupyter.allocator.topology import claims_need
+from dra_jupyter.allocator.topology import _blocking, _Counters, claims_need
 from dra_jupyter.inventory import mig, nvidia
 from tests.allocator.test_properties import PROFILE, World, make_allocator, node_of, worlds
 
@@ -150,6 +150,28 @@ def test_a_mig_slice_keeps_a_3g_placement_open() -> None:
     after = [*allocated, held("b", "n1", found.pop().split("/")[1])]
     three = placed(slices, after, wanted(profile="3g.71gb"), "topology")
     assert three == {"n1/gpu-0-mig-3g71gb-9-0"}
+
+
+def test_gpus_of_one_shape_share_their_blocking_counts_and_no_other() -> None:
+    """A MIG placement's blocking count is worked out once for GPUs used alike (the same
+    counters left, the same placements): it is the count worked out for the GPU itself."""
+    slices = mig.h200_mig_node("n1", gpus=4)
+    allocated = [
+        held("a", "n1", "gpu-1-mig-1g18gb-19-6"),
+        held("b", "n1", "gpu-3-mig-1g18gb-19-6"),  # GPU 3 used as GPU 1: one shape
+        held("c", "n1", "gpu-2-mig-2g35gb-14-0"),
+    ]
+    allocator = Allocator(slices, nvidia.device_classes(), allocated, "topology")
+    [pool] = allocator.catalog.own_pools("n1")
+    shared = _Counters(pool, allocator.state)
+    devices = [d for s in pool.slices for d in s.devices if d.consumes_counters]
+    assert len(devices) == 4 * 26
+    for device in devices:
+        alone = _Counters(pool, allocator.state)
+        assert shared.blocking(device) == _blocking(alone.needs(device), alone), device.name
+    shapes = {name: shared._shape(f"gpu-{name}-counter-set") for name in range(4)}
+    assert shapes[1] == shapes[3]
+    assert len({shapes[0], shapes[1], shapes[2]}) == 3
 
 
 def test_shares_fill_a_gpu_already_shared() -> None:
