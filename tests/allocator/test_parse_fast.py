@@ -13,9 +13,11 @@ for them, and a wire changed in place after a parse is read again.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -195,6 +197,15 @@ def test_the_fast_path_agrees_with_the_full_parse(device: Wire, damage: list[Any
     agree(raw)
 
 
+@pytest.fixture
+def fresh_recall() -> Iterator[None]:
+    """Nothing recalled yet: what earlier tests left does not decide what is looked up."""
+    recalls = {name: parse._Recall() for name in ("_ATTRIBUTES", "_CAPACITIES", "_COUNTERS")}
+    with mock.patch.multiple(parse, **recalls, _CONSUMPTIONS={}):
+        yield
+
+
+@pytest.mark.usefixtures("fresh_recall")
 def test_recalled_wires_keep_their_types() -> None:
     """A wire equal to one seen before is not it when a leaf differs in type: 1 == True."""
     base: Wire = {
@@ -224,6 +235,7 @@ def test_recalled_wires_keep_their_types() -> None:
     assert isinstance(full(raw), ObjectError)
 
 
+@pytest.mark.usefixtures("fresh_recall")
 def test_a_wire_changed_in_place_is_read_again() -> None:
     raw = copy.deepcopy(DEVICES[4])  # a MIG placement
     first = parse._fast_device(raw)
@@ -239,6 +251,7 @@ def test_a_wire_changed_in_place_is_read_again() -> None:
     assert str(again.consumes_counters[0].counters["memory"]) == "1Gi"
 
 
+@pytest.mark.usefixtures("fresh_recall")
 def test_wires_that_keep_differing_are_still_recalled_when_they_repeat() -> None:
     """Names whose wires all differ are only looked up now and then: a repeat is still found."""
     raws = [copy.deepcopy(DEVICES[0]) for _ in range(40)]
@@ -296,32 +309,150 @@ def test_plain_slices_take_the_fast_path() -> None:
     assert not isinstance(full_slice(SLICES[1]), ObjectError)
 
 
-@settings(max_examples=600, deadline=None)
+FIELDS = [
+    ("kind",),
+    ("apiVersion",),
+    ("metadata",),
+    ("metadata", "name"),
+    ("spec",),
+    ("spec", "driver"),
+    ("spec", "pool"),
+    ("spec", "pool", "name"),
+    ("spec", "pool", "generation"),
+    ("spec", "pool", "resourceSliceCount"),
+    ("spec", "nodeName"),
+    ("spec", "allNodes"),
+    ("spec", "nodeSelector"),
+    ("spec", "perDeviceNodeSelection"),
+    ("spec", "devices"),
+    ("spec", "devices", 0),
+    ("spec", "devices", 0, "name"),
+    ("spec", "sharedCounters"),
+    ("spec", "sharedCounters", 0),
+    ("spec", "sharedCounters", 0, "name"),
+    ("spec", "sharedCounters", 0, "counters"),
+]
+SLICE_ODD = st.one_of(
+    ODD,
+    st.sampled_from(
+        [
+            [{"name": "gpu-0-counter-set", "counters": {"memory": {"value": "1Gi"}}}],
+            [{"name": "gpu-9", "capacity": {"memory": {"value": "1Gi"}}}],
+            {"memory": {"value": "1Gi"}},
+            {"memory": {"value": True}},
+            {"name": "x", "generation": 1, "resourceSliceCount": 1},
+            {"name": "n"},
+        ]
+    ),
+)
+
+
+def poke(raw: Wire, path: tuple[str | int, ...], value: Any, how: str) -> None:
+    """Set or remove the field at ``path`` (when its parent is there)."""
+    parent: Any = raw
+    for step in path[:-1]:
+        try:
+            parent = parent[step]
+        except (KeyError, IndexError, TypeError):
+            return
+    last = path[-1]
+    if isinstance(parent, dict) and isinstance(last, str):
+        if how == "pop":
+            parent.pop(last, None)
+        else:
+            parent[last] = copy.deepcopy(value)
+    elif isinstance(parent, list) and isinstance(last, int) and last < len(parent):
+        if how == "pop":
+            del parent[last]
+        else:
+            parent[last] = copy.deepcopy(value)
+
+
+def damage_anywhere(raw: Wire, where: int, key: str, value: Any, how: str) -> None:
+    """As the device test damages: a dict anywhere in the slice, or a list's entry twice."""
+    if how == "dup":  # a device name, a counter set twice
+        lists = [c for c in containers(raw) if isinstance(c, list) and c]
+        if lists:
+            target = lists[where % len(lists)]
+            target.append(copy.deepcopy(target[where % len(target)]))
+        return
+    targets = [c for c in containers(raw) if isinstance(c, dict)]
+    target = targets[where % len(targets)]
+    keys = sorted(target)
+    if how == "add" or not keys:
+        target[key] = copy.deepcopy(value)
+    elif how == "set":
+        target[keys[where % len(keys)]] = copy.deepcopy(value)
+    else:
+        target.pop(keys[where % len(keys)])
+
+
+@settings(max_examples=1500, deadline=None)
 @given(
     st.sampled_from(SLICES),
     st.lists(
-        st.tuples(st.integers(0, 10_000), KEYS, ODD, st.sampled_from(["set", "add", "pop", "dup"])),
+        st.one_of(
+            st.tuples(
+                st.just("field"),
+                st.sampled_from(FIELDS),
+                SLICE_ODD,
+                st.sampled_from(["set", "pop"]),
+            ),
+            st.tuples(
+                st.integers(0, 10_000), KEYS, ODD, st.sampled_from(["set", "add", "pop", "dup"])
+            ),
+        ),
         min_size=1,
         max_size=3,
     ),
 )
 def test_the_slice_fast_path_agrees_with_the_full_parse(slice_: Wire, damage: list[Any]) -> None:
     raw = copy.deepcopy(slice_)
-    for where, key, value, how in damage:
-        if how == "dup":  # a list's entry twice: a device name, a counter set
-            lists = [c for c in containers(raw) if isinstance(c, list) and c]
-            if lists:
-                target = lists[where % len(lists)]
-                target.append(copy.deepcopy(target[where % len(target)]))
-            continue
-        targets = [c for c in containers(raw) if isinstance(c, dict)]
-        # the slice's own fields as often as its devices'
-        target = targets[where % len(targets)] if where % 2 else targets[where % 3]
-        keys = sorted(target)
-        if how == "add" or not keys:
-            target[key] = copy.deepcopy(value)
-        elif how == "set":
-            target[keys[where % len(keys)]] = copy.deepcopy(value)
+    for first, second, value, how in damage:
+        if first == "field":
+            poke(raw, second, value, how)
         else:
-            target.pop(keys[where % len(keys)])
+            damage_anywhere(raw, first, second, value, how)
     agree_slice(raw)
+
+
+def test_slices_at_their_limits() -> None:
+    """Devices, counter sets and devices that consume counters, up to the limit and one more."""
+    gpu = SLICES[0]["spec"]["devices"][0]
+    placement = DEVICES[4]
+    counter_set = SLICES[2]["spec"]["sharedCounters"][0]
+
+    def numbered(entry: Wire, count: int, name: str) -> list[Wire]:
+        return [{**copy.deepcopy(entry), "name": f"{name}-{i}"} for i in range(count)]
+
+    cases = [
+        ("devices", numbered(gpu, parse.limits.MAX_DEVICES_PER_SLICE, "gpu"), True),
+        ("devices", numbered(gpu, parse.limits.MAX_DEVICES_PER_SLICE + 1, "gpu"), False),
+        ("devices", numbered(placement, parse.limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS, "m"), True),
+        (
+            "devices",
+            numbered(placement, parse.limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS + 1, "m"),
+            False,
+        ),
+        (
+            "sharedCounters",
+            numbered(counter_set, parse.limits.MAX_COUNTER_SETS_PER_SLICE, "s"),
+            True,
+        ),
+        (
+            "sharedCounters",
+            numbered(counter_set, parse.limits.MAX_COUNTER_SETS_PER_SLICE + 1, "s"),
+            False,
+        ),
+    ]
+    for field, entries, valid in cases:
+        raw = copy.deepcopy(SLICES[0])
+        raw["spec"].pop("devices")
+        raw["spec"][field] = entries
+        assert (parse._fast_slice(raw) is not None) == valid, (field, len(entries))
+        assert isinstance(full_slice(raw), ObjectError) != valid
+        agree_slice(raw)
+    both = copy.deepcopy(SLICES[0])  # since Kubernetes 1.35, devices or counter sets
+    both["spec"]["sharedCounters"] = [counter_set]
+    assert parse._fast_slice(both) is None
+    assert isinstance(full_slice(both), ObjectError)
