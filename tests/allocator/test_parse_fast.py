@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from dra_jupyter.errors import ObjectError
 from dra_jupyter.inventory import mig, nvidia
-from dra_jupyter.model import parse
+from dra_jupyter.model import limits, parse
 from dra_jupyter.model.objects import Device, ResourceSlice
 
 Wire = dict[str, Any]
@@ -200,7 +200,9 @@ def test_the_fast_path_agrees_with_the_full_parse(device: Wire, damage: list[Any
 @pytest.fixture
 def fresh_recall() -> Iterator[None]:
     """Nothing recalled yet: what earlier tests left does not decide what is looked up."""
-    recalls = {name: parse._Recall() for name in ("_ATTRIBUTES", "_CAPACITIES", "_COUNTERS")}
+    recalls: dict[str, Any] = {
+        name: parse._Recall() for name in ("_ATTRIBUTES", "_CAPACITIES", "_COUNTERS")
+    }
     with mock.patch.multiple(parse, **recalls, _CONSUMPTIONS={}):
         yield
 
@@ -373,8 +375,8 @@ def damage_anywhere(raw: Wire, where: int, key: str, value: Any, how: str) -> No
     if how == "dup":  # a device name, a counter set twice
         lists = [c for c in containers(raw) if isinstance(c, list) and c]
         if lists:
-            target = lists[where % len(lists)]
-            target.append(copy.deepcopy(target[where % len(target)]))
+            entries = lists[where % len(lists)]
+            entries.append(copy.deepcopy(entries[where % len(entries)]))
         return
     targets = [c for c in containers(raw) if isinstance(c, dict)]
     target = targets[where % len(targets)]
@@ -426,22 +428,22 @@ def test_slices_at_their_limits() -> None:
         return [{**copy.deepcopy(entry), "name": f"{name}-{i}"} for i in range(count)]
 
     cases = [
-        ("devices", numbered(gpu, parse.limits.MAX_DEVICES_PER_SLICE, "gpu"), True),
-        ("devices", numbered(gpu, parse.limits.MAX_DEVICES_PER_SLICE + 1, "gpu"), False),
-        ("devices", numbered(placement, parse.limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS, "m"), True),
+        ("devices", numbered(gpu, limits.MAX_DEVICES_PER_SLICE, "gpu"), True),
+        ("devices", numbered(gpu, limits.MAX_DEVICES_PER_SLICE + 1, "gpu"), False),
+        ("devices", numbered(placement, limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS, "m"), True),
         (
             "devices",
-            numbered(placement, parse.limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS + 1, "m"),
+            numbered(placement, limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS + 1, "m"),
             False,
         ),
         (
             "sharedCounters",
-            numbered(counter_set, parse.limits.MAX_COUNTER_SETS_PER_SLICE, "s"),
+            numbered(counter_set, limits.MAX_COUNTER_SETS_PER_SLICE, "s"),
             True,
         ),
         (
             "sharedCounters",
-            numbered(counter_set, parse.limits.MAX_COUNTER_SETS_PER_SLICE + 1, "s"),
+            numbered(counter_set, limits.MAX_COUNTER_SETS_PER_SLICE + 1, "s"),
             False,
         ),
     ]
