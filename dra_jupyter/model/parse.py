@@ -620,11 +620,12 @@ _Entry = tuple[dict[str, dict[str, Any]], tuple[tuple[str, str, _Leaf], ...], T]
 class _Shelf(Generic[T]):
     """The entries of a :class:`_Recall` for one tuple of names, the newest first."""
 
-    __slots__ = ("entries", "misses")
+    __slots__ = ("entries", "looking", "misses")
 
     def __init__(self) -> None:
         self.entries: list[_Entry[T]] = []
         self.misses = 0  # since the last hit
+        self.looking = True  # whether to look up the next wire and keep it
 
 
 class _Recall(Generic[T]):
@@ -655,7 +656,7 @@ class _Recall(Generic[T]):
     def find(self, raw: dict[str, Any]) -> T | None:
         """The value kept for a wire dict equal to ``raw`` (a dict), or None."""
         shelf = self._shelves.get(tuple(raw))
-        if shelf is not None and not _resting(shelf.misses, self._per_names):
+        if shelf is not None and shelf.looking:
             for wire, typed, parsed in shelf.entries:
                 if wire == raw and (not typed or _same_types(raw, typed)):
                     shelf.misses = 0
@@ -672,7 +673,9 @@ class _Recall(Generic[T]):
                 self._shelves.clear()
             shelf = self._shelves[names] = _Shelf()
         shelf.misses += 1
-        if _resting(shelf.misses, self._per_names):
+        per_names = self._per_names
+        shelf.looking = shelf.misses <= per_names or shelf.misses % per_names == 0
+        if not shelf.looking:
             return
         wire = {name: dict(wrapped) for name, wrapped in raw.items()}
         typed = tuple(
@@ -682,12 +685,6 @@ class _Recall(Generic[T]):
             if type(leaf) is not str
         )
         shelf.entries = [(wire, typed, parsed), *shelf.entries[: self._per_names - 1]]
-
-
-def _resting(misses: int, per_names: int) -> bool:
-    """Whether, after ``misses`` in a row, a :class:`_Recall`'s names are neither looked up
-    nor kept."""
-    return misses > per_names and misses % per_names != 0
 
 
 def _same_types(raw: dict[str, Any], typed: tuple[tuple[str, str, _Leaf], ...]) -> bool:
@@ -818,7 +815,7 @@ def _fast_device(m: Any) -> Device | None:
         return None
     get = m.get
     name = get("name")
-    if not _valid(name, _LABELS, limits.dns_label_problem):
+    if type(name) is not str or (name not in _LABELS and not _label_ok(name)):
         return None
     attributes: dict[str, AttributeValue] | None = {}
     capacity: dict[str, DeviceCapacity] | None = {}
