@@ -628,6 +628,9 @@ class _Shelf(Generic[T]):
         self.looking = True  # whether to look up the next wire and keep it
 
 
+_REST = 64  # see _Recall
+
+
 class _Recall(Generic[T]):
     """Values parsed from wire dicts seen before, found again by comparing the dicts.
 
@@ -645,7 +648,7 @@ class _Recall(Generic[T]):
     has them in the wire's order. At most ``per_names`` entries a tuple of names and
     ``max_names`` tuples (then all are dropped). Where the wires of some names are all
     different (a GPU's attributes name its UUID), comparing and copying each is wasted:
-    after ``per_names`` misses in a row, only every ``per_names``-th is looked up and kept.
+    after ``per_names`` misses in a row, only every ``_REST``-th is looked up and kept.
     """
 
     def __init__(self, per_names: int = 8, max_names: int = 128) -> None:
@@ -673,8 +676,7 @@ class _Recall(Generic[T]):
                 self._shelves.clear()
             shelf = self._shelves[names] = _Shelf()
         shelf.misses += 1
-        per_names = self._per_names
-        shelf.looking = shelf.misses <= per_names or shelf.misses % per_names == 0
+        shelf.looking = shelf.misses <= self._per_names or shelf.misses % _REST == 0
         if not shelf.looking:
             return
         wire = {name: dict(wrapped) for name, wrapped in raw.items()}
@@ -718,15 +720,15 @@ def _fast_attributes(raw: dict[str, Any]) -> dict[str, AttributeValue] | None:
         if value is not None:
             if type(value) is not str or len(value) > limits.MAX_ATTRIBUTE_STRING_LENGTH:
                 return None
-        elif (value := wrapped.get("int")) is not None:
-            if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
-                return None
         elif (value := wrapped.get("version")) is not None:
             if type(value) is not str or len(value) > limits.MAX_ATTRIBUTE_STRING_LENGTH:
                 return None
             try:
                 value = _version(value)
             except ValueError:
+                return None
+        elif (value := wrapped.get("int")) is not None:
+            if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
                 return None
         elif (value := wrapped.get("bool")) is None or type(value) is not bool:
             return None
