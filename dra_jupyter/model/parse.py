@@ -618,7 +618,8 @@ _Entry = tuple[dict[str, dict[str, Any]], tuple[tuple[str, str, _Leaf], ...], T]
 
 
 class _Shelf(Generic[T]):
-    """The entries of a :class:`_Recall` for one tuple of names, the newest first."""
+    """The entries of a :class:`_Recall` for one tuple of names, the last found or kept
+    first."""
 
     __slots__ = ("entries", "looking", "misses")
 
@@ -660,9 +661,12 @@ class _Recall(Generic[T]):
         """The value kept for a wire dict equal to ``raw`` (a dict), or None."""
         shelf = self._shelves.get(tuple(raw))
         if shelf is not None and shelf.looking:
-            for wire, typed, parsed in shelf.entries:
+            for i, (wire, typed, parsed) in enumerate(shelf.entries):
                 if wire == raw and (not typed or _same_types(raw, typed)):
                     shelf.misses = 0
+                    if i:  # to the front: the next device is most likely the same again
+                        entries = shelf.entries
+                        shelf.entries = [entries[i], *entries[:i], *entries[i + 1 :]]
                     return parsed
         return None
 
