@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeGuard, TypeVar, cast
 
 from dra_jupyter.errors import ECHO_LIMIT, ObjectError, shown
 from dra_jupyter.model import features, limits
@@ -39,6 +39,8 @@ from dra_jupyter.model.objects import (
     Toleration,
     ValidRange,
     Wire,
+    plain_device,
+    plain_slice,
 )
 from dra_jupyter.model.quantity import Quantity
 
@@ -579,35 +581,148 @@ def _device(ctx: _Ctx, raw: Any, path: str, per_device: bool) -> Device:
 _FAST_DEVICE_KEYS = frozenset(
     {"name", "attributes", "capacity", "consumesCounters", "allowMultipleAllocations"}
 )
-_FAST_DEVICE_OPTIONAL = ("attributes", "capacity", "consumesCounters", "allowMultipleAllocations")
+_MAX_REMEMBERED = 4096  # names of each rule, consumptions: a cache is emptied when full
+
+# Names already found valid, by rule: a set lookup costs less than a call.
+_LABELS: set[str] = set()
+_QUALIFIED: set[str] = set()
+_SUBDOMAINS: set[str] = set()
+_DRIVERS: set[str] = set()
+_POOLS: set[str] = set()
 
 
-@functools.lru_cache(maxsize=4096)
-def _label_ok(name: str) -> bool:
-    return limits.dns_label_problem(name) is None
+def _valid(name: object, good: set[str], check: Callable[[str], str | None]) -> TypeGuard[str]:
+    """Whether ``name`` is a string that ``check`` finds no problem with; remembered in ``good``."""
+    if type(name) is not str:
+        return False
+    if name in good:
+        return True
+    if check(name) is not None:
+        return False
+    if len(good) >= _MAX_REMEMBERED:
+        good.clear()
+    good.add(name)
+    return True
 
 
-@functools.lru_cache(maxsize=4096)
-def _qualified_ok(name: str) -> bool:
-    return limits.qualified_name_problem(name) is None
+def _label_ok(name: object) -> TypeGuard[str]:
+    return _valid(name, _LABELS, limits.dns_label_problem)
+
+
+def _qualified_ok(name: object) -> TypeGuard[str]:
+    return _valid(name, _QUALIFIED, limits.qualified_name_problem)
+
+
+_Leaf = type[str] | type[int] | type[bool]
+_Entry = tuple[dict[str, dict[str, Any]], tuple[tuple[str, str, _Leaf], ...], T]
+
+
+class _Shelf(Generic[T]):
+    """The entries of a :class:`_Recall` for one tuple of names, the last found or kept
+    first."""
+
+    __slots__ = ("entries", "looking", "misses")
+
+    def __init__(self) -> None:
+        self.entries: list[_Entry[T]] = []
+        self.misses = 0  # since the last hit
+        self.looking = True  # whether to look up the next wire and keep it
+
+
+_REST = 64  # see _Recall
+
+
+class _Recall(Generic[T]):
+    """Values parsed from wire dicts seen before, found again by comparing the dicts.
+
+    An inventory repeats its capacities, its counters and most attributes on many devices
+    (the placements of a MIG profile, the same placement on every GPU). Comparing a wire
+    dict with one seen before (``==``, which runs in C) is several times faster than
+    checking it field by field, and the value found is shared, which keeps memory and the
+    collector's work down (the values are never changed: the objects are frozen).
+
+    A kept wire is a copy, made when it was checked, of a dict of names to ``{kind: leaf}``
+    (``{"memory": {"value": "80Gi"}}``, ``{"numa": {"int": 0}}``) whose leaves are str, int
+    or bool. A dict equal to it has the same names and kinds, and leaves equal to its
+    leaves: a leaf equal to a str is a str, but ``True == 1 == 1.0``, so the types of the
+    other leaves are compared too. Entries are found by the names in order, so a value found
+    has them in the wire's order. At most ``per_names`` entries a tuple of names and
+    ``max_names`` tuples (then all are dropped). Where the wires of some names are all
+    different (a GPU's attributes name its UUID), comparing and copying each is wasted:
+    after ``per_names`` misses in a row, only every ``_REST``-th is looked up and kept.
+    """
+
+    def __init__(self, per_names: int = 8, max_names: int = 128) -> None:
+        self._per_names = per_names
+        self._max_names = max_names
+        self._shelves: dict[tuple[str, ...], _Shelf[T]] = {}
+
+    def find(self, raw: dict[str, Any]) -> T | None:
+        """The value kept for a wire dict equal to ``raw`` (a dict), or None."""
+        shelf = self._shelves.get(tuple(raw))
+        if shelf is not None and shelf.looking:
+            for i, (wire, typed, parsed) in enumerate(shelf.entries):
+                if wire == raw and (not typed or _same_types(raw, typed)):
+                    shelf.misses = 0
+                    if i:  # to the front: the next device is most likely the same again
+                        entries = shelf.entries
+                        shelf.entries = [entries[i], *entries[:i], *entries[i + 1 :]]
+                    return parsed
+        return None
+
+    def keep(self, raw: dict[str, dict[str, Any]], parsed: T) -> None:
+        """Remember ``parsed`` for ``raw``, which ``find`` did not know and the caller has
+        just checked: each value a dict of one str, int or bool leaf."""
+        names = tuple(raw)
+        shelf = self._shelves.get(names)
+        if shelf is None:
+            if len(self._shelves) >= self._max_names:
+                self._shelves.clear()
+            shelf = self._shelves[names] = _Shelf()
+        shelf.misses += 1
+        shelf.looking = shelf.misses <= self._per_names or shelf.misses % _REST == 0
+        if not shelf.looking:
+            return
+        wire = {name: dict(wrapped) for name, wrapped in raw.items()}
+        typed = tuple(
+            (name, kind, type(leaf))
+            for name, wrapped in wire.items()
+            for kind, leaf in wrapped.items()
+            if type(leaf) is not str
+        )
+        shelf.entries = [(wire, typed, parsed), *shelf.entries[: self._per_names - 1]]
+
+
+def _same_types(raw: dict[str, Any], typed: tuple[tuple[str, str, _Leaf], ...]) -> bool:
+    """Whether the leaves of ``raw`` named in ``typed`` have exactly the types given there."""
+    # a loop, not all() of a generator, which costs twice as much here
+    for name, kind, leaf_type in typed:  # noqa: SIM110
+        if type(raw[name][kind]) is not leaf_type:
+            return False
+    return True
+
+
+_ATTRIBUTES: _Recall[dict[str, AttributeValue]] = _Recall()
+_CAPACITIES: _Recall[dict[str, DeviceCapacity]] = _Recall()
+_COUNTERS: _Recall[dict[str, Quantity]] = _Recall()
+# A device's one counter consumption, by counter set and the (kept, shared) counters dict:
+# the entry holds that dict, so no other dict can have its id while the entry is there.
+_CONSUMPTIONS: dict[tuple[str, int], tuple[CounterConsumption]] = {}
+_MAX_CONSUMPTIONS = 1024
 
 
 def _fast_attributes(raw: dict[str, Any]) -> dict[str, AttributeValue] | None:
+    """Scalar attributes, each valid as ``_attribute`` checks it; else None."""
+    found = _ATTRIBUTES.find(raw)
+    if found is not None:
+        return found
     out: dict[str, AttributeValue] = {}
     for key, wrapped in raw.items():
-        if type(key) is not str or type(wrapped) is not dict or len(wrapped) != 1:
-            return None
-        if not _qualified_ok(key):
+        if type(wrapped) is not dict or len(wrapped) != 1:
             return None
         value = wrapped.get("string")  # the commonest kind first
         if value is not None:
             if type(value) is not str or len(value) > limits.MAX_ATTRIBUTE_STRING_LENGTH:
-                return None
-        elif (value := wrapped.get("int")) is not None:
-            if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
-                return None
-        elif (value := wrapped.get("bool")) is not None:
-            if type(value) is not bool:
                 return None
         elif (value := wrapped.get("version")) is not None:
             if type(value) is not str or len(value) > limits.MAX_ATTRIBUTE_STRING_LENGTH:
@@ -616,16 +731,26 @@ def _fast_attributes(raw: dict[str, Any]) -> dict[str, AttributeValue] | None:
                 value = _version(value)
             except ValueError:
                 return None
-        else:
+        elif (value := wrapped.get("int")) is not None:
+            if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
+                return None
+        elif (value := wrapped.get("bool")) is None or type(value) is not bool:
             return None
         out[key] = value
+    if not raw.keys() <= _QUALIFIED and not all(map(_qualified_ok, raw)):
+        return None
+    _ATTRIBUTES.keep(raw, out)
     return out
 
 
 def _fast_capacity(raw: dict[str, Any]) -> dict[str, DeviceCapacity] | None:
+    """Capacities of a value and no request policy, each valid; else None."""
+    found = _CAPACITIES.find(raw)
+    if found is not None:
+        return found
     out: dict[str, DeviceCapacity] = {}
     for key, wrapped in raw.items():
-        if type(key) is not str or type(wrapped) is not dict or len(wrapped) != 1:
+        if type(wrapped) is not dict or len(wrapped) != 1:
             return None
         value = wrapped.get("value")  # and nothing beside it: no request policy
         if (type(value) is not str and type(value) is not int) or not _qualified_ok(key):
@@ -634,69 +759,201 @@ def _fast_capacity(raw: dict[str, Any]) -> dict[str, DeviceCapacity] | None:
             out[key] = _plain_capacity(value)
         except ValueError:
             return None
+    _CAPACITIES.keep(raw, out)
     return out
 
 
+def _fast_counters(raw: dict[str, Any]) -> dict[str, Quantity] | None:
+    """Counters (``{name: {"value": quantity}}``), each valid as ``_counters`` checks it."""
+    found = _COUNTERS.find(raw)
+    if found is not None:
+        return found
+    if len(raw) > limits.MAX_COUNTERS_PER_SET:
+        return None
+    out: dict[str, Quantity] = {}
+    for key, wrapped in raw.items():
+        if type(wrapped) is not dict or len(wrapped) != 1:
+            return None
+        value = wrapped.get("value")
+        if (type(value) is not str and type(value) is not int) or not _label_ok(key):
+            return None
+        try:
+            out[key] = _quantity(value)
+        except ValueError:
+            return None
+    _COUNTERS.keep(raw, out)
+    return out
+
+
+def _consumption(counter_set: str, counters: dict[str, Quantity]) -> tuple[CounterConsumption]:
+    """``(CounterConsumption(counter_set, counters),)``, shared by the devices that have it."""
+    key = (counter_set, id(counters))
+    found = _CONSUMPTIONS.get(key)
+    if found is None or found[0].counters is not counters:
+        found = (CounterConsumption(counter_set=counter_set, counters=counters),)
+        if len(_CONSUMPTIONS) >= _MAX_CONSUMPTIONS:
+            _CONSUMPTIONS.clear()
+        _CONSUMPTIONS[key] = found
+    return found
+
+
 def _fast_consumes(raw: list[Any]) -> tuple[CounterConsumption, ...] | None:
+    """Counter consumptions (at most MAX_CONSUMES_COUNTERS), each valid; else None."""
     if len(raw) > limits.MAX_CONSUMES_COUNTERS:
         return None
-    out = []
+    out: tuple[CounterConsumption, ...] = ()
     for entry in raw:
         if type(entry) is not dict or len(entry) != 2:
             return None
         counter_set, counters_raw = entry.get("counterSet"), entry.get("counters")
         if type(counter_set) is not str or not counter_set or type(counters_raw) is not dict:
             return None
-        if len(counters_raw) > limits.MAX_COUNTERS_PER_SET:
+        counters = _fast_counters(counters_raw)
+        if counters is None:
             return None
-        counters: dict[str, Quantity] = {}
-        for key, wrapped in counters_raw.items():
-            if type(key) is not str or type(wrapped) is not dict or len(wrapped) != 1:
-                return None
-            value = wrapped.get("value")
-            if (type(value) is not str and type(value) is not int) or not _label_ok(key):
-                return None
-            try:
-                counters[key] = _quantity(value)
-            except ValueError:
-                return None
-        out.append(CounterConsumption(counter_set=counter_set, counters=counters))
-    return tuple(out)
+        out += _consumption(counter_set, counters)
+    return out
 
 
 def _fast_device(m: Any) -> Device | None:
     """The device, when it is plain and valid (see above); else None."""
     if type(m) is not dict or not m.keys() <= _FAST_DEVICE_KEYS:
         return None
-    name = m.get("name")
-    if type(name) is not str or not _label_ok(name):
+    get = m.get
+    name = get("name")
+    if type(name) is not str or (name not in _LABELS and not _label_ok(name)):
         return None
-    attrs_raw, caps_raw, consumes_raw, multiple = map(m.get, _FAST_DEVICE_OPTIONAL)
     attributes: dict[str, AttributeValue] | None = {}
     capacity: dict[str, DeviceCapacity] | None = {}
     consumes: tuple[CounterConsumption, ...] | None = ()
-    if attrs_raw is not None:
+    if (attrs_raw := get("attributes")) is not None:
         attributes = _fast_attributes(attrs_raw) if type(attrs_raw) is dict else None
-    if caps_raw is not None:
+    if (caps_raw := get("capacity")) is not None:
         capacity = _fast_capacity(caps_raw) if type(caps_raw) is dict else None
-    if consumes_raw is not None:
+    if (consumes_raw := get("consumesCounters")) is not None:
         consumes = _fast_consumes(consumes_raw) if type(consumes_raw) is list else None
     if attributes is None or capacity is None or consumes is None:
         return None
     if len(attributes) + len(capacity) > limits.MAX_ATTRIBUTES_AND_CAPACITIES:
         return None
+    multiple = get("allowMultipleAllocations")
     if multiple is not None and type(multiple) is not bool:
         return None
-    return Device(
-        name=name,
-        attributes=attributes,
-        capacity=capacity,
-        consumes_counters=consumes,
-        allow_multiple_allocations=bool(multiple),
+    return plain_device(name, attributes, capacity, consumes, multiple is True)
+
+
+# The fast path of a slice: one of a node's devices (nodeName) or of every node (allNodes),
+# or one of counter sets, with nothing wrong. As for devices, ``_fast_slice`` answers None
+# for anything else and ``parse_resource_slice`` parses the slice in full; it reads the
+# fields the full parse reads (others are ignored by both) and accepts less.
+_ALL_NODES = NodeSelection(all_nodes=True)
+
+
+def _unset(flag: Any) -> bool:
+    """Whether a boolean field is left out or false (``_Ctx.boolean`` gives False)."""
+    return flag is None or flag is False
+
+
+def _fast_selection(spec: dict[str, Any]) -> NodeSelection | None:
+    """A valid ``nodeName`` or ``allNodes: true`` and no other node selection; else None."""
+    node_name, all_nodes = spec.get("nodeName"), spec.get("allNodes")
+    if spec.get("nodeSelector") is not None or not _unset(spec.get("perDeviceNodeSelection")):
+        return None
+    if node_name is None:
+        return _ALL_NODES if all_nodes is True else None
+    if not _unset(all_nodes) or not _valid(node_name, _SUBDOMAINS, limits.dns_subdomain_problem):
+        return None
+    return NodeSelection(node_name=node_name)
+
+
+def _fast_counter_set(raw: Any) -> CounterSet | None:
+    """A shared counter set with a valid name and valid counters; else None."""
+    if type(raw) is not dict:
+        return None
+    name, counters_raw = raw.get("name"), raw.get("counters")
+    if type(counters_raw) is not dict or not counters_raw or not _label_ok(name):
+        return None
+    counters = _fast_counters(counters_raw)
+    return None if counters is None else CounterSet(name=name, counters=counters)
+
+
+def _fast_int(value: Any) -> int | None:
+    """An int64 (None: 0, as ``_Ctx.integer`` defaults it); None for anything else."""
+    if value is None:
+        return 0
+    if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
+        return None
+    return value
+
+
+def _fast_list(value: Any, max_items: int) -> list[Any] | None:
+    """A list of at most ``max_items`` (None: empty, as ``_Ctx.seq`` reads it); else None."""
+    if value is None:
+        return []
+    if type(value) is not list or len(value) > max_items:
+        return None
+    return value
+
+
+def _fast_slice(obj: Any) -> ResourceSlice | None:
+    """The slice, when it is one of the common shapes (see above) and valid; else None."""
+    if type(obj) is not dict:
+        return None
+    if obj.get("kind", "ResourceSlice") != "ResourceSlice":
+        return None
+    if obj.get("apiVersion", API_VERSION) != API_VERSION:
+        return None
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    if type(meta) is not dict or type(spec) is not dict:
+        return None
+    name, pool = meta.get("name"), spec.get("pool")
+    if type(name) is not str or not name or limits.dns_subdomain_problem(name) is not None:
+        return None
+    driver = spec.get("driver")
+    if type(pool) is not dict or not _valid(driver, _DRIVERS, _driver_problem):
+        return None
+    pool_name = pool.get("name")
+    if not _valid(pool_name, _POOLS, limits.pool_name_problem):
+        return None
+    generation = _fast_int(pool.get("generation"))
+    count = _fast_int(pool.get("resourceSliceCount"))
+    selection = _fast_selection(spec)
+    if generation is None or count is None or count <= 0 or selection is None:
+        return None
+    devices_raw = _fast_list(spec.get("devices"), limits.MAX_DEVICES_PER_SLICE)
+    shared_raw = _fast_list(spec.get("sharedCounters"), limits.MAX_COUNTER_SETS_PER_SLICE)
+    if devices_raw is None or shared_raw is None or (devices_raw and shared_raw):
+        return None
+    devices: list[Device] = []
+    device_names: set[str] = set()
+    for raw in devices_raw:
+        device = _fast_device(raw)
+        if device is None or device.name in device_names:
+            return None
+        device_names.add(device.name)
+        devices.append(device)
+    if len(devices) > limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS and any(
+        d.consumes_counters for d in devices
+    ):
+        return None
+    shared: list[CounterSet] = []
+    for raw in shared_raw:
+        counter_set = _fast_counter_set(raw)
+        if counter_set is None or any(s.name == counter_set.name for s in shared):
+            return None
+        shared.append(counter_set)
+    return plain_slice(
+        name, driver, pool_name, generation, count, selection, tuple(devices), tuple(shared)
     )
 
 
 def parse_resource_slice(obj: Any) -> ResourceSlice:
+    fast = _fast_slice(obj)
+    return fast if fast is not None else _full_resource_slice(obj)
+
+
+def _full_resource_slice(obj: Any) -> ResourceSlice:
+    """The slice, every field checked; a problem raises naming the first one."""
     obj = _check_kind(obj, "ResourceSlice")
     ctx, name, _ = _metadata(obj, "ResourceSlice", namespaced=False)
     spec = ctx.mapping(obj.get("spec"), "spec", required=True)
