@@ -224,7 +224,7 @@ class Catalog:
         pools = self._pools.get(name)
         if pools is None:
             own, touched = self._own(name)
-            pools = self._pools[name] = with_counter_only(self.index, own, touched)
+            pools = self._pools[name] = with_counter_only(self.index, own, touched, self.node(name))
             for pool in pools:
                 self.pool_nodes.setdefault(pool.id, set()).add(name)
         return pools

@@ -1,4 +1,4 @@
-"""Which pools and devices a node can use: upstream ``GatherPools`` (1.36, incubating).
+"""Which pools and devices a node can use: upstream ``GatherPools`` (1.37, incubating).
 
 Pools are sorted by driver then pool name, slices in a pool by name, and pools with
 binding-condition devices go last: that order decides which device first-fit picks.
@@ -53,7 +53,12 @@ class SliceIndex:
         self.slices = slices
         self.local: dict[str, Sequence[ResourceSlice]] = {}
         self.shared: list[ResourceSlice] = []  # device slices usable on more than one node
-        self.counters: dict[PoolID, list[ResourceSlice]] = {}  # relevant to every node
+        self.counters: dict[PoolID, list[ResourceSlice]] = {}  # every counter slice, by pool
+        # the counter slices by the nodes they name (nodeName), and the others (a node
+        # selector, allNodes): as upstream 1.37's NewAllocator splits them, a node sees those
+        # that name it or select it
+        self.local_counters: dict[str, list[ResourceSlice]] = {}
+        self.shared_counters: list[ResourceSlice] = []
         self._shared_flexible = False  # a device slice of no one node has flexible devices
         # the nodes whose own device slices have some
         self._flexible_nodes: set[str | None] = set()
@@ -69,7 +74,6 @@ class SliceIndex:
             self._index_each(slices)
         self._by_pool: dict[PoolID, list[ResourceSlice]] | None = None
         self._device_slices: dict[PoolID, list[ResourceSlice]] | None = None
-        self._counter_only: list[Pool] | None = None
         # per device slice and the counter sets it was checked against: its problem, so a
         # pool seen through its counter slices and then by its node is checked once
         self.problems: dict[tuple[int, frozenset[tuple[str, int]]], str] = {}
@@ -95,6 +99,11 @@ class SliceIndex:
                     counters[s.pool_id] = [s]
                 else:
                     found.append(s)
+                named = s.node_selection.node_name if s.node_selection is not None else None
+                if named is not None:
+                    self.local_counters.setdefault(named, []).append(s)
+                elif s.node_selection is not None:  # per-device selection: no device, no node
+                    self.shared_counters.append(s)
             else:
                 shared.append(s)
                 self._shared_flexible = self._shared_flexible or s.flexible
@@ -129,22 +138,9 @@ class SliceIndex:
         gathering the node's pools."""
         return self._shared_flexible or name in self._flexible_nodes
 
-    def counter_only_pools(self) -> list[Pool]:
-        """Pools that a node sees only through their counter slices, when they need saying:
-        incomplete or invalid ones. Complete, valid ones hold no device usable there and are
-        left out; they are the same for every node, so they are built once."""
-        if self._counter_only is None:
-            self._counter_only = [
-                pool
-                for pool in _group([s for group in self.counters.values() for s in group], self)
-                if not pool.usable
-            ]
-        return self._counter_only
-
 
 def _relevant(slice_: ResourceSlice, node: Node | None) -> bool:
-    if slice_.shared_counters:
-        return True
+    """Whether a device slice is relevant to the node (counter slices: _node_counters)."""
     if slice_.node_selection is not None:
         return selection_matches(slice_.node_selection, node)
     if slice_.per_device_node_selection:
@@ -155,10 +151,27 @@ def _relevant(slice_: ResourceSlice, node: Node | None) -> bool:
     return False
 
 
+def _node_counters(index: SliceIndex, node: Node | None) -> list[ResourceSlice]:
+    """The counter slices relevant to the node: those that name it, and those whose node
+    selector (or allNodes) selects it (upstream 1.37 ``GatherPools``: a counter slice for
+    another node is not the node's; where its pool needs it, the check of the whole pool
+    finds it)."""
+    name = node.name if node is not None else None
+    own = index.local_counters.get(name, []) if name is not None else []
+    return [
+        *own,
+        *(
+            s
+            for s in index.shared_counters
+            if s.node_selection is not None and selection_matches(s.node_selection, node)
+        ),
+    ]
+
+
 def gather_pools(index: SliceIndex, node: Node | None) -> list[Pool]:
     """The pools a node can use, in upstream's order (see the module's docstring)."""
     own, touched = gather_own_pools(index, node)
-    return with_counter_only(index, own, touched)
+    return with_counter_only(index, own, touched, node)
 
 
 def gather_own_pools(index: SliceIndex, node: Node | None) -> tuple[list[Pool], set[PoolID]]:
@@ -172,15 +185,21 @@ def gather_own_pools(index: SliceIndex, node: Node | None) -> tuple[list[Pool], 
     ]
     candidates.extend(s for s in index.shared if _relevant(s, node))
     touched = {s.pool_id for s in candidates}
-    for pool_id in touched:
-        candidates.extend(index.counters.get(pool_id, ()))
+    if index.counters:
+        candidates.extend(s for s in _node_counters(index, node) if s.pool_id in touched)
     return _ordered(_group(candidates, index)), touched
 
 
-def with_counter_only(index: SliceIndex, own: list[Pool], touched: set[PoolID]) -> list[Pool]:
-    """``own`` (from :func:`gather_own_pools`) with the unusable pools the node sees only
-    through their counter slices, in upstream's order."""
-    extra = [p for p in index.counter_only_pools() if p.id not in touched]
+def with_counter_only(
+    index: SliceIndex, own: list[Pool], touched: set[PoolID], node: Node | None
+) -> list[Pool]:
+    """``own`` (from :func:`gather_own_pools`) with the unusable pools (incomplete, invalid)
+    the node sees only through counter slices relevant to it, in upstream's order. A
+    complete, valid one holds no device usable there and is left out."""
+    if not index.counters:
+        return list(own)
+    alone = [s for s in _node_counters(index, node) if s.pool_id not in touched]
+    extra = [p for p in _group(alone, index) if not p.usable] if alone else []
     return _ordered([*own, *extra]) if extra else list(own)
 
 
@@ -231,6 +250,10 @@ def _build_pool(
 ) -> Pool:
     ordered = sorted(pool_slices, key=lambda s: s.name)
     device_slices = [s for s in ordered if not s.shared_counters]
+    other: list[ResourceSlice] = []  # the pool's slices not relevant to the node
+    if all_for_pool is not None and len(all_for_pool) != len(pool_slices):
+        local_names = {s.name for s in pool_slices}
+        other = [s for s in all_for_pool if s.name not in local_names]
     names: set[str] = set()
     for s in device_slices:
         for d in s.devices:
@@ -238,7 +261,9 @@ def _build_pool(
                 return Pool(pool_id, invalid=True, invalid_reason=f"duplicate device name {d.name}")
             names.add(d.name)
     counter_sets: dict[str, CounterSet] = {}
-    for s in ordered:
+    # the counter sets of the node's counter slices, then of the pool's others (upstream
+    # 1.37 buildPool: a counter slice for another node still defines the pool's counters)
+    for s in (*ordered, *(o for o in other if o.shared_counters)):
         for cs in s.shared_counters:
             if cs.name in counter_sets:
                 return Pool(
@@ -248,10 +273,7 @@ def _build_pool(
     problem = _counter_problem(counter_sets, ordered, problems)
     if problem:
         return Pool(pool_id, invalid=True, invalid_reason=problem)
-    other: list[ResourceSlice] = []
-    if all_for_pool is not None and len(all_for_pool) != len(pool_slices):
-        local_names = {s.name for s in pool_slices}
-        other = [s for s in all_for_pool if s.name not in local_names]
+    if other:
         problem = _counter_problem(counter_sets, other, problems)
         if problem:
             return Pool(pool_id, invalid=True, invalid_reason=problem)

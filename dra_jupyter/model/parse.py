@@ -282,6 +282,12 @@ def _version(text: str) -> Version:
     return Version(text)
 
 
+def _zero_if_unset(value: Any) -> Any:
+    """A capacity's or counter's ``value``: left out or null, it is Go's zero
+    ``resource.Quantity`` once decoded, which kube-apiserver accepts (as 1.37.2 does)."""
+    return 0 if value is None else value
+
+
 @functools.lru_cache(maxsize=4096, typed=True)
 def _plain_capacity(value: str | int) -> DeviceCapacity:
     return DeviceCapacity(value=_quantity(value))
@@ -296,9 +302,10 @@ def _qualified_keys(ctx: _Ctx, raw: Mapping[str, Any], path: str) -> None:
 
 def _capacity(ctx: _Ctx, raw: Any, path: str) -> DeviceCapacity:
     m = ctx.mapping(raw, path, required=True)
-    value = ctx.quantity(m.get("value"), f"{path}.value")
+    given = _zero_if_unset(m.get("value"))
+    value = ctx.quantity(given, f"{path}.value")
     if m.get("requestPolicy") is None:
-        return _plain_capacity(m["value"])
+        return _plain_capacity(given)
     policy = None
     if m.get("requestPolicy") is not None:
         p = ctx.mapping(m.get("requestPolicy"), f"{path}.requestPolicy")
@@ -421,7 +428,7 @@ def _counters(ctx: _Ctx, raw: Any, path: str) -> dict[str, Quantity]:
         if problem:
             raise ctx.fail(f"{path}[{_cut(str(key))}]", f"a counter name {problem}")
         cm = ctx.mapping(c, f"{path}[{key}]", required=True)
-        out[str(key)] = ctx.quantity(cm.get("value"), f"{path}[{key}].value")
+        out[str(key)] = ctx.quantity(_zero_if_unset(cm.get("value")), f"{path}[{key}].value")
     return out
 
 

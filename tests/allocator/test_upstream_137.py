@@ -355,6 +355,58 @@ def test_counter_set_without_counters_is_refused() -> None:
         allocate([slice_obj], [claim(exact("r"))])
 
 
+# --- a quantity left out is zero, as Go decodes it ---------------------------------------------
+# Seeds 91008186 and 91001112 of make fuzz-upstream (10,000 worlds from 91000000), shrunk: a
+# capacity or a counter without ``value`` (or with ``value: null``) is a zero
+# resource.Quantity once decoded, which kube-apiserver's validation accepts.
+
+
+@pytest.mark.parametrize("entry", [{}, {"value": None}])
+def test_a_capacity_without_a_value_is_zero(entry: Wire) -> None:
+    device = {"name": "d0", "capacity": {"memory": entry}}
+    zero = f"device.capacity['{DRIVER}'].memory == quantity('0')"
+    found = allocate(
+        [slice_(device)], [claim(exact("r", selectors=[{"cel": {"expression": zero}}]))]
+    )
+    assert found is not None and found[0]["devices"]["results"][0]["device"] == "d0"
+
+
+@pytest.mark.parametrize("entry", [{}, {"value": None}])
+def test_a_counter_without_a_value_is_zero(entry: Wire) -> None:
+    counters = counters_slice(nodeName="node-1")
+    counters["spec"]["sharedCounters"][0]["counters"] = {"memory": entry}
+
+    def device(name: str, needs: Wire) -> Wire:
+        uses = [{"counterSet": "set", "counters": {"memory": needs}}]
+        return {"name": name, "consumesCounters": uses}
+
+    devices = slice_(device("none", entry), device("some", {"value": "1"}))
+    devices["spec"]["pool"]["resourceSliceCount"] = 2
+    found = allocate([counters, devices], [claim(exact("r", allocationMode="All"))])
+    assert found is None  # "some" needs 1 of the 0 there is: All cannot take every device
+    found = allocate([counters, devices], [claim(exact("r"))])
+    assert found is not None and found[0]["devices"]["results"][0]["device"] == "none"
+
+
+def test_a_counter_slice_for_another_node_is_not_this_nodes() -> None:
+    """Seed 91001999 of make fuzz-upstream, shrunk: 1.37's GatherPools gives a node the
+    counter slices that name or select it, not every counter slice of the cluster (1.36's
+    stable code did), so a pool of another node that is still being published (one counter
+    slice of three) does not stop a request for all devices here; on that node it does."""
+    elsewhere = counters_slice(nodeName="node-2")
+    elsewhere["spec"]["pool"] = {"name": "q", "generation": 1, "resourceSliceCount": 3}
+    mine = slice_({"name": "d0"})
+    node_2 = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-2"}}
+    allocator = Allocator([mine, elsewhere], [device_class()], nodes=[NODE, node_2])
+    all_of_them = claim(exact("r", allocationMode="All"))
+    [found] = allocator.allocate([all_of_them], node="node-1") or []
+    assert [r.device.device for r in found.results] == ["d0"]
+    with pytest.raises(
+        InvalidInputError, match=r"pool d\.example\.com/q is currently being updated"
+    ):
+        allocator.allocate([all_of_them], node="node-2")
+
+
 def test_cel_error_of_a_request_before_the_one_a_constraint_rules_out_is_met() -> None:
     """Seed 5000553 of make fuzz-upstream, shrunk: r1's selector fails on the device left for
     it; upstream meets that before it finds that r2's constraint cannot hold."""
