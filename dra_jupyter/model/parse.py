@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeGuard, TypeVar, cast
+from typing import Any, TypeGuard, TypeVar, cast
 
 from dra_jupyter.errors import ECHO_LIMIT, ObjectError, shown
 from dra_jupyter.model import features, limits
@@ -43,6 +43,8 @@ from dra_jupyter.model.objects import (
     plain_slice,
 )
 from dra_jupyter.model.quantity import Quantity
+from dra_jupyter.model.recall import Recall
+from dra_jupyter.model.recall import remembered_valid as _valid
 
 API_VERSION = "resource.k8s.io/v1"
 T = TypeVar("T")
@@ -588,28 +590,12 @@ def _device(ctx: _Ctx, raw: Any, path: str, per_device: bool) -> Device:
 _FAST_DEVICE_KEYS = frozenset(
     {"name", "attributes", "capacity", "consumesCounters", "allowMultipleAllocations"}
 )
-_MAX_REMEMBERED = 4096  # names of each rule, consumptions: a cache is emptied when full
-
 # Names already found valid, by rule: a set lookup costs less than a call.
 _LABELS: set[str] = set()
 _QUALIFIED: set[str] = set()
 _SUBDOMAINS: set[str] = set()
 _DRIVERS: set[str] = set()
 _POOLS: set[str] = set()
-
-
-def _valid(name: object, good: set[str], check: Callable[[str], str | None]) -> TypeGuard[str]:
-    """Whether ``name`` is a string that ``check`` finds no problem with; remembered in ``good``."""
-    if type(name) is not str:
-        return False
-    if name in good:
-        return True
-    if check(name) is not None:
-        return False
-    if len(good) >= _MAX_REMEMBERED:
-        good.clear()
-    good.add(name)
-    return True
 
 
 def _label_ok(name: object) -> TypeGuard[str]:
@@ -620,98 +606,9 @@ def _qualified_ok(name: object) -> TypeGuard[str]:
     return _valid(name, _QUALIFIED, limits.qualified_name_problem)
 
 
-_Leaf = type[str] | type[int] | type[bool]
-_Entry = tuple[dict[str, dict[str, Any]], tuple[tuple[str, str, _Leaf], ...], T]
-
-
-class _Shelf(Generic[T]):
-    """The entries of a :class:`_Recall` for one tuple of names, the last found or kept
-    first."""
-
-    __slots__ = ("entries", "looking", "misses")
-
-    def __init__(self) -> None:
-        self.entries: list[_Entry[T]] = []
-        self.misses = 0  # since the last hit
-        self.looking = True  # whether to look up the next wire and keep it
-
-
-_REST = 64  # see _Recall
-
-
-class _Recall(Generic[T]):
-    """Values parsed from wire dicts seen before, found again by comparing the dicts.
-
-    An inventory repeats its capacities, its counters and most attributes on many devices
-    (the placements of a MIG profile, the same placement on every GPU). Comparing a wire
-    dict with one seen before (``==``, which runs in C) is several times faster than
-    checking it field by field, and the value found is shared, which keeps memory and the
-    collector's work down (the values are never changed: the objects are frozen).
-
-    A kept wire is a copy, made when it was checked, of a dict of names to ``{kind: leaf}``
-    (``{"memory": {"value": "80Gi"}}``, ``{"numa": {"int": 0}}``) whose leaves are str, int
-    or bool. A dict equal to it has the same names and kinds, and leaves equal to its
-    leaves: a leaf equal to a str is a str, but ``True == 1 == 1.0``, so the types of the
-    other leaves are compared too. Entries are found by the names in order, so a value found
-    has them in the wire's order. At most ``per_names`` entries a tuple of names and
-    ``max_names`` tuples (then all are dropped). Where the wires of some names are all
-    different (a GPU's attributes name its UUID), comparing and copying each is wasted:
-    after ``per_names`` misses in a row, only every ``_REST``-th is looked up and kept.
-    """
-
-    def __init__(self, per_names: int = 8, max_names: int = 128) -> None:
-        self._per_names = per_names
-        self._max_names = max_names
-        self._shelves: dict[tuple[str, ...], _Shelf[T]] = {}
-
-    def find(self, raw: dict[str, Any]) -> T | None:
-        """The value kept for a wire dict equal to ``raw`` (a dict), or None."""
-        shelf = self._shelves.get(tuple(raw))
-        if shelf is not None and shelf.looking:
-            for i, (wire, typed, parsed) in enumerate(shelf.entries):
-                if wire == raw and (not typed or _same_types(raw, typed)):
-                    shelf.misses = 0
-                    if i:  # to the front: the next device is most likely the same again
-                        entries = shelf.entries
-                        shelf.entries = [entries[i], *entries[:i], *entries[i + 1 :]]
-                    return parsed
-        return None
-
-    def keep(self, raw: dict[str, dict[str, Any]], parsed: T) -> None:
-        """Remember ``parsed`` for ``raw``, which ``find`` did not know and the caller has
-        just checked: each value a dict of one str, int or bool leaf."""
-        names = tuple(raw)
-        shelf = self._shelves.get(names)
-        if shelf is None:
-            if len(self._shelves) >= self._max_names:
-                self._shelves.clear()
-            shelf = self._shelves[names] = _Shelf()
-        shelf.misses += 1
-        shelf.looking = shelf.misses <= self._per_names or shelf.misses % _REST == 0
-        if not shelf.looking:
-            return
-        wire = {name: dict(wrapped) for name, wrapped in raw.items()}
-        typed = tuple(
-            (name, kind, type(leaf))
-            for name, wrapped in wire.items()
-            for kind, leaf in wrapped.items()
-            if type(leaf) is not str
-        )
-        shelf.entries = [(wire, typed, parsed), *shelf.entries[: self._per_names - 1]]
-
-
-def _same_types(raw: dict[str, Any], typed: tuple[tuple[str, str, _Leaf], ...]) -> bool:
-    """Whether the leaves of ``raw`` named in ``typed`` have exactly the types given there."""
-    # a loop, not all() of a generator, which costs twice as much here
-    for name, kind, leaf_type in typed:  # noqa: SIM110
-        if type(raw[name][kind]) is not leaf_type:
-            return False
-    return True
-
-
-_ATTRIBUTES: _Recall[dict[str, AttributeValue]] = _Recall()
-_CAPACITIES: _Recall[dict[str, DeviceCapacity]] = _Recall()
-_COUNTERS: _Recall[dict[str, Quantity]] = _Recall()
+_ATTRIBUTES: Recall[dict[str, AttributeValue]] = Recall()
+_CAPACITIES: Recall[dict[str, DeviceCapacity]] = Recall()
+_COUNTERS: Recall[dict[str, Quantity]] = Recall()
 # A device's one counter consumption, by counter set and the (kept, shared) counters dict:
 # the entry holds that dict, so no other dict can have its id while the entry is there.
 _CONSUMPTIONS: dict[tuple[str, int], tuple[CounterConsumption]] = {}

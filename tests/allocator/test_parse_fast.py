@@ -6,7 +6,7 @@ on real devices (whole GPUs, MIG placements, shared GPUs) and on random damage t
 the fast path either declines or returns a device equal to the full parse's, and it never
 accepts a device that the full parse refuses. ``_fast_slice`` likewise, for whole slices
 (against the full parse with no fast path for devices either). Both remember wire dicts
-seen before (``_Recall``): damage that compares equal (``True == 1``) must not be taken
+seen before (``Recall``): damage that compares equal (``True == 1``) must not be taken
 for them, and a wire changed in place after a parse is read again.
 """
 
@@ -25,6 +25,7 @@ from dra_jupyter.errors import ObjectError
 from dra_jupyter.inventory import mig, nvidia
 from dra_jupyter.model import limits, parse
 from dra_jupyter.model.objects import Device, ResourceSlice
+from dra_jupyter.model.recall import Recall
 
 Wire = dict[str, Any]
 
@@ -201,7 +202,7 @@ def test_the_fast_path_agrees_with_the_full_parse(device: Wire, damage: list[Any
 def fresh_recall() -> Iterator[None]:
     """Nothing recalled yet: what earlier tests left does not decide what is looked up."""
     recalls: dict[str, Any] = {
-        name: parse._Recall() for name in ("_ATTRIBUTES", "_CAPACITIES", "_COUNTERS")
+        name: Recall() for name in ("_ATTRIBUTES", "_CAPACITIES", "_COUNTERS")
     }
     with mock.patch.multiple(parse, **recalls, _CONSUMPTIONS={}):
         yield
