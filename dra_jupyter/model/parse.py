@@ -48,6 +48,7 @@ from dra_jupyter.model.recall import remembered_valid as _valid
 
 API_VERSION = "resource.k8s.io/v1"
 T = TypeVar("T")
+V = TypeVar("V")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # Kubernetes' integers are int64
 
 
@@ -647,46 +648,41 @@ def _fast_attributes(raw: dict[str, Any]) -> dict[str, AttributeValue] | None:
     return out
 
 
-def _fast_capacity(raw: dict[str, Any]) -> dict[str, DeviceCapacity] | None:
-    """Capacities of a value and no request policy, each valid; else None."""
-    found = _CAPACITIES.find(raw)
+def _fast_values(
+    raw: dict[str, Any],
+    recall: Recall[dict[str, V]],
+    name_ok: Callable[[object], bool],
+    convert: Callable[[str | int], V],
+) -> dict[str, V] | None:
+    """``{name: {"value": quantity}}`` converted, each name and value valid; else None."""
+    found = recall.find(raw)
     if found is not None:
         return found
-    out: dict[str, DeviceCapacity] = {}
+    out: dict[str, V] = {}
     for key, wrapped in raw.items():
         if type(wrapped) is not dict or len(wrapped) != 1:
             return None
         value = wrapped.get("value")  # and nothing beside it: no request policy
-        if (type(value) is not str and type(value) is not int) or not _qualified_ok(key):
+        if (type(value) is not str and type(value) is not int) or not name_ok(key):
             return None
         try:
-            out[key] = _plain_capacity(value)
+            out[key] = convert(value)
         except ValueError:
             return None
-    _CAPACITIES.keep(raw, out)
+    recall.keep(raw, out)
     return out
+
+
+def _fast_capacity(raw: dict[str, Any]) -> dict[str, DeviceCapacity] | None:
+    """Capacities of a value and no request policy, each valid; else None."""
+    return _fast_values(raw, _CAPACITIES, _qualified_ok, _plain_capacity)
 
 
 def _fast_counters(raw: dict[str, Any]) -> dict[str, Quantity] | None:
     """Counters (``{name: {"value": quantity}}``), each valid as ``_counters`` checks it."""
-    found = _COUNTERS.find(raw)
-    if found is not None:
-        return found
     if len(raw) > limits.MAX_COUNTERS_PER_SET:
         return None
-    out: dict[str, Quantity] = {}
-    for key, wrapped in raw.items():
-        if type(wrapped) is not dict or len(wrapped) != 1:
-            return None
-        value = wrapped.get("value")
-        if (type(value) is not str and type(value) is not int) or not _label_ok(key):
-            return None
-        try:
-            out[key] = _quantity(value)
-        except ValueError:
-            return None
-    _COUNTERS.keep(raw, out)
-    return out
+    return _fast_values(raw, _COUNTERS, _label_ok, _quantity)
 
 
 def _consumption(counter_set: str, counters: dict[str, Quantity]) -> tuple[CounterConsumption]:
