@@ -139,12 +139,17 @@ def full(raw: Any) -> Device | ObjectError:
         return err
 
 
+def accepted_alike(fast: object, slow: object) -> bool:
+    """Whether the fast path accepted; if it did, the full parse accepts the same object."""
+    if fast is None:
+        return False
+    assert not isinstance(slow, ObjectError), f"fast path accepted what is refused: {slow}"
+    assert fast == slow
+    return True
+
+
 def agree(raw: Any) -> None:
-    fast = parse._fast_device(raw)
-    slow = full(raw)
-    if fast is not None:
-        assert not isinstance(slow, ObjectError), f"fast path accepted what is refused: {slow}"
-        assert fast == slow
+    accepted_alike(parse._fast_device(raw), full(raw))
 
 
 def containers(node: Any) -> list[Any]:
@@ -186,15 +191,7 @@ def test_devices_the_fast_path_declines_are_parsed_in_full() -> None:
 def test_the_fast_path_agrees_with_the_full_parse(device: Wire, damage: list[Any]) -> None:
     raw = copy.deepcopy(device)
     for where, key, value, how in damage:
-        targets = [c for c in containers(raw) if isinstance(c, dict)]
-        target = targets[where % len(targets)]
-        keys = sorted(target)
-        if how == "add" or not keys:
-            target[key] = copy.deepcopy(value)
-        elif how == "set":
-            target[keys[where % len(keys)]] = copy.deepcopy(value)
-        else:
-            target.pop(keys[where % len(keys)])
+        damage_anywhere(raw, where, key, value, how)
     agree(raw)
 
 
@@ -291,9 +288,8 @@ def full_slice(raw: Any) -> ResourceSlice | ObjectError:
 def agree_slice(raw: Any) -> None:
     fast = parse._fast_slice(raw)
     slow = full_slice(raw)
-    if fast is not None:
-        assert not isinstance(slow, ObjectError), f"fast path accepted what is refused: {slow}"
-        assert fast == slow
+    if accepted_alike(fast, slow):
+        assert fast is not None and isinstance(slow, ResourceSlice)
         assert repr(fast) == repr(slow)  # the same order of attributes, capacities, counters
         assert (fast.pool_id, fast.flexible, fast.local_node) == (
             slow.pool_id,
@@ -372,7 +368,8 @@ def poke(raw: Wire, path: tuple[str | int, ...], value: Any, how: str) -> None:
 
 
 def damage_anywhere(raw: Wire, where: int, key: str, value: Any, how: str) -> None:
-    """As the device test damages: a dict anywhere in the slice, or a list's entry twice."""
+    """A dict anywhere in ``raw`` given ``key`` (add), its ``where``-th key set to ``value``
+    (set) or taken out (pop); or a list's entry twice (dup)."""
     if how == "dup":  # a device name, a counter set twice
         lists = [c for c in containers(raw) if isinstance(c, list) and c]
         if lists:
