@@ -9,8 +9,9 @@ from hypothesis import given, settings
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.allocator.core import exact_counts
+from dra_jupyter.allocator.placements import Counters, blocked_by
 from dra_jupyter.allocator.pools import usable_devices
-from dra_jupyter.allocator.topology import _blocking, _Counters, claims_need
+from dra_jupyter.allocator.topology import claims_need
 from dra_jupyter.inventory import mig, nvidia
 from tests.allocator.test_properties import PROFILE, World, make_allocator, node_of, worlds
 
@@ -163,12 +164,12 @@ def test_gpus_of_one_shape_share_their_blocking_counts_and_no_other() -> None:
     ]
     allocator = Allocator(slices, nvidia.device_classes(), allocated, "topology")
     [pool] = allocator.catalog.own_pools("n1")
-    shared = _Counters(pool, allocator.state)
+    shared = Counters(pool, allocator.state)
     devices = [d for s in pool.slices for d in s.devices if d.consumes_counters]
     assert len(devices) == 4 * 26
     for device in devices:
-        alone = _Counters(pool, allocator.state)
-        assert shared.blocking(device) == _blocking(alone.needs(device), alone), device.name
+        alone = Counters(pool, allocator.state)
+        assert shared.blocking(device) == blocked_by(alone.needs(device), alone), device.name
     shapes = {name: shared._shape(f"gpu-{name}-counter-set") for name in range(4)}
     assert shapes[1] == shapes[3]
     assert len({shapes[0], shapes[1], shapes[2]}) == 3
