@@ -12,12 +12,11 @@ import random
 import sqlite3
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
-import pytest
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.local.backend import LocalBackend
@@ -38,17 +37,6 @@ from tests.local.worker import (
 
 STRESS_WORKERS = 16
 STRESS_ITERATIONS = 25
-
-
-@pytest.fixture
-def workers() -> Iterator[list[WorkerProcess]]:
-    """Started workers, killed (if still running) and reaped at the end of the test."""
-    started: list[WorkerProcess] = []
-    try:
-        yield started
-    finally:
-        for w in started:
-            w.close()
 
 
 def integrity(path: Path) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,16 +21,6 @@ from tests.local.worker import WorkerProcess
 # A builder of a real ledger file for every version before this one: a new version needs
 # the one before it kept here (its schema and statements verbatim).
 BUILDERS: dict[int, Callable[..., None]] = {1: write_v1}
-
-
-@pytest.fixture
-def workers() -> Iterator[list[WorkerProcess]]:
-    started: list[WorkerProcess] = []
-    try:
-        yield started
-    finally:
-        for w in started:
-            w.close()
 
 
 def stored(path: Path, sql: str) -> list[tuple[object, ...]]:

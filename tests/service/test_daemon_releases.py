@@ -14,7 +14,7 @@ from dra_jupyter.server.service import Caller, ClaimService
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
 from tests.service.accounts import User, run_as, service, wait_for
-from tests.service.test_isolation import admin_policy, read
+from tests.service.test_isolation import admin_policy, read, sweep_until_released
 
 
 def test_a_claim_the_daemon_idles_reads_back_with_its_words_and_time(
@@ -30,10 +30,7 @@ def test_a_claim_the_daemon_idles_reads_back_with_its_words_and_time(
             claims = ClaimService(Settings.from_env(), live_kernels=list)
             caller = Caller(user=alice.name)
             made = claims.create(caller, {"gpu": 1})
-            deadline = time.monotonic() + 60  # a bound, not a timing: the daemon ticks by 1s
-            while claims.released.empty() and time.monotonic() < deadline:
-                claims.claims(caller)  # a sweep, as a board's poll makes
-                time.sleep(0.2)
+            sweep_until_released(claims, caller)
             _record, gone = claims.claim_or_released(caller, made.name)
             assert gone is not None
             return {"made": made.name, "message": gone.message, "time": gone.time}

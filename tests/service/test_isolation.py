@@ -17,6 +17,7 @@ import socket
 import sqlite3
 import tempfile
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -535,3 +536,12 @@ def test_a_socket_of_another_user_is_not_taken_for_the_service(users: dict[str, 
     finally:
         poser.kill()
         path.unlink(missing_ok=True)
+
+
+def sweep_until_released(claims: ClaimService, caller: Caller) -> None:
+    """Sweep as a board's poll does until the daemon has released one of the caller's
+    claims (a bound, not a timing: the daemon ticks by 1s)."""
+    deadline = time.monotonic() + 60
+    while claims.released.empty() and time.monotonic() < deadline:
+        claims.claims(caller)
+        time.sleep(0.2)

@@ -14,7 +14,14 @@ from dra_jupyter.server.service import Caller, ClaimService
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
 from tests.service.accounts import Child, User, run_as, service, wait_for
-from tests.service.test_isolation import admin_policy, error_of, live, read, released
+from tests.service.test_isolation import (
+    admin_policy,
+    error_of,
+    live,
+    read,
+    released,
+    sweep_until_released,
+)
 
 
 def session() -> Session:
@@ -168,10 +175,7 @@ def test_a_claim_the_daemon_releases_is_announced_by_the_jupyter_server(
             claims = ClaimService(Settings.from_env(), live_kernels=list)
             caller = Caller(user=alice.name)
             made = claims.create(caller, {"gpu": 1})
-            deadline = time.monotonic() + 60  # a bound, not a timing: the daemon ticks by 1s
-            while claims.released.empty() and time.monotonic() < deadline:
-                claims.claims(caller)  # a sweep, as a board's poll makes
-                time.sleep(0.2)
+            sweep_until_released(claims, caller)
             for _ in range(3):
                 claims.claims(caller)
             announced = []
