@@ -43,12 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.servers import environment
+from dra_jupyter.backends import service_answers
 from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.service.client import ServiceBackend
-from dra_jupyter.settings import service_answers
 from dra_jupyter.types import Backend, Owner
 from tests.helpers import running
 

@@ -12,7 +12,7 @@ client: the first call makes the default session (settings from the environment,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from dra_jupyter.errors import (
     AllocationError,
@@ -40,13 +40,19 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from dra_jupyter.api import Claim, Session
-    from dra_jupyter.kube.run import Run
+    from dra_jupyter.claimspec import RequestKeywords, RunKeywords
     from dra_jupyter.tables import ClaimRow, DeviceRow, Table
+    from dra_jupyter.types import Command, Run
 
     __version__: str
 
 # Names made on first use, so that ``import dra_jupyter`` stays cheap (PEP 562).
-_LAZY = {"Claim": "dra_jupyter.api", "Session": "dra_jupyter.api", "Table": "dra_jupyter.tables"}
+_LAZY = {
+    "Claim": "dra_jupyter.api",
+    "Run": "dra_jupyter.types",
+    "Session": "dra_jupyter.api",
+    "Table": "dra_jupyter.tables",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -74,7 +80,7 @@ def _session() -> Session:
     return default_session()
 
 
-def request(**kwargs: Any) -> Claim:
+def request(**kwargs: Unpack[RequestKeywords]) -> Claim:
     """Get devices: ``request(gpu=2, memory="80Gi", same="pcieRoot", timeout="5m")``.
 
     Keywords: ``gpu``, ``tpu``, ``mig``, ``count``, ``memory``, ``model``, ``selector``,
@@ -86,7 +92,7 @@ def request(**kwargs: Any) -> Claim:
     return _session().request(**kwargs)
 
 
-def run(command: Any = None, **kwargs: Any) -> Run:
+def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run:
     """Run ``command`` (a shell string, an argv list, or a self-contained function) in a
     Kubernetes pod with devices: ``dra.run("nvidia-smi", gpu=1)``. Keywords: those of
     :func:`request`, and ``image``, ``name``, ``timeout`` (to be placed, '5m'),
@@ -181,6 +187,7 @@ __all__ = [
     "NeverPossibleError",
     "NotFoundError",
     "ObjectError",
+    "Run",
     "SelectorError",
     "Session",
     "Table",

@@ -65,8 +65,10 @@ from dra_jupyter.types import (
     USER_LABEL,
     Backend,
     ClaimRecord,
+    Command,
     OnWait,
     Owner,
+    Run,
     Waiting,
     label_value,
 )
@@ -74,7 +76,6 @@ from dra_jupyter.types import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dra_jupyter.kube.run import Command, Run
     from dra_jupyter.metrics.recorder import Recorder
 
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
@@ -240,6 +241,16 @@ class Claim:
         rows = [r for r in device_rows(self._session.inventory.slices, held) if r.device in mine]
         title = f"claim {self.name}" + (" (released: the devices' state now)" if released else "")
         return Table(rows, DEVICE_COLUMNS, title=title)
+
+    @property
+    def backend(self) -> Backend:
+        """Where the claim lives: its session's backend."""
+        return self._session.backend
+
+    def released_elsewhere(self) -> None:
+        """Released by someone else (the server's idle release, another process): it says
+        ``released`` from now on without asking the backend."""
+        self._released = True
 
     @property
     def env(self) -> dict[str, str]:
@@ -498,7 +509,8 @@ class Session:
         :mod:`dra_jupyter.kube.reserve` for its risk), instead of when a pod uses it."""
         backend = self.backend
         caps = backend.capabilities
-        if reserve and not caps.reserve:
+        cluster = backend.cluster
+        if reserve and cluster is None:
             raise InvalidInputError(
                 "dra.request: reserve=True applies to the Kubernetes backend, where a "
                 f"scheduler allocates claims later; {caps.where} allocates at once anyway"
@@ -537,8 +549,8 @@ class Session:
             if reporter is not None:
                 reporter.failed("interrupted" if isinstance(err, KeyboardInterrupt) else str(err))
             raise
-        if reserve:
-            record = backend.reserve(record)
+        if reserve and cluster is not None:
+            record = cluster.reserve(record)
         result = Claim(self, record)
         if origin is not None:
             _Cells.made[origin[0]][1].append(result)
@@ -619,17 +631,28 @@ class Session:
         **spec: Any,
     ) -> Run:
         """Run ``command`` in a pod with devices (Kubernetes backend; see
-        :mod:`dra_jupyter.kube.run`)."""
-        return self.backend.launch(
-            self,
+        :mod:`dra_jupyter.kube.run`): the pod is checked first, then its claim is made (as
+        :meth:`request` makes one), then the pod started with it."""
+        cluster = self.backend.cluster
+        if cluster is None:
+            raise InvalidInputError(
+                "dra.run launches a pod, which needs the Kubernetes backend: set "
+                "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
+            )
+        wait = _or_forever(parse_duration(timeout, what="timeout"))
+        start_wait = parse_duration(start_timeout, what="start_timeout")
+        plan = cluster.plan_run(
             command,
-            spec,
-            image=image,
+            image=image or self.settings.image or None,
             name=name,
-            timeout=_or_forever(parse_duration(timeout, what="timeout")),
-            start_timeout=parse_duration(start_timeout, what="start_timeout"),
             node_selector=node_selector,
         )
+        claim = self.request(apply_env=False, **spec)
+        try:
+            return cluster.launch(plan, claim, timeout=wait, start_timeout=start_wait)
+        except BaseException:  # an interrupt too: the claim is not left behind
+            claim.release()
+            raise
 
     def devices(self) -> Table[DeviceRow]:
         if self._inventory is None or self.backend.capabilities.allocates_later:

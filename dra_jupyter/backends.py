@@ -12,10 +12,12 @@ Kubernetes client loads only for the Kubernetes backend. What a backend offers i
 
 from __future__ import annotations
 
+import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_jupyter.inventory.resolve import resolve_inventory
-from dra_jupyter.settings import Settings, resolve_backend
+from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings
 
 if TYPE_CHECKING:
     from dra_jupyter.inventory.base import Inventory
@@ -47,3 +49,31 @@ def open_backend(settings: Settings, owner: Owner, inventory: Inventory | None =
         poll_interval=settings.poll_interval,
         namespace=settings.namespace,
     )
+
+
+def in_pod(service_account: Path = SERVICE_ACCOUNT_DIR) -> bool:
+    """Whether this process runs in a pod with a service account (its token and namespace)."""
+    return (service_account / "token").is_file() and (service_account / "namespace").is_file()
+
+
+def service_answers(path: Path, timeout: float = 0.5) -> bool:
+    """Whether something listens on the Unix socket at ``path`` (a dra-jupyter service)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        sock.close()
+    return True
+
+
+def resolve_backend(settings: Settings, service_account: Path = SERVICE_ACCOUNT_DIR) -> str:
+    """``local``, ``service`` or ``kubernetes``: ``auto`` is kubernetes in a pod, else
+    service when its socket answers, else local."""
+    if settings.backend == "auto":
+        if in_pod(service_account):
+            return "kubernetes"
+        return "service" if service_answers(settings.socket) else "local"
+    return settings.backend

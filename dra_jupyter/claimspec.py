@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from dra_jupyter.errors import InvalidInputError, shown
 from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH
 from dra_jupyter.model.quantity import Quantity
+
+if TYPE_CHECKING:
+    from dra_jupyter.types import OnWait
 
 Wire = dict[str, Any]
 
@@ -57,6 +60,53 @@ DEVICE_KEYS = (
 )
 CLAIM_KEYS = (*DEVICE_KEYS, "same", "distinct", "alternatives")
 INTEGER_KEYS = ("gpu", "tpu", "count")  # keywords whose value is a number of devices
+
+Count = int | Literal["all"]  # a number of devices, or every matching one
+
+
+class DeviceKeywords(TypedDict, total=False):
+    """The keywords of one request's devices (:data:`DEVICE_KEYS`), for editors and type
+    checkers: ``dra.request(gpu=2, memory="80Gi")``; an alternative is one of these."""
+
+    gpu: Count
+    tpu: Count
+    mig: str
+    count: Count
+    memory: str | int
+    model: str
+    selector: str
+    share: str | int
+    device_class: str
+
+
+class ClaimKeywords(DeviceKeywords, total=False):
+    """The keywords of a whole claim (:data:`CLAIM_KEYS`): its devices, the constraints
+    between them, or alternatives."""
+
+    same: str
+    distinct: str
+    alternatives: Sequence[DeviceKeywords]
+
+
+class RequestKeywords(ClaimKeywords, total=False):
+    """:func:`request`'s keywords: the claim's (:class:`ClaimKeywords`), then how to get it."""
+
+    timeout: str | float | None
+    lease: str | float | None
+    name: str
+    apply_env: bool
+    on_wait: OnWait | None
+    reserve: bool
+
+
+class RunKeywords(ClaimKeywords, total=False):
+    """:func:`run`'s keywords: the claim's, then the pod's (see :mod:`dra_jupyter.kube.run`)."""
+
+    image: str | None
+    name: str | None
+    timeout: str | float | None
+    start_timeout: str | float | None
+    node_selector: Mapping[str, str] | None
 
 
 def class_driver(device_class: str) -> str:

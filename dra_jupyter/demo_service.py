@@ -49,8 +49,9 @@ import dra_jupyter.claimspec
 import dra_jupyter.environment
 import dra_jupyter.envvars
 import dra_jupyter.service.client
+from dra_jupyter.backends import service_answers
 from dra_jupyter.errors import DraJupyterError
-from dra_jupyter.settings import Settings, service_answers
+from dra_jupyter.settings import Settings
 
 PRELOADED = (
     encodings.ascii,

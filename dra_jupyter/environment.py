@@ -17,13 +17,38 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, MutableMapping
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Iterable, MutableMapping, Sequence
+from typing import ClassVar, Protocol
 
-from dra_jupyter.envvars import environment_for
 
-if TYPE_CHECKING:
-    from dra_jupyter.api import Claim
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class LiveClaims(Protocol):
+    """Where claims live (a :class:`~dra_jupyter.types.Backend` is one)."""
+
+    def claims(self, *, all_users: bool = False) -> Sequence[Named]:
+        """The live claims (everyone's with ``all_users``)."""
+
+
+class Claim(Protocol):
+    """A claim whose devices the environment names (:class:`dra_jupyter.api.Claim` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables that make its devices visible."""
+
+    @property
+    def backend(self) -> LiveClaims:
+        """Where it lives: one read there says which claims are still live."""
+
+    def released_elsewhere(self) -> None:
+        """It was released by someone else: it says so from now on."""
 
 
 class ProcessEnvironment:
@@ -81,13 +106,13 @@ class ProcessEnvironment:
         with self._lock:
             live: dict[int, set[str]] = {}
             for claim in self.claims:
-                backend = claim._session.backend
+                backend = claim.backend
                 if id(backend) not in live:
                     live[id(backend)] = {r.name for r in backend.claims(all_users=True)}
-            kept = [c for c in self.claims if c.name in live[id(c._session.backend)]]
+            kept = [c for c in self.claims if c.name in live[id(c.backend)]]
             for gone in self.claims:
                 if gone not in kept:
-                    gone._released = True
+                    gone.released_elsewhere()
             self.claims = kept
             self.apply()
 
@@ -95,9 +120,7 @@ class ProcessEnvironment:
         """The variables that the held claims' devices make, joined in request order."""
         joined: dict[str, list[str]] = {}
         for claim in self.claims:
-            results = claim.allocation.get("devices", {}).get("results", [])
-            env = environment_for(results, claim._session.inventory.slices).env
-            for key, value in env.items():
+            for key, value in claim.env.items():
                 items = joined.setdefault(key, [])
                 items.extend(v for v in value.split(",") if v not in items)
         return {key: ",".join(values) for key, values in joined.items()}

@@ -156,31 +156,3 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         raise InvalidInputError(
             f"{name} must be a number of seconds, not {shown(env[name])}"
         ) from err
-
-
-def in_pod(service_account: Path = SERVICE_ACCOUNT_DIR) -> bool:
-    """Whether this process runs in a pod with a service account (its token and namespace)."""
-    return (service_account / "token").is_file() and (service_account / "namespace").is_file()
-
-
-def service_answers(path: Path, timeout: float = 0.5) -> bool:
-    """Whether something listens on the Unix socket at ``path`` (a dra-jupyter service)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(str(path))
-    except OSError:
-        return False
-    finally:
-        sock.close()
-    return True
-
-
-def resolve_backend(settings: Settings, service_account: Path = SERVICE_ACCOUNT_DIR) -> str:
-    """``local``, ``service`` or ``kubernetes``: ``auto`` is kubernetes in a pod, else
-    service when its socket answers, else local."""
-    if settings.backend == "auto":
-        if in_pod(service_account):
-            return "kubernetes"
-        return "service" if service_answers(settings.socket) else "local"
-    return settings.backend

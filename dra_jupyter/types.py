@@ -1,6 +1,7 @@
 """The types every backend and every surface shares: who holds a claim (:class:`Owner`),
 a claim as the API sees it (:class:`ClaimRecord`), a request's place in line
-(:class:`Waiting`), and what a backend offers (:class:`Backend`, :class:`Capabilities`).
+(:class:`Waiting`), what a backend offers (:class:`Backend`, :class:`Capabilities`), and
+what only a cluster backend does (:class:`ClusterOps`: ``reserve``, ``dra.run``'s pods).
 
 Both backends (:mod:`dra_jupyter.local`, :mod:`dra_jupyter.kube`) import this module and
 neither imports the other; :mod:`dra_jupyter.api` holds a :class:`Backend` and asks its
@@ -13,7 +14,7 @@ import hashlib
 import os
 import re
 import socket
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +23,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dra_jupyter.identity import current_user
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from dra_jupyter.allocator import Allocator
-    from dra_jupyter.api import Session
+    from dra_jupyter.allocator import Allocator, Explanation
     from dra_jupyter.inventory.base import Inventory
-    from dra_jupyter.kube.run import Command, Run
     from dra_jupyter.metrics.base import MetricsSource
 
 Wire = dict[str, Any]
@@ -222,6 +219,94 @@ class Ended:
     message: str | None = None
 
 
+# --- work on a cluster ---------------------------------------------------------------------
+
+# What ``dra.run`` runs: a string under ``sh -c``, a list as it is, a function as ``python
+# -c`` (its source, then a call), None: the image's own command.
+Command = str | Sequence[str] | Callable[[], Any] | None
+
+
+class HeldClaim(Protocol):
+    """A claim that a run holds, as the run sees it (:class:`dra_jupyter.api.Claim` is one):
+    its name and state, why it could not be met, and its release."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    def explain(self) -> Explanation: ...
+
+    def release(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A ``dra.run`` pod before its claim exists: what it runs and from which image, what
+    it is called (None: after its claim) and where it may go. Made by
+    :meth:`ClusterOps.plan_run`, which refuses what could not start, so that no claim is
+    made for it."""
+
+    argv: list[str]
+    image: str
+    name: str | None = None
+    node_selector: Mapping[str, str] | None = None
+
+
+class Run(Protocol):
+    """Work launched by ``dra.run``: its pod, the node and devices it got, and its state
+    (``waiting for the node to start the pod``, ``running``, ``succeeded``, ``failed``,
+    ``cancelled``)."""
+
+    pod: str
+    node: str
+    devices: list[str]
+    state: str
+
+    @property
+    def claim(self) -> HeldClaim:
+        """The claim whose devices the pod uses (released when the run ends)."""
+
+    def cancel(self) -> None:
+        """Delete the pod and release the claim."""
+
+    def wait(self, start_timeout: float | None = None) -> str:
+        """Follow the run until it ends (its logs on the way); returns its state."""
+
+
+class ClusterOps(Protocol):
+    """What a cluster backend does beyond the :class:`Backend` every kind has
+    (``backend.cluster``): allocate a made claim now, and run work in pods that use one."""
+
+    def reserve(self, record: ClaimRecord) -> ClaimRecord:
+        """Allocate a made claim now with our allocator (``dra.request(reserve=True)``); the
+        claim is deleted if that fails."""
+
+    def plan_run(
+        self,
+        command: Command,
+        *,
+        image: str | None,
+        name: str | None = None,
+        node_selector: Mapping[str, str] | None = None,
+    ) -> RunPlan:
+        """The pod of ``dra.run``, checked before its claim is made (InvalidInputError for a
+        command that cannot be run, or no image: ``image``, else the notebook pod's own)."""
+
+    def launch(
+        self,
+        plan: RunPlan,
+        claim: HeldClaim,
+        *,
+        timeout: float,
+        start_timeout: float | None,
+    ) -> Run:
+        """Start ``plan``'s pod with ``claim``, wait up to ``timeout`` for it to be placed and
+        up to ``start_timeout`` for it to start, then follow it (see ``Run.wait``). The
+        claim is released when the pod cannot be placed and on an interrupt."""
+
+
 # --- backends ------------------------------------------------------------------------------
 
 
@@ -234,8 +319,6 @@ class Capabilities:
     waits: bool  # a request may wait in line for busy devices (timeout=)
     leases: bool  # claims can end by themselves after a lease
     allocates_later: bool  # claims are created pending; a scheduler allocates them later
-    reserve: bool  # dra.request(reserve=True): allocate now with our allocator
-    pods: bool  # dra.run: commands in pods that use a claim
     claim_states: bool  # claims have states beyond allocated (pending, reserved)
 
 
@@ -276,6 +359,11 @@ class Backend(Protocol):
     def capabilities(self) -> Capabilities:
         """What this backend does."""
 
+    @property
+    def cluster(self) -> ClusterOps | None:
+        """What only a cluster does (claims allocated now by our allocator, work in pods
+        that use a claim); None where the devices are one machine's (local, service)."""
+
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """The devices (read again from their source with ``refresh``)."""
 
@@ -292,9 +380,6 @@ class Backend(Protocol):
         checked: bool = False,
     ) -> ClaimRecord:
         """Make the claim (the local backend allocates it at once, or waits in line)."""
-
-    def reserve(self, record: ClaimRecord) -> ClaimRecord:
-        """Allocate a made claim now with our allocator (``capabilities.reserve``)."""
 
     def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
         """Give the claim back; False when it was gone already. Only the owner's user may,
@@ -370,17 +455,3 @@ class Backend(Protocol):
         claim of ``kernel_id`` from now on (keeping its user and kernel id); claims whose
         holder is gone already are released instead. Where the kernel cannot use its
         claims' devices (Kubernetes) this raises InvalidInputError."""
-
-    def launch(
-        self,
-        session: Session,
-        command: Command,
-        spec: Mapping[str, Any],
-        *,
-        image: str | None,
-        name: str | None,
-        timeout: float,
-        start_timeout: float | None,
-        node_selector: Mapping[str, str] | None = None,
-    ) -> Run:
-        """``dra.run``: ``command`` in a pod with a new claim (``capabilities.pods``)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dra_jupyter.errors import ObjectError
 from dra_jupyter.hints import impossible_hint
@@ -17,10 +17,24 @@ if TYPE_CHECKING:
     from IPython.lib.pretty import RepresentationPrinter
 
     from dra_jupyter.allocator import Explanation
-    from dra_jupyter.api import Session
+    from dra_jupyter.inventory.base import Inventory
+    from dra_jupyter.types import Backend
 
 PROBE = "new-request"  # the name a claim is explained under before it has one
 NOTEBOOK_WAIT = "add timeout=10m to wait in line"
+
+
+class Asking(Protocol):
+    """Who asks (a :class:`dra_jupyter.api.Session` is one): the claim a request makes, and
+    the devices and claims it is weighed against."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def inventory(self) -> Inventory: ...
+
+    def build(self, spec: Mapping[str, Any], name: str = "") -> dict[str, Any]: ...
 
 
 def describe(spec: Mapping[str, Any]) -> str:
@@ -72,7 +86,7 @@ def _devices(results: Any) -> str:
 
 
 def explain_request(
-    session: Session,
+    session: Asking,
     spec: Mapping[str, Any],
     *,
     verbose: bool = False,

@@ -4,16 +4,19 @@ importing the package stays cheap."""
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import subprocess
 import sys
 
 import dra_jupyter
-from dra_jupyter import errors
+from dra_jupyter import claimspec, errors, types
+from dra_jupyter.api import Session
 
 # Besides the errors (every class of dra_jupyter.errors, checked below): what users call.
 PUBLIC = {
     *errors.__all__,
     "Claim",
+    "Run",
     "Session",
     "Table",
     "__version__",
@@ -41,6 +44,22 @@ def test_every_public_name_is_there_at_run_time() -> None:
 
     assert Claim.__module__ == "dra_jupyter.api"
     assert Session.__module__ == "dra_jupyter.api"
+    assert dra_jupyter.Run is types.Run  # what dra.run returns, on whichever backend
+
+
+def test_the_keywords_of_request_and_run_are_typed_and_complete() -> None:
+    """Editors complete ``gpu=``, ``memory=``, ``same=``: ``dra.request`` and ``dra.run`` take
+    their keywords as TypedDicts, which name every keyword the claim and the session know."""
+    assert "RequestKeywords" in str(inspect.signature(dra_jupyter.request).parameters["kwargs"])
+    assert "RunKeywords" in str(inspect.signature(dra_jupyter.run).parameters["kwargs"])
+    assert set(claimspec.DeviceKeywords.__annotations__) == set(claimspec.DEVICE_KEYS)
+    assert set(claimspec.ClaimKeywords.__annotations__) == set(claimspec.CLAIM_KEYS)
+    session = inspect.signature(Session.request).parameters
+    asked = {n for n, p in session.items() if p.kind is p.KEYWORD_ONLY}
+    assert set(claimspec.RequestKeywords.__annotations__) == set(claimspec.CLAIM_KEYS) | asked
+    run = inspect.signature(Session.run).parameters
+    pod = {n for n, p in run.items() if p.kind is p.KEYWORD_ONLY}
+    assert set(claimspec.RunKeywords.__annotations__) == set(claimspec.CLAIM_KEYS) | pod
 
 
 def test_every_error_class_is_public_and_in_the_drawn_tree() -> None:

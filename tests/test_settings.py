@@ -9,9 +9,10 @@ import pytest
 
 import dra_jupyter as dra
 from dra_jupyter.api import Session
+from dra_jupyter.backends import in_pod, resolve_backend
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.local.backend import LocalBackend
-from dra_jupyter.settings import Settings, in_pod, resolve_backend
+from dra_jupyter.settings import Settings
 
 
 def test_defaults_keep_the_local_backend() -> None:

@@ -17,8 +17,9 @@ import socket
 import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import urllib3
 from kubernetes import client, config
@@ -34,10 +35,11 @@ from dra_jupyter.kube.claims import (
     ClaimClient,
     forbidden,
 )
+from dra_jupyter.kube.cluster import KubeCluster
 from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
 from dra_jupyter.kube.events import ClaimEvents
 from dra_jupyter.kube.records import claim_state, holder_annotation, to_record
-from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings, in_pod
+from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings
 from dra_jupyter.types import (
     USER_ANNOTATION,
     Capabilities,
@@ -53,12 +55,7 @@ from dra_jupyter.types import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from kubernetes.client import ApiClient
-
-    from dra_jupyter.api import Session
-    from dra_jupyter.kube.run import Command, Run
 
 CAPABILITIES = Capabilities(
     where="the Kubernetes backend",
@@ -66,8 +63,6 @@ CAPABILITIES = Capabilities(
     waits=False,
     leases=False,
     allocates_later=True,
-    reserve=True,
-    pods=True,
     claim_states=True,
 )
 
@@ -79,8 +74,9 @@ def default_namespace(
     kubeconfig: str | None = None, service_account: Path = SERVICE_ACCOUNT_DIR
 ) -> str:
     """The pod's namespace, else the kubeconfig's current context's, else ``default``."""
-    if in_pod(service_account):
-        return (service_account / "namespace").read_text().strip() or "default"
+    namespace = service_account / "namespace"
+    if (service_account / "token").is_file() and namespace.is_file():  # in a pod
+        return namespace.read_text().strip() or "default"
     try:
         _, active = config.list_kube_config_contexts(kubeconfig)  # type: ignore[no-untyped-call]
     except (config.ConfigException, OSError, ValueError):
@@ -126,6 +122,11 @@ class KubernetesBackend:
         if self._api is None:
             self._api = api_client(self.settings.kubeconfig)
         return self._api
+
+    @cached_property
+    def cluster(self) -> KubeCluster:
+        """What only a cluster does: ``reserve`` and ``dra.run``'s pods (:mod:`.cluster`)."""
+        return KubeCluster(self)
 
     @property
     def claim_client(self) -> ClaimClient:
@@ -273,17 +274,6 @@ class KubernetesBackend:
         created = self.retrying(lambda: self.claim_client.create(body))
         return to_record(created)
 
-    def reserve(self, record: ClaimRecord) -> ClaimRecord:
-        """Allocate a new claim with our allocator and write it (see :mod:`.reserve`); the
-        claim is deleted if that fails."""
-        from dra_jupyter.kube.reserve import reserve  # noqa: PLC0415
-
-        try:
-            return reserve(self, record.to_object())
-        except BaseException:
-            self.retrying(lambda: self.claim_client.delete(record.name))
-            raise
-
     def get(self, name: str) -> Wire | None:
         return self.retrying(lambda: self.claim_client.get(name))
 
@@ -393,33 +383,6 @@ class KubernetesBackend:
         """Record activity on the claim (annotation ``dra-jupyter/last-activity``)."""
         stamp = f"{now:.3f}"
         return self.retrying(lambda: self.claim_client.annotate(name, {ACTIVITY_ANNOTATION: stamp}))
-
-    def launch(
-        self,
-        session: Session,
-        command: Command,
-        spec: Mapping[str, Any],
-        *,
-        image: str | None,
-        name: str | None,
-        timeout: float,
-        start_timeout: float | None,
-        node_selector: Mapping[str, str] | None = None,
-    ) -> Run:
-        """``dra.run``: see :func:`dra_jupyter.kube.run.launch`."""
-        from dra_jupyter.kube.run import launch  # noqa: PLC0415  # run imports this module
-
-        return launch(
-            self,
-            session,
-            command,
-            spec,
-            image=image,
-            name=name,
-            timeout=timeout,
-            start_timeout=start_timeout,
-            node_selector=node_selector,
-        )
 
 
 def _reclaim_reason(owner: Owner, live: Collection[str]) -> str | None:

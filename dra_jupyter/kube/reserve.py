@@ -29,7 +29,7 @@ from dra_jupyter.kube.records import to_record
 from dra_jupyter.types import ClaimRecord
 
 if TYPE_CHECKING:
-    from dra_jupyter.kube.backend import KubernetesBackend
+    from dra_jupyter.kube.access import ClusterAccess
 
 FINALIZER = "resource.kubernetes.io/delete-protection"  # what kube-scheduler sets
 
@@ -49,7 +49,7 @@ def clashes(mine: Wire, others: Iterable[ClaimRecord]) -> list[str]:
     return [f"{r.namespace}/{r.name}" for r in others if keys & device_keys(r.allocation)]
 
 
-def reserve(backend: KubernetesBackend, claim: Wire) -> ClaimRecord:
+def reserve(backend: ClusterAccess, claim: Wire) -> ClaimRecord:
     """Allocate the (just created) ``claim`` and write its ``status.allocation``."""
     name = claim["metadata"]["name"]
     action = f"dra.request(reserve=True): claim {name}"
@@ -114,7 +114,7 @@ def reserve(backend: KubernetesBackend, claim: Wire) -> ClaimRecord:
     return record
 
 
-def withdraw(backend: KubernetesBackend, name: str) -> None:
+def withdraw(backend: ClusterAccess, name: str) -> None:
     """Clear a reservation we wrote (status first, then our finalizer)."""
     resource = client.ResourceV1Api(backend.api)
     model = client.ResourceV1ResourceClaim

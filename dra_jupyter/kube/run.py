@@ -1,11 +1,13 @@
 """``dra.run(...)``: work in a Pod that uses a claim of this session.
 
-The claim is made first (``dra.request`` rules, refused at once when it could never be met),
-then a Pod with ``spec.resourceClaims`` and the container's ``resources.claims``. We wait for
-kube-scheduler to place it (its reason on stderr while it cannot; at the deadline its reason
-and our own ``explain`` against the cluster's slices), report the devices the claim got, then
-wait for the node to start the container and stream its logs until it ends. The claim is
-released when the pod ends, when it cannot be placed, and on an interrupt (the pod deleted).
+The pod is planned first (:func:`plan`: its command and image, refused before any claim is
+made), then the session makes the claim (``dra.request`` rules, refused at once when it
+could never be met) and :func:`launch` a Pod with ``spec.resourceClaims`` and the
+container's ``resources.claims``. We wait for kube-scheduler to place it (its reason on
+stderr while it cannot; at the deadline its reason and our own ``explain`` against the
+cluster's slices), report the devices the claim got, then wait for the node to start the
+container and stream its logs until it ends. The claim is released when the pod ends, when
+it cannot be placed, and on an interrupt (the pod deleted).
 
 Placed but not started within ``start_timeout`` (a node still pulling the image, or a
 simulated node without a kubelet), :func:`launch` returns a :class:`Run` in the state
@@ -20,7 +22,7 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -32,16 +34,13 @@ from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.claims import KERNEL_LABEL, USER_LABEL
 from dra_jupyter.kube.connect import cluster_error, to_wire
 from dra_jupyter.kube.pods import POLL_S, PodLauncher, workload_pod
-from dra_jupyter.types import label_value
+from dra_jupyter.types import Command, HeldClaim, RunPlan, label_value
 
 if TYPE_CHECKING:
-    from dra_jupyter.api import Claim, Session
-    from dra_jupyter.kube.backend import KubernetesBackend
+    from dra_jupyter.kube.access import ClusterAccess
 
 WAITING = "waiting for the node to start the pod"
 ENDED = {"Succeeded": "succeeded", "Failed": "failed"}
-
-Command = str | Sequence[str] | Callable[[], Any] | None
 
 
 def pod_command(command: Command) -> list[str]:
@@ -68,7 +67,7 @@ def pod_command(command: Command) -> list[str]:
     return [str(part) for part in command]
 
 
-def own_image(backend: KubernetesBackend) -> str:
+def own_image(backend: ClusterAccess) -> str:
     """The image of the notebook's pod (its first container), when running in one."""
     pod = os.environ.get("HOSTNAME", "")
     if not pod or not os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -86,11 +85,11 @@ class Run:
     """A launched pod and its claim."""
 
     pod: str
-    claim: Claim
+    claim: HeldClaim
     node: str
     devices: list[str]
     state: str  # WAITING, "running", "succeeded", "failed", "cancelled"
-    _backend: KubernetesBackend = field(repr=False)
+    _backend: ClusterAccess = field(repr=False)
     _out: IO[str] = field(repr=False, default=sys.stdout)
 
     def cancel(self) -> None:
@@ -116,7 +115,7 @@ class Run:
         return f"<Run {self.pod}{where}: {', '.join(self.devices)} ({self.state})>"
 
 
-def delete_pod(backend: KubernetesBackend, name: str) -> None:
+def delete_pod(backend: ClusterAccess, name: str) -> None:
     core = client.CoreV1Api(backend.api)
     try:
         core.delete_namespaced_pod(name, backend.namespace, grace_period_seconds=0)
@@ -127,7 +126,7 @@ def delete_pod(backend: KubernetesBackend, name: str) -> None:
         raise cluster_error(error, f"dra.run: deleting pod {name}", backend.api) from error
 
 
-def phase(backend: KubernetesBackend, name: str) -> str:
+def phase(backend: ClusterAccess, name: str) -> str:
     core = client.CoreV1Api(backend.api)
     try:
         pod = to_wire(backend.api, core.read_namespaced_pod(name, backend.namespace))
@@ -136,7 +135,7 @@ def phase(backend: KubernetesBackend, name: str) -> str:
     return str(pod.get("status", {}).get("phase") or "Pending")
 
 
-def follow(backend: KubernetesBackend, name: str, start_timeout: float | None, out: IO[str]) -> str:
+def follow(backend: ClusterAccess, name: str, start_timeout: float | None, out: IO[str]) -> str:
     """Wait up to ``start_timeout`` for the container to start, then stream its logs to
     ``out`` until the pod ends; its state."""
     deadline = None if start_timeout is None else time.monotonic() + start_timeout
@@ -158,31 +157,41 @@ def follow(backend: KubernetesBackend, name: str, start_timeout: float | None, o
     return ENDED[now]
 
 
-def launch(
-    backend: KubernetesBackend,
-    session: Session,
+def plan(
+    backend: ClusterAccess,
     command: Command,
-    spec: Mapping[str, Any],
     *,
     image: str | None,
-    name: str | None,
-    timeout: float,
-    start_timeout: float | None,
+    name: str | None = None,
     node_selector: Mapping[str, str] | None = None,
-    out: IO[str] = sys.stdout,
-) -> Run:
+) -> RunPlan:
+    """The pod of ``command``, or InvalidInputError before any claim is made: a command that
+    cannot be run, or no image (``image``, else the notebook pod's own)."""
     argv = pod_command(command)
-    image = image or session.settings.image or own_image(backend)
+    image = image or own_image(backend)
     if not image:
         raise InvalidInputError(
             "dra.run: no image for the pod; pass image='...' or set DRA_JUPYTER_IMAGE "
             "(in a notebook pod, its own image is the default)"
         )
-    claim = session.request(apply_env=False, **spec)
-    pod = name or f"{claim.name}-run"
-    labels = {USER_LABEL: label_value(session.owner.user)}
-    if session.owner.kernel_id:
-        labels[KERNEL_LABEL] = label_value(session.owner.kernel_id)
+    return RunPlan(argv, image, name, dict(node_selector) if node_selector else None)
+
+
+def launch(
+    backend: ClusterAccess,
+    plan: RunPlan,
+    claim: HeldClaim,
+    *,
+    timeout: float,
+    start_timeout: float | None,
+    out: IO[str] = sys.stdout,
+) -> Run:
+    """Start ``plan``'s pod with ``claim``, wait for it to be placed, then follow it (see the
+    module doc); the claim is released when the pod cannot be placed and on an interrupt."""
+    pod = plan.name or f"{claim.name}-run"
+    labels = {USER_LABEL: label_value(backend.owner.user)}
+    if backend.owner.kernel_id:
+        labels[KERNEL_LABEL] = label_value(backend.owner.kernel_id)
     launcher = PodLauncher(backend.api, backend.namespace)
     created = False
     try:
@@ -190,11 +199,11 @@ def launch(
             workload_pod(
                 pod,
                 [claim.name],
-                image=image,
-                command=argv,
+                image=plan.image,
+                command=plan.argv,
                 namespace=backend.namespace,
                 labels=labels,
-                node_selector=node_selector,
+                node_selector=plan.node_selector,
             )
         )
         created = True

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
@@ -24,7 +24,6 @@ from dra_jupyter.errors import (
     AllocationError,
     BusyError,
     ForbiddenError,
-    InvalidInputError,
     NeverPossibleError,
 )
 from dra_jupyter.inventory.base import Inventory
@@ -42,18 +41,12 @@ from dra_jupyter.types import (
     claim_prefix,
 )
 
-if TYPE_CHECKING:
-    from dra_jupyter.api import Session
-    from dra_jupyter.kube.run import Command, Run
-
 CAPABILITIES = Capabilities(
     where="this machine",
     devices_here=True,
     waits=True,
     leases=True,
     allocates_later=False,
-    reserve=False,
-    pods=False,
     claim_states=False,
 )
 
@@ -92,6 +85,7 @@ class LocalBackend:
     """Claims of one owner on this machine's devices (see the module docstring)."""
 
     capabilities = CAPABILITIES
+    cluster: None = None  # one machine's devices: no reserve, no pods
 
     def __init__(
         self,
@@ -328,18 +322,6 @@ class LocalBackend:
 
     def record(self, name: str) -> ClaimRecord | None:
         return next((r for r in self.claims(all_users=True) if r.name == name), None)
-
-    def reserve(self, record: ClaimRecord) -> ClaimRecord:
-        raise InvalidInputError(
-            "dra.request: reserve=True applies to the Kubernetes backend; the local "
-            "backend allocates at once anyway"
-        )
-
-    def launch(self, session: Session, command: Command, spec: Mapping[str, Any], **_: Any) -> Run:
-        raise InvalidInputError(
-            "dra.run launches a pod, which needs the Kubernetes backend: set "
-            "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
-        )
 
     def waiting(self) -> list[Waiter]:
         return [

@@ -25,6 +25,7 @@ from jupyter_server.serverapp import ServerApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode, default, validate
 
+from dra_jupyter.backends import resolve_backend
 from dra_jupyter.errors import DraJupyterError, KernelRestartError
 from dra_jupyter.metrics import MetricsHistory, MetricsSource, NoSource, Sample, source_for
 from dra_jupyter.server import startup
@@ -43,7 +44,6 @@ from dra_jupyter.settings import (
     Settings,
     check_server_id,
     default_server_id,
-    resolve_backend,
 )
 from dra_jupyter.types import ClaimRecord
 

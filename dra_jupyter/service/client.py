@@ -20,9 +20,9 @@ import os
 import socket
 import struct
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
@@ -46,18 +46,12 @@ from dra_jupyter.types import (
     Waiting,
 )
 
-if TYPE_CHECKING:
-    from dra_jupyter.api import Session
-    from dra_jupyter.kube.run import Command, Run
-
 CAPABILITIES = Capabilities(
     where="the dra-jupyter service",
     devices_here=True,
     waits=True,
     leases=True,
     allocates_later=False,
-    reserve=False,
-    pods=False,
     claim_states=False,
 )
 CONNECT_TIMEOUT = 5.0  # seconds to connect to the daemon
@@ -219,6 +213,7 @@ class ServiceBackend:
     """Claims of one owner, made and kept by the daemon (see the module docstring)."""
 
     capabilities = CAPABILITIES
+    cluster: None = None  # one machine's devices: no reserve, no pods
 
     def __init__(
         self,
@@ -308,12 +303,6 @@ class ServiceBackend:
             return protocol.record_from_wire(line.call("request", args, on_wait, wait=timeout))
         finally:
             line.close()
-
-    def reserve(self, record: ClaimRecord) -> ClaimRecord:
-        raise InvalidInputError(
-            "dra.request: reserve=True applies to the Kubernetes backend; the service "
-            "allocates at once anyway"
-        )
 
     def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
         """Give the claim back; the daemon decides whether this user may (its owner, or an
@@ -426,12 +415,6 @@ class ServiceBackend:
         for record, _reason in swept.released:  # reported here: not again by a sweep
             self._watched.released_here(record.name)
         return swept
-
-    def launch(self, session: Session, command: Command, spec: Mapping[str, Any], **_: Any) -> Run:
-        raise InvalidInputError(
-            "dra.run launches a pod, which needs the Kubernetes backend: set "
-            "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
-        )
 
 
 class _Watched:

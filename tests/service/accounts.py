@@ -48,7 +48,7 @@ import dra_jupyter.environment
 import dra_jupyter.envvars
 import dra_jupyter.service.client
 import dra_jupyter.tables
-from dra_jupyter.settings import service_answers
+from dra_jupyter.backends import service_answers
 
 PRELOADED = (encodings.ascii, encodings.idna, encodings.latin_1, encodings.utf_8, sqlite3)
 

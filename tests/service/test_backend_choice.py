@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dra_jupyter.backends import open_backend
+from dra_jupyter.backends import open_backend, resolve_backend
 from dra_jupyter.errors import UnavailableError
 from dra_jupyter.service.client import ServiceBackend
-from dra_jupyter.settings import Settings, resolve_backend
+from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
 
 
