@@ -32,8 +32,7 @@ from dra_jupyter.allocator import STRATEGIES, Explanation
 from dra_jupyter.backends import open_backend
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.durations import format_duration, parse_duration, parse_lease, parse_timeout
-from dra_jupyter.environment import ProcessEnvironment
-from dra_jupyter.envvars import accelerator_runtime_loaded, environment_for
+from dra_jupyter.environment import ProcessEnvironment, accelerator_runtime_loaded, environment_for
 from dra_jupyter.errors import (
     AllocationError,
     BusyError,
@@ -45,7 +44,6 @@ from dra_jupyter.errors import (
     ObjectError,
     shown,
 )
-from dra_jupyter.hints import impossible_hint
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.settings import BACKENDS, Settings
 from dra_jupyter.tables import (
@@ -72,6 +70,7 @@ from dra_jupyter.types import (
     Waiting,
     label_value,
 )
+from dra_jupyter.verdicts import impossible_hint
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -3,9 +3,13 @@
 Every error a user can cause or meet derives from :class:`DraJupyterError`, and its
 message says where (which object, claim, request or field), what is wrong, and what to
 do about it. Every backend raises these; the CLI's exit code, the REST API's status and
-the magics' one line are decided by the class alone::
+reason, the hub's spawn error and the magics' one line are decided by the class alone: each
+class carries its ``exit_code``, ``http_status`` and ``reason`` (:func:`outcome_of` reads
+them by class name, for an error that crossed a process as its name), and nothing else
+maps errors (the table below is checked against them by ``tests/test_public.py``)::
 
-    DraJupyterError                       CLI exit  REST
+                                          CLI exit  REST
+    DraJupyterError                       2         503   the base: a failure to do what was asked
     ├── InvalidInputError                 2         400   input that can never be accepted
     │   ├── ObjectError                                    a malformed Kubernetes object or field
     │   └── SelectorError                                  CEL that does not compile, is too
@@ -26,7 +30,9 @@ the magics' one line are decided by the class alone::
     │   ├── LedgerError                                    the ledger cannot be opened or read
     │   ├── DiscoveryError                                 NVML cannot be used
     │   └── KernelRestartError                             a kernel could not be restarted
-    └── MagicError                                         what a %dra line met, as one line
+    └── MagicError                        2         503   what a %dra line met, as one line
+
+A class without figures of its own has its parent's.
 
 Warnings: :class:`DraJupyterWarning` (something to know that does not stop the work).
 
@@ -40,12 +46,19 @@ from __future__ import annotations
 
 import reprlib
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from dra_jupyter.allocator.explain import Explanation
 
 _RED, _RESET = "\x1b[31m", "\x1b[0m"
+
+# The command line's exit codes: what it did, told apart by the error's class
+EXIT_OK = 0  # allocated, explained, listed
+EXIT_UNSATISFIABLE = 1  # no allocation exists (AllocationError)
+EXIT_INVALID = 2  # invalid input, an unknown claim or another user's
+EXIT_UNAVAILABLE = 3  # something we depend on failed (UnavailableError)
+EXIT_INTERNAL = 4  # an internal error: a bug (not one of these classes)
 
 ECHO_LIMIT = 60  # characters of a user's value that a message echoes
 
@@ -102,6 +115,10 @@ def _in_tb_magic() -> bool:
 class DraJupyterError(Exception):
     """Base class of every error raised by dra-jupyter."""
 
+    exit_code: ClassVar[int] = EXIT_INVALID  # the command line's exit code
+    http_status: ClassVar[int] = 503  # the REST API's status (and the hub's spawn error's)
+    reason: ClassVar[str] = "dra-jupyter unavailable"  # the REST API's reason phrase
+
     @property
     def _render_traceback_(self) -> Any:
         """What IPython shows instead of a traceback: the message (see the module doc).
@@ -114,6 +131,9 @@ class DraJupyterError(Exception):
 
 class InvalidInputError(DraJupyterError):
     """Input that can never be accepted, whatever the state of the devices."""
+
+    http_status = 400
+    reason = "invalid input"
 
 
 class ObjectError(InvalidInputError):
@@ -150,6 +170,9 @@ class SelectorError(InvalidInputError):
 class NotFoundError(DraJupyterError):
     """A claim or kernel that does not exist (any more)."""
 
+    http_status = 404
+    reason = "not found"
+
 
 class ClaimNotFoundError(NotFoundError):
     """No claim of that name (it may have been released)."""
@@ -163,9 +186,16 @@ class ForbiddenError(DraJupyterError):
     """The claim belongs to another user: only its owner (or an admin) may see or release
     it."""
 
+    http_status = 403
+    reason = "another user's claim"
+
 
 class AllocationError(DraJupyterError):
     """No allocation exists for the claims now; ``explanation`` says why."""
+
+    exit_code = EXIT_UNSATISFIABLE
+    http_status = 409
+    reason = "busy"
 
     def __init__(self, message: str, explanation: Explanation | None = None) -> None:
         self.explanation = explanation
@@ -184,14 +214,21 @@ PYTHON_WAIT = "pass timeout='10m'"  # how a busy request waits in line, in the A
 class LimitError(AllocationError):
     """The request would take the user over the per-user device limit."""
 
+    reason = "over the per-user limit"
+
 
 class NeverPossibleError(AllocationError):
     """The request could not be met even if every device were free."""
+
+    http_status = 422
+    reason = "can never be met"
 
 
 class UnavailableError(DraJupyterError):
     """Something dra-jupyter depends on failed: the cluster, the ledger, NVML, a kernel.
     Not the user's input; trying again (or fixing the named service) may help."""
+
+    exit_code = EXIT_UNAVAILABLE
 
 
 class ClusterError(UnavailableError):
@@ -220,6 +257,16 @@ class KernelRestartError(UnavailableError):
 class MagicError(DraJupyterError):
     """What a ``%dra`` line met, as one line prefixed with the form typed: its own usage
     errors, and every other :class:`DraJupyterError` (the original is its ``__cause__``)."""
+
+
+def outcome_of(name: str) -> type[DraJupyterError]:
+    """The class of an error known by its name only (the service's answer, a spawned
+    server's report): that class of this module, else :class:`UnavailableError` (an error
+    that is not ours is something that failed)."""
+    cls = globals().get(name) if name in __all__ else None
+    if isinstance(cls, type) and issubclass(cls, DraJupyterError):
+        return cls
+    return UnavailableError
 
 
 class DraJupyterWarning(UserWarning):

@@ -28,7 +28,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_jupyter.cli import MAX_LINE, main
+from dra_jupyter.cli import main
+from dra_jupyter.cli.main import MAX_LINE
 from dra_jupyter.inventory import nvidia, simulated
 from dra_jupyter.objectfile import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES
 from tests.fuzzing import fuzz_settings
@@ -285,7 +286,7 @@ def test_a_file_over_the_size_limit_is_refused_before_it_is_parsed(
         raise AssertionError("parsed or allocated a file over the size limit")
 
     monkeypatch.setattr("dra_jupyter.objectfile.yaml.load_all", never)
-    monkeypatch.setattr("dra_jupyter.cli.Allocator", never)
+    monkeypatch.setattr("dra_jupyter.cli.objects.Allocator", never)
     selectors = "".join(
         f"      - cel: {{expression: 'device.driver == \"{i}\"'}}\n" for i in range(10)
     )
@@ -309,7 +310,9 @@ def test_aliases_are_counted_each_time_they_are_used(
 ) -> None:
     """A YAML "billion laughs": a small file whose aliases expand to 10^9 values stops at
     the values' limit, before the allocator."""
-    monkeypatch.setattr("dra_jupyter.cli.Allocator", lambda *_, **__: pytest.fail("allocated"))
+    monkeypatch.setattr(
+        "dra_jupyter.cli.objects.Allocator", lambda *_, **__: pytest.fail("allocated")
+    )
     text = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
     for level, previous in zip("bcdefghi", "abcdefgh", strict=True):
         text += f"{level}: &{level} [{', '.join([f'*{previous}'] * 10)}]\n"

@@ -26,6 +26,7 @@ import kubernetes_validate
 import pytest
 
 from dra_jupyter.cli import main
+from dra_jupyter.cli.main import COMMANDS
 from dra_jupyter.inventory import simulated
 
 Wire = dict[str, Any]
@@ -533,7 +534,7 @@ def test_an_internal_error_is_exit_4_with_its_traceback(monkeypatch: pytest.Monk
     def broken(*args: Any) -> int:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("dra_jupyter.cli.run_local", broken)
+    monkeypatch.setitem(COMMANDS, "claims", broken)
     err = io.StringIO()
     result = Result(main(["claims"], io.StringIO(), err), "", err.getvalue())
     assert result.code == 4

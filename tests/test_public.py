@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import re
 import subprocess
 import sys
 
@@ -74,6 +75,25 @@ def test_every_error_class_is_public_and_in_the_drawn_tree() -> None:
     assert all(name in doc for name in classes - {"DraJupyterWarning"})
     for name in classes - {"DraJupyterWarning", "DraJupyterError"}:
         assert issubclass(getattr(errors, name), errors.DraJupyterError), name
+
+
+def test_the_drawn_tree_gives_each_class_its_exit_code_and_status() -> None:
+    """The table of the errors' docstring is what the classes carry: the CLI, the REST API
+    and the hub read ``exit_code``, ``http_status`` and ``reason`` from the class alone."""
+    rows = re.findall(r"^[ │├└─]*(\w+Error)\s+(\d)\s+(\d{3})\b", errors.__doc__ or "", re.M)
+    drawn = {name: (int(code), int(status)) for name, code, status in rows}
+    assert len(drawn) >= 10, drawn
+    for name, (code, status) in drawn.items():
+        cls = getattr(errors, name)
+        assert (cls.exit_code, cls.http_status) == (code, status), name
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        if isinstance(cls, type) and issubclass(cls, errors.DraJupyterError) and name not in drawn:
+            parent = cls.__mro__[1]  # unfigured: its parent's, as the doc says
+            assert (cls.exit_code, cls.http_status) == (parent.exit_code, parent.http_status)
+    assert errors.outcome_of("NeverPossibleError") is errors.NeverPossibleError
+    assert errors.outcome_of("KeyError") is errors.UnavailableError  # not ours: a failure
+    assert errors.outcome_of("__builtins__") is errors.UnavailableError
 
 
 def test_the_version_is_the_installed_distributions() -> None:

@@ -46,7 +46,7 @@ from traitlets import Enum, Float, Unicode, default
 
 from dra_jupyter.allocator import Strategy
 from dra_jupyter.durations import parse_duration
-from dra_jupyter.errors import DraJupyterError, InvalidInputError
+from dra_jupyter.errors import DraJupyterError, InvalidInputError, outcome_of
 from dra_jupyter.hub.choices import NONE, UNLIMITED, Choice, choices, find, restrict
 from dra_jupyter.hub.config import DRAProfiles
 from dra_jupyter.hub.counting import ChoiceCache
@@ -66,15 +66,6 @@ REQUEST_ENV = "DRA_JUPYTER_STARTUP_REQUEST"
 LEASE_ENV = "DRA_JUPYTER_STARTUP_LEASE"
 REPORT_ENV = "DRA_JUPYTER_STARTUP_REPORT"
 REPORT = "startup.json"
-# The REST API's status of each refusal (dra_jupyter.server.handlers), for the spawn's error
-STATUS = {
-    "InvalidInputError": 400,
-    "ForbiddenError": 403,
-    "LimitError": 409,
-    "BusyError": 409,
-    "AllocationError": 409,
-    "NeverPossibleError": 422,
-}
 
 
 INVENTORY_MAX_AGE = 300.0  # seconds the service's inventory is used before it is read again
@@ -331,7 +322,7 @@ class DRASpawnerMixin(_Extended):  # type: ignore[misc]  # JupyterHub is untyped
                 raise SpawnException(
                     str(outcome.get("message") or kind),
                     reason="devices",
-                    status_code=STATUS.get(kind, 503),
+                    status_code=outcome_of(kind).http_status,
                 )
             if time.monotonic() > end:
                 await self.stop(now=True)

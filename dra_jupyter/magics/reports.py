@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dra_jupyter.durations import format_duration
-from dra_jupyter.environment import ProcessEnvironment
-from dra_jupyter.envvars import environment_for
+from dra_jupyter.environment import ProcessEnvironment, environment_for
 from dra_jupyter.tables import Table
 from dra_jupyter.types import ClaimRecord, claim_prefix
 from dra_jupyter.verdicts import Verdict, explain_request

@@ -32,13 +32,8 @@ from jupyter_server.utils import ensure_async
 from tornado import web
 
 from dra_jupyter.errors import (
-    AllocationError,
     DraJupyterError,
-    ForbiddenError,
     InvalidInputError,
-    LimitError,
-    NeverPossibleError,
-    NotFoundError,
     shown,
 )
 from dra_jupyter.identity import request_user
@@ -102,20 +97,8 @@ def _handle_error() -> Iterator[None]:
     else is a bug and stays a 500 with a logged traceback."""
     try:
         yield
-    except InvalidInputError as err:
-        raise web.HTTPError(400, one_line(str(err)), reason="invalid input") from err
-    except NotFoundError as err:
-        raise web.HTTPError(404, one_line(str(err)), reason="not found") from err
-    except ForbiddenError as err:
-        raise web.HTTPError(403, one_line(str(err)), reason="another user's claim") from err
-    except NeverPossibleError as err:
-        raise web.HTTPError(422, one_line(str(err)), reason="can never be met") from err
-    except LimitError as err:
-        raise web.HTTPError(409, one_line(str(err)), reason="over the per-user limit") from err
-    except AllocationError as err:
-        raise web.HTTPError(409, one_line(str(err)), reason="busy") from err
-    except DraJupyterError as err:  # e.g. the ledger cannot be opened
-        raise web.HTTPError(503, one_line(str(err)), reason="dra-jupyter unavailable") from err
+    except DraJupyterError as err:  # its class says the status (dra_jupyter.errors)
+        raise web.HTTPError(err.http_status, one_line(str(err)), reason=err.reason) from err
 
 
 def check_claim_name(name: str) -> None:

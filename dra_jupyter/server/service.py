@@ -34,7 +34,7 @@ from typing import Any
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import requested_devices
 from dra_jupyter.durations import parse_lease, parse_timeout
-from dra_jupyter.envvars import environment_for
+from dra_jupyter.environment import environment_for
 from dra_jupyter.errors import (
     AllocationError,
     ClaimNotFoundError,

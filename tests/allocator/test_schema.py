@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from dra_jupyter.allocator import Allocator
-from dra_jupyter.demo import demo_claims
+from dra_jupyter.cli.demo import demo_claims
 from dra_jupyter.inventory import nvidia
 
 from .builders import Wire

@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from dra_jupyter import envvars
+from dra_jupyter import environment
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import DiscoveryError, DraJupyterError
 from dra_jupyter.inventory import mig, nvidia, nvml
@@ -415,9 +415,9 @@ def test_cuda_loaded_but_not_initialised_still_takes_the_environment(
     """libcuda mapped (as after a bare ``import torch``) but no context: no warning."""
     maps = tmp_path / "maps"
     maps.write_text("7f00-7f01 r-xp 0 00:00 0 /usr/lib/x86_64-linux-gnu/libcuda.so.580\n")
-    monkeypatch.setattr(envvars, "nvml_lists_process", lambda pid: False)
-    assert envvars.accelerator_runtime_loaded(maps) is None
-    monkeypatch.setattr(envvars, "nvml_lists_process", lambda pid: True)
-    assert envvars.accelerator_runtime_loaded(maps) == "libcuda.so"
-    monkeypatch.setattr(envvars, "nvml_lists_process", lambda pid: None)
-    assert envvars.accelerator_runtime_loaded(maps) == "libcuda.so"  # cannot tell: warn
+    monkeypatch.setattr(environment, "nvml_lists_process", lambda pid: False)
+    assert environment.accelerator_runtime_loaded(maps) is None
+    monkeypatch.setattr(environment, "nvml_lists_process", lambda pid: True)
+    assert environment.accelerator_runtime_loaded(maps) == "libcuda.so"
+    monkeypatch.setattr(environment, "nvml_lists_process", lambda pid: None)
+    assert environment.accelerator_runtime_loaded(maps) == "libcuda.so"  # cannot tell: warn

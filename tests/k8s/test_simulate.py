@@ -128,7 +128,7 @@ def test_only_the_kube_package_imports_the_kubernetes_client() -> None:
 
 def test_the_cli_does_not_import_the_client_until_a_cluster_command_runs() -> None:
     code = (
-        "import sys, dra_jupyter, dra_jupyter.cli, dra_jupyter.cli_kube;"
+        "import sys, dra_jupyter, dra_jupyter.cli, dra_jupyter.cli.kube;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

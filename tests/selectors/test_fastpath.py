@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.claimspec import build_claim
-from dra_jupyter.demo import demo_claims
+from dra_jupyter.cli.demo import demo_claims
 from dra_jupyter.errors import InvalidInputError, SelectorError
 from dra_jupyter.inventory import simulated
 from dra_jupyter.model.attributes import AttributeValue, Version

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_jupyter.demo_service import USERS, run_service_demo
+from dra_jupyter.cli.demo_service import USERS, run_service_demo
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,11 +9,13 @@ released.
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
 from dra_jupyter.api import Session
+from dra_jupyter.cli.command import Runner, Subparsers
 from dra_jupyter.errors import AllocationError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_inventory
@@ -106,3 +108,24 @@ def run_demo(out: TextIO, inventory: Inventory | None = None) -> int:
         "    import dra_jupyter as dra; c = dra.request(gpu=2, same='pcieRoot'); c.env\n"
     )
     return 0
+
+
+def add_commands(sub: Subparsers) -> None:
+    p = sub.add_parser("demo", help="allocate claims of a few shapes on a bundled 8x H200 node")
+    p.add_argument(
+        "--service",
+        action="store_true",
+        help="instead: start the shared-machine service in a temporary folder and show it "
+        "serving several users (as root: two temporary Unix users; else this one)",
+    )
+
+
+def run_demo_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.service:
+        from dra_jupyter.cli.demo_service import run_service_demo  # noqa: PLC0415  # on use
+
+        return run_service_demo(out)
+    return run_demo(out)
+
+
+COMMANDS: dict[str, Runner] = {"demo": run_demo_command}

@@ -7,14 +7,13 @@ The ``kubernetes`` client is imported only when such a command runs (the optiona
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
+from typing import TextIO
 
+from dra_jupyter.cli.command import Runner, Subparsers
 from dra_jupyter.errors import ClusterError
 
-KUBE_COMMANDS = ("publish-slices",)
 
-
-def add_kube_commands(sub: Any) -> None:
+def add_commands(sub: Subparsers) -> None:
     helptext = (
         "act as the DRA driver of simulated nodes: create the Node objects (no kubelet) and "
         "publish an inventory's ResourceSlices and DeviceClasses, idempotently"
@@ -37,7 +36,7 @@ def add_kube_commands(sub: Any) -> None:
     )
 
 
-def run_kube(args: argparse.Namespace, out: TextIO) -> int:
+def run_publish_slices(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from dra_jupyter.inventory.resolve import resolve_inventory  # noqa: PLC0415
 
     if args.inventory in ("auto", "nvml"):
@@ -71,3 +70,6 @@ def run_kube(args: argparse.Namespace, out: TextIO) -> int:
         f"({', '.join(cluster.node_names)}): {summary}\n"
     )
     return 0
+
+
+COMMANDS: dict[str, Runner] = {"publish-slices": run_publish_slices}

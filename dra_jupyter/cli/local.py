@@ -1,4 +1,5 @@
-"""``dra-jupyter devices | request | claims | release``: the local backend from a shell."""
+"""``dra-jupyter devices | request | claims | release``: the configured backend (this
+machine's by default) from a shell, through the Python API; and ``explain KEY=VALUE``."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from typing import Any, TextIO
 
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import INTEGER_KEYS
+from dra_jupyter.cli.command import Runner, Subparsers
 from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.errors import PYTHON_WAIT, BusyError, ClaimNotFoundError, InvalidInputError, shown
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
 
 
-def add_local_commands(sub: Any) -> None:
+def add_commands(sub: Subparsers) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--inventory", help="auto, nvml, a bundled name, or a YAML file of slices")
         p.add_argument("--ledger", help="the ledger file (default: per user, see README)")
@@ -110,52 +112,64 @@ def explain_keywords(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def run_local(args: argparse.Namespace, out: TextIO) -> int:
-    if args.command == "request":
-        session = _session(args, detached=True)
-        lease = parse_lease(args.lease, what="--lease")
-        if not session.backend.capabilities.leases:
-            lease = None  # the default 1h is the local ledger's; a cluster's claims have none
-        try:
-            claim = session.request(
-                timeout=parse_timeout(args.timeout, what="--timeout"),
-                lease=lease,
-                name=args.name,
-                apply_env=False,
-                **_spec(args.spec),
-            )
-        except BusyError as err:  # the API's advice in the shell's words
-            text = str(err).replace(PYTHON_WAIT, "pass --timeout 10m")
-            raise BusyError(text, err.explanation) from None
-        if args.output == "json":
-            out.write(json.dumps({"claim": claim.to_dict(), "env": claim.env}, indent=2) + "\n")
-        else:
-            out.write(f"{claim.devices}\n")
-            out.writelines(f"export {k}={v}\n" for k, v in claim.env.items())
-        return 0
-    session = _session(args)
-    if args.command == "devices":
-        table: Any = session.devices()
-    elif args.command == "claims":
-        table = session.claims(all_users=args.all)
-    else:
-        if not args.names and not args.all:
-            raise InvalidInputError("release: name the claims to release, or pass --all")
-        names = (
-            session.release_all() if args.all else [n for n in args.names if _released(session, n)]
+def run_request(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    session = _session(args, detached=True)
+    lease = parse_lease(args.lease, what="--lease")
+    if not session.backend.capabilities.leases:
+        lease = None  # the default 1h is the local ledger's; a cluster's claims have none
+    try:
+        claim = session.request(
+            timeout=parse_timeout(args.timeout, what="--timeout"),
+            lease=lease,
+            name=args.name,
+            apply_env=False,
+            **_spec(args.spec),
         )
-        missing = sorted(set(args.names) - set(names))
-        if names or not missing:
-            out.write(f"released: {', '.join(names) or 'nothing'}\n")
-        if missing:
-            shown_names = ", ".join(shown(n) for n in missing[:10])
-            more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-            raise ClaimNotFoundError(
-                f"release: no claim named {shown_names}{more} (already released?)"
-            )
-        return 0
+    except BusyError as error:  # the API's advice in the shell's words
+        text = str(error).replace(PYTHON_WAIT, "pass --timeout 10m")
+        raise BusyError(text, error.explanation) from None
+    if args.output == "json":
+        out.write(json.dumps({"claim": claim.to_dict(), "env": claim.env}, indent=2) + "\n")
+    else:
+        out.write(f"{claim.devices}\n")
+        out.writelines(f"export {k}={v}\n" for k, v in claim.env.items())
+    return 0
+
+
+def _table(args: argparse.Namespace, out: TextIO, table: Any) -> int:
     if args.output == "json":
         out.write(json.dumps(table.to_records(), indent=2) + "\n")
     else:
         out.write(f"{table}\n")
     return 0
+
+
+def run_devices(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _table(args, out, _session(args).devices())
+
+
+def run_claims(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _table(args, out, _session(args).claims(all_users=args.all))
+
+
+def run_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    session = _session(args)
+    if not args.names and not args.all:
+        raise InvalidInputError("release: name the claims to release, or pass --all")
+    names = session.release_all() if args.all else [n for n in args.names if _released(session, n)]
+    missing = sorted(set(args.names) - set(names))
+    if names or not missing:
+        out.write(f"released: {', '.join(names) or 'nothing'}\n")
+    if missing:
+        shown_names = ", ".join(shown(n) for n in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        raise ClaimNotFoundError(f"release: no claim named {shown_names}{more} (already released?)")
+    return 0
+
+
+COMMANDS: dict[str, Runner] = {
+    "devices": run_devices,
+    "request": run_request,
+    "claims": run_claims,
+    "release": run_release,
+}

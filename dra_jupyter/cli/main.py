@@ -1,0 +1,82 @@
+"""The ``dra-jupyter`` entry point: the parser made of every group's commands, the runner
+found by the command's name in their tables, and an error turned into its class's exit code
+and one line (see :mod:`dra_jupyter.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from dra_jupyter.cli import demo, kube, local, objects, service
+from dra_jupyter.cli.command import Runner
+from dra_jupyter.errors import (
+    EXIT_INTERNAL,
+    EXIT_UNSATISFIABLE,
+    DraJupyterError,
+    DraJupyterWarning,
+)
+
+MAX_LINE = 1000  # characters of an error line; messages cut what they echo well before
+GROUPS = (objects, demo, service, local, kube)  # in the order ``--help`` lists them
+COMMANDS: dict[str, Runner] = {name: run for g in GROUPS for name, run in g.COMMANDS.items()}
+
+
+def _line(text: object) -> str:
+    """One line of at most MAX_LINE characters: what exit codes 2 and 3 print."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
+
+
+def _show_warning(err: TextIO) -> Callable[..., None]:
+    def show(message: Warning | str, *_: Any, **__: Any) -> None:
+        err.write(_line(f"warning: {message}") + "\n")
+
+    return show
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dra-jupyter",
+        description="Allocate DRA devices (resource.k8s.io/v1) offline, as Kubernetes would.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in GROUPS:
+        group.add_commands(sub)
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse printed the usage and the problem
+        return int(exit_.code or 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", DraJupyterWarning)  # each one once, as one line
+        warnings.showwarning = _show_warning(err)
+        return _run(args, out, err)
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        return COMMANDS[args.command](args, out, err)
+    except DraJupyterError as error:
+        if error.exit_code == EXIT_UNSATISFIABLE:  # its explanation follows, on its lines
+            err.write(f"{error}\n")
+        else:
+            err.write(_line(f"error: {error}") + "\n")
+        return error.exit_code
+    except Exception as error:  # a bug: say so, with what is needed to report it
+        err.write("".join(traceback.format_exception(error)))
+        err.write(
+            f"internal error (a bug in dra-jupyter, not in your input): {type(error).__name__}: "
+            f"{_line(error)[:200]}; please report it with the traceback above\n"
+        )
+        return EXIT_INTERNAL
