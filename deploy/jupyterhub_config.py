@@ -19,7 +19,7 @@
 #        http://HUB/hub/api/users/alice/server
 c = get_config()  # noqa: F821  # (JupyterHub's config loader defines it)
 
-c.JupyterHub.spawner_class = "dra_jupyter.hub.local.DRALocalSpawner"
+c.JupyterHub.spawner_class = "dra_jupyter.hub.localspawner.DRALocalSpawner"
 c.JupyterHub.authenticator_class = "pam"  # the machine's users (the spawner runs them)
 c.JupyterHub.bind_url = "http://:8000"
 

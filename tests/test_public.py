@@ -89,7 +89,7 @@ def test_the_drawn_tree_gives_each_class_its_exit_code_and_status() -> None:
     for name in errors.__all__:
         cls = getattr(errors, name)
         if isinstance(cls, type) and issubclass(cls, errors.DraJupyterError) and name not in drawn:
-            parent = cls.__mro__[1]  # unfigured: its parent's, as the doc says
+            parent: type[errors.DraJupyterError] = cls.__mro__[1]  # unfigured: its parent's
             assert (cls.exit_code, cls.http_status) == (parent.exit_code, parent.http_status)
     assert errors.outcome_of("NeverPossibleError") is errors.NeverPossibleError
     assert errors.outcome_of("KeyError") is errors.UnavailableError  # not ours: a failure

@@ -6,7 +6,7 @@
   (:mod:`~dra_jupyter.hub.counting`, :mod:`~dra_jupyter.hub.layout`); an admin's rules
   (:class:`~dra_jupyter.hub.choices.ChoicePolicy`, ``c.DRAProfiles`` in
   :mod:`~dra_jupyter.hub.config`); KubeSpawner ``profile_list`` entries.
-* :mod:`dra_jupyter.hub.local`: one shared machine, the shared-machine service's devices in
+* :mod:`dra_jupyter.hub.localspawner`: one shared machine, the shared-machine service's devices in
   the spawn form of LocalProcessSpawner (``DRALocalSpawner``) or any spawner that runs the
   server as its user (``DRASpawnerMixin``); the form itself in :mod:`~dra_jupyter.hub.form`.
 * :mod:`dra_jupyter.hub.kubespawner`: KubeSpawner with DRA (``DRAKubeSpawner``), the

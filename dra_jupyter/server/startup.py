@@ -1,5 +1,5 @@
 """Devices a server gets as it starts (``c.DRAExtensionApp.startup_request``): a JupyterHub
-spawner that offers devices in its form (:mod:`dra_jupyter.hub.local`) passes the user's
+spawner that offers devices in its form (:mod:`dra_jupyter.hub.localspawner`) passes the user's
 choice this way, as ``dra.request`` keywords in ``$DRA_JUPYTER_STARTUP_REQUEST``.
 
 The server makes that claim itself, as it makes REST claims (:meth:`ClaimService.create`):

@@ -14,7 +14,7 @@ from traitlets.config.loader import PyFileConfigLoader
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import InvalidInputError
-from dra_jupyter.hub import local
+from dra_jupyter.hub import localspawner
 from dra_jupyter.hub.choices import Choice, ChoicePolicy, choices, find, restrict
 from dra_jupyter.hub.config import DRAProfiles
 from dra_jupyter.hub.form import chosen, render, service_world, slug_of
@@ -101,12 +101,12 @@ def test_a_posted_form_chooses_one_slug() -> None:
 
 
 def test_the_spawner_speaks_the_extensions_environment() -> None:
-    assert (local.REQUEST_ENV, local.LEASE_ENV, local.REPORT_ENV) == (
+    assert (localspawner.REQUEST_ENV, localspawner.LEASE_ENV, localspawner.REPORT_ENV) == (
         startup.REQUEST_ENV,
         startup.LEASE_ENV,
         startup.REPORT_ENV,
     )
-    spawner = local.DRALocalSpawner(dra_socket="/run/test/socket")
+    spawner = localspawner.DRALocalSpawner(dra_socket="/run/test/socket")
     assert spawner.dra_env() == {
         "DRA_JUPYTER_BACKEND": "service",
         "DRA_JUPYTER_SOCKET": "/run/test/socket",
@@ -116,9 +116,9 @@ def test_the_spawner_speaks_the_extensions_environment() -> None:
     )
     spawner._dra_folder = Path("/tmp/dra-jupyter-hub-x")
     env = spawner.dra_env()
-    assert json.loads(env[local.REQUEST_ENV]) == {"gpu": 2, "model": "NVIDIA H200"}
-    assert env[local.LEASE_ENV] == "8h"
-    assert env[local.REPORT_ENV] == "/tmp/dra-jupyter-hub-x/startup.json"
+    assert json.loads(env[localspawner.REQUEST_ENV]) == {"gpu": 2, "model": "NVIDIA H200"}
+    assert env[localspawner.LEASE_ENV] == "8h"
+    assert env[localspawner.REPORT_ENV] == "/tmp/dra-jupyter-hub-x/startup.json"
     assert spawner.get_args()[-4:] == [
         "--ServerApp.shutdown_no_activity_timeout=1800",
         "--MappingKernelManager.cull_idle_timeout=1800",
@@ -138,7 +138,7 @@ def test_the_deployed_jupyterhub_config_offers_what_it_says() -> None:
     """deploy/jupyterhub_config.py loads, names the spawner, and its rules hold: a whole
     node for ml-admins only, 4 GPUs for researchers too, "No GPU" first."""
     config = PyFileConfigLoader("jupyterhub_config.py", path=str(REPO / "deploy")).load_config()
-    assert config.JupyterHub.spawner_class == "dra_jupyter.hub.local.DRALocalSpawner"
+    assert config.JupyterHub.spawner_class == "dra_jupyter.hub.localspawner.DRALocalSpawner"
     policy = DRAProfiles(config=config).policy()
     inv = simulated.load("h200-8x")
     offered = choices(service_world(inv, []), now=NOW)

@@ -129,7 +129,7 @@ c.JupyterHub.load_roles = [
         "services": ["test"],
     }}
 ]
-c.JupyterHub.spawner_class = "dra_jupyter.hub.local.DRALocalSpawner"
+c.JupyterHub.spawner_class = "dra_jupyter.hub.localspawner.DRALocalSpawner"
 c.DRALocalSpawner.dra_socket = {str(svc.socket)!r}
 c.Spawner.cmd = [{sys.executable!r}, "-m", "jupyterhub.singleuser"]
 c.Spawner.start_timeout = {2 * DEADLINE}
@@ -323,7 +323,9 @@ def test_each_user_spawns_with_devices_within_their_limit(
     alice, bob, group = people["alice"], people["bob"], people["_admin_group"].name
     folder = tmp_path / "hub"
     folder.mkdir()
-    imports = "dra_jupyter.hub.local, dra_jupyter.server.app, jupyterhub.singleuser, ipykernel"
+    imports = (
+        "dra_jupyter.hub.localspawner, dra_jupyter.server.app, jupyterhub.singleuser, ipykernel"
+    )
     with (
         reachable([alice, bob, people["carol"]], imports) as opened,
         service(POLICY, inventory="h200-8x") as svc,

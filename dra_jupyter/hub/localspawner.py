@@ -3,7 +3,7 @@ from the shared-machine service (``dra-jupyter service``), with live counts.
 
 ::
 
-    c.JupyterHub.spawner_class = "dra_jupyter.hub.local.DRALocalSpawner"
+    c.JupyterHub.spawner_class = "dra_jupyter.hub.localspawner.DRALocalSpawner"
     c.DRALocalSpawner.dra_socket = "/run/dra-jupyter/socket"
     c.DRAProfiles.rules = [{"match": "h200-x8", "groups": ["ml-admins"]}]
 
