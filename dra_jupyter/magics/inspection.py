@@ -11,6 +11,7 @@ else goes to ipykernel as before. :func:`uninstall` puts it back.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 NAME = "dra"
@@ -29,11 +30,11 @@ def magic_at_cursor(code: str, cursor_pos: int) -> bool:
 
 
 def define_dra(ipython: Any) -> None:
-    """Put the package in the user's namespace as ``dra``, unless the name is taken."""
+    """Put the package in the user's namespace as ``dra``, unless the name is taken. The
+    package is loaded already (Python imports a package before its modules), so it is
+    taken from ``sys.modules``, not imported: this module imports nothing above it."""
     if NAME not in ipython.user_ns:
-        import dra_jupyter  # noqa: PLC0415
-
-        ipython.push({NAME: dra_jupyter})
+        ipython.push({NAME: sys.modules["dra_jupyter"]})
 
 
 def install(ipython: Any) -> None:
