@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from dra_jupyter.errors import InvalidInputError, shown
 from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.model.quantity import Quantity
 
 if TYPE_CHECKING:
     from dra_jupyter.types import OnWait
 
-Wire = dict[str, Any]
 
 GPU_CLASSES = ("gpu.nvidia.com", "gpu.amd.com")
 TPU_CLASS = "tpu.google.com"

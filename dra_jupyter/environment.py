@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-Wire = dict[str, Any]
+from dra_jupyter.model.objects import Wire
 
 
 @dataclass

@@ -10,13 +10,13 @@ from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.types import ClaimRecord
 
 if TYPE_CHECKING:
     import pandas as pd
 
-Wire = dict[str, Any]
 Row = TypeVar("Row")
 
 

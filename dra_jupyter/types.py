@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dra_jupyter.identity import current_user
+from dra_jupyter.model.objects import Wire
 
 if TYPE_CHECKING:
     from dra_jupyter.allocator import Allocator, Explanation
     from dra_jupyter.inventory.base import Inventory
     from dra_jupyter.metrics.base import MetricsSource
 
-Wire = dict[str, Any]
 
 # The labels of every claim dra-jupyter makes (a ResourceClaim's, and the ledger's copy).
 USER_LABEL = "dra-jupyter/user"  # the owner's user as a label value (label_value)

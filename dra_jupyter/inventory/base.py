@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-Wire = dict[str, Any]
+from dra_jupyter.model.objects import Wire
 
 
 def node_slice(

@@ -23,14 +23,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
 from dra_jupyter.inventory import nvidia
 from dra_jupyter.inventory.base import node_slice
 from dra_jupyter.model.limits import MAX_COUNTER_SETS_PER_SLICE, MAX_DEVICES_PER_SLICE_WITH_EXTRAS
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.model.quantity import Quantity
-
-Wire = dict[str, Any]
 
 # NVML_GPU_INSTANCE_PROFILE_* enum -> (GPU slices, name suffix), as go-nvlib NewMigProfile.
 GI_PROFILE_SHAPES: Mapping[int, tuple[int, str]] = MappingProxyType({

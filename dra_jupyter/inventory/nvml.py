@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 
 from dra_jupyter.errors import DiscoveryError
 from dra_jupyter.inventory import mig, nvidia
-from dra_jupyter.inventory.base import Inventory, Wire
+from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.model.quantity import Quantity
 
 T = TypeVar("T")

@@ -29,8 +29,8 @@ from pathlib import Path
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory import amd, nvidia, tpu
-from dra_jupyter.inventory.base import Inventory, Wire
-from dra_jupyter.model.objects import DeviceClass
+from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.model.objects import DeviceClass, Wire
 from dra_jupyter.objectfile import load_objects
 from dra_jupyter.selectors import compile_selector
 

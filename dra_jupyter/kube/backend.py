@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import ClusterError, ForbiddenError, InvalidInputError, NeverPossibleError
-from dra_jupyter.inventory.base import Inventory, Wire
+from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.kube.claims import (
     ACTIVITY_ANNOTATION,
     HOLDER_ANNOTATION,
@@ -39,6 +39,7 @@ from dra_jupyter.kube.cluster import KubeCluster
 from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
 from dra_jupyter.kube.events import ClaimEvents
 from dra_jupyter.kube.records import claim_state, holder_annotation, to_record
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings
 from dra_jupyter.types import (
     USER_ANNOTATION,

@@ -18,8 +18,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.errors import ClusterError
-from dra_jupyter.inventory.base import Wire
 from dra_jupyter.kube.connect import cluster_error, server_message, to_model, to_wire
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import KERNEL_LABEL, SERVER_LABEL, USER_LABEL
 
 __all__ = [

@@ -16,9 +16,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.errors import ClusterError
+from dra_jupyter.model.objects import Wire
 
 MAX_MESSAGE = 300  # characters of the server's message kept in ours
-Wire = dict[str, Any]
 
 
 class _Model(Protocol):

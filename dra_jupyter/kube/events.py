@@ -16,9 +16,9 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_jupyter.inventory.base import Wire
 from dra_jupyter.kube.claims import HOLDER_ANNOTATION, KERNEL_LABEL, USER_LABEL
 from dra_jupyter.kube.connect import cluster_error, to_model
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import USER_ANNOTATION
 
 COMPONENT = "dra-jupyter"

@@ -14,9 +14,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
-from dra_jupyter.inventory.base import Wire
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
+from dra_jupyter.model.objects import Wire
 
 POLL_S = 0.5
 

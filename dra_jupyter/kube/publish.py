@@ -20,9 +20,9 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_jupyter.inventory.base import Wire
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
+from dra_jupyter.model.objects import Wire
 
 T = TypeVar("T")
 PoolKey = tuple[str, str]  # (driver, pool name)

@@ -8,13 +8,13 @@ import json
 import time
 from collections.abc import Mapping
 
-from dra_jupyter.inventory.base import Wire
 from dra_jupyter.kube.claims import (
     ACTIVITY_ANNOTATION,
     HOLDER_ANNOTATION,
     KERNEL_LABEL,
     USER_LABEL,
 )
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import (
     USER_ANNOTATION,
     ClaimRecord,

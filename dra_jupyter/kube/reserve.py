@@ -23,9 +23,9 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import AllocationError, ClusterError
-from dra_jupyter.inventory.base import Wire
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.records import to_record
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import ClaimRecord
 
 if TYPE_CHECKING:

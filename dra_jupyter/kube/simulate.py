@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass
 
 from dra_jupyter.errors import InvalidInputError
-from dra_jupyter.inventory.base import Inventory, Wire
+from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.model.objects import Wire
 
 SIMULATED_LABEL = "dra-jupyter/simulated"
 INVENTORY_LABEL = "dra-jupyter/inventory"

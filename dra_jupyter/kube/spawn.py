@@ -26,11 +26,12 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import ClusterError
-from dra_jupyter.inventory.base import Inventory, Wire
+from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.kube.backend import KubernetesBackend
 from dra_jupyter.kube.claims import forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.records import claim_state
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import USER_ANNOTATION, ClaimRecord, Owner, label_value
 from dra_jupyter.verdicts import impossible_hint

@@ -28,6 +28,7 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.ledger import Ledger, LedgerBusyError
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
@@ -50,7 +51,6 @@ CAPABILITIES = Capabilities(
     claim_states=False,
 )
 
-Wire = dict[str, Any]
 _POSSIBLE_MOST = 1024  # shapes remembered as possible
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]

@@ -8,8 +8,8 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_jupyter.inventory.base import Wire
 from dra_jupyter.kube.claims import HOLDER_ANNOTATION, ClaimClient
+from dra_jupyter.model.objects import Wire
 
 
 def claims_in(api: client.ApiClient, namespace: str) -> list[Wire]:
