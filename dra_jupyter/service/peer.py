@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from dra_jupyter.types import process_start_time
 
 SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)  # Linux 6.5; Python 3.11 does not name it
+HOST = socket.gethostname()  # this machine's name: every peer of a Unix socket is on it
 
 
 @dataclass(frozen=True)

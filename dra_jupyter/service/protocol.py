@@ -51,6 +51,18 @@ REASON_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz-")
 MAX_REASON = 32
 
 Wire = dict[str, Any]
+RequestId = int | str | None  # a frame's id (None: the frame's could not be read)
+
+
+class ProtocolError(InvalidInputError):
+    """A frame that breaks this protocol (not JSON, too long, an unknown version, op or
+    field): its message starts ``service protocol:``, ``request_id`` is the frame's id where
+    one could be read. It travels as an :class:`~dra_jupyter.errors.InvalidInputError`,
+    the public class every client knows (:func:`error_to_wire`)."""
+
+    def __init__(self, request_id: RequestId, problem: str) -> None:
+        self.request_id = request_id
+        super().__init__(f"service protocol: {problem}")
 
 
 def encode(frame: Wire) -> bytes:
@@ -62,17 +74,15 @@ def request_frame(request_id: int, op: str, args: Wire) -> bytes:
     return encode({"v": VERSION, "id": request_id, "op": op, "args": args})
 
 
-def answer(request_id: int | str | None, result: Any) -> bytes:
+def answer(request_id: RequestId, result: Any) -> bytes:
     return encode({"v": VERSION, "id": request_id, "ok": True, "result": result})
 
 
-def refusal(request_id: int | str | None, error: DraJupyterError) -> bytes:
+def refusal(request_id: RequestId, error: DraJupyterError) -> bytes:
     return encode({"v": VERSION, "id": request_id, "ok": False, "error": error_to_wire(error)})
 
 
-def waiting(
-    request_id: int | str | None, position: int, waited: float, timeout: float | None
-) -> bytes:
+def waiting(request_id: RequestId, position: int, waited: float, timeout: float | None) -> bytes:
     return encode(
         {
             "v": VERSION,
@@ -82,44 +92,37 @@ def waiting(
     )
 
 
-def parse_request(line: bytes) -> tuple[int | str | None, str, Wire]:
-    """``(id, op, args)`` of one request line, or InvalidInputError in one line (its
-    ``request_id`` attribute is the frame's id where one could be read)."""
+def parse_request(line: bytes) -> tuple[RequestId, str, Wire]:
+    """``(id, op, args)`` of one request line, or :class:`ProtocolError` in one line."""
     try:
         frame = json.loads(line)
     except (ValueError, RecursionError) as err:  # not UTF-8, not JSON, nested too deep
-        raise _frame_error(None, f"the frame is not JSON ({type(err).__name__})") from None
+        raise ProtocolError(None, f"the frame is not JSON ({type(err).__name__})") from None
     if not isinstance(frame, dict):
-        raise _frame_error(None, f"the frame is a JSON {type(frame).__name__}, not an object")
+        raise ProtocolError(None, f"the frame is a JSON {type(frame).__name__}, not an object")
     request_id = frame.get("id")
     if isinstance(request_id, bool) or not isinstance(request_id, int | str):
-        raise _frame_error(None, f"id is {shown(request_id)}; use an integer or a string")
+        raise ProtocolError(None, f"id is {shown(request_id)}; use an integer or a string")
     if isinstance(request_id, str) and len(request_id) > MAX_ID:
-        raise _frame_error(None, f"id is {shown(request_id)}; use at most {MAX_ID} characters")
+        raise ProtocolError(None, f"id is {shown(request_id)}; use at most {MAX_ID} characters")
     if isinstance(request_id, int) and not -(2**63) <= request_id < 2**63:
-        raise _frame_error(None, "id is out of the 64-bit range")
+        raise ProtocolError(None, "id is out of the 64-bit range")
     version = frame.get("v")
     if version != VERSION or isinstance(version, bool):
-        raise _frame_error(
+        raise ProtocolError(
             request_id, f"protocol version {shown(version)} is not spoken here; use v={VERSION}"
         )
     op = frame.get("op")
     if op not in OPS:
-        raise _frame_error(request_id, f"op {shown(op)} is not known; use one of {', '.join(OPS)}")
+        raise ProtocolError(request_id, f"op {shown(op)} is not known; use one of {', '.join(OPS)}")
     args = frame.get("args", {})
     if not isinstance(args, dict):
-        raise _frame_error(request_id, f"args is a JSON {type(args).__name__}, not an object")
+        raise ProtocolError(request_id, f"args is a JSON {type(args).__name__}, not an object")
     extra = frame.keys() - {"v", "id", "op", "args"}
     if extra:
         names = ", ".join(shown(k, 20) for k in sorted(extra)[:3])
-        raise _frame_error(request_id, f"the frame has unknown fields {names}")
+        raise ProtocolError(request_id, f"the frame has unknown fields {names}")
     return request_id, op, args
-
-
-def _frame_error(request_id: int | str | None, problem: str) -> InvalidInputError:
-    error = InvalidInputError(f"service protocol: {problem}")
-    error.request_id = request_id  # type: ignore[attr-defined]
-    return error
 
 
 # --- what travels in frames ------------------------------------------------------------------
@@ -181,7 +184,8 @@ def inventory_from_wire(data: Any) -> Inventory:
 
 
 def error_to_wire(error: DraJupyterError) -> Wire:
-    return {"type": type(error).__name__, "message": str(error)}
+    kind = InvalidInputError if isinstance(error, ProtocolError) else type(error)
+    return {"type": kind.__name__, "message": str(error)}
 
 
 def error_from_wire(data: Any) -> DraJupyterError:

@@ -157,7 +157,7 @@ def test_the_history_keeps_the_claims_of_the_latest_releases_only(
 ) -> None:
     """Older releases keep who, why and when; the claim itself only the latest ones, so the
     history stays bounded in size."""
-    from dra_jupyter.local import ledger as module  # noqa: PLC0415  # its constants
+    from dra_jupyter.local import releases as module  # noqa: PLC0415  # its constants
 
     monkeypatch.setattr(module, "RELEASED_CLAIMS_KEPT", 20)
     monkeypatch.setattr(module, "PRUNE_EVERY", 8)

@@ -49,6 +49,16 @@ def test_a_bad_frame_is_refused_in_one_line(
     assert getattr(caught.value, "request_id") == request_id  # noqa: B009
 
 
+def test_a_bad_frame_is_a_protocol_error_that_travels_as_invalid_input() -> None:
+    with pytest.raises(protocol.ProtocolError) as caught:
+        protocol.parse_request(b'{"v": 1, "id": 4, "op": "drop"}')
+    assert isinstance(caught.value, errors.InvalidInputError)
+    assert caught.value.request_id == 4
+    wire = json.loads(protocol.refusal(4, caught.value))["error"]
+    assert wire == {"type": "InvalidInputError", "message": str(caught.value)}
+    assert type(protocol.error_from_wire(wire)) is errors.InvalidInputError
+
+
 @pytest.mark.parametrize(
     "error",
     [

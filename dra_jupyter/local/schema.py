@@ -1,0 +1,150 @@
+"""The ledger's schema: its tables as a new ledger gets them (:data:`SCHEMA_VERSION`), the
+migrations from each older version, and the checks that a file is a dra-jupyter ledger of a
+version this one reads.
+
+A ledger of an older version is migrated forward when first opened (:data:`MIGRATIONS`, one
+step per version, every step and the new version number in one transaction: a process
+killed mid-way leaves it as it was). A new version adds its step there and keeps a builder
+of real files of the version before it in ``tests/local`` (``ledger_v1.py``: that version's
+schema and statements verbatim), which the migration tests use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+from dra_jupyter.errors import LedgerError, shown
+
+SCHEMA_VERSION = 2
+# The schema as a new ledger gets it (the latest version). An older ledger is brought up to
+# it by MIGRATIONS, one version at a time, all in one transaction (:func:`prepare`).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS claims (
+    name TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    allocation TEXT NOT NULL,
+    created REAL NOT NULL,
+    last_activity REAL NOT NULL,
+    lease_expires REAL
+);
+CREATE TABLE IF NOT EXISTS waiters (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    shape TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS releases (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    time REAL NOT NULL,
+    claim TEXT,
+    message TEXT
+);
+CREATE INDEX IF NOT EXISTS releases_by_name ON releases (name, id);
+CREATE TABLE IF NOT EXISTS damaged_claims (
+    name, namespace, owner, spec, allocation, created, last_activity, lease_expires,
+    problem TEXT NOT NULL,
+    time REAL NOT NULL
+);
+"""
+
+# Version n to n + 1, by n. Each step only adds (columns, indexes, tables): what an older
+# version wrote stays readable.
+#
+# 1 to 2: a release keeps the claim as it was (``claim``: namespace, spec, allocation, times,
+# as JSON) and the words said to its user (``message``), so that any process, not only the
+# one that released it, can say why a claim ended (GET claims/{name}, the service's
+# ``record``). Releases of version 1 have neither (NULL): they still say when and why.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE releases ADD COLUMN claim TEXT",
+        "ALTER TABLE releases ADD COLUMN message TEXT",
+        "CREATE INDEX IF NOT EXISTS releases_by_name ON releases (name, id)",
+    ),
+}
+TABLES = {"meta", "claims", "waiters", "releases", "damaged_claims", "sqlite_sequence"}
+
+NEW_LEDGER = (
+    "move the file away or choose another path (DRA_JUPYTER_LEDGER); dra-jupyter then "
+    "starts a new, empty ledger there"
+)
+
+
+def prepare(conn: sqlite3.Connection, path: Path) -> None:
+    """Inside the write transaction: migrate an older ledger forward step by step, create
+    what is missing, and record this schema version. Read again under the lock: another
+    process may have migrated it meanwhile."""
+    version = stored_version(conn, path)
+    if version is not None and version < SCHEMA_VERSION:
+        for step in range(version, SCHEMA_VERSION):
+            for statement in MIGRATIONS[step]:
+                conn.execute(statement)
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(SCHEMA_VERSION),))
+    for statement in SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+    check_version(conn, path)
+
+
+def stored_version(conn: sqlite3.Connection, path: Path) -> int | None:
+    """The version the file has (checked: a known one), or None for a new file."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "meta" not in tables:
+        return None
+    if conn.execute("SELECT 1 FROM meta WHERE key = 'schema'").fetchone() is None:
+        return None
+    return check_version(conn, path)
+
+
+def check_ours(conn: sqlite3.Connection, path: Path) -> tuple[int | None, bool]:
+    """Refuse a SQLite file of another program, or of a schema version newer than this
+    one's. Its version (None: a new, empty file) and whether every table is there."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return None, False  # a new (or empty) file: it becomes a ledger
+    row = None
+    if {"meta", "claims"} <= tables:
+        with contextlib.suppress(sqlite3.OperationalError):  # a "meta" of another shape
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    if row is None:
+        others = sorted(tables - TABLES) or sorted(tables)
+        raise LedgerError(
+            f"ledger {path}: the file is a SQLite database of something else "
+            f"(tables {', '.join(shown(t, 40) for t in others[:5])}"
+            f"{', …' if len(others) > 5 else ''}); it was not changed; choose another "
+            "path (DRA_JUPYTER_LEDGER)"
+        )
+    return check_version(conn, path), TABLES - {"sqlite_sequence"} <= tables
+
+
+def check_version(conn: sqlite3.Connection, path: Path) -> int:
+    """The stored schema version: this one or an older one (which :func:`prepare`
+    migrates); a newer or unreadable one is refused."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    value = row["value"] if row is not None else None
+    if isinstance(value, str) and value.strip().isdigit() and len(value) < 10:
+        version = int(value)
+        if 1 <= version <= SCHEMA_VERSION:
+            return version
+        if version > SCHEMA_VERSION:
+            raise LedgerError(
+                f"ledger {path}: schema version {version} is newer than this "
+                f"dra-jupyter reads (1 to {SCHEMA_VERSION}); it was not changed; upgrade "
+                "dra-jupyter, or use another path (DRA_JUPYTER_LEDGER)"
+            )
+        raise LedgerError(
+            f"ledger {path}: the file is damaged (its schema version is {version}, "
+            f"which no dra-jupyter writes); {NEW_LEDGER}"
+        )
+    raise LedgerError(
+        f"ledger {path}: the file is damaged (its schema version is {shown(value)}, "
+        f"not a number); {NEW_LEDGER}"
+    )

@@ -1,0 +1,299 @@
+"""The line: requests that wait for devices (first come first served per request shape), the
+attempts to allocate them under the caller's limits, and the daemon's tick (expired leases,
+idle claims, waits that ran out).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from dra_jupyter.errors import (
+    AllocationError,
+    BusyError,
+    DraJupyterError,
+    InvalidInputError,
+    LedgerError,
+    LimitError,
+)
+from dra_jupyter.local.backend import LocalBackend, shape_of
+from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.service import protocol
+from dra_jupyter.service.access import Access
+from dra_jupyter.service.args import duration_text, percent_text, probe, share_percent
+from dra_jupyter.service.connections import Connection, Connections, UserState
+from dra_jupyter.service.peer import Peer
+from dra_jupyter.types import ClaimRecord, Owner, claim_prefix
+
+log = logging.getLogger("dra_jupyter.service")
+
+MOST_SHAPES = 4096  # shapes kept known possible before they are checked again
+
+
+@dataclass
+class Wait:
+    """A request waiting in line for devices (FIFO per request shape)."""
+
+    conn: Connection
+    request_id: protocol.RequestId
+    claim: dict[str, Any]
+    shape: str
+    owner: Owner
+    lease: float | None
+    timeout: float | None
+    start: float
+    position: int = 0
+
+
+class Line:
+    """The requests waiting for the devices of ``local`` (:attr:`waits`, oldest first), and
+    how each is allocated: under the limits of ``access``, answered through
+    ``connections``, its holder given to ``watch``."""
+
+    def __init__(
+        self,
+        access: Access,
+        ledger: Ledger,
+        local: LocalBackend,
+        kinds: dict[str, str],
+        capacities: dict[str, dict[str, Fraction]],
+        connections: Connections,
+        watch: Callable[[Owner], None],
+    ) -> None:
+        self.access = access
+        self.ledger = ledger
+        self.local = local
+        self.kinds = kinds
+        self.capacities = capacities
+        self.connections = connections
+        self._watch = watch
+        self.waits: list[Wait] = []
+        self._possible: set[str] = set()  # shapes met on the idle machine (check_possible)
+
+    def join(
+        self,
+        conn: Connection,
+        request_id: protocol.RequestId,
+        claim: dict[str, Any],
+        owner: Owner,
+        lease: float | None,
+        timeout: float | None,
+    ) -> protocol.Wire | None:
+        """The claim allocated now (as it travels), or None when the request waits in line
+        (told its place in a ``waiting`` frame; its answer comes later). BusyError when it
+        may not wait (``timeout`` 0), LimitError over a limit."""
+        peer = conn.peer
+        shape = shape_of(claim)
+        if shape not in self._possible:  # the inventory is fixed: possible once, always
+            self.local.check_possible(claim)
+            if len(self._possible) >= MOST_SHAPES:
+                self._possible.clear()
+            self._possible.add(shape)
+        wait = Wait(conn, request_id, claim, shape, owner, lease, timeout, time.monotonic())
+        ahead = sum(1 for w in self.waits if w.shape == shape)
+        if not ahead:
+            record = self.attempt(wait, peer.groups)
+            if record is not None:
+                return protocol.record_to_wire(record)
+        if timeout is not None and timeout <= 0:
+            raise self.busy(peer, claim, ahead + 1, 0.0)
+        state = self.connections.user(peer.uid)
+        queue_per_user = self.access.policy.queue_per_user
+        if state.waiting >= queue_per_user:
+            raise LimitError(
+                f"user {peer.user}: limit {queue_per_user} requests waiting in "
+                f"line (queue_per_user), has {state.waiting}; wait for those first"
+            )
+        state.waiting += 1
+        wait.position = ahead + 1
+        self.waits.append(wait)
+        log.info("a request of %s waits in line (number %d)", peer.user, wait.position)
+        self.connections.send(conn, protocol.waiting(request_id, wait.position, 0.0, timeout))
+        return None
+
+    def forget(self, conn: Connection, state: UserState) -> None:
+        """The waits of ``conn`` (closed) leave the line."""
+        for wait in [w for w in self.waits if w.conn is conn]:
+            self.waits.remove(wait)
+            state.waiting -= 1
+
+    def attempt(self, wait: Wait, groups: tuple[str, ...] | None) -> ClaimRecord | None:
+        """Allocate ``wait`` now if the devices are free and the owner's limits allow; None
+        when the devices are busy. Raises LimitError over a limit. One ledger transaction:
+        expired leases go, the live claims are read, the allocator decides, the limits are
+        checked, the claim is written (dead holders need no check here: their pidfds
+        released their claims when they exited)."""
+        now = time.time()
+        user = wait.owner.user
+        meta = dict(wait.claim["metadata"])
+        claims_per_user = self.access.policy.claims_per_user
+        with self.ledger.transaction() as tx:
+            held = []
+            for record in Ledger.claims(tx):
+                if record.lease_expires is not None and record.lease_expires <= now:
+                    Ledger.delete(tx, record, "expired", now)
+                else:
+                    held.append(record)
+            if meta.get("name") and any(r.name == meta["name"] for r in held):
+                raise AllocationError(
+                    f"claim {meta['name']} exists already; release it first or use another name"
+                )
+            results = self.local.allocator(held).allocate([probe(wait.claim)])
+            if results is None:
+                return None
+            allocation = results[0].to_dict()
+            if not allocation.get("devices", {}).get("results"):
+                raise InvalidInputError("request: the claim holds no device; ask for at least one")
+            claims = sum(1 for r in held if r.owner.user == user)
+            if claims >= claims_per_user:
+                raise LimitError(
+                    f"user {user}: limit {claims_per_user} claims (claims_per_user), "
+                    f"holds {claims}; release some first"
+                )
+            self._check_limits(user, groups, held, allocation)
+            if not meta.get("name"):
+                meta["name"] = Ledger.next_name(tx, claim_prefix(user))
+            record = ClaimRecord(
+                name=meta["name"],
+                namespace=meta.get("namespace") or "default",
+                owner=wait.owner,
+                spec={**wait.claim, "metadata": meta},
+                allocation=allocation,
+                created=now,
+                last_activity=now,
+                lease_expires=now + wait.lease if wait.lease is not None else None,
+            )
+            Ledger.insert(tx, record)
+        log.info("claim %s allocated to %s: %s", record.name, user, ", ".join(record.device_keys))
+        self._watch(wait.owner)  # a holder that is gone already: released at once
+        return record
+
+    def _check_limits(
+        self,
+        user: str,
+        groups: tuple[str, ...] | None,
+        held: list[ClaimRecord],
+        allocation: dict[str, Any],
+    ) -> None:
+        limits = self.access.limits_of(user, groups)
+        if not (limits.gpus.value or limits.mig.value or limits.gpu_share.value):
+            return
+        mine: set[str] = set()
+        mine_shared = 0.0  # percent of a GPU, summed over the user's shares
+        for record in held:
+            if record.owner.user == user:
+                mine.update(record.device_keys)
+                mine_shared += self._shared(record.allocation)
+        results = allocation.get("devices", {}).get("results", [])
+        share = limits.gpu_share
+        asks_shared = self._shared(allocation)
+        if share.value and asks_shared and mine_shared + asks_shared > share.value + 1e-9:
+            raise LimitError(
+                f"user {user}: limit {percent_text(share.value)} of a GPU ({share.source}), "
+                f"holds {percent_text(mine_shared)}; the request needs "
+                f"{percent_text(asks_shared)} more"
+            )
+        new = {f"{r['driver']}/{r['pool']}/{r['device']}" for r in results} - mine
+        for key, noun, limit in (("gpu", "GPU", limits.gpus), ("mig", "MIG slice", limits.mig)):
+            if not limit.value:
+                continue
+            holds = sum(1 for d in mine if self._kind(d) == key)
+            asks = sum(1 for d in new if self._kind(d) == key)
+            if asks and holds + asks > limit.value:
+                plural = "s" if limit.value != 1 else ""
+                raise LimitError(
+                    f"user {user}: limit {int(limit.value)} {noun}{plural} ({limit.source}), "
+                    f"holds {holds}; the request needs {asks} more"
+                )
+
+    def _shared(self, allocation: dict[str, Any]) -> float:
+        """Percent of a GPU the shares of an allocation hold (whole devices: 0)."""
+        return sum(
+            share_percent(r, self.capacities.get(f"{r['driver']}/{r['pool']}/{r['device']}", {}))
+            for r in allocation.get("devices", {}).get("results", [])
+        )
+
+    def _kind(self, device_key: str) -> str:
+        return "mig" if self.kinds.get(device_key) == "mig" else "gpu"
+
+    def busy(self, peer: Peer, claim: dict[str, Any], position: int, waited: float) -> BusyError:
+        """The refusal of a request that found the devices busy, with who holds them (as
+        ``peer`` may see them) and why the allocator could not serve it."""
+        held = self.access.shown(peer, self.ledger.read_claims())
+        explanation = self.local.allocator(held).explain([probe(claim)])
+        waited_text = f" after waiting {waited:.0f}s" if waited >= 1 else ""
+        place = f" (number {position} in the queue)" if position > 1 else ""
+        holders = ", ".join(f"{r.name} ({r.owner.user})" for r in held) or "nobody"
+        return BusyError(
+            f"the devices are busy{waited_text}{place}; pass timeout='10m' to wait in line, "
+            "or release claims you no longer need:\n"
+            + explanation.summary()
+            + f"\nclaims held now: {holders}",
+            explanation,
+        )
+
+    def serve(self) -> None:
+        """Give freed devices to the requests in line, first come first served per shape;
+        tell each waiting one its new place, and refuse those whose wait ran out."""
+        now = time.monotonic()
+        blocked: set[str] = set()
+        places: dict[str, int] = {}
+        for wait in list(self.waits):
+            if wait.conn.sock.fileno() < 0:
+                continue
+            waited = now - wait.start
+            done: bytes | None = None
+            if wait.shape not in blocked:
+                try:
+                    record = self.attempt(wait, wait.conn.peer.groups)
+                except DraJupyterError as err:
+                    done = protocol.refusal(wait.request_id, err)
+                else:
+                    if record is not None:
+                        done = protocol.answer(wait.request_id, protocol.record_to_wire(record))
+            if done is None and wait.timeout is not None and waited >= wait.timeout:
+                position = places.get(wait.shape, 0) + 1
+                done = protocol.refusal(
+                    wait.request_id, self.busy(wait.conn.peer, wait.claim, position, waited)
+                )
+            if done is not None:
+                self.waits.remove(wait)
+                self.connections.user(wait.conn.peer.uid).waiting -= 1
+                self.connections.send(wait.conn, done)
+                continue
+            blocked.add(wait.shape)
+            places[wait.shape] = position = places.get(wait.shape, 0) + 1
+            if position != wait.position:
+                wait.position = position
+                self.connections.send(
+                    wait.conn, protocol.waiting(wait.request_id, position, waited, wait.timeout)
+                )
+
+    def tick(self) -> None:
+        """Once a second: expired leases, idle claims, waits that ran out."""
+        now = time.time()
+
+        def idle(record: ClaimRecord) -> str | None:
+            if record.owner.pid <= 0:
+                return None  # a detached claim lives by its lease
+            limit = self.access.limits_of(record.owner.user).idle.value
+            return "idle" if limit and now - record.last_activity >= limit else None
+
+        def words(record: ClaimRecord, reason: str) -> str | None:
+            if reason != "idle":
+                return None
+            return f"idle for {duration_text(self.access.limits_of(record.owner.user).idle.value)}"
+
+        try:
+            swept = self.local.sweep(idle, now, (), message=words)
+        except LedgerError as err:
+            log.error("%s", err)
+            return
+        for record, reason in swept.released:
+            log.info("claim %s of %s released: %s", record.name, record.owner.user, reason)
+        if swept.released or self.waits:
+            self.serve()

@@ -1,0 +1,309 @@
+"""The ops the daemon serves, one method each, and :data:`HANDLERS`, the table that
+dispatches them: checked at import to serve exactly the protocol's ops
+(:data:`~dra_jupyter.service.protocol.OPS`), in its order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, Final
+
+from dra_jupyter.errors import InvalidInputError, LimitError, shown
+from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.local.backend import LocalBackend, reclaim_reason, shape_summary
+from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.metrics import MetricsSource, Sample, source_for
+from dra_jupyter.service import protocol
+from dra_jupyter.service.access import Access
+from dra_jupyter.service.args import (
+    claim_arg,
+    duration_text,
+    kernel_id_arg,
+    labelled,
+    name_arg,
+    probe,
+    process_owner,
+    seconds_arg,
+)
+from dra_jupyter.service.connections import Connection
+from dra_jupyter.service.line import Line
+from dra_jupyter.service.peer import HOST
+from dra_jupyter.types import ClaimRecord, Owner
+
+log = logging.getLogger("dra_jupyter.service")
+
+# What an op returns when its answer comes later (a request waiting in line).
+WAITING: Final = object()
+
+Args = dict[str, Any]
+
+
+class Ops:
+    """The daemon's ops over its ``ledger``, ``local`` backend and ``line``, under the
+    rules of ``access``; ``watch`` is given each new holder of claims."""
+
+    def __init__(
+        self,
+        access: Access,
+        ledger: Ledger,
+        local: LocalBackend,
+        devices: Inventory,
+        line: Line,
+        watch: Callable[[Owner], None],
+    ) -> None:
+        self.access = access
+        self.ledger = ledger
+        self.local = local
+        self.devices = devices
+        self.line = line
+        self._watch = watch
+        self._metrics: MetricsSource | None = None  # made on the first metrics op
+        self._samples: list[Sample] = []
+        self._sampled = -math.inf  # time.monotonic() of that read
+        self.metrics_reads = 0
+
+    def close(self) -> None:
+        """Let go of the metrics source (NVML), if one was made."""
+        if self._metrics is not None:
+            with contextlib.suppress(Exception):  # NVML's shutdown: nothing to do about it
+                self._metrics.close()
+
+    def _find(self, name: Any) -> ClaimRecord | None:
+        name = name_arg({"name": name})
+        return next((r for r in self.ledger.read_claims() if r.name == name), None)
+
+    def op_hello(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
+        """Who the daemon says the caller is, and the policy that applies to them."""
+        peer = conn.peer
+        return {
+            "version": protocol.VERSION,
+            "user": peer.user,
+            "uid": peer.uid,
+            "pid": peer.pid,
+            "groups": list(peer.groups),
+            "admin": self.access.admin(peer),
+            "visibility": self.access.policy.visibility,
+            "limits": self.access.limits_of(peer.user, peer.groups).to_dict(),
+        }
+
+    def op_inventory(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
+        """The machine's devices."""
+        return protocol.inventory_to_wire(self.devices)
+
+    def op_list(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """The caller's live claims (``all_users``: every one it may see)."""
+        everyone = args.get("all_users") is True
+        held = self.local.claims(all_users=True)  # reclaims first
+        shown_ = [
+            r
+            for r in held
+            if r.owner.user == conn.peer.user or (everyone and self.access.visible(conn.peer, r))
+        ]
+        return [protocol.record_to_wire(r) for r in shown_]
+
+    def op_holders(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
+        """Every claim that holds devices (others' hidden unless visible)."""
+        held = self.access.shown(conn.peer, self.local.claims(all_users=True))
+        return [protocol.record_to_wire(r) for r in held]
+
+    def op_waiting(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
+        """The line, first come first: who waits (another user's name hidden unless
+        visible), for what, since when."""
+        peer = conn.peer
+        return [
+            {
+                "owner": (
+                    w.owner
+                    if w.owner.user == peer.user
+                    or self.access.policy.visibility == "all"
+                    or self.access.admin(peer)
+                    else Owner(user="another user", host="", pid=0)
+                ).to_dict(),
+                "what": shape_summary(w.shape),
+                "since": w.start,
+            }
+            for w in self.line.waits
+        ]
+
+    def op_record(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """One live claim the caller may see, or how its own (or, an admin's, any) released
+        one ended."""
+        record = self._find(args.get("name"))
+        if record is not None and self.access.visible(conn.peer, record):
+            return {
+                "record": protocol.record_to_wire(record),
+                "released_at": None,
+                "released": None,
+            }
+        gone = self.ledger.released(name_arg(args))
+        if gone is None or not (gone.owner.user == conn.peer.user or self.access.admin(conn.peer)):
+            return {"record": None, "released_at": None, "released": None}
+        released = None
+        if gone.record is not None:  # a release of a version-1 ledger kept only its time
+            released = {
+                "record": protocol.record_to_wire(gone.record),
+                "reason": gone.reason,
+                "time": gone.time,
+                "message": gone.message,
+            }
+        return {"record": None, "released_at": gone.time, "released": released}
+
+    def op_keep(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """Activity on a claim (its idle countdown starts again); False if it is gone."""
+        record = self._find(args.get("name"))
+        if record is None:
+            return False
+        self.access.may_change(conn.peer, record, "keep")
+        return self.local.touch(record.name, time.time())
+
+    def op_release(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """Give a claim back (for ``reason``); False if it is gone."""
+        reason = args.get("reason", "user")
+        if (
+            not isinstance(reason, str)
+            or not 0 < len(reason) <= protocol.MAX_REASON
+            or not set(reason) <= protocol.REASON_CHARACTERS
+        ):
+            raise InvalidInputError(
+                f"release: reason {shown(reason)}; use at most {protocol.MAX_REASON} "
+                "lower-case letters and '-'"
+            )
+        name = name_arg(args)
+        with self.ledger.transaction() as tx:
+            record = next((r for r in Ledger.claims(tx) if r.name == name), None)
+            if record is None:
+                return False
+            self.access.may_change(conn.peer, record, "release")
+            Ledger.delete(tx, record, reason, time.time())
+        log.info(
+            "claim %s of %s released by %s (%s)", name, record.owner.user, conn.peer.user, reason
+        )
+        self.line.serve()
+        return True
+
+    def op_explain(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """Why a claim could or could not be allocated now."""
+        claim = claim_arg(args)
+        held = self.access.shown(conn.peer, self.local.claims(all_users=True))
+        return self.local.allocator(held).explain([probe(claim)]).to_dict()
+
+    def op_metrics(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
+        """The devices' metrics, read at most once per ``metrics_max_age`` (the policy's) for
+        every client (the machine's NVML is read by the daemon alone, not by each server)."""
+        if self._metrics is None:
+            self._metrics = source_for(self.devices)
+        if time.monotonic() - self._sampled >= self.access.policy.metrics_max_age:
+            held = {d for r in self.ledger.read_claims() for d in r.device_keys}
+            self._samples = self._metrics.sample(held, time.time())
+            self._sampled = time.monotonic()
+            self.metrics_reads += 1
+        return {
+            "source": self._metrics.name,
+            "simulated": self._metrics.simulated,
+            "problem": self._metrics.problem,
+            "time": max((s.time for s in self._samples), default=None),
+            "reads": self.metrics_reads,
+            "samples": [s.to_dict() for s in self._samples],
+        }
+
+    def op_adopt(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """The caller's process holds the caller's claims of ``kernel_id`` from now on (a
+        Jupyter server, before it restarts that kernel)."""
+        kernel_id = kernel_id_arg(args)
+        if kernel_id is None:
+            raise InvalidInputError("adopt: kernel_id is missing")
+        holder = process_owner(conn.peer, kernel_id, HOST)
+        kept, released = [], []
+        now = time.time()
+        with self.ledger.transaction() as tx:
+            for record in Ledger.claims(tx):
+                if record.owner.kernel_id != kernel_id or record.owner.user != conn.peer.user:
+                    continue
+                reason = reclaim_reason(record, now)
+                if reason is not None:
+                    Ledger.delete(tx, record, reason, now)
+                    released.append({"record": protocol.record_to_wire(record), "reason": reason})
+                    continue
+                Ledger.set_owner(tx, record.name, holder)
+                kept.append(protocol.record_to_wire(replace(record, owner=holder)))
+        if kept:
+            self._watch(holder)
+        if released:
+            self.line.serve()
+        return {"kept": kept, "released": released}
+
+    def op_request(self, conn: Connection, request_id: protocol.RequestId, args: Args) -> Any:
+        """Allocate a claim now, or wait in line for it (:data:`WAITING`: answered later),
+        within the caller's limits of waiting and of leases."""
+        peer = conn.peer
+        claim = claim_arg(args)
+        limits = self.access.limits_of(peer.user, peer.groups)
+        timeout = seconds_arg(args, "timeout", 0.0)
+        lease = seconds_arg(args, "lease", None)
+        wait_max = limits.wait_max
+        if wait_max.value:
+            if timeout is None:
+                timeout = wait_max.value
+            elif timeout > wait_max.value:
+                raise LimitError(
+                    f"user {peer.user}: limit {duration_text(wait_max.value)} of waiting in line "
+                    f"({wait_max.source}); pass a shorter timeout"
+                )
+        lease_max = limits.lease_max
+        if lease is None:  # none named: the default, else the longest allowed, else none
+            lease = limits.lease_default.value or lease_max.value or None
+        if lease_max.value and lease is not None and lease > lease_max.value:
+            raise LimitError(
+                f"user {peer.user}: limit {duration_text(lease_max.value)} lease "
+                f"({lease_max.source}); a lease of {duration_text(lease)} asked; pass a "
+                "shorter lease"
+            )
+        detached = args.get("detached") is True
+        kernel_id = kernel_id_arg(args)
+        if detached:
+            owner = Owner(user=peer.user, host=HOST, pid=0, kernel_id=kernel_id)
+        else:
+            owner = process_owner(peer, kernel_id, HOST)
+        claim = labelled(claim, peer.user)
+        allocated = self.line.join(conn, request_id, claim, owner, lease, timeout)
+        return WAITING if allocated is None else allocated
+
+
+Handler = Callable[[Ops, Connection, protocol.RequestId, Args], Any]
+
+
+def checked(table: dict[str, Handler]) -> dict[str, Handler]:
+    """``table`` when it serves exactly the protocol's ops, in the protocol's order; a
+    RuntimeError naming what differs otherwise (an op added to one and not the other)."""
+    if tuple(table) != protocol.OPS:
+        missing = [op for op in protocol.OPS if op not in table]
+        unknown = [op for op in table if op not in protocol.OPS]
+        raise RuntimeError(
+            "the daemon's ops are not the protocol's: "
+            f"not served {missing}, not in protocol.OPS {unknown}, or in another order"
+        )
+    return table
+
+
+# Every op of the protocol, and what serves it (as jupyter_server's default_handlers).
+HANDLERS: Final = checked(
+    {
+        "hello": Ops.op_hello,
+        "inventory": Ops.op_inventory,
+        "request": Ops.op_request,
+        "release": Ops.op_release,
+        "keep": Ops.op_keep,
+        "list": Ops.op_list,
+        "holders": Ops.op_holders,
+        "waiting": Ops.op_waiting,
+        "record": Ops.op_record,
+        "explain": Ops.op_explain,
+        "adopt": Ops.op_adopt,
+        "metrics": Ops.op_metrics,
+    }
+)
