@@ -33,6 +33,7 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.metrics.base import Sample
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.service import protocol
 from dra_jupyter.types import (
     Capabilities,
@@ -56,8 +57,6 @@ CAPABILITIES = Capabilities(
 )
 CONNECT_TIMEOUT = 5.0  # seconds to connect to the daemon
 ANSWER_TIMEOUT = 60.0  # seconds an answer may take; a request in line: its timeout and this
-
-Wire = dict[str, Any]
 
 
 class Channel:

@@ -22,6 +22,7 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.local.backend import LocalBackend, shape_of
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.service import protocol
 from dra_jupyter.service.access import Access
 from dra_jupyter.service.args import duration_text, percent_text, probe, share_percent
@@ -82,7 +83,7 @@ class Line:
         owner: Owner,
         lease: float | None,
         timeout: float | None,
-    ) -> protocol.Wire | None:
+    ) -> Wire | None:
         """The claim allocated now (as it travels), or None when the request waits in line
         (told its place in a ``waiting`` frame; its answer comes later). BusyError when it
         may not wait (``timeout`` 0), LimitError over a limit."""

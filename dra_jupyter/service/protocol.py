@@ -27,6 +27,7 @@ from typing import Any
 from dra_jupyter import errors
 from dra_jupyter.errors import DraJupyterError, InvalidInputError, UnavailableError, shown
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import ClaimRecord, Owner
 
 VERSION = 1
@@ -50,7 +51,6 @@ OPS = (
 REASON_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz-")
 MAX_REASON = 32
 
-Wire = dict[str, Any]
 RequestId = int | str | None  # a frame's id (None: the frame's could not be read)
 
 
@@ -192,10 +192,8 @@ def error_from_wire(data: Any) -> DraJupyterError:
     """The error the daemon refused with, as its own class of :mod:`dra_jupyter.errors`."""
     kind = data.get("type") if isinstance(data, dict) else None
     message = data.get("message") if isinstance(data, dict) else None
-    cls = getattr(errors, kind, None) if isinstance(kind, str) and kind in errors.__all__ else None
     text = message if isinstance(message, str) else f"the daemon refused: {shown(data)}"
-    if not (isinstance(cls, type) and issubclass(cls, DraJupyterError)):
-        return UnavailableError(text)
+    cls = errors.outcome_of(kind) if isinstance(kind, str) else UnavailableError
     if cls in (errors.ObjectError, errors.SelectorError):
         cls = InvalidInputError  # their constructors take parts; the message is whole here
     if cls is errors.ClusterError:
