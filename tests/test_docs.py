@@ -208,3 +208,11 @@ def test_the_checks_catch_what_they_should() -> None:
     assert "check" in makefile_targets()
     assert "test-kernel" in makefile_targets()
     assert "no-such-target" not in makefile_targets()
+
+
+def test_benchmarks_speak_to_outside_readers() -> None:
+    """BENCHMARKS.md names no issue of this project (`#13`, "issue 16"); another project's
+    (`kubernetes/kubernetes#128980`) it may."""
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    ours = re.findall(r"(?<![\w/-])#\d+\b|\bissues? \d+", text, re.I)
+    assert ours == []
