@@ -1,7 +1,10 @@
 # dra-jupyter: two commands do everything on a fresh machine.
 #   make demo   run the main job on the embedded default, then the service of many users
-#   make test   install everything and run the whole suite (pytest, mypy --strict, ruff)
-#   make unit   install, then only the pure tests (no kernel, server, browser or cluster)
+#   make test   install everything and run the whole suite (lint, types, layers, every tier)
+# and one is the everyday loop:
+#   make check  lint (ruff, biome), mypy --strict, the layers and the pure tier: no apt
+#               beyond Node.js for the install, no Go, no browser
+#   make test-TIER   one tier of tests/conftest.py (pure, kernel, server, service, ...)
 #   make fuzz   the fuzz suites at length (CLI object files and inventories, ledger rows, REST)
 #   make lab    JupyterLab with the extensions on the example notebooks
 PYTHON ?= python3
@@ -11,12 +14,16 @@ STAMP  := $(VENV)/.installed
 NODE   := $(or $(shell command -v node),/usr/bin/node)
 TSC_STAMP := labextension/node_modules/.installed
 
+# the test tiers of tests/conftest.py (TIER_NAMES): make test-pure, make test-kernel, ...
+TIERS := pure kernel server service browser k8s gpu
+
 LAB_BUILD := dra_jupyter/labextension/static/style.js
 LAB_SOURCES := labextension/package.json labextension/yarn.lock \
 	$(wildcard labextension/src/*.ts labextension/schema/*.json labextension/style/*)
 
-.PHONY: install test unit lint typecheck layers pytest fuzz fuzz-upstream demo lab labextension bench \
-	bench-latency bench-upstream bench-placement bench-load bench-service bench-hub clean hub-proxy
+.PHONY: install check test unit lint typecheck layers pytest k8s-build fuzz fuzz-upstream demo lab \
+	labextension bench bench-latency bench-upstream bench-placement bench-load bench-service \
+	bench-hub clean hub-proxy $(addprefix test-,$(TIERS))
 
 install: $(STAMP)
 
@@ -74,32 +81,53 @@ $(HUB_PROXY): hub/proxy/package.json hub/proxy/package-lock.json | $(NODE)
 	cd hub/proxy && npm ci --no-audit --no-fund --loglevel=error
 	touch $(HUB_PROXY)
 
-pytest: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD) $(HUB_PROXY)
+# Kubernetes for tests/k8s and tests/hub, and the real allocator for tests/upstream: built
+# from the Go module proxy once, then cached outside the repository
+k8s-build: install
+	$(BIN)/python scripts/k8s-testenv build
+	$(BIN)/python scripts/upstream-allocator build
+
+# The whole suite, every tier, with everything each tier needs
+pytest: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD) $(HUB_PROXY) k8s-build
 	$(BIN)/python -m pytest -q
 
 # The pure tier (tiers: tests/conftest.py), on every core (pytest-xdist); a worker that is
-# done takes tests queued for the other: the few long property tests do not end on one
-unit: install
+# done takes tests queued for the other: the few long property tests do not end on one.
+# Its TypeScript unit tests (tests/lab/test_unit.py) need labextension/node_modules.
+unit: install $(TSC_STAMP)
 	$(BIN)/python -m pytest -q -m pure -n auto --dist worksteal
 
 typecheck: install
 	$(BIN)/mypy
 
+# the layers: [tool.importlinter] in pyproject.toml
 layers: install
 	$(BIN)/lint-imports --no-cache
 
-lint: install
+# Python with ruff; the JupyterLab extension's TypeScript with biome (labextension/biome.json,
+# pinned by labextension/yarn.lock; src/wire.ts is generated, so not formatted by it)
+lint: install $(TSC_STAMP)
 	$(BIN)/ruff check dra_jupyter tests benchmarks scripts
 	$(BIN)/ruff format --check dra_jupyter tests benchmarks scripts
+	cd labextension && $(abspath $(BIN))/jlpm biome ci --colors=off src test
 
-test: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD) $(HUB_PROXY)
-	$(BIN)/ruff check dra_jupyter tests benchmarks scripts
-	$(BIN)/ruff format --check dra_jupyter tests benchmarks scripts
-	$(BIN)/mypy
-	$(BIN)/lint-imports --no-cache  # the layers: [tool.importlinter] in pyproject.toml
-	$(BIN)/python scripts/k8s-testenv build  # Kubernetes for tests/k8s: once, then cached
-	$(BIN)/python scripts/upstream-allocator build  # the real allocator for tests/upstream
-	$(BIN)/python -m pytest -q
+# The everyday loop: what a change must pass before it is committed (no apt beyond the
+# install's Node.js, no Go, no browser)
+check: lint typecheck layers unit
+
+# Everything, as CI runs it: the checks of `make check`, then the builds and every tier
+test: lint typecheck layers pytest
+
+# One tier, with what it needs (make test-pure, make test-kernel, ...)
+test-pure: install $(TSC_STAMP)
+test-kernel: install $(TSC_STAMP) $(LAB_BUILD)
+test-server: install
+test-service: install $(HUB_PROXY)
+test-browser: install $(CHROMIUM) $(TSC_STAMP) $(LAB_BUILD)
+test-k8s: install $(HUB_PROXY) k8s-build
+test-gpu: install
+$(addprefix test-,$(TIERS)):
+	$(BIN)/python -m pytest -q -m $(@:test-%=%)
 
 # The fuzz suites at length: the property tests of tests/test_cli_fuzz.py (mutated object
 # files, garbled bytes, mutated inventories), tests/local/test_ledger_damage.py (any

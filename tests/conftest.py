@@ -72,6 +72,7 @@ TIERS = {
     "test_cli.py": "pure",
     "test_cli_fuzz.py": "pure",
     "test_cli_local.py": "pure",
+    "test_docs.py": "pure",  # the docs' links and make targets
     "test_public.py": "pure",
     "test_settings.py": "pure",
     "test_version.py": "pure",

@@ -111,4 +111,3 @@ export type Requester = <O extends Operation>(
   parameters?: Parameters<O>,
   body?: Body<O>
 ) => Promise<Answer<O>>;
-

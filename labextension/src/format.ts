@@ -104,7 +104,10 @@ export function groupState(group: DeviceGroup): string {
 }
 
 /** `2× H200`, `1× H200 + 1× H200 MIG 1g.18gb`, `3 devices` when the models are unknown. */
-export function deviceSummary(keys: readonly string[], devices: ReadonlyMap<string, Device>): string {
+export function deviceSummary(
+  keys: readonly string[],
+  devices: ReadonlyMap<string, Device>
+): string {
   const counts = new Map<string, number>();
   let unknown = 0;
   for (const key of keys) {

@@ -58,7 +58,9 @@ function pageKernels(app: JupyterFrontEnd, tracker: INotebookTracker | null): Ke
   };
 }
 
-function* iterate(tracker: INotebookTracker): Generator<NonNullable<INotebookTracker['currentWidget']>> {
+function* iterate(
+  tracker: INotebookTracker
+): Generator<NonNullable<INotebookTracker['currentWidget']>> {
   const all: NonNullable<INotebookTracker['currentWidget']>[] = [];
   tracker.forEach(w => {
     all.push(w);
@@ -68,7 +70,8 @@ function* iterate(tracker: INotebookTracker): Generator<NonNullable<INotebookTra
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
-  description: 'GPU, MIG and TPU claims of dra-jupyter: a Devices panel, a status bar item and notifications',
+  description:
+    'GPU, MIG and TPU claims of dra-jupyter: a Devices panel, a status bar item and notifications',
   autoStart: true,
   optional: [ICommandPalette, ILayoutRestorer, INotebookTracker, ISettingRegistry, IStatusBar],
   activate: (
@@ -163,7 +166,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       const what = deviceSummary(event.devices, model.deviceMap);
       const kernel = event.kernel_id ?? claim?.kernel_id ?? null;
       const text =
-        `Released ${what}${where(kernel)} (claim ${event.claim}): ` + `${releaseReason(event.reason)}.`;
+        `Released ${what}${where(kernel)} (claim ${event.claim}): ` +
+        `${releaseReason(event.reason)}.`;
       if (event.reason === 'user') {
         Notification.info(text, { autoClose: 8000 });
       } else {
@@ -233,7 +237,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const apply = (loaded: ISettingRegistry.ISettings) => {
       const composite = loaded.composite as Partial<Settings>;
-      settings.refreshInterval = Number(composite.refreshInterval ?? DEFAULT_SETTINGS.refreshInterval);
+      settings.refreshInterval = Number(
+        composite.refreshInterval ?? DEFAULT_SETTINGS.refreshInterval
+      );
       settings.notify = composite.notify !== false;
       model.refreshInterval = settings.refreshInterval;
     };

@@ -47,7 +47,14 @@ export function sparklinePoints(
   };
   if (values.length === 1) {
     const v = values[0];
-    return v === null ? [] : [[[0, y(v)], [width, y(v)]]];
+    return v === null
+      ? []
+      : [
+          [
+            [0, y(v)],
+            [width, y(v)]
+          ]
+        ];
   }
   const step = values.length > 1 ? width / (values.length - 1) : 0;
   const runs: [number, number][][] = [];

@@ -5,6 +5,7 @@ import { Poll } from '@lumino/polling';
 import { type ISignal, Signal } from '@lumino/signaling';
 
 import { DraRequestError, type Requester } from './api';
+import { metricsByDevice, SPARK_SAMPLES } from './metrics';
 import {
   type AllocatedEvent,
   type ClaimEvent,
@@ -12,7 +13,6 @@ import {
   type IdleWarningEvent,
   type ReleasedEvent
 } from './tokens';
-import { SPARK_SAMPLES, metricsByDevice } from './metrics';
 import type {
   Claim,
   ClaimRequest,
@@ -46,8 +46,7 @@ export class DraModel {
     this._request = options.request;
     this._interval = options.refreshInterval ?? 5;
     this.now = options.now ?? (() => Date.now() / 1000);
-    this._hidden =
-      options.hidden ?? (() => typeof document !== 'undefined' && document.hidden);
+    this._hidden = options.hidden ?? (() => typeof document !== 'undefined' && document.hidden);
   }
 
   /** The clock, seconds since the epoch. */

@@ -14,8 +14,8 @@ import {
   deviceSummary,
   duration,
   groupDevices,
-  queueLines,
   groupState,
+  queueLines,
   shortModel
 } from './format';
 import {
@@ -96,9 +96,7 @@ export class DevicesPanel extends Widget {
     const root = el('div', 'dra-DevicesPanel-content');
     const header = el('div', 'dra-header');
     header.append(el('h2', 'dra-title', 'Devices'));
-    header.append(
-      button('↻', 'dra-refresh', 'Refresh now', () => void model.refreshSoon())
-    );
+    header.append(button('↻', 'dra-refresh', 'Refresh now', () => void model.refreshSoon()));
     root.append(header);
     if (model.devices !== null) {
       const sim = model.devices.simulated ? ' (simulated)' : '';
@@ -171,7 +169,9 @@ export class DevicesPanel extends Widget {
     const row = el('li', 'dra-claim');
     row.dataset.claim = claim.name;
     const head = el('div', 'dra-claim-head');
-    head.append(el('span', 'dra-claim-devices', deviceSummary(claim.devices, this.model.deviceMap)));
+    head.append(
+      el('span', 'dra-claim-devices', deviceSummary(claim.devices, this.model.deviceMap))
+    );
     head.append(el('span', 'dra-dim dra-claim-name', claim.name));
     row.append(head);
     const kernel = claim.kernel_id;
@@ -370,7 +370,8 @@ export class DevicesPanel extends Widget {
             el(
               'summary',
               '',
-              `${group.partitions.length} MIG partitions` + (held.length ? ` · ${held.length} held` : '')
+              `${group.partitions.length} MIG partitions` +
+                (held.length ? ` · ${held.length} held` : '')
             )
           );
           const inner = el('table', 'dra-device-table');
@@ -392,7 +393,13 @@ export class DevicesPanel extends Widget {
   private _deviceRow(d: Device, state: string, partition: boolean): HTMLElement {
     const tr = el('tr', `dra-device dra-state-${d.state}`);
     tr.dataset.device = d.device;
-    tr.append(el('td', 'dra-device-name', partition ? d.mig_profile || deviceName(d.device) : deviceName(d.device)));
+    tr.append(
+      el(
+        'td',
+        'dra-device-name',
+        partition ? d.mig_profile || deviceName(d.device) : deviceName(d.device)
+      )
+    );
     tr.append(el('td', '', partition ? '' : shortModel(d.model)));
     const metrics = this.model.metricsMap.get(d.device);
     tr.append(el('td', 'dra-dim dra-device-memory', memoryText(metrics?.current, d.memory)));

@@ -48,11 +48,7 @@ export async function requestAPI<O extends Operation>(
   }
   const text = await response.text();
   if (!response.ok) {
-    throw errorFromAnswer(
-      response.status,
-      response.headers.get('Content-Type') ?? '',
-      text
-    );
+    throw errorFromAnswer(response.status, response.headers.get('Content-Type') ?? '', text);
   }
   return (text ? JSON.parse(text) : null) as Answer<O>;
 }

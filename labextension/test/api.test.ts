@@ -19,7 +19,10 @@ test("an error answer's message is the server's, on one line", () => {
 test('an answer without a message names the status (and reason)', () => {
   const e = errorFromAnswer(503, 'application/json', JSON.stringify({ reason: 'down' }));
   assert.equal(e.message, 'dra-jupyter: the server answered HTTP 503 (down)');
-  assert.equal(errorFromAnswer(500, 'application/json', 'not json').message, 'dra-jupyter: the server answered HTTP 500');
+  assert.equal(
+    errorFromAnswer(500, 'application/json', 'not json').message,
+    'dra-jupyter: the server answered HTTP 500'
+  );
 });
 
 test('a 404 that is not JSON: the server extension is missing, and how to install it', () => {

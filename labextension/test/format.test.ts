@@ -67,7 +67,7 @@ test('devices are grouped by node, then GPU, with MIG partitions under their par
   assert.equal(nodes[1].groups.length, 1);
 });
 
-test("a GPU blocked by its held partitions says so; otherwise its own state", () => {
+test('a GPU blocked by its held partitions says so; otherwise its own state', () => {
   const gpu = device(`${GPU}0`, { state: 'blocked' });
   const held = device(`${GPU}0-mig-1g18gb-19-0`, { state: 'held' });
   assert.equal(groupState({ device: gpu, partitions: [held] }), '1 MIG held');
@@ -107,7 +107,12 @@ test('a lease that ends first is the countdown, busy or not', () => {
   const later = claim('l', { idle_deadline: 1300, lease_expires: 5000 });
   assert.deepEqual(claimCountdown(later, 1250, false), { kind: 'idle', seconds: 50 });
   assert.deepEqual(
-    nearest([{ kind: 'none' }, { kind: 'paused' }, { kind: 'idle', seconds: 9 }, { kind: 'lease', seconds: 3 }]),
+    nearest([
+      { kind: 'none' },
+      { kind: 'paused' },
+      { kind: 'idle', seconds: 9 },
+      { kind: 'lease', seconds: 3 }
+    ]),
     { kind: 'lease', seconds: 3 }
   );
   assert.deepEqual(nearest([{ kind: 'none' }, { kind: 'paused' }]), { kind: 'paused' });
@@ -140,7 +145,13 @@ test('the line: who waits for what and since when; your own say their place', ()
   ];
   assert.deepEqual(
     queueLines(waiting, w => w.user === 'me', now),
-    ['bob: 2 gpu.nvidia.com, waiting 2 min', 'you: 8 gpu.nvidia.com, waiting 30 s (number 2 in line)']
+    [
+      'bob: 2 gpu.nvidia.com, waiting 2 min',
+      'you: 8 gpu.nvidia.com, waiting 30 s (number 2 in line)'
+    ]
   );
-  assert.deepEqual(queueLines([], () => true, now), []);
+  assert.deepEqual(
+    queueLines([], () => true, now),
+    []
+  );
 });

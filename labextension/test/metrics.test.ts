@@ -124,7 +124,10 @@ test('the series is the history then a newer current sample, at most SPARK_SAMPL
 
 test('memory text: used / total when the metrics give both, else the capacity', () => {
   assert.equal(memoryText(sample(), '140.4Gi'), '615Mi / 140.4Gi');
-  assert.equal(memoryText(sample({ memory_used: 80 * GiB, memory_total: 141 * GiB }), ''), '80Gi / 141Gi');
+  assert.equal(
+    memoryText(sample({ memory_used: 80 * GiB, memory_total: 141 * GiB }), ''),
+    '80Gi / 141Gi'
+  );
   assert.equal(memoryText(sample({ memory_used: 0 }), '140.4Gi'), '0 B / 140.4Gi');
   assert.equal(memoryText(sample({ memory_used: null }), '140.4Gi'), '140.4Gi');
   assert.equal(memoryText(sample({ memory_total: null }), '140.4Gi'), '140.4Gi');

@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { DraRequestError, type Requester } from '../src/api';
+import { SPARK_SAMPLES } from '../src/metrics';
 import { DraModel, type Release } from '../src/model';
 import { EVENTS, type IdleWarningEvent } from '../src/tokens';
-import { SPARK_SAMPLES } from '../src/metrics';
 import type { Claim, Metrics } from '../src/wire';
 import { claim, device, GPU } from './fixtures';
 
@@ -130,7 +130,14 @@ test("a release event of the caller's claim is announced with the claim and remo
   const releases: Release[] = [];
   m.released.connect((_, r) => releases.push(r));
   server.claims = [];
-  const event = { schema_id: EVENTS.released, claim: 'a', user: 'alice', kernel_id: 'k1', devices: [`${GPU}0`], reason: 'idle' };
+  const event = {
+    schema_id: EVENTS.released,
+    claim: 'a',
+    user: 'alice',
+    kernel_id: 'k1',
+    devices: [`${GPU}0`],
+    reason: 'idle'
+  };
   m.handleEvent(event);
   assert.equal(releases.length, 1);
   assert.equal(releases[0].event.reason, 'idle');
@@ -148,7 +155,10 @@ test("a release event of the caller's claim is announced with the claim and remo
   // someone else's claim, of a kernel of another server: not announced
   m.handleEvent({ ...event, claim: 'other', user: 'bob', kernel_id: 'elsewhere' });
   // another schema: ignored
-  m.handleEvent({ schema_id: 'https://events.jupyter.org/jupyter_server/kernel_actions/v1', claim: 'a' });
+  m.handleEvent({
+    schema_id: 'https://events.jupyter.org/jupyter_server/kernel_actions/v1',
+    claim: 'a'
+  });
   assert.equal(releases.length, 2);
 });
 
@@ -158,7 +168,14 @@ test("a claim made by anyone makes the model refresh; only the caller's are anno
   await m.refresh();
   server.calls = [];
   server.claims = [claim('rest', { kernel_id: null })];
-  const allocated = { schema_id: EVENTS.allocated, claim: 'rest', user: 'alice', kernel_id: null, devices: [], source: 'rest' };
+  const allocated = {
+    schema_id: EVENTS.allocated,
+    claim: 'rest',
+    user: 'alice',
+    kernel_id: null,
+    devices: [],
+    source: 'rest'
+  };
   m.handleEvent(allocated);
   await new Promise(resolve => setTimeout(resolve, 0));
   assert.deepEqual(server.calls, ['GET /claims']);
@@ -168,7 +185,14 @@ test("a claim made by anyone makes the model refresh; only the caller's are anno
   );
   const warnings: unknown[] = [];
   m.idleWarning.connect((_, w) => warnings.push(w));
-  m.handleEvent({ ...allocated, schema_id: EVENTS.idleWarning, claim: 'x', user: 'bob', deadline: 1, seconds_left: 1 });
+  m.handleEvent({
+    ...allocated,
+    schema_id: EVENTS.idleWarning,
+    claim: 'x',
+    user: 'bob',
+    deadline: 1,
+    seconds_left: 1
+  });
   assert.equal(warnings.length, 0);
 });
 
@@ -179,7 +203,15 @@ test("an idle warning of one of this server's kernels is announced; keep resets 
   m.ownKernel = id => id === 'k9';
   const warnings: IdleWarningEvent[] = [];
   m.idleWarning.connect((_, w) => warnings.push(w));
-  const warning = { schema_id: EVENTS.idleWarning, claim: 'new', user: 'alice', kernel_id: 'k9', devices: [], deadline: 1100, seconds_left: 100 };
+  const warning = {
+    schema_id: EVENTS.idleWarning,
+    claim: 'new',
+    user: 'alice',
+    kernel_id: 'k9',
+    devices: [],
+    deadline: 1100,
+    seconds_left: 100
+  };
   m.handleEvent(warning); // a claim not seen yet, of a kernel of this server
   m.handleEvent({ ...warning, kernel_id: 'k0' }); // neither known nor ours
   assert.deepEqual(
@@ -190,7 +222,10 @@ test("an idle warning of one of this server's kernels is announced; keep resets 
   const kept = await m.keep('a');
   assert.equal(kept.idle_deadline, 9999);
   assert.equal(m.claims[0].idle_deadline, 9999);
-  await assert.rejects(m.keep('gone'), (e: unknown) => e instanceof DraRequestError && e.status === 404);
+  await assert.rejects(
+    m.keep('gone'),
+    (e: unknown) => e instanceof DraRequestError && e.status === 404
+  );
 });
 
 test('release all releases every claim of the caller', async () => {
@@ -215,7 +250,14 @@ test('a change announced while a refresh is on its way is read by one more refre
   const first = m.refreshSoon(); // asked before the claim exists, answered after
   await until(() => server.calls.length > asked); // on its way
   server.claims = [claim('new', { kernel_id: null })];
-  m.handleEvent({ schema_id: EVENTS.allocated, claim: 'new', user: 'alice', kernel_id: null, devices: [], source: 'rest' });
+  m.handleEvent({
+    schema_id: EVENTS.allocated,
+    claim: 'new',
+    user: 'alice',
+    kernel_id: null,
+    devices: [],
+    source: 'rest'
+  });
   server.gate = null;
   open();
   await first;

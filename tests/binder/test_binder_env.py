@@ -4,20 +4,34 @@ fails), on a copy of the repository's tracked files; then the example notebooks 
 through binder/start in that environment's kernel, on the simulated devices, and JupyterLab
 starts through it as mybinder starts it.
 
-Slow the first time (pip and jlpm download what their caches lack; their caches are used,
-as on a developer's machine), and bounded: every step has a timeout.
+The wheels are the network's part: every run would download the same ones again. They are
+kept in a wheelhouse between runs, ``${XDG_CACHE_HOME:-~/.cache}/dra-jupyter/binder/`` (the
+cache folder of the Kubernetes build, tests/k8s/k8sbuild.py), one for each content of
+binder/requirements.txt, pyproject.toml's dependencies and the runtime's Python: made once
+with ``pip wheel`` against the index (what mybinder's resolve would find), then installed
+from with ``--no-index``, so a run costs the install and the test, not the downloads. A
+wheelhouse older than :data:`WHEELS_MAX_AGE` is made again, so that the unpinned
+dependencies follow the index; ``DRA_JUPYTER_BINDER_WHEELS=refresh`` makes it again now.
+
+Slow the first time (pip and jlpm download what their caches lack; yarn's cache is used, as
+on a developer's machine), and bounded: every step has a timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
+import platform
 import re
 import secrets
 import shutil
 import socket
 import subprocess
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -36,6 +50,7 @@ INSTALL_TIMEOUT = 900  # seconds for pip -r requirements.txt, and again for post
 RUN_TIMEOUT = 600  # seconds for the notebook, or for the server to answer
 # what binder/start must select: the README's simulated 8x H200
 INVENTORY = "8x NVIDIA H200 (HGX): 2 NUMA nodes, 4 PCIe roots"
+WHEELS_MAX_AGE = 7 * 24 * 3600  # seconds: then the wheelhouse is made again from the index
 
 
 @dataclass(frozen=True)
@@ -150,6 +165,66 @@ def run(argv: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float) -
     return done.stdout
 
 
+def wheel_requirements() -> list[str]:
+    """What the image's pip installs: binder/requirements.txt's lines (comments dropped), then
+    dra-jupyter's own dependencies (pyproject.toml), which postBuild's ``pip install .``
+    adds."""
+    lines = (REPO / "binder" / "requirements.txt").read_text().splitlines()
+    pinned = [line.split("#", 1)[0].strip() for line in lines]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [*filter(None, pinned), *project["dependencies"]]
+
+
+def wheelhouse_dir(python: str) -> Path:
+    """The wheelhouse of these requirements for this interpreter and machine."""
+    version = subprocess.run(
+        [python, "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    key = "\n".join([*wheel_requirements(), version, platform.machine()])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "dra-jupyter" / "binder" / f"wheels-{digest}"
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """One run at a time makes a wheelhouse; another waits for it, then uses it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def wheelhouse(python: str, env: Mapping[str, str], tmp: Path) -> Path:
+    """A folder with a wheel of every distribution the image installs (but dra-jupyter,
+    built from the copy): kept from an earlier run while it is complete and younger than
+    :data:`WHEELS_MAX_AGE`, else made with ``pip wheel`` against the index (sdists built
+    into wheels, so that installing needs no index at all)."""
+    wheels = wheelhouse_dir(python)
+    stamp = wheels / "complete"
+    refresh = os.environ.get("DRA_JUPYTER_BINDER_WHEELS") == "refresh"
+    with locked(wheels.with_name(wheels.name + ".lock")):
+        if stamp.is_file() and not refresh and time.time() - stamp.stat().st_mtime < WHEELS_MAX_AGE:
+            print(f"wheels: {wheels}, kept from an earlier run")
+            return wheels
+        requirements = tmp / "wheel-requirements.txt"
+        requirements.write_text("\n".join(wheel_requirements()) + "\n")
+        fresh = wheels.with_name(wheels.name + ".new")
+        shutil.rmtree(fresh, ignore_errors=True)
+        run(
+            [python, "-m", "pip", "wheel", "-q", "-r", str(requirements), "-w", str(fresh)],
+            cwd=tmp, env=env, timeout=INSTALL_TIMEOUT,
+        )  # fmt: skip
+        (fresh / "complete").write_text("\n".join(wheel_requirements()) + "\n")
+        shutil.rmtree(wheels, ignore_errors=True)
+        fresh.rename(wheels)
+    return wheels
+
+
 @pytest.fixture(scope="module")
 def binder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BinderEnv]:
     tmp = tmp_path_factory.mktemp("binder")
@@ -159,14 +234,18 @@ def binder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BinderEnv]:
         run([runtime_python(), "-m", "venv", str(venv)], cwd=tmp, env=os.environ, timeout=120)
         env = image_env(tmp, venv)
         python = str(venv / "bin" / "python")
+        # pip in both steps finds every wheel in the wheelhouse, and nothing on the index
+        offline = {**env, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse(python, env, tmp))}
         # what repo2docker does with binder/: requirements.txt, then postBuild in the root
         run(
             [python, "-m", "pip", "install", "-q", "-r", "binder/requirements.txt"],
             cwd=repo,
-            env=env,
+            env=offline,
             timeout=INSTALL_TIMEOUT,
         )
-        log = run([str(repo / "binder" / "postBuild")], cwd=repo, env=env, timeout=INSTALL_TIMEOUT)
+        log = run(
+            [str(repo / "binder" / "postBuild")], cwd=repo, env=offline, timeout=INSTALL_TIMEOUT
+        )
         yield BinderEnv(repo, venv, tmp, env, log)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # a venv and a build: hundreds of MB
