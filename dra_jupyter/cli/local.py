@@ -20,7 +20,10 @@ from dra_jupyter.types import Owner
 def add_commands(sub: Subparsers) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--inventory", help="auto, nvml, a bundled name, or a YAML file of slices")
-        p.add_argument("--ledger", help="the ledger file (default: per user, see README)")
+        p.add_argument(
+            "--ledger",
+            help="the ledger file (default: per user, $XDG_STATE_HOME/dra-jupyter/ledger.sqlite)",
+        )
         p.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
     p = sub.add_parser("devices", help="list the devices, their state and holders")

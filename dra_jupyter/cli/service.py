@@ -17,7 +17,9 @@ def add_commands(sub: Subparsers) -> None:
         description="Own this machine's devices and ledger; serve every user over a Unix "
         "socket, identified by the kernel (SO_PEERCRED). SIGHUP reloads the config.",
     )
-    p.add_argument("--config", metavar="FILE.toml", help="the policy (every knob: README)")
+    p.add_argument(
+        "--config", metavar="FILE.toml", help="the policy (every knob: deploy/service.toml)"
+    )
     p.add_argument(
         "--socket", metavar="PATH", help="the Unix socket (default /run/dra-jupyter/socket)"
     )
