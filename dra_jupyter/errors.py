@@ -46,10 +46,7 @@ from __future__ import annotations
 
 import reprlib
 import sys
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:
-    from dra_jupyter.allocator.explain import Explanation
+from typing import Any, ClassVar, Protocol
 
 _RED, _RESET = "\x1b[31m", "\x1b[0m"
 
@@ -190,6 +187,21 @@ class ForbiddenError(DraJupyterError):
     reason = "another user's claim"
 
 
+class Explained(Protocol):
+    """Why no allocation exists, as an :class:`AllocationError` carries it (the allocator's
+    :class:`~dra_jupyter.allocator.explain.Explanation` is one): this module sits below
+    the allocator, so it names only what its readers use."""
+
+    def summary(self) -> str:
+        """The reasons in short, a line each."""
+
+    def to_text(self) -> str:
+        """Every stage, for a person."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every stage, for a program."""
+
+
 class AllocationError(DraJupyterError):
     """No allocation exists for the claims now; ``explanation`` says why."""
 
@@ -197,7 +209,7 @@ class AllocationError(DraJupyterError):
     http_status = 409
     reason = "busy"
 
-    def __init__(self, message: str, explanation: Explanation | None = None) -> None:
+    def __init__(self, message: str, explanation: Explained | None = None) -> None:
         self.explanation = explanation
         super().__init__(message)
 
