@@ -1,6 +1,6 @@
 """Counting a request's devices pool by pool, for a bound on what any node could give.
 
-Listing a node's devices for a request (``Allocator._listed``) gathers the node's pools and
+Listing a node's devices for a request (``Allocator.listed``) gathers the node's pools and
 checks selectors, capacity and taints device by device; when many nodes turn out to have too
 few devices, counting pool by pool is cheaper: an :class:`Inventory` keeps, per pool, the
 devices whose class and request selectors hold or fail with a CEL error, sharing results
