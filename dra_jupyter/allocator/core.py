@@ -553,7 +553,7 @@ class Allocator:
             )
         # a device that the scan of its pool left out has a selector that is false: skipped
         # without asking the selectors again
-        scanned = self.catalog.inventory.get(shape)
+        scanned = self.catalog.pool_scans.get(shape)
         for pool in self.catalog.own_pools(name):
             if not pool.usable:
                 continue

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from dra_jupyter.allocator.cache import Catalog, Holdings, Listed, request_shape
 from dra_jupyter.allocator.pools import Pool
-from dra_jupyter.allocator.scan import Inventory, Scan, Test
+from dra_jupyter.allocator.scan import PoolScans, Scan, Test
 from dra_jupyter.allocator.search import (
     CounterTotals,
     RequestData,
@@ -142,9 +142,9 @@ class NodeFilter:
             if self._source.listed(request, claim, first).candidates:
                 self.catalog.plain_match[shape] = True
                 return True
-            inventory = self._inventory(request, claim)
+            scan = self._scan(request, claim)
             found = any(
-                inventory.pool(pool).devices
+                scan.pool(pool).devices
                 for name in self.catalog.node_names()
                 if not self.flexible(name)
                 for pool in self.catalog.pool_ids(name)
@@ -218,11 +218,11 @@ class NodeFilter:
         """Whether an earlier scan of the whole inventory (for every request of the claims)
         says that no pools have enough: a claim no node can take fails in one step when it
         comes again."""
-        inventory = self.catalog.inventory
+        pool_scans = self.catalog.pool_scans
         for claim in claims:
             for request in claim.requests:
                 for alt in request.alternatives:
-                    found = inventory.get(request_shape(alt))
+                    found = pool_scans.get(request_shape(alt))
                     if found is None or not found.complete:
                         return False
         return self._scan_short(claims, None)
@@ -239,7 +239,7 @@ class NodeFilter:
             for request in claim.requests:
                 enough = False
                 for alt in request.alternatives:
-                    found = self._inventory(alt, claim)
+                    found = self._scan(alt, claim)
                     need = alt.count
                     if pools is None and found.complete and None in found.free:
                         total = found.free[None]  # every pool counted before
@@ -270,17 +270,17 @@ class NodeFilter:
                     return not unsure
         return False
 
-    def _inventory(self, request: ExactRequest, claim: ResourceClaim) -> Scan:
+    def _scan(self, request: ExactRequest, claim: ResourceClaim) -> Scan:
         """The devices the request's selectors could take, pool by pool (the results kept
         per shape in the catalog), and its free devices per pool (:meth:`_pool_free`, kept
         per shape in the holdings); found once per allocator for each request object."""
         found = self._scans.get(id(request))
         if found is None or found[0] is not request:
             shape = request_shape(request)
-            inventory = self.catalog.inventory.get(shape)
-            if inventory is None:
-                inventory = Inventory(self.catalog.index.device_slices)
-                inventory = self.catalog.inventory.setdefault(shape, inventory)
+            pool_scans = self.catalog.pool_scans.get(shape)
+            if pool_scans is None:
+                pool_scans = PoolScans(self.catalog.index.device_slices)
+                pool_scans = self.catalog.pool_scans.setdefault(shape, pool_scans)
             free = self.holdings.pool_free.get(shape)
             if free is None:
                 free = self.holdings.pool_free.setdefault(shape, {})
@@ -293,7 +293,7 @@ class NodeFilter:
                 for owner, selectors in ((cls, cls.selectors), (claim, request.selectors))
                 for i, expr in enumerate(selectors)
             )
-            found = self._scans[id(request)] = (request, Scan(inventory, tests, free, rough))
+            found = self._scans[id(request)] = (request, Scan(pool_scans, tests, free, rough))
         return found[1]
 
     def _pool_free(self, request: ExactRequest, found: Scan, pool: PoolID, exact: bool) -> int:

@@ -225,7 +225,7 @@ def test_a_node_listed_after_the_scan_lists_what_it_lists_without_it(world: Worl
     for claim in claims:
         for request in claim.requests:
             for alt in request.alternatives:
-                inventory = scanned.node_filter._inventory(alt, claim)
+                inventory = scanned.node_filter._scan(alt, claim)
                 for pool in inventory.pools():
                     inventory.pool(pool)
                 for name in names:
@@ -352,7 +352,7 @@ def test_the_scan_never_counts_fewer_free_devices_than_a_node_lists(
     for wire in CLAIMS:
         claim = allocator._prepare([wire])[0]
         alt = claim.requests[0].alternatives[0]
-        found = allocator.node_filter._inventory(alt, claim)
+        found = allocator.node_filter._scan(alt, claim)
         for name in allocator.node_names():
             pools = allocator.catalog.pool_ids(name)
             rough = sum(
@@ -437,7 +437,7 @@ def test_a_mig_claim_on_a_cluster_of_mig_nodes_scans_only_once_a_node_failed(
             never = Allocator(slices, classes, allocated, "topology", scan_after=10**9)
             assert answer(allocator, [claim]) == answer(never, [claim]), (seed, claim)
             if share == 0.0:
-                assert not allocator.catalog.inventory
+                assert not allocator.catalog.pool_scans
                 assert list(allocator.holdings.capacities) == ["node-00"]
 
 
