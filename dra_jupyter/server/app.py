@@ -28,6 +28,7 @@ from traitlets import Bool, Enum, Float, Int, Unicode, default, validate
 from dra_jupyter.errors import DraJupyterError, KernelRestartError
 from dra_jupyter.metrics import MetricsHistory, MetricsSource, NoSource, Sample, source_for
 from dra_jupyter.server import startup
+from dra_jupyter.server.claims import ClaimService
 from dra_jupyter.server.handlers import routes
 from dra_jupyter.server.idle import Decision, IdlePolicy
 from dra_jupyter.server.kernels import (
@@ -36,7 +37,6 @@ from dra_jupyter.server.kernels import (
     kernel_env,
     uninstall_kernel_env,
 )
-from dra_jupyter.server.service import ClaimService
 from dra_jupyter.server.writer import Writer
 from dra_jupyter.settings import (
     BackendName,

@@ -1,5 +1,5 @@
 """Thin REST handlers under ``/dra/api/``: authenticate, authorize, translate HTTP to
-:class:`~dra_jupyter.server.service.ClaimService` calls and domain errors to 4xx.
+:class:`~dra_jupyter.server.claims.ClaimService` calls and domain errors to 4xx.
 
 Reads (GET) do not count as user activity: a sidebar polling them must not keep a hub
 from culling an idle server (``_track_activity``, jupyter_server ``base/handlers.py``).
@@ -44,6 +44,7 @@ from dra_jupyter.errors import (
 from dra_jupyter.identity import request_user
 from dra_jupyter.metrics import Sample
 from dra_jupyter.model.limits import dns_subdomain_problem
+from dra_jupyter.server.claims import Caller, Released, release_message
 from dra_jupyter.server.models import (
     MAX_BODY_BYTES,
     ClaimModel,
@@ -58,7 +59,6 @@ from dra_jupyter.server.models import (
     check_claim_request,
     parse_json_body,
 )
-from dra_jupyter.server.service import Caller, Released, release_message
 
 if TYPE_CHECKING:
     from dra_jupyter.server.app import DRAExtensionApp
