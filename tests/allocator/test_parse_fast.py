@@ -1,13 +1,13 @@
 """The parser's fast paths for plain devices and slices give what the full parse gives.
 
-``parse_fast.fast_device`` reads a plain, valid device without building field paths; for anything
-else it must answer None so that ``_device`` parses the device and names the problem. So:
-on real devices (whole GPUs, MIG placements, shared GPUs) and on random damage to them,
-the fast path either declines or returns a device equal to the full parse's, and it never
-accepts a device that the full parse refuses. ``parse_fast.fast_slice`` likewise, for whole slices
-(against the full parse with no fast path for devices either). Both remember wire dicts
-seen before (``Recall``): damage that compares equal (``True == 1``) must not be taken
-for them, and a wire changed in place after a parse is read again.
+``parse_fast.fast_device`` reads a plain, valid device without building field paths; for
+anything else it must answer None so that ``parse._device`` parses the device and names the
+problem. So: on real devices (whole GPUs, MIG placements, shared GPUs) and on random damage
+to them, the fast path either declines or returns a device equal to the full parse's, and it
+never accepts a device that the full parse refuses. ``parse_fast.fast_slice`` likewise, for
+whole slices (against the full parse with no fast path for devices either). Both remember
+wire dicts seen before (``Recall``): damage that compares equal (``True == 1``) must not be
+taken for them, and a wire changed in place after a parse is read again.
 """
 
 from __future__ import annotations
