@@ -326,7 +326,7 @@ def test_selectors_over_the_limit_are_refused_before_cel(
     def never(*_: Any, **__: Any) -> Any:
         raise AssertionError("compiled CEL of a request over the limits")
 
-    monkeypatch.setattr("dra_jupyter.selectors.environment._compile", never)
+    monkeypatch.setattr("dra_jupyter.selectors.engine._compile", never)
     selected = request("gpu", GPU, 1, *(f"device.driver == '{i}'" for i in range(1000)))
     path = write(objects_file, documents([*hgx(), claim("x", selected)]))
     line = one_line(*cli("allocate", "-f", str(path)))

@@ -53,7 +53,7 @@ from dra_jupyter.selectors import CompiledSelector, DeviceView
 from dra_jupyter.selectors.fastpath import Reads
 
 if TYPE_CHECKING:
-    from dra_jupyter.allocator.scan import Inventory
+    from dra_jupyter.allocator.scan import PoolScans
     from dra_jupyter.allocator.topology import LazyOrder, NodeCapacity
 
 _NAME = operator.attrgetter("name")
@@ -173,7 +173,7 @@ class Catalog:
         self.any_errors: dict[Shape, bool] = {}
         self._listed_nodes: dict[Shape, set[str | None]] = {}
         self._pool_ids: dict[str | None, frozenset[PoolID]] = {}
-        self.inventory: dict[Shape, Inventory] = {}  # per shape, the scan pool by pool
+        self.pool_scans: dict[Shape, PoolScans] = {}  # per shape, the scan pool by pool
         # per shape: whether a node without partitionable or shared devices has a device
         self.plain_match: dict[Shape, bool] = {}
         self._shared_ids: frozenset[PoolID] | None = None

@@ -81,7 +81,7 @@ every node. (``topology`` on a cluster of more nodes may scan first, or after it
 node, when a claim only partitionable or shared devices serve: see ``_topology_order``.)"""
 
 
-class Allocator(NodeFilter):
+class Allocator:
     """Decides which devices ResourceClaims get, exactly as the Kubernetes 1.37 scheduler would.
 
     Pure and thread-safe: it reads the objects it is given and writes nothing; the
@@ -135,7 +135,7 @@ class Allocator(NodeFilter):
         self._compiled: dict[str, CompiledSelector] = self.catalog.compiled
         self.scan_after = scan_after
         self._list_tests: dict[Shape, tuple[Test, ...]] = {}  # per shape: _list's selectors
-        self._start_filter()
+        self.node_filter = NodeFilter(self)  # the nodes ruled out before they are searched
 
     # --- public ------------------------------------------------------------------------------
 
@@ -154,7 +154,8 @@ class Allocator(NodeFilter):
         """
         parsed = self._prepare(claims)
         quick = exact_counts(parsed)
-        if quick and node is None and (self._never_enough(parsed) or self._scanned_short(parsed)):
+        ruled = self.node_filter
+        if quick and node is None and (ruled.never_enough(parsed) or ruled.scanned_short(parsed)):
             return None
         for name in self._search_order(parsed, node, quick):
             found, _ = self.search_on(parsed, name)
@@ -179,7 +180,7 @@ class Allocator(NodeFilter):
         if self.strategy == "topology" and len(every) > 1:
             return self._topology_order(claims, shape, node, every)
         if shape is not None:
-            return (name for name in every if not self._hopeless(claims, shape, name))
+            return (name for name in every if not self.node_filter.hopeless(claims, shape, name))
         return iter(every)
 
     def _topology_order(
@@ -197,26 +198,26 @@ class Allocator(NodeFilter):
             if (
                 shape is not None
                 and len(every) > self.scan_after
-                and self._plain_nodes_hopeless(claims)
+                and self.node_filter.plain_nodes_hopeless(claims)
             ):
-                kept = [name for name in every if self._flexible(name)]
-                if len(kept) < len(every):
-                    self._scanning = True  # their pools are scanned: count the others so too
+                kept = [name for name in every if self.node_filter.flexible(name)]
+                if len(kept) < len(every):  # their pools are scanned: count the others so too
+                    self.node_filter.scanning = True
                 else:  # none scanned: count by the scan once one node was listed in vain
-                    self._scan_early = True
+                    self.node_filter.scan_early = True
                 every = kept
-            touched = self._maybe_touched if self.holdings.held_pools() else None
+            touched = self.node_filter.maybe_touched if self.holdings.held_pools() else None
             order = LazyOrder(node_runs(every, self.catalog.index.flexible, touched))
             if shape is not None:
                 order = self.holdings.orders.setdefault((shape, node), order)
         needed, largest = claims_need(claims)
-        plain = shape is not None and not self._plain_nodes_hopeless(claims)
+        plain = shape is not None and not self.node_filter.plain_nodes_hopeless(claims)
 
         def key(name: str | None) -> NodeKey:
             return node_key(self._node_capacity(name), needed, largest, name, plain)
 
         def keep(name: str | None) -> bool:
-            return shape is None or not self._hopeless(claims, shape, name)
+            return shape is None or not self.node_filter.hopeless(claims, shape, name)
 
         def drop(name: str | None) -> bool:
             """Before counting a node: the first nodes are listed (as ``keep`` does), the
@@ -228,19 +229,21 @@ class Allocator(NodeFilter):
             known = self.holdings.hopeless.get((shape, name))
             if known is not None:
                 return known
-            if not self._scan_begun() or largest > 1:
-                return self._hopeless(claims, shape, name)
-            return self._scan_too_few(claims, name)
+            if not self.node_filter.scan_begun() or largest > 1:
+                return self.node_filter.hopeless(claims, shape, name)
+            return self.node_filter.scan_too_few(claims, name)
 
         return order.names(key, keep, drop)
 
-    def _scan_test(
+    def scan_test(
         self,
         expression: str,
         owner: DeviceClass | ResourceClaim,
         request: ExactRequest | None,
         index: int,
     ) -> Test:
+        """The test of one selector of a class (``request`` None) or of a request, as the
+        scan and the lists run it on a device, shared by devices of the same values read."""
         compiled = self._compiled.get(expression)
         if compiled is None:
             where = _selector_path(owner, request, index)
@@ -271,14 +274,16 @@ class Allocator(NodeFilter):
         one by one in this order and stops at the first that fits, as first-fit does in
         name order."""
         capacities = {name: self._node_capacity(name) for name in names}
-        plain = exact_counts(claims) and not self._plain_nodes_hopeless(claims)
+        plain = exact_counts(claims) and not self.node_filter.plain_nodes_hopeless(claims)
         return node_order(capacities, claims, plain)
 
     def _node_capacity(self, name: str | None) -> NodeCapacity:
         """What is free on the node, kept while the slices and allocated claims are the same."""
         found = self.holdings.capacities.get(name)
         if found is None:
-            found = node_capacity(self.catalog.own_pools(name), self.state, self._flexible(name))
+            found = node_capacity(
+                self.catalog.own_pools(name), self.state, self.node_filter.flexible(name)
+            )
             self.holdings.capacities[name] = found
         return found
 
@@ -300,7 +305,7 @@ class Allocator(NodeFilter):
     def plan(self, claims: list[ResourceClaim], node_name: str | None) -> Plan:
         """The node's pools and, per request, the devices that could serve it."""
         node = self.node(node_name)
-        pools = self._pools_for_claims(claims, node_name)
+        pools = self.pools_for_claims(claims, node_name)
         return Plan(node, pools, self.request_data(claims, pools, node))
 
     # --- preparation -------------------------------------------------------------------------
@@ -470,7 +475,7 @@ class Allocator(NodeFilter):
     def pools_for(self, node: Node | None) -> list[Pool]:
         return self.catalog.pools(node.name if node is not None else None)
 
-    def _pools_for_claims(self, claims: Sequence[ResourceClaim], name: str | None) -> list[Pool]:
+    def pools_for_claims(self, claims: Sequence[ResourceClaim], name: str | None) -> list[Pool]:
         """The node's pools, less those it sees only through their counter slices unless a
         request asks for all devices (the only one that looks at an unusable pool)."""
         if any(
@@ -520,11 +525,11 @@ class Allocator(NodeFilter):
         if found is None:
             rd.candidates = self._candidates(rd, claim, node)
             found = order_candidates(rd, self.state)
-            if not self._listed(rd.request, claim, name).errors:
+            if not self.listed(rd.request, claim, name).errors:
                 self.holdings.ordered[key] = found
         return found
 
-    def _listed(self, request: ExactRequest, claim: ResourceClaim, name: str | None) -> Listed:
+    def listed(self, request: ExactRequest, claim: ResourceClaim, name: str | None) -> Listed:
         """The node's devices that could ever serve requests of this shape (cached)."""
         shape = request_shape(request)
         listed = self.catalog.listed.get((shape, name))
@@ -542,13 +547,13 @@ class Allocator(NodeFilter):
         if tests is None:
             cls = self.classes[request.device_class_name]
             tests = self._list_tests[shape] = tuple(
-                self._scan_test(expr, owner, None if owner is cls else request, i)
+                self.scan_test(expr, owner, None if owner is cls else request, i)
                 for owner, selectors in ((cls, cls.selectors), (claim, request.selectors))
                 for i, expr in enumerate(selectors)
             )
         # a device that the scan of its pool left out has a selector that is false: skipped
         # without asking the selectors again
-        scanned = self.catalog.inventory.get(shape)
+        scanned = self.catalog.pool_scans.get(shape)
         for pool in self.catalog.own_pools(name):
             if not pool.usable:
                 continue
@@ -598,7 +603,7 @@ class Allocator(NodeFilter):
         ones less those held whole; a device whose selector fails with a CEL error carries
         the error (naming this claim), raised only if the search reaches it."""
         request = rd.request
-        listed = self._listed(request, claim, node.name if node is not None else None)
+        listed = self.listed(request, claim, node.name if node is not None else None)
         dedicated = self.state.dedicated
         admin = request.admin_access
         out: list[Candidate] = []

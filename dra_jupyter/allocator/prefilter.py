@@ -15,17 +15,19 @@ answers:
   at once when none of them has a device for the claim (a MIG claim under ``topology``).
 
 All of it is kept per inventory (what matches) and per set of allocated claims (what is
-free) in the allocator's cache. :class:`NodeFilter` is a part of ``Allocator``, split out to
-keep each module about one thing.
+free) in the allocator's cache. Each allocator has a :class:`NodeFilter`, which reads what
+:class:`NodeSource` says from it.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+from typing import Protocol
 
 from dra_jupyter.allocator.cache import Catalog, Holdings, Listed, request_shape
 from dra_jupyter.allocator.pools import Pool
-from dra_jupyter.allocator.scan import Inventory, Scan, Test
+from dra_jupyter.allocator.scan import PoolScans, Scan, Test
 from dra_jupyter.allocator.search import (
     CounterTotals,
     RequestData,
@@ -44,9 +46,10 @@ from dra_jupyter.model.objects import (
 )
 
 
-class NodeFilter:
-    """The node tests of :class:`~dra_jupyter.allocator.core.Allocator` (see the module's
-    docstring); the attributes and methods below the fields are the allocator's."""
+class NodeSource(Protocol):
+    """What a :class:`NodeFilter` reads from the allocator it tests nodes for
+    (:class:`~dra_jupyter.allocator.core.Allocator`): its caches and limits, and how it
+    lists a node's devices, gathers its pools and prepares a search there."""
 
     catalog: Catalog
     holdings: Holdings
@@ -54,31 +57,12 @@ class NodeFilter:
     classes: dict[str, DeviceClass]
     max_steps: int
     scan_after: int
-    _listings: int  # nodes listed by _too_few in this allocator's calls
-    _scanning: bool  # whether a scan began before scan_after nodes were listed
-    _scan_early: bool  # whether a scan begins once one node was listed
-    # the claims of the latest call, and whether no pools have enough for them
-    _nowhere: tuple[list[ResourceClaim], bool] | None
-    # per request object: the request and its scan
-    _scans: dict[int, tuple[ExactRequest, Scan]]
 
-    def _start_filter(self) -> None:
-        self._listings = 0
-        self._scanning = False
-        self._scan_early = False
-        self._nowhere = None
-        self._scans = {}
+    def node(self, name: str | None) -> Node | None: ...
 
-    # --- the allocator's --------------------------------------------------------------------
+    def listed(self, request: ExactRequest, claim: ResourceClaim, name: str | None) -> Listed: ...
 
-    def node(self, name: str | None) -> Node | None:
-        raise NotImplementedError
-
-    def _listed(self, request: ExactRequest, claim: ResourceClaim, name: str | None) -> Listed:
-        raise NotImplementedError
-
-    def _pools_for_claims(self, claims: Sequence[ResourceClaim], name: str | None) -> list[Pool]:
-        raise NotImplementedError
+    def pools_for_claims(self, claims: Sequence[ResourceClaim], name: str | None) -> list[Pool]: ...
 
     def request_data(
         self,
@@ -87,29 +71,50 @@ class NodeFilter:
         node: Node | None,
         *,
         ordered: bool = True,
-    ) -> dict[tuple[int, int, int], RequestData]:
-        raise NotImplementedError
+    ) -> dict[tuple[int, int, int], RequestData]: ...
 
-    def _scan_test(
+    def scan_test(
         self,
         expression: str,
         owner: DeviceClass | ResourceClaim,
         request: ExactRequest | None,
         index: int,
-    ) -> Test:
-        raise NotImplementedError
+    ) -> Test: ...
+
+
+class NodeFilter:
+    """The node tests of an allocator (see the module's docstring), one per allocator."""
+
+    def __init__(self, source: NodeSource) -> None:
+        # what the source holds for its life, read once; the source itself weakly, since it
+        # holds this filter: no reference cycle, so the allocator and its caches go with
+        # its last reference, not at the collector's next full pass
+        self.catalog = source.catalog
+        self.holdings = source.holdings
+        self.state = source.state
+        self.classes = source.classes
+        self.max_steps = source.max_steps
+        self.scan_after = source.scan_after
+        self._source: NodeSource = weakref.proxy(source)
+        self._listings = 0  # nodes listed by _too_few in the allocator's calls
+        self.scanning = False  # whether a scan began before scan_after nodes were listed
+        self.scan_early = False  # whether a scan begins once one node was listed
+        # the claims of the latest call, and whether no pools have enough for them
+        self._nowhere: tuple[list[ResourceClaim], bool] | None = None
+        # per request object: the request and its scan
+        self._scans: dict[int, tuple[ExactRequest, Scan]] = {}
 
     # --- the tests ----------------------------------------------------------------------------
 
-    def _scan_begun(self) -> bool:
+    def scan_begun(self) -> bool:
         """Whether nodes are tested against the scan (instead of listed one by one)."""
-        after = min(self.scan_after, 1) if self._scan_early else self.scan_after
-        return self._scanning or self._listings >= after
+        after = min(self.scan_after, 1) if self.scan_early else self.scan_after
+        return self.scanning or self._listings >= after
 
-    def _flexible(self, name: str | None) -> bool:
+    def flexible(self, name: str | None) -> bool:
         return self.catalog.index.flexible(name)
 
-    def _plain_nodes_hopeless(self, claims: list[ResourceClaim]) -> bool:
+    def plain_nodes_hopeless(self, claims: list[ResourceClaim]) -> bool:
         """Whether the first request has no device, and no CEL error, in any pool of the
         nodes without partitionable or shared devices (and no slice serves every node):
         then those nodes must all fail at once. ``topology`` tries them first, so a claim
@@ -130,30 +135,30 @@ class NodeFilter:
             # A device listed on the first such node settles it without the scan of the
             # inventory (a listed device is one the scan of its pool keeps, and its pool is
             # one of the node's): the node is listed first anyway, by topology's order.
-            first = next((n for n in self.catalog.node_names() if not self._flexible(n)), None)
+            first = next((n for n in self.catalog.node_names() if not self.flexible(n)), None)
             if first is None:  # no such node: no pool to scan
                 self.catalog.plain_match[shape] = False
                 return False
-            if self._listed(request, claim, first).candidates:
+            if self._source.listed(request, claim, first).candidates:
                 self.catalog.plain_match[shape] = True
                 return True
-            inventory = self._inventory(request, claim)
+            scan = self._scan(request, claim)
             found = any(
-                inventory.pool(pool).devices
+                scan.pool(pool).devices
                 for name in self.catalog.node_names()
-                if not self._flexible(name)
+                if not self.flexible(name)
                 for pool in self.catalog.pool_ids(name)
             )
             self.catalog.plain_match[shape] = found
         return found
 
-    def _maybe_touched(self, name: str | None) -> bool:
+    def maybe_touched(self, name: str | None) -> bool:
         """Whether something the node could use may be in use: false only when no pool of
         its slices (or of the slices of no one node) holds an allocated device."""
         held = self.holdings.held_pools()
         return bool(held) and not held.isdisjoint(self.catalog.pool_ids(name))
 
-    def _never_enough(self, claims: list[ResourceClaim]) -> bool:
+    def never_enough(self, claims: list[ResourceClaim]) -> bool:
         """Whether some request has too few devices on every node, ignoring allocations:
         known once each node has been listed for the request's shape, so an impossible
         request fails in one step from the second time on."""
@@ -168,7 +173,7 @@ class NodeFilter:
             all(self.catalog.never_enough(shape, count) for shape, count in alts) for alts in shapes
         )
 
-    def _hopeless(self, claims: list[ResourceClaim], shape: object, name: str | None) -> bool:
+    def hopeless(self, claims: list[ResourceClaim], shape: object, name: str | None) -> bool:
         """:meth:`_too_few`, kept per claim shape and node while the allocations are the same."""
         key = (shape, name)
         found = self.holdings.hopeless.get(key)
@@ -181,14 +186,14 @@ class NodeFilter:
         devices could fail with a CEL error, a request has fewer free devices than it needs
         in each of its alternatives, or (no such device at all) a claim's constraints cannot
         hold: the search would stop there at once."""
-        if self._scan_too_few(claims, name):
+        if self.scan_too_few(claims, name):
             return True
         self._listings += 1
         for claim in claims:
             for request in claim.requests:
                 enough = False
                 for alt in request.alternatives:
-                    listed = self._listed(alt, claim, name)
+                    listed = self._source.listed(alt, claim, name)
                     if listed.errors:
                         return False
                     if self._free(alt, listed, name) >= alt.count:
@@ -197,27 +202,27 @@ class NodeFilter:
                     return True
         return self._constraints_fail(claims, name)
 
-    def _scan_too_few(self, claims: list[ResourceClaim], name: str | None) -> bool:
+    def scan_too_few(self, claims: list[ResourceClaim], name: str | None) -> bool:
         """:meth:`_too_few`'s first answer, from the scan instead of the node's list: a
         request has fewer free devices in the node's pools, or in all pools, than it needs,
         and no request before it has a device with a CEL error there. The scan begins once
         ``scan_after`` nodes were listed; until then, false."""
-        if not self._scan_begun():
+        if not self.scan_begun():
             return False
         known = self._nowhere  # the same test over every pool, for the claims of this call
         if known is None or known[0] is not claims:
             known = self._nowhere = (claims, self._scan_short(claims, None))
         return known[1] or self._scan_short(claims, self.catalog.pool_ids(name))
 
-    def _scanned_short(self, claims: list[ResourceClaim]) -> bool:
+    def scanned_short(self, claims: list[ResourceClaim]) -> bool:
         """Whether an earlier scan of the whole inventory (for every request of the claims)
         says that no pools have enough: a claim no node can take fails in one step when it
         comes again."""
-        inventory = self.catalog.inventory
+        pool_scans = self.catalog.pool_scans
         for claim in claims:
             for request in claim.requests:
                 for alt in request.alternatives:
-                    found = inventory.get(request_shape(alt))
+                    found = pool_scans.get(request_shape(alt))
                     if found is None or not found.complete:
                         return False
         return self._scan_short(claims, None)
@@ -234,7 +239,7 @@ class NodeFilter:
             for request in claim.requests:
                 enough = False
                 for alt in request.alternatives:
-                    found = self._inventory(alt, claim)
+                    found = self._scan(alt, claim)
                     need = alt.count
                     if pools is None and found.complete and None in found.free:
                         total = found.free[None]  # every pool counted before
@@ -265,17 +270,17 @@ class NodeFilter:
                     return not unsure
         return False
 
-    def _inventory(self, request: ExactRequest, claim: ResourceClaim) -> Scan:
+    def _scan(self, request: ExactRequest, claim: ResourceClaim) -> Scan:
         """The devices the request's selectors could take, pool by pool (the results kept
         per shape in the catalog), and its free devices per pool (:meth:`_pool_free`, kept
         per shape in the holdings); found once per allocator for each request object."""
         found = self._scans.get(id(request))
         if found is None or found[0] is not request:
             shape = request_shape(request)
-            inventory = self.catalog.inventory.get(shape)
-            if inventory is None:
-                inventory = Inventory(self.catalog.index.device_slices)
-                inventory = self.catalog.inventory.setdefault(shape, inventory)
+            pool_scans = self.catalog.pool_scans.get(shape)
+            if pool_scans is None:
+                pool_scans = PoolScans(self.catalog.index.device_slices)
+                pool_scans = self.catalog.pool_scans.setdefault(shape, pool_scans)
             free = self.holdings.pool_free.get(shape)
             if free is None:
                 free = self.holdings.pool_free.setdefault(shape, {})
@@ -284,11 +289,11 @@ class NodeFilter:
                 rough = self.holdings.pool_rough.setdefault(shape, {})
             cls = self.classes[request.device_class_name]
             tests = tuple(
-                self._scan_test(expr, owner, None if owner is cls else request, i)
+                self._source.scan_test(expr, owner, None if owner is cls else request, i)
                 for owner, selectors in ((cls, cls.selectors), (claim, request.selectors))
                 for i, expr in enumerate(selectors)
             )
-            found = self._scans[id(request)] = (request, Scan(inventory, tests, free, rough))
+            found = self._scans[id(request)] = (request, Scan(pool_scans, tests, free, rough))
         return found[1]
 
     def _pool_free(self, request: ExactRequest, found: Scan, pool: PoolID, exact: bool) -> int:
@@ -356,9 +361,9 @@ class NodeFilter:
         chosen: the bound the search checks when a claim starts, taken before planning."""
         if not any(claim.constraints for claim in claims):
             return False
-        node = self.node(name)
-        pools = self._pools_for_claims(claims, name)
-        data = self.request_data(claims, pools, node, ordered=False)
+        node = self._source.node(name)
+        pools = self._source.pools_for_claims(claims, name)
+        data = self._source.request_data(claims, pools, node, ordered=False)
         search = Search(claims, pools, node, self.state, data, self.max_steps)
         return not all(search.constraints_feasible(ci, 0) for ci in range(len(claims)))
 

@@ -1,8 +1,8 @@
 """Counting a request's devices pool by pool, for a bound on what any node could give.
 
-Listing a node's devices for a request (``Allocator._listed``) gathers the node's pools and
+Listing a node's devices for a request (``Allocator.listed``) gathers the node's pools and
 checks selectors, capacity and taints device by device; when many nodes turn out to have too
-few devices, counting pool by pool is cheaper: an :class:`Inventory` keeps, per pool, the
+few devices, counting pool by pool is cheaper: a :class:`PoolScans` keeps, per pool, the
 devices whose class and request selectors hold or fail with a CEL error, sharing results
 between devices that publish the same values of what a selector reads. A node lists no more
 devices for the request than its pools hold here, so a node (or the whole inventory) whose
@@ -10,7 +10,7 @@ pools hold fewer free ones than a request needs cannot serve it.
 
 A pool is scanned only when it is first asked about, so a question about one node reads the
 devices of that node's pools only, and a question about the whole inventory can stop as soon
-as enough devices are counted (:meth:`Inventory.pools` gives the pools in a fixed order).
+as enough devices are counted (:meth:`PoolScans.pools` gives the pools in a fixed order).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Scanned:
     errors: bool
 
 
-class Inventory:
+class PoolScans:
     """Per pool, the devices of one request shape's scan, made pool by pool as pools are
     asked about (:meth:`pool`). ``by_pool``: the device slices of each pool (slices of
     shared counters left out). It keeps results, not the tests that make them: the caller
@@ -75,24 +75,24 @@ class Inventory:
 
 @dataclass(frozen=True)
 class Scan:
-    """An :class:`Inventory` with the tests of one request, and what is free per pool
+    """A :class:`PoolScans` with the tests of one request, and what is free per pool
     (kept by the caller; ``None``: all pools together), counted with the pools' counters
     (``free``) and without them (``rough``)."""
 
-    inventory: Inventory
+    pool_scans: PoolScans
     tests: tuple[Test, ...]
     free: dict[PoolID | None, int]
     rough: dict[PoolID | None, int]
 
     def pools(self) -> Iterator[PoolID]:
-        return self.inventory.pools()
+        return self.pool_scans.pools()
 
     @property
     def complete(self) -> bool:
-        return self.inventory.complete
+        return self.pool_scans.complete
 
     def pool(self, pool: PoolID) -> Scanned:
-        return self.inventory.pool(pool, self.tests)
+        return self.pool_scans.pool(pool, self.tests)
 
 
 def _scan(pool_id: PoolID, slices: Sequence[ResourceSlice], given: Sequence[Test]) -> Scanned:

@@ -6,6 +6,9 @@ import re
 
 from dra_jupyter.errors import shown
 
+API_VERSION = "resource.k8s.io/v1"  # the API of these limits and rules
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # Kubernetes' integers are int64
+
 MAX_REQUESTS_PER_CLAIM = 32
 MAX_RESULTS_PER_CLAIM = 32  # AllocationResultsMaxSize: devices one claim may get
 MAX_SUBREQUESTS = 8
@@ -55,6 +58,11 @@ def dns_subdomain_problem(name: str, max_length: int = 253) -> str | None:
                 "letters, digits and '-')"
             )
     return None
+
+
+def driver_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a driver's name (a DNS subdomain of at most 63 characters), or None."""
+    return dns_subdomain_problem(name, MAX_DRIVER_NAME_LENGTH)
 
 
 def pool_name_problem(name: str) -> str | None:

@@ -5,18 +5,22 @@ Every problem raises :class:`~dra_jupyter.errors.ObjectError` naming the object
 (``spec.devices.requests[0].exactly.count``) and what to do.  The checks are the
 ones the apiserver makes for these fields, so input accepted here would be
 accepted by a cluster (CEL is compiled separately, by the allocator).
+
+Plain slices and devices are read first on a fast path (:mod:`.parse_fast`), which gives
+the same answer as the parse here or none; the checks of one field each are in
+:mod:`.fields`.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeGuard, TypeVar, cast
+from typing import Any, TypeVar, cast
 
-from dra_jupyter.errors import ECHO_LIMIT, ObjectError, shown
-from dra_jupyter.model import features, limits
+from dra_jupyter.errors import ObjectError, shown
+from dra_jupyter.model import features, limits, recall
 from dra_jupyter.model.attributes import AttributeValue, Version
+from dra_jupyter.model.fields import Ctx, check_kind, cut, read_metadata
 from dra_jupyter.model.objects import (
     AllocationResult,
     ClaimConfig,
@@ -39,163 +43,17 @@ from dra_jupyter.model.objects import (
     Toleration,
     ValidRange,
     Wire,
-    plain_device,
-    plain_slice,
 )
+from dra_jupyter.model.parse_fast import fast_device, fast_slice, label_ok
 from dra_jupyter.model.quantity import Quantity
-from dra_jupyter.model.recall import Recall
-from dra_jupyter.model.recall import remembered_valid as _valid
 
-API_VERSION = "resource.k8s.io/v1"
 T = TypeVar("T")
-V = TypeVar("V")
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # Kubernetes' integers are int64
-
-
-def _cut(text: str) -> str:
-    """A name or key as a message shows it: at most ECHO_LIMIT characters, then ``…``."""
-    return text if len(text) <= ECHO_LIMIT else text[:ECHO_LIMIT] + "…"
-
-
-class _Ctx:
-    """Where we are: the object being parsed, for error messages."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-
-    def fail(self, path: str, problem: str, remedy: str = "") -> ObjectError:
-        return ObjectError(self.where, path, problem, remedy)
-
-    def mapping(self, value: Any, path: str, *, required: bool = False) -> Mapping[str, Any]:
-        if value is None:
-            if required:
-                raise self.fail(path, "is required")
-            return {}
-        if not isinstance(value, Mapping):
-            raise self.fail(path, f"must be an object, not {type(value).__name__}")
-        return value
-
-    def seq(
-        self, value: Any, path: str, max_items: int | None = None, remedy: str = ""
-    ) -> list[Any]:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise self.fail(path, f"must be a list, not {type(value).__name__}")
-        if max_items is not None and len(value) > max_items:
-            raise self.fail(
-                path,
-                f"has {len(value)} entries, more than the limit of {max_items}",
-                remedy or f"keep at most {max_items}",
-            )
-        return value
-
-    def string(self, value: Any, path: str, *, required: bool = False) -> str:
-        if value is None or value == "":
-            if required:
-                raise self.fail(path, "is required")
-            return ""
-        if not isinstance(value, str):
-            raise self.fail(path, f"must be a string, not {type(value).__name__}")
-        return value
-
-    def boolean(self, value: Any, path: str) -> bool:
-        if value is None:
-            return False
-        if not isinstance(value, bool):
-            raise self.fail(path, f"must be true or false, not {shown(value)}")
-        return value
-
-    def integer(self, value: Any, path: str, default: int) -> int:
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"must be an integer, not {shown(value)}")
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise self.fail(path, f"{shown(value)} is out of range for a 64-bit integer")
-        return value
-
-    def quantity(self, value: Any, path: str) -> Quantity:
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise self.fail(path, f"must be a quantity such as 40Gi, not {shown(value)}")
-        try:
-            return _quantity(value)
-        except ValueError as err:
-            raise self.fail(path, str(err), "write a quantity such as 80Gi, 500m or 4") from err
-
-    def name(self, value: Any, path: str, check: Callable[[str], str | None]) -> str:
-        text = self.string(value, path, required=True)
-        problem = check(text)
-        if problem:
-            suggestion = re.sub(r"[^a-z0-9.-]+", "-", text[:63].lower()).strip("-.") or "name"
-            raise self.fail(path, problem, f"rename it, for example to {suggestion!r}")
-        return text
-
-    def unique(self, names: list[str], path: str, what: str) -> None:
-        seen: set[str] = set()
-        for n in names:
-            if n in seen:
-                raise self.fail(path, f"{what} {shown(n)} appears more than once")
-            seen.add(n)
-
-
-def _metadata(obj: Mapping[str, Any], kind: str, *, namespaced: bool) -> tuple[_Ctx, str, str]:
-    meta = obj.get("metadata")
-    if meta is None:
-        raise ObjectError(kind, "metadata", "is missing", "every object needs metadata.name")
-    if not isinstance(meta, Mapping):
-        raise ObjectError(kind, "metadata", f"must be an object, not {type(meta).__name__}")
-    name = meta.get("name")
-    if name is None or name == "":
-        raise ObjectError(kind, "metadata.name", "is missing")
-    if not isinstance(name, str):
-        raise ObjectError(kind, "metadata.name", f"must be a string, not {shown(name)}")
-    namespace = ""
-    if namespaced:
-        namespace = _Ctx(f"{kind} {_cut(name)}").name(
-            meta.get("namespace") or "default", "metadata.namespace", limits.dns_label_problem
-        )
-    ctx = _Ctx(f"{kind} {namespace}/{_cut(name)}" if namespaced else f"{kind} {_cut(name)}")
-    problem = limits.dns_subdomain_problem(name)
-    if problem:
-        raise ctx.fail("metadata.name", problem)
-    return ctx, name, namespace
-
-
-def _describe(obj: Mapping[str, Any], kind: str) -> str:
-    """``ResourceClaim default/nb-7`` when the object has a name, else just the kind."""
-    meta = obj.get("metadata")
-    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
-        return kind
-    name = _cut(meta["name"])
-    if kind == "ResourceClaim":
-        namespace = meta.get("namespace") or "default"
-        return f"{kind} {_cut(namespace) if isinstance(namespace, str) else '?'}/{name}"
-    return f"{kind} {name}"
-
-
-def _check_kind(obj: Any, kind: str) -> Mapping[str, Any]:
-    if not isinstance(obj, Mapping):
-        raise ObjectError(kind, "", f"must be an object, not {type(obj).__name__}")
-    got = obj.get("kind", kind)
-    where = _describe(obj, kind)
-    if got != kind:
-        raise ObjectError(where, "kind", f"expected {kind}, got {shown(got)}")
-    version = obj.get("apiVersion", API_VERSION)
-    if kind != "Node" and version != API_VERSION:
-        raise ObjectError(
-            where,
-            "apiVersion",
-            f"{shown(version)} is not supported",
-            f"convert it to {API_VERSION} (kubectl get -o yaml shows v1 since Kubernetes 1.34)",
-        )
-    return obj
 
 
 # --- DeviceClass -------------------------------------------------------------------------------
 
 
-def _selectors(ctx: _Ctx, raw: Any, path: str) -> tuple[str, ...]:
+def _selectors(ctx: Ctx, raw: Any, path: str) -> tuple[str, ...]:
     out = []
     for i, sel in enumerate(ctx.seq(raw, path, limits.MAX_SELECTORS)):
         sel_map = ctx.mapping(sel, f"{path}[{i}]", required=True)
@@ -204,17 +62,17 @@ def _selectors(ctx: _Ctx, raw: Any, path: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _opaque(ctx: _Ctx, raw: Mapping[str, Any], path: str) -> Wire:
+def _opaque(ctx: Ctx, raw: Mapping[str, Any], path: str) -> Wire:
     opaque = ctx.mapping(raw.get("opaque"), f"{path}.opaque", required=True)
-    ctx.name(opaque.get("driver"), f"{path}.opaque.driver", _driver_problem)
+    ctx.name(opaque.get("driver"), f"{path}.opaque.driver", limits.driver_name_problem)
     if "parameters" not in opaque:
         raise ctx.fail(f"{path}.opaque.parameters", "is required")
     return {"opaque": dict(opaque)}
 
 
 def parse_device_class(obj: Any) -> DeviceClass:
-    obj = _check_kind(obj, "DeviceClass")
-    ctx, name, _ = _metadata(obj, "DeviceClass", namespaced=False)
+    obj = check_kind(obj, "DeviceClass")
+    ctx, name, _ = read_metadata(obj, "DeviceClass", namespaced=False)
     spec = ctx.mapping(obj.get("spec"), "spec")
     config = tuple(
         _opaque(ctx, ctx.mapping(c, f"spec.config[{i}]", required=True), f"spec.config[{i}]")
@@ -231,11 +89,7 @@ def parse_device_class(obj: Any) -> DeviceClass:
 # --- ResourceSlice -----------------------------------------------------------------------------
 
 
-def _driver_problem(name: str) -> str | None:
-    return limits.dns_subdomain_problem(name, limits.MAX_DRIVER_NAME_LENGTH)
-
-
-def _attribute(ctx: _Ctx, raw: Any, path: str) -> AttributeValue:
+def _attribute(ctx: Ctx, raw: Any, path: str) -> AttributeValue:
     m = ctx.mapping(raw, path, required=True)
     kinds = [
         k
@@ -259,7 +113,7 @@ def _attribute(ctx: _Ctx, raw: Any, path: str) -> AttributeValue:
         raise ctx.fail(f"{path}.{kind}", str(err)) from err
 
 
-def _scalar(ctx: _Ctx, kind: str, value: Any, path: str) -> bool | int | str | Version:
+def _scalar(ctx: Ctx, kind: str, value: Any, path: str) -> bool | int | str | Version:
     if kind == "bool":
         return ctx.boolean(value, path)
     if kind == "int":
@@ -267,22 +121,7 @@ def _scalar(ctx: _Ctx, kind: str, value: Any, path: str) -> bool | int | str | V
     text = ctx.string(value, path)
     if len(text) > limits.MAX_ATTRIBUTE_STRING_LENGTH:
         raise ctx.fail(path, f"is longer than {limits.MAX_ATTRIBUTE_STRING_LENGTH} characters")
-    return _version(text) if kind == "version" else text
-
-
-# Parsed values, shared: an inventory repeats a few quantities, versions and capacities on
-# every device (the counters of 20,000 MIG placements on 1,000 nodes are about 350,000
-# quantities of a few dozen values). One immutable object per text keeps memory down and
-# the collector's full passes short (they visit every object a process holds). ``typed``:
-# the integer 1 and the text "1" are kept apart, and True is never taken for 1.
-@functools.lru_cache(maxsize=4096, typed=True)
-def _quantity(value: str | int) -> Quantity:
-    return Quantity.parse(value)
-
-
-@functools.lru_cache(maxsize=4096)
-def _version(text: str) -> Version:
-    return Version(text)
+    return recall.version(text) if kind == "version" else text
 
 
 def _zero_if_unset(value: Any) -> Any:
@@ -291,24 +130,19 @@ def _zero_if_unset(value: Any) -> Any:
     return 0 if value is None else value
 
 
-@functools.lru_cache(maxsize=4096, typed=True)
-def _plain_capacity(value: str | int) -> DeviceCapacity:
-    return DeviceCapacity(value=_quantity(value))
-
-
-def _qualified_keys(ctx: _Ctx, raw: Mapping[str, Any], path: str) -> None:
+def _qualified_keys(ctx: Ctx, raw: Mapping[str, Any], path: str) -> None:
     for key in raw:
         problem = limits.qualified_name_problem(str(key))
         if problem:
-            raise ctx.fail(f"{path}[{_cut(str(key))}]", problem)
+            raise ctx.fail(f"{path}[{cut(str(key))}]", problem)
 
 
-def _capacity(ctx: _Ctx, raw: Any, path: str) -> DeviceCapacity:
+def _capacity(ctx: Ctx, raw: Any, path: str) -> DeviceCapacity:
     m = ctx.mapping(raw, path, required=True)
     given = _zero_if_unset(m.get("value"))
     value = ctx.quantity(given, f"{path}.value")
     if m.get("requestPolicy") is None:
-        return _plain_capacity(given)
+        return recall.plain_capacity(given)
     policy = None
     if m.get("requestPolicy") is not None:
         p = ctx.mapping(m.get("requestPolicy"), f"{path}.requestPolicy")
@@ -337,7 +171,7 @@ def _capacity(ctx: _Ctx, raw: Any, path: str) -> DeviceCapacity:
     return DeviceCapacity(value=value, request_policy=policy)
 
 
-def _check_policy(ctx: _Ctx, policy: RequestPolicy, value: Quantity, path: str) -> None:
+def _check_policy(ctx: Ctx, policy: RequestPolicy, value: Quantity, path: str) -> None:
     """What kube-apiserver 1.37 checks of a request policy (``validateRequestPolicy``):
     a default beside validValues or validRange and inside them, options and bounds within
     the capacity's ``value``, and steps from ``min`` to the default and to ``max``. Steps
@@ -418,18 +252,15 @@ def _check_policy(ctx: _Ctx, policy: RequestPolicy, value: Quantity, path: str) 
             )
 
 
-def _counters(ctx: _Ctx, raw: Any, path: str) -> dict[str, Quantity]:
+def _counters(ctx: Ctx, raw: Any, path: str) -> dict[str, Quantity]:
     m = ctx.mapping(raw, path)
     if len(m) > limits.MAX_COUNTERS_PER_SET:
         raise ctx.fail(path, f"has more than {limits.MAX_COUNTERS_PER_SET} counters")
     out = {}
     for key, c in m.items():
-        if type(key) is str and _label_ok(key):
-            problem = None
-        else:
-            problem = limits.dns_label_problem(str(key))
+        problem = None if type(key) is str and label_ok(key) else limits.dns_label_problem(str(key))
         if problem:
-            raise ctx.fail(f"{path}[{_cut(str(key))}]", f"a counter name {problem}")
+            raise ctx.fail(f"{path}[{cut(str(key))}]", f"a counter name {problem}")
         cm = ctx.mapping(c, f"{path}[{key}]", required=True)
         out[str(key)] = ctx.quantity(_zero_if_unset(cm.get("value")), f"{path}[{key}].value")
     return out
@@ -438,7 +269,7 @@ def _counters(ctx: _Ctx, raw: Any, path: str) -> dict[str, Quantity]:
 _NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
 
-def _node_requirement(ctx: _Ctx, raw: Any, path: str, *, field: bool) -> None:
+def _node_requirement(ctx: Ctx, raw: Any, path: str, *, field: bool) -> None:
     """A core/v1 NodeSelectorRequirement, checked as the API server checks it."""
     m = ctx.mapping(raw, path, required=True)
     key = ctx.string(m.get("key"), f"{path}.key", required=True)
@@ -464,7 +295,7 @@ def _node_requirement(ctx: _Ctx, raw: Any, path: str, *, field: bool) -> None:
         raise ctx.fail(f"{path}.values", f"must be one integer when the operator is {operator}")
 
 
-def _node_selector(ctx: _Ctx, raw: Any, path: str) -> Wire:
+def _node_selector(ctx: Ctx, raw: Any, path: str) -> Wire:
     """A core/v1 NodeSelector: terms of match expressions (labels) and fields."""
     m = ctx.mapping(raw, path, required=True)
     terms = ctx.seq(m.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")
@@ -477,7 +308,7 @@ def _node_selector(ctx: _Ctx, raw: Any, path: str) -> Wire:
     return dict(m)
 
 
-def _node_selection(ctx: _Ctx, m: Mapping[str, Any], path: str) -> NodeSelection | None:
+def _node_selection(ctx: Ctx, m: Mapping[str, Any], path: str) -> NodeSelection | None:
     node_name = ctx.string(m.get("nodeName"), f"{path}nodeName") or None
     if node_name is not None:
         problem = limits.dns_subdomain_problem(node_name)
@@ -499,7 +330,7 @@ def _node_selection(ctx: _Ctx, m: Mapping[str, Any], path: str) -> NodeSelection
     return NodeSelection(node_name=node_name, node_selector=selector, all_nodes=all_nodes)
 
 
-def _taint(ctx: _Ctx, raw: Any, path: str) -> Taint:
+def _taint(ctx: Ctx, raw: Any, path: str) -> Taint:
     m = ctx.mapping(raw, path, required=True)
     effect = ctx.string(m.get("effect"), f"{path}.effect", required=True)
     if effect not in ("NoSchedule", "NoExecute", "None"):
@@ -511,7 +342,7 @@ def _taint(ctx: _Ctx, raw: Any, path: str) -> Taint:
     )
 
 
-def _device(ctx: _Ctx, raw: Any, path: str, per_device: bool) -> Device:
+def _device(ctx: Ctx, raw: Any, path: str, per_device: bool) -> Device:
     m = ctx.mapping(raw, path, required=True)
     name = ctx.name(m.get("name"), f"{path}.name", limits.dns_label_problem)
     attrs_raw = ctx.mapping(m.get("attributes"), f"{path}.attributes")
@@ -583,281 +414,18 @@ def _device(ctx: _Ctx, raw: Any, path: str, per_device: bool) -> Device:
     )
 
 
-# The fast path of a device: most devices of an inventory are plain (a name, scalar
-# attributes, plain capacities, counters consumed) and valid. ``_fast_device`` reads such a
-# device without building a field path or a message; for anything else, or anything wrong,
-# it answers None and ``_device`` parses the device again, checking every field and naming
-# the first problem. A device it accepts is one ``_device`` accepts, as the same object.
-_FAST_DEVICE_KEYS = frozenset(
-    {"name", "attributes", "capacity", "consumesCounters", "allowMultipleAllocations"}
-)
-# Names already found valid, by rule: a set lookup costs less than a call.
-_LABELS: set[str] = set()
-_QUALIFIED: set[str] = set()
-_SUBDOMAINS: set[str] = set()
-_DRIVERS: set[str] = set()
-_POOLS: set[str] = set()
-
-
-def _label_ok(name: object) -> TypeGuard[str]:
-    return _valid(name, _LABELS, limits.dns_label_problem)
-
-
-def _qualified_ok(name: object) -> TypeGuard[str]:
-    return _valid(name, _QUALIFIED, limits.qualified_name_problem)
-
-
-_ATTRIBUTES: Recall[dict[str, AttributeValue]] = Recall()
-_CAPACITIES: Recall[dict[str, DeviceCapacity]] = Recall()
-_COUNTERS: Recall[dict[str, Quantity]] = Recall()
-# A device's one counter consumption, by counter set and the (kept, shared) counters dict:
-# the entry holds that dict, so no other dict can have its id while the entry is there.
-_CONSUMPTIONS: dict[tuple[str, int], tuple[CounterConsumption]] = {}
-_MAX_CONSUMPTIONS = 1024
-
-
-def _fast_attributes(raw: dict[str, Any]) -> dict[str, AttributeValue] | None:
-    """Scalar attributes, each valid as ``_attribute`` checks it; else None."""
-    found = _ATTRIBUTES.find(raw)
-    if found is not None:
-        return found
-    out: dict[str, AttributeValue] = {}
-    for key, wrapped in raw.items():
-        if type(wrapped) is not dict or len(wrapped) != 1:
-            return None
-        value = wrapped.get("string")  # the commonest kind first
-        if value is not None:
-            if type(value) is not str or len(value) > limits.MAX_ATTRIBUTE_STRING_LENGTH:
-                return None
-        elif (value := wrapped.get("version")) is not None:
-            if type(value) is not str or len(value) > limits.MAX_ATTRIBUTE_STRING_LENGTH:
-                return None
-            try:
-                value = _version(value)
-            except ValueError:
-                return None
-        elif (value := wrapped.get("int")) is not None:
-            if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
-                return None
-        elif (value := wrapped.get("bool")) is None or type(value) is not bool:
-            return None
-        out[key] = value
-    if not raw.keys() <= _QUALIFIED and not all(map(_qualified_ok, raw)):
-        return None
-    _ATTRIBUTES.keep(raw, out)
-    return out
-
-
-def _fast_values(
-    raw: dict[str, Any],
-    recall: Recall[dict[str, V]],
-    name_ok: Callable[[object], bool],
-    convert: Callable[[str | int], V],
-) -> dict[str, V] | None:
-    """``{name: {"value": quantity}}`` converted, each name and value valid; else None."""
-    found = recall.find(raw)
-    if found is not None:
-        return found
-    out: dict[str, V] = {}
-    for key, wrapped in raw.items():
-        if type(wrapped) is not dict or len(wrapped) != 1:
-            return None
-        value = wrapped.get("value")  # and nothing beside it: no request policy
-        if (type(value) is not str and type(value) is not int) or not name_ok(key):
-            return None
-        try:
-            out[key] = convert(value)
-        except ValueError:
-            return None
-    recall.keep(raw, out)
-    return out
-
-
-def _fast_capacity(raw: dict[str, Any]) -> dict[str, DeviceCapacity] | None:
-    """Capacities of a value and no request policy, each valid; else None."""
-    return _fast_values(raw, _CAPACITIES, _qualified_ok, _plain_capacity)
-
-
-def _fast_counters(raw: dict[str, Any]) -> dict[str, Quantity] | None:
-    """Counters (``{name: {"value": quantity}}``), each valid as ``_counters`` checks it."""
-    if len(raw) > limits.MAX_COUNTERS_PER_SET:
-        return None
-    return _fast_values(raw, _COUNTERS, _label_ok, _quantity)
-
-
-def _consumption(counter_set: str, counters: dict[str, Quantity]) -> tuple[CounterConsumption]:
-    """``(CounterConsumption(counter_set, counters),)``, shared by the devices that have it."""
-    key = (counter_set, id(counters))
-    found = _CONSUMPTIONS.get(key)
-    if found is None or found[0].counters is not counters:
-        found = (CounterConsumption(counter_set=counter_set, counters=counters),)
-        if len(_CONSUMPTIONS) >= _MAX_CONSUMPTIONS:
-            _CONSUMPTIONS.clear()
-        _CONSUMPTIONS[key] = found
-    return found
-
-
-def _fast_consumes(raw: list[Any]) -> tuple[CounterConsumption, ...] | None:
-    """Counter consumptions (at most MAX_CONSUMES_COUNTERS), each valid; else None."""
-    if len(raw) > limits.MAX_CONSUMES_COUNTERS:
-        return None
-    out: tuple[CounterConsumption, ...] = ()
-    for entry in raw:
-        if type(entry) is not dict or len(entry) != 2:
-            return None
-        counter_set, counters_raw = entry.get("counterSet"), entry.get("counters")
-        if type(counter_set) is not str or not counter_set or type(counters_raw) is not dict:
-            return None
-        counters = _fast_counters(counters_raw)
-        if counters is None:
-            return None
-        out += _consumption(counter_set, counters)
-    return out
-
-
-def _fast_device(m: Any) -> Device | None:
-    """The device, when it is plain and valid (see above); else None."""
-    if type(m) is not dict or not m.keys() <= _FAST_DEVICE_KEYS:
-        return None
-    get = m.get
-    name = get("name")
-    if type(name) is not str or (name not in _LABELS and not _label_ok(name)):
-        return None
-    attributes: dict[str, AttributeValue] | None = {}
-    capacity: dict[str, DeviceCapacity] | None = {}
-    consumes: tuple[CounterConsumption, ...] | None = ()
-    if (attrs_raw := get("attributes")) is not None:
-        attributes = _fast_attributes(attrs_raw) if type(attrs_raw) is dict else None
-    if (caps_raw := get("capacity")) is not None:
-        capacity = _fast_capacity(caps_raw) if type(caps_raw) is dict else None
-    if (consumes_raw := get("consumesCounters")) is not None:
-        consumes = _fast_consumes(consumes_raw) if type(consumes_raw) is list else None
-    if attributes is None or capacity is None or consumes is None:
-        return None
-    if len(attributes) + len(capacity) > limits.MAX_ATTRIBUTES_AND_CAPACITIES:
-        return None
-    multiple = get("allowMultipleAllocations")
-    if multiple is not None and type(multiple) is not bool:
-        return None
-    return plain_device(name, attributes, capacity, consumes, multiple is True)
-
-
-# The fast path of a slice: one of a node's devices (nodeName) or of every node (allNodes),
-# or one of counter sets, with nothing wrong. As for devices, ``_fast_slice`` answers None
-# for anything else and ``parse_resource_slice`` parses the slice in full; it reads the
-# fields the full parse reads (others are ignored by both) and accepts less.
-_ALL_NODES = NodeSelection(all_nodes=True)
-
-
-def _unset(flag: Any) -> bool:
-    """Whether a boolean field is left out or false (``_Ctx.boolean`` gives False)."""
-    return flag is None or flag is False
-
-
-def _fast_selection(spec: dict[str, Any]) -> NodeSelection | None:
-    """A valid ``nodeName`` or ``allNodes: true`` and no other node selection; else None."""
-    node_name, all_nodes = spec.get("nodeName"), spec.get("allNodes")
-    if spec.get("nodeSelector") is not None or not _unset(spec.get("perDeviceNodeSelection")):
-        return None
-    if node_name is None:
-        return _ALL_NODES if all_nodes is True else None
-    if not _unset(all_nodes) or not _valid(node_name, _SUBDOMAINS, limits.dns_subdomain_problem):
-        return None
-    return NodeSelection(node_name=node_name)
-
-
-def _fast_counter_set(raw: Any) -> CounterSet | None:
-    """A shared counter set with a valid name and valid counters; else None."""
-    if type(raw) is not dict:
-        return None
-    name, counters_raw = raw.get("name"), raw.get("counters")
-    if type(counters_raw) is not dict or not counters_raw or not _label_ok(name):
-        return None
-    counters = _fast_counters(counters_raw)
-    return None if counters is None else CounterSet(name=name, counters=counters)
-
-
-def _fast_int(value: Any) -> int | None:
-    """An int64 (None: 0, as ``_Ctx.integer`` defaults it); None for anything else."""
-    if value is None:
-        return 0
-    if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
-        return None
-    return value
-
-
-def _fast_list(value: Any, max_items: int) -> list[Any] | None:
-    """A list of at most ``max_items`` (None: empty, as ``_Ctx.seq`` reads it); else None."""
-    if value is None:
-        return []
-    if type(value) is not list or len(value) > max_items:
-        return None
-    return value
-
-
-def _fast_slice(obj: Any) -> ResourceSlice | None:
-    """The slice, when it is one of the common shapes (see above) and valid; else None."""
-    if type(obj) is not dict:
-        return None
-    if obj.get("kind", "ResourceSlice") != "ResourceSlice":
-        return None
-    if obj.get("apiVersion", API_VERSION) != API_VERSION:
-        return None
-    meta, spec = obj.get("metadata"), obj.get("spec")
-    if type(meta) is not dict or type(spec) is not dict:
-        return None
-    name, pool = meta.get("name"), spec.get("pool")
-    if type(name) is not str or not name or limits.dns_subdomain_problem(name) is not None:
-        return None
-    driver = spec.get("driver")
-    if type(pool) is not dict or not _valid(driver, _DRIVERS, _driver_problem):
-        return None
-    pool_name = pool.get("name")
-    if not _valid(pool_name, _POOLS, limits.pool_name_problem):
-        return None
-    generation = _fast_int(pool.get("generation"))
-    count = _fast_int(pool.get("resourceSliceCount"))
-    selection = _fast_selection(spec)
-    if generation is None or count is None or count <= 0 or selection is None:
-        return None
-    devices_raw = _fast_list(spec.get("devices"), limits.MAX_DEVICES_PER_SLICE)
-    shared_raw = _fast_list(spec.get("sharedCounters"), limits.MAX_COUNTER_SETS_PER_SLICE)
-    if devices_raw is None or shared_raw is None or (devices_raw and shared_raw):
-        return None
-    devices: list[Device] = []
-    device_names: set[str] = set()
-    for raw in devices_raw:
-        device = _fast_device(raw)
-        if device is None or device.name in device_names:
-            return None
-        device_names.add(device.name)
-        devices.append(device)
-    if len(devices) > limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS and any(
-        d.consumes_counters for d in devices
-    ):
-        return None
-    shared: list[CounterSet] = []
-    for raw in shared_raw:
-        counter_set = _fast_counter_set(raw)
-        if counter_set is None or any(s.name == counter_set.name for s in shared):
-            return None
-        shared.append(counter_set)
-    return plain_slice(
-        name, driver, pool_name, generation, count, selection, tuple(devices), tuple(shared)
-    )
-
-
 def parse_resource_slice(obj: Any) -> ResourceSlice:
-    fast = _fast_slice(obj)
+    """The slice: on the fast path when it is plain (:mod:`.parse_fast`), else in full."""
+    fast = fast_slice(obj)
     return fast if fast is not None else _full_resource_slice(obj)
 
 
 def _full_resource_slice(obj: Any) -> ResourceSlice:
     """The slice, every field checked; a problem raises naming the first one."""
-    obj = _check_kind(obj, "ResourceSlice")
-    ctx, name, _ = _metadata(obj, "ResourceSlice", namespaced=False)
+    obj = check_kind(obj, "ResourceSlice")
+    ctx, name, _ = read_metadata(obj, "ResourceSlice", namespaced=False)
     spec = ctx.mapping(obj.get("spec"), "spec", required=True)
-    driver = ctx.name(spec.get("driver"), "spec.driver", _driver_problem)
+    driver = ctx.name(spec.get("driver"), "spec.driver", limits.driver_name_problem)
     pool = ctx.mapping(spec.get("pool"), "spec.pool", required=True)
     pool_name = ctx.name(pool.get("name"), "spec.pool.name", limits.pool_name_problem)
     generation = ctx.integer(pool.get("generation"), "spec.pool.generation", 0)
@@ -885,7 +453,7 @@ def _full_resource_slice(obj: Any) -> ResourceSlice:
         )
     parsed = []
     for i, d in enumerate(devices_raw):
-        device = None if per_device else _fast_device(d)
+        device = None if per_device else fast_device(d)
         parsed.append(
             device if device is not None else _device(ctx, d, f"spec.devices[{i}]", per_device)
         )
@@ -929,7 +497,7 @@ def _full_resource_slice(obj: Any) -> ResourceSlice:
 # --- ResourceClaim -----------------------------------------------------------------------------
 
 
-def _toleration(ctx: _Ctx, raw: Any, path: str) -> Toleration:
+def _toleration(ctx: Ctx, raw: Any, path: str) -> Toleration:
     m = ctx.mapping(raw, path, required=True)
     operator = ctx.string(m.get("operator"), f"{path}.operator") or "Equal"
     if operator not in ("Equal", "Exists"):
@@ -949,7 +517,7 @@ def _toleration(ctx: _Ctx, raw: Any, path: str) -> Toleration:
     )
 
 
-def _exact(ctx: _Ctx, raw: Any, path: str, name: str, *, sub: bool) -> ExactRequest:
+def _exact(ctx: Ctx, raw: Any, path: str, name: str, *, sub: bool) -> ExactRequest:
     m = ctx.mapping(raw, path, required=True)
     mode = ctx.string(m.get("allocationMode"), f"{path}.allocationMode") or "ExactCount"
     if mode not in ("ExactCount", "All"):
@@ -999,7 +567,7 @@ def _exact(ctx: _Ctx, raw: Any, path: str, name: str, *, sub: bool) -> ExactRequ
     )
 
 
-def _request(ctx: _Ctx, raw: Any, path: str) -> DeviceRequest:
+def _request(ctx: Ctx, raw: Any, path: str) -> DeviceRequest:
     m = ctx.mapping(raw, path, required=True)
     name = ctx.name(m.get("name"), f"{path}.name", limits.dns_label_problem)
     has_exact = m.get("exactly") is not None
@@ -1020,7 +588,7 @@ def _request(ctx: _Ctx, raw: Any, path: str) -> DeviceRequest:
     return DeviceRequest(name=name, first_available=tuple(subs))
 
 
-def _known_request(ctx: _Ctx, ref: str, path: str, requests: tuple[DeviceRequest, ...]) -> None:
+def _known_request(ctx: Ctx, ref: str, path: str, requests: tuple[DeviceRequest, ...]) -> None:
     base, _, sub = ref.partition("/")
     for r in requests:
         if r.name == base and (not sub or any(s.name == sub for s in r.first_available)):
@@ -1029,8 +597,8 @@ def _known_request(ctx: _Ctx, ref: str, path: str, requests: tuple[DeviceRequest
 
 
 def parse_resource_claim(obj: Any) -> ResourceClaim:
-    obj = _check_kind(obj, "ResourceClaim")
-    ctx, name, namespace = _metadata(obj, "ResourceClaim", namespaced=True)
+    obj = check_kind(obj, "ResourceClaim")
+    ctx, name, namespace = read_metadata(obj, "ResourceClaim", namespaced=True)
     spec = ctx.mapping(obj.get("spec"), "spec")
     devices = ctx.mapping(spec.get("devices"), "spec.devices")
     requests = tuple(
@@ -1105,7 +673,7 @@ def parse_resource_claim(obj: Any) -> ResourceClaim:
     )
 
 
-def _allocation(ctx: _Ctx, raw: Any, path: str) -> AllocationResult:
+def _allocation(ctx: Ctx, raw: Any, path: str) -> AllocationResult:
     m = ctx.mapping(raw, path)
     devices = ctx.mapping(m.get("devices"), f"{path}.devices")
     results = []
@@ -1139,12 +707,12 @@ def _allocation(ctx: _Ctx, raw: Any, path: str) -> AllocationResult:
 def parse_node(obj: Any) -> Node:
     if not isinstance(obj, Mapping):
         raise ObjectError("Node", "", f"must be an object, not {type(obj).__name__}")
-    ctx, name, _ = _metadata(obj, "Node", namespaced=False)
+    ctx, name, _ = read_metadata(obj, "Node", namespaced=False)
     labels = ctx.mapping(obj["metadata"].get("labels"), "metadata.labels")
     return Node(
         name=name,
         labels={
-            str(k): ctx.string(v, f"metadata.labels[{_cut(str(k))}]") for k, v in labels.items()
+            str(k): ctx.string(v, f"metadata.labels[{cut(str(k))}]") for k, v in labels.items()
         },
     )
 

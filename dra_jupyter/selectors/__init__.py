@@ -5,10 +5,10 @@ once with :func:`device_view`, then call :meth:`CompiledSelector.matches`. Compi
 upstream's validation: at most :data:`MAX_EXPRESSION_LENGTH` bytes, only the ``device`` variable
 and the functions of the Kubernetes environment, and an estimated cost of at most
 :data:`MAX_COST` (see :mod:`dra_jupyter.selectors.cost`). What the engine cannot do is listed in
-:mod:`dra_jupyter.selectors.environment`.
+:mod:`dra_jupyter.selectors.engine`.
 """
 
-from dra_jupyter.selectors.environment import (
+from dra_jupyter.selectors.engine import (
     MAX_COST,
     MAX_EXPRESSION_LENGTH,
     CelEvaluationError,

@@ -3,8 +3,8 @@
 Building a device's ``cel.Context`` costs about 30 µs, more than the selectors that run on it.
 :func:`compile_fast` walks the tree from :mod:`.parser` once per expression. If every node is
 in the subset below, it returns a :data:`FastSelector`: a function of the arguments of
-:func:`~.environment.device_view`, unconverted, that answers what the engine path answers:
-``True`` or ``False``, the ``problem`` of the :class:`~.environment.CelEvaluationError` it
+:func:`~.engine.device_view`, unconverted, that answers what the engine path answers:
+``True`` or ``False``, the ``problem`` of the :class:`~.engine.CelEvaluationError` it
 would raise (a ``str``), or ``None`` when this device needs the engine after all. Otherwise
 it returns ``None`` and the selector always runs on the engine.
 
@@ -47,7 +47,7 @@ String and int literals are checked against the engine's reading of them at comp
 Values the engine may see differently go to the engine: ints beyond int64, attribute or
 capacity values of other Python types. Version attributes are converted with
 :func:`.library.parse_semver`, so an invalid one raises ``ValueError`` as
-:func:`~.environment.device_view` does, when a selector reads it.
+:func:`~.engine.device_view` does, when a selector reads it.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ from dra_jupyter.selectors import library
 from dra_jupyter.selectors.parser import Node
 
 ENABLED = True
-"""Whether :meth:`~.environment.CompiledSelector.matches` tries the fast path (tests set it)."""
+"""Whether :meth:`~.engine.CompiledSelector.matches` tries the fast path (tests set it)."""
 
 Eval = Callable[[str, Mapping[str, Any], Mapping[str, Any], bool], object]
 """One node: ``(driver, attributes, capacity, allow_multiple_allocations) -> value``."""

@@ -2,7 +2,7 @@
 
 The Rust engine parses the expression again to evaluate it; this tree feeds the checks and the
 cost estimate in :mod:`dra_jupyter.selectors.cost` and the source rewrites in
-:mod:`dra_jupyter.selectors.environment`. Like cel-go, chains of ``&&`` and ``||`` become
+:mod:`dra_jupyter.selectors.engine`. Like cel-go, chains of ``&&`` and ``||`` become
 balanced trees, and ``-`` in front of a number literal is part of the literal.
 """
 

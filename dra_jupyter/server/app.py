@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import queue
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +26,10 @@ from traitlets import Bool, Enum, Float, Int, Unicode, default, validate
 
 from dra_jupyter.backends import resolve_backend
 from dra_jupyter.errors import DraJupyterError, KernelRestartError
-from dra_jupyter.metrics import MetricsHistory, MetricsSource, NoSource, Sample, source_for
 from dra_jupyter.server import startup
-from dra_jupyter.server.handlers import routes
+from dra_jupyter.server.claim_events import ClaimEvents, register_schemas
+from dra_jupyter.server.claims import ClaimService
+from dra_jupyter.server.handlers import DRAApp, routes
 from dra_jupyter.server.idle import Decision, IdlePolicy
 from dra_jupyter.server.kernels import (
     ExecutionWatcher,
@@ -37,7 +37,7 @@ from dra_jupyter.server.kernels import (
     kernel_env,
     uninstall_kernel_env,
 )
-from dra_jupyter.server.service import ClaimService
+from dra_jupyter.server.sampling import MetricsSampler
 from dra_jupyter.server.writer import Writer
 from dra_jupyter.settings import (
     BackendName,
@@ -49,11 +49,6 @@ from dra_jupyter.types import ClaimRecord
 
 T = TypeVar("T")
 
-EVENTS_DIR = Path(__file__).parent / "events"
-EVENT_BASE = "https://events.dra-jupyter.dev/dra_jupyter"
-ALLOCATED = f"{EVENT_BASE}/claim_allocated/v1"
-IDLE_WARNING = f"{EVENT_BASE}/idle_warning/v1"
-RELEASED = f"{EVENT_BASE}/claim_released/v1"
 KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
 READERS = 2  # threads for reads (SQLite releases the GIL while it reads)
 
@@ -259,8 +254,7 @@ class DRAExtensionApp(ExtensionApp):
         self.policy = IdlePolicy(self.idle_timeout, self.idle_warning)
         self.watcher = ExecutionWatcher()
         self.known_kernels: set[str] = set()  # every kernel this server has run
-        self.seen_claims: set[str] = set()  # claims already announced
-        self.warned: dict[str, float] = {}  # claim -> the idle deadline it was warned of
+        self.claim_events = ClaimEvents(self.events, self.service.released)
         # kernel -> restarts with claims under way, whose "restart" event must not release
         self.keeping: dict[str, int] = {}
         # Writes on one thread, many requests per commit (writer.py); reads on their own
@@ -269,13 +263,14 @@ class DRAExtensionApp(ExtensionApp):
         self._readers = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="dra-read")
         self._checker: PeriodicCallback | None = None
         self._stopped = False
-        self.metrics = MetricsHistory(max(self.metrics_history, 1))
-        self.metrics_current: list[Sample] = []
-        self.metrics_time = 0.0  # when metrics_current was read
-        self._metrics_source: MetricsSource | None = None  # made on first use (may probe)
-        self._sampler: PeriodicCallback | None = None
-        self._sampling: asyncio.Future[list[Sample]] | None = None
-        self._metrics_problem = ""  # the last sampling error logged
+        self.metrics = MetricsSampler(
+            self.service,
+            length=self.metrics_history,
+            interval=self.metrics_interval,
+            read=self.read,
+            call=self.call,
+            log=self.log,
+        )
         self._check_problem = ""  # the last error of a check pass logged
         if settings.backend == "kubernetes":  # kernels get the namespace the server uses
             settings = replace(settings, namespace=self.service.backend.namespace)
@@ -292,8 +287,7 @@ class DRAExtensionApp(ExtensionApp):
             },
         )
         logger = self.events
-        for path in sorted(EVENTS_DIR.glob("*.json")):
-            logger.register_event_schema(path)
+        register_schemas(logger)
         logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
 
     def _claim_at_start(self) -> None:
@@ -330,9 +324,7 @@ class DRAExtensionApp(ExtensionApp):
         if self.check_interval > 0:
             self._checker = PeriodicCallback(self.check, self.check_interval * 1000)
             self._checker.start()
-        if self.metrics_interval > 0 and self.service.backend.capabilities.devices_here:
-            self._sampler = PeriodicCallback(self._record_metrics, self.metrics_interval * 1000)
-            self._sampler.start()
+        self.metrics.start()
 
     async def stop_extension(self) -> None:
         if self._stopped:
@@ -340,10 +332,7 @@ class DRAExtensionApp(ExtensionApp):
         self._stopped = True
         if self._checker is not None:
             self._checker.stop()
-        if self._sampler is not None:
-            self._sampler.stop()
-        if self._metrics_source is not None:
-            await self.call(self._metrics_source.close)
+        await self.metrics.stop()
         self.events.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
         uninstall_kernel_env(self.server.kernel_manager)
         self.watcher.detach_all()
@@ -373,7 +362,7 @@ class DRAExtensionApp(ExtensionApp):
         try:
             return await asyncio.wrap_future(self._writer.submit(partial(fn, *args)))
         finally:
-            self._emit_releases()
+            self.claim_events.emit_releases()
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking read on a reader thread: it does not wait for the writer."""
@@ -381,7 +370,7 @@ class DRAExtensionApp(ExtensionApp):
         try:
             return await loop.run_in_executor(self._readers, partial(fn, *args))
         finally:
-            self._emit_releases()
+            self.claim_events.emit_releases()
 
     async def restart_with_claims(self, kernel_id: str) -> tuple[list[ClaimRecord], dict[str, str]]:
         """Restart a kernel of this server keeping its claims, with their environment
@@ -427,95 +416,6 @@ class DRAExtensionApp(ExtensionApp):
         busy = execution is not None and execution.busy
         now = time.time() if now is None else now
         return self.policy.reported(self.idle_deadline(record), now=now, busy=busy), busy
-
-    # --- metrics -----------------------------------------------------------------------------
-
-    def metrics_source(self) -> MetricsSource:
-        """The backend's metrics (the service's daemon reads them once for every server), else
-        the inventory's own source (resolving the inventory on first use); none where the
-        devices are not this machine's (it would be this machine's, or made up)."""
-        if self._metrics_source is None:
-            caps = self.service.backend.capabilities
-            if caps.devices_here:
-                served = self.service.backend.metrics_source()
-                self._metrics_source = served or source_for(self.service.inventory())
-            else:
-                self._metrics_source = NoSource(
-                    f"no device metrics here: the devices of {caps.where} are on the "
-                    "cluster's nodes, not on this server's machine; use the cluster's "
-                    "monitoring (e.g. the DCGM exporter)"
-                )
-        return self._metrics_source
-
-    def _read_metrics(self, now: float) -> list[Sample]:
-        """One sample of every device (blocking: on the worker thread)."""
-        source = self.metrics_source()
-        if isinstance(source, NoSource):
-            return []  # nothing to read, so no claims to list either
-        held = {device for r in self.service.live_claims(wait=False) for device in r.device_keys}
-        return source.sample(held, now)
-
-    async def read_metrics(self) -> list[Sample]:
-        """Read the devices' metrics now; concurrent callers share one read."""
-        if self._sampling is None:
-            self._sampling = asyncio.ensure_future(self._read_once())
-        return await self._sampling
-
-    async def _read_once(self) -> list[Sample]:
-        now = time.time()
-        try:
-            samples = await self.read(self._read_metrics, now)
-        finally:
-            self._sampling = None
-        self.metrics_current, self.metrics_time = samples, now
-        return samples
-
-    async def _record_metrics(self) -> None:
-        if self._stopped:
-            return
-        try:
-            self.metrics.add(await self.read_metrics())
-        except DraJupyterError as err:  # e.g. an inventory that cannot be read: say it once
-            if str(err) != self._metrics_problem:
-                self._metrics_problem = str(err)
-                self.log.warning("dra_jupyter: no device metrics: %s", err)
-        else:
-            self._metrics_problem = ""
-
-    async def current_metrics(self, max_age: float = 1.0) -> list[Sample]:
-        """The latest samples, read again when older than ``max_age`` seconds."""
-        if time.time() - self.metrics_time > max_age:
-            await self.read_metrics()
-        return self.metrics_current
-
-    # --- events ------------------------------------------------------------------------------
-
-    def _emit(self, schema_id: str, data: dict[str, Any]) -> None:
-        self.events.emit(schema_id=schema_id, data=data)
-
-    def _claim_data(self, record: ClaimRecord) -> dict[str, Any]:
-        return {
-            "claim": record.name,
-            "user": record.owner.user,
-            "kernel_id": record.owner.kernel_id,
-            "devices": record.device_keys,
-        }
-
-    def emit_allocated(self, record: ClaimRecord, source: str) -> None:
-        self.seen_claims.add(record.name)
-        self._emit(ALLOCATED, {**self._claim_data(record), "source": source})
-
-    def _emit_releases(self) -> None:
-        """Emit what the service released (it runs on the worker thread; events are emitted
-        on the loop). Bounded by what is queued now."""
-        for _ in range(self.service.released.qsize()):
-            try:
-                record, reason = self.service.released.get_nowait()
-            except queue.Empty:
-                return
-            self.seen_claims.discard(record.name)
-            self.warned.pop(record.name, None)
-            self._emit(RELEASED, {**self._claim_data(record), "reason": reason})
 
     # --- kernels and idle release -----------------------------------------------------------
 
@@ -584,10 +484,10 @@ class DRAExtensionApp(ExtensionApp):
         for record in await self.call(self.service.live_claims, self._idle_or(select, now), now):
             if record.owner.kernel_id not in live:
                 continue
-            if record.name not in self.seen_claims and record.owner.pid != (
+            if record.name not in self.claim_events.seen and record.owner.pid != (
                 self.service.server_owner.pid
             ):
-                self.emit_allocated(record, "kernel")
+                self.claim_events.emit_allocated(record, "kernel")
             self._maybe_warn(record, now)
 
     async def _keep_startup_claim(self, now: float) -> None:
@@ -620,7 +520,7 @@ class DRAExtensionApp(ExtensionApp):
                 now=now,
                 busy=execution.busy,
                 deadline=self.idle_deadline(record),
-                warned_for=self.warned.get(record.name),
+                warned_for=self.claim_events.warned.get(record.name),
             )
             return "idle" if decision is Decision.RELEASE else None
 
@@ -633,14 +533,16 @@ class DRAExtensionApp(ExtensionApp):
             return
         deadline = self.idle_deadline(record)
         decision = self.policy.decide(
-            now=now, busy=execution.busy, deadline=deadline, warned_for=self.warned.get(record.name)
+            now=now,
+            busy=execution.busy,
+            deadline=deadline,
+            warned_for=self.claim_events.warned.get(record.name),
         )
         if decision is Decision.WARN and deadline is not None:
-            self.warned[record.name] = deadline
-            self._emit(
-                IDLE_WARNING,
-                {**self._claim_data(record), "deadline": deadline, "seconds_left": deadline - now},
-            )
+            self.claim_events.emit_idle_warning(record, deadline, now)
+
+
+_SERVES_HANDLERS: type[DRAApp] = DRAExtensionApp  # what the handlers read of it, checked
 
 
 def _backend_name(trait: str) -> BackendName:

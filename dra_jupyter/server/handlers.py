@@ -1,5 +1,5 @@
 """Thin REST handlers under ``/dra/api/``: authenticate, authorize, translate HTTP to
-:class:`~dra_jupyter.server.service.ClaimService` calls and domain errors to 4xx.
+:class:`~dra_jupyter.server.claims.ClaimService` calls and domain errors to 4xx.
 
 Reads (GET) do not count as user activity: a sidebar polling them must not keep a hub
 from culling an idle server (``_track_activity``, jupyter_server ``base/handlers.py``).
@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from http.client import responses
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.auth.identity import IdentityProvider
@@ -39,6 +39,8 @@ from dra_jupyter.errors import (
 from dra_jupyter.identity import request_user
 from dra_jupyter.metrics import Sample
 from dra_jupyter.model.limits import dns_subdomain_problem
+from dra_jupyter.server.claim_events import ClaimEvents
+from dra_jupyter.server.claims import Caller, ClaimService, Released, release_message
 from dra_jupyter.server.models import (
     MAX_BODY_BYTES,
     ClaimModel,
@@ -53,10 +55,46 @@ from dra_jupyter.server.models import (
     check_claim_request,
     parse_json_body,
 )
-from dra_jupyter.server.service import Caller, Released, release_message
+from dra_jupyter.server.sampling import MetricsSampler
+from dra_jupyter.types import ClaimRecord
 
-if TYPE_CHECKING:
-    from dra_jupyter.server.app import DRAExtensionApp
+T = TypeVar("T")
+
+
+class DRAApp(Protocol):
+    """What the handlers read of the extension app that serves them
+    (:class:`~dra_jupyter.server.app.DRAExtensionApp`, which app.py checks against this)."""
+
+    @property
+    def service(self) -> ClaimService: ...
+
+    @property
+    def metrics(self) -> MetricsSampler: ...
+
+    @property
+    def claim_events(self) -> ClaimEvents: ...
+
+    @property
+    def allow_admin_view(self) -> bool: ...
+
+    @property
+    def idle_timeout(self) -> float: ...
+
+    @property
+    def idle_warning(self) -> float: ...
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+    async def restart_with_claims(
+        self, kernel_id: str
+    ) -> tuple[list[ClaimRecord], dict[str, str]]: ...
+
+    def idle_state(
+        self, record: ClaimRecord, now: float | None = None
+    ) -> tuple[float | None, bool]: ...
+
 
 AUTH_RESOURCE = "dra"
 ADMIN_RESOURCE = "dra-admin"
@@ -217,8 +255,8 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
             super().update_api_activity()
 
     @property
-    def dra(self) -> DRAExtensionApp:
-        return cast("DRAExtensionApp", self.extensionapp)  # routes() serve only that app
+    def dra(self) -> DRAApp:
+        return cast(DRAApp, self.extensionapp)  # routes() serve only that app
 
     def claim_user(self) -> str:
         """Who owns the claims of this request (:mod:`dra_jupyter.identity`, rule 2).
@@ -283,7 +321,7 @@ class ClaimsHandler(_DRAHandler):
         with _handle_error():
             check_claim_request(body)  # on the loop: a bad body waits for no ledger call
             record = await self.dra.call(self.dra.service.create, caller, body)
-            self.dra.emit_allocated(record, "rest")
+            self.dra.claim_events.emit_allocated(record, "rest")
             self.set_header("Location", self.request.path.rstrip("/") + "/" + record.name)
             self.reply(self.claim_model(record), status=201)
 
@@ -391,17 +429,17 @@ class MetricsHandler(_DRAHandler):
                     f"GET metrics: history must be a whole number of samples, not {shown(raw)}"
                 )
             if len(raw.lstrip("0")) > _HISTORY_DIGITS:
-                last = app.metrics.length  # more than are kept: all that are kept
+                last = app.metrics.history.length  # more than are kept: all that are kept
             else:
-                last = int(raw) if raw else app.metrics.length
-            current = {s.device: s for s in await app.current_metrics()}
-            source = app.metrics_source()
-        keys = list(dict.fromkeys([*current, *app.metrics.devices()]))
+                last = int(raw) if raw else app.metrics.history.length
+            current = {s.device: s for s in await app.metrics.current()}
+            source = app.metrics.source()
+        keys = list(dict.fromkeys([*current, *app.metrics.history.devices()]))
         devices = [
             DeviceMetricsModel(
                 device=key,
                 current=_sample_model(current[key]) if key in current else None,
-                history=_history_model(app.metrics.series(key, last)),
+                history=_history_model(app.metrics.history.series(key, last)),
             )
             for key in keys
             if not only or key == only
@@ -412,8 +450,8 @@ class MetricsHandler(_DRAHandler):
                 simulated=source.simulated,
                 problem=source.problem,
                 # an endless setting (inf) reads as 0, "off", which is what it does
-                interval=_finite(app.metrics_interval) or 0.0,
-                length=app.metrics.length,
+                interval=_finite(app.metrics.interval) or 0.0,
+                length=app.metrics.history.length,
                 idle_timeout=_finite(app.idle_timeout) or 0.0,
                 idle_warning=_finite(app.idle_warning) or 0.0,
                 devices=devices,

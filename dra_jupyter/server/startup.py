@@ -22,7 +22,7 @@ from typing import Any
 
 from dra_jupyter.errors import DraJupyterError, InvalidInputError, shown
 from dra_jupyter.identity import current_user
-from dra_jupyter.server.service import Caller, ClaimService
+from dra_jupyter.server.claims import Caller, ClaimService
 from dra_jupyter.types import ClaimRecord
 
 REQUEST_ENV = "DRA_JUPYTER_STARTUP_REQUEST"  # a JSON object of dra.request keywords

@@ -60,7 +60,7 @@ def full_sort(allocator: Allocator, claims: list[Wire]) -> list[str | None]:
     order = allocator.node_order(parsed, None)
     if not quick:
         return order
-    return [name for name in order if not allocator._too_few(parsed, name)]
+    return [name for name in order if not allocator.node_filter._too_few(parsed, name)]
 
 
 @PROFILE
@@ -225,13 +225,13 @@ def test_a_node_listed_after_the_scan_lists_what_it_lists_without_it(world: Worl
     for claim in claims:
         for request in claim.requests:
             for alt in request.alternatives:
-                inventory = scanned._inventory(alt, claim)
+                inventory = scanned.node_filter._scan(alt, claim)
                 for pool in inventory.pools():
                     inventory.pool(pool)
                 for name in names:
                     mine, theirs = (
-                        plain._listed(alt, claim, name),
-                        scanned._listed(alt, claim, name),
+                        plain.listed(alt, claim, name),
+                        scanned.listed(alt, claim, name),
                     )
                     assert [c.id for c in theirs.candidates] == [c.id for c in mine.candidates]
                     assert theirs.failed == mine.failed
@@ -352,12 +352,16 @@ def test_the_scan_never_counts_fewer_free_devices_than_a_node_lists(
     for wire in CLAIMS:
         claim = allocator._prepare([wire])[0]
         alt = claim.requests[0].alternatives[0]
-        found = allocator._inventory(alt, claim)
+        found = allocator.node_filter._scan(alt, claim)
         for name in allocator.node_names():
             pools = allocator.catalog.pool_ids(name)
-            rough = sum(allocator._pool_free(alt, found, pool, exact=False) for pool in pools)
-            exact = sum(allocator._pool_free(alt, found, pool, exact=True) for pool in pools)
-            listed = allocator._free(alt, allocator._listed(alt, claim, name), name)
+            rough = sum(
+                allocator.node_filter._pool_free(alt, found, pool, exact=False) for pool in pools
+            )
+            exact = sum(
+                allocator.node_filter._pool_free(alt, found, pool, exact=True) for pool in pools
+            )
+            listed = allocator.node_filter._free(alt, allocator.listed(alt, claim, name), name)
             assert rough >= exact >= listed, (name, wire)
 
 
@@ -391,11 +395,13 @@ def test_topology_rules_out_nodes_without_mig_or_shares_at_once_only_when_right(
             )
 
         allocator = fresh(0)
-        hopeless = allocator._plain_nodes_hopeless(parsed)
-        plain = [name for name in allocator.node_names() if not allocator._flexible(name)]
+        hopeless = allocator.node_filter.plain_nodes_hopeless(parsed)
+        plain = [
+            name for name in allocator.node_names() if not allocator.node_filter.flexible(name)
+        ]
         reference = fresh(10**9)
         if hopeless:
-            assert all(reference._too_few(parsed, name) for name in plain)
+            assert all(reference.node_filter._too_few(parsed, name) for name in plain)
         elif plain and "mig.nvidia.com" not in str(claim):
             assert not hopeless  # whole-GPU claims: plain nodes have their devices
         expected = full_sort(reference, [claim])
@@ -431,7 +437,7 @@ def test_a_mig_claim_on_a_cluster_of_mig_nodes_scans_only_once_a_node_failed(
             never = Allocator(slices, classes, allocated, "topology", scan_after=10**9)
             assert answer(allocator, [claim]) == answer(never, [claim]), (seed, claim)
             if share == 0.0:
-                assert not allocator.catalog.inventory
+                assert not allocator.catalog.pool_scans
                 assert list(allocator.holdings.capacities) == ["node-00"]
 
 

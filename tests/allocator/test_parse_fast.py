@@ -1,13 +1,13 @@
 """The parser's fast paths for plain devices and slices give what the full parse gives.
 
-``_fast_device`` reads a plain, valid device without building field paths; for anything
-else it must answer None so that ``_device`` parses the device and names the problem. So:
-on real devices (whole GPUs, MIG placements, shared GPUs) and on random damage to them,
-the fast path either declines or returns a device equal to the full parse's, and it never
-accepts a device that the full parse refuses. ``_fast_slice`` likewise, for whole slices
-(against the full parse with no fast path for devices either). Both remember wire dicts
-seen before (``Recall``): damage that compares equal (``True == 1``) must not be taken
-for them, and a wire changed in place after a parse is read again.
+``parse_fast.fast_device`` reads a plain, valid device without building field paths; for
+anything else it must answer None so that ``parse._device`` parses the device and names the
+problem. So: on real devices (whole GPUs, MIG placements, shared GPUs) and on random damage
+to them, the fast path either declines or returns a device equal to the full parse's, and it
+never accepts a device that the full parse refuses. ``parse_fast.fast_slice`` likewise, for
+whole slices (against the full parse with no fast path for devices either). Both remember
+wire dicts seen before (``Recall``): damage that compares equal (``True == 1``) must not be
+taken for them, and a wire changed in place after a parse is read again.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from dra_jupyter.errors import ObjectError
 from dra_jupyter.inventory import mig, nvidia
-from dra_jupyter.model import limits, parse
+from dra_jupyter.model import fields, limits, parse, parse_fast
 from dra_jupyter.model.objects import Device, ResourceSlice
 from dra_jupyter.model.recall import Recall
 
@@ -134,7 +134,7 @@ KEYS = st.sampled_from(
 
 def full(raw: Any) -> Device | ObjectError:
     try:
-        return parse._device(parse._Ctx("ResourceSlice s"), raw, "spec.devices[0]", False)
+        return parse._device(fields.Ctx("ResourceSlice s"), raw, "spec.devices[0]", False)
     except ObjectError as err:
         return err
 
@@ -149,7 +149,7 @@ def accepted_alike(fast: object, slow: object) -> bool:
 
 
 def agree(raw: Any) -> None:
-    accepted_alike(parse._fast_device(raw), full(raw))
+    accepted_alike(parse_fast.fast_device(raw), full(raw))
 
 
 def containers(node: Any) -> list[Any]:
@@ -168,14 +168,14 @@ def containers(node: Any) -> list[Any]:
 
 def test_plain_devices_take_the_fast_path() -> None:
     for raw in [DEVICES[0], DEVICES[1], *DEVICES[3:]]:
-        fast = parse._fast_device(raw)
+        fast = parse_fast.fast_device(raw)
         assert fast is not None
         assert fast == full(raw)
 
 
 def test_devices_the_fast_path_declines_are_parsed_in_full() -> None:
     shared = DEVICES[2]  # a request policy: the full parse only
-    assert parse._fast_device(shared) is None
+    assert parse_fast.fast_device(shared) is None
     assert not isinstance(full(shared), ObjectError)
 
 
@@ -201,7 +201,7 @@ def fresh_recall() -> Iterator[None]:
     recalls: dict[str, Any] = {
         name: Recall() for name in ("_ATTRIBUTES", "_CAPACITIES", "_COUNTERS")
     }
-    with mock.patch.multiple(parse, **recalls, _CONSUMPTIONS={}):
+    with mock.patch.multiple(parse_fast, **recalls, _CONSUMPTIONS={}):
         yield
 
 
@@ -216,7 +216,7 @@ def test_recalled_wires_keep_their_types() -> None:
     }
     for _ in range(3):  # seen, then recalled
         agree(copy.deepcopy(base))
-        assert parse._fast_device(copy.deepcopy(base)) is not None
+        assert parse_fast.fast_device(copy.deepcopy(base)) is not None
     for path, odd in [
         (("attributes", "numa", "int"), True),
         (("attributes", "numa", "int"), 1.0),
@@ -227,23 +227,23 @@ def test_recalled_wires_keep_their_types() -> None:
         raw = copy.deepcopy(base)
         raw[path[0]][path[1]][path[2]] = odd
         assert raw == base
-        assert parse._fast_device(raw) is None
+        assert parse_fast.fast_device(raw) is None
         assert isinstance(full(raw), ObjectError)
     raw = copy.deepcopy(base)
     raw["consumesCounters"][0]["counters"]["memory"]["value"] = True
-    assert parse._fast_device(raw) is None
+    assert parse_fast.fast_device(raw) is None
     assert isinstance(full(raw), ObjectError)
 
 
 @pytest.mark.usefixtures("fresh_recall")
 def test_a_wire_changed_in_place_is_read_again() -> None:
     raw = copy.deepcopy(DEVICES[4])  # a MIG placement
-    first = parse._fast_device(raw)
+    first = parse_fast.fast_device(raw)
     assert first is not None
     raw["attributes"]["profile"]["string"] = "changed"
     raw["capacity"]["memory"]["value"] = "1Gi"
     raw["consumesCounters"][0]["counters"]["memory"]["value"] = "1Gi"
-    again = parse._fast_device(raw)
+    again = parse_fast.fast_device(raw)
     assert again is not None
     assert again == full(raw)
     assert again.attributes["profile"] == "changed"
@@ -278,7 +278,7 @@ SLICES: list[Wire] = [
 
 def full_slice(raw: Any) -> ResourceSlice | ObjectError:
     """The slice as the full parse reads it, with no fast path for its devices either."""
-    with mock.patch.object(parse, "_fast_device", lambda m: None):
+    with mock.patch.object(parse, "fast_device", lambda m: None):
         try:
             return parse._full_resource_slice(raw)
         except ObjectError as err:
@@ -286,7 +286,7 @@ def full_slice(raw: Any) -> ResourceSlice | ObjectError:
 
 
 def agree_slice(raw: Any) -> None:
-    fast = parse._fast_slice(raw)
+    fast = parse_fast.fast_slice(raw)
     slow = full_slice(raw)
     if accepted_alike(fast, slow):
         assert fast is not None and isinstance(slow, ResourceSlice)
@@ -300,11 +300,11 @@ def agree_slice(raw: Any) -> None:
 
 def test_plain_slices_take_the_fast_path() -> None:
     for raw in [SLICES[0], *SLICES[2:]]:
-        fast = parse._fast_slice(raw)
+        fast = parse_fast.fast_slice(raw)
         assert fast is not None
         agree_slice(raw)
         assert parse.parse_resource_slice(raw) == fast
-    assert parse._fast_slice(SLICES[1]) is None
+    assert parse_fast.fast_slice(SLICES[1]) is None
     assert not isinstance(full_slice(SLICES[1]), ObjectError)
 
 
@@ -449,10 +449,10 @@ def test_slices_at_their_limits() -> None:
         raw = copy.deepcopy(SLICES[0])
         raw["spec"].pop("devices")
         raw["spec"][field] = entries
-        assert (parse._fast_slice(raw) is not None) == valid, (field, len(entries))
+        assert (parse_fast.fast_slice(raw) is not None) == valid, (field, len(entries))
         assert isinstance(full_slice(raw), ObjectError) != valid
         agree_slice(raw)
     both = copy.deepcopy(SLICES[0])  # since Kubernetes 1.35, devices or counter sets
     both["spec"]["sharedCounters"] = [counter_set]
-    assert parse._fast_slice(both) is None
+    assert parse_fast.fast_slice(both) is None
     assert isinstance(full_slice(both), ObjectError)

@@ -206,7 +206,7 @@ def test_an_untouched_node_is_used_only_when_no_used_node_can_take_the_claims(
         return
     parsed = allocator._prepare(claims)
     needed, _ = claims_need(parsed)
-    plain = exact_counts(parsed) and not allocator._plain_nodes_hopeless(parsed)
+    plain = exact_counts(parsed) and not allocator.node_filter.plain_nodes_hopeless(parsed)
     for name in world.nodes:
         if name != chosen and used(name):
             cap = allocator._node_capacity(name)

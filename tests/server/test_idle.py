@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.server.claims import release_message, spoken_duration
 from dra_jupyter.server.idle import Decision, IdlePolicy
-from dra_jupyter.server.service import release_message, spoken_duration
 from tests.server.conftest import (
     Events,
     Fetch,

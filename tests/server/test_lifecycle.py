@@ -13,7 +13,7 @@ import pytest
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
-from dra_jupyter.server.service import Caller
+from dra_jupyter.server.claims import Caller
 from dra_jupyter.types import Owner
 from tests.server.conftest import Events, Fetch, start_extensions
 from tests.server.test_rest import extension

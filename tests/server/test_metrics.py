@@ -32,9 +32,11 @@ async def test_simulated_metrics_with_a_bounded_history(jp_fetch: Fetch, jp_serv
 
     def full() -> bool:
         """every device has a full history"""
-        return all(len(app.metrics.series(k)) == LENGTH for k in app.metrics.devices())
+        return all(
+            len(app.metrics.history.series(k)) == LENGTH for k in app.metrics.history.devices()
+        )
 
-    await eventually(lambda: len(app.metrics.devices()) == 8 and full())
+    await eventually(lambda: len(app.metrics.history.devices()) == 8 and full())
     for _ in range(3):  # more samples never make a longer history
         body = await metrics(jp_fetch)
         assert {len(d["history"]["time"]) for d in body["devices"]} == {LENGTH}

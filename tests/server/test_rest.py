@@ -14,8 +14,8 @@ from jupyter_server.auth import Authorizer
 
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.server.app import DRAExtensionApp
+from dra_jupyter.server.claims import Caller
 from dra_jupyter.server.handlers import FALLBACK, routes
-from dra_jupyter.server.service import Caller
 from tests.server.conftest import Events, Fetch
 
 SPEC = Path(__file__).parents[2] / "specification" / "dra-rest-api.yml"

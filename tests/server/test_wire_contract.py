@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from dra_jupyter.server import models
+from dra_jupyter.server.claims import Caller
 from dra_jupyter.server.models import (
     ClaimModel,
     ClaimRequest,
@@ -41,7 +42,6 @@ from dra_jupyter.server.models import (
     SampleModel,
     WaiterModel,
 )
-from dra_jupyter.server.service import Caller
 from tests.server.conftest import Fetch, start_extensions
 from tests.server.test_kernels import started_kernel
 from tests.server.test_rest import extension

@@ -31,7 +31,7 @@ from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import SCHEMA_VERSION, Ledger
-from dra_jupyter.server.service import Caller, ClaimService
+from dra_jupyter.server.claims import Caller, ClaimService
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import USER_LABEL, Owner
 from tests.local.ledger_v1 import write_v1

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from dra_jupyter.api import Session
-from dra_jupyter.server.service import Caller, ClaimService
+from dra_jupyter.server.claims import Caller, ClaimService
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
 from tests.service.accounts import Child, User, run_as, service, wait_for

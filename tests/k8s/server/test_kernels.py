@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_jupyter.server.service import Caller
+from dra_jupyter.server.claims import Caller
 from tests.k8s.objects import claims_in, deleted_because, holder, names
 from tests.k8s.server.conftest import WAIT_TRIES
 from tests.server.conftest import Events, eventually, release_announced, start_extensions

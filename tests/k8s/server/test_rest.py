@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_jupyter.server.service import Caller
+from dra_jupyter.server.claims import Caller
 from tests.k8s.objects import claims_in, deleted_because, events_of, holder, names
 from tests.server.conftest import Fetch
 from tests.server.test_rest import body, extension, post

@@ -1,0 +1,75 @@
+"""The claim events the server extension emits on jupyter_server's event logger: a claim
+allocated (through the REST API or in a kernel), an idle warning, a claim released. Their
+schemas are ``events/*.json``; each claim is announced once and each idle deadline warned
+of once.
+"""
+
+from __future__ import annotations
+
+import queue
+from pathlib import Path
+from typing import Any
+
+from jupyter_events import EventLogger
+
+from dra_jupyter.types import ClaimRecord
+
+EVENTS_DIR = Path(__file__).parent / "events"
+EVENT_BASE = "https://events.dra-jupyter.dev/dra_jupyter"
+ALLOCATED = f"{EVENT_BASE}/claim_allocated/v1"
+IDLE_WARNING = f"{EVENT_BASE}/idle_warning/v1"
+RELEASED = f"{EVENT_BASE}/claim_released/v1"
+
+
+def register_schemas(logger: EventLogger) -> None:
+    """Make the events of this module known to ``logger`` (before the first is emitted)."""
+    for path in sorted(EVENTS_DIR.glob("*.json")):
+        logger.register_event_schema(path)
+
+
+def _claim_data(record: ClaimRecord) -> dict[str, Any]:
+    return {
+        "claim": record.name,
+        "user": record.owner.user,
+        "kernel_id": record.owner.kernel_id,
+        "devices": record.device_keys,
+    }
+
+
+class ClaimEvents:
+    """The claim events of one server on ``logger``; ``released``: what the claim service
+    released (queued on its threads), announced by :meth:`emit_releases` on the loop."""
+
+    def __init__(
+        self, logger: EventLogger, released: queue.SimpleQueue[tuple[ClaimRecord, str]]
+    ) -> None:
+        self._logger = logger
+        self._released = released
+        self.seen: set[str] = set()  # claims already announced
+        self.warned: dict[str, float] = {}  # claim -> the idle deadline it was warned of
+
+    def _emit(self, schema_id: str, data: dict[str, Any]) -> None:
+        self._logger.emit(schema_id=schema_id, data=data)
+
+    def emit_allocated(self, record: ClaimRecord, source: str) -> None:
+        self.seen.add(record.name)
+        self._emit(ALLOCATED, {**_claim_data(record), "source": source})
+
+    def emit_idle_warning(self, record: ClaimRecord, deadline: float, now: float) -> None:
+        self.warned[record.name] = deadline
+        self._emit(
+            IDLE_WARNING,
+            {**_claim_data(record), "deadline": deadline, "seconds_left": deadline - now},
+        )
+
+    def emit_releases(self) -> None:
+        """Emit what the service released (it runs on the worker thread; events are emitted
+        on the loop). Bounded by what is queued now."""
+        for _ in range(self._released.qsize()):
+            try:
+                record, reason = self._released.get_nowait()
+            except queue.Empty:
+                return
+            self.seen.discard(record.name)
+            self.warned.pop(record.name, None)
+            self._emit(RELEASED, {**_claim_data(record), "reason": reason})
