@@ -1,12 +1,14 @@
 """The documentation's links and commands: every relative link in README.md, docs/*.md,
 BENCHMARKS.md and CHANGELOG.md names a file or folder of the repository, and an
 ``#anchor`` a heading of the page it points into (GitHub's slugs); every ``make TARGET``
-those pages name is a target of the Makefile; every page of docs/ is listed in its index.
+those pages name is a target of the Makefile; every page of docs/ is listed in its index;
+the layers docs/architecture.md draws are the root-layers contract of pyproject.toml.
 """
 
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote
@@ -216,3 +218,20 @@ def test_benchmarks_speak_to_outside_readers() -> None:
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
     ours = re.findall(r"(?<![\w/-])#\d+\b|\bissues? \d+", text, re.I)
     assert ours == []
+
+
+def test_the_drawn_layers_are_the_checked_contract() -> None:
+    """docs/architecture.md lists the root's layers as pyproject.toml's root-layers contract
+    does, in the same order, and that contract is exhaustive and counts type-only imports."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["id"] == "root-layers"]
+    assert contract["exhaustive"] is True
+    assert contract["containers"] == ["dra_jupyter"]
+    assert config.get("exclude_type_checking_imports", False) is False
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    marker = "<!-- the root-layers contract of pyproject.toml"
+    block = text[text.index(marker) :].split("```")[1]
+    drawn = [line.strip() for line in block.splitlines() if line.strip()]
+    assert drawn == [
+        " | ".join(part.strip() for part in layer.split("|")) for layer in contract["layers"]
+    ]

@@ -12,13 +12,13 @@ from dra_jupyter.allocator.cache import (
     Listed,
     Shape,
     claims_shape,
-    read_values,
     request_shape,
 )
 from dra_jupyter.allocator.capacity import consumed_capacity
 from dra_jupyter.allocator.explain import Explanation, explain
 from dra_jupyter.allocator.pools import Pool
 from dra_jupyter.allocator.prefilter import NodeFilter
+from dra_jupyter.allocator.reads import read_values
 from dra_jupyter.allocator.results import allocation_result
 from dra_jupyter.allocator.scan import Test, shared_by_values, slice_tests
 from dra_jupyter.allocator.search import (

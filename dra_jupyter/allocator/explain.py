@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dra_jupyter.allocator.capacity import consumed_capacity, fits
 from dra_jupyter.allocator.constraints import lookup_attribute, typed_values
@@ -28,8 +28,48 @@ from dra_jupyter.model.objects import Device, DeviceID, ResourceClaim, ResourceS
 from dra_jupyter.model.quantity import Quantity
 
 if TYPE_CHECKING:
-    from dra_jupyter.allocator.core import Allocator
     from dra_jupyter.allocator.pools import Pool
+    from dra_jupyter.allocator.state import AllocatedState
+    from dra_jupyter.model.objects import AllocationResult, DeviceClass, ExactRequest, Node
+
+
+class ExplainSource(Protocol):
+    """What an explanation reads of the allocator it explains (an
+    :class:`~dra_jupyter.allocator.core.Allocator` is one): the nodes in its order, their
+    pools and the devices each request could use, its search, and what is held."""
+
+    state: AllocatedState
+    max_steps: int
+
+    def node_order(self, claims: list[ResourceClaim], node: str | None) -> list[str | None]: ...
+
+    def node(self, name: str | None) -> Node | None: ...
+
+    def pools_for(self, node: Node | None) -> list[Pool]: ...
+
+    def request_data(
+        self,
+        claims: list[ResourceClaim],
+        pools: list[Pool],
+        node: Node | None,
+        *,
+        ordered: bool = True,
+    ) -> dict[tuple[int, int, int], RequestData]: ...
+
+    def search_on(
+        self, claims: list[ResourceClaim], node_name: str | None
+    ) -> tuple[list[AllocationResult] | None, bool]: ...
+
+    def selector_holds(
+        self,
+        expression: str,
+        device: Device,
+        dev_id: DeviceID,
+        owner: DeviceClass | ResourceClaim,
+        request: ExactRequest | None,
+        index: int,
+    ) -> bool: ...
+
 
 STAGES = ("devices", "class", "selectors", "free", "capacity", "counters", "taints")
 STAGE_TEXT = {
@@ -116,7 +156,7 @@ class Explanation:
         return "\n".join(lines)
 
 
-def explain(allocator: Allocator, claims: list[ResourceClaim], node: str | None) -> Explanation:
+def explain(allocator: ExplainSource, claims: list[ResourceClaim], node: str | None) -> Explanation:
     """Report on the nodes in the order the allocator tries them, up to the first that fits."""
     reports = []
     for name in allocator.node_order(claims, node):
@@ -127,7 +167,9 @@ def explain(allocator: Allocator, claims: list[ResourceClaim], node: str | None)
     return Explanation(satisfiable=False, node=None, nodes=reports)
 
 
-def _node_report(allocator: Allocator, claims: list[ResourceClaim], name: str | None) -> NodeReport:
+def _node_report(
+    allocator: ExplainSource, claims: list[ResourceClaim], name: str | None
+) -> NodeReport:
     report = NodeReport(node=name, satisfiable=False)
     node = allocator.node(name)
     pools = allocator.pools_for(node)
@@ -175,7 +217,7 @@ class _Tally:
 
 
 def _request_report(
-    allocator: Allocator, claim: ResourceClaim, rd: RequestData, pools: list[Pool], node: Any
+    allocator: ExplainSource, claim: ResourceClaim, rd: RequestData, pools: list[Pool], node: Any
 ) -> RequestReport:
     request = rd.request
     all_mode = request.allocation_mode == "All"
@@ -212,7 +254,7 @@ def _request_report(
 
 
 def _stage(
-    allocator: Allocator,
+    allocator: ExplainSource,
     claim: ResourceClaim,
     rd: RequestData,
     slice_: ResourceSlice,
@@ -244,7 +286,7 @@ def _stage(
 
 
 def _availability(
-    allocator: Allocator,
+    allocator: ExplainSource,
     rd: RequestData,
     device: Device,
     dev_id: DeviceID,
@@ -279,7 +321,7 @@ def _availability(
     return "taints"
 
 
-def _counters_left(allocator: Allocator, device: Device, pool: Pool, tally: _Tally) -> bool:
+def _counters_left(allocator: ExplainSource, device: Device, pool: Pool, tally: _Tally) -> bool:
     """Whether the device's counters are left after what allocated devices consume; if not,
     note the exhausted counter and the claims whose devices consume it."""
     used: dict[tuple[str, str], Any] = {}
@@ -550,7 +592,7 @@ def _reason(stage: str, before: int, after: int, want: int, rd: RequestData, t: 
 
 
 def _why_together(
-    allocator: Allocator,
+    allocator: ExplainSource,
     claims: list[ResourceClaim],
     data: dict[tuple[int, int, int], RequestData],
     report: NodeReport,

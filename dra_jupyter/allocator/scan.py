@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from dra_jupyter.allocator.cache import read_values
+from dra_jupyter.allocator.reads import read_values
 from dra_jupyter.model.objects import Device, DeviceID, PoolID, ResourceSlice
 from dra_jupyter.selectors.fastpath import Reads
 
