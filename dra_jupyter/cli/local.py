@@ -108,11 +108,7 @@ def explain_keywords(args: argparse.Namespace, out: TextIO) -> int:
     verdict = explain_request(
         session, _spec(args.spec, "explain"), verbose=args.verbose, wait_hint=SHELL_WAIT
     )
-    if args.output == "json":
-        out.write(json.dumps(verdict.to_dict(), indent=2) + "\n")
-    else:
-        out.write(f"{verdict}\n")
-    return 0
+    return _write(args, out, verdict.to_dict(), verdict)
 
 
 def run_request(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -139,12 +135,14 @@ def run_request(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def _table(args: argparse.Namespace, out: TextIO, table: Any) -> int:
-    if args.output == "json":
-        out.write(json.dumps(table.to_records(), indent=2) + "\n")
-    else:
-        out.write(f"{table}\n")
+def _write(args: argparse.Namespace, out: TextIO, data: object, text: object) -> int:
+    """``data`` as JSON with ``-o json``, else ``text`` as a person reads it."""
+    out.write(json.dumps(data, indent=2) + "\n" if args.output == "json" else f"{text}\n")
     return 0
+
+
+def _table(args: argparse.Namespace, out: TextIO, table: Any) -> int:
+    return _write(args, out, table.to_records(), table)
 
 
 def run_devices(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

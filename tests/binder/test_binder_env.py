@@ -19,8 +19,6 @@ on a developer's machine), and bounded: every step has a timeout.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -43,6 +41,7 @@ import nbformat
 import pytest
 
 from tests.examples.notebooks import html, text
+from tests.k8s.k8sbuild import locked  # one run at a time makes a wheelhouse
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = "01-quickstart.ipynb"
@@ -185,18 +184,6 @@ def wheelhouse_dir(python: str) -> Path:
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "dra-jupyter" / "binder" / f"wheels-{digest}"
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """One run at a time makes a wheelhouse; another waits for it, then uses it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def wheelhouse(python: str, env: Mapping[str, str], tmp: Path) -> Path:

@@ -117,8 +117,9 @@ def _tools_go(packages: Sequence[str]) -> str:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One build at a time per cache directory (make test and a fixture may race)."""
+def locked(path: Path) -> Iterator[None]:
+    """One build at a time per cache directory (make test and a fixture may race): ``path``
+    is the lock file, held (flock) while the block runs."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -167,7 +168,7 @@ class _Go:
 def build(*, force: bool = False, log: TextIO = sys.stderr) -> Path:
     """Build the four binaries into :func:`bin_dir` unless they are there already."""
     root = cache_dir()
-    with _locked(root.parent / f"{root.name}.lock"):
+    with locked(root.parent / f"{root.name}.lock"):
         if is_built() and not force:
             return bin_dir()
         start = time.monotonic()

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from tests.k8s.k8sbuild import TestenvError, _Go, _locked
+from tests.k8s.k8sbuild import TestenvError, _Go, locked
 
 SOURCE = Path(__file__).resolve().parents[2] / "tools" / "upstream-allocator"
 FILES = ("go.mod", "go.sum", "main.go")
@@ -48,7 +48,7 @@ def is_built() -> bool:
 def build(*, log: TextIO = sys.stderr) -> Path:
     """Build the harness into :func:`cache_dir` unless it is there; returns the binary."""
     root = cache_dir()
-    with _locked(root.parent / f"{root.name}.lock"):
+    with locked(root.parent / f"{root.name}.lock"):
         if is_built():
             return binary()
         root.mkdir(parents=True, exist_ok=True)
