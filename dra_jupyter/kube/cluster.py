@@ -17,9 +17,9 @@ from dra_jupyter.types import ClaimRecord, Command, HeldClaim, RunPlan
 class KubeCluster:
     """The cluster operations of one backend (``backend.cluster``)."""
 
-    def __init__(self, backend: ClusterAccess, out: IO[str] = sys.stdout) -> None:
+    def __init__(self, backend: ClusterAccess, out: IO[str] | None = None) -> None:
         self.backend = backend
-        self.out = out  # where a run's logs go
+        self.out = out  # where a run's logs go (None: sys.stdout when it runs)
 
     def reserve(self, record: ClaimRecord) -> ClaimRecord:
         """Allocate a new claim with our allocator and write it (see :mod:`.reserve`); the
@@ -48,5 +48,10 @@ class KubeCluster:
     ) -> run.Run:
         """Start the pod with ``claim`` and follow it (see :func:`.run.launch`)."""
         return run.launch(
-            self.backend, plan, claim, timeout=timeout, start_timeout=start_timeout, out=self.out
+            self.backend,
+            plan,
+            claim,
+            timeout=timeout,
+            start_timeout=start_timeout,
+            out=self.out or sys.stdout,
         )
