@@ -647,11 +647,7 @@ class Session:
             node_selector=node_selector,
         )
         claim = self.request(apply_env=False, **spec)
-        try:
-            return cluster.launch(plan, claim, timeout=wait, start_timeout=start_wait)
-        except BaseException:  # an interrupt too: the claim is not left behind
-            claim.release()
-            raise
+        return cluster.launch(plan, claim, timeout=wait, start_timeout=start_wait)
 
     def devices(self) -> Table[DeviceRow]:
         if self._inventory is None or self.backend.capabilities.allocates_later:

@@ -304,7 +304,8 @@ class ClusterOps(Protocol):
     ) -> Run:
         """Start ``plan``'s pod with ``claim``, wait up to ``timeout`` for it to be placed and
         up to ``start_timeout`` for it to start, then follow it (see ``Run.wait``). The
-        claim is released when the pod cannot be placed and on an interrupt."""
+        claim is released when the pod cannot be placed, on an interrupt, and on any error
+        before the run is returned (the pod deleted first, where it was made)."""
 
 
 # --- backends ------------------------------------------------------------------------------

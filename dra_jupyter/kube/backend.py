@@ -17,7 +17,6 @@ import socket
 import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -124,9 +123,10 @@ class KubernetesBackend:
             self._api = api_client(self.settings.kubeconfig)
         return self._api
 
-    @cached_property
+    @property
     def cluster(self) -> KubeCluster:
-        """What only a cluster does: ``reserve`` and ``dra.run``'s pods (:mod:`.cluster`)."""
+        """What only a cluster does: ``reserve`` and ``dra.run``'s pods (:mod:`.cluster`);
+        made on each use (it holds nothing but this backend, which does not hold it)."""
         return KubeCluster(self)
 
     @property

@@ -93,9 +93,12 @@ class Run:
     _out: IO[str] = field(repr=False, default=sys.stdout)
 
     def cancel(self) -> None:
-        """Delete the pod and release the claim."""
-        delete_pod(self._backend, self.pod)
-        self.claim.release()
+        """Delete the pod and release the claim (released even when the pod's deletion
+        fails: the error then says why the pod may still be there)."""
+        try:
+            delete_pod(self._backend, self.pod)
+        finally:
+            self.claim.release()
         self.state = "cancelled"
 
     def wait(self, start_timeout: float | None = None) -> str:
@@ -230,9 +233,11 @@ def launch(
         )
         run = Run(pod, claim, placement.node, devices, WAITING, backend, out)
     except BaseException:  # an interrupt too: nothing half-made is left behind
-        if created:
-            delete_pod(backend, pod)
-        claim.release()
+        try:
+            if created:
+                delete_pod(backend, pod)
+        finally:
+            claim.release()
         raise
     if run.wait(start_timeout) == WAITING:
         print(
