@@ -10,7 +10,10 @@ from ``pynvml`` (independently of the discovery code), and prints one JSON objec
 
 * ``discovered``: devices, warnings and slice names of the inventory (``--slices``: the slices);
 * ``raw``: what NVML says about GPU 0, including every GPU instance profile and its
-  placements, and whether optional calls (addressing mode, NUMA id) are supported;
+  placements, whether optional calls (addressing mode, NUMA id) are supported, and the
+  per-process calls (compute and graphics processes, per-process utilisation samples);
+* ``processes``: what :meth:`dra_jupyter.metrics.nvml.NvmlSource.processes` reads of the
+  same machine (checked against ``raw`` with ``must: false``: processes come and go);
 * ``checks``: comparisons, each ``{"what", "expected", "got", "ok", "must"}``. ``must`` checks
   compare discovery with raw NVML, and the model facts (name, memory, brand, architecture,
   MIG profiles and placements) with ``nvml.json``/``topo-mig.txt`` of the capture; checks with
@@ -27,6 +30,7 @@ import importlib
 import json
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from dra_jupyter.errors import DiscoveryError  # noqa: E402
 from dra_jupyter.inventory import mig  # noqa: E402
 from dra_jupyter.inventory.nvml import ARCHITECTURES, BRANDS, discover, pci_bus_id, semver3  # noqa: E402
+from dra_jupyter.metrics.nvml import NvmlSource  # noqa: E402
 from dra_jupyter.model.quantity import Quantity  # noqa: E402
 
 
@@ -57,6 +62,25 @@ def placements(nvml: Any, handle: Any, profile_id: int) -> list[list[int]]:
     array = (nvml.c_nvmlGpuInstancePlacement_t * count.value)()
     nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
     return [[array[i].start, array[i].size] for i in range(count.value)]
+
+
+def processes(nvml: Any, h: Any) -> dict[str, Any]:
+    """The per-process calls on one device, as plain data (or their errors)."""
+
+    def listing(call: Any) -> Any:
+        found = attempt(call, h)
+        if isinstance(found, dict):
+            return found
+        return [{"pid": p.pid, "usedGpuMemory": p.usedGpuMemory} for p in found]
+
+    samples = attempt(nvml.nvmlDeviceGetProcessUtilization, h, 0)
+    if not isinstance(samples, dict):
+        samples = [{name: getattr(x, name) for name, _ in x._fields_} for x in samples]
+    return {
+        "compute": listing(nvml.nvmlDeviceGetComputeRunningProcesses),
+        "graphics": listing(nvml.nvmlDeviceGetGraphicsRunningProcesses),
+        "utilization": samples,
+    }
 
 
 def raw_gpu0(nvml: Any) -> dict[str, Any]:
@@ -81,6 +105,7 @@ def raw_gpu0(nvml: Any) -> dict[str, Any]:
             "addressing_mode": attempt(getattr(nvml, "nvmlDeviceGetAddressingMode", None), h),
             "numa_nvml": attempt(nvml.nvmlDeviceGetNumaNodeId, h),
             "vgpu_mode": attempt(nvml.nvmlDeviceGetVirtualizationMode, h),
+            "processes": processes(nvml, h),
             "gi_profiles": {},
         }
         for enum in range(max(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT, 20)):  # as the capture
@@ -206,6 +231,22 @@ def main() -> int:
         )
         gpu0 = {"attributes": {**child["attributes"], "uuid": {"string": raw["uuid"]}}}
     report["checks"] = checks(gpu0, raw, args.fixtures)
+    source = NvmlSource(inventory, nvml)
+    seen = source.processes(time.time()) or []
+    source.close()
+    report["processes"] = [p.to_dict() for p in seen]
+    lists = [raw["processes"][k] for k in ("compute", "graphics")]
+    raw_pids = sorted({p["pid"] for found in lists if isinstance(found, list) for p in found})
+    gpu0_key = next((p.device for p in seen if p.device.endswith("/gpu-0")), None)
+    report["checks"].append(
+        {
+            "what": "NvmlSource.processes on GPU 0 (MIG off) lists the pids NVML lists",
+            "expected": raw_pids,
+            "got": sorted(p.pid for p in seen if p.device == gpu0_key),
+            "ok": raw_pids == sorted(p.pid for p in seen if p.device == gpu0_key),
+            "must": False,
+        }
+    )
     failed = [c["what"] for c in report["checks"] if c["must"] and not c["ok"]]
     report["failed"] = failed
     print(json.dumps(report, indent=1, default=str))

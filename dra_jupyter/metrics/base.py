@@ -23,6 +23,22 @@ class Sample:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class DeviceProcess:
+    """A process that holds a context on a device (a GPU, or a MIG device), as the driver
+    lists it at one time; ``None`` where the source does not know."""
+
+    device: str  # driver/pool/device, as in dra.devices()
+    pid: int  # in the driver's pid namespace (the host's, outside a container)
+    time: float  # seconds since the epoch
+    kinds: tuple[str, ...] = ("compute",)  # "compute", "graphics", or both
+    memory_used: int | None = None  # bytes of device memory it holds
+    utilization: float | None = None  # percent of the device's SMs it used, lately
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 class MetricsSource(Protocol):
     """Samples every device it knows; never raises for a device that cannot be read."""
 

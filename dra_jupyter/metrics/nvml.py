@@ -1,5 +1,7 @@
 """Metrics read through NVML: memory, utilisation and temperature of each GPU, and memory
-of each existing MIG device (NVML reports neither utilisation nor temperature for MIG).
+of each existing MIG device (NVML reports neither utilisation nor temperature for MIG);
+and the processes on each of them (:meth:`NvmlSource.processes`): compute and graphics
+contexts, the memory each holds, and its recent utilisation where NVML samples it.
 
 NVML is initialised on the first sample and shut down by :meth:`NvmlSource.close`. Any
 NVML error leaves that value (or that device) out: a sample is never an exception.
@@ -17,7 +19,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.metrics.base import Sample, device_key
+from dra_jupyter.metrics.base import DeviceProcess, Sample, device_key
 
 T = TypeVar("T")
 
@@ -90,6 +92,55 @@ class NvmlSource:
                 out.extend(self._mig_samples(lib, handle, now))
         return out
 
+    def processes(self, now: float, since: float = 0.0) -> list[DeviceProcess] | None:
+        """The processes holding a context on each device of the inventory: on a GPU, or,
+        with MIG on, on each of its MIG devices (where NVML lists them), with the memory
+        each holds and its SM utilisation in NVML's samples newer than ``since`` (seconds
+        since the epoch; a process without a sample has None). None when NVML cannot be
+        used; a device that cannot be read is left out."""
+        lib = self._start()
+        if lib is None:
+            return None
+        out: list[DeviceProcess] = []
+        for index in range(_try(lib, lib.nvmlDeviceGetCount) or 0):
+            handle = _try(lib, partial(lib.nvmlDeviceGetHandleByIndex, index))
+            if handle is None:
+                continue
+            modes = _try(lib, partial(lib.nvmlDeviceGetMigMode, handle))
+            if modes and modes[0] == MIG_ENABLE:
+                slots = _try(lib, partial(lib.nvmlDeviceGetMaxMigDeviceCount, handle))
+                for slot in range(int(slots or 0)):
+                    mig = _try(lib, partial(lib.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot))
+                    if mig is not None:
+                        out.extend(self._processes_on(lib, mig, now, since))
+            else:
+                out.extend(self._processes_on(lib, handle, now, since))
+        return out
+
+    def _processes_on(
+        self, lib: ModuleType, handle: Any, now: float, since: float
+    ) -> list[DeviceProcess]:
+        key = self._key(lib, handle)
+        if key is None:
+            return []
+        kinds: dict[int, list[str]] = {}
+        memory: dict[int, int | None] = {}
+        for kind, listing in (
+            ("compute", lib.nvmlDeviceGetComputeRunningProcesses),
+            ("graphics", lib.nvmlDeviceGetGraphicsRunningProcesses),
+        ):
+            for process in _try(lib, partial(listing, handle)) or ():
+                pid = int(process.pid)
+                kinds.setdefault(pid, []).append(kind)
+                used = getattr(process, "usedGpuMemory", None)  # None: NVML cannot say
+                if used is not None or pid not in memory:
+                    memory[pid] = int(used) if used is not None else None
+        utilization = _process_utilization(lib, handle, since) if kinds else {}
+        return [
+            DeviceProcess(key, pid, now, tuple(k), memory[pid], utilization.get(pid))
+            for pid, k in sorted(kinds.items())
+        ]
+
     def _mig_samples(self, lib: ModuleType, parent: Any, now: float) -> list[Sample]:
         out = []
         for slot in range(_try(lib, lambda: int(lib.nvmlDeviceGetMaxMigDeviceCount(parent))) or 0):
@@ -121,6 +172,18 @@ class NvmlSource:
             utilization=float(utilization.gpu) if utilization is not None else None,
             temperature=float(temperature) if temperature is not None else None,
         )
+
+
+def _process_utilization(lib: ModuleType, handle: Any, since: float) -> dict[int, float]:
+    """pid -> the highest SM utilisation (percent) of its NVML samples newer than ``since``
+    (NVML keeps a few seconds of them; none, or not supported, as on a MIG device: {})."""
+    stamp = max(0, int(since * 1_000_000))  # NVML's timestamps are in microseconds
+    samples = _try(lib, lambda: lib.nvmlDeviceGetProcessUtilization(handle, stamp)) or ()
+    out: dict[int, float] = {}
+    for sample in samples:
+        pid, value = int(sample.pid), float(sample.smUtil)
+        out[pid] = max(out.get(pid, value), value)
+    return out
 
 
 def _try(lib: ModuleType, call: Callable[[], T]) -> T | None:

@@ -11,7 +11,10 @@ from struct calls, errors as the real ``pynvml.NVMLError`` subclasses with ``.va
 
 Configurable: the number of GPUs (clones of the captured one with derived UUIDs, bus ids and
 minors), MIG mode per GPU, existing MIG devices, lost GPUs, a missing library or unloaded
-driver, and ``overrides`` (function name -> value to return, or NVMLError to raise).
+driver, the processes on each GPU or MIG device (:class:`FakeProcess`: a real test process's
+pid, its memory, its kind and its SM utilisation, listed as NVML lists running processes
+and samples their utilisation), and ``overrides`` (function name -> value to return, or
+NVMLError to raise).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -64,6 +68,19 @@ def load_capture(directory: Path = FIXTURES) -> Capture:
 
 
 @dataclass(frozen=True)
+class FakeProcess:
+    """A process NVML lists on a device: compute and/or graphics, holding ``memory`` bytes
+    (None: NVML_VALUE_NOT_AVAILABLE, which nvidia-ml-py gives as None), with SM utilisation
+    ``sm`` percent in its latest sample (None: NVML has no sample of it)."""
+
+    pid: int
+    memory: int | None = None
+    kinds: tuple[str, ...] = ("compute",)
+    sm: int | None = None
+    memory_util: int = 0
+
+
+@dataclass(frozen=True)
 class Handle:
     index: int
 
@@ -95,6 +112,7 @@ class FakePynvml(ModuleType):
         library_missing: bool = False,
         driver_not_loaded: bool = False,
         overrides: Mapping[str, Any] | None = None,
+        processes: Mapping[int | tuple[int, int], Sequence[FakeProcess]] | None = None,
     ) -> None:
         super().__init__("pynvml", "fake pynvml answering from a captured NVIDIA H200")
         for name in dir(pynvml):  # constants, error classes and structs are the real ones
@@ -112,6 +130,8 @@ class FakePynvml(ModuleType):
         self.lost, self.lost_at = set(lost), lost_at
         self.library_missing, self.driver_not_loaded = library_missing, driver_not_loaded
         self.overrides = dict(overrides or {})
+        # GPU index, or (GPU index, MIG slot) -> its processes
+        self.processes = {k: list(v) for k, v in (processes or {}).items()}
         self.initialized = False
         self.calls: list[str] = []
 
@@ -195,13 +215,58 @@ class FakePynvml(ModuleType):
         minor = int(self.capture.device["minor"]) + handle.index
         return int(self._get("nvmlDeviceGetMinorNumber", handle, minor))
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[Any]:
-        """The capture's process list (empty on the captured GPU); ``overrides`` may give
-        pids, as ``{"nvmlDeviceGetComputeRunningProcesses": [pid, ...]}``."""
-        pids = self._get("nvmlDeviceGetComputeRunningProcesses", handle, None)
-        if pids is None:
-            pids = [p["pid"] for p in self.capture.device["procs"]]
-        return [SimpleNamespace(pid=pid, usedGpuMemory=None) for pid in pids]
+    def _on(self, handle: Handle | MigHandle) -> list[FakeProcess]:
+        key = handle.index if isinstance(handle, Handle) else (handle.parent, handle.slot)
+        return self.processes.get(key, [])
+
+    def _running(self, name: str, kind: str, handle: Handle | MigHandle) -> list[Any]:
+        pids = self._enter(name, handle)
+        if pids is not None:  # overrides: pids only
+            return [SimpleNamespace(pid=pid, usedGpuMemory=None) for pid in pids]
+        listed = [
+            SimpleNamespace(
+                pid=p.pid,
+                usedGpuMemory=p.memory,
+                gpuInstanceId=handle.slot + 1 if isinstance(handle, MigHandle) else 0xFFFFFFFF,
+                computeInstanceId=0 if isinstance(handle, MigHandle) else 0xFFFFFFFF,
+            )
+            for p in self._on(handle)
+            if kind in p.kinds
+        ]
+        if kind == "compute" and isinstance(handle, Handle):
+            captured = self.capture.device["procs"]  # empty on the captured GPU
+            listed += [SimpleNamespace(pid=p["pid"], usedGpuMemory=None) for p in captured]
+        return listed
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle | MigHandle) -> list[Any]:
+        """The processes given for this device (compute), then the capture's (none on the
+        captured GPU); ``overrides`` may give pids instead, as
+        ``{"nvmlDeviceGetComputeRunningProcesses": [pid, ...]}``."""
+        return self._running("nvmlDeviceGetComputeRunningProcesses", "compute", handle)
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Handle | MigHandle) -> list[Any]:
+        """The processes given for this device with a graphics context."""
+        return self._running("nvmlDeviceGetGraphicsRunningProcesses", "graphics", handle)
+
+    def nvmlDeviceGetProcessUtilization(
+        self, handle: Handle | MigHandle, lastSeenTimeStamp: int
+    ) -> list[Any]:
+        """One sample per given process with an ``sm`` value, stamped now; NotFound when
+        there is none (as NVML answers), NotSupported on a MIG device."""
+        self._enter("nvmlDeviceGetProcessUtilization", handle)
+        if isinstance(handle, MigHandle):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        stamp = int(time.time() * 1_000_000)
+        samples = []
+        for process in self._on(handle):
+            if process.sm is not None and stamp > lastSeenTimeStamp:
+                sample = pynvml.c_nvmlProcessUtilizationSample_t()
+                sample.pid, sample.timeStamp = process.pid, stamp
+                sample.smUtil, sample.memUtil = process.sm, process.memory_util
+                samples.append(sample)
+        if not samples:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return samples
 
     def nvmlDeviceGetBrand(self, handle: Handle) -> int:
         return int(self._get("nvmlDeviceGetBrand", handle, self.capture.device["brand"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from dra_jupyter.inventory.nvml import (
     pcie_root,
     semver3,
 )
-from tests.fakes.fake_pynvml import FakePynvml, load_capture, pynvml
+from tests.fakes.fake_pynvml import FakeProcess, FakePynvml, load_capture, pynvml
 
 from .test_mig import allocate_in_turn, check, claim, devices
 
@@ -381,6 +382,24 @@ def test_the_check_script_passes_on_the_captured_machine(
     assert status == 0
     assert all(c["ok"] for c in report["checks"])
     assert report["discovered"]["devices"] == (26 if fake_mig else 1)
+
+
+def test_the_check_script_reads_the_processes_as_the_seam_does(
+    sysfs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The per-process calls, raw and through NvmlSource.processes, on a GPU that runs this
+    test's own process (as a CUDA process would be listed)."""
+    me = FakeProcess(pid=os.getpid(), memory=1 << 30, sm=40)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "pynvml", FakePynvml(processes={0: [me]}))
+    monkeypatch.setattr(sys, "argv", ["nvml-check.py", "--node", NODE, "--sysfs", str(sysfs)])
+    assert _check_script().main() == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["raw"]["processes"]["compute"] == [{"pid": os.getpid(), "usedGpuMemory": 1 << 30}]
+    assert [s["pid"] for s in report["raw"]["processes"]["utilization"]] == [os.getpid()]
+    (seen,) = report["processes"]
+    assert (seen["pid"], seen["memory_used"], seen["utilization"]) == (os.getpid(), 1 << 30, 40.0)
+    assert all(c["ok"] for c in report["checks"])
 
 
 def test_the_check_script_reports_a_different_gpu(

@@ -3,6 +3,10 @@ the ring buffer, and the recorder's history."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,10 +15,11 @@ from dra_jupyter.inventory import simulated
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.nvml import discover
 from dra_jupyter.metrics import MetricsHistory, Sample, source_for
+from dra_jupyter.metrics.base import DeviceProcess
 from dra_jupyter.metrics.nvml import NvmlSource
 from dra_jupyter.metrics.recorder import Recorder
 from dra_jupyter.metrics.simulated import SimulatedSource
-from tests.fakes.fake_pynvml import FakePynvml, load_capture, pynvml
+from tests.fakes.fake_pynvml import FakeProcess, FakePynvml, load_capture, pynvml
 
 NODE = "metrics-node"
 NOW = 1_800_000_000.0
@@ -104,6 +109,68 @@ def test_nvml_mig_devices(sysfs: Path) -> None:
     fake.overrides["nvmlDeviceGetMemoryInfo"] = memory
     by_device = {s.device: s for s in source.sample(held=(), now=NOW)}
     assert {by_device[k].memory_used for k in mig_keys} == {1 << 30}
+
+
+@pytest.fixture
+def child() -> Iterator[int]:
+    """The pid of a real process (a sleeping Python), as a kernel on a GPU would be."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_nvml_lists_the_processes_on_each_gpu(sysfs: Path, child: int) -> None:
+    """Compute and graphics contexts of real pids (a child, and this test), each once with
+    both kinds, their memory (None where NVML cannot say) and their SM utilisation where
+    NVML sampled it; in pid order."""
+    me = FakeProcess(pid=child, memory=80 << 30, kinds=("compute", "graphics"), sm=93)
+    quiet = FakeProcess(pid=os.getpid(), memory=None)  # no memory figure, no sample
+    fake = FakePynvml(gpus=2, processes={1: [me, quiet]})
+    source = NvmlSource(nvml_inventory(fake, sysfs), fake)
+    gpu = f"gpu.nvidia.com/{NODE}/gpu-1"
+
+    def expected(busy: float | None) -> list[DeviceProcess]:
+        return sorted(
+            [
+                DeviceProcess(gpu, child, NOW, ("compute", "graphics"), 80 << 30, busy),
+                DeviceProcess(gpu, os.getpid(), NOW, ("compute",), None, None),
+            ],
+            key=lambda p: p.pid,
+        )
+
+    assert source.processes(now=NOW) == expected(93.0)
+    assert source.processes(now=NOW, since=2e9) == expected(None)  # no sample that new
+    assert "nvmlDeviceGetProcessUtilization" in fake.calls
+    idle = FakePynvml(gpus=2)  # the captured GPU runs nothing: nothing is sampled either
+    source = NvmlSource(nvml_inventory(idle, sysfs), idle)
+    assert source.processes(now=NOW) == []
+    assert "nvmlDeviceGetProcessUtilization" not in idle.calls
+
+
+def test_nvml_processes_on_mig_devices_and_on_errors(sysfs: Path, child: int) -> None:
+    """With MIG on, processes are told by MIG device (NVML has no per-process samples
+    there); a device that cannot be read is left out, and no NVML at all is None."""
+    fake = FakePynvml(
+        mig=True,
+        mig_devices={0: [(9, 0), (19, 4)]},
+        processes={(0, 1): [FakeProcess(pid=child, memory=9 << 30, sm=50)]},
+    )
+    source = NvmlSource(nvml_inventory(fake, sysfs), fake)
+    (found,) = source.processes(now=NOW) or []
+    assert found.device.endswith("/gpu-0-mig-1g18gb-19-4")
+    assert (found.pid, found.memory_used, found.utilization) == (child, 9 << 30, None)
+    fake.overrides["nvmlDeviceGetComputeRunningProcesses"] = pynvml.NVMLError(
+        pynvml.NVML_ERROR_GPU_IS_LOST
+    )
+    assert source.processes(now=NOW) == []
+    missing = FakePynvml(library_missing=True)
+    assert (
+        NvmlSource(Inventory("none", "no GPUs", (), (), False, "nvml"), missing).processes(now=NOW)
+        is None
+    )
 
 
 def test_simulated_values_depend_on_time_and_holding_and_say_so() -> None:
