@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
-from dra_jupyter.allocator import Allocator, Strategy
+from dra_jupyter.allocator import Allocator, Explanation, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.errors import (
     PYTHON_WAIT,
@@ -54,6 +54,24 @@ CAPABILITIES = Capabilities(
 _POSSIBLE_MOST = 1024  # shapes remembered as possible
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
+
+
+def busy_error(
+    explanation: Explanation, held: list[ClaimRecord], position: int, waited: float
+) -> BusyError:
+    """The refusal of a request that found the devices busy: how long it waited and its
+    place in line, why the allocator could not serve it, and who holds claims now (those
+    in ``held``: all of them here, what the asker may see in the service)."""
+    waited_text = f" after waiting {waited:.0f}s" if waited >= 1 else ""
+    place = f" (number {position} in the queue)" if position > 1 else ""
+    holders = ", ".join(f"{r.name} ({r.owner.user})" for r in held) or "nobody"
+    return BusyError(
+        f"the devices are busy{waited_text}{place}; {PYTHON_WAIT} to wait in line, "
+        "or release claims you no longer need:\n"
+        + explanation.summary()
+        + f"\nclaims held now: {holders}",
+        explanation,
+    )
 
 
 def shape_of(claim: Wire) -> str:
@@ -272,17 +290,7 @@ class LocalBackend:
             held = self.ledger.read_claims()
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
-        explanation = self.allocator(held).explain([probe])
-        waited_text = f" after waiting {waited:.0f}s" if waited >= 1 else ""
-        place = f" (number {position} in the queue)" if position > 1 else ""
-        holders = ", ".join(f"{r.name} ({r.owner.user})" for r in held) or "nobody"
-        return BusyError(
-            f"the devices are busy{waited_text}{place}; {PYTHON_WAIT} to wait in line, "
-            "or release claims you no longer need:\n"
-            + explanation.summary()
-            + f"\nclaims held now: {holders}",
-            explanation,
-        )
+        return busy_error(self.allocator(held).explain([probe]), held, position, waited)
 
     def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
         """Release a claim; False if it did not exist. Only the owner's user may release it

@@ -20,7 +20,7 @@ from dra_jupyter.errors import (
     LedgerError,
     LimitError,
 )
-from dra_jupyter.local.backend import LocalBackend, shape_of
+from dra_jupyter.local.backend import LocalBackend, busy_error, shape_of
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.service import protocol
@@ -226,16 +226,7 @@ class Line:
         ``peer`` may see them) and why the allocator could not serve it."""
         held = self.access.shown(peer, self.ledger.read_claims())
         explanation = self.local.allocator(held).explain([probe(claim)])
-        waited_text = f" after waiting {waited:.0f}s" if waited >= 1 else ""
-        place = f" (number {position} in the queue)" if position > 1 else ""
-        holders = ", ".join(f"{r.name} ({r.owner.user})" for r in held) or "nobody"
-        return BusyError(
-            f"the devices are busy{waited_text}{place}; pass timeout='10m' to wait in line, "
-            "or release claims you no longer need:\n"
-            + explanation.summary()
-            + f"\nclaims held now: {holders}",
-            explanation,
-        )
+        return busy_error(explanation, held, position, waited)
 
     def serve(self) -> None:
         """Give freed devices to the requests in line, first come first served per shape;
