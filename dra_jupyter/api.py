@@ -19,7 +19,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -30,7 +30,7 @@ import yaml
 
 from dra_jupyter.allocator import STRATEGIES, Explanation
 from dra_jupyter.backends import open_backend
-from dra_jupyter.claimspec import build_claim
+from dra_jupyter.claimspec import CLAIM_KEYS, REQUEST_KEYS, RUN_KEYS, build_claim, unknown_keyword
 from dra_jupyter.durations import format_duration, parse_duration, parse_lease, parse_timeout
 from dra_jupyter.environment import ProcessEnvironment, accelerator_runtime_loaded, environment_for
 from dra_jupyter.errors import (
@@ -476,9 +476,12 @@ class Session:
     def class_names(self) -> list[str]:
         return [c["metadata"]["name"] for c in self.inventory.device_classes]
 
-    def build(self, spec: Mapping[str, Any], name: str = "") -> dict[str, Any]:
+    def build(
+        self, spec: Mapping[str, Any], name: str = "", keywords: Sequence[str] = CLAIM_KEYS
+    ) -> dict[str, Any]:
         """The ResourceClaim of ``spec``, labelled with its user, kernel and Jupyter server
-        (those of a server's kernel, or of its REST API: ``settings.server_id``)."""
+        (those of a server's kernel, or of its REST API: ``settings.server_id``);
+        ``keywords``: the caller's, listed when one in ``spec`` is unknown."""
         labels = {USER_LABEL: label_value(self.owner.user)}
         if self.owner.kernel_id:
             labels[KERNEL_LABEL] = label_value(self.owner.kernel_id)
@@ -490,6 +493,7 @@ class Session:
             namespace=self.namespace,
             classes=self.class_names(),
             labels=labels,
+            keywords=keywords,
         )
 
     def request(
@@ -522,7 +526,7 @@ class Session:
                 f"dra.request: lease={shown(lease)} does not apply on {caps.where}, whose "
                 "claims end when released; release the claim when done (or use a with block)"
             )
-        claim = self.build(spec, name)
+        claim = self.build(spec, name, REQUEST_KEYS)
         self.check_possible(spec, claim)
         origin = self.view.origin() if self.settings.rerun_releases else None
         if origin is not None:
@@ -573,9 +577,8 @@ class Session:
         if released:
             print(
                 f"dra: released {', '.join(released)}, made when this cell ran before "
-                "(dra.configure(rerun_releases=False) keeps them)",
-                file=sys.stderr,
-            )
+                "(dra.configure(rerun_releases=False) keeps them)"
+            )  # information, on stdout: a notebook shows stderr as an error
 
     def _own_holders_note(self) -> str:
         """For a busy error: what of the claims held now this process holds itself, and how
@@ -638,6 +641,9 @@ class Session:
                 "dra.run launches a pod, which needs the Kubernetes backend: set "
                 "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
             )
+        unknown = sorted(set(spec) - set(CLAIM_KEYS))
+        if unknown:
+            raise unknown_keyword("dra.run", unknown[0], RUN_KEYS)
         wait = _or_forever(parse_duration(timeout, what="timeout"))
         start_wait = parse_duration(start_timeout, what="start_timeout")
         plan = cluster.plan_run(

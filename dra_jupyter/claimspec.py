@@ -25,6 +25,7 @@ keyword                   ResourceClaim
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
@@ -107,6 +108,20 @@ class RunKeywords(ClaimKeywords, total=False):
     timeout: str | float | None
     start_timeout: str | float | None
     node_selector: Mapping[str, str] | None
+
+
+REQUEST_KEYS = tuple(RequestKeywords.__annotations__)  # dra.request's, in the order shown
+RUN_KEYS = tuple(RunKeywords.__annotations__)
+
+
+def unknown_keyword(what: str, key: object, allowed: Sequence[str]) -> InvalidInputError:
+    """The one-line refusal of a keyword not in ``allowed``, with the nearest one it may
+    be a typo of: ``dra.request: unknown keyword 'gpuu' (did you mean gpu?); use gpu, ...``."""
+    near = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    return InvalidInputError(
+        f"{what}: unknown keyword {shown(key)}{hint}; use {', '.join(allowed)}"
+    )
 
 
 def class_driver(device_class: str) -> str:
@@ -231,9 +246,7 @@ def device_request(
     """The kind of device (``gpu``, ``tpu``, ``mig`` or a class) and the ``exactly`` body."""
     unknown = sorted(set(spec) - set(DEVICE_KEYS))
     if unknown:
-        raise InvalidInputError(
-            f"{what}: unknown keyword {shown(unknown[0])}; use {', '.join(DEVICE_KEYS)}"
-        )
+        raise unknown_keyword(what, unknown[0], DEVICE_KEYS)
     kinds = [k for k in ("gpu", "tpu", "mig", "device_class") if spec.get(k) is not None]
     if len(kinds) > 1:
         raise InvalidInputError(f"{what}: give one of gpu, tpu, mig, device_class, not {kinds}")
@@ -282,13 +295,13 @@ def build_claim(
     namespace: str = "default",
     classes: Sequence[str] = (),
     labels: Mapping[str, str] | None = None,
+    keywords: Sequence[str] = CLAIM_KEYS,
 ) -> Wire:
-    """The ResourceClaim for one ``dra.request(...)`` call."""
+    """The ResourceClaim for one ``dra.request(...)`` call. ``keywords``: what the caller
+    takes in all (its own and the claim's), listed when a keyword is unknown."""
     unknown = sorted(set(spec) - set(CLAIM_KEYS))
     if unknown:
-        raise InvalidInputError(
-            f"dra.request: unknown keyword {shown(unknown[0])}; use {', '.join(CLAIM_KEYS)}"
-        )
+        raise unknown_keyword("dra.request", unknown[0], keywords)
     alternatives = spec.get("alternatives")
     device_spec = {k: v for k, v in spec.items() if k in DEVICE_KEYS}
     if alternatives is not None:

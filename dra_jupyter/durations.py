@@ -32,10 +32,12 @@ def parse_duration(
     maximum: float = MAX_SECONDS,
     most: str = "2562047h (292 years)",
     longest: str = "duration, 2562047h (292 years); ask for less",
+    negative: str = "must not be negative, got {value}",
 ) -> float | None:
     """Seconds, or None for no limit. ``what`` names the argument in error messages;
     ``maximum`` is the most it may be, ``most`` says it in words, and ``longest`` ends
-    the message of a longer one: what it is, the maximum, and what to do."""
+    the message of a longer one: what it is, the maximum, and what to do; ``negative``
+    refuses a value below 0 (``{value}``: the value as given)."""
     if value is None:
         return None
     expected = InvalidInputError(
@@ -44,6 +46,7 @@ def parse_duration(
     )
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise expected
+    sign = 1.0
     if isinstance(value, int | float):
         try:
             seconds = float(value)
@@ -51,6 +54,8 @@ def parse_duration(
             seconds = math.inf if value > 0 else -math.inf
     else:
         text = value.strip().replace(" ", "")
+        sign = -1.0 if text.startswith("-") and len(text) > 1 else 1.0
+        text = text[1:] if sign < 0 else text
         if len(text) > MAX_TEXT:
             raise InvalidInputError(
                 f"{what}: {shown(value)} is not a duration; write e.g. '90s', '5m', '1h30m' or "
@@ -64,11 +69,11 @@ def parse_duration(
                 f"{what}: {shown(value)} is not a duration; write e.g. '90s', '5m', '1h30m' or "
                 "seconds"
             )
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+        seconds = sign * sum(float(n) * _UNITS[u] for n, u in parts)
     if math.isnan(seconds):
         raise expected
-    if seconds < 0:
-        raise InvalidInputError(f"{what}: must not be negative, got {shown(value)}")
+    if seconds < 0 or (seconds == 0 and sign < 0):
+        raise InvalidInputError(f"{what}: {negative.format(value=shown(value))}")
     if seconds > maximum:
         raise InvalidInputError(f"{what}: {shown(value)} is longer than the longest {longest}")
     return seconds
@@ -83,6 +88,7 @@ def parse_lease(value: str | float | int | None, *, what: str = "lease") -> floa
         maximum=MAX_LEASE,
         most="30d",
         longest="lease, 30d; ask for at most 30d, and request again when it ends",
+        negative="must be more than 0, got {value}; ask for e.g. '1h'",
     )
     if seconds == 0:
         raise InvalidInputError(

@@ -527,6 +527,22 @@ def test_unknown_keyword_lists_the_keywords() -> None:
         assert keyword in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("spec", "near"),
+    [({"gpuu": 1}, "gpu"), ({"memroy": "80Gi"}, "memory"), ({"sme": "pcieRoot"}, "same")],
+)
+def test_a_misspelt_keyword_names_the_one_meant(spec: Wire, near: str) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        build_claim("c", spec)
+    assert f"(did you mean {near}?)" in str(caught.value)
+
+
+def test_an_unknown_word_suggests_nothing() -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        build_claim("c", {"colour": "green"})
+    assert "did you mean" not in str(caught.value)
+
+
 # --- CEL string literals ---------------------------------------------------------------------
 
 # Model names with characters that are special in a CEL string literal. Each must compile

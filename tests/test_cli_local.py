@@ -382,6 +382,8 @@ def test_impossible_is_exit_1_with_one_line(argv: tuple[str, ...], message: str)
         ),
         (("request", "gpu=1", "--lease", "1000000000000d"), "the longest lease, 30d"),
         (("request", "gpu=1", "--lease", "0"), "--lease: must be more than 0"),
+        (("request", "gpu=1", "--lease", "-5m"), "--lease: must be more than 0, got '-5m'"),
+        (("request", "gpu=1", "--timeout", "-1m"), "--timeout: must not be negative"),
         (
             ("request", "gpu=1", "--timeout", "25h"),
             "--timeout: '25h' is longer than the longest wait, 24h",

@@ -49,13 +49,44 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _valued_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option, of any command, that takes one value (``--lease 1h``)."""
+    found: set[str] = set()
+    for action in parser._actions:  # argparse has no public walk of its tree of parsers
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _valued_options(sub)
+        elif action.option_strings and action.nargs is None:
+            found.update(o for o in action.option_strings if o.startswith("--"))
+    return found
+
+
+def _dash_values(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``--lease -5m`` as ``--lease=-5m``: argparse reads a value that starts with a dash
+    as an option and answers with its usage; joined, the value is refused in words."""
+    valued = _valued_options(parser)
+    out: list[str] = []
+    tokens = iter(argv)
+    for token in tokens:
+        if token in valued:
+            value = next(tokens, None)
+            if value is not None and value.startswith("-") and value not in valued:
+                out.append(f"{token}={value}")
+                continue
+            out.extend([token] if value is None else [token, value])
+            continue
+        out.append(token)
+    return out
+
+
 def main(
     argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    parser = _parser()
     try:
-        args = _parser().parse_args(argv)
+        args = parser.parse_args(_dash_values(sys.argv[1:] if argv is None else argv, parser))
     except SystemExit as exit_:  # argparse printed the usage and the problem
         return int(exit_.code or 0)
     with warnings.catch_warnings():

@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_jupyter.claimspec import CLAIM_KEYS, INTEGER_KEYS
+from dra_jupyter.claimspec import CLAIM_KEYS, INTEGER_KEYS, unknown_keyword
 from dra_jupyter.errors import InvalidInputError
 
 # the subcommands of %dra, and the flags each one takes
@@ -112,9 +112,7 @@ def keywords(tokens: list[str], command: Command) -> None:
                 f"{command.where}: {token!r} is not key=value; write e.g. gpu=2 or mig=3g.71gb"
             )
         if key not in allowed:
-            raise InvalidInputError(
-                f"{command.where}: unknown keyword {key!r}; use {', '.join(allowed)}"
-            )
+            raise unknown_keyword(command.where, key, allowed)
         if key in command.spec:
             raise InvalidInputError(f"{command.where}: {key} is given twice")
         command.spec[key] = _value(key, text, command.where)

@@ -325,7 +325,15 @@ GPU_CASES: list[tuple[Wire, type[Exception], str]] = [
         {"gpu": 1, "colour": "red"},
         InvalidInputError,
         "dra.request: unknown keyword 'colour'; use gpu, tpu, mig, count, memory, model, "
-        "selector, share, device_class, same, distinct, alternatives",
+        "selector, share, device_class, same, distinct, alternatives, timeout, lease, name, "
+        "apply_env, on_wait, reserve",
+    ),
+    (
+        {"gpuu": 1},
+        InvalidInputError,
+        "dra.request: unknown keyword 'gpuu' (did you mean gpu?); use gpu, tpu, mig, count, "
+        "memory, model, selector, share, device_class, same, distinct, alternatives, timeout, "
+        "lease, name, apply_env, on_wait, reserve",
     ),
     (
         {"gpu": 1, "timeout": "soon"},
@@ -335,7 +343,7 @@ GPU_CASES: list[tuple[Wire, type[Exception], str]] = [
     (
         {"gpu": 1, "lease": -5},
         InvalidInputError,
-        "lease: must not be negative, got -5",
+        "lease: must be more than 0, got -5; ask for e.g. '1h'",
     ),
     # the longest lease and wait, and nothing that is not finite (issue #18)
     (

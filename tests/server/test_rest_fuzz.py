@@ -251,7 +251,7 @@ def test_metrics_history_of_5000_digits(api: Server) -> None:
         ("lease", "NaN", "lease: "),
         ("lease", "Infinity", "lease: "),
         ("lease", "-Infinity", "lease: "),
-        ("lease", "-1", "lease: must not be negative"),
+        ("lease", "-1", "lease: must be more than 0, got -1"),
         ("lease", "0", "lease: must be more than 0"),
         ("lease", "1e300", "lease: "),
         ("lease", "1e400", "lease: "),
