@@ -22,6 +22,9 @@ c = get_config()  # noqa: F821  # (JupyterHub's config loader defines it)
 c.JupyterHub.spawner_class = "dra_jupyter.hub.localspawner.DRALocalSpawner"
 c.JupyterHub.authenticator_class = "pam"  # the machine's users (the spawner runs them)
 c.JupyterHub.bind_url = "http://:8000"
+# A user may run more than one server (say, one on 2 GPUs and one with none); each is
+# spawned through the form at /hub/spawn/USER/NAME. False: one server per user.
+c.JupyterHub.allow_named_servers = True
 
 # The service's socket (default: $DRA_JUPYTER_SOCKET, else /run/dra-jupyter/socket), and how
 # it counts (its policy's strategy).

@@ -20,6 +20,21 @@ from dra_jupyter.types import ClaimRecord
 
 FIELD = "profile"  # the form's field, and the user_options key: the choice's slug
 SLUG = re.compile(r"[a-z0-9]([a-z0-9-]{0,78}[a-z0-9])?")
+PROFILE_OPTION = "profile-option-"  # KubeSpawner's keys of a profile's options
+
+
+def read_at_start(spawner: Any, user_options: Mapping[str, Any]) -> None:
+    """JupyterHub's ``apply_user_options`` hook of our spawners: the profile (and
+    KubeSpawner's profile options) are read and checked when the server starts, so there
+    is nothing to apply now; JupyterHub would log every spawn's ``profile`` as unhandled
+    without a hook. Keys that nothing reads are still logged, as JupyterHub does."""
+    unread = [k for k in user_options if k != FIELD and not str(k).startswith(PROFILE_OPTION)]
+    if unread:
+        spawner.log.warning(
+            "Received unhandled user_options for %s: %s",
+            spawner._log_name,  # JupyterHub's name of a server in its logs
+            ", ".join(map(str, unread)),
+        )
 
 
 def service_world(inventory: Inventory, holders: Sequence[ClaimRecord]) -> World:

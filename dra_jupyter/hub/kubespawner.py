@@ -52,14 +52,14 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from kubespawner import KubeSpawner
-from traitlets import Dict, Float, List, Unicode
+from traitlets import Dict, Float, List, Unicode, default
 
 from dra_jupyter.claimspec import CLAIM_KEYS
 from dra_jupyter.durations import parse_duration, parse_lease
 from dra_jupyter.errors import AllocationError, InvalidInputError, shown
 from dra_jupyter.hub.choices import ChoiceCache, choices, kubespawner_profiles, restrict
 from dra_jupyter.hub.config import DRAProfiles
-from dra_jupyter.hub.form import service_world
+from dra_jupyter.hub.form import read_at_start, service_world
 from dra_jupyter.hub.pod import add_claim
 from dra_jupyter.hub.progress import DeviceProgress, Event, interleave, never_back
 from dra_jupyter.kube.connect import api_client
@@ -211,6 +211,10 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         self._dra_events: list[Event] = []
 
     # --- options -----------------------------------------------------------------------------
+
+    @default("apply_user_options")
+    def _default_apply_user_options(self) -> Any:
+        return read_at_start  # KubeSpawner reads the profile in load_user_options
 
     async def load_user_options(self) -> None:
         if "dra_request" in (self.user_options or {}):

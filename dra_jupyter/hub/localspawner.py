@@ -50,7 +50,7 @@ from dra_jupyter.errors import DraJupyterError, InvalidInputError, outcome_of
 from dra_jupyter.hub.choices import NONE, UNLIMITED, Choice, choices, find, restrict
 from dra_jupyter.hub.config import DRAProfiles
 from dra_jupyter.hub.counting import ChoiceCache
-from dra_jupyter.hub.form import FIELD, chosen, render, service_world, slug_of
+from dra_jupyter.hub.form import FIELD, chosen, read_at_start, render, service_world, slug_of
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.service.client import ServiceBackend
 from dra_jupyter.settings import Settings
@@ -132,6 +132,10 @@ class DRASpawnerMixin(_Extended):  # type: ignore[misc]  # JupyterHub is untyped
 
     _sources: ClassVar[dict[str, _Source]] = {}
     _sources_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @default("apply_user_options")
+    def _default_apply_user_options(self) -> Any:
+        return read_at_start  # the profile is read by start()
 
     @default("dra_socket")
     def _default_dra_socket(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.hub import localspawner
 from dra_jupyter.hub.choices import Choice, ChoicePolicy, choices, find, restrict
 from dra_jupyter.hub.config import DRAProfiles
-from dra_jupyter.hub.form import chosen, render, service_world, slug_of
+from dra_jupyter.hub.form import chosen, read_at_start, render, service_world, slug_of
 from dra_jupyter.inventory import simulated
 from dra_jupyter.server import startup
 from dra_jupyter.types import ClaimRecord, Owner
@@ -127,6 +128,26 @@ def test_the_spawner_speaks_the_extensions_environment() -> None:
     ]
 
 
+def test_the_profile_is_read_at_start_not_logged_as_unhandled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """JupyterHub logs every user option that no apply_user_options hook takes; ours read
+    the profile (and KubeSpawner's profile options) when the server starts."""
+    assert localspawner.DRALocalSpawner().apply_user_options is read_at_start
+
+    class Spawner:
+        log = logging.getLogger("test-spawner")
+        _log_name = "alice"
+
+    with caplog.at_level(logging.WARNING, logger="test-spawner"):
+        read_at_start(Spawner(), {"profile": "h200-x1", "profile-option-image": "big"})
+        assert caplog.records == []
+        read_at_start(Spawner(), {"profile": "h200-x1", "colour": "red"})
+    assert [r.getMessage() for r in caplog.records] == [
+        "Received unhandled user_options for alice: colour"
+    ]
+
+
 def test_the_profiles_config_is_a_policy() -> None:
     profiles = DRAProfiles(rules=[{"match": "mig-*", "groups": ["ml"]}])
     assert profiles.policy() == ChoicePolicy.from_table([{"match": "mig-*", "groups": ["ml"]}])
@@ -139,6 +160,7 @@ def test_the_deployed_jupyterhub_config_offers_what_it_says() -> None:
     node for ml-admins only, 4 GPUs for researchers too, "No GPU" first."""
     config = PyFileConfigLoader("jupyterhub_config.py", path=str(REPO / "deploy")).load_config()
     assert config.JupyterHub.spawner_class == "dra_jupyter.hub.localspawner.DRALocalSpawner"
+    assert config.JupyterHub.allow_named_servers is True  # a second server, as the form offers
     policy = DRAProfiles(config=config).policy()
     inv = simulated.load("h200-8x")
     offered = choices(service_world(inv, []), now=NOW)

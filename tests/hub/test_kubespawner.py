@@ -484,6 +484,8 @@ def test_a_gpu_server_gets_its_claim_allocated_bound_and_cleaned_up(hub: Hub) ->
     wait_for("the pod to go", lambda: hub.pod("jupyter-alice") is None)
     assert hub.templates() == []
     wait_for("no claim left", lambda: not hub.claims())
+    # the profile is ours to read: JupyterHub does not log it as an unhandled option
+    assert "unhandled user_options" not in (hub.dir / "hub.log").read_text()
 
 
 def test_a_spawn_that_nothing_can_serve_says_why_within_10_s(hub: Hub) -> None:

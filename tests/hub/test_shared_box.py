@@ -388,3 +388,5 @@ def test_each_user_spawns_with_devices_within_their_limit(
         )
         hub.stop(bob)
         wait_for("every device is back", lambda: client.holders() == [])
+        # the profile is ours to read: JupyterHub does not log it as an unhandled option
+        assert "unhandled user_options" not in hub.log.read_text(errors="replace")
