@@ -164,7 +164,8 @@ demo: install
 	@if [ -t 0 ] && [ -t 1 ]; then $(MAKE) --no-print-directory lab; \
 	else echo "Not a terminal, so JupyterLab was not opened: run 'make lab' for the notebooks."; fi
 
-# .venv/bin first on PATH: JupyterLab's terminals (and kernels) find dra-jupyter there
+# .venv/bin first on PATH for the kernels; JupyterLab's terminals (login shells, which
+# lose it) get it from the server extension (c.DRAExtensionApp.terminal_path)
 lab: install $(LAB_BUILD)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab $(LAB_ARGS)
 

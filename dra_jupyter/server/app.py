@@ -38,6 +38,7 @@ from dra_jupyter.server.kernels import (
     uninstall_kernel_env,
 )
 from dra_jupyter.server.sampling import MetricsSampler
+from dra_jupyter.server.terminals import put_scripts_on_terminal_path
 from dra_jupyter.server.writer import Writer
 from dra_jupyter.settings import (
     BackendName,
@@ -137,6 +138,15 @@ class DRAExtensionApp(ExtensionApp):
         help="""Most devices one user may hold through the REST API (counting every claim
         of that user in the ledger); 0 means no limit.""",
     )
+    terminal_path = Bool(
+        True,
+        config=True,
+        help="""Put the folder of this environment's scripts (where dra-jupyter is) first
+        on the PATH of JupyterLab's terminals, whose login shells otherwise lose it
+        (Debian's /etc/profile sets PATH anew). Not done when
+        ServerApp.terminado_settings names a shell_command, or for a shell that is not
+        POSIX (sh, bash, dash, zsh, ksh).""",
+    )
     allow_admin_view = Bool(
         False,
         config=True,
@@ -234,6 +244,8 @@ class DRAExtensionApp(ExtensionApp):
         return self.server.event_logger
 
     def initialize_settings(self) -> None:
+        if self.terminal_path:  # before jupyter_server_terminals reads it (names load sorted)
+            put_scripts_on_terminal_path(self.server.terminado_settings)
         settings = replace(
             Settings.from_env(),
             backend=_backend_name(self.backend),
