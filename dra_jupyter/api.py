@@ -255,20 +255,25 @@ class Claim:
     def env(self) -> dict[str, str]:
         """The environment variables that make these devices visible to CUDA, ROCm or TPU."""
         results = self.allocation.get("devices", {}).get("results", [])
-        return environment_for(results, self._session.inventory.slices).env
+        inventory = self._session.inventory
+        return environment_for(results, inventory.slices, simulated=inventory.simulated).env
 
     def apply_env(self, environ: dict[str, str] | None = None) -> list[str]:
         """Add :attr:`env` to this process's environment, which then names the devices of
         every claim it holds (:mod:`dra_jupyter.environment`), or set it in ``environ``;
         returns what the user should know."""
+        inventory = self._session.inventory
         found = environment_for(
-            self.allocation.get("devices", {}).get("results", []), self._session.inventory.slices
+            self.allocation.get("devices", {}).get("results", []),
+            inventory.slices,
+            simulated=inventory.simulated,
         )
         notes = []
         if found.missing:
             notes.append(
-                f"claim {self.name}: no runtime identity for {', '.join(found.missing)} "
-                f"({'simulated inventory' if self._session.inventory.simulated else 'not created'})"
+                f"claim {self.name}: {', '.join(found.missing)} has no identity a runtime can "
+                "use yet (a MIG partition the driver has not created), so the environment "
+                "leaves it out"
             )
         process = ProcessEnvironment.of_process()
         runtime = None  # asked where it matters: this process's environment, not yet said

@@ -8,8 +8,11 @@ Per vendor (:func:`environment_for`):
 * AMD: ``ROCR_VISIBLE_DEVICES`` and ``HIP_VISIBLE_DEVICES`` list card indices;
 * Google TPU: ``TPU_VISIBLE_CHIPS`` lists chip indices.
 
-A device without the identity its runtime needs (a simulated MIG partition that was never
-created, for instance) is reported in ``missing`` instead of being guessed.
+A device without the identity its runtime needs (a MIG partition that the driver offers
+but has not created yet) is reported in ``missing`` instead of being guessed; on a
+simulated inventory, where no runtime will read it, such a partition gets a stand-in
+``MIG-...`` UUID made from its parent's and its name (as simulated GPUs have stand-in
+``GPU-...`` UUIDs), so that its claim's environment reads like a real one.
 
 This process's variables (:class:`ProcessEnvironment`) name the devices of every claim it
 holds with ``apply_env`` (in request order), recomputed on each request and release: a
@@ -27,6 +30,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import uuid as uuids
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,10 +53,16 @@ def _attr(device: Mapping[str, Any], name: str) -> Any:
     return None
 
 
+def stand_in_mig_uuid(parent_uuid: str, device: str) -> str:
+    """The same ``MIG-...`` UUID for the same partition of the same (simulated) GPU."""
+    return f"MIG-{uuids.uuid5(uuids.NAMESPACE_URL, f'dra-jupyter:{parent_uuid}/{device}')}"
+
+
 def environment_for(
-    results: Iterable[Mapping[str, Any]], slices: Sequence[Wire]
+    results: Iterable[Mapping[str, Any]], slices: Sequence[Wire], *, simulated: bool = False
 ) -> DeviceEnvironment:
-    """Environment variables for the devices of ``status.allocation.devices.results``."""
+    """Environment variables for the devices of ``status.allocation.devices.results``;
+    ``simulated``: the slices are a simulated inventory's (see the module's docstring)."""
     index: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for s in slices:
         spec = s.get("spec", {})
@@ -68,6 +78,9 @@ def environment_for(
         ident = "/".join(key)
         if result["driver"] == "gpu.nvidia.com":
             uuid = _attr(device, "uuid")
+            parent = _attr(device, "parentUUID")
+            if not uuid and simulated and parent:
+                uuid = stand_in_mig_uuid(str(parent), result["device"])
             (nvidia.append(str(uuid)) if uuid else out.missing.append(ident))
         elif result["driver"] == "gpu.amd.com":
             card = _attr(device, "cardIndex")

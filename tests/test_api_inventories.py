@@ -205,7 +205,10 @@ def test_one_device_its_environment_and_release(session: Session) -> None:
     if e.kind == "mig":
         assert attr(device, "profile") == e.value
         assert row.kind == "mig"
-        assert claim.env == {}  # a simulated MIG partition has no UUID: nothing is guessed
+        # a partition not created yet has no UUID; a simulated one gets a stand-in
+        ident = claim.env["CUDA_VISIBLE_DEVICES"]
+        assert re.fullmatch(r"MIG-[0-9a-f-]{36}", ident)
+        assert claim.env == {"CUDA_VISIBLE_DEVICES": ident, "NVIDIA_VISIBLE_DEVICES": ident}
     elif row.device.startswith("gpu.nvidia.com/"):
         uuid = attr(device, "uuid")
         assert re.fullmatch(r"GPU-[0-9a-f-]{36}", uuid)
@@ -601,24 +604,23 @@ def test_apply_env_per_vendor(
     assert os.environ["CUDA_VISIBLE_DEVICES"] == SENTINEL
 
 
-def test_apply_env_warns_when_a_device_has_no_runtime_identity(tmp_path: Path) -> None:
+def test_a_simulated_mig_claim_has_an_environment(tmp_path: Path) -> None:
     dra.configure(inventory="h200-mig", ledger=str(tmp_path / "l.sqlite"))
-    with pytest.warns(DraJupyterWarning, match="no runtime identity") as caught:
-        claim = dra.request(mig="3g.71gb", apply_env=True)
-    assert len(caught) == 1
-    message = str(caught[0].message)
-    assert claim.name in message
-    assert "simulated inventory" in message
-    assert claim.notes == [message]
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == SENTINEL  # nothing guessed
+    claim = dra.request(mig="3g.71gb", apply_env=True)  # filterwarnings=error: no warning
+    assert claim.notes == []
+    assert claim.env["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == claim.env["CUDA_VISIBLE_DEVICES"]
 
 
-def test_apply_env_warning_points_at_the_users_call(tmp_path: Path) -> None:
+def test_apply_env_warning_points_at_the_users_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A notebook shows the warning's file and line: it must be the user's cell, not
     dra_jupyter/__init__.py (which ``dra.request`` passes through)."""
-    dra.configure(inventory="h200-mig", ledger=str(tmp_path / "l.sqlite"))
+    monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: "libcuda.so")
+    dra.configure(inventory="h200-8x", ledger=str(tmp_path / "l.sqlite"))
     with pytest.warns(DraJupyterWarning) as caught:
-        dra.request(mig="1g.18gb")
+        dra.request(gpu=1)
     assert [w.filename for w in caught] == [__file__]
 
 

@@ -146,7 +146,10 @@ def kernel_environment(session: Session) -> KernelEnvironment:
     ProcessEnvironment.of_process().sync()  # claims released elsewhere first: what is set now
     records = kernel_claims(session)
     results = [x for r in records for x in r.allocation.get("devices", {}).get("results", [])]
-    env = KernelEnvironment(environment_for(results, session.inventory.slices).env)
+    inventory = session.inventory
+    env = KernelEnvironment(
+        environment_for(results, inventory.slices, simulated=inventory.simulated).env
+    )
     env.claims = [r.name for r in records]
     return env
 

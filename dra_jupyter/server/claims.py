@@ -387,7 +387,8 @@ class ClaimService:
             for record in records
             for result in record.allocation.get("devices", {}).get("results", [])
         ]
-        return environment_for(results, self.inventory().slices).env
+        inventory = self.inventory()
+        return environment_for(results, inventory.slices, simulated=inventory.simulated).env
 
     def live_claims(
         self, select: Select | None = None, now: float | None = None, *, wait: bool = True

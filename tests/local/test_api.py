@@ -210,12 +210,31 @@ def test_runtime_already_loaded_is_said_once_with_what_to_do(
     assert os.environ["CUDA_VISIBLE_DEVICES"] == second.env["CUDA_VISIBLE_DEVICES"]
 
 
-def test_simulated_partition_has_no_runtime_identity(mig_session: Session) -> None:
-    with pytest.warns(DraJupyterWarning, match=r"no runtime identity for gpu\.nvidia\.com/p1/"):
-        claim = mig_session.request(mig="1g.10gb")
-    assert claim.env == {}
-    assert claim.notes[0].endswith("(simulated inventory)")
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == SENTINEL
+def test_a_simulated_partition_has_a_stand_in_identity(mig_session: Session) -> None:
+    """As a simulated GPU has a stand-in GPU-... UUID, a simulated MIG partition has a
+    MIG-... one: its environment reads like a real claim's, with nothing to warn about."""
+    first = mig_session.request(mig="1g.10gb")  # filterwarnings=error: no warning
+    second = mig_session.request(mig="1g.10gb")
+    [one], [two] = (c.env["CUDA_VISIBLE_DEVICES"].split(",") for c in (first, second))
+    assert one.startswith("MIG-") and two.startswith("MIG-") and one != two
+    assert first.notes == second.notes == []
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == f"{one},{two}"
+    assert mig_session.claim(first.name).env == first.env  # the same partition, the same id
+
+
+def test_a_partition_not_created_on_real_hardware_is_left_out(tmp_path: Path) -> None:
+    """A MIG partition the driver offers but has not created has no UUID yet: nothing is
+    guessed, and the user reads why."""
+    real = dataclasses.replace(partitionable_inventory(), simulated=False)
+    session = make_session(tmp_path, real)
+    try:
+        with pytest.warns(DraJupyterWarning, match=r"gpu\.nvidia\.com/p1/\S+ has no identity"):
+            claim = session.request(mig="1g.10gb")
+        assert claim.env == {}
+        assert "a MIG partition the driver has not created" in claim.notes[0]
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == SENTINEL
+    finally:
+        session.release_all()
 
 
 # --- tables -----------------------------------------------------------------------------------
