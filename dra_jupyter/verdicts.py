@@ -174,7 +174,7 @@ class Verdict:
     def __str__(self) -> str:
         lines = [self.headline]
         if self.explanation is not None and self.answer != "now":
-            lines.extend(self.explanation.summary().splitlines())
+            lines.extend(self.explanation.summary(named=False).splitlines())
         if self.held_now:
             lines.append("held now: " + "; ".join(self.held_now))
         if self.verbose and self.explanation is not None:

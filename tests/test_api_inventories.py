@@ -782,7 +782,7 @@ def test_explain_names_the_model_and_what_the_gpus_are(tmp_path: Path) -> None:
     session = make_session(tmp_path, "h200-8x")
     lines = str(explain_request(session, {"gpu": 1, "model": "H100"})).splitlines()
     assert lines[1] == (
-        "node gpu-node-1: claim default/new-request, request gpu: "
+        "node gpu-node-1: request gpu: "
         'model="h100" matches none of the 8 GPUs (they are NVIDIA H200), 1 needed'
     )
     selector = ARCHITECTURE + '"Blackwell"'
@@ -810,7 +810,7 @@ def test_same_that_cannot_hold_names_the_keyword(tmp_path: Path) -> None:
     with pytest.raises(NeverPossibleError) as caught:
         session.request(gpu=3, same="pcieRoot", apply_env=False)
     assert (
-        'claim default/new-request: same="pcieRoot" (matchAttribute '
+        'node gpu-node-1: same="pcieRoot" (matchAttribute '
         "resource.kubernetes.io/pcieRoot): at most 2 of the devices that could be used have "
         "the same pcieRoot (pci0000:15), 3 needed"
     ) in str(caught.value)

@@ -180,7 +180,8 @@ def test_request_of_each_kind(tmp_path: Path) -> None:
         "mig=3g.71gb", "count=2", "--inventory", "h200-mig", "--ledger", str(tmp_path / "m")
     )
     assert len(mig["claim"]["status"]["allocation"]["devices"]["results"]) == 2
-    assert mig["env"] == {}  # simulated MIG devices have no UUID
+    # simulated MIG partitions have stand-in MIG-... UUIDs, as simulated GPUs have GPU-...
+    assert [u[:4] for u in mig["env"]["CUDA_VISIBLE_DEVICES"].split(",")] == ["MIG-", "MIG-"]
 
 
 def test_request_does_not_set_the_environment_of_the_caller(

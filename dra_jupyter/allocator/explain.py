@@ -98,6 +98,9 @@ class RequestReport:
         return self.funnel.get("taints", 0)
 
 
+_CLAIM = re.compile(r"^claim [^\s:]+: ")  # a node's reason that names its claim first
+
+
 @dataclass
 class NodeReport:
     node: str | None
@@ -115,18 +118,21 @@ class Explanation:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def summary(self) -> str:
-        """One line per request that failed on the best node: what the CLI prints on stderr."""
+    def summary(self, *, named: bool = True) -> str:
+        """One line per request that failed on the best node: what the CLI prints on stderr.
+        ``named=False`` leaves the claim's name out: a claim the user did not name (one
+        made to ask whether a request could be met) is only its requests."""
         if self.satisfiable:
             return f"allocatable on node {self.node}"
         lines = []
         for report in self.nodes:
             where = f"node {report.node}" if report.node else "no node"
             for reason in report.reasons:
-                lines.append(f"{where}: {reason}")
+                lines.append(f"{where}: {reason if named else _CLAIM.sub('', reason, 1)}")
             for req in report.requests:
                 for reason in req.reasons:
-                    lines.append(f"{where}: claim {req.claim}, request {req.request}: {reason}")
+                    claim = f"claim {req.claim}, " if named else ""
+                    lines.append(f"{where}: {claim}request {req.request}: {reason}")
         return "\n".join(lines) or "no allocation exists"
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:

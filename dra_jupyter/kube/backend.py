@@ -220,7 +220,7 @@ class KubernetesBackend:
             explanation = idle.explain([probe])
             raise NeverPossibleError(
                 f"the request can never be met on {self.current.description}:\n"
-                + explanation.summary(),
+                + explanation.summary(named=False),  # the probe's name, not the claim's
                 explanation,
             )
 

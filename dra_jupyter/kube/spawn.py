@@ -276,7 +276,7 @@ def explain_pending(
         hint = impossible_hint(request, inventory) if request is not None else None
         head = "can never be met on this cluster, even with every device free"
         lines = [f"{head}: {hint}" if hint else head]
-        lines += _ours(idle.explain([probe]).summary(), namespace)
+        lines += idle.explain([probe]).summary(named=False).splitlines()
         return "\n".join(lines)
     me = (meta.get("namespace"), meta.get("name"))
     held = [r for r in backend.holders() if (r.namespace, r.name) != me]
@@ -284,7 +284,7 @@ def explain_pending(
     if explanation.satisfiable:
         return f"devices are free now on node {explanation.node}; kube-scheduler will retry"
     lines = ["not now: the devices it needs are held by others"]
-    lines += _ours(explanation.summary(), namespace)
+    lines += explanation.summary(named=False).splitlines()
     devices: Counter[str] = Counter()
     for record in held:
         devices[record.owner.user] += len(record.device_keys)
@@ -303,13 +303,6 @@ def _cluster(api: client.ApiClient, namespace: str) -> KubernetesBackend:
     owner of its own, one try a call)."""
     settings = Settings(ledger=Path("/nonexistent"), namespace=namespace, kube_retries=1)
     return KubernetesBackend(settings, Owner(user="", host="", pid=0), api=api)
-
-
-def _ours(summary: str, namespace: str) -> list[str]:
-    """The explanation's lines without the probe's name (the user asked for no claim)."""
-    return [
-        line.replace(f"claim {namespace}/{EXPLAIN_PROBE}, ", "") for line in summary.splitlines()
-    ]
 
 
 __all__ = [

@@ -57,18 +57,24 @@ Sleep = Callable[[float], None]
 
 
 def busy_error(
-    explanation: Explanation, held: list[ClaimRecord], position: int, waited: float
+    explanation: Explanation,
+    held: list[ClaimRecord],
+    position: int,
+    waited: float,
+    *,
+    named: bool = True,
 ) -> BusyError:
     """The refusal of a request that found the devices busy: how long it waited and its
     place in line, why the allocator could not serve it, and who holds claims now (those
-    in ``held``: all of them here, what the asker may see in the service)."""
+    in ``held``: all of them here, what the asker may see in the service). ``named``: the
+    claim has a name of the user's, said in the explanation."""
     waited_text = f" after waiting {waited:.0f}s" if waited >= 1 else ""
     place = f" (number {position} in the queue)" if position > 1 else ""
     holders = ", ".join(f"{r.name} ({r.owner.user})" for r in held) or "nobody"
     return BusyError(
         f"the devices are busy{waited_text}{place}; {PYTHON_WAIT} to wait in line, "
         "or release claims you no longer need:\n"
-        + explanation.summary()
+        + explanation.summary(named=named)
         + f"\nclaims held now: {holders}",
         explanation,
     )
@@ -195,7 +201,7 @@ class LocalBackend:
             explanation = idle.explain([probe])
             raise NeverPossibleError(
                 f"the request can never be met on {self.devices.description}:\n"
-                + explanation.summary(),
+                + explanation.summary(named=bool(claim["metadata"].get("name"))),
                 explanation,
             )
         if len(self._possible) >= _POSSIBLE_MOST:
@@ -290,7 +296,9 @@ class LocalBackend:
             held = self.ledger.read_claims()
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
-        return busy_error(self.allocator(held).explain([probe]), held, position, waited)
+        explanation = self.allocator(held).explain([probe])
+        named = bool(claim["metadata"].get("name"))
+        return busy_error(explanation, held, position, waited, named=named)
 
     def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
         """Release a claim; False if it did not exist. Only the owner's user may release it

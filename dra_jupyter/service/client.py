@@ -275,7 +275,7 @@ class ServiceBackend:
             explanation = idle.explain([probe])
             raise NeverPossibleError(
                 f"the request can never be met on {self.inventory().description}:\n"
-                + explanation.summary(),
+                + explanation.summary(named=bool(claim["metadata"].get("name"))),
                 explanation,
             )
 

@@ -226,7 +226,8 @@ class Line:
         ``peer`` may see them) and why the allocator could not serve it."""
         held = self.access.shown(peer, self.ledger.read_claims())
         explanation = self.local.allocator(held).explain([probe(claim)])
-        return busy_error(explanation, held, position, waited)
+        named = bool(claim["metadata"].get("name"))
+        return busy_error(explanation, held, position, waited, named=named)
 
     def serve(self) -> None:
         """Give freed devices to the requests in line, first come first served per shape;

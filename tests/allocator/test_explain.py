@@ -113,6 +113,8 @@ def test_held_and_tainted_devices() -> None:
         "example.com/unhealthy=true:NoSchedule (2 devices)"
     ]
     assert explanation.summary() == f"node {NODE}: claim default/c, request req: {req.reasons[0]}"
+    # a claim the user did not name (asking whether a request could be met) goes unnamed
+    assert explanation.summary(named=False) == f"node {NODE}: request req: {req.reasons[0]}"
 
 
 def test_held_and_tainted_devices_enough_left() -> None:
@@ -357,6 +359,10 @@ def test_match_attribute_that_cannot_hold() -> None:
     assert req.funnel == funnel(8, 8, 8, 8, 8, 8, 8)
     assert req.reasons == []
     assert explanation.summary() == f"node {NODE}: {report.reasons[0]}"
+    assert explanation.summary(named=False) == (
+        f'node {NODE}: same="root" (matchAttribute {ROOT}): at most 2 of the devices that '
+        "could be used have the same root (r0), 3 needed"
+    )
 
 
 def test_match_attribute_counts_only_eligible_devices() -> None:
