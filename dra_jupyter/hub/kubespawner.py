@@ -56,9 +56,10 @@ from traitlets import Dict, Float, List, Unicode, default
 
 from dra_jupyter.claimspec import CLAIM_KEYS
 from dra_jupyter.durations import parse_duration, parse_lease
-from dra_jupyter.errors import AllocationError, InvalidInputError, shown
+from dra_jupyter.errors import AllocationError, DraJupyterError, InvalidInputError, shown
 from dra_jupyter.hub.choices import ChoiceCache, choices, kubespawner_profiles, restrict
 from dra_jupyter.hub.config import DRAProfiles
+from dra_jupyter.hub.failures import SpawnFailure
 from dra_jupyter.hub.form import read_at_start, service_world
 from dra_jupyter.hub.pod import add_claim
 from dra_jupyter.hub.progress import DeviceProgress, Event, interleave, never_back
@@ -72,14 +73,15 @@ DRA_TRAITS = ("dra_request", "dra_lease", "dra_idle_timeout", "dra_kueue_queue")
 POLL_S = 1.0  # how often a spawn looks at its pod and claim
 
 
-class SpawnDevicesError(AllocationError):
-    """A spawn failed for its devices; JupyterHub shows ``jupyterhub_message`` (and the
-    HTML) on the spawn page."""
+class SpawnDevicesError(SpawnFailure):
+    """A spawn failed for its devices: JupyterHub shows the message (and the HTML) on the
+    spawn page, answers with an allocation error's status, and logs no traceback."""
 
-    def __init__(self, message: str, html_message: str | None = None) -> None:
-        super().__init__(message)
-        self.jupyterhub_message = message
-        self.jupyterhub_html_message = html_message
+    def __init__(self, message: str, html_message: str | None = None, *, status: int = 0) -> None:
+        status_code = status or AllocationError.http_status
+        super().__init__(
+            message, reason="devices", status_code=status_code, html=html_message or ""
+        )
 
 
 @functools.cache
@@ -220,14 +222,19 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         if "dra_request" in (self.user_options or {}):
             raise SpawnDevicesError(
                 f"spawn {self._log_name}: user_options may not carry dra_request; choose "
-                "one of the profiles"
+                "one of the profiles",
+                status=InvalidInputError.http_status,
             )
         for key, value in self._dra_configured.items():
             setattr(self, key, copy.deepcopy(value))
         await super().load_user_options()
-        checked_request(self.dra_request, list(self.dra_allowed_keys), f"spawn {self._log_name}")
-        parse_lease(self.dra_lease, what="dra_lease")
-        parse_duration(self.dra_idle_timeout, what="dra_idle_timeout")
+        try:  # a profile's settings, refused in one line (JupyterHub: no traceback)
+            where = f"spawn {self._log_name}"
+            checked_request(self.dra_request, list(self.dra_allowed_keys), where)
+            parse_lease(self.dra_lease, what=f"{where}: dra_lease")
+            parse_duration(self.dra_idle_timeout, what=f"{where}: dra_idle_timeout")
+        except DraJupyterError as err:
+            raise SpawnDevicesError(str(err), status=err.http_status) from None
 
     @property
     def _dra(self) -> ServerDevices:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from jupyterhub.spawner import LocalProcessSpawner, SpawnException
+from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Enum, Float, Unicode, default
 
 from dra_jupyter.allocator import Strategy
@@ -50,6 +50,7 @@ from dra_jupyter.errors import DraJupyterError, InvalidInputError, outcome_of
 from dra_jupyter.hub.choices import NONE, UNLIMITED, Choice, choices, find, restrict
 from dra_jupyter.hub.config import DRAProfiles
 from dra_jupyter.hub.counting import ChoiceCache
+from dra_jupyter.hub.failures import SpawnFailure
 from dra_jupyter.hub.form import FIELD, chosen, read_at_start, render, service_world, slug_of
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.service.client import ServiceBackend
@@ -241,7 +242,7 @@ class DRASpawnerMixin(_Extended):  # type: ignore[misc]  # JupyterHub is untyped
         try:
             slug = slug_of(options[FIELD]) if FIELD in options else None
         except InvalidInputError as err:
-            raise SpawnException(str(err), reason="profile", status_code=400) from err
+            raise SpawnFailure(str(err), reason="profile", status_code=400) from err
         offer = await self.dra_offer()
         if slug is None:
             found = next((c for c in offer.choices if c.default), None)
@@ -255,9 +256,9 @@ class DRASpawnerMixin(_Extended):  # type: ignore[misc]  # JupyterHub is untyped
                 if slug
                 else f"no choice is offered to {self.user.name} here"
             )
-            raise SpawnException(message, reason="profile", status_code=403)
+            raise SpawnFailure(message, reason="profile", status_code=403)
         if found.request and offer.problem:
-            raise SpawnException(offer.problem, reason="devices", status_code=503)
+            raise SpawnFailure(offer.problem, reason="devices", status_code=503)
         return found
 
     def get_env(self) -> dict[str, str]:
@@ -312,7 +313,7 @@ class DRASpawnerMixin(_Extended):  # type: ignore[misc]  # JupyterHub is untyped
             if outcome is None and await self.poll() is not None:
                 outcome = _read(path)  # written just before the server exited
                 if outcome is None:
-                    raise SpawnException(
+                    raise SpawnFailure(
                         f"{self._log_name}'s server exited before it said whether it got its "
                         "devices; the hub's log has its output",
                         reason="devices",
@@ -323,14 +324,14 @@ class DRASpawnerMixin(_Extended):  # type: ignore[misc]  # JupyterHub is untyped
                     return outcome
                 await self.stop(now=True)
                 kind = str(outcome.get("type"))
-                raise SpawnException(
+                raise SpawnFailure(
                     str(outcome.get("message") or kind),
                     reason="devices",
                     status_code=outcome_of(kind).http_status,
                 )
             if time.monotonic() > end:
                 await self.stop(now=True)
-                raise SpawnException(
+                raise SpawnFailure(
                     f"{self._log_name}'s server did not say within {self.dra_report_timeout:g}s "
                     "whether it got its devices; is the dra_jupyter server extension enabled "
                     "where it runs (jupyter server extension list)?",
