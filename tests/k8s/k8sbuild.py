@@ -177,7 +177,7 @@ def build(*, force: bool = False, log: TextIO = sys.stderr) -> Path:
         log_path.write_text("")
         log.write(
             f"k8s-testenv: building Kubernetes {KUBERNETES_VERSION} and etcd {ETCD_VERSION} into "
-            f"{root} (once per machine; 20-30 minutes on 2 cores; log: {log_path})\n"
+            f"{root} (once per machine; about 5-15 minutes on 2 cores; log: {log_path})\n"
         )
         log.flush()
         go = _Go(log, log_path)
