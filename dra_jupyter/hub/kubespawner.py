@@ -227,7 +227,12 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
             )
         for key, value in self._dra_configured.items():
             setattr(self, key, copy.deepcopy(value))
-        await super().load_user_options()
+        try:
+            await super().load_user_options()
+        except ValueError as err:  # KubeSpawner's "No such profile: h200. Options include: ..."
+            raise SpawnDevicesError(
+                f"spawn {self._log_name}: {err}", status=InvalidInputError.http_status
+            ) from None
         try:  # a profile's settings, refused in one line (JupyterHub: no traceback)
             where = f"spawn {self._log_name}"
             checked_request(self.dra_request, list(self.dra_allowed_keys), where)
