@@ -277,17 +277,17 @@ class ClaimService:
         (on Kubernetes: create the claim, pending until a pod uses it)."""
         body = check_claim_request(body)  # types and sizes, before any work
         spec = {k: v for k, v in body.items() if k not in _REQUEST_KEYS}
-        wait = parse_timeout(body.get("timeout", 0), what="POST claims: timeout")
+        wait = parse_timeout(body.get("timeout", 0), what="timeout")
         if wait != 0:
             raise InvalidInputError(
-                "POST claims: only timeout 0 is supported (fail at once when busy); "
+                "timeout: only 0 is supported (fail at once when busy); "
                 "retry later, or call dra.request(timeout=...) from a kernel to wait in line"
             )
-        lease = parse_lease(body.get("lease"), what="POST claims: lease")
+        lease = parse_lease(body.get("lease"), what="lease")
         caps = self.backend.capabilities
         if lease is not None and not caps.leases:
             raise InvalidInputError(
-                f"POST claims: lease does not apply on {caps.where} (its claims have no "
+                f"lease does not apply on {caps.where} (its claims have no "
                 "lease); leave it out and release the claim when done"
             )
         name = body.get("name", "")
@@ -296,7 +296,7 @@ class ClaimService:
             not isinstance(kernel_id, str) or kernel_id not in set(self.live_kernels())
         ):
             raise KernelNotFoundError(
-                f"POST claims: kernel {shown(kernel_id)} is not running on this server"
+                f"kernel {shown(kernel_id)} is not running on this server"
             )
         held_now = self._devices_held(caller.user) if self.max_devices_per_user else 0
         if self.max_devices_per_user and held_now >= self.max_devices_per_user:
@@ -333,9 +333,7 @@ class ClaimService:
         try:
             session.check_possible(spec, claim)
         except NeverPossibleError as err:
-            raise NeverPossibleError(
-                f"POST claims: {str(err).removeprefix('dra.request: ')}", err.explanation
-            ) from None
+            raise NeverPossibleError(str(err), err.explanation) from None
 
     def _devices_held(self, user: str) -> int:
         """What the user's claims count (locally every claim of the machine's ledger, on

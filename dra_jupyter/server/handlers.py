@@ -120,9 +120,14 @@ def _exc_info(err: BaseException) -> tuple[type[BaseException], BaseException, N
     return type(err), err, None
 
 
+API_PREFIX = "dra.request: "  # the Python API's name, not what a form's user called
+
+
 def one_line(text: str) -> str:
     """An error message as one line of at most :data:`MAX_MESSAGE` characters (an
-    explanation of many lines, e.g. per node, is joined with '; ', or a space after a ':')."""
+    explanation of many lines, e.g. per node, is joined with '; ', or a space after a ':'),
+    without the Python API's name in front (the lab's forms show it to their users)."""
+    text = text.removeprefix(API_PREFIX)
     line = ""
     for part in filter(None, (p.strip() for p in text.splitlines())):
         line += ("" if not line else " " if line.endswith(":") else "; ") + part
@@ -317,7 +322,7 @@ class ClaimsHandler(_DRAHandler):
     @authorized
     async def post(self) -> None:
         caller = await self.caller()
-        body = self.json_body("POST claims")
+        body = self.json_body("")
         with _handle_error():
             check_claim_request(body)  # on the loop: a bad body waits for no ledger call
             record = await self.dra.call(self.dra.service.create, caller, body)

@@ -190,31 +190,33 @@ _WIDE_BOMS = {
 }
 
 
-def parse_json_body(raw: bytes, what: str) -> object:
+def parse_json_body(raw: bytes, what: str = "") -> object:
     """A request body as JSON (RFC 8259) in UTF-8 (a byte-order mark is skipped), or one
     line of :class:`~dra_jupyter.errors.InvalidInputError` saying what is wrong with it.
     ``NaN``, ``Infinity`` and numbers beyond a 64-bit float (``1e400``) are read as the
     floats they name, so that the field that has one refuses it by name: no field takes a
-    number that is not finite (:func:`check_claim_request`, the durations, the counts)."""
+    number that is not finite (:func:`check_claim_request`, the durations, the counts).
+    ``what``: where, before the message (none: the request's body is where)."""
+    at = f"{what}: " if what else ""
     remedy = 'send a JSON object in UTF-8, e.g. {"gpu": 1}'
     for bom, encoding in _WIDE_BOMS.items():
         if raw.startswith(bom):
             raise InvalidInputError(
-                f"{what}: the body is not UTF-8 (it starts with a byte-order mark of "
+                f"{at}the body is not UTF-8 (it starts with a byte-order mark of "
                 f"{encoding}); {remedy}"
             )
     if b"\x00" in raw:  # JSON text has no NUL byte: UTF-16 or UTF-32 without a BOM
         raise InvalidInputError(
-            f"{what}: the body is not UTF-8 (it has NUL bytes, as UTF-16 or UTF-32 have); {remedy}"
+            f"{at}the body is not UTF-8 (it has NUL bytes, as UTF-16 or UTF-32 have); {remedy}"
         )
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise InvalidInputError(
-            f"{what}: the body is not UTF-8 (byte {err.start} is {raw[err.start]:#04x}); {remedy}"
+            f"{at}the body is not UTF-8 (byte {err.start} is {raw[err.start]:#04x}); {remedy}"
         ) from None
     if not text.strip():
-        raise InvalidInputError(f"{what}: the body is empty; {remedy}")
+        raise InvalidInputError(f"{at}the body is empty; {remedy}")
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
@@ -223,7 +225,7 @@ def parse_json_body(raw: bytes, what: str) -> object:
         problem = "it nests too deeply"
     except ValueError:  # an integer of more digits than Python converts
         problem = f"a number has more than {sys.get_int_max_str_digits()} digits"
-    raise InvalidInputError(f"{what}: the body is not JSON ({problem}); {remedy}")
+    raise InvalidInputError(f"{at}the body is not JSON ({problem}); {remedy}")
 
 
 def json_shown(value: object) -> str:
@@ -248,34 +250,36 @@ def _check_fields(body: Mapping[str, object], where: str) -> None:
             )
 
 
-def check_claim_request(body: object, what: str = "POST claims") -> ClaimRequest:
+def check_claim_request(body: object, what: str = "") -> ClaimRequest:
     """``body`` as a :class:`ClaimRequest` whose fields have the right JSON types and
     bounded sizes, or :class:`~dra_jupyter.errors.InvalidInputError` naming the field:
     cheap checks that come before any work (the claim builder, durations and the allocator
-    check the values themselves)."""
+    check the values themselves). ``what``: where, before each message (none: the
+    request is where, and a field's name says the rest)."""
+    at = f"{what}: " if what else ""
     if not isinstance(body, dict):
         raise InvalidInputError(
-            f"{what}: the body must be a JSON object of dra.request keywords, "
+            f"{at}the body must be a JSON object of dra.request keywords, "
             f'e.g. {{"gpu": 1}}, not {json_shown(body)}'
         )
-    _check_fields(body, f"{what}: ")
+    _check_fields(body, at)
     alternatives = body.get("alternatives")
     if "alternatives" in body:
         if not isinstance(alternatives, list):
             raise InvalidInputError(
-                f"{what}: alternatives: expected a list of objects such as "
+                f"{at}alternatives: expected a list of objects such as "
                 f'[{{"gpu": 2}}, {{"gpu": 1}}], not {json_shown(alternatives)}'
             )
         if len(alternatives) > MAX_SUBREQUESTS:
             raise InvalidInputError(
-                f"{what}: alternatives: at most {MAX_SUBREQUESTS} (a DRA limit), "
+                f"{at}alternatives: at most {MAX_SUBREQUESTS} (a DRA limit), "
                 f"not {len(alternatives)}"
             )
         for i, alternative in enumerate(alternatives):
             if not isinstance(alternative, dict):
                 raise InvalidInputError(
-                    f"{what}: alternatives[{i}]: expected an object such as "
+                    f"{at}alternatives[{i}]: expected an object such as "
                     f'{{"gpu": 1}}, not {json_shown(alternative)}'
                 )
-            _check_fields(alternative, f"{what}: alternatives[{i}].")
+            _check_fields(alternative, f"{at}alternatives[{i}].")
     return cast("ClaimRequest", body)

@@ -74,7 +74,7 @@ def succeeded(record: ClaimRecord, env: dict[str, str]) -> dict[str, Any]:
 
 
 def failed(err: DraJupyterError) -> dict[str, Any]:
-    """The refusal in one line (without the REST API's "POST claims:", which made it)."""
+    """The refusal in one line, without the Python API's name in front."""
     line = " ".join(part.strip() for part in str(err).splitlines() if part.strip())
-    line = line.removeprefix("POST claims: ")
+    line = line.removeprefix("dra.request: ")
     return {"ok": False, "type": type(err).__name__, "message": line}

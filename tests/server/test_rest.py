@@ -114,7 +114,7 @@ async def test_another_users_claim_released_elsewhere_is_refused_as_when_live(
     [
         ({"gpu": -1}, "positive number"),
         ({"bogus": 1}, "unknown keyword 'bogus'"),
-        ({"gpu": 1, "timeout": "5m"}, "only timeout 0"),
+        ({"gpu": 1, "timeout": "5m"}, "timeout: only 0 is supported"),
         ({"gpu": 1, "lease": "soon"}, "not a duration"),
         ([1, 2], "JSON object"),
     ],
@@ -123,6 +123,8 @@ async def test_bad_input_is_400_with_a_message(jp_fetch: Fetch, payload: Any, wo
     r = await post(jp_fetch, payload)
     assert r.code == 400
     assert words in body(r)["message"]
+    # in the words of the request, not of the Python API or the REST route
+    assert not body(r)["message"].startswith(("dra.request", "POST claims")), body(r)
 
 
 async def test_body_that_is_not_json_is_400(jp_fetch: Fetch) -> None:

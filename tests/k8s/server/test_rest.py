@@ -98,9 +98,7 @@ async def test_what_does_not_apply_on_kubernetes_is_refused_in_words(
 ) -> None:
     r = await post(jp_fetch, {"gpu": 1, "lease": "1h"})
     assert r.code == 400
-    assert body(r)["message"].startswith(
-        "POST claims: lease does not apply on the Kubernetes backend"
-    )
+    assert body(r)["message"].startswith("lease does not apply on the Kubernetes backend")
     r = await post(jp_fetch, {"gpu": 17})
     assert r.code == 422
     metrics = body(await jp_fetch("dra", "api", "metrics"))
