@@ -295,9 +295,7 @@ class ClaimService:
         if kernel_id is not None and (
             not isinstance(kernel_id, str) or kernel_id not in set(self.live_kernels())
         ):
-            raise KernelNotFoundError(
-                f"kernel {shown(kernel_id)} is not running on this server"
-            )
+            raise KernelNotFoundError(f"kernel {shown(kernel_id)} is not running on this server")
         held_now = self._devices_held(caller.user) if self.max_devices_per_user else 0
         if self.max_devices_per_user and held_now >= self.max_devices_per_user:
             raise LimitError(
