@@ -50,6 +50,15 @@ class MetricsSource(Protocol):
         """One sample per device it can read. ``held``: the devices held now (keys)."""
         ...
 
+    def processes(self, now: float, since: float = 0.0) -> list[DeviceProcess] | None:
+        """The processes on each device, with their memory and utilisation in samples newer
+        than ``since``; None where the source cannot tell (simulated, none)."""
+        ...
+
+    def energy(self) -> dict[str, float] | None:
+        """Each whole GPU's total energy counter, joules; None where not known."""
+        ...
+
     def close(self) -> None: ...
 
 

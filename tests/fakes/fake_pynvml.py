@@ -13,8 +13,8 @@ Configurable: the number of GPUs (clones of the captured one with derived UUIDs,
 minors), MIG mode per GPU, existing MIG devices, lost GPUs, a missing library or unloaded
 driver, the processes on each GPU or MIG device (:class:`FakeProcess`: a real test process's
 pid, its memory, its kind and its SM utilisation, listed as NVML lists running processes
-and samples their utilisation), and ``overrides`` (function name -> value to return, or
-NVMLError to raise).
+and samples their utilisation), each GPU's total energy counter (``energy``), and
+``overrides`` (function name -> value to return, or NVMLError to raise).
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ class FakePynvml(ModuleType):
         driver_not_loaded: bool = False,
         overrides: Mapping[str, Any] | None = None,
         processes: Mapping[int | tuple[int, int], Sequence[FakeProcess]] | None = None,
+        energy: Mapping[int, int] | None = None,
     ) -> None:
         super().__init__("pynvml", "fake pynvml answering from a captured NVIDIA H200")
         for name in dir(pynvml):  # constants, error classes and structs are the real ones
@@ -132,6 +133,8 @@ class FakePynvml(ModuleType):
         self.overrides = dict(overrides or {})
         # GPU index, or (GPU index, MIG slot) -> its processes
         self.processes = {k: list(v) for k, v in (processes or {}).items()}
+        # GPU index -> its total energy counter, millijoules (not captured: NotSupported)
+        self.energy = dict(energy or {})
         self.initialized = False
         self.calls: list[str] = []
 
@@ -267,6 +270,16 @@ class FakePynvml(ModuleType):
         if not samples:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return samples
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Handle | MigHandle) -> int:
+        """The GPU's counter as given in ``energy`` (millijoules); NotSupported for a GPU
+        not given (the capture has none) and for a MIG device."""
+        value = self._enter("nvmlDeviceGetTotalEnergyConsumption", handle)
+        if value is not None:
+            return int(value)
+        if isinstance(handle, MigHandle) or handle.index not in self.energy:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(self.energy[handle.index])
 
     def nvmlDeviceGetBrand(self, handle: Handle) -> int:
         return int(self._get("nvmlDeviceGetBrand", handle, self.capture.device["brand"]))
