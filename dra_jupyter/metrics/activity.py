@@ -163,6 +163,11 @@ class ActivityTracker:
         if track is not None:
             self._report(claim, track, now, 0.0)
 
+    def last_active(self, claim: str) -> float | None:
+        """When the claim's GPU was last active (None: never, or not known)."""
+        track = self._tracks.get(claim)
+        return None if track is None else track.last_active
+
     def activity(self, claim: str, now: float) -> Activity:
         """The claim's GPU activity at ``now`` (unknown for a claim never fed)."""
         track = self._tracks.get(claim)

@@ -203,6 +203,8 @@ export function releaseReason(reason: string): string {
   switch (reason) {
     case 'idle':
       return 'its kernel was idle for the idle timeout';
+    case 'gpu-idle':
+      return 'its GPU was not used for the GPU idle timeout';
     case 'kernel-shutdown':
       return 'its kernel shut down, restarted or died';
     case 'user':
