@@ -22,6 +22,17 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
     claims_per_user = 256          # live claims of one user (shared devices allow many)
     metrics_max_age = 1            # seconds one read of the devices' metrics (NVML) answers
                                    # every client's metrics op before it is read again
+    gpu_sample_interval = 1        # seconds between readings of the processes on the GPUs
+                                   # (NVML): whose they are, each claim's GPU activity
+    gpu_active_threshold = 5       # percent of utilisation at or over which a claim's GPU
+                                   # is active (its processes', else its devices')
+    gpu_window = 60                # seconds a reading counts: active = over the threshold
+                                   # within the window; a claim whose GPU is active counts
+                                   # as active for the idle limit
+    gpu_idle_timeout = 3600        # seconds without GPU activity after which a claim's
+                                   # GPU is idle (shown in the metrics op's processes)
+    release_gpu_idle = false       # release claims of processes (not the CLI's) whose GPU
+                                   # is idle for gpu_idle_timeout (reason gpu-idle)
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
@@ -79,6 +90,11 @@ SERVICE_KEYS = {
     "connections_per_user",
     "claims_per_user",
     "metrics_max_age",
+    "gpu_sample_interval",
+    "gpu_active_threshold",
+    "gpu_window",
+    "gpu_idle_timeout",
+    "release_gpu_idle",
 }
 
 
@@ -124,6 +140,11 @@ class Policy:
     connections_per_user: int = 64
     claims_per_user: int = 256
     metrics_max_age: float = 1.0
+    gpu_sample_interval: float = 1.0
+    gpu_active_threshold: float = 5.0
+    gpu_window: float = 60.0
+    gpu_idle_timeout: float = 3600.0
+    release_gpu_idle: bool = False
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -202,6 +223,11 @@ def load_policy(path: Path | None) -> Policy:
         connections_per_user=int(_number(service, "connections_per_user", 64, where)),
         claims_per_user=int(_number(service, "claims_per_user", 256, where)),
         metrics_max_age=_number(service, "metrics_max_age", 1, where),
+        gpu_sample_interval=_number(service, "gpu_sample_interval", 1, where),
+        gpu_active_threshold=_percent_above_zero(service, "gpu_active_threshold", where),
+        gpu_window=_number(service, "gpu_window", 60, where),
+        gpu_idle_timeout=_number(service, "gpu_idle_timeout", 3600, where),
+        release_gpu_idle=_bool(service, "release_gpu_idle", where),
         defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
         groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
         users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},
@@ -242,6 +268,22 @@ def _number(table: Mapping[str, Any], key: str, default: float, where: str) -> f
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
         raise InvalidInputError(f"{where}: {key} must be a positive number, not {shown(value)}")
     return float(value)
+
+
+def _bool(table: Mapping[str, Any], key: str, where: str) -> bool:
+    value = table.get(key, False)
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{where}: {key} must be true or false, not {shown(value)}")
+    return value
+
+
+def _percent_above_zero(table: Mapping[str, Any], key: str, where: str) -> float:
+    value = _number(table, key, 5, where)
+    if value > 100:
+        raise InvalidInputError(
+            f"{where}: {key} must be a percentage, 0 to 100, not {shown(value)}"
+        )
+    return value
 
 
 def _limits(table: Mapping[str, Any], where: str) -> dict[str, float]:
