@@ -43,6 +43,7 @@ class ProcessInfo:
     user: str
     command: str
     start: float | None  # seconds since the epoch
+    state: str = "R"  # /proc's: R running, S sleeping, Z zombie (exited, not reaped), ...
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ def read_process(pid: int, proc: Path = PROC) -> ProcessInfo | None:
         user=_user_name(uid),
         command=command[:MAX_COMMAND],
         start=_boot_time(proc) + ticks / _ticks_per_second() if ticks else None,
+        state=fields[0] if fields else "?",
     )
 
 

@@ -14,7 +14,9 @@ else a process of the claim's user; else nobody's). From that, each claim's GPU 
   lease) whose GPU has been idle for ``gpu_idle_timeout`` is released (reason
   ``gpu-idle``, in words "GPU not used for 1 h");
 - the processes are shown in the ``metrics`` op's answer (``processes``: what the caller
-  may see) and so in every Jupyter server's views.
+  may see) and so in every Jupyter server's views;
+- a process that is nobody's claim's is reported, or terminated, as the policy's
+  ``[enforce]`` says (:mod:`~dra_jupyter.service.enforce`).
 
 Without a GPU signal (a simulated inventory, no NVML) nothing of this changes anything.
 :attr:`GpuSampler.on_interval` is the accounting's hook
@@ -36,7 +38,8 @@ from dra_jupyter.metrics.processes import Holder, ProcessUse
 from dra_jupyter.metrics.watch import GpuWatch
 from dra_jupyter.service.access import Access
 from dra_jupyter.service.args import duration_text
-from dra_jupyter.service.peer import HOST, Peer
+from dra_jupyter.service.enforce import Enforcer
+from dra_jupyter.service.peer import HOST, Peer, user_groups
 from dra_jupyter.types import ClaimRecord
 
 log = logging.getLogger("dra_jupyter.service")
@@ -57,6 +60,7 @@ class GpuSampler:
         self._source: MetricsSource | None = None
         self._on_interval: IntervalHook | None = None
         self.watch = GpuWatch(self._settings())
+        self.enforcer = Enforcer()
         self.ticks = 0
 
     def _settings(self) -> ActivitySettings:
@@ -107,6 +111,7 @@ class GpuSampler:
         samples = source.sample(held, now)
         self.watch.feed(now, self.watch.read(source, holders, samples, now))
         policy = self.access.policy
+        self.enforcer.tick(now, self.watch.uses, policy.enforce, self._exempt)
         for record in records:
             activity = self.watch.activity(record.name, now)
             if (
@@ -143,6 +148,17 @@ class GpuSampler:
             )
         return released
 
+    def _exempt(self, use: ProcessUse) -> bool:
+        """Never terminated: root's, an admin's, an exempt user's."""
+        policy = self.access.policy
+        if use.uid == 0 or use.user in policy.enforce.exempt_users:
+            return True
+        return (
+            use.uid is not None
+            and use.user is not None
+            and policy.is_admin(use.uid, user_groups(use.user))
+        )
+
     def processes(self, peer: Peer) -> list[dict[str, Any]] | None:
         """The processes on the devices at the last tick as ``peer`` may see them: its own
         and those of its claims in full; others' (unless the caller is an admin, or the
@@ -152,15 +168,19 @@ class GpuSampler:
             return None
         everyone = self.access.policy.visibility == "all" or self.access.admin(peer)
         mine = {r.name for r in self.ledger.read_claims() if r.owner.user == peer.user}
+        enforce = self.access.policy.enforce
         return [
-            _row(u) if everyone or u.uid == peer.uid or u.claim in mine else _hidden(u)
+            _row(u, self.enforcer.status(u.pid, u.since, enforce))
+            if everyone or u.uid == peer.uid or u.claim in mine
+            else _hidden(u)
             for u in self.watch.uses
         ]
 
 
-def _row(use: ProcessUse) -> dict[str, Any]:
+def _row(use: ProcessUse, enforce: dict[str, Any] | None = None) -> dict[str, Any]:
     row = use.to_dict()
     row["claim"] = use.claim or "none"
+    row["enforce"] = enforce
     return row
 
 

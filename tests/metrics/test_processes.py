@@ -33,6 +33,7 @@ def test_proc_says_parent_owner_command_and_start(child: int) -> None:
     assert (info.pid, info.ppid, info.uid) == (child, os.getpid(), os.getuid())
     assert info.user == getpass.getuser()
     assert "time.sleep(60)" in info.command
+    assert info.state in ("R", "S")
     assert info.start is not None and time.time() - 600 < info.start <= time.time() + 1
     assert read_process(2**22 + 7) is None  # no such process
 

@@ -6,6 +6,7 @@ the idle limit, and GPU-idle release. Real daemon, real Unix users, real process
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from tests.service.accounts import (
 from tests.service.test_isolation import admin_policy, live, released
 from tests.service.test_limits import detached
 
+GIB = 2**30
 FAST = "gpu_sample_interval = 0.1\ngpu_window = 1\n"
 
 
@@ -166,3 +168,116 @@ def test_without_nvml_nothing_changes(users: dict[str, User]) -> None:
         run_as(alice, svc.env(), lambda: detached().request(gpu=1, lease=600, apply_env=False).name)
         assert run_as(alice, svc.env(), metrics_answer)["ok"]["processes"] is None
         assert len(live(svc)) == 1
+
+
+def stray_of(user: User, svc: Service, *, ignore_term: bool = False) -> Child:
+    """A process of ``user`` that holds no claim (until finished or killed)."""
+
+    def start() -> int:
+        if ignore_term:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return os.getpid()
+
+    child = Child(user, svc.env(), start, hold=True)
+    assert child.result()["ok"] == child.pid
+    return child
+
+
+def rows_of(user: User, svc: Service) -> dict[int, dict[str, Any]]:
+    rows = run_as(user, svc.env(), metrics_answer)["ok"]["processes"] or []
+    return {r["pid"]: r for r in rows}
+
+
+def test_a_process_on_a_gpu_its_user_does_not_hold_is_reported_to_them_and_admins(
+    users: dict[str, User], tmp_path: Path
+) -> None:
+    alice, bob, carol = users["alice"], users["bob"], users["carol"]
+    with nvml_service(tmp_path, admin_policy(users, FAST)) as (svc, world):
+        holder, device = holding(alice, svc)
+        stray = stray_of(bob, svc)
+        try:
+            # after alice's claim, bob's job still holds 40 GiB of her GPU
+            write_world(world, {index_of(device): [FakeProcess(stray.pid, memory=40 * GIB)]})
+
+            def reported() -> bool:
+                row = rows_of(bob, svc).get(stray.pid)
+                return row is not None and row["enforce"] is not None
+
+            wait_for("bob's process is reported", reported)
+            row = rows_of(bob, svc)[stray.pid]
+            assert (row["user"], row["claim"], row["memory_used"]) == (bob.name, "none", 40 * GIB)
+            assert row["enforce"]["action"] == "report" and row["enforce"]["sigterm"] is None
+            assert row["command"] and row["since"] > 0
+            assert rows_of(carol, svc)[stray.pid]["enforce"]["action"] == "report"  # an admin
+            assert stray.pid not in rows_of(alice, svc)  # alice: another user's, no pid
+            log = svc.log.read_text()
+            assert f"enforce: pid {stray.pid} of {bob.name} (" in log
+            assert f"dry run: with mode terminate, pid {stray.pid} would get SIGTERM" in log
+            assert stray_alive(stray)
+        finally:
+            stray.finish()
+            holder.finish()
+
+
+def stray_alive(child: Child) -> bool:
+    done, _ = os.waitpid(child.pid, os.WNOHANG)
+    return done == 0
+
+
+def killed_by(child: Child) -> int | None:
+    """The signal that ended ``child`` (reaped here), None while it runs."""
+    done, status = os.waitpid(child.pid, os.WNOHANG)
+    if done == 0:
+        return None
+    child.pid = 0  # reaped: never signalled again
+    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1
+
+
+def test_terminate_kills_after_the_grace_and_never_an_admins_process(
+    users: dict[str, User], tmp_path: Path
+) -> None:
+    alice, bob, carol = users["alice"], users["bob"], users["carol"]
+    policy = admin_policy(
+        users, FAST + '[enforce]\nmode = "terminate"\ngrace = 0.5\nkill_after = 0.5\n'
+    )
+    with nvml_service(tmp_path, policy) as (svc, world):
+        holder, device = holding(alice, svc)
+        stubborn = stray_of(bob, svc, ignore_term=True)  # SIGTERM is not enough
+        polite = stray_of(bob, svc)
+        admin = stray_of(carol, svc)
+        stubborn_pid, polite_pid = stubborn.pid, polite.pid  # killed_by reaps, and forgets
+        try:
+            write_world(
+                world,
+                {
+                    index_of(device): [
+                        FakeProcess(holder.pid, sm=50),  # alice's, on her claim: left alone
+                        FakeProcess(stubborn.pid, memory=GIB),
+                        FakeProcess(admin.pid, memory=GIB),
+                    ],
+                    "1": [FakeProcess(polite.pid, memory=GIB)],  # a GPU nobody holds
+                },
+            )
+            signals: dict[str, int | None] = {}
+
+            def ended() -> bool:
+                for name, child in (("stubborn", stubborn), ("polite", polite)):
+                    if signals.get(name) is None:
+                        signals[name] = killed_by(child)
+                return None not in (signals.get("stubborn"), signals.get("polite"))
+
+            wait_for("bob's processes are ended", ended)
+            assert signals == {"stubborn": signal.SIGKILL, "polite": signal.SIGTERM}
+            assert stray_alive(admin)  # carol is an admin: reported, never signalled
+            assert stray_alive(holder)
+            log = svc.log.read_text()
+            assert f"enforce: SIGTERM to pid {stubborn_pid} of {bob.name}" in log
+            assert f"enforce: SIGKILL to pid {stubborn_pid} of {bob.name}" in log
+            assert f"enforce: SIGTERM to pid {polite_pid} of {bob.name}" in log
+            assert f"SIGKILL to pid {polite_pid}" not in log  # it went at SIGTERM
+            assert f"SIGTERM to pid {admin.pid}" not in log
+            assert f"enforce: pid {admin.pid} of {carol.name} (" in log  # reported
+            assert f"enforce: dry run: pid {admin.pid} of {carol.name} (" in log  # exempt
+        finally:
+            for child in (stubborn, polite, admin, holder):
+                child.finish()
