@@ -34,6 +34,13 @@ class DeviceProcess:
     kinds: tuple[str, ...] = ("compute",)  # "compute", "graphics", or both
     memory_used: int | None = None  # bytes of device memory it holds
     utilization: float | None = None  # percent of the device's SMs it used, lately
+    # what the service's daemon adds (None from NVML itself): whose it is and what is done
+    user: str | None = None
+    uid: int | None = None
+    command: str | None = None
+    since: float | None = None  # when the process started, seconds since the epoch
+    claim: str | None = None  # the claim it counts under; "none": nobody's
+    enforce: dict[str, Any] | None = None  # the daemon's [enforce] about it, if nobody's
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

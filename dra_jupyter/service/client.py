@@ -498,6 +498,12 @@ class ServiceMetrics:
                 time=float(r["time"]),
                 memory_used=r.get("memory_used"),
                 utilization=r.get("utilization"),
+                user=r.get("user"),
+                uid=r.get("uid"),
+                command=r.get("command"),
+                since=r.get("since"),
+                claim=r.get("claim"),
+                enforce=r.get("enforce"),
             )
             for r in rows
             if isinstance(r, dict)

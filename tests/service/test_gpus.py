@@ -18,6 +18,7 @@ from tests.service.accounts import (
     Child,
     Service,
     User,
+    cli,
     raw_connect,
     read_line,
     run_as,
@@ -210,6 +211,14 @@ def test_a_process_on_a_gpu_its_user_does_not_hold_is_reported_to_them_and_admin
             assert row["command"] and row["since"] > 0
             assert rows_of(carol, svc)[stray.pid]["enforce"]["action"] == "report"  # an admin
             assert stray.pid not in rows_of(alice, svc)  # alice: another user's, no pid
+            told = run_as(bob, svc.env(), lambda: cli(["claims"]))["ok"]
+            assert told["code"] == 0
+            assert f"dra-jupyter claims: your process {stray.pid} (" in told["err"]
+            assert "40.0 GiB) since " in told["err"]
+            assert f"uses {device}, which you do not hold; reported to the admins\n" in told["err"]
+            assert (
+                "your process" not in run_as(alice, svc.env(), lambda: cli(["claims"]))["ok"]["err"]
+            )
             log = svc.log.read_text()
             assert f"enforce: pid {stray.pid} of {bob.name} (" in log
             assert f"dry run: with mode terminate, pid {stray.pid} would get SIGTERM" in log
