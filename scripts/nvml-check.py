@@ -11,7 +11,8 @@ from ``pynvml`` (independently of the discovery code), and prints one JSON objec
 * ``discovered``: devices, warnings and slice names of the inventory (``--slices``: the slices);
 * ``raw``: what NVML says about GPU 0, including every GPU instance profile and its
   placements, whether optional calls (addressing mode, NUMA id) are supported, and the
-  per-process calls (compute and graphics processes, per-process utilisation samples);
+  per-process calls (compute and graphics processes, per-process utilisation samples) and
+  the total energy counter (``energy_mj``; :meth:`NvmlSource.energy` is checked against it);
 * ``processes``: what :meth:`dra_jupyter.metrics.nvml.NvmlSource.processes` reads of the
   same machine (checked against ``raw`` with ``must: false``: processes come and go);
 * ``checks``: comparisons, each ``{"what", "expected", "got", "ok", "must"}``. ``must`` checks
@@ -106,6 +107,7 @@ def raw_gpu0(nvml: Any) -> dict[str, Any]:
             "numa_nvml": attempt(nvml.nvmlDeviceGetNumaNodeId, h),
             "vgpu_mode": attempt(nvml.nvmlDeviceGetVirtualizationMode, h),
             "processes": processes(nvml, h),
+            "energy_mj": attempt(nvml.nvmlDeviceGetTotalEnergyConsumption, h),
             "gi_profiles": {},
         }
         for enum in range(max(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT, 20)):  # as the capture
@@ -233,6 +235,7 @@ def main() -> int:
     report["checks"] = checks(gpu0, raw, args.fixtures)
     source = NvmlSource(inventory, nvml)
     seen = source.processes(time.time()) or []
+    energy = source.energy() or {}
     source.close()
     report["processes"] = [p.to_dict() for p in seen]
     lists = [raw["processes"][k] for k in ("compute", "graphics")]
@@ -244,6 +247,20 @@ def main() -> int:
             "expected": raw_pids,
             "got": sorted(p.pid for p in seen if p.device == gpu0_key),
             "ok": raw_pids == sorted(p.pid for p in seen if p.device == gpu0_key),
+            "must": False,
+        }
+    )
+    counter = raw["energy_mj"] if isinstance(raw["energy_mj"], int) else None
+    joules = next((j for k, j in energy.items() if k.endswith("/gpu-0")), None)
+    report["checks"].append(
+        {
+            "what": "NvmlSource.energy of GPU 0 is NVML's total energy counter, in joules",
+            "expected": None if counter is None else counter / 1000,
+            "got": joules,
+            # read after the raw counter, which only grows
+            "ok": joules is None
+            if counter is None
+            else joules is not None and joules >= counter / 1000,
             "must": False,
         }
     )

@@ -60,6 +60,7 @@ TIERS = {
     "server/test_writer.py": "pure",  # the writer thread alone, no server
     "service": "service",
     "service/test_backend_choice.py": "pure",
+    "service/test_enforce.py": "pure",  # the enforcer's decisions, signals recorded
     "service/test_policy.py": "pure",
     "service/test_protocol.py": "pure",
     "widgets": "kernel",

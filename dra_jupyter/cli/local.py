@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import time
 from typing import Any, TextIO
 
 from dra_jupyter.api import Session
@@ -150,7 +152,32 @@ def run_devices(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def run_claims(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    return _table(args, out, _session(args).claims(all_users=args.all))
+    session = _session(args)
+    code = _table(args, out, session.claims(all_users=args.all))
+    _report_strays(session, err)
+    return code
+
+
+def _report_strays(session: Session, err: TextIO) -> None:
+    """On the service: the caller's processes on GPUs it does not hold, one line each on
+    standard error (the daemon reports them to admins too; its ``[enforce]``)."""
+    source = session.backend.metrics_source()  # None where the devices are not a daemon's
+    if source is None:
+        return
+    uid = os.getuid()
+    for p in source.processes(time.time()) or ():
+        if p.claim != "none" or p.uid != uid:
+            continue
+        size = f", {p.memory_used / 2**30:.1f} GiB" if p.memory_used is not None else ""
+        started = time.strftime(" since %H:%M", time.localtime(p.since)) if p.since else ""
+        deadline = (p.enforce or {}).get("deadline")
+        then = ""
+        if (p.enforce or {}).get("action") == "terminate" and deadline:
+            then = time.strftime("; it gets SIGTERM at %H:%M:%S", time.localtime(deadline))
+        err.write(
+            f"dra-jupyter claims: your process {p.pid} ({p.command or '?'}{size}){started} "
+            f"uses {p.device}, which you do not hold; reported to the admins{then}\n"
+        )
 
 
 def run_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

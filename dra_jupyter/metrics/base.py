@@ -34,6 +34,13 @@ class DeviceProcess:
     kinds: tuple[str, ...] = ("compute",)  # "compute", "graphics", or both
     memory_used: int | None = None  # bytes of device memory it holds
     utilization: float | None = None  # percent of the device's SMs it used, lately
+    # what the service's daemon adds (None from NVML itself): whose it is and what is done
+    user: str | None = None
+    uid: int | None = None
+    command: str | None = None
+    since: float | None = None  # when the process started, seconds since the epoch
+    claim: str | None = None  # the claim it counts under; "none": nobody's
+    enforce: dict[str, Any] | None = None  # the daemon's [enforce] about it, if nobody's
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,6 +55,15 @@ class MetricsSource(Protocol):
 
     def sample(self, held: Collection[str], now: float) -> list[Sample]:
         """One sample per device it can read. ``held``: the devices held now (keys)."""
+        ...
+
+    def processes(self, now: float, since: float = 0.0) -> list[DeviceProcess] | None:
+        """The processes on each device, with their memory and utilisation in samples newer
+        than ``since``; None where the source cannot tell (simulated, none)."""
+        ...
+
+    def energy(self) -> dict[str, float] | None:
+        """Each whole GPU's total energy counter, joules; None where not known."""
         ...
 
     def close(self) -> None: ...

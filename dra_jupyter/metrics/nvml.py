@@ -1,7 +1,8 @@
 """Metrics read through NVML: memory, utilisation and temperature of each GPU, and memory
 of each existing MIG device (NVML reports neither utilisation nor temperature for MIG);
 and the processes on each of them (:meth:`NvmlSource.processes`): compute and graphics
-contexts, the memory each holds, and its recent utilisation where NVML samples it.
+contexts, the memory each holds, and its recent utilisation where NVML samples it; and
+each GPU's total energy counter (:meth:`NvmlSource.energy`).
 
 NVML is initialised on the first sample and shut down by :meth:`NvmlSource.close`. Any
 NVML error leaves that value (or that device) out: a sample is never an exception.
@@ -115,6 +116,24 @@ class NvmlSource:
                         out.extend(self._processes_on(lib, mig, now, since))
             else:
                 out.extend(self._processes_on(lib, handle, now, since))
+        return out
+
+    def energy(self) -> dict[str, float] | None:
+        """Each whole GPU's total energy counter (joules since the driver loaded; NVML's
+        millijoules), where NVML gives it (Volta and later); None when NVML cannot be used.
+        A MIG device has none of its own."""
+        lib = self._start()
+        if lib is None:
+            return None
+        out: dict[str, float] = {}
+        for index in range(_try(lib, lib.nvmlDeviceGetCount) or 0):
+            handle = _try(lib, partial(lib.nvmlDeviceGetHandleByIndex, index))
+            key = self._key(lib, handle) if handle is not None else None
+            if key is None:
+                continue
+            total = _try(lib, partial(lib.nvmlDeviceGetTotalEnergyConsumption, handle))
+            if total is not None:
+                out[key] = int(total) / 1000
         return out
 
     def _processes_on(

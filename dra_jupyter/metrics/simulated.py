@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Collection
 
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.metrics.base import Sample, device_key
+from dra_jupyter.metrics.base import DeviceProcess, Sample, device_key
 from dra_jupyter.model.quantity import Quantity
 
 # The captured H200 at rest (tests/fixtures/nvidia-h200/nvml.json): 644939776 of
@@ -69,6 +69,12 @@ class SimulatedSource:
             simulated_sample(device, total, device in held, now)
             for device, total in self.totals.items()
         ]
+
+    def processes(self, now: float, since: float = 0.0) -> list[DeviceProcess] | None:
+        return None  # no processes are simulated: no GPU signal
+
+    def energy(self) -> dict[str, float] | None:
+        return None
 
     def close(self) -> None:
         pass

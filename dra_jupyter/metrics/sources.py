@@ -7,7 +7,7 @@ from collections.abc import Collection
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from dra_jupyter.metrics.base import MetricsSource, Sample
+from dra_jupyter.metrics.base import DeviceProcess, MetricsSource, Sample
 
 if TYPE_CHECKING:
     from dra_jupyter.inventory.base import Inventory
@@ -36,6 +36,12 @@ class NoSource:
 
     def sample(self, held: Collection[str], now: float) -> list[Sample]:
         return []
+
+    def processes(self, now: float, since: float = 0.0) -> list[DeviceProcess] | None:
+        return None
+
+    def energy(self) -> dict[str, float] | None:
+        return None
 
     def close(self) -> None:
         return None

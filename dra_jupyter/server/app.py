@@ -26,6 +26,7 @@ from traitlets import Bool, Enum, Float, Int, Unicode, default, validate
 
 from dra_jupyter.backends import resolve_backend
 from dra_jupyter.errors import DraJupyterError, KernelRestartError
+from dra_jupyter.metrics.activity import Activity, ActivitySettings, GpuState
 from dra_jupyter.server import startup
 from dra_jupyter.server.claim_events import ClaimEvents, register_schemas
 from dra_jupyter.server.claims import ClaimService
@@ -183,6 +184,37 @@ class DRAExtensionApp(ExtensionApp):
         /dra/api/metrics. 0 turns the history off (the current values are still read on
         request).""",
     )
+    gpu_active_threshold = Float(
+        5.0,
+        config=True,
+        help="""Percent of GPU utilisation (a claim's own processes', where NVML samples
+        them per process; else its devices') at or over which a claim's GPU counts as
+        active. A kernel whose GPU was active within gpu_window is not idle, whether or not
+        it executes anything.""",
+    )
+    gpu_window = Float(
+        60.0,
+        config=True,
+        help="""Seconds a GPU reading counts: a claim is GPU-active when its utilisation was
+        at or over gpu_active_threshold within the last gpu_window seconds; with no reading
+        that long, its GPU signal is missing (and idle release is as without it). GPU
+        readings are taken with the metrics (metrics_interval; 0: none).""",
+    )
+    gpu_idle_timeout = Float(
+        3600.0,
+        config=True,
+        help="""Seconds after which a claim whose GPU is not active is GPU-idle (shown, and
+        logged; released when release_gpu_idle is on), whether its kernel runs a cell or
+        not.""",
+    )
+    release_gpu_idle = Bool(
+        False,
+        config=True,
+        help="""Release the claims of kernels whose GPU is idle for gpu_idle_timeout (reason
+        gpu-idle), even while a cell runs (a kernel blocked in input() or a long sleep); an
+        idle warning comes idle_warning seconds before. Off: they are only shown and
+        logged.""",
+    )
     metrics_history = Int(
         900,
         config=True,
@@ -282,7 +314,13 @@ class DRAExtensionApp(ExtensionApp):
             read=self.read,
             call=self.call,
             log=self.log,
+            activity=ActivitySettings(
+                threshold=self.gpu_active_threshold,
+                window=self.gpu_window,
+                idle_timeout=self.gpu_idle_timeout,
+            ),
         )
+        self._gpu_idle_said: set[str] = set()  # claims whose GPU-idle state was logged
         self._check_problem = ""  # the last error of a check pass logged
         if settings.backend == "kubernetes":  # kernels get the namespace the server uses
             settings = replace(settings, namespace=self.service.backend.namespace)
@@ -411,23 +449,48 @@ class DRAExtensionApp(ExtensionApp):
         return records, env
 
     def idle_deadline(self, record: ClaimRecord) -> float | None:
+        """When the claim goes if its kernel executes nothing: ``idle_timeout`` after the
+        later of its last execution, its last activity and the last time its GPU was
+        active."""
         kernel_id = record.owner.kernel_id
         execution = self.watcher.execution(kernel_id) if kernel_id else None
         if execution is None:
             return None
-        return self.policy.deadline(execution.last_execute, record.last_activity)
+        gpu = self.metrics.gpu.tracker.last_active(record.name) or 0.0
+        return self.policy.deadline(max(execution.last_execute, gpu), record.last_activity)
+
+    def gpu_activity(self, record: ClaimRecord, now: float | None = None) -> Activity:
+        """The claim's GPU activity (:mod:`dra_jupyter.metrics.activity`)."""
+        return self.metrics.gpu.activity(record.name, time.time() if now is None else now)
+
+    def gpu_idle_deadline(self, record: ClaimRecord, now: float) -> float | None:
+        """With release_gpu_idle: when a kernel's claim goes for its GPU not being used (its
+        GPU quiet since when, plus gpu_idle_timeout); None otherwise."""
+        kernel_id = record.owner.kernel_id
+        if not self.release_gpu_idle or not kernel_id or self.watcher.execution(kernel_id) is None:
+            return None
+        activity = self.gpu_activity(record, now)
+        if activity.state not in (GpuState.INACTIVE, GpuState.IDLE) or activity.since is None:
+            return None
+        return activity.since + self.gpu_idle_timeout
 
     def idle_state(
         self, record: ClaimRecord, now: float | None = None
     ) -> tuple[float | None, bool]:
         """What the REST API says of the claim's idle release: the deadline as shown
-        (:meth:`IdlePolicy.reported`: paused while a cell runs, never in the past), and
-        whether a cell of its kernel is running."""
+        (:meth:`IdlePolicy.reported`: paused while a cell runs or its GPU is active, never
+        in the past; the GPU-idle deadline if that comes first), and whether a cell of its
+        kernel is running."""
         kernel_id = record.owner.kernel_id
         execution = self.watcher.execution(kernel_id) if kernel_id else None
         busy = execution is not None and execution.busy
         now = time.time() if now is None else now
-        return self.policy.reported(self.idle_deadline(record), now=now, busy=busy), busy
+        working = busy or self.gpu_activity(record, now).state is GpuState.ACTIVE
+        deadline = self.policy.reported(self.idle_deadline(record), now=now, busy=working)
+        gpu = self.gpu_idle_deadline(record, now)
+        if gpu is not None:
+            deadline = max(now, gpu) if deadline is None else min(deadline, max(now, gpu))
+        return deadline, busy
 
     # --- kernels and idle release -----------------------------------------------------------
 
@@ -518,7 +581,9 @@ class DRAExtensionApp(ExtensionApp):
     def _idle_or(
         self, select: Callable[[ClaimRecord], str | None], now: float
     ) -> Callable[[ClaimRecord], str | None]:
-        """``select``, plus: release the claims of live kernels whose idle deadline passed."""
+        """``select``, plus: release the claims of live kernels whose idle deadline passed
+        (``idle``: nothing executed and the GPU not active), and, with release_gpu_idle,
+        those whose GPU is idle (``gpu-idle``)."""
 
         def combined(record: ClaimRecord) -> str | None:
             reason = select(record)
@@ -528,13 +593,18 @@ class DRAExtensionApp(ExtensionApp):
             execution = self.watcher.execution(kernel_id) if kernel_id else None
             if execution is None:
                 return None
+            gpu = self.gpu_activity(record, now)
             decision = self.policy.decide(
                 now=now,
-                busy=execution.busy,
+                busy=execution.busy or gpu.state is GpuState.ACTIVE,
                 deadline=self.idle_deadline(record),
                 warned_for=self.claim_events.warned.get(record.name),
             )
-            return "idle" if decision is Decision.RELEASE else None
+            if decision is Decision.RELEASE:
+                return "idle"
+            if self.release_gpu_idle and gpu.state is GpuState.IDLE:
+                return "gpu-idle"
+            return None
 
         return combined
 
@@ -543,15 +613,35 @@ class DRAExtensionApp(ExtensionApp):
         execution = self.watcher.execution(kernel_id) if kernel_id else None
         if execution is None:
             return
+        gpu = self.gpu_activity(record, now)
         deadline = self.idle_deadline(record)
         decision = self.policy.decide(
             now=now,
-            busy=execution.busy,
+            busy=execution.busy or gpu.state is GpuState.ACTIVE,
             deadline=deadline,
             warned_for=self.claim_events.warned.get(record.name),
         )
         if decision is Decision.WARN and deadline is not None:
             self.claim_events.emit_idle_warning(record, deadline, now)
+        gpu_deadline = self.gpu_idle_deadline(record, now)
+        if (
+            gpu_deadline is not None
+            and now >= gpu_deadline - self.idle_warning
+            and self.claim_events.gpu_warned.get(record.name) != gpu_deadline
+        ):
+            self.claim_events.emit_idle_warning(record, gpu_deadline, now, gpu=True)
+        if gpu.state is GpuState.IDLE and record.name not in self._gpu_idle_said:
+            self._gpu_idle_said.add(record.name)
+            self.log.warning(
+                "dra_jupyter: claim %s of %s (kernel %s): %s%s",
+                record.name,
+                record.owner.user,
+                kernel_id,
+                gpu.text(now),
+                "" if self.release_gpu_idle else " (kept: release_gpu_idle is off)",
+            )
+        elif gpu.state is not GpuState.IDLE:
+            self._gpu_idle_said.discard(record.name)
 
 
 _SERVES_HANDLERS: type[DRAApp] = DRAExtensionApp  # what the handlers read of it, checked

@@ -47,6 +47,7 @@ class ClaimEvents:
         self._released = released
         self.seen: set[str] = set()  # claims already announced
         self.warned: dict[str, float] = {}  # claim -> the idle deadline it was warned of
+        self.gpu_warned: dict[str, float] = {}  # claim -> the GPU-idle deadline warned of
 
     def _emit(self, schema_id: str, data: dict[str, Any]) -> None:
         self._logger.emit(schema_id=schema_id, data=data)
@@ -55,12 +56,16 @@ class ClaimEvents:
         self.seen.add(record.name)
         self._emit(ALLOCATED, {**_claim_data(record), "source": source})
 
-    def emit_idle_warning(self, record: ClaimRecord, deadline: float, now: float) -> None:
-        self.warned[record.name] = deadline
-        self._emit(
-            IDLE_WARNING,
-            {**_claim_data(record), "deadline": deadline, "seconds_left": deadline - now},
-        )
+    def emit_idle_warning(
+        self, record: ClaimRecord, deadline: float, now: float, *, gpu: bool = False
+    ) -> None:
+        """``gpu``: the claim goes because its GPU is idle (release_gpu_idle), not its
+        kernel."""
+        (self.gpu_warned if gpu else self.warned)[record.name] = deadline
+        data = {**_claim_data(record), "deadline": deadline, "seconds_left": deadline - now}
+        if gpu:
+            data["gpu_idle"] = True
+        self._emit(IDLE_WARNING, data)
 
     def emit_releases(self) -> None:
         """Emit what the service released (it runs on the worker thread; events are emitted
@@ -72,4 +77,5 @@ class ClaimEvents:
                 return
             self.seen.discard(record.name)
             self.warned.pop(record.name, None)
+            self.gpu_warned.pop(record.name, None)
             self._emit(RELEASED, {**_claim_data(record), "reason": reason})

@@ -51,6 +51,7 @@ from dra_jupyter.server.models import (
     ClaimModel,
     DeviceModel,
     DevicesResponse,
+    GpuActivityModel,
     ReleasedModel,
     WaiterModel,
     check_claim_request,
@@ -87,6 +88,11 @@ _REASONS = {
 }
 
 
+NO_GPU_SIGNAL = GpuActivityModel(
+    state="unknown", utilization=None, since=None, text="no GPU signal"
+)
+
+
 def spoken_duration(seconds: float) -> str:
     """``40 min``, ``2 h``, ``1 h 30 min``, ``45 s``: a duration as a person says it."""
     seconds = max(0, round(seconds))
@@ -99,10 +105,13 @@ def spoken_duration(seconds: float) -> str:
     return f"{hours} h" + (f" {minutes} min" if minutes else "")
 
 
-def release_message(reason: str, idle_timeout: float) -> str:
+def release_message(reason: str, idle_timeout: float, gpu_idle_timeout: float = 0) -> str:
     """Why a claim was released, in a user's words (``idle for 40 min``)."""
     if reason == "idle":
         return f"idle for {spoken_duration(idle_timeout)}" if idle_timeout > 0 else "idle"
+    if reason == "gpu-idle":
+        unused = f" for {spoken_duration(gpu_idle_timeout)}" if gpu_idle_timeout > 0 else ""
+        return f"its GPU was not used{unused} (release_gpu_idle)"
     return _REASONS.get(reason, reason)
 
 
@@ -240,6 +249,7 @@ class ClaimService:
         idle_deadline: float | None = None,
         *,
         busy: bool = False,
+        gpu: GpuActivityModel | None = None,
         released: ReleasedModel | None = None,
     ) -> ClaimModel:
         return ClaimModel(
@@ -254,6 +264,7 @@ class ClaimService:
             lease_expires=record.lease_expires,
             idle_deadline=idle_deadline,
             busy=busy,
+            gpu=gpu or NO_GPU_SIGNAL,
             released=released,
         )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from http.client import responses
@@ -38,6 +39,7 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.identity import request_user
 from dra_jupyter.metrics import Sample
+from dra_jupyter.metrics.activity import Activity
 from dra_jupyter.model.limits import dns_subdomain_problem
 from dra_jupyter.server.claim_events import ClaimEvents
 from dra_jupyter.server.claims import Caller, ClaimService, Released, release_message
@@ -47,6 +49,7 @@ from dra_jupyter.server.models import (
     ClaimsResponse,
     DeviceMetricsModel,
     ErrorModel,
+    GpuActivityModel,
     HistoryModel,
     MetricsResponse,
     ReleasedModel,
@@ -94,6 +97,11 @@ class DRAApp(Protocol):
     def idle_state(
         self, record: ClaimRecord, now: float | None = None
     ) -> tuple[float | None, bool]: ...
+
+    def gpu_activity(self, record: ClaimRecord, now: float | None = None) -> Activity: ...
+
+    @property
+    def gpu_idle_timeout(self) -> float: ...
 
 
 AUTH_RESOURCE = "dra"
@@ -286,12 +294,18 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
 
     def claim_model(self, record: Any, gone: Released | None = None) -> ClaimModel:
         if gone is not None:
-            message = gone.message or release_message(gone.reason, self.dra.idle_timeout)
+            message = gone.message or release_message(
+                gone.reason, self.dra.idle_timeout, self.dra.gpu_idle_timeout
+            )
             released = ReleasedModel(reason=gone.reason, time=gone.time, message=message)
             model = self.dra.service.to_model(record, released=released)
         else:
-            deadline, busy = self.dra.idle_state(record)
-            model = self.dra.service.to_model(record, deadline, busy=busy)
+            now = time.time()
+            deadline, busy = self.dra.idle_state(record, now)
+            gpu = self.dra.gpu_activity(record, now).to_dict(now)
+            model = self.dra.service.to_model(
+                record, deadline, busy=busy, gpu=cast(GpuActivityModel, gpu)
+            )
         model["lease_expires"] = _finite(model["lease_expires"])  # an older ledger's endless one
         model["idle_deadline"] = _finite(model["idle_deadline"])
         return model

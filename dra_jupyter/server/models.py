@@ -57,9 +57,18 @@ class DevicesResponse(TypedDict):
 class ReleasedModel(TypedDict):
     """Why and when a claim was released (``GET claims/{name}`` of a claim released lately)."""
 
-    reason: str  # idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit
+    reason: str  # idle, gpu-idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit
     time: float  # seconds since the epoch
     message: str  # the reason in a user's words, e.g. "idle for 40 min"
+
+
+class GpuActivityModel(TypedDict):
+    """A claim's GPU activity (one definition: dra_jupyter.metrics.activity)."""
+
+    state: Literal["active", "inactive", "idle", "unknown"]  # unknown: no GPU signal
+    utilization: float | None  # percent, the highest of the last gpu_window; None: unknown
+    since: float | None  # seconds since the epoch: last active (active), quiet since (else)
+    text: str  # "GPU busy: 93%", "GPU quiet: 0%", "GPU idle for 12 min", "no GPU signal"
 
 
 class ClaimModel(TypedDict):
@@ -77,6 +86,7 @@ class ClaimModel(TypedDict):
     lease_expires: float | None  # seconds since the epoch
     idle_deadline: float | None  # seconds since the epoch; None: not subject to idle release
     busy: bool  # a cell of its kernel is running: the idle countdown is paused
+    gpu: GpuActivityModel  # its GPU's activity; state unknown where there is no GPU signal
     released: ReleasedModel | None  # None: live
 
 

@@ -5,6 +5,11 @@ bounded history (:class:`~dra_jupyter.metrics.MetricsHistory`).
 Reads block, so they run where the extension runs reads (its reader threads, ``read``);
 the source is made on first use (it may probe NVML) and closed where the extension writes
 (``call``) when the server stops.
+
+Each sample also reads the processes on the devices, whose they are and each claim's GPU
+activity (:class:`~dra_jupyter.metrics.watch.GpuWatch`: ``gpu``), the same way the
+service's daemon does; idle release asks it. With the sampling off (``interval`` 0) or no
+GPU signal (a simulated inventory, no NVML), every claim's GPU is *unknown*.
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ from tornado.ioloop import PeriodicCallback
 
 from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.metrics import MetricsHistory, MetricsSource, NoSource, Sample, source_for
+from dra_jupyter.metrics.activity import ActivitySettings, Reading
+from dra_jupyter.metrics.processes import Holder
+from dra_jupyter.metrics.watch import GpuWatch
 from dra_jupyter.server.claims import ClaimService
+from dra_jupyter.types import ClaimRecord
 
 T = TypeVar("T")
 
@@ -43,8 +52,10 @@ class MetricsSampler:
         read: Runner,
         call: Runner,
         log: logging.Logger | logging.LoggerAdapter[Any],
+        activity: ActivitySettings | None = None,
     ) -> None:
         self.service = service
+        self.gpu = GpuWatch(activity)
         self.history = MetricsHistory(max(length, 1))
         self.interval = interval
         self.latest: list[Sample] = []
@@ -69,6 +80,10 @@ class MetricsSampler:
             self._sampler.stop()
         if self._source is not None:
             await self._call(self._source.close)
+
+    def use(self, source: MetricsSource) -> None:
+        """Read ``source`` from now on (before the first read: a test's NVML)."""
+        self._source = source
 
     def source(self) -> MetricsSource:
         """The backend's metrics (the service's daemon reads them once for every server), else
@@ -114,7 +129,10 @@ class MetricsSampler:
         if self._stopped:
             return
         try:
-            self.history.add(await self.read_now())
+            samples = await self.read_now()
+            self.history.add(samples)
+            now = self.latest_time
+            self.gpu.feed(now, await self._read(self._gpu_readings, samples, now))
         except DraJupyterError as err:  # e.g. an inventory that cannot be read: say it once
             if str(err) != self._problem:
                 self._problem = str(err)
@@ -122,8 +140,25 @@ class MetricsSampler:
         else:
             self._problem = ""
 
+    def _gpu_readings(self, samples: list[Sample], now: float) -> dict[str, Reading]:
+        """Whose are the processes on the devices, and each live claim's GPU reading
+        (blocking: NVML, /proc)."""
+        source = self.source()
+        if isinstance(source, NoSource):
+            return {}
+        records = sorted(self.service.live_claims(wait=False), key=lambda r: (r.created, r.name))
+        host = self.service.server_owner.host
+        return self.gpu.read(source, [holder(r, host) for r in records], samples, now)
+
     async def current(self, max_age: float = 1.0) -> list[Sample]:
         """The latest samples, read again when older than ``max_age`` seconds."""
         if time.time() - self.latest_time > max_age:
             await self.read_now()
         return self.latest
+
+
+def holder(record: ClaimRecord, host: str) -> Holder:
+    """What :mod:`~dra_jupyter.metrics.processes` reads of a claim: its holder process only
+    where it is on this host (a pid elsewhere is another machine's)."""
+    pid = record.owner.pid if record.owner.host == host else 0
+    return Holder(record.name, tuple(record.device_keys), pid, record.owner.user)

@@ -32,7 +32,7 @@ from dra_jupyter.errors import (
     UnavailableError,
 )
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.metrics.base import Sample
+from dra_jupyter.metrics.base import DeviceProcess, Sample
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.service import protocol
 from dra_jupyter.types import (
@@ -483,6 +483,34 @@ class ServiceMetrics:
             for s in answer.get("samples", [])
             if isinstance(s, dict)
         ]
+
+    def processes(self, now: float, since: float = 0.0) -> list[DeviceProcess] | None:
+        """The processes on the devices as the daemon last sampled them (its metrics
+        answer's ``processes``, those the caller may see); None from a daemon that has no
+        GPU signal (or knows no such field)."""
+        rows = self.backend._call("metrics").get("processes")
+        if not isinstance(rows, list):
+            return None
+        return [
+            DeviceProcess(
+                device=str(r["device"]),
+                pid=int(r["pid"]),
+                time=float(r["time"]),
+                memory_used=r.get("memory_used"),
+                utilization=r.get("utilization"),
+                user=r.get("user"),
+                uid=r.get("uid"),
+                command=r.get("command"),
+                since=r.get("since"),
+                claim=r.get("claim"),
+                enforce=r.get("enforce"),
+            )
+            for r in rows
+            if isinstance(r, dict)
+        ]
+
+    def energy(self) -> dict[str, float] | None:
+        return None  # the daemon keeps the books of energy
 
     def close(self) -> None:
         return None

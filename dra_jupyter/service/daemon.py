@@ -40,6 +40,7 @@ from dra_jupyter.service.access import Access
 from dra_jupyter.service.args import device_capacities, device_kinds, strategy_named
 from dra_jupyter.service.connections import Connection, Connections, UserState
 from dra_jupyter.service.files import bind_socket, keep_open, open_private_ledger
+from dra_jupyter.service.gpus import GpuSampler
 from dra_jupyter.service.line import Line
 from dra_jupyter.service.ops import HANDLERS, WAITING, Ops
 from dra_jupyter.service.peer import HOST
@@ -107,9 +108,12 @@ class Daemon:
         self.ops = Ops(
             self.access, self.ledger, self.local, self.devices, self.line, self.watches.watch
         )
+        self.gpus = GpuSampler(self.access, self.devices, self.ledger, self.local)
+        self.ops.gpus = self.gpus  # one metrics source; the processes in the metrics answer
         self._stop = False
         self._reload = False
         self._next_tick = 0.0
+        self._next_gpus = 0.0
         self.listener: socket.socket | None = None
 
     @property
@@ -195,7 +199,8 @@ class Daemon:
         try:
             while not self._stop:
                 ready = self.connections.ready
-                timeout = 0.0 if ready else max(0.0, self._next_tick - time.monotonic())
+                due = min(self._next_tick, self._next_gpus)
+                timeout = 0.0 if ready else max(0.0, due - time.monotonic())
                 events = self.selector.select(timeout)
                 if events or ready:
                     self._serve_batch(events)
@@ -205,6 +210,9 @@ class Daemon:
                 if time.monotonic() >= self._next_tick:
                     self._next_tick = time.monotonic() + TICK
                     self._guarded(self.line.tick)
+                if time.monotonic() >= self._next_gpus:
+                    self._next_gpus = time.monotonic() + self.policy.gpu_sample_interval
+                    self._guarded(self._sample_gpus)
         finally:
             self.close()
 
@@ -262,6 +270,7 @@ class Daemon:
             self.listener = None
         self._keeper.close()
         self.ops.close()
+        self.gpus.close()
         for key in list(self.selector.get_map().values()):
             if isinstance(key.data, Connection):
                 key.data.sock.close()
@@ -286,6 +295,7 @@ class Daemon:
                 synchronous=self.policy.synchronous,
             )
         )
+        self.gpus.reload()
         log.info("policy reloaded from %s", self.config)
 
     # --- the loop ------------------------------------------------------------------------
@@ -336,6 +346,12 @@ class Daemon:
             return
         if result is not WAITING:
             self.connections.send(conn, protocol.answer(request_id, result))
+
+    def _sample_gpus(self) -> None:
+        """The GPU sampler's tick (:mod:`~dra_jupyter.service.gpus`); what it released frees
+        devices for the line."""
+        if self.gpus.tick(time.time()):
+            self.line.serve()
 
     def _dropped(self, conn: Connection, state: UserState) -> None:
         """``conn`` closed: its requests leave the line."""

@@ -11,7 +11,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from dra_jupyter.errors import InvalidInputError, LimitError, shown
 from dra_jupyter.inventory.base import Inventory
@@ -34,6 +34,9 @@ from dra_jupyter.service.connections import Connection
 from dra_jupyter.service.line import Line
 from dra_jupyter.service.peer import HOST
 from dra_jupyter.types import ClaimRecord, Owner
+
+if TYPE_CHECKING:
+    from dra_jupyter.service.gpus import GpuSampler
 
 log = logging.getLogger("dra_jupyter.service")
 
@@ -66,6 +69,7 @@ class Ops:
         self._samples: list[Sample] = []
         self._sampled = -math.inf  # time.monotonic() of that read
         self.metrics_reads = 0
+        self.gpus: GpuSampler | None = None  # the daemon's GPU sampler (its source, processes)
 
     def close(self) -> None:
         """Let go of the metrics source (NVML), if one was made."""
@@ -194,9 +198,11 @@ class Ops:
 
     def op_metrics(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
         """The devices' metrics, read at most once per ``metrics_max_age`` (the policy's) for
-        every client (the machine's NVML is read by the daemon alone, not by each server)."""
+        every client (the machine's NVML is read by the daemon alone, not by each server),
+        and the processes on them as the GPU sampler last saw them (what the caller may
+        see; None without a GPU signal)."""
         if self._metrics is None:
-            self._metrics = source_for(self.devices)
+            self._metrics = self.gpus.source() if self.gpus else source_for(self.devices)
         if time.monotonic() - self._sampled >= self.access.policy.metrics_max_age:
             held = {d for r in self.ledger.read_claims() for d in r.device_keys}
             self._samples = self._metrics.sample(held, time.time())
@@ -209,6 +215,7 @@ class Ops:
             "time": max((s.time for s in self._samples), default=None),
             "reads": self.metrics_reads,
             "samples": [s.to_dict() for s in self._samples],
+            "processes": self.gpus.processes(conn.peer) if self.gpus else None,
         }
 
     def op_adopt(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:

@@ -22,6 +22,17 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
     claims_per_user = 256          # live claims of one user (shared devices allow many)
     metrics_max_age = 1            # seconds one read of the devices' metrics (NVML) answers
                                    # every client's metrics op before it is read again
+    gpu_sample_interval = 1        # seconds between readings of the processes on the GPUs
+                                   # (NVML): whose they are, each claim's GPU activity
+    gpu_active_threshold = 5       # percent of utilisation at or over which a claim's GPU
+                                   # is active (its processes', else its devices')
+    gpu_window = 60                # seconds a reading counts: active = over the threshold
+                                   # within the window; a claim whose GPU is active counts
+                                   # as active for the idle limit
+    gpu_idle_timeout = 3600        # seconds without GPU activity after which a claim's
+                                   # GPU is idle (shown in the metrics op's processes)
+    release_gpu_idle = false       # release claims of processes (not the CLI's) whose GPU
+                                   # is idle for gpu_idle_timeout (reason gpu-idle)
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
@@ -38,6 +49,14 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
     wait_max = "0"                 # longest wait in line; "0": no limit
     idle = "0"                     # a process's claim without activity this long is released
                                    # (claims of the CLI live by their lease); "0": never
+
+    [enforce]                      # a process on a device its user does not hold
+    mode = "report"                # report: logged and listed to its user and admins;
+                                   # terminate: then SIGTERM after grace, SIGKILL after
+                                   # kill_after (never root's, an admin's, exempt_users')
+    grace = 60                     # seconds from first seen to SIGTERM
+    kill_after = 10                # seconds from SIGTERM to SIGKILL
+    exempt_users = []              # users whose processes are only reported
 
     [groups.<name>]                # the same keys as [limits], for members of the group
     [users.<name>]                 # the same keys, for one user (wins over the groups)
@@ -60,6 +79,7 @@ from typing import Any
 from dra_jupyter.allocator import STRATEGIES
 from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import DraJupyterError, InvalidInputError, shown
+from dra_jupyter.service.enforce import MODES, EnforcePolicy
 
 MAX_CONFIG = 1 << 20  # bytes of the policy file
 DEFAULT_LEDGER = Path("/var/lib/dra-jupyter/ledger.sqlite")
@@ -79,6 +99,11 @@ SERVICE_KEYS = {
     "connections_per_user",
     "claims_per_user",
     "metrics_max_age",
+    "gpu_sample_interval",
+    "gpu_active_threshold",
+    "gpu_window",
+    "gpu_idle_timeout",
+    "release_gpu_idle",
 }
 
 
@@ -124,6 +149,12 @@ class Policy:
     connections_per_user: int = 64
     claims_per_user: int = 256
     metrics_max_age: float = 1.0
+    gpu_sample_interval: float = 1.0
+    gpu_active_threshold: float = 5.0
+    gpu_window: float = 60.0
+    gpu_idle_timeout: float = 3600.0
+    release_gpu_idle: bool = False
+    enforce: EnforcePolicy = field(default_factory=EnforcePolicy)
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -170,7 +201,7 @@ def load_policy(path: Path | None) -> Policy:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise InvalidInputError(f"{where}: not TOML ({err})") from err
-    _known(data, {"service", "limits", "groups", "users"}, where)
+    _known(data, {"service", "limits", "groups", "users", "enforce"}, where)
     service = _table(data, "service", where)
     _known(service, SERVICE_KEYS, f"{where}, [service]")
     strategy = _string(service, "strategy", "topology", where)
@@ -202,6 +233,12 @@ def load_policy(path: Path | None) -> Policy:
         connections_per_user=int(_number(service, "connections_per_user", 64, where)),
         claims_per_user=int(_number(service, "claims_per_user", 256, where)),
         metrics_max_age=_number(service, "metrics_max_age", 1, where),
+        gpu_sample_interval=_number(service, "gpu_sample_interval", 1, where),
+        gpu_active_threshold=_percent_above_zero(service, "gpu_active_threshold", where),
+        gpu_window=_number(service, "gpu_window", 60, where),
+        gpu_idle_timeout=_number(service, "gpu_idle_timeout", 3600, where),
+        release_gpu_idle=_bool(service, "release_gpu_idle", where),
+        enforce=_enforce(_table(data, "enforce", where), f"{where}, [enforce]"),
         defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
         groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
         users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},
@@ -242,6 +279,38 @@ def _number(table: Mapping[str, Any], key: str, default: float, where: str) -> f
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
         raise InvalidInputError(f"{where}: {key} must be a positive number, not {shown(value)}")
     return float(value)
+
+
+def _enforce(table: Mapping[str, Any], where: str) -> EnforcePolicy:
+    _known(table, {"mode", "grace", "kill_after", "exempt_users"}, where)
+    mode = _string(table, "mode", "report", where)
+    if mode not in MODES:
+        raise InvalidInputError(f"{where}: mode {shown(mode)}; use {' or '.join(MODES)}")
+    exempt = table.get("exempt_users", [])
+    if not isinstance(exempt, list) or not all(isinstance(u, str) for u in exempt):
+        raise InvalidInputError(f"{where}: exempt_users must be a list of user names")
+    return EnforcePolicy(
+        mode=mode,
+        grace=_number(table, "grace", 60, where),
+        kill_after=_number(table, "kill_after", 10, where),
+        exempt_users=frozenset(exempt),
+    )
+
+
+def _bool(table: Mapping[str, Any], key: str, where: str) -> bool:
+    value = table.get(key, False)
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{where}: {key} must be true or false, not {shown(value)}")
+    return value
+
+
+def _percent_above_zero(table: Mapping[str, Any], key: str, where: str) -> float:
+    value = _number(table, key, 5, where)
+    if value > 100:
+        raise InvalidInputError(
+            f"{where}: {key} must be a percentage, 0 to 100, not {shown(value)}"
+        )
+    return value
 
 
 def _limits(table: Mapping[str, Any], where: str) -> dict[str, float]:

@@ -8,6 +8,7 @@
  *   server: boolean | null,
  *   deadline: number | null,
  *   busy: boolean,
+ *   gpu: string,
  *   warning: number,
  *   warningNow: boolean,
  *   released: boolean,
@@ -87,6 +88,11 @@ function draCardRender(el, model, view) {
     } else if (view.server === false) {
       info.append(draEl("span", "dra-dim", "no idle release here (no dra-jupyter server extension)"));
     }
+    if (view.gpu) {
+      const gpu = draEl("span", "dra-gpu", ` · ${view.gpu}`);
+      gpu.title = "a kernel whose GPU is active is not idle, whether or not a cell runs";
+      info.append(gpu);
+    }
     if (model.get("lease_expires")) {
       const lease = draEl("span", "dra-dim dra-lease");
       lease.dataset.expires = String(model.get("lease_expires"));
@@ -160,6 +166,7 @@ export default {
       server: null,
       deadline: null,
       busy: false,
+      gpu: "",
       warning: 0,
       warningNow: false,
       released: false,
@@ -204,6 +211,7 @@ export default {
         const claim = await draCall("POST /claims/{name}/keep", named());
         view.deadline = claim.idle_deadline;
         view.busy = claim.busy;
+        view.gpu = claim.gpu.state === "unknown" ? "" : claim.gpu.text;
       } catch (e) {
         if (/** @type {DraError} */ (e).status === 404) view.released = true;
       }
@@ -266,13 +274,16 @@ export default {
             claim.idle_deadline - Date.now() / 1000 <= view.warning;
           // while a cell runs the deadline moves with the clock: redraw when busy changes
           const deadline = claim.busy ? view.deadline : claim.idle_deadline;
+          const gpu = claim.gpu.state === "unknown" ? "" : claim.gpu.text;
           if (
             deadline !== view.deadline ||
             claim.busy !== view.busy ||
+            gpu !== view.gpu ||
             warningNow !== view.warningNow
           ) {
             view.deadline = claim.idle_deadline;
             view.busy = claim.busy;
+            view.gpu = gpu;
             view.warningNow = warningNow;
             redraw();
           }

@@ -195,7 +195,25 @@ export function statusText(
   if (busy && !tail.startsWith('busy')) {
     tail = tail ? `busy · ${tail}` : 'busy';
   }
+  const gpu = gpuText(claims);
+  if (gpu) {
+    tail = tail ? `${gpu} · ${tail}` : gpu;
+  }
   return tail ? `${summary} · ${tail}` : summary;
+}
+
+/**
+ * What the claims' GPUs do, in a few words: the busiest active one (`GPU busy: 93%`), else
+ * an idle one (`GPU idle for 12 min`); empty when no GPU says (no GPU signal) or none is
+ * either.
+ */
+export function gpuText(claims: readonly Claim[]): string {
+  const active = claims.filter(c => c.gpu.state === 'active');
+  if (active.length > 0) {
+    return active.reduce((a, b) => ((b.gpu.utilization ?? 0) > (a.gpu.utilization ?? 0) ? b : a))
+      .gpu.text;
+  }
+  return claims.find(c => c.gpu.state === 'idle')?.gpu.text ?? '';
 }
 
 /** Why a claim was released, for its notification (the claim_released event's reasons). */
@@ -203,6 +221,8 @@ export function releaseReason(reason: string): string {
   switch (reason) {
     case 'idle':
       return 'its kernel was idle for the idle timeout';
+    case 'gpu-idle':
+      return 'its GPU was not used for the GPU idle timeout';
     case 'kernel-shutdown':
       return 'its kernel shut down, restarted or died';
     case 'user':

@@ -225,7 +225,11 @@ export class DevicesPanel extends Widget {
     } else if (busy) {
       parts.push('busy');
     }
+    if (claim.gpu.state !== 'unknown') {
+      parts.push(claim.gpu.text); // GPU busy: 93%, GPU idle for 12 min
+    }
     times.textContent = parts.join(' · ');
+    times.title = claim.gpu.state === 'unknown' ? 'no GPU signal: idle means no cell ran' : '';
     row.classList.toggle('dra-mod-busy', busy);
   }
 

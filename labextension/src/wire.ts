@@ -70,12 +70,33 @@ export interface Claim {
   idle_deadline: number | null;
   /** a cell of the claim's kernel is running, so it is not idle (the countdown is paused) */
   busy: boolean;
+  /**
+   * the claim's GPU activity; a kernel whose GPU is active is not idle, and with
+   * release_gpu_idle one whose GPU is idle for gpu_idle_timeout is released
+   */
+  gpu: GpuActivity;
   /** null while the claim is live; why and when it was released otherwise */
   released: Released | null;
 }
 
+/**
+ * A claim's GPU activity: active when its utilisation (its own processes', where NVML
+ * samples them per process, else its devices') reached gpu_active_threshold within
+ * gpu_window; idle when not for gpu_idle_timeout; unknown without a GPU signal (a
+ * simulated inventory, no NVML, MIG devices NVML does not sample)
+ */
+export interface GpuActivity {
+  state: "active" | "inactive" | "idle" | "unknown";
+  /** percent, the highest within gpu_window; null when unknown */
+  utilization: number | null;
+  /** seconds since the epoch; when last active (active), quiet since (inactive, idle) */
+  since: number | null;
+  /** in a user's words: GPU busy: 93%, GPU idle for 12 min, no GPU signal */
+  text: string;
+}
+
 export interface Released {
-  /** idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit */
+  /** idle, gpu-idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit */
   reason: string;
   /** seconds since the epoch */
   time: number;

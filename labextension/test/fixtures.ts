@@ -31,6 +31,7 @@ export function claim(name: string, more: Partial<Claim> = {}): Claim {
     lease_expires: null,
     idle_deadline: null,
     busy: false,
+    gpu: { state: 'unknown', utilization: null, since: null, text: 'no GPU signal' },
     released: null,
     ...more
   };

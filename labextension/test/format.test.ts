@@ -6,6 +6,7 @@ import {
   countdown,
   deviceSummary,
   duration,
+  gpuText,
   groupDevices,
   groupState,
   migParent,
@@ -127,6 +128,30 @@ test('the status bar: devices and the nearest countdown; busy; nothing when noth
   assert.equal(statusText([leased], map, 1000, true), '1× H200 · busy · lease ends in 1:00');
   assert.equal(statusText([claim('n', { devices: [`${GPU}0`] })], map, 1000, false), '1× H200');
   assert.equal(statusText([], map, 1000, false), '');
+});
+
+test('the status bar says what the GPUs do, where they say it', () => {
+  const map = new Map([device(`${GPU}0`), device(`${GPU}1`)].map(d => [d.device, d]));
+  const gpu = (state: 'active' | 'idle', utilization: number, text: string) => ({
+    gpu: { state, utilization, since: 900, text }
+  });
+  const busy = claim('b', {
+    devices: [`${GPU}0`],
+    idle_deadline: 1750,
+    ...gpu('active', 93, 'GPU busy: 93%')
+  });
+  const quiet = claim('q', { devices: [`${GPU}1`], ...gpu('idle', 0, 'GPU idle for 12 min') });
+  assert.equal(statusText([busy], map, 1000, false), '1× H200 · GPU busy: 93% · idle in 12:30');
+  assert.equal(statusText([quiet], map, 1000, true), '1× H200 · GPU idle for 12 min · busy');
+  assert.equal(
+    statusText([quiet, busy], map, 1000, false),
+    '2× H200 · GPU busy: 93% · idle in 12:30'
+  );
+  assert.equal(gpuText([claim('u')]), ''); // no GPU signal: nothing said
+});
+
+test('gpu-idle has its words', () => {
+  assert.equal(releaseReason('gpu-idle'), 'its GPU was not used for the GPU idle timeout');
 });
 
 test('every release reason of the claim_released event has its words', () => {

@@ -13,8 +13,8 @@ Configurable: the number of GPUs (clones of the captured one with derived UUIDs,
 minors), MIG mode per GPU, existing MIG devices, lost GPUs, a missing library or unloaded
 driver, the processes on each GPU or MIG device (:class:`FakeProcess`: a real test process's
 pid, its memory, its kind and its SM utilisation, listed as NVML lists running processes
-and samples their utilisation), and ``overrides`` (function name -> value to return, or
-NVMLError to raise).
+and samples their utilisation), each GPU's total energy counter (``energy``), and
+``overrides`` (function name -> value to return, or NVMLError to raise).
 """
 
 from __future__ import annotations
@@ -80,6 +80,38 @@ class FakeProcess:
     memory_util: int = 0
 
 
+def read_world(path: Path) -> dict[int | tuple[int, int], list[FakeProcess]]:
+    """The processes of a world file (see ``FakePynvml.world``); none while it is missing."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    out: dict[int | tuple[int, int], list[FakeProcess]] = {}
+    for where, rows in data.items():
+        gpu, _, slot = where.partition("/")
+        key: int | tuple[int, int] = (int(gpu), int(slot)) if slot else int(gpu)
+        out[key] = [
+            FakeProcess(
+                int(r["pid"]), r.get("memory"), tuple(r.get("kinds", ["compute"])), r.get("sm")
+            )
+            for r in rows
+        ]
+    return out
+
+
+def write_world(path: Path, processes: Mapping[str, Sequence[FakeProcess]]) -> None:
+    """Write a world file atomically (the reader never sees half of it)."""
+    data = {
+        where: [
+            {"pid": p.pid, "memory": p.memory, "kinds": list(p.kinds), "sm": p.sm} for p in rows
+        ]
+        for where, rows in processes.items()
+    }
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps(data))
+    part.replace(path)
+
+
 @dataclass(frozen=True)
 class Handle:
     index: int
@@ -113,6 +145,8 @@ class FakePynvml(ModuleType):
         driver_not_loaded: bool = False,
         overrides: Mapping[str, Any] | None = None,
         processes: Mapping[int | tuple[int, int], Sequence[FakeProcess]] | None = None,
+        energy: Mapping[int, int] | None = None,
+        world: Path | None = None,
     ) -> None:
         super().__init__("pynvml", "fake pynvml answering from a captured NVIDIA H200")
         for name in dir(pynvml):  # constants, error classes and structs are the real ones
@@ -132,6 +166,12 @@ class FakePynvml(ModuleType):
         self.overrides = dict(overrides or {})
         # GPU index, or (GPU index, MIG slot) -> its processes
         self.processes = {k: list(v) for k, v in (processes or {}).items()}
+        # GPU index -> its total energy counter, millijoules (not captured: NotSupported)
+        self.energy = dict(energy or {})
+        # a JSON file of processes, read again at each listing (another process's fake:
+        # the daemon's, that the test changes): {"0": [{"pid": 1, "memory": 2, "sm": 3}],
+        # "0/1": [...] for MIG slot 1 of GPU 0}
+        self.world = world
         self.initialized = False
         self.calls: list[str] = []
 
@@ -217,6 +257,8 @@ class FakePynvml(ModuleType):
 
     def _on(self, handle: Handle | MigHandle) -> list[FakeProcess]:
         key = handle.index if isinstance(handle, Handle) else (handle.parent, handle.slot)
+        if self.world is not None:
+            self.processes = read_world(self.world)
         return self.processes.get(key, [])
 
     def _running(self, name: str, kind: str, handle: Handle | MigHandle) -> list[Any]:
@@ -267,6 +309,16 @@ class FakePynvml(ModuleType):
         if not samples:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return samples
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Handle | MigHandle) -> int:
+        """The GPU's counter as given in ``energy`` (millijoules); NotSupported for a GPU
+        not given (the capture has none) and for a MIG device."""
+        value = self._enter("nvmlDeviceGetTotalEnergyConsumption", handle)
+        if value is not None:
+            return int(value)
+        if isinstance(handle, MigHandle) or handle.index not in self.energy:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(self.energy[handle.index])
 
     def nvmlDeviceGetBrand(self, handle: Handle) -> int:
         return int(self._get("nvmlDeviceGetBrand", handle, self.capture.device["brand"]))

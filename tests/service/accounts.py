@@ -133,9 +133,15 @@ class Service:
     """``dra-jupyter service`` in a subprocess (see the module docstring)."""
 
     def __init__(
-        self, root: Path, policy: str, args: tuple[str, ...] = (), inventory: str = "h200-8x"
+        self,
+        root: Path,
+        policy: str,
+        args: tuple[str, ...] = (),
+        inventory: str = "h200-8x",
+        launcher: tuple[str, ...] = ("-m", "dra_jupyter.cli"),
     ) -> None:
         self.root = root
+        self.launcher = launcher
         self.args = args
         self.inventory = inventory
         self.socket = root / "socket"
@@ -156,8 +162,7 @@ class Service:
             self.process = subprocess.Popen(
                 [
                     sys.executable,
-                    "-m",
-                    "dra_jupyter.cli",
+                    *self.launcher,
                     "service",
                     "--config",
                     str(self.config),
@@ -202,12 +207,16 @@ class Service:
 
 @contextlib.contextmanager
 def service(
-    policy: str = "", args: tuple[str, ...] = (), inventory: str = "h200-8x"
+    policy: str = "",
+    args: tuple[str, ...] = (),
+    inventory: str = "h200-8x",
+    launcher: tuple[str, ...] = ("-m", "dra_jupyter.cli"),
 ) -> Iterator[Service]:
+    """``launcher``: what runs ``dra-jupyter`` (tests.fakes.nvml_daemon: on the fake NVML)."""
     root = Path(f"/tmp/dra-service-test-{secrets.token_hex(4)}")
     root.mkdir(mode=0o755)
     root.chmod(0o755)  # the users reach the socket; the daemon makes state/ 0700
-    svc = Service(root, policy, args, inventory)
+    svc = Service(root, policy, args, inventory, launcher)
     try:
         svc.start()
         yield svc

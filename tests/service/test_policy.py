@@ -124,6 +124,9 @@ def test_no_file_is_every_default() -> None:
         ("[limits]\ngpu_share = 'half'\n", "gpu_share must be a percentage of one GPU"),
         ("[limits]\ngpu_share = -5\n", "gpu_share must be a percentage of one GPU"),
         ("[limits]\ngpu_share = true\n", "gpu_share must be a percentage of one GPU"),
+        ("[service]\nrelease_gpu_idle = 'yes'\n", "release_gpu_idle must be true or false"),
+        ("[service]\ngpu_active_threshold = 150\n", "gpu_active_threshold must be a percentage"),
+        ("[service]\ngpu_window = 0\n", "gpu_window must be a positive number"),
     ],
 )
 def test_a_mistake_is_refused_in_one_line_naming_the_key(
@@ -135,6 +138,22 @@ def test_a_mistake_is_refused_in_one_line_naming_the_key(
     message = str(caught.value)
     assert message.startswith(f"service config {path}")
     assert problem in message and "\n" not in message
+
+
+def test_the_gpu_knobs(tmp_path: Path) -> None:
+    assert (Policy().gpu_sample_interval, Policy().release_gpu_idle) == (1.0, False)
+    text = (
+        "[service]\ngpu_sample_interval = 0.5\ngpu_active_threshold = 10\ngpu_window = 30\n"
+        "gpu_idle_timeout = 600\nrelease_gpu_idle = true\n"
+    )
+    policy = load_policy(write(tmp_path, text))
+    assert (
+        policy.gpu_sample_interval,
+        policy.gpu_active_threshold,
+        policy.gpu_window,
+        policy.gpu_idle_timeout,
+        policy.release_gpu_idle,
+    ) == (0.5, 10, 30, 600, True)
 
 
 def test_a_file_is_bounded_before_it_is_parsed(tmp_path: Path) -> None:

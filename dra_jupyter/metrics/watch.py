@@ -1,0 +1,79 @@
+"""One sampler's GPU truth, the same in the service's daemon and the server extension:
+each tick, the processes on the devices and whose they are
+(:mod:`~dra_jupyter.metrics.processes`), and each claim's GPU activity
+(:mod:`~dra_jupyter.metrics.activity`).
+
+A tick has two halves: :meth:`GpuWatch.read` blocks (NVML, ``/proc``; a worker thread may
+run it) and returns the claims' readings; :meth:`GpuWatch.feed` (pure, quick) gives them to
+the tracker where its state is read (the event loop). A source without a GPU signal
+(simulated, none) reads no processes: every claim is *unknown*, and callers behave as
+without GPU activity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from dra_jupyter.metrics.activity import (
+    Activity,
+    ActivitySettings,
+    ActivityTracker,
+    IntervalHook,
+    Reading,
+    claim_reading,
+)
+from dra_jupyter.metrics.base import MetricsSource, Sample
+from dra_jupyter.metrics.processes import (
+    Holder,
+    ProcessUse,
+    Reader,
+    attribute,
+    pids_of,
+    read_process,
+)
+
+
+class GpuWatch:
+    """The processes last seen on the devices (:attr:`uses`) and every claim's activity."""
+
+    def __init__(
+        self,
+        settings: ActivitySettings | None = None,
+        on_interval: IntervalHook | None = None,
+        read: Reader = read_process,
+    ) -> None:
+        self.tracker = ActivityTracker(settings, on_interval)
+        self.uses: list[ProcessUse] = []
+        self.signal = False  # the last read listed the devices' processes
+        self._read = read
+        self._since = 0.0
+
+    @property
+    def settings(self) -> ActivitySettings:
+        return self.tracker.settings
+
+    def read(
+        self,
+        source: MetricsSource,
+        holders: Sequence[Holder],
+        samples: Sequence[Sample],
+        now: float,
+    ) -> dict[str, Reading]:
+        """The processes on the devices now, whose they are, and each claim's reading
+        (blocking). ``holders``: the live claims, oldest first; ``samples``: the devices'
+        metrics of this tick."""
+        processes = source.processes(now, self._since)
+        self._since = now
+        self.signal = processes is not None
+        self.uses = attribute(processes, holders, self._read) if processes else []
+        energy = source.energy() if processes is not None else None
+        return {
+            h.name: claim_reading(h.devices, pids_of(self.uses, h.name), processes, samples, energy)
+            for h in holders
+        }
+
+    def feed(self, now: float, readings: Mapping[str, Reading]) -> None:
+        self.tracker.feed(now, readings)
+
+    def activity(self, claim: str, now: float) -> Activity:
+        return self.tracker.activity(claim, now)
