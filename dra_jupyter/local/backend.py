@@ -41,6 +41,8 @@ from dra_jupyter.types import (
     Waiting,
     claim_prefix,
 )
+from dra_jupyter.usage.book import Book
+from dra_jupyter.usage.weights import Weights
 
 CAPABILITIES = Capabilities(
     where="this machine",
@@ -134,6 +136,7 @@ class LocalBackend:
         self._wires: dict[int, tuple[ClaimRecord, Wire]] = {}
         # the shapes (shape_of) found possible on the idle machine: the inventory is fixed
         self._possible: set[str] = set()
+        self._weights: Weights | None = None  # the devices' GPU-equivalents, on first use
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """This machine's devices (found once: ``refresh`` changes nothing)."""
@@ -154,7 +157,38 @@ class LocalBackend:
         # the inventory is the same: so is what was learnt of it
         twin._cache, twin._idle, twin._wires = self._cache, self._idle, self._wires
         twin._possible = self._possible
+        twin._weights = self.weights
         return twin
+
+    @property
+    def weights(self) -> Weights:
+        """The GPU-equivalents of this inventory's devices (:mod:`dra_jupyter.usage.weights`)."""
+        if self._weights is None:
+            self._weights = Weights(self.devices)
+        return self._weights
+
+    # --- the usage book ----------------------------------------------------------------------
+
+    def usage_book(self, last: float, *, user: str | None = None) -> Book:
+        """Every interval of the ledger's usage book that overlaps the last ``last``
+        seconds, by this backend's clock (``user``'s only, where named): the ledger is the
+        machine's, and every user of it can read it."""
+        now = self.clock()
+        since = now - last
+        intervals = self.ledger.usage(since, now, user=user, weigh=self.weights.of_key)
+        return Book(tuple(intervals), since, now)
+
+    def add_activity(
+        self,
+        claim: str,
+        active_s: float,
+        idle_s: float,
+        unknown_s: float = 0.0,
+        energy_j: float | None = None,
+    ) -> bool:
+        """A sampler's report of a claim's GPU use since its last one (seconds active, idle,
+        unknown; joules), added to its interval in the book; False when it has none."""
+        return self.ledger.add_activity(claim, active_s, idle_s, unknown_s, energy_j)
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
         """An allocator on the devices with ``held`` allocated."""
@@ -276,7 +310,7 @@ class LocalBackend:
                 last_activity=now,
                 lease_expires=now + lease if lease is not None else None,
             )
-            Ledger.insert(conn, record)
+            Ledger.insert(conn, record, self.weights.parts(record.allocation))
             if waiter is not None:
                 Ledger.dequeue(conn, waiter)
             return record, position, held
