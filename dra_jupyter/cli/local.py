@@ -1,9 +1,11 @@
-"""``dra-jupyter devices | request | claims | release``: the configured backend (this
-machine's by default) from a shell, through the Python API; and ``explain KEY=VALUE``."""
+"""``dra-jupyter devices | request | claims | release | usage``: the configured backend
+(this machine's by default) from a shell, through the Python API; and ``explain
+KEY=VALUE``."""
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import json
 from typing import Any, TextIO
@@ -15,6 +17,8 @@ from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.errors import PYTHON_WAIT, BusyError, ClaimNotFoundError, InvalidInputError, shown
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
+from dra_jupyter.usage.book import BY
+from dra_jupyter.usage.frame import VALUES, records
 
 
 def add_commands(sub: Subparsers) -> None:
@@ -49,6 +53,20 @@ def add_commands(sub: Subparsers) -> None:
     p.add_argument("names", nargs="*", metavar="NAME")
     p.add_argument("--all", action="store_true", help="all your claims")
     common(p)
+    p = sub.add_parser(
+        "usage",
+        help="GPU-hours held, active and idle, by user, group, claim or device",
+        description="GPU usage over a window: GPU-equivalent seconds held (a whole GPU 1, a "
+        "MIG instance or a share its part of the GPU's memory), active, idle and unknown, "
+        "energy and the idle share. The service shows an admin every user, a user their own.",
+    )
+    p.add_argument("--since", default="7d", help="the window, back from now (default 7d)")
+    p.add_argument("--by", choices=tuple(BY), default="user", help="group by (default user)")
+    common(p)
+    p.set_defaults(output="table")
+    for action in p._actions:  # -o table|csv|json here (text is the table)
+        if action.dest == "output":
+            action.choices = ("table", "text", "csv", "json")
 
 
 def _session(args: argparse.Namespace, *, detached: bool = False) -> Session:
@@ -168,9 +186,51 @@ def run_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def run_usage(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    dims, rows = _session(args).usage_report(args.since, args.by)
+    found = records(rows, dims)
+    if args.output == "json":
+        out.write(json.dumps(found, indent=2) + "\n")
+    elif args.output == "csv":
+        writer = csv.DictWriter(out, fieldnames=[*dims, *VALUES], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(found)
+    else:
+        out.write(usage_table(found, dims) + "\n")
+    return 0
+
+
+def usage_table(found: list[dict[str, Any]], dims: tuple[str, ...]) -> str:
+    """The report as a person reads it: GPU-hours, each part's share of them, energy."""
+    head = [*dims, "gpu_hours", "active", "idle", "unknown", "idle_share", "energy_kj"]
+    lines = [head]
+    for r in found:
+        held = r["gpu_seconds"] or 1.0
+        share = r["idle_share"]
+        lines.append(
+            [
+                *(str(r[d]) for d in dims),
+                f"{r['gpu_hours']:.2f}",
+                f"{r['active_gpu_seconds'] / held:.0%}",
+                f"{r['idle_gpu_seconds'] / held:.0%}",
+                f"{r['unknown_gpu_seconds'] / held:.0%}",
+                "-" if share is None else f"{share:.0%}",
+                f"{r['energy_j'] / 1000:.1f}",
+            ]
+        )
+    if len(lines) == 1:
+        return "no GPU was held in this window"
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in lines
+    )
+
+
 COMMANDS: dict[str, Runner] = {
     "devices": run_devices,
     "request": run_request,
     "claims": run_claims,
     "release": run_release,
+    "usage": run_usage,
 }
