@@ -22,6 +22,8 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
     claims_per_user = 256          # live claims of one user (shared devices allow many)
     metrics_max_age = 1            # seconds one read of the devices' metrics (NVML) answers
                                    # every client's metrics op before it is read again
+    prometheus_port = 0            # a port on 127.0.0.1 that answers the usage counters in
+                                   # Prometheus's text format (every user's); 0: none
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
@@ -79,6 +81,7 @@ SERVICE_KEYS = {
     "connections_per_user",
     "claims_per_user",
     "metrics_max_age",
+    "prometheus_port",
 }
 
 
@@ -124,6 +127,7 @@ class Policy:
     connections_per_user: int = 64
     claims_per_user: int = 256
     metrics_max_age: float = 1.0
+    prometheus_port: int = 0  # 0: no Prometheus port
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -189,6 +193,11 @@ def load_policy(path: Path | None) -> Policy:
         raise InvalidInputError(f"{where}: admin_groups must be a list of group names")
     groups = _table(data, "groups", where)
     users = _table(data, "users", where)
+    port = service.get("prometheus_port", 0)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise InvalidInputError(
+            f"{where}: prometheus_port {shown(port)}; use a port number 1-65535, or 0 for none"
+        )
     return Policy(
         ledger=Path(_string(service, "ledger", str(DEFAULT_LEDGER), where)),
         inventory=_string(service, "inventory", "auto", where),
@@ -202,6 +211,7 @@ def load_policy(path: Path | None) -> Policy:
         connections_per_user=int(_number(service, "connections_per_user", 64, where)),
         claims_per_user=int(_number(service, "claims_per_user", 256, where)),
         metrics_max_age=_number(service, "metrics_max_age", 1, where),
+        prometheus_port=int(port),
         defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
         groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
         users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},
