@@ -12,13 +12,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from dra_jupyter.usage.book import Book
 
 LABELS = ("user", "group", "model")
+CONTENT_TYPE = CONTENT_TYPE_LATEST  # text/plain; version=...; charset=utf-8
 # name (prometheus_client adds _total to a counter's), help, the Totals field it counts
 COUNTERS = (
     ("dra_jupyter_held_gpu_seconds", "GPU-equivalent seconds held by claims", "held"),

@@ -278,6 +278,9 @@ class Contract:
         if "content" not in answer:
             assert not r.body, f"{operation} {r.code}: a body the spec does not describe"
             return None
+        if "text/plain" in answer["content"]:  # Prometheus's text format
+            assert r.headers["Content-Type"].startswith("text/plain"), operation
+            return r.body.decode()
         assert r.headers["Content-Type"].startswith("application/json"), operation
         document = json.loads(r.body)
         schema = answer["content"]["application/json"]["schema"]
@@ -313,6 +316,8 @@ async def test_every_operation_answers_as_the_spec_says(jp_fetch: Fetch, jp_serv
         some = devices["devices"][0]["device"]
         metrics = await api.call("GET", "/metrics", status=200, history="2", device=some)
         assert [m["device"] for m in metrics["devices"]] == [some]
+        text = await api.call("GET", "/metrics/prometheus", status=200)
+        assert "dra_jupyter_held_gpu_seconds_total{" in text
         restart = await api.call("POST", f"/kernels/{kernel.id}/restart-with-claims", status=200)
         assert [c["name"] for c in restart["claims"]] == [ours["name"]]
         await api.call("DELETE", f"/claims/{mine['name']}", status=204)
