@@ -165,43 +165,66 @@ def _parts(text: Any, weigh: Weigh | None) -> tuple[DevicePart, ...] | None:
     return tuple(parts)
 
 
+def _groups(text: Any) -> tuple[str, ...] | None:
+    try:
+        groups = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return tuple(str(g) for g in groups) if isinstance(groups, list) else None
+
+
 def _number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
+    if type(value) is float or type(value) is int:  # not bool; the usual case first
+        return float(value) if math.isfinite(value) else None
     return None
 
 
-def _interval(row: sqlite3.Row, weigh: Weigh | None) -> Interval | None:
-    """A row of the book, or None when it cannot be read (left out of every report)."""
-    parts = _parts(row["devices"], weigh)
-    start, end = _number(row["started"]), _number(row["ended"])
-    try:
-        groups = json.loads(row["groups"])
-    except (TypeError, ValueError, RecursionError):
-        groups = None
-    if (
-        parts is None
-        or start is None
-        or (row["ended"] is not None and end is None)
-        or not isinstance(groups, list)
-        or not isinstance(row["claim"], str)
-        or not isinstance(row["user"], str)
-    ):
-        return None
-    return Interval(
-        claim=row["claim"],
-        uid=str(row["uid"]),
-        user=row["user"],
-        groups=tuple(str(g) for g in groups),
-        devices=parts,
-        start=start,
-        end=end,
-        reason=row["reason"] if isinstance(row["reason"], str) else None,
-        active_s=_number(row["active_s"]) or 0.0,
-        idle_s=_number(row["idle_s"]) or 0.0,
-        unknown_s=_number(row["unknown_s"]) or 0.0,
-        energy_j=_number(row["energy_j"]),
-    )
+class _Reader:
+    """Rows of the book as intervals; a text of devices or groups (the same for many rows:
+    a user's groups, a machine's few shapes of claims) is parsed once per read."""
+
+    def __init__(self, weigh: Weigh | None) -> None:
+        self.weigh = weigh
+        self.devices: dict[Any, tuple[DevicePart, ...] | None] = {}
+        self.groups: dict[Any, tuple[str, ...] | None] = {}
+
+    def interval(self, row: sqlite3.Row) -> Interval | None:
+        """A row of the book, or None when it cannot be read (left out of every report)."""
+        text, listed = row[4], row[3]
+        if text in self.devices:
+            parts = self.devices[text]
+        else:
+            parts = self.devices[text] = _parts(text, self.weigh)
+        if listed in self.groups:
+            groups = self.groups[listed]
+        else:
+            groups = self.groups[listed] = _groups(listed)
+        start, end = _number(row[6]), _number(row[7])
+        claim, user = row[0], row[2]
+        if (
+            not parts
+            or start is None
+            or (row[7] is not None and end is None)
+            or groups is None
+            or type(claim) is not str
+            or type(user) is not str
+        ):
+            return None
+        reason = row[8]
+        return Interval(
+            claim=claim,
+            uid=str(row[1]),
+            user=user,
+            groups=groups,
+            devices=parts,
+            start=start,
+            end=end,
+            reason=reason if isinstance(reason, str) else None,
+            active_s=_number(row[9]) or 0.0,
+            idle_s=_number(row[10]) or 0.0,
+            unknown_s=_number(row[11]) or 0.0,
+            energy_j=_number(row[12]),
+        )
 
 
 def intervals(
@@ -219,5 +242,6 @@ def intervals(
     if user is not None:
         sql += " AND user = ?"
         args += (user,)
-    rows = conn.execute(sql + " ORDER BY started, id", args).fetchall()
-    return [i for i in (_interval(r, weigh) for r in rows) if i is not None]
+    reader = _Reader(weigh)
+    found = (reader.interval(r) for r in conn.execute(sql + " ORDER BY started, id", args))
+    return [i for i in found if i is not None]

@@ -193,24 +193,36 @@ class UsageRow:
 def in_window(interval: Interval, since: float, until: float, now: float) -> Totals:
     """The wall-clock part of ``interval`` inside ``[since, until]`` (seconds, not yet
     weighted by its GPU-equivalents; joules in full): see the module's docstring."""
+    part = _in_window(interval, since, until, now)
+    return Totals(*part) if part is not None else Totals()
+
+
+def _in_window(
+    interval: Interval, since: float, until: float, now: float
+) -> tuple[float, float, float, float, float] | None:
+    """:func:`in_window` as a tuple (None: nothing inside), for the loop of :func:`report`."""
     start = interval.start
-    end = max(start, now if interval.end is None else interval.end)
-    overlap = min(end, until) - max(start, since)
+    end = now if interval.end is None else interval.end
+    end = max(end, start)
+    overlap = (end if end < until else until) - (start if start > since else since)
     if overlap <= 0:
-        return Totals()
-    fraction = overlap / (end - start)  # end > start: the overlap is positive
-    active, idle = max(0.0, interval.active_s), max(0.0, interval.idle_s)
+        return None
+    length = end - start  # > 0: the overlap is positive
+    fraction = overlap / length
+    active, idle = interval.active_s, interval.idle_s
+    active, idle = (active if active > 0 else 0.0), (idle if idle > 0 else 0.0)
     known = active + idle
-    if known > end - start:  # more reported than it lasted (overlapping ticks): scaled down
-        active, idle = active * (end - start) / known, idle * (end - start) / known
-    active, idle = min(overlap, active * fraction), idle * fraction
-    idle = min(idle, overlap - active)
-    return Totals(
-        held=overlap,
-        active=active,
-        idle=idle,
-        unknown=max(0.0, overlap - active - idle),
-        energy=max(0.0, interval.energy_j or 0.0) * fraction,
+    if known > length:  # more reported than it lasted (overlapping ticks): scaled down
+        active, idle = active * length / known, idle * length / known
+    active = min(overlap, active * fraction)
+    idle = min(idle * fraction, overlap - active)
+    energy = interval.energy_j or 0.0
+    return (
+        overlap,
+        active,
+        idle,
+        max(0.0, overlap - active - idle),
+        (energy if energy > 0 else 0.0) * fraction,
     )
 
 
@@ -229,6 +241,8 @@ def _values(interval: Interval, dimension: str) -> Sequence[str]:
 
 
 def _keys(interval: Interval, dims: Sequence[str]) -> list[tuple[str, ...]]:
+    if len(dims) == 1 and dims[0] == "user":  # the usual report: one key, no loop
+        return [(interval.user,)]
     keys: list[tuple[str, ...]] = [()]
     for dim in dims:
         keys = [(*k, v) for k in keys for v in _values(interval, dim)]
@@ -248,30 +262,38 @@ def report(
         )
     per_device = [i for i, d in enumerate(by) if d in ("device", "model")]
     own = [d for d in by if d not in ("device", "model")]
-    sums: dict[tuple[str, ...], Totals] = {}
+    sums: dict[tuple[str, ...], list[float]] = {}
+
+    def add(key: tuple[str, ...], part: tuple[float, ...], gpus: float, energy: float) -> None:
+        kept = sums.get(key)
+        if kept is None:
+            kept = sums[key] = [0.0, 0.0, 0.0, 0.0, 0.0]
+        kept[0] += part[0] * gpus
+        kept[1] += part[1] * gpus
+        kept[2] += part[2] * gpus
+        kept[3] += part[3] * gpus
+        kept[4] += part[4] * energy
+
     for interval in intervals:
-        part = in_window(interval, since, until, now)
-        if part.held <= 0:
+        part = _in_window(interval, since, until, now)
+        if part is None:
             continue
         keys = _keys(interval, own)
-        if not per_device:
-            weighted = part.weighted(interval.gpus, 1.0)
-            for key in keys:
-                sums[key] = sums.get(key, Totals()) + weighted
-            continue
         total = interval.gpus
+        if not per_device:
+            for key in keys:
+                add(key, part, total, 1.0)
+            continue
         for device in interval.devices:
             share = device.gpus / total if total > 0 else 1 / len(interval.devices)
-            weighted = part.weighted(device.gpus, share)
             for key in keys:
                 full = list(key)
                 for i in per_device:  # in the order asked
                     full.insert(i, device.device if by[i] == "device" else device.model)
-                whole = tuple(full)
-                sums[whole] = sums.get(whole, Totals()) + weighted
+                add(tuple(full), part, device.gpus, share)
     return [
-        UsageRow(key, totals)
-        for key, totals in sorted(sums.items(), key=lambda kv: (-kv[1].held, kv[0]))
+        UsageRow(key, Totals(*values))
+        for key, values in sorted(sums.items(), key=lambda kv: (-kv[1][0], kv[0]))
     ]
 
 
