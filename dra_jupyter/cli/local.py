@@ -22,13 +22,13 @@ from dra_jupyter.usage.frame import VALUES, records
 
 
 def add_commands(sub: Subparsers) -> None:
-    def common(p: argparse.ArgumentParser) -> None:
+    def common(p: argparse.ArgumentParser, outputs: tuple[str, ...] = ("text", "json")) -> None:
         p.add_argument("--inventory", help="auto, nvml, a bundled name, or a YAML file of slices")
         p.add_argument(
             "--ledger",
             help="the ledger file (default: per user, $XDG_STATE_HOME/dra-jupyter/ledger.sqlite)",
         )
-        p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        p.add_argument("-o", "--output", choices=outputs, default=outputs[0])
 
     p = sub.add_parser("devices", help="list the devices, their state and holders")
     common(p)
@@ -62,11 +62,7 @@ def add_commands(sub: Subparsers) -> None:
     )
     p.add_argument("--since", default="7d", help="the window, back from now (default 7d)")
     p.add_argument("--by", choices=tuple(BY), default="user", help="group by (default user)")
-    common(p)
-    p.set_defaults(output="table")
-    for action in p._actions:  # -o table|csv|json here (text is the table)
-        if action.dest == "output":
-            action.choices = ("table", "text", "csv", "json")
+    common(p, outputs=("table", "csv", "json"))
 
 
 def _session(args: argparse.Namespace, *, detached: bool = False) -> Session:

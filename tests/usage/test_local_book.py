@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dra_jupyter.api import Session
 from dra_jupyter.cli.main import main
+from dra_jupyter.errors import DraJupyterWarning
 from dra_jupyter.inventory import mig, nvidia
 from dra_jupyter.inventory.simulated import from_file
 from dra_jupyter.local.backend import LocalBackend
@@ -153,3 +154,31 @@ def test_an_open_claim_counts_up_to_now_and_activity_of_no_claim_is_refused(
     assert local.add_activity(claim.name, 600, 0, 0, None)
     (row,) = Session(backend=local).usage(since="1h").to_dict("records")
     assert (row["active_gpu_seconds"], row["energy_j"]) == pytest.approx((1200, 0))
+
+
+def test_a_damaged_claim_moved_aside_ends_its_interval(
+    tmp_path: Path, inventory_file: Path
+) -> None:
+    clock = Clock(10_000.0)
+    ledger = Ledger(tmp_path / "l.sqlite")
+    local = LocalBackend(from_file(inventory_file), ledger, owner("alice"), clock=clock)
+    claim = Session(backend=local).request(gpu=1, apply_env=False)
+    with ledger.transaction() as tx:
+        tx.execute("UPDATE claims SET allocation = 'not json' WHERE name = ?", (claim.name,))
+    with pytest.warns(DraJupyterWarning, match="is damaged"), ledger.transaction() as tx:
+        assert Ledger.claims(tx) == []  # moved aside
+    (interval,) = ledger.usage(0, 1e12)
+    assert (interval.claim, interval.reason) == (claim.name, "damaged")
+    assert interval.end is not None and interval.end >= interval.start
+
+
+def test_the_usage_command_refuses_what_it_does_not_know(tmp_path: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    ledger = str(tmp_path / "l.sqlite")
+    assert main(["usage", "--since", "1y", "--ledger", ledger], out, err) == 2
+    assert err.getvalue() == (
+        "error: since: '1y' is not a duration; write e.g. '90s', '5m', '1h30m' or seconds\n"
+    )
+    out = io.StringIO()
+    assert main(["usage", "--ledger", ledger, "--inventory", "h200-8x"], out) == 0
+    assert out.getvalue() == "no GPU was held in this window\n"
