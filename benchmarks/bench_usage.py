@@ -30,13 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from dra_jupyter.accounting.book import DevicePart
 from dra_jupyter.cli.main import main
 from dra_jupyter.inventory.simulated import load
 from dra_jupyter.local import book
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.types import ClaimRecord, Owner
-from dra_jupyter.usage.book import DevicePart
 
 DAY = 86400.0
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import yaml
 
+from dra_jupyter.accounting.book import Book, UsageRow, dimensions_of, window
 from dra_jupyter.allocator import STRATEGIES, Explanation
 from dra_jupyter.backends import open_backend
 from dra_jupyter.claimspec import build_claim
@@ -71,14 +72,13 @@ from dra_jupyter.types import (
     accounting_of,
     label_value,
 )
-from dra_jupyter.usage.book import Book, UsageRow, dimensions_of, window
 from dra_jupyter.verdicts import impossible_hint
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dra_jupyter.accounting.prometheus import Snapshot
     from dra_jupyter.metrics.recorder import Recorder
-    from dra_jupyter.usage.prometheus import Snapshot
 
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
 HISTORY_STEP = 5.0  # seconds between the points of a simulated device's history
@@ -720,8 +720,8 @@ class Session:
 
     def usage(self, since: str | float = "7d", by: str = "user") -> pd.DataFrame:
         """GPU usage over the last ``since`` by ``user``, ``group``, ``claim`` or
-        ``device``, as a DataFrame (see :func:`dra_jupyter.usage`)."""
-        from dra_jupyter.usage.frame import to_frame  # noqa: PLC0415  # pandas when asked
+        ``device``, as a DataFrame (see :func:`dra_jupyter.accounting`)."""
+        from dra_jupyter.accounting.frame import to_frame  # noqa: PLC0415  # pandas when asked
 
         dims, rows = self.usage_report(since, by)
         return to_frame(rows, dims)
@@ -729,8 +729,8 @@ class Session:
     def usage_snapshot(self) -> Snapshot:
         """What a Prometheus scrape reads: the whole book, the devices by model and state
         (``held``: in a live claim, else ``free``), the requests waiting in line."""
-        from dra_jupyter.usage.prometheus import Snapshot  # noqa: PLC0415
-        from dra_jupyter.usage.weights import Weights  # noqa: PLC0415
+        from dra_jupyter.accounting.prometheus import Snapshot  # noqa: PLC0415
+        from dra_jupyter.accounting.weights import Weights  # noqa: PLC0415
 
         book = self.usage_book(math.inf, what="metrics")
         held = {key for r in self.backend.holders() for key in r.device_keys}

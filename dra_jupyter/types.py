@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from dra_jupyter.accounting.book import Book
 from dra_jupyter.identity import current_user
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.usage.book import Book
 
 if TYPE_CHECKING:
     from dra_jupyter.allocator import Allocator, Explanation

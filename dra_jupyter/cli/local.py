@@ -10,6 +10,8 @@ import dataclasses
 import json
 from typing import Any, TextIO
 
+from dra_jupyter.accounting.book import BY
+from dra_jupyter.accounting.frame import VALUES, records
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import INTEGER_KEYS
 from dra_jupyter.cli.command import Runner, Subparsers
@@ -17,8 +19,6 @@ from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.errors import PYTHON_WAIT, BusyError, ClaimNotFoundError, InvalidInputError, shown
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
-from dra_jupyter.usage.book import BY
-from dra_jupyter.usage.frame import VALUES, records
 
 
 def add_commands(sub: Subparsers) -> None:

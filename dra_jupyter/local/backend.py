@@ -17,6 +17,8 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
+from dra_jupyter.accounting.book import Book
+from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.allocator import Allocator, Explanation, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.errors import (
@@ -41,8 +43,6 @@ from dra_jupyter.types import (
     Waiting,
     claim_prefix,
 )
-from dra_jupyter.usage.book import Book
-from dra_jupyter.usage.weights import Weights
 
 CAPABILITIES = Capabilities(
     where="this machine",
@@ -162,7 +162,8 @@ class LocalBackend:
 
     @property
     def weights(self) -> Weights:
-        """The GPU-equivalents of this inventory's devices (:mod:`dra_jupyter.usage.weights`)."""
+        """The GPU-equivalents of this inventory's devices
+        (:mod:`~dra_jupyter.accounting.weights`)."""
         if self._weights is None:
             self._weights = Weights(self.devices)
         return self._weights

@@ -5,7 +5,7 @@ from ``releases.delete`` and a damaged claim's quarantine), with the GPU-active,
 unknown seconds and the energy its sampler reported (:func:`add_activity`).
 
 Append-only: a row is only ever added, closed once, and given more activity; nothing is
-deleted. The arithmetic of a window is :mod:`dra_jupyter.usage.book`'s.
+deleted. The arithmetic of a window is :mod:`dra_jupyter.accounting.book`'s.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from dra_jupyter.accounting.book import DevicePart, Interval
 from dra_jupyter.types import ClaimRecord
-from dra_jupyter.usage.book import DevicePart, Interval
 
 # A device's worth where the writer did not record it (a row of a writer that had no
 # inventory at hand): by device key, from the reader's inventory.

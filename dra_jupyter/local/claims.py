@@ -20,11 +20,11 @@ import warnings
 from dataclasses import fields, replace
 from typing import Any
 
+from dra_jupyter.accounting.book import DevicePart
 from dra_jupyter.errors import DraJupyterWarning, ObjectError, shown
 from dra_jupyter.local import book
 from dra_jupyter.model.parse import parse_resource_claim
 from dra_jupyter.types import ClaimRecord, Owner
-from dra_jupyter.usage.book import DevicePart
 
 CLAIM_COLUMNS = "name, namespace, owner, spec, allocation, created, last_activity, lease_expires"
 

@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dra_jupyter.accounting.book import Interval
 from dra_jupyter.errors import LedgerError
 from dra_jupyter.local import book as _book
 from dra_jupyter.local import claims as _claims
@@ -52,7 +53,6 @@ from dra_jupyter.local.claims import DamagedRowError, owner_from, record_from_ro
 from dra_jupyter.local.releases import Release
 from dra_jupyter.local.schema import NEW_LEDGER, SCHEMA_VERSION
 from dra_jupyter.types import ClaimRecord, Owner
-from dra_jupyter.usage.book import Interval
 
 # Connections a forked child inherited from its parent: kept referenced, so that the
 # child's garbage collector never closes them (closing would checkpoint the parent's WAL).

@@ -461,13 +461,13 @@ class MetricsHandler(_DRAHandler):
 
 class PrometheusHandler(_DRAHandler):
     """The usage book's counters and the devices' and waiters' gauges in Prometheus's text
-    format (:mod:`dra_jupyter.usage.prometheus`), as the server's backend shows them to
+    format (:mod:`dra_jupyter.accounting.prometheus`), as the server's backend shows them to
     the server's user: a Prometheus that scrapes it sends the server's token."""
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        from dra_jupyter.usage.prometheus import CONTENT_TYPE, exposition  # noqa: PLC0415
+        from dra_jupyter.accounting.prometheus import CONTENT_TYPE, exposition  # noqa: PLC0415
 
         with _handle_error():
             text = await self.dra.read(exposition, self.dra.service.session.usage_snapshot)

@@ -25,6 +25,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from dra_jupyter.accounting.book import Book
 from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.errors import (
@@ -47,7 +48,6 @@ from dra_jupyter.types import (
     Waiter,
     Waiting,
 )
-from dra_jupyter.usage.book import Book
 
 CAPABILITIES = Capabilities(
     where="the dra-jupyter service",

@@ -1,7 +1,7 @@
 """The service's optional Prometheus port (``prometheus_port`` of its policy; off by
 default): ``prometheus_client``'s HTTP server on 127.0.0.1 only, on a thread of its own,
 answering the usage counters of every user and the gauges of devices and waiters
-(:mod:`dra_jupyter.usage.prometheus`). Whoever can reach 127.0.0.1 on that port reads every
+(:mod:`dra_jupyter.accounting.prometheus`). Whoever can reach 127.0.0.1 on that port reads every
 user's usage: the machine's users, by design (a Prometheus on the machine scrapes it)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
 
+from dra_jupyter.accounting.prometheus import Snapshot, registry_of
+from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.local.backend import LocalBackend
-from dra_jupyter.usage.prometheus import Snapshot, registry_of
-from dra_jupyter.usage.weights import Weights
 
 
 def snapshot_of(local: LocalBackend, waiters: Callable[[], int]) -> Callable[[], Snapshot]:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-import dra_jupyter.usage.frame  # noqa: F401  # the same
+import dra_jupyter.accounting.frame  # noqa: F401  # the same
 from dra_jupyter.api import Session
 from dra_jupyter.inventory import mig, nvidia
 from dra_jupyter.settings import Settings

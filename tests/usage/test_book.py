@@ -10,11 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dra_jupyter.errors import InvalidInputError
-from dra_jupyter.inventory import mig, simulated
-from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.magics.parsing import parse_line
-from dra_jupyter.usage.book import (
+from dra_jupyter.accounting.book import (
     Book,
     DevicePart,
     Interval,
@@ -24,7 +20,11 @@ from dra_jupyter.usage.book import (
     report,
     window,
 )
-from dra_jupyter.usage.weights import Weights
+from dra_jupyter.accounting.weights import Weights
+from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.inventory import mig, simulated
+from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.magics.parsing import parse_line
 
 
 def interval(

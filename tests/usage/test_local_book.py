@@ -18,6 +18,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from dra_jupyter.accounting.prometheus import exposition
 from dra_jupyter.api import Session
 from dra_jupyter.cli.main import main
 from dra_jupyter.errors import DraJupyterWarning
@@ -26,7 +27,6 @@ from dra_jupyter.inventory.simulated import from_file
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.types import Owner
-from dra_jupyter.usage.prometheus import exposition
 
 MIG_GPUS = 16 / 140  # an H200's 1g.18gb: 16 GiB of its 140 GiB
 

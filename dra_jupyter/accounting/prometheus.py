@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from dra_jupyter.usage.book import Book
+from dra_jupyter.accounting.book import Book
 
 LABELS = ("user", "group", "model")
 CONTENT_TYPE = CONTENT_TYPE_LATEST  # text/plain; version=...; charset=utf-8

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from dra_jupyter.accounting.book import DevicePart
 from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.model.quantity import Quantity
-from dra_jupyter.usage.book import DevicePart
 
 
 @dataclass(frozen=True)

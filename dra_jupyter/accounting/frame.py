@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from dra_jupyter.usage.book import UsageRow
+from dra_jupyter.accounting.book import UsageRow
 
 if TYPE_CHECKING:
     import pandas as pd
