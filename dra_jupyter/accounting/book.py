@@ -301,7 +301,7 @@ def dimensions_of(by: object) -> tuple[str, ...]:
     """The dimensions of ``dra.usage(by=...)``; InvalidInputError for another word."""
     dims = BY.get(by) if isinstance(by, str) else None
     if dims is None:
-        raise InvalidInputError(f"usage: by={shown(by)} is not known; use one of {', '.join(BY)}")
+        raise InvalidInputError(f"by={shown(by)} is not known; use one of {', '.join(BY)}")
     return dims
 
 

@@ -87,7 +87,7 @@ def test_by_device_splits_an_interval_by_its_devices_worth() -> None:
 
 
 def test_words_that_are_not_known_are_refused_in_one_line() -> None:
-    with pytest.raises(InvalidInputError, match="by='team' is not known; use one of user"):
+    with pytest.raises(InvalidInputError, match=r"^by='team' is not known; use one of user"):
         dimensions_of("team")
     with pytest.raises(InvalidInputError, match="since: '1y' is not a duration"):
         window("1y")
