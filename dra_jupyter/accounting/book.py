@@ -40,6 +40,7 @@ BY: dict[str, tuple[str, ...]] = {
 DIMENSIONS = ("user", "group", "primary_group", "claim", "uid", "device", "model")
 NO_GROUP = "(none)"  # the group of a user the user database does not know
 MAX_SINCE = 400 * 86400.0  # the longest window a report reads back
+MAX_DAILY = 31  # days of a daily series (the lab panel's chart)
 
 
 @dataclass(frozen=True)
@@ -295,6 +296,18 @@ def report(
         UsageRow(key, Totals(*values))
         for key, values in sorted(sums.items(), key=lambda kv: (-kv[1][0], kv[0]))
     ]
+
+
+def daily(intervals: Sequence[Interval], user: str, days: int, now: float) -> list[float]:
+    """GPU-hours held by ``user`` on each of the last ``days`` days (24 h back from
+    ``now`` each), oldest first: the lab panel's chart."""
+    mine = [i for i in intervals if i.user == user]
+    out = []
+    for back in range(days, 0, -1):
+        start = now - back * 86400
+        rows = report(mine, start, start + 86400, now, ("user",))
+        out.append(rows[0].totals.held / 3600 if rows else 0.0)
+    return out
 
 
 def dimensions_of(by: object) -> tuple[str, ...]:

@@ -110,7 +110,7 @@ TOO_LARGE = (
     'may have; send only the fields of the request, e.g. {"gpu": 1}'
 )
 ENDPOINTS = (
-    "devices, metrics, metrics/prometheus, claims, claims/NAME, claims/NAME/keep, "
+    "devices, metrics, metrics/prometheus, usage, claims, claims/NAME, claims/NAME/keep, "
     "kernels/ID/claims, kernels/ID/restart-with-claims"
 )
 MAX_MESSAGE = 1000  # characters of an error's message: one line, values in it already cut
@@ -459,6 +459,18 @@ class MetricsHandler(_DRAHandler):
         )
 
 
+class UsageHandler(_DRAHandler):
+    """The caller's GPU usage over ``?since=`` (default 7d): the lab panel's Usage."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        caller = await self.caller()
+        since = self.get_argument("since", "7d")
+        with _handle_error():
+            self.reply(await self.dra.read(self.dra.service.usage, caller, since))
+
+
 class PrometheusHandler(_DRAHandler):
     """The usage book's counters and the devices' and waiters' gauges in Prometheus's text
     format (:mod:`dra_jupyter.accounting.prometheus`), as the server's backend shows them to
@@ -524,6 +536,7 @@ def routes() -> list[tuple[str, type[_DRAHandler]]]:
         (r"/dra/api/devices", DevicesHandler),
         (r"/dra/api/metrics", MetricsHandler),
         (r"/dra/api/metrics/prometheus", PrometheusHandler),
+        (r"/dra/api/usage", UsageHandler),
         (r"/dra/api/claims", ClaimsHandler),
         (rf"/dra/api/claims/{_NAME}", ClaimHandler),
         (rf"/dra/api/claims/{_NAME}/keep", KeepHandler),

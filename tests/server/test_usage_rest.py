@@ -95,3 +95,12 @@ async def test_the_counters_are_the_gpu_seconds_of_the_books_rows(
         if s.name == "dra_jupyter_devices"
     }
     assert gauges.get("held", 0) == 0 and gauges["free"] > 0
+
+    # the lab panel's: the caller's own usage, and GPU-hours per day
+    r = await jp_fetch("dra", "api", "usage", params={"since": "2d"})
+    usage = json.loads(r.body)
+    assert usage["user"] == me
+    assert usage["gpu_seconds"] == pytest.approx(expected[me], rel=0.01)
+    assert usage["idle_share"] is None  # no sampler reported
+    assert len(usage["daily_gpu_hours"]) == 2
+    assert sum(usage["daily_gpu_hours"]) == pytest.approx(expected[me] / 3600, rel=0.01)
