@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from dra_jupyter.accounting.book import (
     Book,
+    daily,
     DevicePart,
     Interval,
     Totals,
@@ -116,6 +117,17 @@ def test_a_mig_instance_and_a_share_count_their_part_of_the_gpus_memory() -> Non
         }
     )
     assert quarter.gpus == pytest.approx(0.25, abs=1e-4)
+
+
+def test_gpu_hours_per_day_oldest_first() -> None:
+    day = 86400.0
+    now = 10 * day
+    book = [
+        interval(now - 1.5 * day, now - 0.5 * day, (1.0, 1.0)),  # 12 h yesterday, 12 h today
+        interval(now - 2 * day, None, user="bob"),  # another user's
+    ]
+    assert daily(book, "alice", 3, now) == pytest.approx([0, 24, 24])
+    assert daily(book, "nobody", 2, now) == [0, 0]
 
 
 def test_a_book_travels_as_json_and_back() -> None:
