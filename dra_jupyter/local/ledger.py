@@ -39,7 +39,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -53,6 +53,10 @@ from dra_jupyter.local.claims import DamagedRowError, owner_from, record_from_ro
 from dra_jupyter.local.releases import Release
 from dra_jupyter.local.schema import NEW_LEDGER, SCHEMA_VERSION
 from dra_jupyter.types import ClaimRecord, Owner
+
+# One sampler's report of a claim: its name, seconds active, idle and unknown since the last
+# report, and joules (None: no energy counter).
+Activity = tuple[str, float, float, float, float | None]
 
 # Connections a forked child inherited from its parent: kept referenced, so that the
 # child's garbage collector never closes them (closing would checkpoint the parent's WAL).
@@ -430,6 +434,12 @@ class Ledger:
         its last report, and joules) to its interval; False when the book has none."""
         with self.transaction() as conn:
             return _book.add_activity(conn, claim, active_s, idle_s, unknown_s, energy_j)
+
+    def add_activities(self, reports: Iterable[Activity]) -> list[bool]:
+        """Many reports (one sampling tick's, ``(claim, active_s, idle_s, unknown_s,
+        energy_j)`` each) in one transaction: one commit per tick, not per claim."""
+        with self.transaction() as conn:
+            return [_book.add_activity(conn, *report) for report in reports]
 
     @classmethod
     def reclaim(cls, conn: sqlite3.Connection, now: float) -> list[tuple[ClaimRecord, str]]:

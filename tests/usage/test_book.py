@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from dra_jupyter.accounting.book import (
     Book,
-    daily,
     DevicePart,
     Interval,
     Totals,
+    daily,
     dimensions_of,
     in_window,
     report,

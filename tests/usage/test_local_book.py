@@ -151,7 +151,9 @@ def test_an_open_claim_counts_up_to_now_and_activity_of_no_claim_is_refused(
     assert row["gpu_seconds"] == pytest.approx(2 * 300)  # the last 5 minutes of 2 GPUs
     assert row["unknown_gpu_seconds"] == pytest.approx(600)  # no sampler reported
     assert not local.add_activity("nobody-1", 1, 1)
-    assert local.add_activity(claim.name, 600, 0, 0, None)
+    tick = [(claim.name, 300.0, 0.0, 0.0, None), ("gone-1", 1.0, 0.0, 0.0, 1.0)]
+    assert local.ledger.add_activities(tick) == [True, False]  # one transaction
+    assert local.add_activity(claim.name, 300, 0, 0, None)
     (row,) = Session(backend=local).usage(since="1h").to_dict("records")
     assert (row["active_gpu_seconds"], row["energy_j"]) == pytest.approx((1200, 0))
 
