@@ -134,6 +134,15 @@ def history(device: str | list[str], *, last: str | float = "10m") -> pd.DataFra
     return _session().history(device, last=last)
 
 
+def usage(since: str | float = "7d", *, by: str = "user") -> pd.DataFrame:
+    """GPU usage over the last ``since`` ("7d", "12h", seconds) by ``user``, ``group``,
+    ``claim`` or ``device``, as a DataFrame: GPU-hours and GPU-seconds held (a whole GPU
+    counts 1, a MIG instance or a share its part of the GPU's memory), of them active, idle
+    and unknown, energy, and the idle share. The service shows an admin every user, a user
+    their own; the local ledger every row. See docs/api.md."""
+    return _session().usage(since, by=by)
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext dra_jupyter``: the ``%dra`` and ``%%dra`` magics (see ``%dra?``)."""
     from dra_jupyter.magics import load_ipython_extension as load  # noqa: PLC0415
@@ -202,4 +211,5 @@ __all__ = [
     "release_all",
     "request",
     "run",
+    "usage",
 ]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import yaml
 
+from dra_jupyter.accounting.book import Book, UsageRow, dimensions_of, window
 from dra_jupyter.allocator import STRATEGIES, Explanation
 from dra_jupyter.backends import open_backend
 from dra_jupyter.claimspec import CLAIM_KEYS, REQUEST_KEYS, RUN_KEYS, build_claim, unknown_keyword
@@ -68,6 +69,7 @@ from dra_jupyter.types import (
     Owner,
     Run,
     Waiting,
+    accounting_of,
     label_value,
 )
 from dra_jupyter.verdicts import impossible_hint
@@ -75,6 +77,7 @@ from dra_jupyter.verdicts import impossible_hint
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dra_jupyter.accounting.prometheus import Snapshot
     from dra_jupyter.metrics.recorder import Recorder
 
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
@@ -704,6 +707,47 @@ class Session:
         finally:
             ProcessEnvironment.of_process().sync()
         return names
+
+    # --- the usage book ----------------------------------------------------------------------
+
+    def usage_book(self, since: str | float = "7d", *, what: str = "dra.usage") -> Book:
+        """The book's intervals of the last ``since`` that this user may see."""
+        book = accounting_of(self.backend)
+        if book is None:
+            raise InvalidInputError(
+                f"{what}: {self.backend.capabilities.where} keeps no usage book (claims of "
+                "this machine's ledger or of the shared-machine service do); use the "
+                "cluster's own accounting"
+            )
+        return book.usage_book(math.inf if since == math.inf else window(since))
+
+    def usage_report(
+        self, since: str | float = "7d", by: str = "user"
+    ) -> tuple[tuple[str, ...], list[UsageRow]]:
+        """The columns of the key (``by``'s dimensions) and a row per key: GPU-seconds
+        held, active, idle and unknown, and energy, over the last ``since``."""
+        dims = dimensions_of(by)
+        return dims, self.usage_book(since).report(dims)
+
+    def usage(self, since: str | float = "7d", by: str = "user") -> pd.DataFrame:
+        """GPU usage over the last ``since`` by ``user``, ``group``, ``claim`` or
+        ``device``, as a DataFrame (see :func:`dra_jupyter.accounting`)."""
+        from dra_jupyter.accounting.frame import to_frame  # noqa: PLC0415  # pandas when asked
+
+        dims, rows = self.usage_report(since, by)
+        return to_frame(rows, dims)
+
+    def usage_snapshot(self) -> Snapshot:
+        """What a Prometheus scrape reads: the whole book, the devices by model and state
+        (``held``: in a live claim, else ``free``), the requests waiting in line."""
+        from dra_jupyter.accounting.prometheus import Snapshot  # noqa: PLC0415
+        from dra_jupyter.accounting.weights import Weights  # noqa: PLC0415
+
+        book = self.usage_book(math.inf, what="metrics")
+        held = {key for r in self.backend.holders() for key in r.device_keys}
+        models = Weights(self.inventory).models()
+        devices = [(model, "held" if key in held else "free") for key, model in models.items()]
+        return Snapshot(book, devices, len(self.backend.waiting()))
 
 
 def _or_forever(seconds: float | None) -> float:

@@ -18,8 +18,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from dra_jupyter.accounting.book import Book
 from dra_jupyter.identity import current_user
 from dra_jupyter.model.objects import Wire
 
@@ -340,6 +341,39 @@ class Sweep:
     # True when ``kept`` is every live claim the backend knows (the local ledger's), so a
     # caller needs no other listing; False when it is the server's claims only (Kubernetes)
     complete: bool = False
+
+
+@runtime_checkable
+class Accounting(Protocol):
+    """What a backend that keeps the usage book does (the local ledger, the service; not
+    Kubernetes): ``accounting_of(backend)`` is the backend where it does, else None."""
+
+    def usage_book(self, last: float) -> Book:
+        """The intervals of the book that overlap the last ``last`` seconds (``inf``: all)
+        which this user may see (the service: an admin every user's, a user their own;
+        the local ledger: every row), read now (by the backend's clock)."""
+
+
+def accounting_of(backend: object) -> Accounting | None:
+    """``backend``'s usage book, where it keeps one."""
+    return backend if isinstance(backend, Accounting) else None
+
+
+GpuReport = tuple[str, float, float, float, float | None]  # claim, active/idle/unknown s, J
+
+
+@runtime_checkable
+class ActivityBook(Protocol):
+    """A backend whose usage book the caller's own GPU sampler fills (the local ledger: a
+    Jupyter server samples its machine; not the service, whose daemon samples itself)."""
+
+    def add_activities(self, reports: Sequence[GpuReport]) -> object:
+        """One sampling tick's reports, ``(claim, active_s, idle_s, unknown_s, energy_j)``
+        each, added to the claims' intervals at once."""
+
+
+def activity_book_of(backend: object) -> ActivityBook | None:
+    return backend if isinstance(backend, ActivityBook) else None
 
 
 class Backend(Protocol):

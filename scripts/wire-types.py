@@ -149,6 +149,10 @@ def _answer(operation: Mapping[str, Any], where: str) -> str:
     content = operation["responses"][ok[0]].get("content")
     if content is None:
         return "null"
+    if "application/json" not in content:  # text (Prometheus's format): not read as JSON
+        if not all(kind.startswith("text/") for kind in content):
+            raise SpecError(f"{where}: answers {sorted(content)}, neither JSON nor text")
+        return "string"
     return ts_type(content["application/json"]["schema"], f"{where} {ok[0]}")
 
 

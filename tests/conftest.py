@@ -50,6 +50,7 @@ TIERS = {
     "hub/test_kubespawner.py": "k8s",  # a real JupyterHub with DRAKubeSpawner on tests/k8s
     "hub/test_spawn_progress.py": "pure",  # the spawn's device events, the pod edit
     "local": "pure",  # ledgers on temporary files, worker processes of plain Python
+    "usage": "pure",  # the usage book: its arithmetic, a local ledger's, its Prometheus text
     "magics": "kernel",
     "magics/test_parsing.py": "pure",
     "metrics": "pure",

@@ -30,6 +30,7 @@ PUBLIC = {
     "release_all",
     "request",
     "run",
+    "usage",
 }
 
 
@@ -46,6 +47,16 @@ def test_every_public_name_is_there_at_run_time() -> None:
     assert Claim.__module__ == "dra_jupyter.api"
     assert Session.__module__ == "dra_jupyter.api"
     assert dra_jupyter.Run is types.Run  # what dra.run returns, on whichever backend
+
+
+def test_no_subpackage_hides_a_function_of_the_package() -> None:
+    """Importing ``dra_jupyter.X`` binds ``X`` on the package: no subpackage may be named
+    like a public function (``dra.usage`` stays the function once the API has run)."""
+    import pkgutil  # noqa: PLC0415
+
+    names = {m.name for m in pkgutil.iter_modules(dra_jupyter.__path__)}
+    assert not names & set(dra_jupyter.__all__)
+    assert inspect.isfunction(dra_jupyter.usage)
 
 
 def test_the_keywords_of_request_and_run_are_typed_and_complete() -> None:

@@ -1,15 +1,19 @@
-"""``dra-jupyter devices | request | claims | release``: the configured backend (this
-machine's by default) from a shell, through the Python API; and ``explain KEY=VALUE``."""
+"""``dra-jupyter devices | request | claims | release | usage``: the configured backend
+(this machine's by default) from a shell, through the Python API; and ``explain
+KEY=VALUE``."""
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import json
 import os
 import time
 from typing import Any, TextIO
 
+from dra_jupyter.accounting.book import BY
+from dra_jupyter.accounting.frame import VALUES, records
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import INTEGER_KEYS
 from dra_jupyter.cli.command import Runner, Subparsers
@@ -20,13 +24,13 @@ from dra_jupyter.types import Owner
 
 
 def add_commands(sub: Subparsers) -> None:
-    def common(p: argparse.ArgumentParser) -> None:
+    def common(p: argparse.ArgumentParser, outputs: tuple[str, ...] = ("text", "json")) -> None:
         p.add_argument("--inventory", help="auto, nvml, a bundled name, or a YAML file of slices")
         p.add_argument(
             "--ledger",
             help="the ledger file (default: per user, $XDG_STATE_HOME/dra-jupyter/ledger.sqlite)",
         )
-        p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        p.add_argument("-o", "--output", choices=outputs, default=outputs[0])
 
     p = sub.add_parser("devices", help="list the devices, their state and holders")
     common(p)
@@ -51,6 +55,16 @@ def add_commands(sub: Subparsers) -> None:
     p.add_argument("names", nargs="*", metavar="NAME")
     p.add_argument("--all", action="store_true", help="all your claims")
     common(p)
+    p = sub.add_parser(
+        "usage",
+        help="GPU-hours held, active and idle, by user, group, claim or device",
+        description="GPU usage over a window: GPU-equivalent seconds held (a whole GPU 1, a "
+        "MIG instance or a share its part of the GPU's memory), active, idle and unknown, "
+        "energy and the idle share. The service shows an admin every user, a user their own.",
+    )
+    p.add_argument("--since", default="7d", help="the window, back from now (default 7d)")
+    p.add_argument("--by", choices=tuple(BY), default="user", help="group by (default user)")
+    common(p, outputs=("table", "csv", "json"))
 
 
 def _session(args: argparse.Namespace, *, detached: bool = False) -> Session:
@@ -195,9 +209,51 @@ def run_release(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def run_usage(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    dims, rows = _session(args).usage_report(args.since, args.by)
+    found = records(rows, dims)
+    if args.output == "json":
+        out.write(json.dumps(found, indent=2) + "\n")
+    elif args.output == "csv":
+        writer = csv.DictWriter(out, fieldnames=[*dims, *VALUES], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(found)
+    else:
+        out.write(usage_table(found, dims) + "\n")
+    return 0
+
+
+def usage_table(found: list[dict[str, Any]], dims: tuple[str, ...]) -> str:
+    """The report as a person reads it: GPU-hours, each part's share of them, energy."""
+    head = [*dims, "gpu_hours", "active", "idle", "unknown", "idle_share", "energy_kj"]
+    lines = [head]
+    for r in found:
+        held = r["gpu_seconds"] or 1.0
+        share = r["idle_share"]
+        lines.append(
+            [
+                *(str(r[d]) for d in dims),
+                f"{r['gpu_hours']:.2f}",
+                f"{r['active_gpu_seconds'] / held:.0%}",
+                f"{r['idle_gpu_seconds'] / held:.0%}",
+                f"{r['unknown_gpu_seconds'] / held:.0%}",
+                "-" if share is None else f"{share:.0%}",
+                f"{r['energy_j'] / 1000:.1f}",
+            ]
+        )
+    if len(lines) == 1:
+        return "no GPU was held in this window"
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in lines
+    )
+
+
 COMMANDS: dict[str, Runner] = {
     "devices": run_devices,
     "request": run_request,
     "claims": run_claims,
     "release": run_release,
+    "usage": run_usage,
 }

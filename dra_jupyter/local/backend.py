@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
+from dra_jupyter.accounting.book import Book
+from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.allocator import Allocator, Explanation, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.errors import (
@@ -33,6 +35,7 @@ from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
     Ended,
+    GpuReport,
     OnWait,
     Owner,
     Select,
@@ -140,6 +143,7 @@ class LocalBackend:
         self._wires: dict[int, tuple[ClaimRecord, Wire]] = {}
         # the shapes (shape_of) found possible on the idle machine: the inventory is fixed
         self._possible: set[str] = set()
+        self._weights: Weights | None = None  # the devices' GPU-equivalents, on first use
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """This machine's devices (found once: ``refresh`` changes nothing)."""
@@ -160,7 +164,43 @@ class LocalBackend:
         # the inventory is the same: so is what was learnt of it
         twin._cache, twin._idle, twin._wires = self._cache, self._idle, self._wires
         twin._possible = self._possible
+        twin._weights = self.weights
         return twin
+
+    @property
+    def weights(self) -> Weights:
+        """The GPU-equivalents of this inventory's devices
+        (:mod:`~dra_jupyter.accounting.weights`)."""
+        if self._weights is None:
+            self._weights = Weights(self.devices)
+        return self._weights
+
+    # --- the usage book ----------------------------------------------------------------------
+
+    def usage_book(self, last: float, *, user: str | None = None) -> Book:
+        """Every interval of the ledger's usage book that overlaps the last ``last``
+        seconds, by this backend's clock (``user``'s only, where named): the ledger is the
+        machine's, and every user of it can read it."""
+        now = self.clock()
+        since = now - last
+        intervals = self.ledger.usage(since, now, user=user, weigh=self.weights.of_key)
+        return Book(tuple(intervals), since, now)
+
+    def add_activity(
+        self,
+        claim: str,
+        active_s: float,
+        idle_s: float,
+        unknown_s: float = 0.0,
+        energy_j: float | None = None,
+    ) -> bool:
+        """A sampler's report of a claim's GPU use since its last one (seconds active, idle,
+        unknown; joules), added to its interval in the book; False when it has none."""
+        return self.ledger.add_activity(claim, active_s, idle_s, unknown_s, energy_j)
+
+    def add_activities(self, reports: Sequence[GpuReport]) -> list[bool]:
+        """One sampling tick's reports (see :meth:`add_activity`), in one transaction."""
+        return self.ledger.add_activities(reports)
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
         """An allocator on the devices with ``held`` allocated."""
@@ -282,7 +322,7 @@ class LocalBackend:
                 last_activity=now,
                 lease_expires=now + lease if lease is not None else None,
             )
-            Ledger.insert(conn, record)
+            Ledger.insert(conn, record, self.weights.parts(record.allocation))
             if waiter is not None:
                 Ledger.dequeue(conn, waiter)
             return record, position, held

@@ -20,7 +20,9 @@ import warnings
 from dataclasses import fields, replace
 from typing import Any
 
+from dra_jupyter.accounting.book import DevicePart
 from dra_jupyter.errors import DraJupyterWarning, ObjectError, shown
+from dra_jupyter.local import book
 from dra_jupyter.model.parse import parse_resource_claim
 from dra_jupyter.types import ClaimRecord, Owner
 
@@ -180,6 +182,7 @@ def _quarantine(conn: sqlite3.Connection, row: sqlite3.Row, problem: str) -> Non
             (problem, time.time(), row["row_id"]),
         )
         conn.execute("DELETE FROM claims WHERE rowid = ?", (row["row_id"],))
+        book.close_named(conn, name, "damaged", time.time())
         done = "moved to the table damaged_claims"
     report_damage(conn, f"claim {label}", problem, f"{done}; its devices count as free")
 
@@ -200,8 +203,11 @@ def next_name(conn: sqlite3.Connection, prefix: str) -> str:
     return name
 
 
-def insert(conn: sqlite3.Connection, record: ClaimRecord) -> None:
-    """Write a new claim (its name not taken: an IntegrityError otherwise)."""
+def insert(
+    conn: sqlite3.Connection, record: ClaimRecord, parts: tuple[DevicePart, ...] | None = None
+) -> None:
+    """Write a new claim (its name not taken: an IntegrityError otherwise), and open its
+    interval in the usage book (``parts``: its devices' worth, where the writer knows it)."""
     values = (
         record.name,
         record.namespace,
@@ -213,6 +219,7 @@ def insert(conn: sqlite3.Connection, record: ClaimRecord) -> None:
         record.lease_expires,
     )
     conn.execute("INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
+    book.open_interval(conn, record, parts)
     # The row as a read will parse it (its JSON read back), known now: the next reads
     # find it parsed. A row that is rolled back is never read, so never looked up.
     if len(_PARSED) >= _PARSED_MOST:

@@ -9,7 +9,9 @@ across power loss too).
 Tables: ``claims`` (live claims), ``waiters`` (the FIFO queue of requests waiting for
 devices), ``releases`` (why, when and, since schema version 2, which claim as it was and
 with what message claims ended), ``meta`` (schema version, name sequence),
-``damaged_claims`` (rows of ``claims`` that could not be read, moved aside as they were).
+``damaged_claims`` (rows of ``claims`` that could not be read, moved aside as they were),
+``usage`` (since schema version 3: the usage book, one row per claim interval,
+:mod:`~dra_jupyter.local.book`).
 
 What can go wrong, and what each raises or does:
 
@@ -37,11 +39,13 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dra_jupyter.accounting.book import Interval
 from dra_jupyter.errors import LedgerError
+from dra_jupyter.local import book as _book
 from dra_jupyter.local import claims as _claims
 from dra_jupyter.local import releases as _releases
 from dra_jupyter.local import schema
@@ -49,6 +53,10 @@ from dra_jupyter.local.claims import DamagedRowError, owner_from, record_from_ro
 from dra_jupyter.local.releases import Release
 from dra_jupyter.local.schema import NEW_LEDGER, SCHEMA_VERSION
 from dra_jupyter.types import ClaimRecord, Owner
+
+# One sampler's report of a claim: its name, seconds active, idle and unknown since the last
+# report, and joules (None: no energy counter).
+Activity = tuple[str, float, float, float, float | None]
 
 # Connections a forked child inherited from its parent: kept referenced, so that the
 # child's garbage collector never closes them (closing would checkpoint the parent's WAL).
@@ -398,6 +406,40 @@ class Ledger:
         when the history has none (or only a damaged one)."""
         with self._reading() as conn:
             return _releases.latest_of(conn, name)
+
+    # --- the usage book ----------------------------------------------------------------------
+
+    def usage(
+        self,
+        since: float,
+        until: float,
+        *,
+        user: str | None = None,
+        weigh: _book.Weigh | None = None,
+    ) -> list[Interval]:
+        """The book's intervals that overlap ``[since, until]`` (``user``'s only, where
+        named); ``weigh``: a device's worth where its row did not record it."""
+        with self._reading() as conn:
+            return _book.intervals(conn, since, until, user=user, weigh=weigh)
+
+    def add_activity(
+        self,
+        claim: str,
+        active_s: float,
+        idle_s: float,
+        unknown_s: float = 0.0,
+        energy_j: float | None = None,
+    ) -> bool:
+        """Add a sampler's report of a claim's GPU use (seconds active, idle, unknown since
+        its last report, and joules) to its interval; False when the book has none."""
+        with self.transaction() as conn:
+            return _book.add_activity(conn, claim, active_s, idle_s, unknown_s, energy_j)
+
+    def add_activities(self, reports: Iterable[Activity]) -> list[bool]:
+        """Many reports (one sampling tick's, ``(claim, active_s, idle_s, unknown_s,
+        energy_j)`` each) in one transaction: one commit per tick, not per claim."""
+        with self.transaction() as conn:
+            return [_book.add_activity(conn, *report) for report in reports]
 
     @classmethod
     def reclaim(cls, conn: sqlite3.Connection, now: float) -> list[tuple[ClaimRecord, str]]:

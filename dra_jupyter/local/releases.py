@@ -11,6 +11,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
+from dra_jupyter.local import book
 from dra_jupyter.local.claims import (
     DamagedRowError,
     json_column,
@@ -81,8 +82,11 @@ def delete(
     message: str | None = None,
 ) -> None:
     """Release a claim: its row goes, and the history keeps the claim as it was, why and
-    when it ended (and ``message``, the words for its user, where the reason is not)."""
+    when it ended (and ``message``, the words for its user, where the reason is not); its
+    interval in the usage book is closed."""
+    when = time.time() if now is None else now
     conn.execute("DELETE FROM claims WHERE name = ?", (record.name,))
+    book.close_interval(conn, record, reason, when)
     cur = conn.execute(
         "INSERT INTO releases (name, owner, reason, time, claim, message) "
         "VALUES (?, ?, ?, ?, ?, ?)",
@@ -90,7 +94,7 @@ def delete(
             record.name,
             json.dumps(record.owner.to_dict()),
             reason,
-            time.time() if now is None else now,
+            when,
             json.dumps(
                 {
                     "namespace": record.namespace,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dra_jupyter.errors import LedgerError, shown
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # The schema as a new ledger gets it (the latest version). An older ledger is brought up to
 # it by MIGRATIONS, one version at a time, all in one transaction (:func:`prepare`).
 SCHEMA = """
@@ -53,6 +53,25 @@ CREATE TABLE IF NOT EXISTS damaged_claims (
     problem TEXT NOT NULL,
     time REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS usage (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    claim TEXT NOT NULL,
+    uid TEXT NOT NULL,
+    user TEXT NOT NULL,
+    groups TEXT NOT NULL,
+    devices TEXT NOT NULL,
+    gpus REAL,
+    started REAL NOT NULL,
+    ended REAL,
+    reason TEXT,
+    active_s REAL NOT NULL DEFAULT 0,
+    idle_s REAL NOT NULL DEFAULT 0,
+    unknown_s REAL NOT NULL DEFAULT 0,
+    energy_j REAL
+);
+CREATE INDEX IF NOT EXISTS usage_open ON usage (claim) WHERE ended IS NULL;
+CREATE INDEX IF NOT EXISTS usage_by_claim ON usage (claim, id);
+CREATE INDEX IF NOT EXISTS usage_by_end ON usage (ended);
 """
 
 # Version n to n + 1, by n. Each step only adds (columns, indexes, tables): what an older
@@ -62,14 +81,59 @@ CREATE TABLE IF NOT EXISTS damaged_claims (
 # as JSON) and the words said to its user (``message``), so that any process, not only the
 # one that released it, can say why a claim ended (GET claims/{name}, the service's
 # ``record``). Releases of version 1 have neither (NULL): they still say when and why.
+#
+# 2 to 3: the usage book (``usage``: one row per claim interval, :mod:`dra_jupyter.local.book`),
+# and an open interval for each live claim, from when it was made (its devices' worth is
+# worked out when read; its user's groups are not known then: none).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "ALTER TABLE releases ADD COLUMN claim TEXT",
         "ALTER TABLE releases ADD COLUMN message TEXT",
         "CREATE INDEX IF NOT EXISTS releases_by_name ON releases (name, id)",
     ),
+    2: (
+        *(
+            s
+            for s in SCHEMA.split(";")
+            if "usage" in s and s.strip().startswith("CREATE")  # the book's table and indexes
+        ),
+        """
+        INSERT INTO usage (claim, uid, user, groups, devices, gpus, started)
+        SELECT
+            c.name,
+            coalesce(json_extract(c.spec, '$.metadata.uid'), lower(hex(randomblob(16)))),
+            json_extract(c.owner, '$.user'),
+            '[]',
+            (
+                SELECT json_group_array(json_object(
+                    'device',
+                    json_extract(r.value, '$.driver') || '/' || json_extract(r.value, '$.pool')
+                    || '/' || json_extract(r.value, '$.device'),
+                    'gpus', NULL,
+                    'model', ''
+                ))
+                FROM json_each(c.allocation, '$.devices.results') AS r
+            ),
+            NULL,
+            c.created
+        FROM claims AS c
+        WHERE json_valid(c.owner) AND json_valid(c.spec) AND json_valid(c.allocation)
+            AND json_type(c.owner, '$.user') = 'text'
+            AND json_type(c.allocation, '$.devices.results') = 'array'
+            AND typeof(c.created) IN ('real', 'integer')
+        ORDER BY c.created, c.name
+        """,
+    ),
 }
-TABLES = {"meta", "claims", "waiters", "releases", "damaged_claims", "sqlite_sequence"}
+TABLES = {
+    "meta",
+    "claims",
+    "waiters",
+    "releases",
+    "damaged_claims",
+    "usage",
+    "sqlite_sequence",
+}
 
 NEW_LEDGER = (
     "move the file away or choose another path (DRA_JUPYTER_LEDGER); dra-jupyter then "

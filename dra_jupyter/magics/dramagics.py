@@ -121,6 +121,11 @@ class DraMagics(Magics):
 
         return kernel_environment(session())
 
+    def _usage(self, command: Command) -> Any:
+        """GPU usage as a DataFrame (``dra.usage``), by user unless ``--by`` says."""
+        spec = command.spec
+        return session().usage(spec.get("since", "7d"), by=spec.get("by", "user"))
+
     def _yaml(self, command: Command) -> Any:
         from dra_jupyter.magics.reports import claim_yaml  # noqa: PLC0415
 

@@ -30,6 +30,12 @@ Load once per kernel with ``%load_ext dra_jupyter``. Every form, with examples:
         %dra explain gpu=9
         %dra explain gpu=4 same=pcieRoot --verbose      # --verbose: the device funnel
 
+%dra usage [--since 7d] [--by user|group|claim|device]
+    GPU-hours held over the window, and how much of them the GPUs were active, idle or
+    unknown, with energy and the idle share, as a DataFrame (dra.usage()). The service
+    shows an admin every user, a user their own.
+        %dra usage --since 30d --by group
+
 %dra env
     The environment variables (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES,
     ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, TPU_VISIBLE_CHIPS) of this kernel's claims,

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "explain": ("--verbose",),
     "env": (),
     "yaml": (),
+    "usage": ("--since", "--by"),  # each with a value: --since 7d --by group
     "help": (),
 }
 SHORT_FLAGS = {"-a": "--all", "-v": "--verbose", "-t": "--table"}
@@ -138,6 +139,8 @@ def parse_line(line: str) -> Command:
             f"dra: unknown command {name!r}; use {', '.join(COMMANDS)} (%dra help shows examples)"
         )
     command = Command(name)
+    if name == "usage":
+        return _usage(rest, command)
     words = []
     for token in rest:
         flag = SHORT_FLAGS.get(token, token)
@@ -156,6 +159,27 @@ def parse_line(line: str) -> Command:
         command.args = words
     elif words:
         raise InvalidInputError(f"{command.where}: takes no arguments, got {' '.join(words)!r}")
+    return command
+
+
+def _usage(tokens: list[str], command: Command) -> Command:
+    """``%dra usage [--since 7d] [--by user]`` (or ``since=7d by=user``)."""
+    rest = list(tokens)
+    while rest:
+        token = rest.pop(0)
+        key, sep, value = token.lstrip("-").partition("=")
+        if key not in ("since", "by"):
+            raise InvalidInputError(
+                f"{command.where}: {token!r} is not known; write e.g. %dra usage --since 7d "
+                "--by group"
+            )
+        if not sep:
+            if not rest:
+                raise InvalidInputError(f"{command.where}: --{key} needs a value, e.g. --since 7d")
+            value = rest.pop(0)
+        if key in command.spec:
+            raise InvalidInputError(f"{command.where}: {key} is given twice")
+        command.spec[key] = value
     return command
 
 

@@ -21,6 +21,7 @@ class its HTTP status (the table there).
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import socket
@@ -31,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from dra_jupyter.accounting.book import Totals
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import requested_devices
 from dra_jupyter.durations import parse_lease, parse_timeout
@@ -53,6 +55,7 @@ from dra_jupyter.server.models import (
     DevicesResponse,
     GpuActivityModel,
     ReleasedModel,
+    UsageResponse,
     WaiterModel,
     check_claim_request,
 )
@@ -266,6 +269,30 @@ class ClaimService:
             busy=busy,
             gpu=gpu or NO_GPU_SIGNAL,
             released=released,
+        )
+
+    def usage(self, caller: Caller, since: str) -> UsageResponse:
+        """The caller's usage over the last ``since`` (their own row of the book, as the
+        backend shows it to the server's user), and GPU-hours per day of it."""
+        from dra_jupyter.accounting.book import MAX_DAILY, daily, window  # noqa: PLC0415
+
+        last = window(since)
+        book = self.session.usage_book(since, what="GET usage")
+        mine = next((r.totals for r in book.report(("user",)) if r.key == (caller.user,)), None)
+        totals = mine if mine is not None else Totals()
+        share = totals.idle_share
+        days = min(MAX_DAILY, max(1, math.ceil(last / 86400)))
+        return UsageResponse(
+            user=caller.user,
+            since=last,
+            gpu_hours=totals.held / 3600,
+            gpu_seconds=totals.held,
+            active_gpu_seconds=totals.active,
+            idle_gpu_seconds=totals.idle,
+            unknown_gpu_seconds=totals.unknown,
+            energy_j=totals.energy,
+            idle_share=None if math.isnan(share) else share,
+            daily_gpu_hours=daily(book.intervals, caller.user, days, book.now),
         )
 
     def counted(self, record: ClaimRecord) -> int:

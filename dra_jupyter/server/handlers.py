@@ -118,8 +118,8 @@ TOO_LARGE = (
     'may have; send only the fields of the request, e.g. {"gpu": 1}'
 )
 ENDPOINTS = (
-    "devices, metrics, claims, claims/NAME, claims/NAME/keep, kernels/ID/claims, "
-    "kernels/ID/restart-with-claims"
+    "devices, metrics, metrics/prometheus, usage, claims, claims/NAME, claims/NAME/keep, "
+    "kernels/ID/claims, kernels/ID/restart-with-claims"
 )
 MAX_MESSAGE = 1000  # characters of an error's message: one line, values in it already cut
 
@@ -478,6 +478,34 @@ class MetricsHandler(_DRAHandler):
         )
 
 
+class UsageHandler(_DRAHandler):
+    """The caller's GPU usage over ``?since=`` (default 7d): the lab panel's Usage."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        caller = await self.caller()
+        since = self.get_argument("since", "7d")
+        with _handle_error():
+            self.reply(await self.dra.read(self.dra.service.usage, caller, since))
+
+
+class PrometheusHandler(_DRAHandler):
+    """The usage book's counters and the devices' and waiters' gauges in Prometheus's text
+    format (:mod:`dra_jupyter.accounting.prometheus`), as the server's backend shows them to
+    the server's user: a Prometheus that scrapes it sends the server's token."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        from dra_jupyter.accounting.prometheus import CONTENT_TYPE, exposition  # noqa: PLC0415
+
+        with _handle_error():
+            text = await self.dra.read(exposition, self.dra.service.session.usage_snapshot)
+        self.set_status(200)
+        self.finish(text, set_content_type=CONTENT_TYPE)
+
+
 class NoSuchEndpointHandler(_DRAHandler):
     """Any other path under /dra/api/, for every method: a JSON 404 (after authentication
     and authorization, as every route), not jupyter_server's HTML page."""
@@ -526,6 +554,8 @@ def routes() -> list[tuple[str, type[_DRAHandler]]]:
     return [
         (r"/dra/api/devices", DevicesHandler),
         (r"/dra/api/metrics", MetricsHandler),
+        (r"/dra/api/metrics/prometheus", PrometheusHandler),
+        (r"/dra/api/usage", UsageHandler),
         (r"/dra/api/claims", ClaimsHandler),
         (rf"/dra/api/claims/{_NAME}", ClaimHandler),
         (rf"/dra/api/claims/{_NAME}/keep", KeepHandler),

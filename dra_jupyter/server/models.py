@@ -169,6 +169,21 @@ class MetricsResponse(TypedDict):
     devices: list[DeviceMetricsModel]
 
 
+class UsageResponse(TypedDict):
+    """``GET usage``: the caller's GPU usage over the window (the lab panel's Usage)."""
+
+    user: str
+    since: float  # seconds back from now
+    gpu_hours: float
+    gpu_seconds: float
+    active_gpu_seconds: float
+    idle_gpu_seconds: float
+    unknown_gpu_seconds: float
+    energy_j: float
+    idle_share: float | None  # idle over active + idle; None where neither is known
+    daily_gpu_hours: list[float]  # each of the window's last days, oldest first (at most 31)
+
+
 # --- request bodies: types and sizes, checked before any work ------------------------------------
 
 MAX_BODY_BYTES = 256 * 1024  # a request body under /dra/api/ (413 beyond)

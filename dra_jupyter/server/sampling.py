@@ -9,7 +9,9 @@ the source is made on first use (it may probe NVML) and closed where the extensi
 Each sample also reads the processes on the devices, whose they are and each claim's GPU
 activity (:class:`~dra_jupyter.metrics.watch.GpuWatch`: ``gpu``), the same way the
 service's daemon does; idle release asks it. With the sampling off (``interval`` 0) or no
-GPU signal (a simulated inventory, no NVML), every claim's GPU is *unknown*.
+GPU signal (a simulated inventory, no NVML), every claim's GPU is *unknown*. On a backend
+whose usage book this server fills (the local ledger: :func:`~dra_jupyter.types.
+activity_book_of`), each sample's GPU activity is added to the claims' intervals there.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dra_jupyter.metrics.activity import ActivitySettings, Reading
 from dra_jupyter.metrics.processes import Holder
 from dra_jupyter.metrics.watch import GpuWatch
 from dra_jupyter.server.claims import ClaimService
-from dra_jupyter.types import ClaimRecord
+from dra_jupyter.types import ClaimRecord, GpuReport, activity_book_of
 
 T = TypeVar("T")
 
@@ -56,6 +58,8 @@ class MetricsSampler:
     ) -> None:
         self.service = service
         self.gpu = GpuWatch(activity)
+        self._reports: list[GpuReport] = []
+        self.gpu.tracker.on_interval = self._to_book
         self.history = MetricsHistory(max(length, 1))
         self.interval = interval
         self.latest: list[Sample] = []
@@ -133,6 +137,10 @@ class MetricsSampler:
             self.history.add(samples)
             now = self.latest_time
             self.gpu.feed(now, await self._read(self._gpu_readings, samples, now))
+            reports, self._reports = self._reports, []
+            book = activity_book_of(self.service.backend)
+            if reports and book is not None:
+                await self._call(book.add_activities, reports)
         except DraJupyterError as err:  # e.g. an inventory that cannot be read: say it once
             if str(err) != self._problem:
                 self._problem = str(err)
@@ -149,6 +157,11 @@ class MetricsSampler:
         records = sorted(self.service.live_claims(wait=False), key=lambda r: (r.created, r.name))
         host = self.service.server_owner.host
         return self.gpu.read(source, [holder(r, host) for r in records], samples, now)
+
+    def _to_book(
+        self, claim: str, active_s: float, idle_s: float, unknown_s: float, energy_j: float
+    ) -> None:
+        self._reports.append((claim, active_s, idle_s, unknown_s, energy_j or None))
 
     async def current(self, max_age: float = 1.0) -> list[Sample]:
         """The latest samples, read again when older than ``max_age`` seconds."""

@@ -34,6 +34,10 @@ class Access:
     def visible(self, peer: Peer, record: ClaimRecord) -> bool:
         return record.owner.user == peer.user or self.policy.visibility == "all" or self.admin(peer)
 
+    def sees_usage_of_everyone(self, peer: Peer) -> bool:
+        """Whether ``peer`` reads every user's usage (an admin), or only their own."""
+        return self.admin(peer)
+
     def limits_of(self, user: str, groups: tuple[str, ...] | None = None) -> Limits:
         """The limits of ``user`` (its groups looked up once where not given)."""
         if groups is None:

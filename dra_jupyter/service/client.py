@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import os
 import socket
 import struct
@@ -24,6 +25,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from dra_jupyter.accounting.book import Book
 from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.errors import (
@@ -353,6 +355,18 @@ class ServiceBackend:
 
     def touch(self, name: str, now: float) -> bool:
         return bool(self._call("keep", {"name": name}))
+
+    def usage_book(self, last: float) -> Book:
+        """The daemon's usage book of the last ``last`` seconds (``inf``: all of it): an
+        admin's of every user, anyone else's own."""
+        data = self._call("usage", {"last": None if math.isinf(last) else last})
+        try:
+            return Book.from_dict(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise UnavailableError(
+                "service protocol: the daemon sent a usage book that is not one "
+                f"({type(err).__name__}); is it another version of dra-jupyter?"
+            ) from err
 
     def sweep(
         self,

@@ -39,6 +39,7 @@ from dra_jupyter.service import protocol
 from dra_jupyter.service.access import Access
 from dra_jupyter.service.args import device_capacities, device_kinds, strategy_named
 from dra_jupyter.service.connections import Connection, Connections, UserState
+from dra_jupyter.service.exporter import Exporter, snapshot_of
 from dra_jupyter.service.files import bind_socket, keep_open, open_private_ledger
 from dra_jupyter.service.gpus import GpuSampler
 from dra_jupyter.service.line import Line
@@ -115,6 +116,7 @@ class Daemon:
         self._next_tick = 0.0
         self._next_gpus = 0.0
         self.listener: socket.socket | None = None
+        self.exporter: Exporter | None = None  # the Prometheus port, where the policy has one
 
     @property
     def policy(self) -> Policy:
@@ -143,6 +145,7 @@ class Daemon:
         signal.signal(signal.SIGHUP, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        self.start_exporter()
         log.info(
             "serving %s on %s (ledger %s, %d live claims)",
             self.devices.description,
@@ -182,7 +185,7 @@ class Daemon:
                     )
                     skipped += 1
                     continue
-                Ledger.insert(tx, record)
+                Ledger.insert(tx, record, self.local.weights.parts(record.allocation))
                 taken |= keys
                 names.add(record.name)
                 imported += 1
@@ -261,7 +264,19 @@ class Daemon:
         except Exception:
             log.error("%s failed: %s", step.__name__, traceback.format_exc())
 
+    def start_exporter(self) -> None:
+        """The policy's Prometheus port on 127.0.0.1, if it names one (its thread reads the
+        ledger with connections of its own)."""
+        port = self.policy.prometheus_port
+        if port and self.exporter is None:
+            read = snapshot_of(self.local, lambda: len(self.line.waits))
+            self.exporter = Exporter(port, read)
+            log.info("Prometheus usage counters on http://127.0.0.1:%d/", self.exporter.port)
+
     def close(self) -> None:
+        if self.exporter is not None:
+            self.exporter.close()
+            self.exporter = None
         if self.listener is not None:
             with contextlib.suppress(OSError):
                 if os.path.samestat(self.socket_path.stat(), os.fstat(self.listener.fileno())):

@@ -20,7 +20,9 @@ else a process of the claim's user; else nobody's). From that, each claim's GPU 
 
 Without a GPU signal (a simulated inventory, no NVML) nothing of this changes anything.
 :attr:`GpuSampler.on_interval` is the accounting's hook
-(:data:`~dra_jupyter.metrics.activity.IntervalHook`).
+(:data:`~dra_jupyter.metrics.activity.IntervalHook`): by default each tick's reports go to
+the ledger's usage book (:meth:`~dra_jupyter.local.ledger.Ledger.add_activities`), in one
+transaction per tick.
 """
 
 from __future__ import annotations
@@ -62,6 +64,22 @@ class GpuSampler:
         self.watch = GpuWatch(self._settings())
         self.enforcer = Enforcer()
         self.ticks = 0
+        self._reports: list[tuple[str, float, float, float, float | None]] = []
+        self.on_interval = self._to_book
+
+    def _to_book(
+        self, claim: str, active_s: float, idle_s: float, unknown_s: float, energy_j: float
+    ) -> None:
+        """The default hook: kept for the usage book, written once the tick is read."""
+        self._reports.append((claim, active_s, idle_s, unknown_s, energy_j or None))
+
+    def _write_book(self) -> None:
+        reports, self._reports = self._reports, []
+        if reports:
+            try:
+                self.ledger.add_activities(reports)
+            except LedgerError as err:  # the book misses a tick; the service goes on
+                log.warning("usage book: a tick's GPU activity not written: %s", err)
 
     def _settings(self) -> ActivitySettings:
         p = self.access.policy
@@ -110,6 +128,7 @@ class GpuSampler:
         held = {d for r in records for d in r.device_keys}
         samples = source.sample(held, now)
         self.watch.feed(now, self.watch.read(source, holders, samples, now))
+        self._write_book()
         policy = self.access.policy
         self.enforcer.tick(now, self.watch.uses, policy.enforce, self._exempt)
         for record in records:

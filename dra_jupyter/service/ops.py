@@ -218,6 +218,16 @@ class Ops:
             "processes": self.gpus.processes(conn.peer) if self.gpus else None,
         }
 
+    def op_usage(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """The usage book's intervals of the last ``last`` seconds (None: all): an admin's
+        of every user, anyone else's own."""
+        last = seconds_arg(args, "last", None)
+        everyone = self.access.sees_usage_of_everyone(conn.peer)
+        book = self.local.usage_book(
+            math.inf if last is None else last, user=None if everyone else conn.peer.user
+        )
+        return book.to_dict()
+
     def op_adopt(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
         """The caller's process holds the caller's claims of ``kernel_id`` from now on (a
         Jupyter server, before it restarts that kernel)."""
@@ -312,5 +322,6 @@ HANDLERS: Final = checked(
         "explain": Ops.op_explain,
         "adopt": Ops.op_adopt,
         "metrics": Ops.op_metrics,
+        "usage": Ops.op_usage,
     }
 )

@@ -33,6 +33,8 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
                                    # GPU is idle (shown in the metrics op's processes)
     release_gpu_idle = false       # release claims of processes (not the CLI's) whose GPU
                                    # is idle for gpu_idle_timeout (reason gpu-idle)
+    prometheus_port = 0            # a port on 127.0.0.1 that answers the usage counters in
+                                   # Prometheus's text format (every user's); 0: none
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
@@ -104,6 +106,7 @@ SERVICE_KEYS = {
     "gpu_window",
     "gpu_idle_timeout",
     "release_gpu_idle",
+    "prometheus_port",
 }
 
 
@@ -155,6 +158,7 @@ class Policy:
     gpu_idle_timeout: float = 3600.0
     release_gpu_idle: bool = False
     enforce: EnforcePolicy = field(default_factory=EnforcePolicy)
+    prometheus_port: int = 0  # 0: no Prometheus port
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -220,6 +224,11 @@ def load_policy(path: Path | None) -> Policy:
         raise InvalidInputError(f"{where}: admin_groups must be a list of group names")
     groups = _table(data, "groups", where)
     users = _table(data, "users", where)
+    port = service.get("prometheus_port", 0)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise InvalidInputError(
+            f"{where}: prometheus_port {shown(port)}; use a port number 1-65535, or 0 for none"
+        )
     return Policy(
         ledger=Path(_string(service, "ledger", str(DEFAULT_LEDGER), where)),
         inventory=_string(service, "inventory", "auto", where),
@@ -239,6 +248,7 @@ def load_policy(path: Path | None) -> Policy:
         gpu_idle_timeout=_number(service, "gpu_idle_timeout", 3600, where),
         release_gpu_idle=_bool(service, "release_gpu_idle", where),
         enforce=_enforce(_table(data, "enforce", where), f"{where}, [enforce]"),
+        prometheus_port=int(port),
         defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
         groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
         users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},

@@ -47,6 +47,7 @@ OPS = (
     "explain",  # why a claim could or could not be allocated now
     "adopt",  # the caller's process holds a kernel's claims from now on
     "metrics",  # the devices' metrics, sampled by the daemon once for every client
+    "usage",  # the usage book's intervals the caller may see
 )
 REASON_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz-")
 MAX_REASON = 32

@@ -1,6 +1,6 @@
 // What the panel and the status bar say: pure functions of the REST answers and the clock.
 
-import type { Claim, Device, Waiter } from './wire';
+import type { Claim, Device, Usage, Waiter } from './wire';
 
 /** `12:30`, `1:02:03`; `0:00` once the time is up. */
 export function countdown(seconds: number): string {
@@ -253,4 +253,23 @@ export function queueLines(
     const place = mine(w) ? ` (number ${i + 1} in line)` : '';
     return `${who}: ${w.what}, waiting ${duration(now - w.since)}${place}`;
   });
+}
+
+/**
+ * The Usage section's line: `12.3 GPU-hours in 7 days, idle 25%` (the idle share of the
+ * time whose GPU use is known; where none is: `GPU use not known`).
+ */
+export function usageText(u: Usage): string {
+  const days = Math.round(u.since / 86400);
+  const window = days >= 1 ? `${days} day${days === 1 ? '' : 's'}` : duration(u.since);
+  const hours = u.gpu_hours >= 10 ? u.gpu_hours.toFixed(0) : u.gpu_hours.toFixed(1);
+  const idle =
+    u.idle_share === null ? 'GPU use not known' : `idle ${Math.round(u.idle_share * 100)}%`;
+  return `${hours} GPU-hours in ${window}, ${idle}`;
+}
+
+/** GPU-hours per day as percent of the busiest day (the sparkline's 0-100 scale). */
+export function usageSeries(u: Usage): number[] {
+  const most = Math.max(0, ...u.daily_gpu_hours);
+  return u.daily_gpu_hours.map(h => (most > 0 ? (h / most) * 100 : 0));
 }

@@ -21,8 +21,12 @@ import type {
   Devices,
   Metrics,
   Restart,
+  Usage,
   Waiter
 } from './wire';
+
+/** Seconds between reads of the caller's usage while the panel is shown. */
+export const USAGE_EVERY = 60;
 
 /** A release the page announces: the event, and the claim as last seen (if it was). */
 export interface Release {
@@ -99,6 +103,15 @@ export class DraModel {
    */
   get metrics(): Metrics | null {
     return this._metrics;
+  }
+
+  /**
+   * The caller's GPU usage of the last 7 days (GET /usage), read at most every
+   * {@link USAGE_EVERY} seconds while the panel is shown; null before, or when the server
+   * keeps no usage book (Kubernetes).
+   */
+  get usage(): Usage | null {
+    return this._usage;
   }
 
   /** Each device's metrics by its key (none when the server has no metrics source). */
@@ -191,6 +204,7 @@ export class DraModel {
       }
       if (this._devicesWanted) {
         await this._readMetrics();
+        await this._readUsage();
       }
       this._claims = claims;
       for (const c of claims) {
@@ -332,6 +346,20 @@ export class DraModel {
     this._metricsMap = metricsByDevice(this._metrics);
   }
 
+  /** The usage, while the panel is shown; a failure leaves the panel without it. */
+  private async _readUsage(): Promise<void> {
+    const now = this.now();
+    if (now - this._usageRead < USAGE_EVERY) {
+      return;
+    }
+    this._usageRead = now;
+    try {
+      this._usage = await this._request('GET /usage', { since: '7d' });
+    } catch {
+      this._usage = null; // no Usage section; the rest still shows
+    }
+  }
+
   private _setDevices(devices: Devices): void {
     this._devices = devices;
     this._deviceMap = new Map(devices.devices.map(d => [d.device, d]));
@@ -346,6 +374,8 @@ export class DraModel {
   private _deviceMap = new Map<string, Device>();
   private _metrics: Metrics | null = null;
   private _metricsMap = new Map<string, DeviceMetrics>();
+  private _usage: Usage | null = null;
+  private _usageRead = -Infinity; // this.now() of the last read
   private _error: DraRequestError | null = null;
   private _connected = false;
   private _devicesWanted = false;

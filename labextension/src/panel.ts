@@ -16,7 +16,9 @@ import {
   groupDevices,
   groupState,
   queueLines,
-  shortModel
+  shortModel,
+  usageSeries,
+  usageText
 } from './format';
 import {
   memoryText,
@@ -107,6 +109,10 @@ export class DevicesPanel extends Widget {
     }
     if (model.connected || model.error === null) {
       root.append(this._claims());
+      const usage = this._usage();
+      if (usage !== null) {
+        root.append(usage);
+      }
       const queue = this._queue();
       if (queue !== null) {
         root.append(queue);
@@ -145,6 +151,23 @@ export class DevicesPanel extends Widget {
       list.append(this._claim(claim));
     }
     section.append(list);
+    return section;
+  }
+
+  /** The caller's GPU-hours this week and their idle share (none: no section). */
+  private _usage(): HTMLElement | null {
+    const usage = this.model.usage;
+    if (usage === null) {
+      return null;
+    }
+    const section = el('section', 'dra-usage');
+    section.append(el('h3', '', 'Usage'));
+    const line = el('div', 'dra-usage-line', usageText(usage));
+    const series = usageSeries(usage);
+    const path = sparklinePath(sparklinePoints(series, SPARK_WIDTH, SPARK_HEIGHT));
+    const title = `your GPU-hours per day, the last ${series.length} days`;
+    line.append(sparkline(path, SPARK_WIDTH, SPARK_HEIGHT, title));
+    section.append(line);
     return section;
   }
 

@@ -149,6 +149,24 @@ export interface Metrics {
   devices: DeviceMetrics[];
 }
 
+export interface Usage {
+  user: string;
+  /** the window's length in seconds, back from now */
+  since: number;
+  gpu_hours: number;
+  /** GPU-equivalent seconds held */
+  gpu_seconds: number;
+  active_gpu_seconds: number;
+  idle_gpu_seconds: number;
+  /** held with no known GPU use */
+  unknown_gpu_seconds: number;
+  energy_j: number;
+  /** idle over active + idle; null - unknown */
+  idle_share: number | null;
+  /** per day, oldest first */
+  daily_gpu_hours: number[];
+}
+
 export interface Claims {
   claims: Claim[];
 }
@@ -213,6 +231,18 @@ export interface Operations {
     parameters: { history?: number; device?: string };
     body: null;
     answer: Metrics;
+  };
+  /** The usage counters and the device gauges in Prometheus's text format */
+  "GET /metrics/prometheus": {
+    parameters: Record<string, never>;
+    body: null;
+    answer: string;
+  };
+  /** The caller's GPU usage over a window (the lab panel's Usage section) */
+  "GET /usage": {
+    parameters: { since?: string };
+    body: null;
+    answer: Usage;
   };
   /** The caller's live claims (and those of this server's kernels) */
   "GET /claims": {

@@ -14,8 +14,11 @@ import {
   queueLines,
   releaseReason,
   shortModel,
-  statusText
+  statusText,
+  usageSeries,
+  usageText
 } from '../src/format';
+import type { Usage } from '../src/wire';
 import { claim, device, GPU } from './fixtures';
 
 test('countdown: minutes and seconds, hours when there are, never below zero', () => {
@@ -179,4 +182,26 @@ test('the line: who waits for what and since when; your own say their place', ()
     queueLines([], () => true, now),
     []
   );
+});
+
+test('usage: GPU-hours of the window and the idle share; unknown where no sampler said', () => {
+  const u: Usage = {
+    user: 'alice',
+    since: 7 * 86400,
+    gpu_hours: 12.34,
+    gpu_seconds: 12.34 * 3600,
+    active_gpu_seconds: 30000,
+    idle_gpu_seconds: 10000,
+    unknown_gpu_seconds: 4424,
+    energy_j: 0,
+    idle_share: 0.25,
+    daily_gpu_hours: [0, 2, 4, 0, 1, 4, 1.34]
+  };
+  assert.equal(usageText(u), '12 GPU-hours in 7 days, idle 25%');
+  assert.equal(
+    usageText({ ...u, gpu_hours: 1.25, idle_share: null, since: 86400 }),
+    '1.3 GPU-hours in 1 day, GPU use not known'
+  );
+  assert.deepEqual(usageSeries(u).slice(0, 3), [0, 50, 100]);
+  assert.deepEqual(usageSeries({ ...u, daily_gpu_hours: [0, 0] }), [0, 0]);
 });

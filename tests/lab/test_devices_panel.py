@@ -183,6 +183,28 @@ def test_each_device_row_shows_its_memory_and_a_utilisation_sparkline_while_show
     assert not [u for u in asked[closed:] if "/dra/api/metrics" in u], asked[closed:]
 
 
+def test_the_usage_section_shows_your_gpu_hours_of_the_week(
+    lab: Lab, page: Any, released: None
+) -> None:
+    """A claim held and released before the page opens: the panel's Usage section says
+    the GPU-hours of the last 7 days, that no sampler told how they were used, and draws
+    the GPU-hours per day (GET /dra/api/usage)."""
+    made = lab.api("POST", "/dra/api/claims", {"gpu": 2})
+    lab.api("DELETE", f"/dra/api/claims/{made['name']}")
+    open_lab(page, lab)
+    panel = open_panel(page)
+    line = panel.locator("section.dra-usage .dra-usage-line")
+    line.wait_for(timeout=WAIT_MS)
+    assert re.fullmatch(
+        r"\d+(\.\d)? GPU-hours in 7 days, GPU use not known", line.inner_text().strip()
+    ), line.inner_text()
+    assert line.locator("svg.dra-spark").get_attribute("aria-label") == (
+        "your GPU-hours per day, the last 7 days"
+    )
+    usage = lab.api("GET", "/dra/api/usage")
+    assert usage["gpu_seconds"] > 0 and usage["idle_share"] is None
+
+
 def test_a_notebook_claim_shows_in_panel_and_status_bar_and_release_gives_it_back(
     lab: Lab, page: Any, tmp_path: Path, released: None
 ) -> None:

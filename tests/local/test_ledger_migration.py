@@ -15,12 +15,13 @@ from dra_jupyter.errors import LedgerError
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import SCHEMA_VERSION, Ledger
 from tests.local.ledger_v1 import write_v1
+from tests.local.ledger_v2 import write_v2
 from tests.local.test_ledger import INVENTORY, claim, owner, record
 from tests.local.worker import WorkerProcess
 
 # A builder of a real ledger file for every version before this one: a new version needs
 # the one before it kept here (its schema and statements verbatim).
-BUILDERS: dict[int, Callable[..., None]] = {1: write_v1}
+BUILDERS: dict[int, Callable[..., None]] = {1: write_v1, 2: write_v2}
 
 
 def stored(path: Path, sql: str) -> list[tuple[object, ...]]:
@@ -57,10 +58,17 @@ def test_an_older_ledger_is_migrated_with_nothing_lost(tmp_path: Path, version: 
     assert [r.name for r in ledger.read_claims()] == ["alice-1", "bob-1"]
     assert [(s, o.user, t) for s, o, t in ledger.waiters()] == [("shape-a", "bob", 1200.0)]
     assert stored(path, "PRAGMA integrity_check") == [("ok",)]
-    # what the older version kept of a release: who, why and when (not the claim itself)
+    # what the older version kept of a release: who, why and when (version 1: not the claim)
     gone = ledger.released("alice-2")
     assert gone is not None
-    assert (gone.owner.user, gone.reason, gone.time, gone.record) == ("alice", "idle", 1500.0, None)
+    assert (gone.owner.user, gone.reason, gone.time) == ("alice", "idle", 1500.0)
+    assert (gone.record is None) == (version == 1)
+    # the usage book begins: an open interval for each live claim, from when it was made
+    book = ledger.usage(0.0, 1e12, weigh=LocalBackend(INVENTORY, ledger, owner("x")).weights.of_key)
+    assert [(i.claim, i.user, i.start, i.end, i.gpus) for i in book] == [
+        (r.name, r.owner.user, r.created, None, 1.0)
+        for r in sorted(ledger.read_claims(), key=lambda r: (r.created, r.name))
+    ]
     with ledger.transaction() as tx:
         assert Ledger.next_name(tx, "alice") == "alice-8"  # the name sequence goes on
     # and the migrated ledger works: a claim is allocated, released, and its end is kept
@@ -70,6 +78,8 @@ def test_an_older_ledger_is_migrated_with_nothing_lost(tmp_path: Path, version: 
     assert backend.release(made.name)
     ended = Ledger(path).released(made.name)
     assert ended is not None and ended.record == made and ended.reason == "user"
+    closed = [i for i in Ledger(path).usage(0.0, 1e12) if i.claim == made.name]
+    assert [(i.start, i.end, i.reason) for i in closed] == [(made.created, ended.time, "user")]
     assert Ledger(path).read_claims() == ledger.read_claims()  # opened again: no second step
 
 

@@ -128,7 +128,7 @@ def test_explain_never_later_and_now(kernel: Kernel) -> None:
 
 def test_help_and_the_docstring_document_every_form(kernel: Kernel) -> None:
     text = kernel.ok("%dra help").stdout
-    forms = ("devices", "request", "status", "release", "explain", "env", "yaml", "help")
+    forms = ("devices", "request", "status", "release", "explain", "env", "yaml", "usage", "help")
     for form in forms:
         assert f"%dra {form}" in text
     assert "%%dra KEY=VALUE" in text
@@ -139,6 +139,21 @@ def test_help_and_the_docstring_document_every_form(kernel: Kernel) -> None:
     doc = plain(reply["content"]["data"]["text/plain"])
     for form in forms:
         assert f"%dra {form}" in doc
+
+
+def test_usage_is_a_dataframe_of_the_gpu_seconds_held(kernel: Kernel) -> None:
+    kernel.ok("u = %dra request gpu=2 name=used-a\nu.release()")
+    out = kernel.ok(
+        "frame = %dra usage --since 1h --by claim\n"
+        "row = frame.set_index('claim').loc['used-a']\n"
+        "print(type(frame).__name__, row['gpu_seconds'] > 0, row['user'] == u.backend.owner.user)"
+    )
+    assert out.stdout.split() == ["DataFrame", "True", "True"]
+    bad = kernel.run("%dra usage --by team")
+    assert bad.status == "error"
+    assert bad.error_lines() == [
+        "dra usage by=team: by='team' is not known; use one of user, group, claim, device"
+    ]
 
 
 def test_release_of_several_says_what_was_released_and_what_was_not(kernel: Kernel) -> None:

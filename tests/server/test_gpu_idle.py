@@ -126,6 +126,9 @@ async def test_an_idle_cell_on_a_busy_gpu_is_not_idle(
 
         await eventually(released)
         assert [r.reason for r in ledger.releases() if r.name == record.name] == ["idle"]
+        # the server's readings went to the usage book: seconds of a working GPU, then idle
+        [interval] = [i for i in ledger.usage(0.0, time.time()) if i.claim == record.name]
+        assert interval.active_s >= 1.0 and interval.idle_s > 0, interval
 
 
 @pytest.mark.parametrize(

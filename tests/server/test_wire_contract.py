@@ -41,6 +41,7 @@ from dra_jupyter.server.models import (
     ReleasedModel,
     RestartResponse,
     SampleModel,
+    UsageResponse,
     WaiterModel,
 )
 from tests.server.conftest import Fetch, start_extensions
@@ -67,6 +68,7 @@ SCHEMAS: dict[str, type] = {
     "Claims": ClaimsResponse,
     "Restart": RestartResponse,
     "ClaimRequest": ClaimRequest,
+    "Usage": UsageResponse,
 }
 
 # Fields the spec gives an enum that the TypedDict types as plain ``str``, and why. The
@@ -280,6 +282,9 @@ class Contract:
         if "content" not in answer:
             assert not r.body, f"{operation} {r.code}: a body the spec does not describe"
             return None
+        if "text/plain" in answer["content"]:  # Prometheus's text format
+            assert r.headers["Content-Type"].startswith("text/plain"), operation
+            return r.body.decode()
         assert r.headers["Content-Type"].startswith("application/json"), operation
         document = json.loads(r.body)
         schema = answer["content"]["application/json"]["schema"]
@@ -315,6 +320,11 @@ async def test_every_operation_answers_as_the_spec_says(jp_fetch: Fetch, jp_serv
         some = devices["devices"][0]["device"]
         metrics = await api.call("GET", "/metrics", status=200, history="2", device=some)
         assert [m["device"] for m in metrics["devices"]] == [some]
+        usage = await api.call("GET", "/usage", status=200, since="1d")
+        assert usage["gpu_seconds"] > 0 and len(usage["daily_gpu_hours"]) == 1
+        await api.call("GET", "/usage", status=400, since="1y")
+        text = await api.call("GET", "/metrics/prometheus", status=200)
+        assert "dra_jupyter_held_gpu_seconds_total{" in text
         restart = await api.call("POST", f"/kernels/{kernel.id}/restart-with-claims", status=200)
         assert [c["name"] for c in restart["claims"]] == [ours["name"]]
         await api.call("DELETE", f"/claims/{mine['name']}", status=204)

@@ -27,6 +27,7 @@ from tests.service.accounts import (
 )
 from tests.service.test_isolation import admin_policy, live, released
 from tests.service.test_limits import detached
+from tests.service.test_usage import my_book
 
 GIB = 2**30
 FAST = "gpu_sample_interval = 0.1\ngpu_window = 1\n"
@@ -158,6 +159,12 @@ def test_an_active_gpu_keeps_its_claim_from_the_idle_limit_and_an_idle_one_goes(
             write_world(world, {index_of(device): [FakeProcess(worker.pid, sm=0)]})
             wait_for("alice's claim is released", lambda: not live(svc))
             assert released(svc)[f"{alice.name}-1"] in ("idle", "gpu-idle")
+            # the sampler's readings are in the usage book: alice's GPU worked for seconds,
+            # bob's never did
+            book = {i["claim"]: i for i in run_as(alice, svc.env(), my_book)["ok"]}
+            assert book[f"{alice.name}-1"]["active_s"] >= 2, book
+            [bobs] = run_as(bob, svc.env(), my_book)["ok"]
+            assert bobs["active_s"] == 0 and bobs["idle_s"] > 0, bobs
         finally:
             sleeper.finish()
             worker.finish()

@@ -22,6 +22,7 @@ burst = 10
 queue_per_user = 2
 connections_per_user = 8
 claims_per_user = 16
+prometheus_port = 9464
 
 [limits]
 gpus = 4
@@ -60,6 +61,8 @@ def test_every_knob_is_read(tmp_path: Path) -> None:
     assert policy.ledger == Path("/srv/dra/ledger.sqlite")
     assert (policy.inventory, policy.strategy, policy.visibility) == ("h200-8x", "first-fit", "all")
     assert policy.admin_groups == {"wheel"}
+    assert policy.prometheus_port == 9464
+    assert Policy().prometheus_port == 0  # off unless named
     assert (policy.requests_per_second, policy.burst) == (50, 10)
     assert (policy.queue_per_user, policy.connections_per_user, policy.claims_per_user) == (
         2,
@@ -113,6 +116,8 @@ def test_no_file_is_every_default() -> None:
         ("[service]\nstrategy = 'best'\n", "strategy 'best'"),
         ("[service]\nadmin_groups = 'wheel'\n", "admin_groups must be a list"),
         ("[service]\nburst = -1\n", "burst must be a positive number"),
+        ("[service]\nprometheus_port = 70000\n", "prometheus_port 70000; use a port number"),
+        ("[service]\nprometheus_port = '9464'\n", "prometheus_port '9464'; use a port"),
         ("[service]\nledger = 3\n", "ledger must be a non-empty string"),
         ("[limits]\ngpus = 1.5\n", "[limits]: gpus must be a whole number"),
         ("[limits]\ngpus = true\n", "gpus must be a whole number"),

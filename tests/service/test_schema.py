@@ -63,6 +63,8 @@ def test_every_frame_of_every_op_validates() -> None:
         backend.released_at(made.name)
         assert backend.ended(made.name) is not None
         assert backend.metrics_source().sample((), 0.0)
+        assert [i.claim for i in backend.usage_book(3600).intervals] == [made.name]
+        backend.usage_book(float("inf"))
         with contextlib.suppress(DraJupyterError):  # a refusal, for its frame
             backend.allocate(build_claim("", {"gpu": 9}, classes=classes), checked=True)
         for frame in (b"nonsense\n", b'{"v": 2, "id": 1, "op": "hello"}\n'):
