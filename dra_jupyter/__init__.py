@@ -33,6 +33,7 @@ from dra_jupyter.errors import (
     NotFoundError,
     ObjectError,
     SelectorError,
+    TooCostlyError,
     UnavailableError,
 )
 
@@ -191,6 +192,7 @@ __all__ = [
     "SelectorError",
     "Session",
     "Table",
+    "TooCostlyError",
     "UnavailableError",
     "__version__",
     "claim",

@@ -40,6 +40,7 @@ from dra_jupyter.service.access import Access
 from dra_jupyter.service.args import device_capacities, device_kinds, strategy_named
 from dra_jupyter.service.connections import Connection, Connections, UserState
 from dra_jupyter.service.files import bind_socket, keep_open, open_private_ledger
+from dra_jupyter.service.jobs import Job, Jobs
 from dra_jupyter.service.line import Line
 from dra_jupyter.service.ops import HANDLERS, WAITING, Ops
 from dra_jupyter.service.peer import HOST
@@ -95,6 +96,7 @@ class Daemon:
             self.selector, self.access, frame=self._frame, dropped=self._dropped
         )
         self.watches = Watches(self.selector, self.local, released=self._freed)
+        self.jobs = Jobs(self.selector)  # costly requests, worked out off the loop
         self.line = Line(
             self.access,
             self.ledger,
@@ -103,6 +105,7 @@ class Daemon:
             self.capacities,
             self.connections,
             watch=self.watches.watch,
+            jobs=self.jobs,
         )
         self.ops = Ops(
             self.access, self.ledger, self.local, self.devices, self.line, self.watches.watch
@@ -262,6 +265,7 @@ class Daemon:
             self.listener = None
         self._keeper.close()
         self.ops.close()
+        self.jobs.close()
         for key in list(self.selector.get_map().values()):
             if isinstance(key.data, Connection):
                 key.data.sock.close()
@@ -301,6 +305,8 @@ class Daemon:
                     pass
         elif isinstance(data, Watch):
             self.watches.exited(data)
+        elif isinstance(data, Job):
+            self.jobs.read(data)
         elif isinstance(data, Connection):
             if mask & selectors.EVENT_READ:
                 self.connections.read(data)

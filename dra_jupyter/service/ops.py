@@ -33,6 +33,7 @@ from dra_jupyter.service.args import (
 from dra_jupyter.service.connections import Connection
 from dra_jupyter.service.line import Line
 from dra_jupyter.service.peer import HOST
+from dra_jupyter.service.work import INLINE_COST, INLINE_STEPS, engine_cost
 from dra_jupyter.types import ClaimRecord, Owner
 
 log = logging.getLogger("dra_jupyter.service")
@@ -186,11 +187,15 @@ class Ops:
         self.line.serve()
         return True
 
-    def op_explain(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
-        """Why a claim could or could not be allocated now."""
+    def op_explain(self, conn: Connection, request_id: protocol.RequestId, args: Args) -> Any:
+        """Why a claim could or could not be allocated now (a costly one: worked out off
+        the loop, answered later)."""
         claim = claim_arg(args)
         held = self.access.shown(conn.peer, self.local.claims(all_users=True))
-        return self.local.allocator(held).explain([probe(claim)]).to_dict()
+        if engine_cost(claim, len(self.line.kinds)) > INLINE_COST:  # off the loop
+            self.line.explain_off(conn, request_id, claim, held)
+            return WAITING
+        return self.local.allocator(held, max_steps=INLINE_STEPS).explain([probe(claim)]).to_dict()
 
     def op_metrics(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
         """The devices' metrics, read at most once per ``metrics_max_age`` (the policy's) for

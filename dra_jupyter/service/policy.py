@@ -22,6 +22,11 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
     claims_per_user = 256          # live claims of one user (shared devices allow many)
     metrics_max_age = 1            # seconds one read of the devices' metrics (NVML) answers
                                    # every client's metrics op before it is read again
+    request_cpu = 5                # seconds of CPU the allocation of one request may cost
+                                   # (a costly one is worked out off the daemon's loop, in a
+                                   # process of its own; past this it is refused:
+                                   # TooCostlyError)
+    costly_at_once = 2             # costly requests worked out at once (one per user)
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
@@ -79,6 +84,8 @@ SERVICE_KEYS = {
     "connections_per_user",
     "claims_per_user",
     "metrics_max_age",
+    "request_cpu",
+    "costly_at_once",
 }
 
 
@@ -124,6 +131,8 @@ class Policy:
     connections_per_user: int = 64
     claims_per_user: int = 256
     metrics_max_age: float = 1.0
+    request_cpu: float = 5.0
+    costly_at_once: int = 2
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -202,6 +211,8 @@ def load_policy(path: Path | None) -> Policy:
         connections_per_user=int(_number(service, "connections_per_user", 64, where)),
         claims_per_user=int(_number(service, "claims_per_user", 256, where)),
         metrics_max_age=_number(service, "metrics_max_age", 1, where),
+        request_cpu=_number(service, "request_cpu", 5, where),
+        costly_at_once=int(_number(service, "costly_at_once", 2, where)),
         defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
         groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
         users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},
