@@ -37,11 +37,10 @@ from dra_jupyter.service.connections import Connection, Connections, UserState
 from dra_jupyter.service.jobs import Job, Jobs, Outcome
 from dra_jupyter.service.peer import Peer
 from dra_jupyter.service.work import (
-    INLINE_COST,
     INLINE_STEPS,
     Bounded,
     InlineBudgetError,
-    engine_cost,
+    costly,
 )
 from dra_jupyter.types import ClaimRecord, Owner, claim_prefix
 
@@ -124,7 +123,7 @@ class Line:
         peer = conn.peer
         shape = shape_of(claim)
         wait = Wait(conn, request_id, claim, shape, owner, lease, timeout, time.monotonic())
-        if engine_cost(claim, len(self.kinds)) > INLINE_COST:
+        if costly(claim, len(self.kinds)):
             self.work_off(wait)
             return None
         ahead = sum(1 for w in self.waits if w.shape == shape)

@@ -33,7 +33,7 @@ from dra_jupyter.service.args import (
 from dra_jupyter.service.connections import Connection
 from dra_jupyter.service.line import Line
 from dra_jupyter.service.peer import HOST
-from dra_jupyter.service.work import INLINE_COST, INLINE_STEPS, engine_cost
+from dra_jupyter.service.work import INLINE_STEPS, costly
 from dra_jupyter.types import ClaimRecord, Owner
 
 log = logging.getLogger("dra_jupyter.service")
@@ -192,7 +192,7 @@ class Ops:
         the loop, answered later)."""
         claim = claim_arg(args)
         held = self.access.shown(conn.peer, self.local.claims(all_users=True))
-        if engine_cost(claim, len(self.line.kinds)) > INLINE_COST:  # off the loop
+        if costly(claim, len(self.line.kinds)):  # off the loop
             self.line.explain_off(conn, request_id, claim, held)
             return WAITING
         return self.local.allocator(held, max_steps=INLINE_STEPS).explain([probe(claim)]).to_dict()

@@ -2,13 +2,15 @@
 says when its search ran out of steps.
 
 The daemon serves everyone from one thread, so no request may hold it for long. Two things
-make a request costly: CEL selectors the engine evaluates (an estimated cost under the
-limit of 1,000,000 may still take a second per device, and the engine holds the GIL), and a
-wide search (many requests under one constraint). A request is worked out on the loop only
-when both are small: its engine selectors' estimated cost over the inventory's devices at
-most :data:`INLINE_COST` (a few milliseconds), and its search within :data:`INLINE_STEPS`
-(:class:`Bounded` tells when it was not). Anything else is *costly*: worked out off the loop
-(:mod:`~dra_jupyter.service.jobs`), under the policy's CPU budget per request.
+make a request costly: CEL selectors (compiling 2 KiB of CEL takes some 20 ms, and the
+frame may hold 1 MiB; an estimated cost under the limit of 1,000,000 may still take the
+engine a second per device, and it holds the GIL), and a wide search (many requests under
+one constraint). A request is worked out on the loop only when all are small
+(:func:`costly`): at most :data:`INLINE_CEL` bytes of CEL, whose estimated cost on the
+engine over the inventory's devices is at most :data:`INLINE_COST` (a few milliseconds),
+and a search within :data:`INLINE_STEPS` (:class:`Bounded` tells when it was not). Anything
+else is *costly*: worked out off the loop (:mod:`~dra_jupyter.service.jobs`), under the
+policy's CPU budget per request.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dra_jupyter.errors import SelectorError
 from dra_jupyter.model.objects import ResourceClaim
 from dra_jupyter.selectors import compile_selector
 
+INLINE_CEL = 2048  # bytes of CEL of a request compiled on the loop (some 20 ms at most)
 INLINE_COST = 10_000  # estimated CEL cost (selectors x devices) worked out on the loop
 INLINE_STEPS = 1_000  # steps of the search on the loop (about 40 ms at most)
 
@@ -49,13 +52,22 @@ class Bounded(Allocator):
         return found, exhausted
 
 
-def engine_cost(claim: Mapping[str, Any], devices: int) -> int:
-    """The estimated cost of ``claim``'s CEL selectors that run on the engine (those of the
+def costly(claim: Mapping[str, Any], devices: int) -> bool:
+    """Whether ``claim`` is to be worked out off the loop: over :data:`INLINE_CEL` bytes of
+    CEL (not compiled here, then), or over :data:`INLINE_COST` (:func:`engine_cost`)."""
+    expressions = _expressions(claim)
+    if sum(len(e) for e in expressions) > INLINE_CEL:
+        return True
+    return engine_cost(expressions, devices) > INLINE_COST
+
+
+def engine_cost(expressions: list[str], devices: int) -> int:
+    """The estimated cost of the CEL ``expressions`` that run on the engine (those of the
     fast path cost next to nothing), times ``devices``: what evaluating them on every device
     may cost at most, in cel-go's units (about a microsecond each at worst). A selector that
     does not compile costs nothing here: the allocator refuses it, at once."""
     total = 0
-    for expression in _expressions(claim):
+    for expression in expressions:
         try:
             compiled = compile_selector(expression, where="request")
         except SelectorError:
