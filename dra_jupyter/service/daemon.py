@@ -133,6 +133,7 @@ class Daemon:
         for record in self.ledger.read_claims():
             self.watches.watch(record.owner)
         self.listener = bind_socket(self.socket_path)
+        self._socket_file = self.socket_path.lstat()  # the file this daemon made
         self.selector.register(self.listener, selectors.EVENT_READ, "listener")
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -258,8 +259,8 @@ class Daemon:
 
     def close(self) -> None:
         if self.listener is not None:
-            with contextlib.suppress(OSError):
-                if os.path.samestat(self.socket_path.stat(), os.fstat(self.listener.fileno())):
+            with contextlib.suppress(OSError):  # ours (not another daemon's since): removed
+                if os.path.samestat(self.socket_path.lstat(), self._socket_file):
                     self.socket_path.unlink()
             self.listener.close()
             self.listener = None

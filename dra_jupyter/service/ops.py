@@ -74,9 +74,9 @@ class Ops:
             with contextlib.suppress(Exception):  # NVML's shutdown: nothing to do about it
                 self._metrics.close()
 
-    def _find(self, name: Any) -> ClaimRecord | None:
-        name = name_arg({"name": name})
-        return next((r for r in self.ledger.read_claims() if r.name == name), None)
+    def _find(self, conn: Connection, args: Args) -> ClaimRecord | None:
+        """The live claim ``args`` names, as the caller means it (:meth:`Access.named`)."""
+        return self.access.named(conn.peer, name_arg(args), self.ledger.read_claims())
 
     def op_hello(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
         """Who the daemon says the caller is, and the policy that applies to them."""
@@ -134,14 +134,17 @@ class Ops:
     def op_record(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
         """One live claim the caller may see, or how its own (or, an admin's, any) released
         one ended."""
-        record = self._find(args.get("name"))
-        if record is not None and self.access.visible(conn.peer, record):
+        record = self._find(conn, args)
+        if record is not None:
             return {
                 "record": protocol.record_to_wire(record),
                 "released_at": None,
                 "released": None,
             }
-        gone = self.ledger.released(name_arg(args))
+        name = name_arg(args)
+        gone = self.ledger.released(self.access.own_name(conn.peer, name))
+        if gone is None:  # one of the caller's named so before names were theirs
+            gone = self.ledger.released(name)
         if gone is None or not (gone.owner.user == conn.peer.user or self.access.admin(conn.peer)):
             return {"record": None, "released_at": None, "released": None}
         released = None
@@ -155,15 +158,18 @@ class Ops:
         return {"record": None, "released_at": gone.time, "released": released}
 
     def op_keep(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
-        """Activity on a claim (its idle countdown starts again); False if it is gone."""
-        record = self._find(args.get("name"))
+        """Activity on a claim (its idle countdown starts again); False if it is gone (or
+        another user's, hidden)."""
+        record = self._find(conn, args)
         if record is None:
             return False
         self.access.may_change(conn.peer, record, "keep")
         return self.local.touch(record.name, time.time())
 
     def op_release(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
-        """Give a claim back (for ``reason``); False if it is gone."""
+        """Give a claim back (for ``reason``); False if it is gone (or another user's,
+        hidden). An admin's release of another user's claim says who: reason ``admin``
+        (where ``user`` was asked), and the words ``released by admin carol``."""
         reason = args.get("reason", "user")
         if (
             not isinstance(reason, str)
@@ -174,13 +180,21 @@ class Ops:
                 f"release: reason {shown(reason)}; use at most {protocol.MAX_REASON} "
                 "lower-case letters and '-'"
             )
-        name = name_arg(args)
+        peer = conn.peer
+        message = None
         with self.ledger.transaction() as tx:
-            record = next((r for r in Ledger.claims(tx) if r.name == name), None)
+            record = self.access.named(peer, name_arg(args), Ledger.claims(tx))
             if record is None:
                 return False
-            self.access.may_change(conn.peer, record, "release")
-            Ledger.delete(tx, record, reason, time.time())
+            name = record.name
+            self.access.may_change(peer, record, "release")
+            if record.owner.user != peer.user:  # an admin's release of another user's claim
+                message = f"released by admin {peer.user}"
+                if reason == "user":
+                    reason = "admin"
+                else:
+                    message += f" ({reason})"
+            Ledger.delete(tx, record, reason, time.time(), message)
         log.info(
             "claim %s of %s released by %s (%s)", name, record.owner.user, conn.peer.user, reason
         )
@@ -275,6 +289,12 @@ class Ops:
         else:
             owner = process_owner(peer, kernel_id, HOST)
         claim = labelled(claim, peer.user)
+        name = claim["metadata"].get("name")
+        if name:
+            claim = {
+                **claim,
+                "metadata": {**claim["metadata"], "name": self.access.own_name(peer, name)},
+            }
         allocated = self.line.join(conn, request_id, claim, owner, lease, timeout)
         return WAITING if allocated is None else allocated
 
