@@ -25,7 +25,9 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
     request_cpu = 5                # seconds of CPU the allocation of one request may cost
                                    # (a costly one is worked out off the daemon's loop, in a
                                    # process of its own; past this it is refused:
-                                   # TooCostlyError)
+                                   # TooCostlyError; its wall time is bounded at 4
+                                   # times this and 10 s: keep it so under the
+                                   # client's 60 s wait for an answer)
     costly_at_once = 2             # costly requests worked out at once (one per user)
 
     [limits]                       # everyone's, unless a group or the user says otherwise

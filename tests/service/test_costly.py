@@ -126,8 +126,8 @@ def test_a_costly_request_holds_no_other_user_up_and_is_refused_past_its_budget(
 def test_a_costly_request_within_its_budget_is_allocated_and_explained(
     users: dict[str, User],
 ) -> None:
-    """Worked out off the loop, then committed by the daemon as any other claim; and one
-    at a time per user (a second one meanwhile is refused, over a limit)."""
+    """Worked out off the loop, then committed by the daemon as any other claim; and its
+    explanation, worked out the same way."""
     alice = users["alice"]
     with service(admin_policy(users)) as svc:
         middling = claim([costly_selector(90, 3)], 2)  # well over the loop's share, quick
@@ -145,3 +145,32 @@ def test_a_costly_request_within_its_budget_is_allocated_and_explained(
         assert len(devices) == 2
         assert explained["ok"] is True, explained
         assert isinstance(explained["result"], dict)
+
+
+def test_a_user_has_one_costly_request_worked_out_at_a_time(users: dict[str, User]) -> None:
+    """Two at once on two connections: one is worked out (and refused past the budget),
+    the other refused at once, over the limit."""
+    alice = users["alice"]
+    with service(admin_policy(users, "request_cpu = 1\n")) as svc:
+
+        def two() -> list[dict[str, Any]]:
+            first, second = raw_connect(svc.socket), raw_connect(svc.socket)
+            args = {"claim": heaviest(10), "timeout": 0}
+            first.sendall(protocol.request_frame(1, "request", args))
+            hello = ask(svc.socket, "hello", {})  # the first one is in: it was read before
+            second.sendall(protocol.request_frame(2, "request", {**args, "claim": heaviest(20)}))
+            answers = [read_line(second), read_line(first), hello]
+            first.close()
+            second.close()
+            return answers
+
+        answer = run_as(alice, svc.env(), two)
+        assert "ok" in answer, answer
+        refused, spent, hello = answer["ok"]
+        assert hello["ok"] is True
+        assert refused["error"] == {
+            "type": "LimitError",
+            "message": f"user {alice.name}: limit 1 costly request worked out at a time; "
+            "wait for the answer of the one being worked out",
+        }
+        assert spent["error"]["type"] == "TooCostlyError"
