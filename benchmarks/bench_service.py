@@ -26,7 +26,7 @@ Markdown table:
     of nearly 1 MiB, ``--heavy-requests`` requests (32, the API's limit) of costly CEL
     selectors each under the cost limit (two nested ``map`` over list literals, about a
     second per device on the engine; as many as the frame holds, each new to the caches);
-    p50 and p99 beside those of (a) on the idle daemon, and how the heavy requests were
+    p50, p99 and the slowest beside those of (a) on the idle daemon, and how the heavy requests were
     answered (refused past the policy's ``request_cpu``, 5 s by default, worked out off the
     daemon's loop). ``--heavy-selectors`` fewer selectors per request (4 x 4: the issue's
     case).
@@ -251,6 +251,7 @@ def print_held_up(
     for q in (50, 99):
         before, during = pct(idle, q), pct(loaded, q)
         print(f"| p{q} (ms) | {before:.2f} | {during:.2f} | {during / before:.2f} |")
+    print(f"| max (ms) | {max(idle):.2f} | {max(loaded):.2f} | {max(loaded) / max(idle):.2f} |")
 
 
 def cpu_ms(pid: int) -> float:

@@ -6,8 +6,8 @@ The child starts with the daemon's state as it is (its inventory, what its alloc
 the claims read for it), computes, writes one JSON line to a pipe and exits; it writes
 nothing else anywhere (the daemon stays the one writer of the ledger, and commits what the
 child found only if the claims it was given are still all that is held). The kernel bounds
-its CPU time (``RLIMIT_CPU``: past the budget it is stopped by ``SIGXCPU``, then ``SIGKILL``)
-and the daemon its wall time (:data:`WALL_FACTOR` times the budget), so a request costs at
+its CPU time (``RLIMIT_CPU``: past the budget it is stopped by ``SIGXCPU``, then ``SIGKILL``;
+it runs at nice 10, behind the daemon for a core) and the daemon its wall time (:data:`WALL_FACTOR` times the budget), so a request costs at
 most its budget, whatever it asks.
 """
 
@@ -169,6 +169,7 @@ def _child(work: Callable[[], Any], read_end: int, write_end: int, seconds: int)
         # sees its connection end although this child lives
         os.closerange(3, write_end)
         os.closerange(write_end + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        os.nice(10)  # behind the daemon and the users' own work for a core
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
         try:
