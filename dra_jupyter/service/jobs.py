@@ -5,10 +5,11 @@ serving everyone.
 The child starts with the daemon's state as it is (its inventory, what its allocators learnt,
 the claims read for it), computes, writes one JSON line to a pipe and exits; it writes
 nothing else anywhere (the daemon stays the one writer of the ledger, and commits what the
-child found only if the claims it was given are still all that is held). The kernel bounds
-its CPU time (``RLIMIT_CPU``: past the budget it is stopped by ``SIGXCPU``, then ``SIGKILL``;
-it runs at nice 10, behind the daemon for a core) and the daemon its wall time (:data:`WALL_FACTOR` times the budget), so a request costs at
-most its budget, whatever it asks.
+child found only if the claims it was given are still all that is held). It runs at nice
+10, behind the daemon for a core; the kernel bounds its CPU time (``RLIMIT_CPU``: past the
+budget it is stopped by ``SIGXCPU``, then ``SIGKILL``) and the daemon its wall time
+(:data:`WALL_FACTOR` times the budget, and 10 s), so a request costs at most its budget,
+whatever it asks.
 """
 
 from __future__ import annotations
