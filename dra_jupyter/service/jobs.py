@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.errors import DraJupyterError, UnavailableError
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.service import protocol
 
@@ -76,7 +76,15 @@ class Jobs:
         ``done`` gets its :class:`Outcome` on the daemon's loop once it ended."""
         seconds = max(1, math.ceil(cpu))
         read_end, write_end = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as err:  # EAGAIN, ENOMEM: no process to spare now
+            os.close(read_end)
+            os.close(write_end)
+            raise UnavailableError(
+                f"the dra-jupyter service cannot work out a costly request now ({err.strerror})"
+                "; try again in a moment"
+            ) from err
         if pid == 0:  # the child: never returns into the daemon
             _child(work, read_end, write_end, seconds)
         os.close(write_end)

@@ -33,7 +33,7 @@ from dra_jupyter.service.args import (
 from dra_jupyter.service.connections import Connection
 from dra_jupyter.service.line import Line
 from dra_jupyter.service.peer import HOST
-from dra_jupyter.service.work import INLINE_STEPS, costly
+from dra_jupyter.service.work import INLINE_STEPS, Bounded, costly
 from dra_jupyter.types import ClaimRecord, Owner
 
 log = logging.getLogger("dra_jupyter.service")
@@ -206,10 +206,14 @@ class Ops:
         the loop, answered later)."""
         claim = claim_arg(args)
         held = self.access.shown(conn.peer, self.local.claims(all_users=True))
-        if costly(claim, len(self.line.kinds)):  # off the loop
-            self.line.explain_off(conn, request_id, claim, held)
-            return WAITING
-        return self.local.allocator(held, max_steps=INLINE_STEPS).explain([probe(claim)]).to_dict()
+        if not costly(claim, len(self.line.kinds)):
+            bounded = self.local.allocator(held, max_steps=INLINE_STEPS, kind=Bounded)
+            assert isinstance(bounded, Bounded)
+            explained = bounded.explain([probe(claim)])
+            if not bounded.exhausted:
+                return explained.to_dict()
+        self.line.explain_off(conn, request_id, claim, held)  # off the loop
+        return WAITING
 
     def op_metrics(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
         """The devices' metrics, read at most once per ``metrics_max_age`` (the policy's) for

@@ -35,7 +35,10 @@ class InlineBudgetError(Exception):
 
 class Bounded(Allocator):
     """An :class:`~dra_jupyter.allocator.Allocator` whose :meth:`allocate` raises
-    :class:`InlineBudgetError` where its search gave up (rather than answering None, "busy")."""
+    :class:`InlineBudgetError` where its search gave up (rather than answering None, "busy"),
+    and whose :attr:`exhausted` says whether a search of it (an explanation's too) gave up."""
+
+    exhausted = False
 
     def allocate(self, claims: Any, node: str | None = None) -> list[AllocationResult] | None:
         self.exhausted = False
@@ -48,7 +51,7 @@ class Bounded(Allocator):
         self, claims: list[ResourceClaim], node_name: str | None
     ) -> tuple[list[AllocationResult] | None, bool]:
         found, exhausted = super().search_on(claims, node_name)
-        self.exhausted = getattr(self, "exhausted", False) or exhausted
+        self.exhausted = self.exhausted or exhausted
         return found, exhausted
 
 

@@ -174,3 +174,39 @@ def test_a_user_has_one_costly_request_worked_out_at_a_time(users: dict[str, Use
             "wait for the answer of the one being worked out",
         }
         assert spent["error"]["type"] == "TooCostlyError"
+
+
+def test_a_wide_search_is_worked_out_off_the_loop_too(users: dict[str, User]) -> None:
+    """Cheap selectors, but a search the loop gives up on (20 MIG slices on one PCIe root of
+    an H200 MIG machine: thousands of steps): worked out off the loop, with the full search,
+    and answered as on the embedded backend (it can never be met)."""
+    alice = users["alice"]
+    wide = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": f"r{i}", "exactly": {"deviceClassName": "mig.nvidia.com"}}
+                    for i in range(20)
+                ],
+                "constraints": [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}],
+            }
+        },
+    }
+    with service(admin_policy(users), inventory="h200-mig") as svc:
+
+        def both() -> list[dict[str, Any]]:
+            return [
+                ask(svc.socket, "request", {"claim": wide, "timeout": 0}),
+                ask(svc.socket, "explain", {"claim": wide}),
+            ]
+
+        answer = run_as(alice, svc.env(), both)
+        assert "ok" in answer, answer
+        request, explained = answer["ok"]
+        assert request["error"]["type"] == "NeverPossibleError", request
+        assert explained["ok"] is True and explained["result"]["satisfiable"] is False
+        assert "gave up" not in str(explained["result"])  # the full search, not the loop's
+        assert svc.log.read_text().count("worked out off the loop") >= 1
