@@ -33,6 +33,7 @@ from dra_jupyter.errors import (
     NotFoundError,
     ObjectError,
     SelectorError,
+    TooCostlyError,
     UnavailableError,
 )
 
@@ -200,6 +201,7 @@ __all__ = [
     "SelectorError",
     "Session",
     "Table",
+    "TooCostlyError",
     "UnavailableError",
     "__version__",
     "claim",

@@ -5,7 +5,9 @@ SQLite ledger); ``kubernetes`` is :class:`~dra_jupyter.kube.backend.KubernetesBa
 (ResourceClaims in a namespace); ``service`` is
 :class:`~dra_jupyter.service.client.ServiceBackend` (the machine's ``dra-jupyter service``,
 over its Unix socket); ``auto`` is kubernetes in a pod with a service account, else
-service when its socket answers, else local. Each is imported only when it is chosen: the
+service where it is installed (its socket or its policy file exists: whether it answers or
+not, so that a session started while the daemon restarts is refused rather than given a
+private ledger), else local. Each is imported only when it is chosen: the
 Kubernetes client loads only for the Kubernetes backend. What a backend offers is
 :class:`dra_jupyter.types.Backend`.
 """
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_jupyter.inventory.resolve import resolve_inventory
-from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings
+from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings, service_installed
 
 if TYPE_CHECKING:
     from dra_jupyter.inventory.base import Inventory
@@ -71,9 +73,10 @@ def service_answers(path: Path, timeout: float = 0.5) -> bool:
 
 def resolve_backend(settings: Settings, service_account: Path = SERVICE_ACCOUNT_DIR) -> str:
     """``local``, ``service`` or ``kubernetes``: ``auto`` is kubernetes in a pod, else
-    service when its socket answers, else local."""
+    service where it is installed, else local."""
     if settings.backend == "auto":
         if in_pod(service_account):
             return "kubernetes"
-        return "service" if service_answers(settings.socket) else "local"
+        installed = service_installed(settings.socket, settings.service_config)
+        return "service" if installed else "local"
     return settings.backend

@@ -12,8 +12,10 @@ maps errors (the table below is checked against them by ``tests/test_public.py``
     DraJupyterError                       2         503   the base: a failure to do what was asked
     ├── InvalidInputError                 2         400   input that can never be accepted
     │   ├── ObjectError                                    a malformed Kubernetes object or field
-    │   └── SelectorError                                  CEL that does not compile, is too
-    │                                                      costly, or fails on a device
+    │   ├── SelectorError                                  CEL that does not compile, is too
+    │   │                                                  costly, or fails on a device
+    │   └── TooCostlyError                                 working out its allocation took
+    │                                                      more than the service's budget
     ├── NotFoundError                     2         404   no such claim or kernel (any more)
     │   ├── ClaimNotFoundError
     │   └── KernelNotFoundError
@@ -164,6 +166,14 @@ class SelectorError(InvalidInputError):
         super().__init__(text)
 
 
+class TooCostlyError(InvalidInputError):
+    """Working out the allocation of a request took more than the service's budget of CPU
+    time per request (its policy's ``request_cpu``): the same request would again, so it is
+    refused as it is; simpler selectors or fewer requests may fit."""
+
+    reason = "too costly to allocate"
+
+
 class NotFoundError(DraJupyterError):
     """A claim or kernel that does not exist (any more)."""
 
@@ -304,5 +314,6 @@ __all__ = [
     "NotFoundError",
     "ObjectError",
     "SelectorError",
+    "TooCostlyError",
     "UnavailableError",
 ]

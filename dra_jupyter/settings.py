@@ -18,9 +18,14 @@ variable                          meaning (default)
                                   machine's ``dra-jupyter service``, over its socket),
                                   ``kubernetes`` (ResourceClaims in a cluster) or ``auto``:
                                   kubernetes when running in a pod with a service account,
-                                  else service when its socket answers, else local
-                                  (``local``)
+                                  else service where it is installed, else local (unset:
+                                  service where it is installed, else local). The service
+                                  is installed where its socket or its policy file exists:
+                                  then it is used whether it answers or not (a session
+                                  never falls back to a private ledger)
 ``DRA_JUPYTER_SOCKET``            the service's Unix socket (``/run/dra-jupyter/socket``)
+``DRA_JUPYTER_SERVICE_CONFIG``    the service's policy file, whose presence says that the
+                                  service is installed (``/etc/dra-jupyter/service.toml``)
 ``DRA_JUPYTER_NAMESPACE``         the namespace of the Kubernetes backend's claims and
                                   pods (the pod's own, else the kubeconfig context's,
                                   else ``default``)
@@ -55,6 +60,7 @@ from dra_jupyter.errors import InvalidInputError, shown
 BackendName = Literal["local", "service", "kubernetes", "auto"]
 BACKENDS: tuple[BackendName, ...] = ("local", "service", "kubernetes", "auto")
 DEFAULT_SOCKET = Path("/run/dra-jupyter/socket")
+DEFAULT_SERVICE_CONFIG = Path("/etc/dra-jupyter/service.toml")
 # What a pod's service account mounts (token, namespace): its presence means "in a pod".
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -103,6 +109,7 @@ class Settings:
     server_id: str = ""  # the Jupyter server whose kernel or REST API makes the claims
     rerun_releases: bool = True  # a cell run again releases its previous run's claims first
     socket: Path = DEFAULT_SOCKET  # the dra-jupyter service's Unix socket
+    service_config: Path = DEFAULT_SERVICE_CONFIG  # its policy file (where it is installed)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -113,7 +120,11 @@ class Settings:
                 f"DRA_JUPYTER_STRATEGY={shown(strategy)} is not known; "
                 f"use {' or '.join(STRATEGIES)}"
             )
-        backend = env.get("DRA_JUPYTER_BACKEND", "local")
+        sock = Path(env.get("DRA_JUPYTER_SOCKET") or DEFAULT_SOCKET)
+        config = Path(env.get("DRA_JUPYTER_SERVICE_CONFIG") or DEFAULT_SERVICE_CONFIG)
+        backend = env.get("DRA_JUPYTER_BACKEND") or (
+            "service" if service_installed(sock, config) else "local"
+        )
         if backend not in BACKENDS:
             raise InvalidInputError(
                 f"DRA_JUPYTER_BACKEND={shown(backend)} is not known; use {', '.join(BACKENDS)}"
@@ -140,13 +151,20 @@ class Settings:
             kube_retries=int(retries),
             kube_backoff=_seconds(env, "DRA_JUPYTER_KUBE_BACKOFF", 0.5),
             ledger=Path(env.get("DRA_JUPYTER_LEDGER") or default_ledger(env)),
-            socket=Path(env.get("DRA_JUPYTER_SOCKET") or DEFAULT_SOCKET),
+            socket=sock,
+            service_config=config,
             inventory=env.get("DRA_JUPYTER_INVENTORY", "auto"),
             strategy=strategy,
             poll_interval=_seconds(env, "DRA_JUPYTER_POLL_INTERVAL", 0.5),
             idle_timeout=_seconds(env, "DRA_JUPYTER_IDLE_TIMEOUT", 0),
             rerun_releases=rerun in ("1", "true", "yes", ""),
         )
+
+
+def service_installed(socket: Path, config: Path) -> bool:
+    """Whether the machine's ``dra-jupyter service`` is installed: its socket or its policy
+    file exists (the daemon may be restarting: it is the service all the same)."""
+    return socket.exists() or config.exists()
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

@@ -10,7 +10,8 @@ Client processes then ask it for GPUs, and what each is told is printed:
   forked from this one and dropped to the user (``initgroups``, ``setgid``, ``setuid``), so
   that the daemon sees their real credentials (``SO_PEERCRED``): each user gets 2 GPUs, a
   third request of the first is refused by the limit, the second user cannot release the
-  first's claim, and a process that exits has its claim reclaimed at once;
+  first's claim (to them it is as one that does not exist), and a process that exits has
+  its claim reclaimed at once;
 * otherwise, the same with the one user this is: two processes, the limit over both, the
   reclaim; and a line saying that showing several users needs root.
 
@@ -194,8 +195,8 @@ def _serve(command: list[Any]) -> Any:
     if op == "request":
         claim = session.request(gpu=command[1], lease=600, apply_env=False)
         return f"{claim.name} on {', '.join(d.device.rsplit('/', 1)[-1] for d in claim.devices)}"
-    if op == "release":
-        session.backend.release(command[1], any_owner=True)
+    if op == "release":  # another user's claim is as one that does not exist
+        session.release(command[1])
         return f"released {command[1]}"
     if op == "holders":
         return [

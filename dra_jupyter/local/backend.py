@@ -21,6 +21,7 @@ from dra_jupyter.accounting.book import Book
 from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.allocator import Allocator, Explanation, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
+from dra_jupyter.allocator.core import DEFAULT_MAX_STEPS
 from dra_jupyter.errors import (
     PYTHON_WAIT,
     AllocationError,
@@ -202,14 +203,22 @@ class LocalBackend:
         """One sampling tick's reports (see :meth:`add_activity`), in one transaction."""
         return self.ledger.add_activities(reports)
 
-    def allocator(self, held: list[ClaimRecord]) -> Allocator:
-        """An allocator on the devices with ``held`` allocated."""
-        return Allocator(
+    def allocator(
+        self,
+        held: list[ClaimRecord],
+        *,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        kind: type[Allocator] = Allocator,
+    ) -> Allocator:
+        """An allocator (of class ``kind``) on the devices with ``held`` allocated, whose
+        search gives up after ``max_steps``."""
+        return kind(
             self.devices.slices,
             self.devices.device_classes,
             self._objects(held) if held else [],
             self.strategy,
             cache=self._cache if held else self._idle,
+            max_steps=max_steps,
         )
 
     def _objects(self, held: list[ClaimRecord]) -> list[Wire]:
@@ -227,14 +236,20 @@ class LocalBackend:
         self._wires.update(fresh)
         return [fresh[id(r)][1] for r in held]
 
-    def check_possible(self, claim: Wire) -> None:
+    def check_possible(
+        self,
+        claim: Wire,
+        *,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        kind: type[Allocator] = Allocator,
+    ) -> None:
         """Raise NeverPossibleError when the claim could not be met even on an idle
         machine. A shape found possible once is not tried again (the devices here do not
-        change)."""
+        change). ``max_steps`` and ``kind``: those of the allocator that tries."""
         shape = shape_of(claim)
         if shape in self._possible:
             return
-        idle = self.allocator([])
+        idle = self.allocator([], max_steps=max_steps, kind=kind)
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
         if idle.allocate([probe]) is None:

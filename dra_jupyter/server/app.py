@@ -70,8 +70,10 @@ class DRAExtensionApp(ExtensionApp):
         (this machine's dra-jupyter service, over $DRA_JUPYTER_SOCKET) or 'kubernetes'
         (ResourceClaims in a namespace, allocated by kube-scheduler for the pods that use
         them). Kernels get the same backend. Default: $DRA_JUPYTER_BACKEND ('auto':
-        kubernetes in a pod with a service account, else service when its socket answers,
-        else local), else 'local'.""",
+        kubernetes in a pod with a service account, else service where it is installed,
+        else local), else 'service' where the service is installed (its socket
+        $DRA_JUPYTER_SOCKET or its policy file $DRA_JUPYTER_SERVICE_CONFIG exists), else
+        'local'.""",
     )
     namespace = Unicode(
         config=True,

@@ -82,6 +82,7 @@ RELEASED_MAX = 1000
 # Why a claim went, for a user: what each reason of the events and the ledger means.
 _REASONS = {
     "user": "released by its user",
+    "admin": "released by an admin",
     "kernel-shutdown": "its kernel shut down or was restarted (a plain restart gives the "
     "devices back; the card's Restart kernel with these devices keeps them)",
     "expired": "its lease ended",

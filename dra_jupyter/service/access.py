@@ -4,12 +4,13 @@ of each user (kept until the policy is reloaded), and whose claims a caller may 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from dra_jupyter.errors import ForbiddenError
 from dra_jupyter.service.peer import Peer, user_groups
 from dra_jupyter.service.policy import Limits, Policy
-from dra_jupyter.types import ClaimRecord, Owner
+from dra_jupyter.types import ClaimRecord, Owner, claim_prefix
 
 MOST_KEPT = 4096  # users' limits kept (by user and groups) before they are worked out again
 
@@ -51,6 +52,29 @@ class Access:
                 self._limits.clear()
             limits = self._limits[key] = self.policy.limits(user, groups)
         return limits
+
+    def own_name(self, peer: Peer, name: str) -> str:
+        """The claim ``name`` as ``peer`` means it. With ``visibility = "own"``, a user's
+        names are their own (an admin's are as given): one that does not begin with the
+        user's prefix (``bob-``) gets it (``train`` is ``bob-train``), so that no other
+        user's name can be asked for, and none reads differently for being held by another
+        user than for being free."""
+        if self.policy.visibility != "own" or self.admin(peer):
+            return name
+        prefix = f"{claim_prefix(peer.user)}-"
+        return name if name.startswith(prefix) else prefix + name
+
+    def named(self, peer: Peer, name: str, held: Iterable[ClaimRecord]) -> ClaimRecord | None:
+        """The claim of ``held`` that ``peer`` means by ``name`` (:meth:`own_name`; else one
+        of the user's own named so before names were theirs, an imported one), if ``peer``
+        may see it: another user's, where hidden, is as one that does not exist."""
+        own = self.own_name(peer, name)
+        by_name = {r.name: r for r in held}
+        record = by_name.get(own)
+        if record is None and own != name:
+            plain = by_name.get(name)
+            record = plain if plain is not None and plain.owner.user == peer.user else None
+        return record if record is not None and self.visible(peer, record) else None
 
     def shown(self, peer: Peer, held: list[ClaimRecord]) -> list[ClaimRecord]:
         """``held`` as ``peer`` may see it: others' claims, where hidden, keep their devices

@@ -84,8 +84,8 @@ class Channel:
             sock.close()
             raise UnavailableError(
                 f"the dra-jupyter service at {self.path} does not answer ({err.strerror or err}); "
-                "start it (systemctl start dra-jupyter, or dra-jupyter service --config FILE), "
-                "or set DRA_JUPYTER_BACKEND=local"
+                "it may be restarting: try again in a moment; if it stays down, its admin "
+                "starts it (systemctl start dra-jupyter, or dra-jupyter service --config FILE)"
             ) from err
         try:
             self._check_daemon(sock)

@@ -42,6 +42,7 @@ from dra_jupyter.service.connections import Connection, Connections, UserState
 from dra_jupyter.service.exporter import Exporter, snapshot_of
 from dra_jupyter.service.files import bind_socket, keep_open, open_private_ledger
 from dra_jupyter.service.gpus import GpuSampler
+from dra_jupyter.service.jobs import Job, Jobs
 from dra_jupyter.service.line import Line
 from dra_jupyter.service.ops import HANDLERS, WAITING, Ops
 from dra_jupyter.service.peer import HOST
@@ -97,6 +98,7 @@ class Daemon:
             self.selector, self.access, frame=self._frame, dropped=self._dropped
         )
         self.watches = Watches(self.selector, self.local, released=self._freed)
+        self.jobs = Jobs(self.selector)  # costly requests, worked out off the loop
         self.line = Line(
             self.access,
             self.ledger,
@@ -105,6 +107,7 @@ class Daemon:
             self.capacities,
             self.connections,
             watch=self.watches.watch,
+            jobs=self.jobs,
         )
         self.ops = Ops(
             self.access, self.ledger, self.local, self.devices, self.line, self.watches.watch
@@ -136,6 +139,7 @@ class Daemon:
         for record in self.ledger.read_claims():
             self.watches.watch(record.owner)
         self.listener = bind_socket(self.socket_path)
+        self._socket_file = self.socket_path.lstat()  # the file this daemon made
         self.selector.register(self.listener, selectors.EVENT_READ, "listener")
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -278,14 +282,15 @@ class Daemon:
             self.exporter.close()
             self.exporter = None
         if self.listener is not None:
-            with contextlib.suppress(OSError):
-                if os.path.samestat(self.socket_path.stat(), os.fstat(self.listener.fileno())):
+            with contextlib.suppress(OSError):  # ours (not another daemon's since): removed
+                if os.path.samestat(self.socket_path.lstat(), self._socket_file):
                     self.socket_path.unlink()
             self.listener.close()
             self.listener = None
         self._keeper.close()
         self.ops.close()
         self.gpus.close()
+        self.jobs.close()
         for key in list(self.selector.get_map().values()):
             if isinstance(key.data, Connection):
                 key.data.sock.close()
@@ -326,6 +331,8 @@ class Daemon:
                     pass
         elif isinstance(data, Watch):
             self.watches.exited(data)
+        elif isinstance(data, Job):
+            self.jobs.read(data)
         elif isinstance(data, Connection):
             if mask & selectors.EVENT_READ:
                 self.connections.read(data)

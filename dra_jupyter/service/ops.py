@@ -33,6 +33,7 @@ from dra_jupyter.service.args import (
 from dra_jupyter.service.connections import Connection
 from dra_jupyter.service.line import Line
 from dra_jupyter.service.peer import HOST
+from dra_jupyter.service.work import INLINE_STEPS, Bounded, costly
 from dra_jupyter.types import ClaimRecord, Owner
 
 if TYPE_CHECKING:
@@ -77,9 +78,9 @@ class Ops:
             with contextlib.suppress(Exception):  # NVML's shutdown: nothing to do about it
                 self._metrics.close()
 
-    def _find(self, name: Any) -> ClaimRecord | None:
-        name = name_arg({"name": name})
-        return next((r for r in self.ledger.read_claims() if r.name == name), None)
+    def _find(self, conn: Connection, args: Args) -> ClaimRecord | None:
+        """The live claim ``args`` names, as the caller means it (:meth:`Access.named`)."""
+        return self.access.named(conn.peer, name_arg(args), self.ledger.read_claims())
 
     def op_hello(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
         """Who the daemon says the caller is, and the policy that applies to them."""
@@ -137,14 +138,17 @@ class Ops:
     def op_record(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
         """One live claim the caller may see, or how its own (or, an admin's, any) released
         one ended."""
-        record = self._find(args.get("name"))
-        if record is not None and self.access.visible(conn.peer, record):
+        record = self._find(conn, args)
+        if record is not None:
             return {
                 "record": protocol.record_to_wire(record),
                 "released_at": None,
                 "released": None,
             }
-        gone = self.ledger.released(name_arg(args))
+        name = name_arg(args)
+        gone = self.ledger.released(self.access.own_name(conn.peer, name))
+        if gone is None:  # one of the caller's named so before names were theirs
+            gone = self.ledger.released(name)
         if gone is None or not (gone.owner.user == conn.peer.user or self.access.admin(conn.peer)):
             return {"record": None, "released_at": None, "released": None}
         released = None
@@ -158,15 +162,18 @@ class Ops:
         return {"record": None, "released_at": gone.time, "released": released}
 
     def op_keep(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
-        """Activity on a claim (its idle countdown starts again); False if it is gone."""
-        record = self._find(args.get("name"))
+        """Activity on a claim (its idle countdown starts again); False if it is gone (or
+        another user's, hidden)."""
+        record = self._find(conn, args)
         if record is None:
             return False
         self.access.may_change(conn.peer, record, "keep")
         return self.local.touch(record.name, time.time())
 
     def op_release(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
-        """Give a claim back (for ``reason``); False if it is gone."""
+        """Give a claim back (for ``reason``); False if it is gone (or another user's,
+        hidden). An admin's release of another user's claim says who: reason ``admin``
+        (where ``user`` was asked), and the words ``released by admin carol``."""
         reason = args.get("reason", "user")
         if (
             not isinstance(reason, str)
@@ -177,24 +184,40 @@ class Ops:
                 f"release: reason {shown(reason)}; use at most {protocol.MAX_REASON} "
                 "lower-case letters and '-'"
             )
-        name = name_arg(args)
+        peer = conn.peer
+        message = None
         with self.ledger.transaction() as tx:
-            record = next((r for r in Ledger.claims(tx) if r.name == name), None)
+            record = self.access.named(peer, name_arg(args), Ledger.claims(tx))
             if record is None:
                 return False
-            self.access.may_change(conn.peer, record, "release")
-            Ledger.delete(tx, record, reason, time.time())
+            name = record.name
+            self.access.may_change(peer, record, "release")
+            if record.owner.user != peer.user:  # an admin's release of another user's claim
+                message = f"released by admin {peer.user}"
+                if reason == "user":
+                    reason = "admin"
+                else:
+                    message += f" ({reason})"
+            Ledger.delete(tx, record, reason, time.time(), message)
         log.info(
             "claim %s of %s released by %s (%s)", name, record.owner.user, conn.peer.user, reason
         )
         self.line.serve()
         return True
 
-    def op_explain(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
-        """Why a claim could or could not be allocated now."""
+    def op_explain(self, conn: Connection, request_id: protocol.RequestId, args: Args) -> Any:
+        """Why a claim could or could not be allocated now (a costly one: worked out off
+        the loop, answered later)."""
         claim = claim_arg(args)
         held = self.access.shown(conn.peer, self.local.claims(all_users=True))
-        return self.local.allocator(held).explain([probe(claim)]).to_dict()
+        if not costly(claim, len(self.line.kinds)):
+            bounded = self.local.allocator(held, max_steps=INLINE_STEPS, kind=Bounded)
+            assert isinstance(bounded, Bounded)
+            explained = bounded.explain([probe(claim)])
+            if not bounded.exhausted:
+                return explained.to_dict()
+        self.line.explain_off(conn, request_id, claim, held)  # off the loop
+        return WAITING
 
     def op_metrics(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
         """The devices' metrics, read at most once per ``metrics_max_age`` (the policy's) for
@@ -287,6 +310,12 @@ class Ops:
         else:
             owner = process_owner(peer, kernel_id, HOST)
         claim = labelled(claim, peer.user)
+        name = claim["metadata"].get("name")
+        if name:
+            claim = {
+                **claim,
+                "metadata": {**claim["metadata"], "name": self.access.own_name(peer, name)},
+            }
         allocated = self.line.join(conn, request_id, claim, owner, lease, timeout)
         return WAITING if allocated is None else allocated
 

@@ -35,6 +35,13 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
                                    # is idle for gpu_idle_timeout (reason gpu-idle)
     prometheus_port = 0            # a port on 127.0.0.1 that answers the usage counters in
                                    # Prometheus's text format (every user's); 0: none
+    request_cpu = 5                # seconds of CPU the allocation of one request may cost
+                                   # (a costly one is worked out off the daemon's loop, in a
+                                   # process of its own; past this it is refused:
+                                   # TooCostlyError; its wall time is bounded at 4
+                                   # times this and 10 s: keep it so under the
+                                   # client's 60 s wait for an answer)
+    costly_at_once = 2             # costly requests worked out at once (one per user)
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
@@ -107,6 +114,8 @@ SERVICE_KEYS = {
     "gpu_idle_timeout",
     "release_gpu_idle",
     "prometheus_port",
+    "request_cpu",
+    "costly_at_once",
 }
 
 
@@ -159,6 +168,8 @@ class Policy:
     release_gpu_idle: bool = False
     enforce: EnforcePolicy = field(default_factory=EnforcePolicy)
     prometheus_port: int = 0  # 0: no Prometheus port
+    request_cpu: float = 5.0
+    costly_at_once: int = 2
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -249,6 +260,8 @@ def load_policy(path: Path | None) -> Policy:
         release_gpu_idle=_bool(service, "release_gpu_idle", where),
         enforce=_enforce(_table(data, "enforce", where), f"{where}, [enforce]"),
         prometheus_port=int(port),
+        request_cpu=_number(service, "request_cpu", 5, where),
+        costly_at_once=int(_number(service, "costly_at_once", 2, where)),
         defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
         groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
         users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},

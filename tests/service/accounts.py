@@ -295,6 +295,13 @@ class Child:
         answer: dict[str, Any] = json.loads(self._buffer.split(b"\n", 1)[0])
         return answer
 
+    def answered(self) -> bool:
+        """Whether its answer has come (without waiting for it)."""
+        if b"\n" in self._buffer:
+            return True
+        ready, _, _ = select.select([self._out_r], [], [], 0)
+        return bool(ready)
+
     def finish(self) -> None:
         with contextlib.suppress(OSError):
             os.write(self._go_w, b"x")

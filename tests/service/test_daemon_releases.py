@@ -96,16 +96,17 @@ def test_a_released_claim_is_told_to_its_owner_and_admins_only(users: dict[str, 
             made.release()
             return made.name
 
-        assert run_as(alice, svc.env(), make) == {"ok": "alice-nb"}
+        name = f"{alice.name}-alice-nb"  # a user's names are their own (visibility own)
+        assert run_as(alice, svc.env(), make) == {"ok": name}
 
         def ask() -> Any:
             backend = Session(Settings.from_env()).backend
-            ended = backend.ended("alice-nb")
+            ended = backend.ended(name)
             return [
                 None if ended is None else [ended.record.name, ended.reason],
-                backend.released_at("alice-nb") is not None,
+                backend.released_at(name) is not None,
             ]
 
-        assert run_as(alice, svc.env(), ask) == {"ok": [["alice-nb", "user"], True]}
-        assert run_as(carol, svc.env(), ask) == {"ok": [["alice-nb", "user"], True]}
+        assert run_as(alice, svc.env(), ask) == {"ok": [[name, "user"], True]}
+        assert run_as(carol, svc.env(), ask) == {"ok": [[name, "user"], True]}
         assert run_as(bob, svc.env(), ask) == {"ok": [None, False]}

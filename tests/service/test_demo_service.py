@@ -57,7 +57,7 @@ def test_the_service_demo_serves_two_users_and_leaves_nothing_behind() -> None:
         f"    LimitError: user {ada}: limit 2 GPUs (default), holds 2; the request needs 1 more\n"
         in out
     )
-    assert f"    ForbiddenError: claim {ada}-1 belongs to another user" in out
+    assert f"    ClaimNotFoundError: no claim {ada}-1 (already released?)" in out
     # each sees their own claim by name, the other's devices as held by another user
     assert f"{ada}-1: gpu-" in out and "(held by another user)" in out
     assert re.search(rf"the service reclaimed {ada}-1 \d+\.\d\ds after its process exited", out)

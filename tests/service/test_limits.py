@@ -152,9 +152,10 @@ def test_an_idle_claim_of_a_process_is_released_and_a_kept_one_is_not(
 
         holder = Child(alice, svc.env(), hold, hold=True)
         try:
-            assert holder.result() == {"ok": "idle"}
+            name = f"{alice.name}-idle"  # a user's names are their own (visibility own)
+            assert holder.result() == {"ok": name}
             leased = run_as(alice, svc.env(), lambda: detached().request(gpu=1, lease=600).name)
-            wait_for("the idle claim is released", lambda: released(svc).get("idle") == "idle")
+            wait_for("the idle claim is released", lambda: released(svc).get(name) == "idle")
             assert [c["name"] for c in live(svc)] == [leased["ok"]]  # lives by its lease
         finally:
             holder.kill()
