@@ -22,10 +22,11 @@ free) in the allocator's cache. Each allocator has a :class:`NodeFilter`, which 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from dra_jupyter.allocator.cache import Catalog, Holdings, Listed, request_shape
+from dra_jupyter.allocator.capacity import CapacityProblem, consumed_capacity
 from dra_jupyter.allocator.pools import Pool
 from dra_jupyter.allocator.scan import PoolScans, Scan, Test
 from dra_jupyter.allocator.search import (
@@ -38,12 +39,14 @@ from dra_jupyter.allocator.search import (
 from dra_jupyter.allocator.state import AllocatedState
 from dra_jupyter.model.objects import (
     CounterSet,
+    Device,
     DeviceClass,
     ExactRequest,
     Node,
     PoolID,
     ResourceClaim,
 )
+from dra_jupyter.model.quantity import Quantity
 
 
 class NodeSource(Protocol):
@@ -293,6 +296,8 @@ class NodeFilter:
                 for owner, selectors in ((cls, cls.selectors), (claim, request.selectors))
                 for i, expr in enumerate(selectors)
             )
+            if request.capacity_requests:
+                tests += (_capacity_test(request.capacity_requests),)
             found = self._scans[id(request)] = (request, Scan(pool_scans, tests, free, rough))
         return found[1]
 
@@ -396,3 +401,18 @@ class NodeFilter:
         if left is None:
             left = self.holdings.counters[pool.id] = available_counters(pool, self.state)
         return left
+
+
+def _capacity_test(requests: Mapping[str, Quantity]) -> Test:
+    """A test for the scan that never rules a device out but notes, as a CEL error is noted,
+    a device the search would stop at because the request cannot be consumed from it (a
+    negative amount, or one past int64): such a node is never ruled out by counting."""
+
+    def test(device: Device, driver: str, pool: str) -> bool | str:
+        try:
+            consumed_capacity(requests, device)
+        except CapacityProblem as problem:
+            return str(problem)
+        return True
+
+    return test

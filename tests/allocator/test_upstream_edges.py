@@ -1,0 +1,197 @@
+"""The edges of Kubernetes 1.37.2 that random worlds seldom reach (issue #31): consumable
+capacity near its limits, fields of features that are off with the 1.37 default gates, and
+what kube-apiserver refuses. Each expectation is what ``tools/upstream-allocator``
+(kube-apiserver's defaulting and validation, then ``k8s.io/dynamic-resource-allocation``
+v0.37.2's incubating allocator as kube-scheduler runs it, 1.37 default gates) answers for the
+same objects, and what its source says (``structured/internal/incubating``:
+``consumable_capacity.go``, ``compatibility_groups.go``, ``constraint.go``;
+``pkg/apis/resource/validation``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_jupyter.allocator import Allocator
+from dra_jupyter.cli import main as cli_main
+from dra_jupyter.errors import InvalidInputError
+
+Wire = dict[str, Any]
+DRIVER = "d.example.com"
+NODE: Wire = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}
+INT64_MAX = "9223372036854775807"
+PAST_INT64 = "9223372036854775808"
+
+
+def device_class(name: str = "c") -> Wire:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {},
+    }
+
+
+def slice_(*devices: Wire, name: str = "s", pool: str = "p", count: int = 1) -> Wire:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": "node-1",
+            "pool": {"name": pool, "generation": 1, "resourceSliceCount": count},
+            "devices": list(devices),
+        },
+    }
+
+
+def claim(*requests: Wire, constraints: list[Wire] | None = None, name: str = "c") -> Wire:
+    devices: Wire = {"requests": list(requests)}
+    if constraints:
+        devices["constraints"] = constraints
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": devices},
+    }
+
+
+def exact(name: str = "r", **fields: Any) -> Wire:
+    return {"name": name, "exactly": {"deviceClassName": "c", **fields}}
+
+
+def bandwidth(amount: str) -> Wire:
+    return {"capacity": {"requests": {"bw": amount}}}
+
+
+def shared(name: str, value: str = "8", policy: Wire | None = None) -> Wire:
+    cap: Wire = {"value": value}
+    if policy is not None:
+        cap["requestPolicy"] = policy
+    return {"name": name, "allowMultipleAllocations": True, "capacity": {"bw": cap}}
+
+
+def allocate(
+    slices: list[Wire], claims: list[Wire], held: list[Wire] | None = None
+) -> list[Wire] | None:
+    allocator = Allocator(
+        slices, [device_class()], held or [], nodes=[NODE], share_id_factory=lambda: "share"
+    )
+    results = allocator.allocate(claims)
+    return None if results is None else [r.to_dict() for r in results]
+
+
+def devices_of(found: list[Wire] | None) -> list[str]:
+    assert found is not None
+    return [r["device"] for r in found[0]["devices"]["results"]]
+
+
+def cli(objects: list[Wire], tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    path = tmp_path / "world.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(
+        [*args, "-f", str(path)] if args[0] == "allocate" else [*args, str(path)], out, err
+    )
+    return code, out.getvalue(), err.getvalue()
+
+
+# --- 1. a negative consumable-capacity request stops the allocation ---------------------------
+
+
+def test_negative_capacity_request_stops_the_allocation() -> None:
+    """Upstream: "capacity value is negative" (errNegativeCapacity), not a share of -5 that
+    would add capacity for everyone else."""
+    with pytest.raises(InvalidInputError, match="capacity value is negative"):
+        allocate([slice_(shared("d0"))], [claim(exact(**bandwidth("-5")))])
+
+
+def test_negative_capacity_request_stops_it_on_a_device_that_is_not_shared() -> None:
+    device = {"name": "d0", "capacity": {"bw": {"value": "8"}}}
+    with pytest.raises(InvalidInputError, match="capacity value is negative"):
+        allocate([slice_(device)], [claim(exact(**bandwidth("-5")))])
+
+
+def test_negative_capacity_request_is_an_invalid_input_for_the_cli(tmp_path: Path) -> None:
+    world = [device_class(), slice_(shared("d0")), NODE, claim(exact(**bandwidth("-5")))]
+    code, _, err = cli(world, tmp_path, "allocate")
+    assert code == 2
+    assert "capacity value is negative" in err and len(err.strip().splitlines()) == 1
+
+
+def test_negative_request_under_a_range_rounds_up_to_its_min() -> None:
+    policy = {"default": "1", "validRange": {"min": "1", "step": "1"}}
+    found = allocate([slice_(shared("d0", policy=policy))], [claim(exact(**bandwidth("-5")))])
+    assert found is not None
+    assert found[0]["devices"]["results"][0]["consumedCapacity"] == {"bw": "1"}
+
+
+def held_claim(device: str) -> Wire:
+    """A claim in use holding ``device`` whole."""
+    out = claim(exact(), name="held")
+    result = {"request": "r", "driver": DRIVER, "pool": "p", "device": device}
+    out["status"] = {"allocation": {"devices": {"results": [result]}}}
+    return out
+
+
+def test_negative_request_stops_only_where_the_search_reaches_a_device_with_it() -> None:
+    """A device without the capacity is passed over (a request it lacks), and one in use is
+    never looked at: then the request only finds no device (exit 1)."""
+    plain = {"name": "d0"}
+    dedicated = {"name": "d1", "capacity": {"bw": {"value": "8"}}}
+    with pytest.raises(InvalidInputError, match="capacity value is negative"):
+        allocate([slice_(plain, dedicated)], [claim(exact(**bandwidth("-5")))])
+    found = allocate(
+        [slice_(plain, dedicated)], [claim(exact(**bandwidth("-5")))], [held_claim("d1")]
+    )
+    assert found is None
+
+
+# --- 2. a validRange request past int64, or rounded past it, stops the allocation -------------
+
+BIG = {"default": "1", "validRange": {"min": "1", "step": "1"}}
+
+
+def test_range_request_past_int64_stops_the_allocation() -> None:
+    slices = [slice_(shared("d0", INT64_MAX, BIG), shared("d1", INT64_MAX))]
+    with pytest.raises(InvalidInputError, match="exceeds MaxInt64"):
+        allocate(slices, [claim(exact(**bandwidth(PAST_INT64)))])
+
+
+def test_range_request_rounded_past_int64_stops_the_allocation() -> None:
+    policy = {"default": "0", "validRange": {"min": "0", "step": "2"}}
+    slices = [slice_(shared("d0", INT64_MAX, policy), shared("d1", INT64_MAX))]
+    with pytest.raises(InvalidInputError, match="passes MaxInt64"):
+        allocate(slices, [claim(exact(**bandwidth(INT64_MAX)))])
+
+
+def test_range_request_that_rounds_to_int64_max_is_allocated() -> None:
+    policy = {"default": "1", "validRange": {"min": "1", "step": "2"}}
+    found = allocate(
+        [slice_(shared("d0", INT64_MAX, policy))], [claim(exact(**bandwidth(INT64_MAX)))]
+    )
+    assert found is not None
+    assert found[0]["devices"]["results"][0]["consumedCapacity"] == {"bw": INT64_MAX}
+
+
+def test_range_request_past_int64_stops_all_mode() -> None:
+    slices = [slice_(shared("d0", INT64_MAX), shared("d1", INT64_MAX, BIG))]
+    request = exact(allocationMode="All", **bandwidth(PAST_INT64))
+    with pytest.raises(InvalidInputError, match="exceeds MaxInt64"):
+        allocate(slices, [claim(request)])
+
+
+def test_all_mode_meets_the_problem_on_a_device_held_by_another_claim() -> None:
+    """All mode lists every device that matches, held or not, before the search."""
+    device = {"name": "d1", "capacity": {"bw": {"value": "8"}}}
+    slices = [slice_(shared("d0"), device)]
+    request = exact(allocationMode="All", **bandwidth("-1"))
+    with pytest.raises(InvalidInputError, match="capacity value is negative"):
+        allocate(slices, [claim(request)], [held_claim("d1")])
