@@ -16,6 +16,7 @@ from dra_jupyter.model.objects import CounterSet, Device, DeviceID, Node, PoolID
 
 _LOCAL_NODE = attrgetter("local_node")
 _FLEXIBLE = attrgetter("flexible")
+_GROUPS = attrgetter("compatibility_groups")
 
 
 @dataclass
@@ -51,6 +52,12 @@ class SliceIndex:
 
     def __init__(self, slices: Sequence[ResourceSlice]) -> None:
         self.slices = slices
+        if any(map(_GROUPS, slices)):
+            # DRADeviceCompatibilityGroups is off (1.37): upstream's GatherPools ignores a
+            # slice whose devices name compatibility groups, so its pool is incomplete (its
+            # other devices unusable too) unless all of the pool's slices are ignored; they
+            # still count for a newer generation (:attr:`by_pool`)
+            slices = [s for s in slices if not s.compatibility_groups]
         self.local: dict[str, Sequence[ResourceSlice]] = {}
         self.shared: list[ResourceSlice] = []  # device slices usable on more than one node
         self.counters: dict[PoolID, list[ResourceSlice]] = {}  # every counter slice, by pool
@@ -126,7 +133,7 @@ class SliceIndex:
         if self._device_slices is None:
             devices: dict[PoolID, list[ResourceSlice]] = {}
             for s in self.slices:
-                if not s.shared_counters:
+                if not s.shared_counters and not s.compatibility_groups:
                     devices.setdefault(s.pool_id, []).append(s)
             self._device_slices = devices
         return self._device_slices
@@ -234,7 +241,9 @@ def _group(candidates: Sequence[ResourceSlice], index: SliceIndex) -> list[Pool]
             same = index.by_pool.get(pool_id, [])
             if any(s.generation > generation for s in same):
                 continue  # obsolete: a newer generation is being published elsewhere
-            all_for_pool = [s for s in same if s.generation == generation]
+            all_for_pool = [
+                s for s in same if s.generation == generation and not s.compatibility_groups
+            ]
             if len(all_for_pool) != expected:
                 out.append(Pool(pool_id, incomplete=True))
                 continue

@@ -106,6 +106,10 @@ class DeviceCapacity:
 class CounterConsumption:
     counter_set: str
     counters: Mapping[str, Quantity]
+    # DRADeviceCompatibilityGroups (off in 1.37): a slice with a device that names groups
+    # is ignored by the allocator, which makes its pool incomplete (``compatibility_groups``
+    # of :class:`ResourceSlice`)
+    compatibility_groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +156,12 @@ class ResourceSlice:
     # every call: ``PoolID(driver, pool)``, whether a device consumes counters (a MIG
     # placement, a GPU that can be split) or allows several allocations (shared capacity),
     # ``local_node`` is the node of a slice of devices of one node (``nodeName``), else None.
+    # ``compatibility_groups``: whether a device names compatibility groups on a counter set
+    # it consumes (DRADeviceCompatibilityGroups, off in 1.37: the allocator ignores the slice).
     pool_id: PoolID = field(init=False, repr=False, compare=False)
     flexible: bool = field(init=False, repr=False, compare=False)
     local_node: str | None = field(init=False, repr=False, compare=False)
+    compatibility_groups: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pool_id", PoolID(self.driver, self.pool))
@@ -164,10 +171,13 @@ class ResourceSlice:
             "local_node",
             selection.node_name if selection is not None and not self.shared_counters else None,
         )
+        flexible = any(d.consumes_counters or d.allow_multiple_allocations for d in self.devices)
+        object.__setattr__(self, "flexible", flexible)
         object.__setattr__(
             self,
-            "flexible",
-            any(d.consumes_counters or d.allow_multiple_allocations for d in self.devices),
+            "compatibility_groups",
+            flexible
+            and any(c.compatibility_groups for d in self.devices for c in d.consumes_counters),
         )
 
 
@@ -251,6 +261,7 @@ _slice_setters = _setters(
         "pool_id",
         "flexible",
         "local_node",
+        "compatibility_groups",
     ),
 )[:9]  # the fields __init__ takes; __post_init__ sets the others
 

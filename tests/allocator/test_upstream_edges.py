@@ -195,3 +195,93 @@ def test_all_mode_meets_the_problem_on_a_device_held_by_another_claim() -> None:
     request = exact(allocationMode="All", **bandwidth("-1"))
     with pytest.raises(InvalidInputError, match="capacity value is negative"):
         allocate(slices, [claim(request)], [held_claim("d1")])
+
+
+# --- 3. fields of features that are off with the 1.37 default gates ----------------------------
+
+
+def counters_slice(name: str, pool: str, count: int) -> Wire:
+    out = slice_(name=name, pool=pool, count=count)
+    del out["spec"]["devices"]
+    out["spec"]["sharedCounters"] = [{"name": "cs", "counters": {"memory": {"value": "8"}}}]
+    return out
+
+
+def consumer(name: str, *groups: str) -> Wire:
+    use: Wire = {"counterSet": "cs", "counters": {"memory": {"value": "1"}}}
+    if groups:
+        use["compatibilityGroups"] = list(groups)
+    return {"name": name, "consumesCounters": [use]}
+
+
+def grouped_pool(pool: str = "p") -> list[Wire]:
+    """A pool of three slices: counters, a device without groups, one with groups."""
+    return [
+        counters_slice(f"{pool}-counters", pool, 3),
+        slice_(consumer("d0"), name=f"{pool}-a", pool=pool, count=3),
+        slice_(consumer("d1", "g"), name=f"{pool}-b", pool=pool, count=3),
+    ]
+
+
+def test_pool_with_compatibility_groups_is_skipped_as_a_whole() -> None:
+    """DRADeviceCompatibilityGroups is off: the slice with groups is ignored, so its pool is
+    incomplete and its other device is not taken either; the request falls through."""
+    other = slice_({"name": "d2"}, name="q", pool="q")
+    assert devices_of(allocate([*grouped_pool(), other], [claim(exact())])) == ["d2"]
+    assert allocate(grouped_pool(), [claim(exact())]) is None
+
+
+def test_pool_of_one_slice_with_groups_is_not_seen_at_all() -> None:
+    """No slice of the pool is left: there is no pool, not an incomplete one, so a request
+    for all devices takes those of the other pools (a counter slice would keep the pool,
+    incomplete: see the next test)."""
+    grouped = slice_(consumer("d1", "g"), name="p-b", pool="p")
+    other = slice_({"name": "d2"}, name="q", pool="q")
+    found = allocate([grouped, other], [claim(exact(allocationMode="All"))])
+    assert devices_of(found) == ["d2"]
+
+
+def test_all_mode_stops_at_a_pool_made_incomplete_by_groups() -> None:
+    other = slice_({"name": "d2"}, name="q", pool="q")
+    with pytest.raises(InvalidInputError, match="currently being updated"):
+        allocate([*grouped_pool(), other], [claim(exact(allocationMode="All"))])
+
+
+def listed(name: str, value: Wire) -> Wire:
+    return {"name": name, "attributes": {"a": value}}
+
+
+def test_list_attributes_are_read_not_refused(tmp_path: Path) -> None:
+    """DRAListTypeAttributes is off: kube-apiserver still validates and keeps the values; a
+    constraint over two devices with lists finds no allocation (exit 1), not invalid input."""
+    devices = slice_(listed("d0", {"strings": ["x", "y"]}), listed("d1", {"strings": ["x", "y"]}))
+    constrained = claim(exact(count=2), constraints=[{"matchAttribute": f"{DRIVER}/a"}])
+    assert allocate([devices], [constrained]) is None
+    code, _, err = cli([device_class(), devices, NODE, constrained], tmp_path, "allocate")
+    assert code == 1, err
+
+
+@pytest.mark.parametrize("kind", ["matchAttribute", "distinctAttribute"])
+def test_list_attribute_of_the_first_device_of_a_constraint_is_taken(kind: str) -> None:
+    devices = slice_(listed("d0", {"ints": [1, 2]}), listed("d1", {"int": 3}))
+    constrained = claim(exact(), constraints=[{kind: f"{DRIVER}/a"}])
+    assert devices_of(allocate([devices], [constrained])) == ["d0"]
+
+
+def test_match_attribute_takes_nothing_after_a_list() -> None:
+    devices = slice_(listed("d0", {"strings": ["x"]}), listed("d1", {"string": "x"}))
+    constrained = claim(exact(count=2), constraints=[{"matchAttribute": f"{DRIVER}/a"}])
+    assert allocate([devices], [constrained]) is None
+
+
+def test_distinct_attribute_takes_a_scalar_after_a_list_but_no_list_after_anything() -> None:
+    after_list = slice_(listed("d0", {"strings": ["x"]}), listed("d1", {"string": "x"}))
+    constrained = claim(exact(count=2), constraints=[{"distinctAttribute": f"{DRIVER}/a"}])
+    assert devices_of(allocate([after_list], [constrained])) == ["d0", "d1"]
+    after_scalar = slice_(listed("d0", {"string": "x"}), listed("d1", {"strings": ["y"]}))
+    assert allocate([after_scalar], [constrained]) is None
+
+
+def test_empty_list_attribute_is_refused_as_kube_apiserver_does() -> None:
+    with pytest.raises(InvalidInputError, match=r"strings: must not be empty if specified"):
+        allocate([slice_(listed("d0", {"strings": []}))], [claim(exact())])

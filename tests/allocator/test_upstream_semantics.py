@@ -43,10 +43,10 @@ Upstream cases left out (32):
   / ``list-attributes-distinct-constaint-*`` (10) case.
 
 Kept although upstream runs them with a gate off, because the outcome is the same
-with the 1.36 defaults (checked against upstream): ``partitionable-devices-disabled-
+with the 1.37 defaults (checked against upstream): ``partitionable-devices-disabled-
 device-consumes-counters``, ``list-attributes-disabled-match-constraint-with-lists``,
 ``list-attributes-disabled-distinct-constraint-with-lists`` (ListTypeAttributes is off
-in 1.36 anyway).
+in 1.37 anyway: the lists are read, and match nothing; no allocation).
 
 Part 2 (``nvidia-*``, ``example-driver-*``) runs the published demo claims of the
 NVIDIA GPU driver and of dra-example-driver against ResourceSlices shaped as those
@@ -4602,7 +4602,7 @@ UPSTREAM_CASES: dict[str, Case] = {
             )
         ],
     ),
-    # upstream runs this with its gate off; the outcome is the same with the 1.36 defaults
+    # upstream runs this with its gate off, as the 1.37 defaults have it
     "list-attributes-disabled-match-constraint-with-lists": Case(
         claims=[
             claim(
@@ -4628,9 +4628,9 @@ UPSTREAM_CASES: dict[str, Case] = {
                 ),
             )
         ],
-        error=r"stringAttribute\]\.strings: list values need the DRAListTypeAttributes",
+        expect=None,  # a list matches nothing, and is distinct from nothing after the first
     ),
-    # upstream runs this with its gate off; the outcome is the same with the 1.36 defaults
+    # upstream runs this with its gate off, as the 1.37 defaults have it
     "list-attributes-disabled-distinct-constraint-with-lists": Case(
         claims=[
             claim(
@@ -4656,7 +4656,7 @@ UPSTREAM_CASES: dict[str, Case] = {
                 ),
             )
         ],
-        error=r"stringAttribute\]\.strings: list values need the DRAListTypeAttributes",
+        expect=None,  # a list matches nothing, and is distinct from nothing after the first
     ),
     "allocation-mode-all-with-multi-host-resource-pool": Case(
         claims=[claim("claim-0", all_device_request("req-0", "class-a"))],
