@@ -407,6 +407,7 @@ def _device(ctx: Ctx, raw: Any, path: str, per_device: bool) -> Device:
         raise ctx.fail(
             path, "sets node selection, but the slice does not set perDeviceNodeSelection"
         )
+    conditions, failure_conditions = _binding_conditions(ctx, m, path)
     capacity = {str(k): _capacity(ctx, v, f"{path}.capacity[{k}]") for k, v in caps_raw.items()}
     multiple = ctx.boolean(m.get("allowMultipleAllocations"), f"{path}.allowMultipleAllocations")
     for key, cap in capacity.items():
@@ -428,22 +429,49 @@ def _device(ctx: Ctx, raw: Any, path: str, per_device: bool) -> Device:
         ),
         allow_multiple_allocations=multiple,
         binds_to_node=ctx.boolean(m.get("bindsToNode"), f"{path}.bindsToNode"),
-        binding_conditions=tuple(
-            ctx.seq(
-                m.get("bindingConditions"),
-                f"{path}.bindingConditions",
-                limits.MAX_BINDING_CONDITIONS,
-            )
-        ),
-        binding_failure_conditions=tuple(
-            ctx.seq(
-                m.get("bindingFailureConditions"),
-                f"{path}.bindingFailureConditions",
-                limits.MAX_BINDING_CONDITIONS,
-            )
-        ),
+        binding_conditions=conditions,
+        binding_failure_conditions=failure_conditions,
         node_selection=selection,
     )
+
+
+def _binding_conditions(
+    ctx: Ctx, m: Mapping[str, Any], path: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``bindingConditions`` and ``bindingFailureConditions``, checked as kube-apiserver's
+    ``validateDeviceBindingParameters``: at most 4 each, qualified names, no duplicates, no
+    name in both, and neither without the other."""
+    lists: list[tuple[str, ...]] = []
+    for key in ("bindingConditions", "bindingFailureConditions"):
+        names: list[str] = []
+        for i, raw in enumerate(
+            ctx.seq(m.get(key), f"{path}.{key}", limits.MAX_BINDING_CONDITIONS)
+        ):
+            name = ctx.name(raw, f"{path}.{key}[{i}]", limits.label_name_problem)
+            if name in names:
+                raise ctx.fail(f"{path}.{key}[{i}]", f"{shown(name)} is a duplicate")
+            if lists and name in lists[0]:
+                raise ctx.fail(
+                    f"{path}.{key}[{i}]",
+                    f"{shown(name)}: bindingFailureConditions must not overlap with "
+                    "bindingConditions",
+                )
+            names.append(name)
+        lists.append(tuple(names))
+    conditions, failures = lists
+    if failures and not conditions:
+        raise ctx.fail(
+            f"{path}.bindingConditions",
+            "bindingConditions are required to use bindingFailureConditions",
+            "list the conditions that must hold before binding, or drop the failure conditions",
+        )
+    if conditions and not failures:
+        raise ctx.fail(
+            f"{path}.bindingFailureConditions",
+            "bindingFailureConditions are required to use bindingConditions",
+            "list the conditions that mean binding failed (kube-apiserver requires both)",
+        )
+    return conditions, failures
 
 
 def parse_resource_slice(obj: Any) -> ResourceSlice:

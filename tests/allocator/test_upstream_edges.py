@@ -285,3 +285,63 @@ def test_distinct_attribute_takes_a_scalar_after_a_list_but_no_list_after_anythi
 def test_empty_list_attribute_is_refused_as_kube_apiserver_does() -> None:
     with pytest.raises(InvalidInputError, match=r"strings: must not be empty if specified"):
         allocate([slice_(listed("d0", {"strings": []}))], [claim(exact())])
+
+
+# --- 4, 5. what kube-apiserver refuses --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        (
+            {"bindingConditions": ["Ready"]},
+            r"devices\[0\]\.bindingFailureConditions: bindingFailureConditions are required "
+            "to use bindingConditions",
+        ),
+        (
+            {"bindingFailureConditions": ["Failed"]},
+            r"devices\[0\]\.bindingConditions: bindingConditions are required to use "
+            "bindingFailureConditions",
+        ),
+        (
+            {"bindingConditions": ["Ready"], "bindingFailureConditions": ["Ready"]},
+            "must not overlap",
+        ),
+        (
+            {"bindingConditions": ["Ready", "Ready"], "bindingFailureConditions": ["Failed"]},
+            r"bindingConditions\[1\]: 'Ready' is a duplicate",
+        ),
+        (
+            {"bindingConditions": ["not ready"], "bindingFailureConditions": ["Failed"]},
+            r"bindingConditions\[0\]: 'not ready' is not a qualified name",
+        ),
+    ],
+)
+def test_binding_conditions_refused_as_kube_apiserver_does(fields: Wire, problem: str) -> None:
+    device = {"name": "d0", "bindsToNode": True, **fields}
+    with pytest.raises(InvalidInputError, match=problem):
+        allocate([slice_(device)], [claim(exact())])
+
+
+def test_binding_conditions_with_failure_conditions_are_allocated_and_copied() -> None:
+    device = {
+        "name": "d0",
+        "bindingConditions": ["example.com/Ready"],
+        "bindingFailureConditions": ["example.com/Failed"],
+    }
+    found = allocate([slice_(device)], [claim(exact())])
+    assert found is not None
+    result = found[0]["devices"]["results"][0]
+    assert result["bindingConditions"] == ["example.com/Ready"]
+    assert result["bindingFailureConditions"] == ["example.com/Failed"]
+
+
+def test_two_slices_of_one_name_are_refused(tmp_path: Path) -> None:
+    first = slice_({"name": "d0"})
+    second = slice_({"name": "d1"}, pool="q")
+    with pytest.raises(
+        InvalidInputError, match=r"ResourceSlice s, metadata\.name: is defined twice"
+    ):
+        allocate([first, second], [claim(exact())])
+    code, _, err = cli([device_class(), first, second, NODE, claim(exact())], tmp_path, "allocate")
+    assert code == 2 and "ResourceSlice s" in err and len(err.strip().splitlines()) == 1

@@ -5179,7 +5179,14 @@ UPSTREAM_CASES: dict[str, Case] = {
                 "node-1",
                 "pool-2",
                 "driver-a",
-                device("device-3", attributes={"type": "Y"}, binding_conditions=["IsPrepare"]),
+                # upstream's case has no failure conditions, which kube-apiserver requires
+                # beside binding conditions (and so do we): one is added, here and below
+                device(
+                    "device-3",
+                    attributes={"type": "Y"},
+                    binding_conditions=["IsPrepare"],
+                    binding_failure_conditions=["IsFailed"],
+                ),
             ),
         ],
         expect=[
@@ -5187,7 +5194,12 @@ UPSTREAM_CASES: dict[str, Case] = {
                 local_node_selector("node-1"),
                 device_allocation_result("req-1", "driver-a", "pool-1", "device-2"),
                 device_allocation_result(
-                    "req-1", "driver-a", "pool-2", "device-3", binding_conditions=["IsPrepare"]
+                    "req-1",
+                    "driver-a",
+                    "pool-2",
+                    "device-3",
+                    binding_conditions=["IsPrepare"],
+                    binding_failure_conditions=["IsFailed"],
                 ),
                 device_allocation_result("req-2", "driver-a", "pool-1", "device-1"),
             )
