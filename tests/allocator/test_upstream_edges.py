@@ -345,3 +345,28 @@ def test_two_slices_of_one_name_are_refused(tmp_path: Path) -> None:
         allocate([first, second], [claim(exact())])
     code, _, err = cli([device_class(), first, second, NODE, claim(exact())], tmp_path, "allocate")
     assert code == 2 and "ResourceSlice s" in err and len(err.strip().splitlines()) == 1
+
+
+# --- 6. every reader of slices takes the model's values ----------------------------------------
+
+
+def test_devices_table_reads_a_counter_without_a_value_as_zero(tmp_path: Path) -> None:
+    """``dra-jupyter devices --inventory FILE`` ended in an internal error (KeyError 'value'
+    in the table of counters left): a counter or capacity without ``value`` is zero, as the
+    allocator and kube-apiserver read it."""
+    counters = counters_slice("p-counters", "p", 2)
+    counters["spec"]["sharedCounters"][0]["counters"] = {"memory": {}}
+    device = {
+        "name": "gpu-0",
+        "attributes": {"type": {"string": "gpu"}, "uuids": {"strings": ["a", "b"]}},
+        "capacity": {"memory": {}},
+        "consumesCounters": [{"counterSet": "cs", "counters": {"memory": {}}}],
+    }
+    inventory = tmp_path / "slices.json"
+    items = [counters, slice_(device, name="p-a", pool="p", count=2)]
+    inventory.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["devices", "--ledger", str(tmp_path / "ledger.db"), "--inventory", str(inventory)]
+    code = cli_main(argv, out, err)
+    assert code == 0, err.getvalue()
+    assert "d.example.com/p/gpu-0" in out.getvalue() and "free" in out.getvalue()
