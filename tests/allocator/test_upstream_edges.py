@@ -282,6 +282,30 @@ def test_distinct_attribute_takes_a_scalar_after_a_list_but_no_list_after_anythi
     assert allocate([after_scalar], [constrained]) is None
 
 
+@pytest.mark.parametrize(
+    ("expression", "found"),
+    [
+        ('"x" in device.attributes["d.example.com"].a', True),
+        ('size(device.attributes["d.example.com"].a) == 2', True),
+        ('device.attributes["d.example.com"].a == "x"', False),
+        ('device.attributes["d.example.com"].a != "x"', True),
+    ],
+)
+def test_selectors_see_a_list_attribute_as_a_list(expression: str, found: bool) -> None:
+    devices = slice_(listed("d0", {"strings": ["x", "y"]}))
+    request = exact(selectors=[{"cel": {"expression": expression}}])
+    assert (allocate([devices], [claim(request)]) is not None) is found
+
+
+def test_a_list_attribute_is_no_range_of_a_macro_with_the_gate_off() -> None:
+    """Its type is any, not dyn: "cannot be range of a comprehension" when the claim is
+    validated, whatever the devices."""
+    expression = 'device.attributes["d.example.com"].a.exists(v, v == "y")'
+    request = exact(selectors=[{"cel": {"expression": expression}}])
+    with pytest.raises(InvalidInputError, match="cannot be the range of a comprehension"):
+        allocate([slice_(listed("d0", {"strings": ["x", "y"]}))], [claim(request)])
+
+
 def test_empty_list_attribute_is_refused_as_kube_apiserver_does() -> None:
     with pytest.raises(InvalidInputError, match=r"strings: must not be empty if specified"):
         allocate([slice_(listed("d0", {"strings": []}))], [claim(exact())])
