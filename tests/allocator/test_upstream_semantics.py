@@ -132,6 +132,26 @@ class Case:
     expect: list[Wire] | None = None
     error: str | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slices", _unique_names(self.slices))  # frozen
+
+
+def _unique_names(slices: list[Wire]) -> list[Wire]:
+    """Upstream's table reuses slice names (``slice-1`` in two pools, or in two generations
+    of one), which kube-apiserver cannot hold and the allocator refuses: the second ``s``
+    becomes ``s-2``, which sorts right after ``s`` and before any other name (``-`` sorts
+    before the digits and letters), so the order within a pool stays upstream's."""
+    seen: dict[str, int] = {}
+    out = []
+    for slice_obj in slices:
+        name = slice_obj["metadata"]["name"]
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            slice_obj = {**slice_obj, "metadata": {**slice_obj["metadata"]}}
+            slice_obj["metadata"]["name"] = f"{name}-{seen[name]}"
+        out.append(slice_obj)
+    return out
+
 
 # Taints and tolerations, named as in upstream's TestAllocator.
 TAINT_NONE = taint("taint-key", "taint-value", "None")
