@@ -84,6 +84,8 @@ class SliceIndex:
         # per device slice and the counter sets it was checked against: its problem, so a
         # pool seen through its counter slices and then by its node is checked once
         self.problems: dict[tuple[int, frozenset[tuple[str, int]]], str] = {}
+        self._plain_shapes: tuple[dict[object, list[ResourceSlice]], list[ResourceSlice]] | None
+        self._plain_shapes = None
 
     def _index_each(self, slices: Sequence[ResourceSlice]) -> None:
         """The index, slice by slice (several slices a node, shared or counter slices)."""
@@ -137,6 +139,30 @@ class SliceIndex:
                     devices.setdefault(s.pool_id, []).append(s)
             self._device_slices = devices
         return self._device_slices
+
+    def plain_shapes(self) -> tuple[dict[object, list[ResourceSlice]], list[ResourceSlice]]:
+        """The device slices of the nodes without flexible devices, by the shape of the
+        devices they offer (:meth:`ResourceSlice.device_shape`) where a slice is its pool's
+        only slice, and the others; made once. A selector that tells one slice of a shape
+        that none of its devices match tells it of all of them: a MIG claim rules out a
+        cluster's plain nodes by asking one slice per shape, not one per node."""
+        if self._plain_shapes is None:
+            per_pool: dict[PoolID, int] = {}
+            for s in self.slices:
+                per_pool[s.pool_id] = per_pool.get(s.pool_id, 0) + 1
+            shapes: dict[object, list[ResourceSlice]] = {}
+            others: list[ResourceSlice] = []
+            flexible = self._flexible_nodes
+            for name, group in self.local.items():
+                if name in flexible or not name:  # node "": no node (Catalog.node_names)
+                    continue
+                for s in group:
+                    if per_pool[s.pool_id] == 1 and s.devices:
+                        shapes.setdefault(s.device_shape(), []).append(s)
+                    else:
+                        others.append(s)
+            self._plain_shapes = (shapes, others)
+        return self._plain_shapes
 
     def flexible(self, name: str | None) -> bool:
         """Whether the node's slices, or the device slices of no one node, publish a device

@@ -28,7 +28,7 @@ from typing import Protocol
 from dra_jupyter.allocator.cache import Catalog, Holdings, Listed, request_shape
 from dra_jupyter.allocator.capacity import CapacityProblem, consumed_capacity
 from dra_jupyter.allocator.pools import Pool
-from dra_jupyter.allocator.scan import PoolScans, Scan, Test
+from dra_jupyter.allocator.scan import PoolScans, Scan, SharedTest, Test
 from dra_jupyter.allocator.search import (
     CounterTotals,
     RequestData,
@@ -146,14 +146,31 @@ class NodeFilter:
                 self.catalog.plain_match[shape] = True
                 return True
             scan = self._scan(request, claim)
-            found = any(
-                scan.pool(pool).devices
-                for name in self.catalog.node_names()
-                if not self.flexible(name)
-                for pool in self.catalog.pool_ids(name)
-            )
+            first_test = scan.tests[0] if scan.tests else None
+            if isinstance(first_test, SharedTest) and not self._shared_slices():
+                # by the shapes of the devices the plain nodes offer: a shape whose first
+                # selector one slice rules out is ruled out for all of its slices (each its
+                # pool's only slice); the others are scanned as below
+                shapes, others = self.catalog.index.plain_shapes()
+                found = any(
+                    first_test.for_slice(group[0]) is not False
+                    and any(scan.pool(s.pool_id).devices for s in group)
+                    for group in shapes.values()
+                ) or any(scan.pool(s.pool_id).devices for s in others)
+            else:
+                found = any(
+                    scan.pool(pool).devices
+                    for name in self.catalog.node_names()
+                    if not self.flexible(name)
+                    for pool in self.catalog.pool_ids(name)
+                )
             self.catalog.plain_match[shape] = found
         return found
+
+    def _shared_slices(self) -> bool:
+        """Whether some device slice serves more than one node (then every node's pools
+        include it, and the shapes of the plain nodes' own slices are not all)."""
+        return bool(self.catalog.index.shared)
 
     def maybe_touched(self, name: str | None) -> bool:
         """Whether something the node could use may be in use: false only when no pool of
