@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from dra_jupyter.allocator import Allocator
+from dra_jupyter.allocator.core import STRATEGIES
 from dra_jupyter.cli import main as cli_main
 from dra_jupyter.errors import InvalidInputError
 
@@ -152,6 +153,26 @@ def test_negative_request_stops_only_where_the_search_reaches_a_device_with_it()
         [slice_(plain, dedicated)], [claim(exact(**bandwidth("-5")))], [held_claim("d1")]
     )
     assert found is None
+
+
+def test_negative_request_is_met_on_a_node_past_those_listed_one_by_one() -> None:
+    """On a cluster of more nodes than are listed before the devices are counted pool by
+    pool (``scan_after``), a node whose one device has the capacity is not ruled out for
+    having fewer devices than the request's count: the search meets that device first."""
+    nodes = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{i:02d}"}} for i in range(20)
+    ]
+    slices = []
+    for i in range(20):
+        device = {"name": "d0", "capacity": {"bw": {"value": "8"}}} if i == 19 else {"name": "d0"}
+        one = slice_(device, name=f"s{i:02d}", pool=f"p{i:02d}")
+        one["spec"]["nodeName"] = f"n{i:02d}"
+        slices.append(one)
+    request = claim(exact(count=2, **bandwidth("-5")))
+    for strategy in STRATEGIES:
+        allocator = Allocator(slices, [device_class()], nodes=nodes, strategy=strategy)
+        with pytest.raises(InvalidInputError, match="capacity value is negative"):
+            allocator.allocate([request])
 
 
 # --- 2. a validRange request past int64, or rounded past it, stops the allocation -------------
