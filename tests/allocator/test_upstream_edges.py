@@ -415,3 +415,43 @@ def test_devices_table_reads_a_counter_without_a_value_as_zero(tmp_path: Path) -
     code = cli_main(argv, out, err)
     assert code == 0, err.getvalue()
     assert "d.example.com/p/gpu-0" in out.getvalue() and "free" in out.getvalue()
+
+
+# --- topology's index of plain nodes by the shapes of their devices ------------------------------
+
+
+def test_topology_finds_the_one_plain_node_whose_devices_have_another_shape() -> None:
+    """Plain nodes are ruled out for a claim by one slice per shape of device; a node whose
+    devices differ (here: the one plain node with devices of the type asked for) is a shape
+    of its own, and topology, which tries plain nodes first, takes it."""
+
+    def node_slice(i: int, kind: str, counters: bool = False) -> list[Wire]:
+        devices = []
+        for j in range(2):
+            device: Wire = {"name": f"d{j}", "attributes": {"type": {"string": kind}}}
+            if counters:
+                use = {"counterSet": "cs", "counters": {"memory": {"value": "1"}}}
+                device["consumesCounters"] = [use]
+            devices.append(device)
+        one = slice_(*devices, name=f"s{i:02d}", pool=f"p{i:02d}", count=2 if counters else 1)
+        one["spec"]["nodeName"] = f"n{i:02d}"
+        if not counters:
+            return [one]
+        shared = counters_slice(f"c{i:02d}", f"p{i:02d}", 2)
+        shared["spec"]["nodeName"] = f"n{i:02d}"
+        return [one, shared]
+
+    slices = [s for i in range(30) for s in node_slice(i, "gpu")]
+    slices += node_slice(30, "mig", counters=True)  # a MIG node
+    slices += node_slice(31, "mig")  # a plain node with devices of that type
+    nodes = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{i:02d}"}} for i in range(32)
+    ]
+    mig = device_class("mig")
+    mig["spec"]["selectors"] = [
+        {"cel": {"expression": f'device.attributes["{DRIVER}"].type == "mig"'}}
+    ]
+    request = claim({"name": "r", "exactly": {"deviceClassName": "mig"}})
+    found = Allocator(slices, [mig], nodes=nodes, strategy="topology").allocate([request])
+    assert found is not None
+    assert found[0].to_dict()["devices"]["results"][0]["pool"] == "p31"
