@@ -6,6 +6,7 @@ binding-condition devices go last: that order decides which device first-fit pic
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
@@ -17,6 +18,7 @@ from dra_jupyter.model.objects import CounterSet, Device, DeviceID, Node, PoolID
 _LOCAL_NODE = attrgetter("local_node")
 _FLEXIBLE = attrgetter("flexible")
 _GROUPS = attrgetter("compatibility_groups")
+_POOL_ID = attrgetter("pool_id")
 
 
 @dataclass
@@ -147,9 +149,7 @@ class SliceIndex:
         that none of its devices match tells it of all of them: a MIG claim rules out a
         cluster's plain nodes by asking one slice per shape, not one per node."""
         if self._plain_shapes is None:
-            per_pool: dict[PoolID, int] = {}
-            for s in self.slices:
-                per_pool[s.pool_id] = per_pool.get(s.pool_id, 0) + 1
+            per_pool = Counter(map(_POOL_ID, self.slices))  # counted in C
             shapes: dict[object, list[ResourceSlice]] = {}
             others: list[ResourceSlice] = []
             flexible = self._flexible_nodes
