@@ -143,13 +143,13 @@ def _unique_names(slices: list[Wire]) -> list[Wire]:
     before the digits and letters), so the order within a pool stays upstream's."""
     seen: dict[str, int] = {}
     out = []
-    for slice_obj in slices:
-        name = slice_obj["metadata"]["name"]
+    for given in slices:
+        name = given["metadata"]["name"]
         seen[name] = seen.get(name, 0) + 1
+        renamed = given
         if seen[name] > 1:
-            slice_obj = {**slice_obj, "metadata": {**slice_obj["metadata"]}}
-            slice_obj["metadata"]["name"] = f"{name}-{seen[name]}"
-        out.append(slice_obj)
+            renamed = {**given, "metadata": {**given["metadata"], "name": f"{name}-{seen[name]}"}}
+        out.append(renamed)
     return out
 
 
