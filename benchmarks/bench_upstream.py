@@ -29,6 +29,7 @@ import gc
 import json
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from benchmarks.bench_allocator import (
     GPU,
     _claim,
     _exact,
+    _held,
     cluster_slices,
     held_claims,
 )
@@ -75,6 +77,20 @@ def hgx(nodes: int) -> list[Wire]:
 
 def mig_nodes(nodes: int) -> list[Wire]:
     return [s for i in range(nodes) for s in mig.h200_mig_node(f"node-{i:04d}", gpus=8)]
+
+
+def crowded_held(nodes: int, occupancy: float, seed: int = 31) -> list[Wire]:
+    """One seeded random draw of ``occupancy`` of the GPUs of ``nodes`` 8-GPU nodes, held by
+    one allocated claim per node (the crowded world of issue #31)."""
+    rng = random.Random(seed)
+    gpus = [(i, minor) for i in range(nodes) for minor in range(8)]
+    by_node: dict[int, list[str]] = {}
+    for i, minor in sorted(rng.sample(gpus, round(occupancy * len(gpus)))):
+        by_node.setdefault(i, []).append(f"gpu-{minor}")
+    return [
+        _held(f"held-node-{i:04d}", f"node-{i:04d}", devices)
+        for i, devices in sorted(by_node.items())
+    ]
 
 
 def _kinded(claims: list[Wire]) -> list[Wire]:
@@ -117,6 +133,16 @@ def worlds() -> dict[str, World]:
             _claim([{"name": "g", "exactly": _exact(9)}]),
         ),
         "MIG 3g.71gb, 100 H200 nodes": lambda: (mig_nodes(100), [], mig_claim),
+        # not tuned for: 1,000 HGX nodes (two GPUs per PCIe root), 90% of the GPUs held by
+        # one seeded draw, and a claim for 4 GPUs on one root, which fits nowhere
+        "4 GPUs on one pcieRoot, 1,000 crowded nodes (90% held, never fits)": lambda: (
+            hgx(1000),
+            _kinded(crowded_held(1000, 0.9)),
+            _claim(
+                [{"name": "g", "exactly": _exact(4)}],
+                [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}],
+            ),
+        ),
     }
 
 

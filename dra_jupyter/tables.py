@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from dra_jupyter.model.objects import Wire
+from dra_jupyter.model.objects import Device, ResourceSlice, Wire
+from dra_jupyter.model.parse import parse_many, parse_resource_slice
 from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.types import ClaimRecord
 
@@ -35,12 +36,15 @@ def human_bytes(q: Quantity | None) -> str:
     return str(q)
 
 
-def _attr(device: Mapping[str, Any], *names: str) -> str:
-    attrs = device.get("attributes") or {}
+def _attr(device: Device, *names: str) -> str:
+    """The first of the attributes the device publishes, as text (a list's items joined)."""
     for name in names:
-        value = attrs.get(name)
-        if value:
-            return str(next(iter(value.values())))
+        value = device.attributes.get(name)
+        if value is None or value == "":
+            continue
+        if isinstance(value, tuple):
+            return ", ".join(map(str, value))
+        return str(value)
     return ""
 
 
@@ -135,8 +139,15 @@ class Table(Generic[Row]):
         return f"{head}<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def device_rows(slices: Sequence[Wire], held: Sequence[ClaimRecord]) -> list[DeviceRow]:
-    """One row per device of the inventory, with who holds it and what blocks it."""
+def device_rows(
+    slices: Sequence[Wire | ResourceSlice], held: Sequence[ClaimRecord]
+) -> list[DeviceRow]:
+    """One row per device of the inventory, with who holds it and what blocks it.
+
+    The slices are read through the model (:mod:`dra_jupyter.model.parse`), as the
+    allocator reads them: a capacity or counter without ``value`` is zero, attributes may be
+    lists; an invalid slice raises :class:`~dra_jupyter.errors.ObjectError`."""
+    parsed = parse_many(slices, parse_resource_slice, ResourceSlice)
     holders: dict[tuple[str, str, str], list[str]] = {}
     shared: set[tuple[str, str, str]] = set()
     for record in held:
@@ -145,27 +156,27 @@ def device_rows(slices: Sequence[Wire], held: Sequence[ClaimRecord]) -> list[Dev
             holders.setdefault(key, []).append(f"{record.name} ({record.owner.user})")
             if result.get("shareID"):
                 shared.add(key)
-    counters = _counters_left(slices, holders)
+    counters = _counters_left(parsed, holders)
     rows = []
-    for s in slices:
-        spec = s.get("spec", {})
-        for d in spec.get("devices") or ():
-            key = (spec["driver"], spec["pool"]["name"], d["name"])
-            memory = ((d.get("capacity") or {}).get("memory") or {}).get("value")
+    for s in parsed:
+        node = s.node_selection.node_name if s.node_selection is not None else None
+        for d in s.devices:
+            key = (s.driver, s.pool, d.name)
+            memory = d.capacity.get("memory")
             if key in holders:
                 state = "shared" if key in shared else "held"
-            elif not _fits(d, counters.get((spec["driver"], spec["pool"]["name"]), {})):
+            elif not _fits(d, counters.get((s.driver, s.pool), {})):
                 state = "blocked"
             else:
                 state = "free"
             rows.append(
                 DeviceRow(
                     device="/".join(key),
-                    kind=_attr(d, "type") or spec["driver"].split(".")[0],
+                    kind=_attr(d, "type") or s.driver.split(".")[0],
                     model=_attr(d, "productName", "tpuGen", "model"),
-                    memory=human_bytes(Quantity.parse(memory)) if memory is not None else "",
+                    memory=human_bytes(memory.value) if memory is not None else "",
                     mig_profile=_attr(d, "profile"),
-                    node=spec.get("nodeName") or "",
+                    node=node or "",
                     numa_node=_attr(d, "resource.kubernetes.io/numaNode"),
                     pcie_root=_attr(d, "resource.kubernetes.io/pcieRoot"),
                     state=state,
@@ -176,32 +187,30 @@ def device_rows(slices: Sequence[Wire], held: Sequence[ClaimRecord]) -> list[Dev
 
 
 def _counters_left(
-    slices: Sequence[Wire], holders: Mapping[tuple[str, str, str], Any]
+    slices: Sequence[ResourceSlice], holders: Mapping[tuple[str, str, str], Any]
 ) -> dict[tuple[str, str], dict[tuple[str, str], Fraction]]:
     left: dict[tuple[str, str], dict[tuple[str, str], Fraction]] = {}
     for s in slices:
-        spec = s.get("spec", {})
-        pool = left.setdefault((spec["driver"], spec["pool"]["name"]), {})
-        for cs in spec.get("sharedCounters") or ():
-            for name, c in (cs.get("counters") or {}).items():
-                pool[(cs["name"], name)] = Quantity.parse(c["value"]).value
+        pool = left.setdefault((s.driver, s.pool), {})
+        for cs in s.shared_counters:
+            for name, q in cs.counters.items():
+                pool[(cs.name, name)] = q.value
     for s in slices:
-        spec = s.get("spec", {})
-        pool = left.setdefault((spec["driver"], spec["pool"]["name"]), {})
-        for d in spec.get("devices") or ():
-            if (spec["driver"], spec["pool"]["name"], d["name"]) in holders:
-                for use in d.get("consumesCounters") or ():
-                    for name, c in (use.get("counters") or {}).items():
-                        key = (use["counterSet"], name)
+        pool = left.setdefault((s.driver, s.pool), {})
+        for d in s.devices:
+            if (s.driver, s.pool, d.name) in holders:
+                for use in d.consumes_counters:
+                    for name, q in use.counters.items():
+                        key = (use.counter_set, name)
                         if key in pool:
-                            pool[key] -= Quantity.parse(c["value"]).value
+                            pool[key] -= q.value
     return left
 
 
-def _fits(device: Mapping[str, Any], left: Mapping[tuple[str, str], Fraction]) -> bool:
-    for use in device.get("consumesCounters") or ():
-        for name, c in (use.get("counters") or {}).items():
-            if left.get((use["counterSet"], name), Fraction(0)) < Quantity.parse(c["value"]).value:
+def _fits(device: Device, left: Mapping[tuple[str, str], Fraction]) -> bool:
+    for use in device.consumes_counters:
+        for name, q in use.counters.items():
+            if left.get((use.counter_set, name), Fraction(0)) < q.value:
                 return False
     return True
 

@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dra_jupyter.errors import ObjectError
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.model.attributes import Version
+from dra_jupyter.model.objects import Device, ResourceSlice
+from dra_jupyter.model.parse import parse_many, parse_resource_slice
 from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.tables import human_bytes
 
@@ -44,24 +47,32 @@ class Asking(Protocol):
     def build(self, spec: Mapping[str, Any], name: str = "") -> dict[str, Any]: ...
 
 
-def _value(device: Mapping[str, Any], name: str) -> Any:
-    attr = (device.get("attributes") or {}).get(name) or {}
-    return next(iter(attr.values()), None)
+def _value(device: Device, name: str) -> Any:
+    """A scalar attribute's value (a version's text); None for a list or none."""
+    value = device.attributes.get(name)
+    if isinstance(value, tuple):
+        return None
+    return value.text if isinstance(value, Version) else value
 
 
-def _devices_of_kind(inventory: Inventory, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+def _slices(inventory: Inventory) -> list[ResourceSlice]:
+    """The inventory's slices as the model reads them (a quantity left out is zero)."""
+    return parse_many(inventory.slices, parse_resource_slice, ResourceSlice)
+
+
+def _devices_of_kind(inventory: Inventory, kind: str) -> list[tuple[str, Device]]:
     """(name, device) pairs of the kind the request asks for: gpu, mig or tpu."""
     out = []
-    for s in inventory.slices:
-        spec = s.get("spec", {})
-        for d in spec.get("devices") or ():
-            driver, dtype = spec["driver"], _value(d, "type")
+    for s in _slices(inventory):
+        node = s.node_selection.node_name if s.node_selection is not None else None
+        for d in s.devices:
+            driver, dtype = s.driver, _value(d, "type")
             if (
                 (kind == "tpu" and driver == "tpu.google.com")
                 or (kind == "mig" and dtype == "mig")
                 or (kind == "gpu" and dtype in ("gpu", "amdgpu"))
             ):
-                out.append((f"{spec.get('nodeName') or spec['pool']['name']}/{d['name']}", d))
+                out.append((f"{node or s.pool}/{d.name}", d))
     return out
 
 
@@ -74,9 +85,9 @@ def _listing(counts: Counter[str]) -> str:
 _COMPARISON = re.compile(r"""\.\s*([A-Za-z_]\w*)\s*==\s*(?:"([^"\\]*)"|'([^'\\]*)')""")
 
 
-def _all_devices_of_kind(inventory: Inventory) -> Iterator[Mapping[str, Any]]:
-    for s in inventory.slices:
-        yield from s.get("spec", {}).get("devices") or ()
+def _all_devices_of_kind(inventory: Inventory) -> Iterator[Device]:
+    for s in _slices(inventory):
+        yield from s.devices
 
 
 def selector_hint(selector: str, inventory: Inventory) -> str | None:
@@ -139,9 +150,7 @@ def impossible_hint(spec: Mapping[str, Any], inventory: Inventory) -> str | None
         except ValueError:
             return None
         sizes = [
-            (Quantity.parse(m["value"]), name)
-            for name, d in devices
-            if (m := (d.get("capacity") or {}).get("memory")) is not None
+            (m.value, name) for name, d in devices if (m := d.capacity.get("memory")) is not None
         ]
         if sizes and max(q for q, _ in sizes) < wanted_q:
             largest, name = max(sizes, key=lambda x: x[0])

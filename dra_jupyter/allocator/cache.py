@@ -116,6 +116,18 @@ class Catalog:
     ) -> None:
         self.sources = (tuple(slices), tuple(device_classes), tuple(nodes))
         self.slices: list[ResourceSlice] = parse_many(slices, parse_resource_slice, ResourceSlice)
+        names = list(map(_NAME, self.slices))
+        if len(set(names)) != len(names):  # the API server keeps one object per name
+            seen: set[str] = set()
+            for name in names:
+                if name in seen:
+                    raise ObjectError(
+                        f"ResourceSlice {name}",
+                        "metadata.name",
+                        "is defined twice (kube-apiserver keeps one object per name)",
+                        "remove the copy, or give one of them another name",
+                    )
+                seen.add(name)
         self.index = SliceIndex(self.slices)
         self.classes: dict[str, DeviceClass] = {}
         for cls in parse_many(device_classes, parse_device_class, DeviceClass):

@@ -14,7 +14,7 @@ from dra_jupyter.allocator.cache import (
     claims_shape,
     request_shape,
 )
-from dra_jupyter.allocator.capacity import consumed_capacity
+from dra_jupyter.allocator.capacity import CapacityProblem, consumed_capacity
 from dra_jupyter.allocator.explain import Explanation, explain
 from dra_jupyter.allocator.pools import Pool
 from dra_jupyter.allocator.prefilter import NodeFilter
@@ -26,6 +26,8 @@ from dra_jupyter.allocator.search import (
     RequestData,
     Search,
     SearchBudgetError,
+    capacity_error,
+    request_path,
     selectable,
     taint_prevents,
 )
@@ -586,7 +588,14 @@ class Allocator:
                             and selection_matches(device.node_selection, node)
                         ):
                             continue
-                        consumed = consumed_capacity(request.capacity_requests, device)
+                        try:
+                            consumed = consumed_capacity(request.capacity_requests, device)
+                        except CapacityProblem:
+                            # an error the search raises if it reaches the device, naming
+                            # the claim (:meth:`_candidates`); before the taint, as upstream
+                            out.candidates.append(Candidate(dev_id, device, slice_, pool))
+                            out.failed.append(True)
+                            continue
                         if consumed is None or taint_prevents(device, request):
                             continue
                         shared = consumed if device.allow_multiple_allocations else None
@@ -616,8 +625,11 @@ class Allocator:
             fresh = Candidate(cand.id, cand.device, cand.slice, cand.pool)
             try:
                 selectable(rd, claim, cand.slice, cand.device, cand.id, node, self.matches)
+                consumed_capacity(request.capacity_requests, cand.device)
             except InvalidInputError as err:
                 fresh.error = err
+            except CapacityProblem as problem:
+                fresh.error = capacity_error(claim, rd, cand.id, problem)
             out.append(fresh)
         return out
 
@@ -644,8 +656,12 @@ class Allocator:
                     if not selectable(rd, claim, slice_, device, dev_id, node, self.matches):
                         continue
                     # only the device's own capacity decides (1.37): one whose capacity
-                    # is used up by other claims stays in the set, and the request fails
-                    consumed = consumed_capacity(rd.request.capacity_requests, device)
+                    # is used up by other claims stays in the set, and the request fails;
+                    # a request that is negative or out of a range's reach stops it all
+                    try:
+                        consumed = consumed_capacity(rd.request.capacity_requests, device)
+                    except CapacityProblem as problem:
+                        raise capacity_error(claim, rd, dev_id, problem) from None
                     if consumed is None:
                         continue
                     out.append(
@@ -691,17 +707,6 @@ def exact_counts(claims: Sequence[ResourceClaim]) -> bool:
         for request in claim.requests
         for alt in request.alternatives
     )
-
-
-def request_path(claim: ResourceClaim, request: ExactRequest) -> str:
-    """The field path of a request or subrequest: ``spec.devices.requests[0].exactly``."""
-    for i, r in enumerate(claim.requests):
-        if r.exactly is request:
-            return f"spec.devices.requests[{i}].exactly"
-        for j, sub in enumerate(r.first_available):
-            if sub is request:
-                return f"spec.devices.requests[{i}].firstAvailable[{j}]"
-    return f"request {request.name}"
 
 
 def _selector_path(

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dra_jupyter.allocator.capacity import consumed_capacity, fits
+from dra_jupyter.allocator.capacity import CapacityProblem, consumed_capacity, fits
 from dra_jupyter.allocator.constraints import lookup_attribute, typed_values
 from dra_jupyter.allocator.pools import usable_devices
 from dra_jupyter.allocator.search import RequestData, taint_prevents
@@ -307,7 +307,11 @@ def _availability(
             tally.holders[holder] += 1
         return "selectors"
     used = state.capacity.get(dev_id, {})
-    consumed = consumed_capacity(request.capacity_requests, device)
+    try:
+        consumed = consumed_capacity(request.capacity_requests, device)
+    except CapacityProblem as problem:
+        tally.errors.append(f"request {rd.name}: checking capacity for device {dev_id}: {problem}")
+        return "selectors"
     if consumed is None or not fits(device, consumed, used):
         for name, cap in device.capacity.items():
             if name in request.capacity_requests:

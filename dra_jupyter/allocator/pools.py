@@ -6,6 +6,7 @@ binding-condition devices go last: that order decides which device first-fit pic
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
@@ -16,6 +17,8 @@ from dra_jupyter.model.objects import CounterSet, Device, DeviceID, Node, PoolID
 
 _LOCAL_NODE = attrgetter("local_node")
 _FLEXIBLE = attrgetter("flexible")
+_GROUPS = attrgetter("compatibility_groups")
+_POOL_ID = attrgetter("pool_id")
 
 
 @dataclass
@@ -51,6 +54,12 @@ class SliceIndex:
 
     def __init__(self, slices: Sequence[ResourceSlice]) -> None:
         self.slices = slices
+        if any(map(_GROUPS, slices)):
+            # DRADeviceCompatibilityGroups is off (1.37): upstream's GatherPools ignores a
+            # slice whose devices name compatibility groups, so its pool is incomplete (its
+            # other devices unusable too) unless all of the pool's slices are ignored; they
+            # still count for a newer generation (:attr:`by_pool`)
+            slices = [s for s in slices if not s.compatibility_groups]
         self.local: dict[str, Sequence[ResourceSlice]] = {}
         self.shared: list[ResourceSlice] = []  # device slices usable on more than one node
         self.counters: dict[PoolID, list[ResourceSlice]] = {}  # every counter slice, by pool
@@ -77,6 +86,8 @@ class SliceIndex:
         # per device slice and the counter sets it was checked against: its problem, so a
         # pool seen through its counter slices and then by its node is checked once
         self.problems: dict[tuple[int, frozenset[tuple[str, int]]], str] = {}
+        self._plain_shapes: tuple[dict[object, list[ResourceSlice]], list[ResourceSlice]] | None
+        self._plain_shapes = None
 
     def _index_each(self, slices: Sequence[ResourceSlice]) -> None:
         """The index, slice by slice (several slices a node, shared or counter slices)."""
@@ -126,10 +137,32 @@ class SliceIndex:
         if self._device_slices is None:
             devices: dict[PoolID, list[ResourceSlice]] = {}
             for s in self.slices:
-                if not s.shared_counters:
+                if not s.shared_counters and not s.compatibility_groups:
                     devices.setdefault(s.pool_id, []).append(s)
             self._device_slices = devices
         return self._device_slices
+
+    def plain_shapes(self) -> tuple[dict[object, list[ResourceSlice]], list[ResourceSlice]]:
+        """The device slices of the nodes without flexible devices, by the shape of the
+        devices they offer (:meth:`ResourceSlice.device_shape`) where a slice is its pool's
+        only slice, and the others; made once. A selector that tells one slice of a shape
+        that none of its devices match tells it of all of them: a MIG claim rules out a
+        cluster's plain nodes by asking one slice per shape, not one per node."""
+        if self._plain_shapes is None:
+            per_pool = Counter(map(_POOL_ID, self.slices))  # counted in C
+            shapes: dict[object, list[ResourceSlice]] = {}
+            others: list[ResourceSlice] = []
+            flexible = self._flexible_nodes
+            for name, group in self.local.items():
+                if name in flexible or not name:  # node "": no node (Catalog.node_names)
+                    continue
+                for s in group:
+                    if per_pool[s.pool_id] == 1 and s.devices:
+                        shapes.setdefault(s.device_shape(), []).append(s)
+                    else:
+                        others.append(s)
+            self._plain_shapes = (shapes, others)
+        return self._plain_shapes
 
     def flexible(self, name: str | None) -> bool:
         """Whether the node's slices, or the device slices of no one node, publish a device
@@ -234,7 +267,9 @@ def _group(candidates: Sequence[ResourceSlice], index: SliceIndex) -> list[Pool]
             same = index.by_pool.get(pool_id, [])
             if any(s.generation > generation for s in same):
                 continue  # obsolete: a newer generation is being published elsewhere
-            all_for_pool = [s for s in same if s.generation == generation]
+            all_for_pool = [
+                s for s in same if s.generation == generation and not s.compatibility_groups
+            ]
             if len(all_for_pool) != expected:
                 out.append(Pool(pool_id, incomplete=True))
                 continue

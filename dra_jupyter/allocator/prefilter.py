@@ -22,12 +22,13 @@ free) in the allocator's cache. Each allocator has a :class:`NodeFilter`, which 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from dra_jupyter.allocator.cache import Catalog, Holdings, Listed, request_shape
+from dra_jupyter.allocator.capacity import CapacityProblem, consumed_capacity
 from dra_jupyter.allocator.pools import Pool
-from dra_jupyter.allocator.scan import PoolScans, Scan, Test
+from dra_jupyter.allocator.scan import PoolScans, Scan, SharedTest, Test
 from dra_jupyter.allocator.search import (
     CounterTotals,
     RequestData,
@@ -38,12 +39,14 @@ from dra_jupyter.allocator.search import (
 from dra_jupyter.allocator.state import AllocatedState
 from dra_jupyter.model.objects import (
     CounterSet,
+    Device,
     DeviceClass,
     ExactRequest,
     Node,
     PoolID,
     ResourceClaim,
 )
+from dra_jupyter.model.quantity import Quantity
 
 
 class NodeSource(Protocol):
@@ -143,14 +146,31 @@ class NodeFilter:
                 self.catalog.plain_match[shape] = True
                 return True
             scan = self._scan(request, claim)
-            found = any(
-                scan.pool(pool).devices
-                for name in self.catalog.node_names()
-                if not self.flexible(name)
-                for pool in self.catalog.pool_ids(name)
-            )
+            first_test = scan.tests[0] if scan.tests else None
+            if isinstance(first_test, SharedTest) and not self._shared_slices():
+                # by the shapes of the devices the plain nodes offer: a shape whose first
+                # selector one slice rules out is ruled out for all of its slices (each its
+                # pool's only slice); the others are scanned as below
+                shapes, others = self.catalog.index.plain_shapes()
+                found = any(
+                    first_test.for_slice(group[0]) is not False
+                    and any(scan.pool(s.pool_id).devices for s in group)
+                    for group in shapes.values()
+                ) or any(scan.pool(s.pool_id).devices for s in others)
+            else:
+                found = any(
+                    scan.pool(pool).devices
+                    for name in self.catalog.node_names()
+                    if not self.flexible(name)
+                    for pool in self.catalog.pool_ids(name)
+                )
             self.catalog.plain_match[shape] = found
         return found
+
+    def _shared_slices(self) -> bool:
+        """Whether some device slice serves more than one node (then every node's pools
+        include it, and the shapes of the plain nodes' own slices are not all)."""
+        return bool(self.catalog.index.shared)
 
     def maybe_touched(self, name: str | None) -> bool:
         """Whether something the node could use may be in use: false only when no pool of
@@ -293,6 +313,8 @@ class NodeFilter:
                 for owner, selectors in ((cls, cls.selectors), (claim, request.selectors))
                 for i, expr in enumerate(selectors)
             )
+            if request.capacity_requests:
+                tests += (_capacity_test(request.capacity_requests),)
             found = self._scans[id(request)] = (request, Scan(pool_scans, tests, free, rough))
         return found[1]
 
@@ -396,3 +418,18 @@ class NodeFilter:
         if left is None:
             left = self.holdings.counters[pool.id] = available_counters(pool, self.state)
         return left
+
+
+def _capacity_test(requests: Mapping[str, Quantity]) -> Test:
+    """A test for the scan that never rules a device out but notes, as a CEL error is noted,
+    a device the search would stop at because the request cannot be consumed from it (a
+    negative amount, or one past int64): such a node is never ruled out by counting."""
+
+    def test(device: Device, driver: str, pool: str) -> bool | str:
+        try:
+            consumed_capacity(requests, device)
+        except CapacityProblem as problem:
+            return str(problem)
+        return True
+
+    return test

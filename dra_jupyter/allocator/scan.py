@@ -103,7 +103,14 @@ def _scan(pool_id: PoolID, slices: Sequence[ResourceSlice], given: Sequence[Test
         tests, whole = slice_tests(slice_, given)
         if whole is False:
             continue
-        for device in slice_.devices:
+        ids, pairs = slice_.device_ids()
+        if not tests:  # every device holds: the slice's own IDs, made once per slice
+            if len(slices) == 1:
+                return Scanned(pool_id, ids, pairs, False)
+            devices.extend(pairs)
+            continue
+        for pair in pairs:
+            device = pair[1]
             result: Result = True
             for test in tests:
                 result = test(device, driver, pool)
@@ -113,7 +120,7 @@ def _scan(pool_id: PoolID, slices: Sequence[ResourceSlice], given: Sequence[Test
                 continue
             if result is not True:
                 errors = True
-            devices.append((DeviceID(driver, pool, device.name), device))
+            devices.append(pair)
     return Scanned(pool_id, frozenset(d for d, _ in devices), tuple(devices), errors)
 
 
@@ -190,16 +197,14 @@ class SharedTest:
         devices = slice_.devices
         if not self._plain or not devices:
             return None
-        first = devices[0].attributes
+        alike, published = slice_.uniform_attributes()  # kept by the slice: computed once
         for name in self._names:
-            value = first.get(name)
-            kind = type(value)
-            if kind is tuple:
+            value = alike.get(name)
+            if value is None:
+                if name in published:
+                    return None  # some devices publish it, not all alike
+            elif type(value) is tuple:
                 return None
-            for device in devices:
-                other = device.attributes.get(name)
-                if type(other) is not kind or other != value:
-                    return None
         return self(devices[0], slice_.driver, slice_.pool)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
 
-from dra_jupyter.allocator.capacity import Consumed, consumed_capacity, fits
+from dra_jupyter.allocator.capacity import CapacityProblem, Consumed, consumed_capacity, fits
 from dra_jupyter.allocator.constraints import (
     ConstraintState,
     Typed,
@@ -32,7 +32,7 @@ from dra_jupyter.allocator.constraints import (
 )
 from dra_jupyter.allocator.pools import Pool, usable_devices
 from dra_jupyter.allocator.state import AllocatedState
-from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.errors import InvalidInputError, ObjectError
 from dra_jupyter.model.limits import MAX_RESULTS_PER_CLAIM
 from dra_jupyter.model.nodes import selection_matches
 from dra_jupyter.model.objects import (
@@ -506,13 +506,43 @@ def list_candidates(
             cand.error = err
             out.append(cand)
             continue
-        consumed = consumed_capacity(request.capacity_requests, device)
+        try:
+            consumed = consumed_capacity(request.capacity_requests, device)
+        except CapacityProblem as problem:
+            cand.error = capacity_error(claim, rd, dev_id, problem)
+            out.append(cand)
+            continue
         if consumed is None or taint_prevents(device, request):
             continue
         if device.allow_multiple_allocations:
             cand.consumed = consumed
         out.append(cand)
     return out
+
+
+def request_path(claim: ResourceClaim, request: ExactRequest) -> str:
+    """The field path of a request or subrequest: ``spec.devices.requests[0].exactly``."""
+    for i, r in enumerate(claim.requests):
+        if r.exactly is request:
+            return f"spec.devices.requests[{i}].exactly"
+        for j, sub in enumerate(r.first_available):
+            if sub is request:
+                return f"spec.devices.requests[{i}].firstAvailable[{j}]"
+    return f"request {request.name}"
+
+
+def capacity_error(
+    claim: ResourceClaim, rd: RequestData, dev_id: DeviceID, problem: CapacityProblem
+) -> ObjectError:
+    """What stops the allocation when the search meets a device whose capacity the request
+    cannot be consumed from (upstream: "checking capacity for device ...")."""
+    return ObjectError(
+        f"ResourceClaim {claim.key}",
+        f"{request_path(claim, rd.request)}.capacity.requests",
+        f"request {rd.name}: checking capacity for device {dev_id}: {problem}",
+        "ask for a non-negative amount that the device's request policy can round within "
+        "9223372036854775807",
+    )
 
 
 def selectable(

@@ -25,6 +25,9 @@ class Features:
     """Gates, by their Kubernetes names in snake case."""
 
     dra_fractional_capacity_range: bool = False
+    # off in 1.37: list-valued attributes are read (CEL sees lists), but a constraint takes
+    # only scalar values (allocator/constraints.py); on: a list acts as a set there
+    dra_list_type_attributes: bool = False
 
 
 DEFAULT = Features()

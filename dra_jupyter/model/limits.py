@@ -20,6 +20,7 @@ MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_EXTRAS = 64  # when a device uses taints, counters or list attributes
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_ATTRIBUTE_STRING_LENGTH = 64
+MAX_ATTRIBUTE_VALUES_PER_DEVICE = 48  # scalars and the items of list values, together
 MAX_COUNTER_SETS_PER_SLICE = 8
 MAX_COUNTERS_PER_SET = 32
 MAX_CONSUMES_COUNTERS = 2
@@ -29,6 +30,7 @@ MAX_DRIVER_NAME_LENGTH = 63
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 
 def dns_label_problem(name: str) -> str | None:
@@ -57,6 +59,21 @@ def dns_subdomain_problem(name: str, max_length: int = 253) -> str | None:
                 f"{shown(name)} is not a DNS subdomain (dot-separated lower-case labels of "
                 "letters, digits and '-')"
             )
+    return None
+
+
+def label_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a label key (Kubernetes ``IsQualifiedName``: an optional DNS
+    subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and
+    ending with a letter or digit), or None: a binding condition's name."""
+    prefix, sep, ident = name.rpartition("/")
+    if sep and dns_subdomain_problem(prefix) is not None:
+        return f"{shown(name)} has an invalid prefix {shown(prefix)} (a DNS subdomain)"
+    if not ident or len(ident) > 63 or not _LABEL_NAME.match(ident):
+        return (
+            f"{shown(name)} is not a qualified name (at most 63 letters, digits, '-', '_' "
+            "or '.', starting and ending with a letter or digit, after an optional prefix/)"
+        )
     return None
 
 

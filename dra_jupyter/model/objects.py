@@ -106,6 +106,10 @@ class DeviceCapacity:
 class CounterConsumption:
     counter_set: str
     counters: Mapping[str, Quantity]
+    # DRADeviceCompatibilityGroups (off in 1.37): a slice with a device that names groups
+    # is ignored by the allocator, which makes its pool incomplete (``compatibility_groups``
+    # of :class:`ResourceSlice`)
+    compatibility_groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +156,68 @@ class ResourceSlice:
     # every call: ``PoolID(driver, pool)``, whether a device consumes counters (a MIG
     # placement, a GPU that can be split) or allows several allocations (shared capacity),
     # ``local_node`` is the node of a slice of devices of one node (``nodeName``), else None.
+    # ``compatibility_groups``: whether a device names compatibility groups on a counter set
+    # it consumes (DRADeviceCompatibilityGroups, off in 1.37: the allocator ignores the slice).
     pool_id: PoolID = field(init=False, repr=False, compare=False)
     flexible: bool = field(init=False, repr=False, compare=False)
     local_node: str | None = field(init=False, repr=False, compare=False)
+    compatibility_groups: bool = field(init=False, repr=False, compare=False)
+    # what all devices publish alike, made on first use (:meth:`uniform_attributes`)
+    _uniform: tuple[Mapping[str, AttributeValue], frozenset[str], object] | None = field(
+        init=False, repr=False, compare=False, default=None
+    )
+    # the devices' IDs, made on first use (:meth:`device_ids`)
+    _ids: tuple[frozenset[DeviceID], tuple[tuple[DeviceID, Device], ...]] | None = field(
+        init=False, repr=False, compare=False, default=None
+    )
+
+    def uniform_attributes(self) -> tuple[Mapping[str, AttributeValue], frozenset[str]]:
+        """The attributes every device publishes with the same value (and type), and the
+        names any device publishes (a name outside them, every device lacks): so a
+        selector that reads only attributes has one result for all the slice's devices
+        when they agree on what it reads. Made once per slice object, on first use."""
+        alike, names, _ = self._uniformity()
+        return alike, names
+
+    def device_shape(self) -> object:
+        """A key equal for slices of one driver whose devices agree on the same attribute
+        values and publish the same attribute names: a selector that reads attributes
+        only, and that all devices of one such slice agree on, gives every such slice the
+        same result (an index of pools by the devices they offer)."""
+        return self._uniformity()[2]
+
+    def _uniformity(self) -> tuple[Mapping[str, AttributeValue], frozenset[str], object]:
+        found = self._uniform
+        if found is None:
+            devices = self.devices
+            first = devices[0].attributes if devices else {}
+            alike = {
+                name: value
+                for name, value in first.items()
+                if all(
+                    type(other := d.attributes.get(name)) is type(value) and other == value
+                    for d in devices[1:]
+                )
+            }
+            names = frozenset(name for d in devices for name in d.attributes)
+            key = (self.driver, names, frozenset((k, type(v), v) for k, v in alike.items()))
+            found = (alike, names, key)
+            object.__setattr__(self, "_uniform", found)
+        return found
+
+    def device_ids(self) -> tuple[frozenset[DeviceID], tuple[tuple[DeviceID, Device], ...]]:
+        """The IDs of the slice's devices, and each device with its ID in order; made once
+        per slice object (a cold allocator counting a pool's devices reads them)."""
+        found = self._ids
+        if found is None:
+            pairs = tuple((DeviceID(self.driver, self.pool, d.name), d) for d in self.devices)
+            found = (frozenset(i for i, _ in pairs), pairs)
+            object.__setattr__(self, "_ids", found)
+        return found
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_uniform", None)
+        object.__setattr__(self, "_ids", None)
         object.__setattr__(self, "pool_id", PoolID(self.driver, self.pool))
         selection = self.node_selection
         object.__setattr__(
@@ -164,10 +225,13 @@ class ResourceSlice:
             "local_node",
             selection.node_name if selection is not None and not self.shared_counters else None,
         )
+        flexible = any(d.consumes_counters or d.allow_multiple_allocations for d in self.devices)
+        object.__setattr__(self, "flexible", flexible)
         object.__setattr__(
             self,
-            "flexible",
-            any(d.consumes_counters or d.allow_multiple_allocations for d in self.devices),
+            "compatibility_groups",
+            flexible
+            and any(c.compatibility_groups for d in self.devices for c in d.consumes_counters),
         )
 
 
@@ -251,6 +315,9 @@ _slice_setters = _setters(
         "pool_id",
         "flexible",
         "local_node",
+        "compatibility_groups",
+        "_uniform",
+        "_ids",
     ),
 )[:9]  # the fields __init__ takes; __post_init__ sets the others
 

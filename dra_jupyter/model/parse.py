@@ -97,20 +97,38 @@ def _attribute(ctx: Ctx, raw: Any, path: str) -> AttributeValue:
         if m.get(k) is not None
     ]
     if len(kinds) != 1:
-        raise ctx.fail(path, "must have exactly one of bool, int, string, version")
+        raise ctx.fail(
+            path,
+            "must have exactly one of bool, int, string, version, bools, ints, strings, versions",
+        )
     kind = kinds[0]
     value = m[kind]
-    if kind.endswith("s"):
-        raise ctx.fail(
-            f"{path}.{kind}",
-            "list values need the DRAListTypeAttributes feature gate, which is off in "
-            "Kubernetes 1.36 (the apiserver drops them)",
-            "publish a scalar bool, int, string or version",
-        )
     try:
+        if kind.endswith("s"):
+            # a list (DRAListTypeAttributes): kube-apiserver 1.37 validates it whatever the
+            # gate; with the gate off (the default) constraints do not match lists
+            items = ctx.seq(value, f"{path}.{kind}")
+            if not items:
+                raise ctx.fail(f"{path}.{kind}", "must not be empty if specified")
+            return tuple(  # type: ignore[return-value]
+                _scalar(ctx, kind[:-1], v, f"{path}.{kind}[{i}]") for i, v in enumerate(items)
+            )
         return _scalar(ctx, kind, value, f"{path}.{kind}")
     except ValueError as err:
         raise ctx.fail(f"{path}.{kind}", str(err)) from err
+
+
+def _value_count(raw: Any) -> int:
+    """kube-apiserver's ``numEntriesDeviceAttribute`` for one attribute: the items of its list
+    values, or 1."""
+    if not isinstance(raw, Mapping):
+        return 1
+    items = sum(
+        len(v)
+        for k in ("bools", "ints", "strings", "versions")
+        if isinstance(v := raw.get(k), list)
+    )
+    return items or 1
 
 
 def _scalar(ctx: Ctx, kind: str, value: Any, path: str) -> bool | int | str | Version:
@@ -353,16 +371,30 @@ def _device(ctx: Ctx, raw: Any, path: str, per_device: bool) -> Device:
         raise ctx.fail(
             path, f"has more than {limits.MAX_ATTRIBUTES_AND_CAPACITIES} attributes and capacities"
         )
+    values = sum(_value_count(v) for v in attrs_raw.values())
+    if values > limits.MAX_ATTRIBUTE_VALUES_PER_DEVICE:
+        raise ctx.fail(
+            path,
+            f"has {values} attribute values; the total must not exceed "
+            f"{limits.MAX_ATTRIBUTE_VALUES_PER_DEVICE} (each item of a list counts)",
+        )
     consumes = []
     for i, c in enumerate(
         ctx.seq(m.get("consumesCounters"), f"{path}.consumesCounters", limits.MAX_CONSUMES_COUNTERS)
     ):
         cpath = f"{path}.consumesCounters[{i}]"
         cm = ctx.mapping(c, cpath, required=True)
+        groups = tuple(
+            ctx.string(g, f"{cpath}.compatibilityGroups[{j}]", required=True)
+            for j, g in enumerate(
+                ctx.seq(cm.get("compatibilityGroups"), f"{cpath}.compatibilityGroups")
+            )
+        )
         consumes.append(
             CounterConsumption(
                 counter_set=ctx.string(cm.get("counterSet"), f"{cpath}.counterSet", required=True),
                 counters=_counters(ctx, cm.get("counters"), f"{cpath}.counters"),
+                compatibility_groups=groups,
             )
         )
     selection = _node_selection(ctx, m, f"{path}.")
@@ -375,6 +407,7 @@ def _device(ctx: Ctx, raw: Any, path: str, per_device: bool) -> Device:
         raise ctx.fail(
             path, "sets node selection, but the slice does not set perDeviceNodeSelection"
         )
+    conditions, failure_conditions = _binding_conditions(ctx, m, path)
     capacity = {str(k): _capacity(ctx, v, f"{path}.capacity[{k}]") for k, v in caps_raw.items()}
     multiple = ctx.boolean(m.get("allowMultipleAllocations"), f"{path}.allowMultipleAllocations")
     for key, cap in capacity.items():
@@ -396,22 +429,49 @@ def _device(ctx: Ctx, raw: Any, path: str, per_device: bool) -> Device:
         ),
         allow_multiple_allocations=multiple,
         binds_to_node=ctx.boolean(m.get("bindsToNode"), f"{path}.bindsToNode"),
-        binding_conditions=tuple(
-            ctx.seq(
-                m.get("bindingConditions"),
-                f"{path}.bindingConditions",
-                limits.MAX_BINDING_CONDITIONS,
-            )
-        ),
-        binding_failure_conditions=tuple(
-            ctx.seq(
-                m.get("bindingFailureConditions"),
-                f"{path}.bindingFailureConditions",
-                limits.MAX_BINDING_CONDITIONS,
-            )
-        ),
+        binding_conditions=conditions,
+        binding_failure_conditions=failure_conditions,
         node_selection=selection,
     )
+
+
+def _binding_conditions(
+    ctx: Ctx, m: Mapping[str, Any], path: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``bindingConditions`` and ``bindingFailureConditions``, checked as kube-apiserver's
+    ``validateDeviceBindingParameters``: at most 4 each, qualified names, no duplicates, no
+    name in both, and neither without the other."""
+    lists: list[tuple[str, ...]] = []
+    for key in ("bindingConditions", "bindingFailureConditions"):
+        names: list[str] = []
+        for i, raw in enumerate(
+            ctx.seq(m.get(key), f"{path}.{key}", limits.MAX_BINDING_CONDITIONS)
+        ):
+            name = ctx.name(raw, f"{path}.{key}[{i}]", limits.label_name_problem)
+            if name in names:
+                raise ctx.fail(f"{path}.{key}[{i}]", f"{shown(name)} is a duplicate")
+            if lists and name in lists[0]:
+                raise ctx.fail(
+                    f"{path}.{key}[{i}]",
+                    f"{shown(name)}: bindingFailureConditions must not overlap with "
+                    "bindingConditions",
+                )
+            names.append(name)
+        lists.append(tuple(names))
+    conditions, failures = lists
+    if failures and not conditions:
+        raise ctx.fail(
+            f"{path}.bindingConditions",
+            "bindingConditions are required to use bindingFailureConditions",
+            "list the conditions that must hold before binding, or drop the failure conditions",
+        )
+    if conditions and not failures:
+        raise ctx.fail(
+            f"{path}.bindingFailureConditions",
+            "bindingFailureConditions are required to use bindingConditions",
+            "list the conditions that mean binding failed (kube-apiserver requires both)",
+        )
+    return conditions, failures
 
 
 def parse_resource_slice(obj: Any) -> ResourceSlice:
@@ -460,7 +520,8 @@ def _full_resource_slice(obj: Any) -> ResourceSlice:
     devices = tuple(parsed)
     ctx.unique([d.name for d in devices], "spec.devices", "device name")
     if len(devices) > limits.MAX_DEVICES_PER_SLICE_WITH_EXTRAS and any(
-        d.taints or d.consumes_counters for d in devices
+        d.taints or d.consumes_counters or any(type(v) is tuple for v in d.attributes.values())
+        for d in devices
     ):
         raise ctx.fail(
             "spec.devices",

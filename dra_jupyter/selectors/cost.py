@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from dra_jupyter.model import features
 from dra_jupyter.selectors.parser import Node
 from dra_jupyter.selectors.signatures import (
     CONVERSIONS,
@@ -354,6 +355,13 @@ def _comprehension(
     if args[0].kind != "ident":
         raise CheckError(f"the first argument of {name}() must be a simple name")
     range_cost, iterated = _visit(target, scope)
+    if iterated is _ATTRIBUTE and not features.current().dra_list_type_attributes:
+        # with DRAListTypeAttributes off (1.37) an attribute is of type any, not dyn
+        raise CheckError(
+            "an attribute value (of type any) cannot be the range of a comprehension "
+            "(must be list, map, or dynamic): DRAListTypeAttributes is off in Kubernetes 1.37",
+            "compare the attribute itself, or use 'in' on it",
+        )
     if iterated.kind not in ("list", "map", "dyn"):
         raise CheckError(f"{_a(iterated.kind)} cannot be the range of {name}()")
     variable = (iterated.key if iterated.kind == "map" else iterated.elem) or DYN

@@ -41,6 +41,7 @@ from typing import Any
 import cel
 
 from dra_jupyter.errors import SelectorError
+from dra_jupyter.model import features
 from dra_jupyter.model.attributes import AttributeValue, Version
 from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.selectors import fastpath, library
@@ -267,8 +268,9 @@ class _Rejected:
 
 
 def compile_selector(expression: str, *, where: str) -> CompiledSelector:
-    """Compile (once per expression text) or raise :class:`~dra_jupyter.errors.SelectorError`."""
-    result = _compile(expression)
+    """Compile (once per expression text and DRAListTypeAttributes gate) or raise
+    :class:`~dra_jupyter.errors.SelectorError`."""
+    result = _compile(expression, features.current().dra_list_type_attributes)
     if isinstance(result, _Rejected):  # the problem may quote the expression: cut it
         raise SelectorError(where, _one_line(result.problem), result.remedy)
     return result
@@ -280,7 +282,8 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _compile(expression: str) -> CompiledSelector | _Rejected:
+def _compile(expression: str, lists: bool) -> CompiledSelector | _Rejected:
+    """``lists``: the gate the checks read (:mod:`.cost`), here so that it keys the cache."""
     if not expression.strip():
         return _Rejected("the CEL expression is empty", 'write one, e.g. device.driver == "x"')
     length = len(expression.encode())

@@ -43,10 +43,10 @@ Upstream cases left out (32):
   / ``list-attributes-distinct-constaint-*`` (10) case.
 
 Kept although upstream runs them with a gate off, because the outcome is the same
-with the 1.36 defaults (checked against upstream): ``partitionable-devices-disabled-
+with the 1.37 defaults (checked against upstream): ``partitionable-devices-disabled-
 device-consumes-counters``, ``list-attributes-disabled-match-constraint-with-lists``,
 ``list-attributes-disabled-distinct-constraint-with-lists`` (ListTypeAttributes is off
-in 1.36 anyway).
+in 1.37 anyway: the lists are read, and match nothing; no allocation).
 
 Part 2 (``nvidia-*``, ``example-driver-*``) runs the published demo claims of the
 NVIDIA GPU driver and of dra-example-driver against ResourceSlices shaped as those
@@ -131,6 +131,26 @@ class Case:
     node: Wire = field(default_factory=lambda: node("node-1", "region-1"))
     expect: list[Wire] | None = None
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slices", _unique_names(self.slices))  # frozen
+
+
+def _unique_names(slices: list[Wire]) -> list[Wire]:
+    """Upstream's table reuses slice names (``slice-1`` in two pools, or in two generations
+    of one), which kube-apiserver cannot hold and the allocator refuses: the second ``s``
+    becomes ``s-2``, which sorts right after ``s`` and before any other name (``-`` sorts
+    before the digits and letters), so the order within a pool stays upstream's."""
+    seen: dict[str, int] = {}
+    out = []
+    for given in slices:
+        name = given["metadata"]["name"]
+        seen[name] = seen.get(name, 0) + 1
+        renamed = given
+        if seen[name] > 1:
+            renamed = {**given, "metadata": {**given["metadata"], "name": f"{name}-{seen[name]}"}}
+        out.append(renamed)
+    return out
 
 
 # Taints and tolerations, named as in upstream's TestAllocator.
@@ -4602,7 +4622,7 @@ UPSTREAM_CASES: dict[str, Case] = {
             )
         ],
     ),
-    # upstream runs this with its gate off; the outcome is the same with the 1.36 defaults
+    # upstream runs this with its gate off, as the 1.37 defaults have it
     "list-attributes-disabled-match-constraint-with-lists": Case(
         claims=[
             claim(
@@ -4628,9 +4648,9 @@ UPSTREAM_CASES: dict[str, Case] = {
                 ),
             )
         ],
-        error=r"stringAttribute\]\.strings: list values need the DRAListTypeAttributes",
+        expect=None,  # a list matches nothing, and is distinct from nothing after the first
     ),
-    # upstream runs this with its gate off; the outcome is the same with the 1.36 defaults
+    # upstream runs this with its gate off, as the 1.37 defaults have it
     "list-attributes-disabled-distinct-constraint-with-lists": Case(
         claims=[
             claim(
@@ -4656,7 +4676,7 @@ UPSTREAM_CASES: dict[str, Case] = {
                 ),
             )
         ],
-        error=r"stringAttribute\]\.strings: list values need the DRAListTypeAttributes",
+        expect=None,  # a list matches nothing, and is distinct from nothing after the first
     ),
     "allocation-mode-all-with-multi-host-resource-pool": Case(
         claims=[claim("claim-0", all_device_request("req-0", "class-a"))],
@@ -5179,7 +5199,14 @@ UPSTREAM_CASES: dict[str, Case] = {
                 "node-1",
                 "pool-2",
                 "driver-a",
-                device("device-3", attributes={"type": "Y"}, binding_conditions=["IsPrepare"]),
+                # upstream's case has no failure conditions, which kube-apiserver requires
+                # beside binding conditions (and so do we): one is added, here and below
+                device(
+                    "device-3",
+                    attributes={"type": "Y"},
+                    binding_conditions=["IsPrepare"],
+                    binding_failure_conditions=["IsFailed"],
+                ),
             ),
         ],
         expect=[
@@ -5187,7 +5214,12 @@ UPSTREAM_CASES: dict[str, Case] = {
                 local_node_selector("node-1"),
                 device_allocation_result("req-1", "driver-a", "pool-1", "device-2"),
                 device_allocation_result(
-                    "req-1", "driver-a", "pool-2", "device-3", binding_conditions=["IsPrepare"]
+                    "req-1",
+                    "driver-a",
+                    "pool-2",
+                    "device-3",
+                    binding_conditions=["IsPrepare"],
+                    binding_failure_conditions=["IsFailed"],
                 ),
                 device_allocation_result("req-2", "driver-a", "pool-1", "device-1"),
             )

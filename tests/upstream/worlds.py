@@ -8,7 +8,13 @@ agreement is counted per feature).
 
 Most worlds are valid, so that the search is what gets compared; a few carry what
 kube-apiserver defaults (``count: 0``) or refuses (a ``matchFields`` with two values, a
-request policy off its step), so that defaulting and validation are compared too.
+request policy off its step, binding conditions without binding-failure conditions, two
+slices of one name), so that defaulting and validation are compared too.
+
+The edges that random amounts seldom reach are drawn on purpose, weighted up (issue #31):
+negative capacity requests and requests at and past int64 against ranges whose steps
+reach the limit (also in All mode), compatibility groups and list-valued attributes (both
+off with the 1.37 gates: skipped, and matching no constraint), binding conditions.
 """
 
 from __future__ import annotations
@@ -59,6 +65,21 @@ POLICIES: tuple[Wire, ...] = (
     {"default": "1G"},
 )
 CAPACITY_REQUESTS = ("1G", "2G", "3G", "1500M", "700m", "5G")
+INT64_MAX = str(2**63 - 1)
+# a device's capacity at the int64 limit, with ranges whose rounding reaches it
+EDGE_POLICIES: tuple[Wire | None, ...] = (
+    {"default": "0", "validRange": {"min": "0", "step": "2"}},  # INT64_MAX rounds past it
+    {"default": "1", "validRange": {"min": "1", "step": "2"}},  # INT64_MAX is on a step
+    {"default": "1", "validRange": {"min": "1", "step": "3"}},
+    {"default": "1", "validRange": {"min": "1", "step": str(2**62)}},
+    {"default": "1", "validRange": {"min": "1", "max": INT64_MAX, "step": "2"}},
+    {"default": "1", "validValues": ["1", INT64_MAX]},
+    {"default": "1"},
+    None,
+)
+EDGE_REQUESTS = (
+    "-1G", "-5", "-1", "0", INT64_MAX, str(2**63 - 2), str(2**63), "10E", "8Ei", "9E", "1e19",
+)  # fmt: skip
 
 
 def _pick(rng: random.Random, p: float) -> bool:
@@ -74,6 +95,12 @@ class _Builder:
         self.rng = random.Random(seed)
         self.features: set[str] = set()
         self.devices: list[tuple[str, str, Wire]] = []  # (driver, pool, device) published
+        # how likely the edges are in this world: most worlds have none, some many
+        rng = self.rng
+        self.edges = rng.choice((0.0, 0.0, 0.3, 0.6))  # int64-edge capacities and requests
+        self.lists = rng.choice((0.0, 0.0, 0.0, 0.3))  # list-valued attributes
+        self.groups = rng.choice((0.0, 0.0, 0.0, 0.5))  # compatibility groups
+        self.binding = rng.choice((0.0, 0.0, 0.0, 0.1))  # binding conditions
 
     # --- inventory ---------------------------------------------------------------------------
 
@@ -100,43 +127,85 @@ class _Builder:
             attributes["driverVersion"] = {"version": rng.choice(("1.2.3", "1.10.0", "2.0.0"))}
             if _pick(rng, 0.8):
                 attributes["numa"] = {"int": rng.choice((0, 1))}
+            if _pick(rng, self.lists):
+                # DRAListTypeAttributes is off in 1.37: read, and matching no constraint
+                self.features.add("list-attributes")
+                attributes["numa"] = {"ints": rng.sample((0, 1), rng.randint(1, 2))}
+                if _pick(rng, 0.3):
+                    attributes["model"] = {"strings": [rng.choice(("a100", "h100"))]}
             capacity["memory"] = _quantity(rng.choice(("8Gi", "16Gi", "40Gi")))
         else:
             attributes["speed"] = {"int": rng.choice((25, 100, 200))}
+            if _pick(rng, self.lists / 2):
+                self.features.add("list-attributes")
+                attributes["speed"] = {"ints": [rng.choice((25, 100, 200))]}
         device: Wire = {"name": name}
         if attributes:
             device["attributes"] = attributes
-        if multi:
-            self.features.add("consumable-capacity")
-            device["allowMultipleAllocations"] = True
-            policy = rng.choice(POLICIES)
-            value = "8G" if _pick(rng, 0.9) else "4G"  # 4G is below one policy's max: refused
-            capacity["bandwidth"] = {"value": value, "requestPolicy": policy}
-        if capacity:
-            device["capacity"] = capacity
+        self._capacity(device, capacity, multi)
+        self._binding(device)
         if _pick(rng, 0.12):
             self.features.add("taints")
             effect = rng.choice(("NoSchedule", "NoExecute", "None"))
             device["taints"] = [{"key": "k", "value": rng.choice(("v", "w")), "effect": effect}]
         return device
 
+    def _capacity(self, device: Wire, capacity: Wire, multi: bool) -> None:
+        """The device's capacities: shared ones with a request policy (some at the int64
+        limit), or a plain one."""
+        rng = self.rng
+        if multi:
+            self.features.add("consumable-capacity")
+            device["allowMultipleAllocations"] = True
+            if _pick(rng, self.edges):
+                self.features.add("int64-capacity")
+                edge = rng.choice(EDGE_POLICIES)
+                capacity["bandwidth"] = {"value": INT64_MAX}
+                if edge is not None:
+                    capacity["bandwidth"]["requestPolicy"] = dict(edge)
+            else:
+                policy = rng.choice(POLICIES)
+                value = "8G" if _pick(rng, 0.9) else "4G"  # 4G is below one policy's max
+                capacity["bandwidth"] = {"value": value, "requestPolicy": policy}
+        elif _pick(rng, self.edges / 3):
+            self.features.add("int64-capacity")  # a capacity that is not shared
+            capacity["bandwidth"] = {"value": rng.choice(("8G", INT64_MAX))}
+        if capacity:
+            device["capacity"] = capacity
+
+    def _binding(self, device: Wire) -> None:
+        """Binding conditions, usually with failure conditions (kube-apiserver wants both)."""
+        rng = self.rng
+        if _pick(rng, self.binding):
+            self.features.add("binding-conditions")
+            device["bindingConditions"] = ["example.com/ready"]
+            if _pick(rng, 0.9):
+                device["bindingFailureConditions"] = ["example.com/failed"]
+            else:
+                self.features.add("binding-without-failure")  # refused by kube-apiserver
+            if _pick(rng, 0.5):
+                device["bindsToNode"] = True
+
     def node_slices(self, node: str, driver: str) -> list[Wire]:
         rng = self.rng
         short = driver.split(".", maxsplit=1)[0]
         pool = f"{node}-{short}"
         count = rng.randint(2, 6)
-        partitionable = driver == GPU and _pick(rng, 0.2)
+        partitionable = driver == GPU and _pick(rng, 0.2 + self.groups / 2)
         devices = []
         for i in range(count):
-            multi = _pick(rng, 0.15)
+            multi = _pick(rng, 0.15 + self.edges / 2)
             dev = self.device(driver, f"{short}-{i}", i, multi)
             if partitionable:
-                dev["consumesCounters"] = [
-                    {
-                        "counterSet": "gpu-counters",
-                        "counters": {"memory": _quantity(rng.choice(("20Gi", "40Gi")))},
-                    }
-                ]
+                use: Wire = {
+                    "counterSet": "gpu-counters",
+                    "counters": {"memory": _quantity(rng.choice(("20Gi", "40Gi")))},
+                }
+                if _pick(rng, self.groups):
+                    # DRADeviceCompatibilityGroups is off in 1.37: the slice is ignored
+                    self.features.add("compatibility-groups")
+                    use["compatibilityGroups"] = rng.sample(("a", "b"), rng.randint(1, 2))
+                dev["consumesCounters"] = [use]
             devices.append(dev)
         slices = []
         slice_count = 2 if partitionable else 1
@@ -318,9 +387,19 @@ class _Builder:
                 )
             )
             out["tolerations"] = [dict(tol)]
-        if _pick(rng, 0.2):
+        if _pick(rng, 0.2 + self.edges / 2):
             self.features.add("capacity-request")
-            out["capacity"] = {"requests": {"bandwidth": rng.choice(CAPACITY_REQUESTS)}}
+            amount = rng.choice(CAPACITY_REQUESTS)
+            if _pick(rng, self.edges):
+                amount = rng.choice(EDGE_REQUESTS)
+                self.features.add(
+                    "negative-capacity-request" if amount.startswith("-") else "int64-request"
+                )
+                if _pick(rng, 0.3) and not sub:
+                    out.pop("count", None)
+                    out["allocationMode"] = "All"
+                    self.features.add("all")
+            out["capacity"] = {"requests": {"bandwidth": amount}}
         return out
 
     def claim(self, name: str, classes: list[str]) -> Wire:
@@ -429,6 +508,10 @@ def world(seed: int) -> tuple[list[Wire], set[str]]:
             if _pick(b.rng, 0.8 if driver == GPU else 0.5):
                 slices.extend(b.node_slices(node["metadata"]["name"], driver))
     slices.extend(b.shared_slices(nodes))
+    if len(slices) > 1 and _pick(b.rng, 0.02):
+        b.features.add("duplicate-names")  # refused: kube-apiserver keeps one per name
+        first, second = b.rng.sample(range(len(slices)), 2)
+        slices[second] = {**slices[second], "metadata": dict(slices[first]["metadata"])}
     classes = b.classes()
     class_names = [c["metadata"]["name"] for c in classes]
     held = [c for i in range(b.rng.choice((0, 0, 1, 2))) if (c := b.in_use(i)) is not None]
@@ -452,6 +535,10 @@ def feature_names(objects: list[Wire]) -> set[str]:
         ("taints", "taints"),
         ("config", "'config'"),
         ("in-use", "'allocation'"),
+        ("compatibility-groups", "compatibilityGroups"),
+        ("binding-conditions", "bindingConditions"),
+        ("list-attributes", "'ints'"),
+        ("int64-capacity", INT64_MAX),
     ):
         if needle in text:
             found.add(name)

@@ -15,6 +15,9 @@
 //	{"exit": 1, "error": "why no node fits"}
 //	{"exit": 2, "error": "the first invalid object and field, or the allocator's error"}
 //
+// (a second DeviceClass or ResourceSlice of a name already given is invalid, as
+// kube-apiserver refuses to create it)
+//
 // exit as `dra-jupyter allocate`'s exit code; items as its `-o json` List's items.
 //
 // Feature gates are kube-apiserver's and kube-scheduler's defaults for this Kubernetes
@@ -140,6 +143,9 @@ type objects struct {
 
 func load(w world) (*objects, error) {
 	o := &objects{classes: classLister{}}
+	// kube-apiserver keeps one object per name: a second create of a name already stored
+	// is refused (AlreadyExists)
+	sliceNames := sets.New[string]()
 	for _, raw := range w.Objects {
 		var head struct {
 			Kind     string `json:"kind"`
@@ -161,12 +167,19 @@ func load(w world) (*objects, error) {
 			if err != nil {
 				return nil, err
 			}
+			if _, found := o.classes[c.Name]; found {
+				return nil, invalid{fmt.Sprintf("DeviceClass %s: already exists", name)}
+			}
 			o.classes[c.Name] = c
 		case "ResourceSlice":
 			s, err := admit(raw, &resourceapi.ResourceSlice{}, &resource.ResourceSlice{}, validation.ValidateResourceSlice, "ResourceSlice", name)
 			if err != nil {
 				return nil, err
 			}
+			if sliceNames.Has(s.Name) {
+				return nil, invalid{fmt.Sprintf("ResourceSlice %s: already exists", name)}
+			}
+			sliceNames.Insert(s.Name)
 			o.slices = append(o.slices, s)
 		case "ResourceClaim":
 			if head.Metadata.Namespace == "" {
