@@ -63,6 +63,7 @@ TIERS = {
     "service/test_backend_choice.py": "pure",
     "service/test_enforce.py": "pure",  # the enforcer's decisions, signals recorded
     "service/test_policy.py": "pure",
+    "service/test_args.py": "pure",  # what the daemon reads of its inventory
     "service/test_protocol.py": "pure",
     "widgets": "kernel",
     "widgets/test_arguments.py": "pure",

@@ -37,8 +37,9 @@ def device_capacities(inventory: Inventory) -> dict[str, dict[str, Fraction]]:
         for d in spec.get("devices") or ():
             caps: dict[str, Fraction] = {}
             for name, cap in (d.get("capacity") or {}).items():
-                with contextlib.suppress(DraJupyterError, TypeError, ValueError):
-                    caps[str(name)] = Quantity.parse(cap["value"]).value
+                with contextlib.suppress(DraJupyterError, TypeError, ValueError, AttributeError):
+                    value = cap.get("value")  # none, or null: zero, as Kubernetes 1.37 reads it
+                    caps[str(name)] = Quantity.parse("0" if value is None else value).value
             out[f"{spec['driver']}/{spec['pool']['name']}/{d['name']}"] = caps
     return out
 
