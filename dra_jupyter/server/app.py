@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from jupyter_events import EventLogger
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.serverapp import ServerApp
-from tornado.ioloop import PeriodicCallback
+from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode, default, validate
 
 from dra_jupyter.backends import resolve_backend
@@ -298,7 +298,7 @@ class DRAExtensionApp(ExtensionApp):
             max_devices_per_user=self.max_devices_per_user,
         )
         self.policy = IdlePolicy(self.idle_timeout, self.idle_warning)
-        self.watcher = ExecutionWatcher()
+        self.watcher = ExecutionWatcher(on_cell_end=self._cell_ended)
         self.known_kernels: set[str] = set()  # every kernel this server has run
         self.claim_events = ClaimEvents(self.events, self.service.released)
         # kernel -> restarts with claims under way, whose "restart" event must not release
@@ -308,6 +308,7 @@ class DRAExtensionApp(ExtensionApp):
         self._writer = Writer(self.service.batch)
         self._readers = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="dra-read")
         self._checker: PeriodicCallback | None = None
+        self._due: tuple[float, object] | None = None  # the next deadline's timer: (when, handle)
         self._stopped = False
         self.metrics = MetricsSampler(
             self.service,
@@ -384,6 +385,7 @@ class DRAExtensionApp(ExtensionApp):
         self._stopped = True
         if self._checker is not None:
             self._checker.stop()
+        self._schedule(None)
         await self.metrics.stop()
         self.events.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
         uninstall_kernel_env(self.server.kernel_manager)
@@ -558,6 +560,7 @@ class DRAExtensionApp(ExtensionApp):
         def select(record: ClaimRecord) -> str | None:
             return "kernel-shutdown" if record.owner.kernel_id in gone else None
 
+        due: list[float] = []
         for record in await self.call(self.service.live_claims, self._idle_or(select, now), now):
             if record.owner.kernel_id not in live:
                 continue
@@ -566,6 +569,51 @@ class DRAExtensionApp(ExtensionApp):
             ):
                 self.claim_events.emit_allocated(record, "kernel")
             self._maybe_warn(record, now)
+            due.extend(self._moments(record, now))
+        self._schedule(min((t for t in due if t > now), default=None))
+
+    def _moments(self, record: ClaimRecord, now: float) -> list[float]:
+        """When something is next due for the claim, if nothing changes meanwhile: its idle
+        warning and its idle release (and the GPU-idle ones); none while a cell runs or
+        its GPU works (the deadline is paused)."""
+        kernel_id = record.owner.kernel_id
+        execution = self.watcher.execution(kernel_id) if kernel_id else None
+        if execution is None or execution.busy:
+            return []
+        moments = []
+        if self.gpu_activity(record, now).state is not GpuState.ACTIVE:
+            deadline = self.idle_deadline(record)
+            if deadline is not None:
+                moments += [deadline - self.idle_warning, deadline]
+        gpu = self.gpu_idle_deadline(record, now)
+        if gpu is not None:
+            moments += [gpu - self.idle_warning, gpu]
+        return moments
+
+    def _schedule(self, when: float | None) -> None:
+        """A check at ``when`` (a deadline: a warning goes, or a claim is released, then, not
+        at the next periodic check up to check_interval later); None: no timer."""
+        loop = IOLoop.current()
+        if self._due is not None:
+            if when is not None and self._due[0] == when:
+                return
+            loop.remove_timeout(self._due[1])
+            self._due = None
+        if when is None or self._stopped:
+            return
+        handle = loop.call_later(max(0.0, when - time.time()) + DUE_SLACK, self._on_due)
+        self._due = (when, handle)
+
+    def _cell_ended(self, kernel_id: str) -> None:
+        """A cell ended: its claims' deadlines start now, and a claim it made is new: a
+        check soon, to time them (as the periodic check would, up to check_interval later)."""
+        soon = time.time() + CELL_SETTLE
+        if self._due is None or self._due[0] > soon:
+            self._schedule(soon)
+
+    def _on_due(self) -> None:
+        self._due = None
+        IOLoop.current().spawn_callback(self.check)
 
     async def _keep_startup_claim(self, now: float) -> None:
         """The startup claim is as active as the server's kernels: a cell that ran since the
@@ -647,6 +695,10 @@ class DRAExtensionApp(ExtensionApp):
 
 
 _SERVES_HANDLERS: type[DRAApp] = DRAExtensionApp  # what the handlers read of it, checked
+
+
+DUE_SLACK = 0.05  # seconds after a deadline its check runs: past it, whatever the clock
+CELL_SETTLE = 0.2  # seconds after a cell ends that a check looks at its claims
 
 
 def _backend_name(trait: str) -> BackendName:

@@ -98,10 +98,14 @@ NO_GPU_SIGNAL = GpuActivityModel(
 
 
 def spoken_duration(seconds: float) -> str:
-    """``40 min``, ``2 h``, ``1 h 30 min``, ``45 s``: a duration as a person says it."""
+    """``40 min``, ``1 min 30 s``, ``2 h``, ``1 h 30 min``, ``45 s``: a duration as a person
+    says it, as it is (to the second under an hour, to the minute above)."""
     seconds = max(0, round(seconds))
     if seconds < 60:
         return f"{seconds} s"
+    if seconds < 3600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes} min" + (f" {rest} s" if rest else "")
     minutes = round(seconds / 60)
     hours, minutes = divmod(minutes, 60)
     if not hours:

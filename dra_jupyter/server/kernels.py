@@ -114,6 +114,8 @@ class ExecutionWatcher:
 
     clock: Clock = time.time
     watches: dict[str, _Watch] = field(default_factory=dict)
+    # called with the kernel's id when a cell ends (its deadline starts from then)
+    on_cell_end: Callable[[str], None] | None = None
 
     def execution(self, kernel_id: str) -> Execution | None:
         watch = self.watches.get(kernel_id)
@@ -142,7 +144,12 @@ class ExecutionWatcher:
                     execution.last_execute = self.clock()
                 if parent_type != "execute_request":
                     return
+                ended = execution.busy and state == "idle"
                 execution.busy = state == "busy"
+                execution.last_execute = self.clock()
+                if ended and self.on_cell_end is not None:
+                    self.on_cell_end(kernel_id)
+                return
             execution.last_execute = self.clock()
 
         stream.on_recv(on_recv)

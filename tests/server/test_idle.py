@@ -164,6 +164,31 @@ async def test_keep_moves_the_deadline_then_the_claim_is_released_later(
         ]
 
 
+@pytest.mark.parametrize(
+    "dra_config", [{"idle_timeout": 3.0, "idle_warning": 1.5, "check_interval": 120.0}]
+)
+async def test_the_warning_and_the_release_come_at_their_times_not_at_the_next_sweep(
+    jp_serverapp: Any, ledger: Ledger, events: Events
+) -> None:
+    """With a sweep every 120 s, a claim whose deadline is 3 s after its last cell is
+    warned of and released at its times (a timer per deadline), long before the sweep."""
+    await start_extensions(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        await kernel.run(REQUEST)
+        (record,) = ledger.read_claims()
+
+        def released() -> bool:
+            """the claim is released and that is announced"""
+            return not ledger.read_claims() and release_announced(events, record.name)
+
+        await eventually(released, tries=300, pause=0.1)  # 30 s at most: a quarter sweep
+        [gone] = [r for r in ledger.releases() if r.name == record.name]
+        assert gone.reason == "idle"
+        [warning] = [data for kind, data in events if kind == "idle_warning"]
+        assert gone.time >= warning["deadline"]  # not before its deadline
+        assert [kind for kind, _ in events] == ["claim_allocated", "idle_warning", "claim_released"]
+
+
 async def test_keep_of_an_unknown_claim_is_404(jp_fetch: Fetch) -> None:
     r = await jp_fetch(
         "dra", "api", "claims", "no-such-claim", "keep", method="POST", body="", raise_error=False
@@ -204,8 +229,9 @@ def test_release_reasons_in_a_users_words() -> None:
     )
     assert release_message("expired", 0) == "its lease ended"
     assert release_message("something-new", 0) == "something-new"
-    assert [spoken_duration(s) for s in (2, 90, 5400, 7200)] == [
+    assert [spoken_duration(s) for s in (2, 90, 120, 5400, 7200)] == [
         "2 s",
+        "1 min 30 s",  # a 90 s timeout is not "2 min"
         "2 min",
         "1 h 30 min",
         "2 h",
