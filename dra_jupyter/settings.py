@@ -60,6 +60,7 @@ from dra_jupyter.errors import InvalidInputError, shown
 BackendName = Literal["local", "service", "kubernetes", "auto"]
 BACKENDS: tuple[BackendName, ...] = ("local", "service", "kubernetes", "auto")
 DEFAULT_SOCKET = Path("/run/dra-jupyter/socket")
+BACKEND_ENV = "DRA_JUPYTER_BACKEND"
 DEFAULT_SERVICE_CONFIG = Path("/etc/dra-jupyter/service.toml")
 # What a pod's service account mounts (token, namespace): its presence means "in a pod".
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -122,7 +123,7 @@ class Settings:
             )
         sock = Path(env.get("DRA_JUPYTER_SOCKET") or DEFAULT_SOCKET)
         config = Path(env.get("DRA_JUPYTER_SERVICE_CONFIG") or DEFAULT_SERVICE_CONFIG)
-        backend = env.get("DRA_JUPYTER_BACKEND") or (
+        backend = env.get(BACKEND_ENV) or (
             "service" if service_installed(sock, config) else "local"
         )
         if backend not in BACKENDS:

@@ -73,6 +73,7 @@ TIERS = {
     "test_api_inventories.py": "pure",
     "test_claimspec.py": "pure",
     "test_cli.py": "pure",
+    "test_cli_doctor.py": "pure",
     "test_cli_fuzz.py": "pure",
     "test_cli_local.py": "pure",
     "test_docs.py": "pure",  # the docs' links and make targets
