@@ -23,7 +23,7 @@ LAB_SOURCES := labextension/package.json labextension/yarn.lock \
 
 .PHONY: install check test unit lint typecheck layers pytest k8s-build fuzz fuzz-upstream demo lab \
 	labextension bench bench-latency bench-upstream bench-placement bench-load bench-service \
-	bench-hub bench-usage clean hub-proxy $(addprefix test-,$(TIERS))
+	bench-hub bench-usage bench-gpu-sampling clean hub-proxy $(addprefix test-,$(TIERS))
 
 install: $(STAMP)
 
@@ -170,7 +170,8 @@ lab: install $(LAB_BUILD)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab $(LAB_ARGS)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
-bench: bench-latency bench-upstream bench-placement bench-load bench-service bench-hub bench-usage
+bench: bench-latency bench-upstream bench-placement bench-load bench-service bench-hub bench-usage \
+	bench-gpu-sampling
 
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
@@ -203,6 +204,10 @@ bench-hub: install
 # `dra-jupyter claims --all` on the same ledger, as a command and in process; about a minute
 bench-usage: install
 	$(BIN)/python -m benchmarks.bench_usage
+
+# The service's GPU sampler on 8 GPUs x 50 processes (the fake NVML), beside the metrics read
+bench-gpu-sampling: install
+	$(BIN)/python -m benchmarks.bench_gpu_sampling
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis labextension/node_modules \
