@@ -11,6 +11,14 @@ export function countdown(seconds: number): string {
   return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${rest}` : `${m}:${rest}`;
 }
 
+/** The clock time of a moment (seconds since the epoch), in the page's time zone: `14:32:05`. */
+export function clockTime(seconds: number): string {
+  const d = new Date(seconds * 1000);
+  return [d.getHours(), d.getMinutes(), d.getSeconds()]
+    .map(n => String(n).padStart(2, '0'))
+    .join(':');
+}
+
 /** `45 s`, `12 min`, `2 h 5 min`, `3 d 4 h`: how long ago, or how long. */
 export function duration(seconds: number): string {
   const s = Math.max(0, Math.floor(seconds));
@@ -213,6 +221,8 @@ export function releaseReason(reason: string): string {
       return 'its lease ended';
     case 'reclaimed':
       return 'the process that held it is gone';
+    case 'elsewhere':
+      return 'it was released outside this page (a terminal, a notebook or the service)';
     default:
       return `reason: ${reason}`;
   }

@@ -356,7 +356,9 @@ export class DevicesPanel extends Widget {
     }
     for (const node of groupDevices(devices.devices)) {
       const box = el('div', 'dra-node');
-      box.append(el('h4', 'dra-node-name', node.node || 'this machine'));
+      const name = el('h4', 'dra-node-name', node.node || 'this machine');
+      name.title = name.textContent ?? '';
+      box.append(name);
       const table = el('table', 'dra-device-table');
       for (const group of node.groups) {
         table.append(this._deviceRow(group.device, groupState(group), false));
@@ -400,7 +402,9 @@ export class DevicesPanel extends Widget {
         partition ? d.mig_profile || deviceName(d.device) : deviceName(d.device)
       )
     );
-    tr.append(el('td', '', partition ? '' : shortModel(d.model)));
+    const model = el('td', 'dra-device-model', partition ? '' : shortModel(d.model));
+    model.title = d.model;
+    tr.append(model);
     const metrics = this.model.metricsMap.get(d.device);
     tr.append(el('td', 'dra-dim dra-device-memory', memoryText(metrics?.current, d.memory)));
     const util = el('td', 'dra-device-util');

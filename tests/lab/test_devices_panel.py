@@ -358,3 +358,117 @@ def test_without_the_server_extension_the_panel_says_how_to_install_it(
         assert "server extension is unavailable" in error.inner_text()
         assert "pip install dra-jupyter" in error.inner_text()
         assert page.locator(STATUS).is_hidden()
+
+
+# Everything the panel shows lies within its width: nothing is cut off at the right. An
+# element that cuts its own text (an ellipsis) lies within too; its full text is its title.
+OUTSIDE = """panel => {
+    const right = panel.getBoundingClientRect().right + 0.5;
+    return [...panel.querySelectorAll('*')]
+        .filter(e => e.getClientRects().length > 0 && e.getBoundingClientRect().right > right)
+        .map(e => `${e.tagName.toLowerCase()}.${e.className.baseVal ?? e.className}`
+                  + ` (${Math.round(e.getBoundingClientRect().right - right)} px): `
+                  + (e.textContent || '').slice(0, 40));
+}"""
+
+
+def sidebar_width(page: Any, width: int) -> None:
+    """Make the left sidebar ``width`` px wide, as a user's drag of its edge does."""
+    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+    box = handle.bounding_box()
+    panel = page.locator(PANEL).bounding_box()
+    assert box is not None and panel is not None
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x + (panel["x"] + width - (box["x"])), y, steps=5)
+    page.mouse.up()
+    until(
+        f"the panel {width} px wide",
+        lambda: abs((page.locator(PANEL).bounding_box() or {"width": 0})["width"] - width) <= 2,
+        seconds=10,
+    )
+
+
+def test_the_panel_fits_the_default_sidebar_width(lab: Lab, page: Any, released: None) -> None:
+    """At JupyterLab's default sidebar width (about 250 px) nothing is cut off: the request
+    form is one column, a device row wraps to two lines, long words wrap or end in an
+    ellipsis with their full text on hover; wider, the form takes two columns."""
+    lab.api("POST", "/dra/api/claims", {"gpu": 2, "name": "a-rather-long-claim-name-that-wraps"})
+    open_lab(page, lab)
+    panel = open_panel(page)
+    until("8 devices in the panel", lambda: panel.locator("tr.dra-device").count() == 8)
+    panel.locator(".dra-claim").wait_for(timeout=WAIT_MS)
+    panel.locator(".dra-request summary").click()
+    sidebar_width(page, 250)
+    assert panel.evaluate(OUTSIDE) == []
+    labels = panel.locator(".dra-request-grid label")
+    lefts = {round(box["x"]) for box in (labels.nth(i).bounding_box() for i in range(6)) if box}
+    assert len(lefts) == 1, lefts  # one column
+    node = panel.locator("h4.dra-node-name").first
+    assert node.get_attribute("title") == node.inner_text()  # its full text on hover
+    sidebar_width(page, 480)
+    assert panel.evaluate(OUTSIDE) == []
+    lefts = {round(box["x"]) for box in (labels.nth(i).bounding_box() for i in range(6)) if box}
+    assert len(lefts) >= 2, lefts  # it grows into columns
+
+
+def cli_env(lab: Lab) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_JUPYTER_")}
+    env.update(DRA_JUPYTER_LEDGER=str(lab.ledger), DRA_JUPYTER_INVENTORY="h200-8x")
+    return env
+
+
+def test_a_release_in_a_terminal_raises_a_notification(lab: Lab, page: Any, released: None) -> None:
+    """`dra-jupyter release` in a terminal goes past this server (the ledger, not the REST
+    API): the page finds the claim gone and says so, with the reason the ledger keeps."""
+    made = lab.api("POST", "/dra/api/claims", {"gpu": 1, "name": "from-the-terminal"})
+    open_lab(page, lab)
+    panel = open_panel(page)
+    panel.locator('.dra-claim[data-claim="from-the-terminal"]').wait_for(timeout=WAIT_MS)
+    cli = [sys.executable, "-m", "dra_jupyter.cli", "release", made["name"]]
+    subprocess.run(cli, env=cli_env(lab), capture_output=True, check=True, timeout=120)
+    found = toast(page, "(claim from-the-terminal)")
+    assert found.inner_text().startswith("Released 1")
+    assert page.locator(TOAST).filter(has_text="from-the-terminal").count() == 1
+
+
+def test_an_idle_warning_stays_true_one_per_claim_withdrawn_on_keep_and_release(
+    idle_lab: Lab, page: Any
+) -> None:
+    """The warning says the clock time of the deadline (as true 2 s later as at once); a
+    Keep in the panel withdraws it; the next round's warning is the claim's only one; a
+    release withdraws that, leaving no Keep or Release buttons of a claim that is gone."""
+    lab = idle_lab
+    notebook(
+        page, lab, "idle-rounds.ipynb", ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)"]
+    )
+    panel = open_panel(page)
+    run_all_cells(page)
+    [claim] = until("the notebook's claim", lambda: claims(lab))
+    name = claim["name"]
+    warnings = page.locator(TOAST).filter(has_text="will be released as idle")
+    first = toast(page, f"(claim {name})")
+    text = first.inner_text()
+    deadline = claims(lab)[0]["idle_deadline"]
+    assert f"at {time.strftime('%H:%M:%S', time.localtime(deadline))}" in text, text
+    page.wait_for_timeout(2000)
+    assert first.inner_text() == text  # still true: no frozen countdown
+    assert warnings.count() == 1
+
+    row = panel.locator(f'.dra-claim[data-claim="{name}"]')
+    row.locator("button.dra-keep").click()  # a Keep that is not the notification's
+    until("the warning withdrawn after the Keep", lambda: warnings.count() == 0, seconds=20)
+    until("the next round's warning", lambda: warnings.count() >= 1)
+    page.wait_for_timeout(1500)
+    assert warnings.count() == 1  # one warning for one claim
+    assert claims(lab)[0]["idle_deadline"] > deadline
+
+    row.locator("button.dra-release").click()
+    until("the claim released", lambda: claims(lab) == [])
+    until("the warning withdrawn after the release", lambda: warnings.count() == 0, seconds=20)
+    toast(page, f"(claim {name}): it was released on request")
+    stale = (
+        page.locator(TOAST).filter(has_text=f"(claim {name})").get_by_role("button", name="Keep")
+    )
+    assert stale.count() == 0
