@@ -71,6 +71,16 @@ function pageKernels(app: JupyterFrontEnd, tracker: INotebookTracker | null): Ke
     },
     current() {
       return tracker?.currentWidget?.sessionContext.session?.kernel?.id ?? null;
+    },
+    async restarted(kernelId) {
+      // the page's connection saw the old kernel go: a new connection asks the new one
+      // for its state, and JupyterLab reads it (Idle) at once
+      for (const widget of tracker ? [...iterate(tracker)] : []) {
+        const kernel = widget.sessionContext.session?.kernel;
+        if (kernel?.id === kernelId && !kernel.isDisposed) {
+          await kernel.reconnect();
+        }
+      }
     }
   };
 }
@@ -211,6 +221,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
         try {
           const answer = await model.restartWithClaims(kernel);
+          await kernels.restarted(kernel);
           const what = deviceSummary(
             answer.claims.flatMap(c => c.devices),
             model.deviceMap

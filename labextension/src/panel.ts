@@ -38,6 +38,8 @@ export interface Kernels {
   label(kernelId: string): string | null;
   /** The kernel of the notebook in front, or null. */
   current(): string | null;
+  /** The server restarted the kernel (with its devices): let the page's connection know. */
+  restarted(kernelId: string): Promise<void>;
 }
 
 const SVG =
@@ -201,7 +203,10 @@ export class DevicesPanel extends Widget {
           'Restart kernel with these devices',
           'dra-restart',
           'Restart the kernel; the new kernel keeps these devices in its environment',
-          () => this._act(row, () => this.model.restartWithClaims(kernel))
+          () =>
+            this._act(row, () =>
+              this.model.restartWithClaims(kernel).then(() => this.kernels.restarted(kernel))
+            )
         )
       );
     }

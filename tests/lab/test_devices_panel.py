@@ -271,9 +271,17 @@ def test_restart_with_claims_from_the_kernel_menu_keeps_the_devices(
     run_all_cells(page)
     [before] = until("the notebook's claim", lambda: claims(lab))
     page.locator(STATUS).filter(has_text=re.compile(rf"^1{X} H200")).wait_for(timeout=WAIT_MS)
+    idle = page.locator("#jp-main-statusbar .jp-StatusBar-TextItem").filter(
+        has_text=re.compile(r"\|\s*Idle")
+    )
+    idle.first.wait_for(timeout=WAIT_MS)
     page.get_by_role("menuitem", name="Kernel", exact=True).click()
     page.get_by_role("menuitem", name="Restart kernel with its devices").click()
     toast(page, f"Kernel restarted with 1{X} H200")
+    # JupyterLab knows the kernel restarted: it reads Idle at once, not "Starting" until a
+    # cell runs (a deadline for a hang, generous under load)
+    page.wait_for_timeout(2000)  # past the restart's own status changes
+    idle.first.wait_for(timeout=20_000)
     [after] = claims(lab)
     assert (after["name"], after["devices"], after["kernel_id"]) == (
         before["name"],
