@@ -228,6 +228,22 @@ export function releaseReason(reason: string): string {
   }
 }
 
+/** How a device class reads: one, and more than one. */
+const CLASS_WORDS: Record<string, [string, string]> = {
+  'gpu.nvidia.com': ['GPU', 'GPUs'],
+  'gpu.amd.com': ['AMD GPU', 'AMD GPUs'],
+  'mig.nvidia.com': ['MIG instance', 'MIG instances'],
+  'tpu.google.com': ['TPU', 'TPUs']
+};
+
+/** A request as the queue says it, in words: `2 gpu.nvidia.com` → `2 GPUs`. */
+export function requestWords(what: string): string {
+  return what.replace(/(\d+) ([a-z0-9-]+(?:\.[a-z0-9-]+)+)/g, (whole, n: string, cls: string) => {
+    const words = CLASS_WORDS[cls];
+    return words ? `${n} ${n === '1' ? words[0] : words[1]}` : whole;
+  });
+}
+
 /**
  * The line, as the panel shows it: one line a waiting request, oldest first, with who waits
  * (`you` for the caller's own: `mine` tells them apart), for what, since how long; the
@@ -241,6 +257,6 @@ export function queueLines(
   return waiting.map((w, i) => {
     const who = mine(w) ? 'you' : w.user;
     const place = mine(w) ? ` (number ${i + 1} in line)` : '';
-    return `${who}: ${w.what}, waiting ${duration(now - w.since)}${place}`;
+    return `${who}: ${requestWords(w.what)}, waiting ${duration(now - w.since)}${place}`;
   });
 }

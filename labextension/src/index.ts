@@ -62,6 +62,11 @@ function pageKernels(app: JupyterFrontEnd, tracker: INotebookTracker | null): Ke
       return false;
     },
     label(kernelId) {
+      for (const widget of tracker ? [...iterate(tracker)] : []) {
+        if (widget.sessionContext.session?.kernel?.id === kernelId) {
+          return widget.context.path;
+        }
+      }
       for (const session of services.sessions.running()) {
         if (session.kernel?.id === kernelId) {
           return session.path;

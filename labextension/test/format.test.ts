@@ -11,6 +11,7 @@ import {
   migParent,
   nearest,
   queueLines,
+  requestWords,
   releaseReason,
   shortModel,
   statusText
@@ -146,12 +147,19 @@ test('the line: who waits for what and since when; your own say their place', ()
   assert.deepEqual(
     queueLines(waiting, w => w.user === 'me', now),
     [
-      'bob: 2 gpu.nvidia.com, waiting 2 min',
-      'you: 8 gpu.nvidia.com, waiting 30 s (number 2 in line)'
+      'bob: 2 GPUs, waiting 2 min',
+      'you: 8 GPUs, waiting 30 s (number 2 in line)'
     ]
   );
   assert.deepEqual(
     queueLines([], () => true, now),
     []
   );
+});
+
+test('requestWords: device classes in words, one and many; others as they are', () => {
+  assert.equal(requestWords('1 gpu.nvidia.com'), '1 GPU');
+  assert.equal(requestWords('2 gpu.nvidia.com + 1 mig.nvidia.com'), '2 GPUs + 1 MIG instance');
+  assert.equal(requestWords('4 tpu.google.com'), '4 TPUs');
+  assert.equal(requestWords('1 example.com/thing'), '1 example.com/thing');
 });

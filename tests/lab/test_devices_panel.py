@@ -252,7 +252,7 @@ def test_the_panel_shows_who_waits_in_line(lab: Lab, page: Any, released: None) 
         # the text, not as shown: the panel's headings are in capitals (CSS)
         assert "Waiting in line (1)" in (queue.locator("h3").text_content() or "")
         [entry] = queue.locator("li.dra-queue-entry").all_inner_texts()
-        assert re.fullmatch(r".+: 2 gpu\.nvidia\.com, waiting \d+ s.*", entry), entry
+        assert re.fullmatch(r".+: 2 GPUs, waiting \d+ s.*", entry), entry
         lab.api("DELETE", f"/dra/api/claims/{held['name']}")
         assert waiter.wait(timeout=120) == 0  # it got the devices
         queue.wait_for(state="detached", timeout=WAIT_MS)
@@ -480,3 +480,29 @@ def test_an_idle_warning_stays_true_one_per_claim_withdrawn_on_keep_and_release(
         page.locator(TOAST).filter(has_text=f"(claim {name})").get_by_role("button", name="Keep")
     )
     assert stale.count() == 0
+
+
+def test_a_request_for_the_notebooks_kernel_offers_the_restart_with_its_devices(
+    lab: Lab, page: Any, released: None
+) -> None:
+    """The panel's request "for the current notebook's kernel" says that the running kernel
+    started without the devices, and offers the restart with them right there: after it,
+    the notebook's cells see the devices."""
+    notebook(page, lab, "attach.ipynb", [ENV_CELL])
+    run_all_cells(page)
+    until("the kernel ran the cell", lambda: cell_output(page, 0).startswith("env "))
+    panel = open_panel(page)
+    panel.locator(".dra-request summary").click()
+    panel.locator('input[name="gpu"]').fill("1")
+    panel.locator("button.dra-submit").click()
+    message = panel.locator(".dra-request .dra-ok")
+    message.wait_for(timeout=WAIT_MS)
+    assert "attach.ipynb" in message.inner_text() and "restart" in message.inner_text()
+    [claim] = claims(lab)
+    message.locator("button.dra-restart").click()
+    panel.locator(".dra-request .dra-ok").filter(has_text="restarted with its devices").wait_for(
+        timeout=WAIT_MS
+    )
+    visible = claim["env"]["CUDA_VISIBLE_DEVICES"]
+    run_cell(page, 0, f"env {visible}")
+    assert [c["name"] for c in claims(lab)] == [claim["name"]]
