@@ -118,6 +118,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const model = new DraModel({ request: requestAPI, refreshInterval: settings.refreshInterval });
     const kernels = pageKernels(app, tracker);
     model.ownKernel = id => [...app.serviceManager.kernels.running()].some(k => k.id === id);
+    if (statusBar !== null) {
+      // a notebook in front: the status bar says when its kernel waits in line
+      model.waitingWanted = () => kernels.current() !== null;
+    }
 
     const panel = new DevicesPanel(model, kernels);
     app.shell.add(panel, 'left', { rank: 850 });

@@ -52,6 +52,20 @@ export class DraModel {
   /** The clock, seconds since the epoch. */
   readonly now: () => number;
 
+  /**
+   * Whether each refresh reads who waits in line (GET /devices) even while the panel is
+   * hidden: the status bar says when the notebook's kernel waits (set by the plugin).
+   */
+  waitingWanted: () => boolean = () => false;
+
+  /** The requests of a kernel waiting in line, with their place (1: next). */
+  kernelWaiting(kernelId: string | null | undefined): { waiter: Waiter; place: number }[] {
+    const waiting = this._devices?.waiting ?? [];
+    return waiting
+      .map((waiter, i) => ({ waiter, place: i + 1 }))
+      .filter(w => kernelId && w.waiter.kernel_id === kernelId);
+  }
+
   /** Whether a kernel is one of this page's server (set by the plugin). */
   ownKernel: (kernelId: string) => boolean = () => false;
 
@@ -198,7 +212,7 @@ export class DraModel {
     try {
       const { claims } = await this._request('GET /claims');
       const missing = claims.some(c => c.devices.some(d => !this._deviceMap.has(d)));
-      if (this._devicesWanted || missing || this._devices === null) {
+      if (this._devicesWanted || this.waitingWanted() || missing || this._devices === null) {
         this._setDevices(await this._request('GET /devices'));
       }
       if (this._devicesWanted) {

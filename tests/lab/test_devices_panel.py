@@ -506,3 +506,20 @@ def test_a_request_for_the_notebooks_kernel_offers_the_restart_with_its_devices(
     visible = claim["env"]["CUDA_VISIBLE_DEVICES"]
     run_cell(page, 0, f"env {visible}")
     assert [c["name"] for c in claims(lab)] == [claim["name"]]
+
+
+def test_a_cell_waiting_in_line_shows_in_the_status_bar(
+    lab: Lab, page: Any, released: None
+) -> None:
+    """All 8 GPUs are held elsewhere; the notebook's cell asks for 2 and waits: the status
+    bar says that its kernel waits in line (JupyterLab's own item may read Idle), and then
+    what it got."""
+    held = lab.api("POST", "/dra/api/claims", {"gpu": 8})
+    cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=2, timeout='5m')"]
+    notebook(page, lab, "in-line.ipynb", cells)
+    run_all_cells(page)
+    status = page.locator(STATUS)
+    status.filter(has_text="waiting in line for 2 GPUs (number 1)").wait_for(timeout=WAIT_MS)
+    lab.api("DELETE", f"/dra/api/claims/{held['name']}")
+    status.filter(has_text=re.compile(rf"^2{X} H200")).wait_for(timeout=WAIT_MS)
+    assert "waiting" not in status.inner_text()
