@@ -11,8 +11,8 @@ import {
   migParent,
   nearest,
   queueLines,
-  requestWords,
   releaseReason,
+  requestWords,
   shortModel,
   statusText
 } from '../src/format';
@@ -146,10 +146,7 @@ test('the line: who waits for what and since when; your own say their place', ()
   ];
   assert.deepEqual(
     queueLines(waiting, w => w.user === 'me', now),
-    [
-      'bob: 2 GPUs, waiting 2 min',
-      'you: 8 GPUs, waiting 30 s (number 2 in line)'
-    ]
+    ['bob: 2 GPUs, waiting 2 min', 'you: 8 GPUs, waiting 30 s (number 2 in line)']
   );
   assert.deepEqual(
     queueLines([], () => true, now),
