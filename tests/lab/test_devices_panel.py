@@ -523,3 +523,32 @@ def test_a_cell_waiting_in_line_shows_in_the_status_bar(
     lab.api("DELETE", f"/dra/api/claims/{held['name']}")
     status.filter(has_text=re.compile(rf"^2{X} H200")).wait_for(timeout=WAIT_MS)
     assert "waiting" not in status.inner_text()
+
+
+def test_a_restart_with_its_devices_is_activity_it_withdraws_the_idle_warning(
+    idle_lab: Lab, page: Any
+) -> None:
+    """A restart with the devices starts the idle countdown again: the warning shown before
+    it goes, the deadline is a full idle timeout after the restart, and JupyterLab reads
+    the new kernel Idle."""
+    lab = idle_lab
+    notebook(
+        page, lab, "idle-restart.ipynb", ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)"]
+    )
+    run_all_cells(page)
+    [claim] = until("the notebook's claim", lambda: claims(lab))
+    warnings = page.locator(TOAST).filter(has_text="will be released as idle")
+    toast(page, f"(claim {claim['name']})")
+    before = claims(lab)[0]["idle_deadline"]
+    page.get_by_role("menuitem", name="Kernel", exact=True).click()
+    started = time.time()
+    page.get_by_role("menuitem", name="Restart kernel with its devices").click()
+    toast(page, f"Kernel restarted with 1{X} H200")
+    until("the warning withdrawn after the restart", lambda: warnings.count() == 0, seconds=20)
+    after = claims(lab)[0]["idle_deadline"]
+    assert after > before and after >= started + 12 - 1, (before, after, started)
+    idle = page.locator("#jp-main-statusbar .jp-StatusBar-TextItem").filter(
+        has_text=re.compile(r"\|\s*Idle")
+    )
+    idle.first.wait_for(timeout=20_000)
+    lab.api("DELETE", f"/dra/api/claims/{claim['name']}")
