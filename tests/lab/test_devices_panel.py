@@ -7,6 +7,7 @@ API; the page must follow by itself. Every wait is for a state, with a deadline.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -552,3 +553,28 @@ def test_a_restart_with_its_devices_is_activity_it_withdraws_the_idle_warning(
     )
     idle.first.wait_for(timeout=20_000)
     lab.api("DELETE", f"/dra/api/claims/{claim['name']}")
+
+
+def test_the_panel_in_the_dark_theme_at_the_default_width(
+    lab: Lab, page: Any, tmp_path: Path, released: None
+) -> None:
+    """JupyterLab Dark, the sidebar as it opens: a notebook's claim and the devices, nothing
+    cut off (the picture is docs/images/devices-panel-dark.png)."""
+    themes = "/lab/api/settings/@jupyterlab/apputils-extension:themes"
+    lab.api("PUT", themes, {"raw": json.dumps({"theme": "JupyterLab Dark"})})
+    try:
+        cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=2)"]
+        notebook(page, lab, "dark.ipynb", cells)
+        page.wait_for_function(
+            "() => document.body.dataset.jpThemeLight === 'false'", timeout=WAIT_MS
+        )
+        panel = open_panel(page)
+        run_all_cells(page)
+        until("the notebook's claim", lambda: claims(lab))
+        held = panel.locator("tr.dra-state-held")
+        until("2 devices held in the panel", lambda: held.count() == 2)
+        assert panel.evaluate(OUTSIDE) == []
+        page.wait_for_timeout(300)  # let the page settle for the picture
+        page.screenshot(path=str(screenshots_dir(tmp_path) / "devices-panel-dark.png"))
+    finally:
+        lab.api("PUT", themes, {"raw": json.dumps({"theme": "JupyterLab Light"})})
