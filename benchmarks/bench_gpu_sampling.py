@@ -73,7 +73,7 @@ def main() -> int:
             policy = Policy(ledger=folder / "ledger.sqlite")
             sampler = GpuSampler(Access(policy), inventory, ledger, local)
             source = NvmlSource(inventory, fake)
-            sampler._source = source  # noqa: SLF001  # the fake's NVML, as a test gives it
+            sampler._source = source  # the fake's NVML, as a test gives it
             keys = {row.device for c in held for row in c.devices}
             read: list[float] = []
             tick: list[float] = []

@@ -3,9 +3,11 @@
 // kernel: a {type: "refresh"} message that the kernel answers by updating `rows`.
 
 /**
- * A claim of a row: from the REST claims, or the kernel's (dra_jupyter/widgets/rows.py).
+ * A claim of a row: from the REST claims, or the kernel's (dra_jupyter/widgets/rows.py);
+ * `notebook`: the name of its kernel's notebook where known.
  * @typedef {{
  *   name: string, user: string, kernel: string, idle_deadline: number | null, busy: boolean,
+ *   notebook?: string,
  * }} RowClaim
  */
 /**
@@ -38,9 +40,10 @@
  * @param {Devices} devices
  * @param {Claims} claims
  * @param {Metrics} metrics
+ * @param {Map<string, string>} notebooks the notebook of each kernel, by its id
  * @returns {Row[]}
  */
-function draJoin(devices, claims, metrics) {
+function draJoin(devices, claims, metrics, notebooks) {
   /** @type {Map<string, DeviceMetrics>} */
   const byDevice = new Map();
   for (const m of metrics.devices) byDevice.set(m.device, m);
@@ -54,6 +57,7 @@ function draJoin(devices, claims, metrics) {
         name: c.name,
         user: c.user,
         kernel: c.kernel_id || "",
+        notebook: (c.kernel_id && notebooks.get(c.kernel_id)) || "",
         idle_deadline: c.idle_deadline,
         busy: c.busy,
       });
@@ -76,28 +80,24 @@ function draJoin(devices, claims, metrics) {
 }
 
 /**
+ * The holder of a row: each claim's name, user, notebook and idle countdown, the same on
+ * every device of the claim; one line each, cut with an ellipsis (the full text on hover).
  * @param {Row} row
  * @param {number} warning
- * @param {Set<string>} shown the claims whose holder a row above shows already
  */
-function draHolder(row, warning, shown) {
+function draHolder(row, warning) {
   const cell = draEl("td", "dra-holder");
   if (!row.claims.length) {
     cell.textContent = row.holder || "";
+    cell.title = row.holder || "";
     return cell;
   }
   for (const c of row.claims) {
     const line = draEl("div", "dra-claim");
-    if (shown.has(c.name)) {
-      // the same claim as a row above: its name only, not its holder again
-      line.append(draEl("span", "dra-claim-name dra-dim", c.name));
-      line.title = "held by " + c.user + (c.kernel ? ", kernel " + c.kernel.slice(0, 8) : "");
-      cell.append(line);
-      continue;
-    }
-    shown.add(c.name);
+    const where = c.notebook || (c.kernel ? "a kernel" : "");
     line.append(draEl("span", "dra-claim-name", c.name), " ", draEl("span", "dra-dim", c.user));
-    if (c.kernel) line.append(" ", draEl("span", "dra-dim", "kernel " + c.kernel.slice(0, 8)));
+    if (where) line.append(" ", draEl("span", "dra-dim dra-where", where));
+    line.title = c.name + " held by " + c.user + (where ? ", " + where : "");
     if (c.busy) {
       const busy = draEl("span", "dra-busy", "busy");
       busy.title = "a cell is running: the idle countdown starts again when it ends";
@@ -157,12 +157,10 @@ function draRender(el, model, view) {
   thead.append(hr);
   table.append(thead);
   const body = draEl("tbody");
-  /** @type {Set<string>} */
-  const shown = new Set();
   for (const row of rows) {
     const tr = draEl("tr", "dra-state-" + row.state);
     const dev = draEl("td", "dra-device");
-    dev.append(draEl("div", "", row.name), draEl("div", "dra-dim", row.node));
+    dev.append(draEl("div", "", row.name), draEl("div", "dra-dim dra-node", row.node));
     const modelCell = draEl("td");
     modelCell.append(draEl("div", "", row.model));
     if (row.mig_profile) modelCell.append(draEl("div", "dra-dim", "MIG " + row.mig_profile));
@@ -191,7 +189,7 @@ function draRender(el, model, view) {
     );
     const state = draEl("td");
     state.append(draEl("span", "dra-pill dra-pill-" + row.state, row.state));
-    tr.append(dev, modelCell, mem, util, temp, state, draHolder(row, view.warning, shown));
+    tr.append(dev, modelCell, mem, util, temp, state, draHolder(row, view.warning));
     body.append(tr);
   }
   table.append(body);
@@ -221,16 +219,17 @@ export default {
     async function step() {
       if (view.server !== false) {
         try {
-          const [devices, claims, metrics] = await Promise.all([
+          const [devices, claims, metrics, notebooks] = await Promise.all([
             draCall("GET /devices"),
             draCall("GET /claims"),
             draCall("GET /metrics", { history: 40 }),
+            draNotebooks(),
           ]);
           if (devices.inventory !== model.get("inventory")) {
             throw new Error("the server shows another inventory than this kernel's");
           }
           view.server = true;
-          view.rows = draJoin(devices, claims, metrics);
+          view.rows = draJoin(devices, claims, metrics, notebooks);
           view.simulated = devices.simulated;
           view.inventory = devices.inventory;
           view.waiting = devices.waiting;

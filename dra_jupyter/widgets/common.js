@@ -60,6 +60,34 @@ function draConfig() {
   return { baseUrl, token };
 }
 
+// The notebook of each kernel of this page's server (Jupyter's own GET api/sessions), by
+// kernel id: a holder is named by its notebook, not by a kernel id. Empty where there is
+// no server or it does not answer.
+/** @returns {Promise<Map<string, string>>} */
+async function draNotebooks() {
+  /** @type {Map<string, string>} */
+  const notebooks = new Map();
+  const { baseUrl, token } = draConfig();
+  if (baseUrl === null) return notebooks;
+  /** @type {Record<string, string>} */
+  const headers = { Accept: "application/json" };
+  if (token) headers.Authorization = "token " + token;
+  try {
+    const r = await fetch(baseUrl + "api/sessions", { headers, credentials: "same-origin" });
+    if (!r.ok) return notebooks;
+    /** @type {{ path?: string, kernel?: { id?: string } | null }[]} */
+    const sessions = await r.json();
+    for (const s of sessions) {
+      if (s.kernel && s.kernel.id && s.path) {
+        notebooks.set(s.kernel.id, s.path.split("/").pop() || s.path);
+      }
+    }
+  } catch (e) {
+    // no names: the holders say "a kernel"
+  }
+  return notebooks;
+}
+
 /** @param {string} name */
 function draCookie(name) {
   const m = document.cookie.match("\\b" + name + "=([^;]*)\\b");

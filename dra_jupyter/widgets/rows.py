@@ -7,8 +7,10 @@ what ``DeviceBoard.rows`` holds.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.tables import device_rows
@@ -24,6 +26,9 @@ def board_rows(session: Session, now: float | None = None) -> list[dict[str, Any
     now = time.time() if now is None else now
     records = session.backend.claims(all_users=True)
     holders: dict[str, list[dict[str, Any]]] = {}
+    # this kernel's own notebook (jupyter_server names it to the kernels it starts)
+    own = session.owner.kernel_id
+    notebook = PurePosixPath(os.environ.get("JPY_SESSION_NAME", "")).name
     for record in records:
         for result in record.allocation.get("devices", {}).get("results", []):
             key = f"{result['driver']}/{result['pool']}/{result['device']}"
@@ -32,6 +37,7 @@ def board_rows(session: Session, now: float | None = None) -> list[dict[str, Any
                     "name": record.name,
                     "user": record.owner.user,
                     "kernel": record.owner.kernel_id or "",
+                    "notebook": notebook if own and record.owner.kernel_id == own else "",
                     "idle_deadline": None,  # only the server extension knows it
                     "busy": False,
                 }

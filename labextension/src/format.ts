@@ -11,6 +11,14 @@ export function countdown(seconds: number): string {
   return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${rest}` : `${m}:${rest}`;
 }
 
+/** The clock time of a moment (seconds since the epoch), in the page's time zone: `14:32:05`. */
+export function clockTime(seconds: number): string {
+  const d = new Date(seconds * 1000);
+  return [d.getHours(), d.getMinutes(), d.getSeconds()]
+    .map(n => String(n).padStart(2, '0'))
+    .join(':');
+}
+
 /** `45 s`, `12 min`, `2 h 5 min`, `3 d 4 h`: how long ago, or how long. */
 export function duration(seconds: number): string {
   const s = Math.max(0, Math.floor(seconds));
@@ -233,9 +241,27 @@ export function releaseReason(reason: string): string {
       return 'its lease ended';
     case 'reclaimed':
       return 'the process that held it is gone';
+    case 'elsewhere':
+      return 'it was released outside this page (a terminal, a notebook or the service)';
     default:
       return `reason: ${reason}`;
   }
+}
+
+/** How a device class reads: one, and more than one. */
+const CLASS_WORDS: Record<string, [string, string]> = {
+  'gpu.nvidia.com': ['GPU', 'GPUs'],
+  'gpu.amd.com': ['AMD GPU', 'AMD GPUs'],
+  'mig.nvidia.com': ['MIG instance', 'MIG instances'],
+  'tpu.google.com': ['TPU', 'TPUs']
+};
+
+/** A request as the queue says it, in words: `2 gpu.nvidia.com` → `2 GPUs`. */
+export function requestWords(what: string): string {
+  return what.replace(/(\d+) ([a-z0-9-]+(?:\.[a-z0-9-]+)+)/g, (whole, n: string, cls: string) => {
+    const words = CLASS_WORDS[cls];
+    return words ? `${n} ${n === '1' ? words[0] : words[1]}` : whole;
+  });
 }
 
 /**
@@ -251,7 +277,7 @@ export function queueLines(
   return waiting.map((w, i) => {
     const who = mine(w) ? 'you' : w.user;
     const place = mine(w) ? ` (number ${i + 1} in line)` : '';
-    return `${who}: ${w.what}, waiting ${duration(now - w.since)}${place}`;
+    return `${who}: ${requestWords(w.what)}, waiting ${duration(now - w.since)}${place}`;
   });
 }
 

@@ -7,17 +7,18 @@ import {
   type JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { Dialog, ICommandPalette, Notification, showDialog } from '@jupyterlab/apputils';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Debouncer } from '@lumino/polling';
 
-import { countdown, deviceSummary, releaseReason } from './format';
+import { deviceSummary, releaseReason } from './format';
 import { DraModel, toError } from './model';
 import { DevicesPanel, type Kernels } from './panel';
 import { requestAPI } from './request';
 import { DeviceStatus } from './statusbar';
 import { DEFAULT_SETTINGS, PLUGIN_ID, type Settings } from './tokens';
+import { IdleWarnings, type Notifier } from './warnings';
 
 export const COMMANDS = {
   show: 'dra-jupyter:show-devices',
@@ -26,6 +27,22 @@ export const COMMANDS = {
 } as const;
 
 const CATEGORY = 'Devices';
+
+/** The idle warnings as JupyterLab's notifications (they stay until withdrawn). */
+const notifier: Notifier = {
+  warn: (message, actions) =>
+    Notification.warning(message, {
+      autoClose: false,
+      actions: actions.map(a => ({
+        label: a.label,
+        caption: a.caption,
+        displayType: a.kind,
+        callback: a.callback
+      }))
+    }),
+  update: (id, message) => Notification.update({ id, message, type: 'warning' }),
+  dismiss: id => Notification.dismiss(id)
+};
 
 function pageKernels(app: JupyterFrontEnd, tracker: INotebookTracker | null): Kernels {
   const services = app.serviceManager;
@@ -45,6 +62,11 @@ function pageKernels(app: JupyterFrontEnd, tracker: INotebookTracker | null): Ke
       return false;
     },
     label(kernelId) {
+      for (const widget of tracker ? [...iterate(tracker)] : []) {
+        if (widget.sessionContext.session?.kernel?.id === kernelId) {
+          return widget.context.path;
+        }
+      }
       for (const session of services.sessions.running()) {
         if (session.kernel?.id === kernelId) {
           return session.path;
@@ -54,6 +76,16 @@ function pageKernels(app: JupyterFrontEnd, tracker: INotebookTracker | null): Ke
     },
     current() {
       return tracker?.currentWidget?.sessionContext.session?.kernel?.id ?? null;
+    },
+    async restarted(kernelId) {
+      // the page's connection saw the old kernel go: a new connection asks the new one
+      // for its state, and JupyterLab reads it (Idle) at once
+      for (const widget of tracker ? [...iterate(tracker)] : []) {
+        const kernel = widget.sessionContext.session?.kernel;
+        if (kernel?.id === kernelId && !kernel.isDisposed) {
+          await kernel.reconnect();
+        }
+      }
     }
   };
 }
@@ -86,6 +118,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const model = new DraModel({ request: requestAPI, refreshInterval: settings.refreshInterval });
     const kernels = pageKernels(app, tracker);
     model.ownKernel = id => [...app.serviceManager.kernels.running()].some(k => k.id === id);
+    if (statusBar !== null) {
+      // a notebook in front: the status bar says when its kernel waits in line
+      model.waitingWanted = () => kernels.current() !== null;
+    }
 
     const panel = new DevicesPanel(model, kernels);
     app.shell.add(panel, 'left', { rank: 850 });
@@ -118,7 +154,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
       model.handleEvent(event as unknown as { schema_id: string });
     });
 
-    const warnings = new Map<string, string>(); // claim -> its idle warning's notification
     const where = (kernelId: string | null) => {
       const label = kernelId ? kernels.label(kernelId) : null;
       return label ? ` of ${label}` : '';
@@ -126,40 +161,21 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const fail = (err: unknown) => {
       Notification.error(toError(err).message, { autoClose: false });
     };
+    const warnings = new IdleWarnings(model, notifier, kernels.label, fail);
     model.idleWarning.connect((_, event) => {
-      if (!settings.notify) {
-        return;
+      if (settings.notify) {
+        warnings.show(event);
       }
-      const what = deviceSummary(event.devices, model.deviceMap);
-      const id = Notification.warning(
-        `${what}${where(event.kernel_id)} will be released as idle in ` +
-          `${countdown(event.seconds_left)} (claim ${event.claim}).`,
-        {
-          autoClose: false,
-          actions: [
-            {
-              label: 'Keep',
-              caption: 'Start the idle countdown again',
-              displayType: 'accent',
-              callback: () => void model.keep(event.claim).catch(fail)
-            },
-            {
-              label: 'Release',
-              caption: 'Give the devices back now',
-              displayType: 'warn',
-              callback: () => void model.release(event.claim).catch(fail)
-            }
-          ]
-        }
-      );
-      warnings.set(event.claim, id);
+    });
+    // a cell started: its kernel is not idle (the server moves the deadline when it ends)
+    NotebookActions.executionScheduled.connect((_, { notebook }) => {
+      const widget = tracker?.find(w => w.content === notebook);
+      const kernel = widget?.sessionContext.session?.kernel?.id;
+      if (kernel) {
+        warnings.withdrawKernel(kernel);
+      }
     });
     model.released.connect((_, { event, claim }) => {
-      const warning = warnings.get(event.claim);
-      if (warning !== undefined) {
-        Notification.dismiss(warning);
-        warnings.delete(event.claim);
-      }
       if (!settings.notify) {
         return;
       }
@@ -214,6 +230,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
         try {
           const answer = await model.restartWithClaims(kernel);
+          await kernels.restarted(kernel);
           const what = deviceSummary(
             answer.claims.flatMap(c => c.devices),
             model.deviceMap

@@ -56,6 +56,20 @@ export class DraModel {
   /** The clock, seconds since the epoch. */
   readonly now: () => number;
 
+  /**
+   * Whether each refresh reads who waits in line (GET /devices) even while the panel is
+   * hidden: the status bar says when the notebook's kernel waits (set by the plugin).
+   */
+  waitingWanted: () => boolean = () => false;
+
+  /** The requests of a kernel waiting in line, with their place (1: next). */
+  kernelWaiting(kernelId: string | null | undefined): { waiter: Waiter; place: number }[] {
+    const waiting = this._devices?.waiting ?? [];
+    return waiting
+      .map((waiter, i) => ({ waiter, place: i + 1 }))
+      .filter(w => kernelId && w.waiter.kernel_id === kernelId);
+  }
+
   /** Whether a kernel is one of this page's server (set by the plugin). */
   ownKernel: (kernelId: string) => boolean = () => false;
 
@@ -77,7 +91,12 @@ export class DraModel {
     return this._idleWarning;
   }
 
-  /** One of the caller's claims was released (by anyone, for any reason). */
+  /**
+   * One of the caller's claims was released (by anyone, for any reason): announced by the
+   * server's event when the release went through it, or found by a refresh when it did
+   * not (`dra-jupyter release` in a terminal, a cell run again, the service's reclaim):
+   * once either way.
+   */
   get released(): ISignal<this, Release> {
     return this._released;
   }
@@ -117,6 +136,11 @@ export class DraModel {
   /** Each device's metrics by its key (none when the server has no metrics source). */
   get metricsMap(): ReadonlyMap<string, DeviceMetrics> {
     return this._metricsMap;
+  }
+
+  /** When (by {@link now}) the last refresh that went well started; 0 before. */
+  get lastRead(): number {
+    return this._lastRead;
   }
 
   /** The error of the last refresh, null when it went well. */
@@ -196,29 +220,79 @@ export class DraModel {
   }
 
   private async _read(): Promise<void> {
+    const started = this.now();
+    let vanished: Claim[] = [];
     try {
       const { claims } = await this._request('GET /claims');
       const missing = claims.some(c => c.devices.some(d => !this._deviceMap.has(d)));
-      if (this._devicesWanted || missing || this._devices === null) {
+      if (this._devicesWanted || this.waitingWanted() || missing || this._devices === null) {
         this._setDevices(await this._request('GET /devices'));
       }
       if (this._devicesWanted) {
         await this._readMetrics();
         await this._readUsage();
       }
+      const live = new Set(claims.map(c => c.name));
+      vanished = this._claims.filter(c => !live.has(c.name) && !this._wasAnnounced(c));
       this._claims = claims;
       for (const c of claims) {
         this._known.set(c.name, c);
         this._users.add(c.user);
+        if (this._announced.has(c.name) && !this._wasAnnounced(c)) {
+          this._announced.delete(c.name); // a name used again, by a new claim
+        }
       }
       this._error = null;
       this._connected = true;
+      this._lastRead = Math.max(this._lastRead, started);
     } catch (err) {
       this._error = toError(err);
       this._changed.emit();
       throw this._error;
     }
     this._changed.emit();
+    for (const claim of vanished) {
+      void this._vanished(claim);
+    }
+  }
+
+  /** Whether the release of this claim (not of an earlier one of its name) was announced. */
+  private _wasAnnounced(claim: Claim): boolean {
+    const created = this._announced.get(claim.name);
+    return created !== undefined && (created === null || created === claim.created);
+  }
+
+  /**
+   * A claim that was there at the last refresh and is not now, with no release event: it
+   * was released elsewhere (a terminal, a kernel, the service). The server says why
+   * (GET /claims/{name}: the release it remembers); announced unless its event came
+   * meanwhile.
+   */
+  private async _vanished(claim: Claim): Promise<void> {
+    let reason = 'elsewhere';
+    try {
+      const answer = await this._request('GET /claims/{name}', { name: claim.name });
+      if (answer.released === null) {
+        return; // live after all (the answers crossed)
+      }
+      reason = answer.released.reason;
+    } catch {
+      // forgotten already, or not for us to see: released all the same
+    }
+    if (this._wasAnnounced(claim) || this._disposed) {
+      return;
+    }
+    this._announced.set(claim.name, claim.created);
+    this._known.delete(claim.name);
+    const event: ReleasedEvent = {
+      schema_id: EVENTS.released,
+      claim: claim.name,
+      user: claim.user,
+      kernel_id: claim.kernel_id,
+      devices: claim.devices,
+      reason
+    };
+    this._released.emit({ event, claim });
   }
 
   /** Poll {@link refresh} every refreshInterval seconds while the page is visible. */
@@ -308,12 +382,19 @@ export class DraModel {
       }
       return; // nothing changed yet
     }
+    if (id === EVENTS.allocated) {
+      this._announced.delete(claimEvent.claim);
+    }
     if (id === EVENTS.released) {
       const claim = this._known.get(claimEvent.claim);
       this._known.delete(claimEvent.claim);
       const before = this._claims.length;
       this._claims = this._claims.filter(c => c.name !== claimEvent.claim);
-      if (ours) {
+      if (
+        ours &&
+        !(claim !== undefined ? this._wasAnnounced(claim) : this._announced.has(claimEvent.claim))
+      ) {
+        this._announced.set(claimEvent.claim, claim?.created ?? null);
         this._released.emit({ event: event as unknown as ReleasedEvent, claim });
       }
       if (this._claims.length !== before) {
@@ -385,6 +466,9 @@ export class DraModel {
   // claims of this caller seen (answers, own requests, events): name -> last seen
   private _known = new Map<string, Claim | undefined>();
   private _users = new Set<string>(); // the users of the claims in the answers
+  // claims whose release was announced: name -> when the claim was made (null: unknown)
+  private _announced = new Map<string, number | null>();
+  private _lastRead = 0;
   private _changed = new Signal<this, void>(this);
   private _idleWarning = new Signal<this, IdleWarningEvent>(this);
   private _released = new Signal<this, Release>(this);

@@ -40,6 +40,8 @@ export interface Kernels {
   label(kernelId: string): string | null;
   /** The kernel of the notebook in front, or null. */
   current(): string | null;
+  /** The server restarted the kernel (with its devices): let the page's connection know. */
+  restarted(kernelId: string): Promise<void>;
 }
 
 const SVG =
@@ -199,7 +201,7 @@ export class DevicesPanel extends Widget {
     row.append(head);
     const kernel = claim.kernel_id;
     const where = kernel
-      ? (this.kernels.label(kernel) ?? `kernel ${kernel.slice(0, 8)}`)
+      ? (this.kernels.label(kernel) ?? 'a kernel not open in this page')
       : 'no kernel (REST API)';
     row.append(el('div', 'dra-claim-where', where));
     row.append(el('div', 'dra-dim dra-claim-keys', claim.devices.map(deviceName).join(', ')));
@@ -224,7 +226,10 @@ export class DevicesPanel extends Widget {
           'Restart kernel with these devices',
           'dra-restart',
           'Restart the kernel; the new kernel keeps these devices in its environment',
-          () => this._act(row, () => this.model.restartWithClaims(kernel))
+          () =>
+            this._act(row, () =>
+              this.model.restartWithClaims(kernel).then(() => this.kernels.restarted(kernel))
+            )
         )
       );
     }
@@ -325,8 +330,31 @@ export class DevicesPanel extends Widget {
     submit.type = 'submit';
     details.append(submit);
     if (this._formMessage) {
-      const m = el('div', this._formMessage.error ? 'dra-error' : 'dra-ok', this._formMessage.text);
-      m.setAttribute('role', this._formMessage.error ? 'alert' : 'status');
+      const message = this._formMessage;
+      const m = el('div', message.error ? 'dra-error' : 'dra-ok', message.text);
+      m.setAttribute('role', message.error ? 'alert' : 'status');
+      const kernel = message.restart;
+      if (kernel !== undefined) {
+        // the running kernel's environment was made before the claim: a restart with its
+        // devices gives the new kernel CUDA_VISIBLE_DEVICES and friends
+        m.append(
+          button(
+            'Restart kernel with these devices',
+            'jp-mod-accept dra-restart',
+            'Restart the notebook’s kernel; the new kernel has the devices in its environment',
+            () =>
+              this._act(m, () =>
+                this.model.restartWithClaims(kernel).then(async () => {
+                  await this.kernels.restarted(kernel);
+                  this._formMessage = {
+                    error: false,
+                    text: `${message.claim}: the kernel restarted with its devices.`
+                  };
+                })
+              )
+          )
+        );
+      }
       details.append(m);
     }
     form.append(details);
@@ -336,7 +364,19 @@ export class DevicesPanel extends Widget {
       const body = this._requestBody();
       this.model.request(body).then(
         claim => {
-          this._formMessage = { error: false, text: `Got ${claim.name}` };
+          const what = deviceSummary(claim.devices, this.model.deviceMap);
+          const kernel = claim.kernel_id ?? undefined;
+          const label = kernel ? (this.kernels.label(kernel) ?? 'the notebook') : '';
+          this._formMessage = kernel
+            ? {
+                error: false,
+                claim: claim.name,
+                restart: kernel,
+                text:
+                  `Got ${what} (claim ${claim.name}) for ${label}. Its running kernel started ` +
+                  'without them: restart it with them to use them.'
+              }
+            : { error: false, claim: claim.name, text: `Got ${what} (claim ${claim.name}).` };
           this.render();
         },
         (err: unknown) => {
@@ -383,7 +423,9 @@ export class DevicesPanel extends Widget {
     }
     for (const node of groupDevices(devices.devices)) {
       const box = el('div', 'dra-node');
-      box.append(el('h4', 'dra-node-name', node.node || 'this machine'));
+      const name = el('h4', 'dra-node-name', node.node || 'this machine');
+      name.title = name.textContent ?? '';
+      box.append(name);
       const table = el('table', 'dra-device-table');
       for (const group of node.groups) {
         table.append(this._deviceRow(group.device, groupState(group), false));
@@ -427,7 +469,9 @@ export class DevicesPanel extends Widget {
         partition ? d.mig_profile || deviceName(d.device) : deviceName(d.device)
       )
     );
-    tr.append(el('td', '', partition ? '' : shortModel(d.model)));
+    const model = el('td', 'dra-device-model', partition ? '' : shortModel(d.model));
+    model.title = d.model;
+    tr.append(model);
     const metrics = this.model.metricsMap.get(d.device);
     tr.append(el('td', 'dra-dim dra-device-memory', memoryText(metrics?.current, d.memory)));
     const util = el('td', 'dra-device-util');
@@ -456,5 +500,10 @@ export class DevicesPanel extends Widget {
   private _formOpen = false;
   private _attach = true;
   private _formValues: Partial<Record<string, string>> = {};
-  private _formMessage: { error: boolean; text: string } | null = null;
+  private _formMessage: {
+    error: boolean;
+    text: string;
+    claim?: string;
+    restart?: string; // a kernel to offer the restart with the claim's devices
+  } | null = null;
 }

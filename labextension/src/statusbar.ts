@@ -1,9 +1,10 @@
 // The status bar item: what the current notebook's kernel holds, e.g.
-// `2× H200 · idle in 12:30`; nothing when it holds nothing. A click opens the panel.
+// `2× H200 · idle in 12:30`, or `waiting in line for 2 GPUs (number 1)` while a cell of it
+// waits for devices; nothing when it holds and waits for nothing. A click opens the panel.
 
 import { Widget } from '@lumino/widgets';
 
-import { statusText } from './format';
+import { requestWords, statusText } from './format';
 import type { DraModel } from './model';
 import type { Kernels } from './panel';
 
@@ -28,12 +29,16 @@ export class DeviceStatus extends Widget {
     if (!kernel) {
       return '';
     }
-    return statusText(
+    const held = statusText(
       this.model.kernelClaims(kernel),
       this.model.deviceMap,
       this.model.now(),
       this.kernels.busy(kernel)
     );
+    const waiting = this.model
+      .kernelWaiting(kernel)
+      .map(w => `waiting in line for ${requestWords(w.waiter.what)} (number ${w.place})`);
+    return [held, ...waiting].filter(Boolean).join(' · ');
   }
 
   protected onUpdateRequest(): void {

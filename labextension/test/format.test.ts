@@ -13,6 +13,7 @@ import {
   nearest,
   queueLines,
   releaseReason,
+  requestWords,
   shortModel,
   statusText,
   usageSeries,
@@ -173,10 +174,7 @@ test('the line: who waits for what and since when; your own say their place', ()
   ];
   assert.deepEqual(
     queueLines(waiting, w => w.user === 'me', now),
-    [
-      'bob: 2 gpu.nvidia.com, waiting 2 min',
-      'you: 8 gpu.nvidia.com, waiting 30 s (number 2 in line)'
-    ]
+    ['bob: 2 GPUs, waiting 2 min', 'you: 8 GPUs, waiting 30 s (number 2 in line)']
   );
   assert.deepEqual(
     queueLines([], () => true, now),
@@ -204,4 +202,11 @@ test('usage: GPU-hours of the window and the idle share; unknown where no sample
   );
   assert.deepEqual(usageSeries(u).slice(0, 3), [0, 50, 100]);
   assert.deepEqual(usageSeries({ ...u, daily_gpu_hours: [0, 0] }), [0, 0]);
+});
+
+test('requestWords: device classes in words, one and many; others as they are', () => {
+  assert.equal(requestWords('1 gpu.nvidia.com'), '1 GPU');
+  assert.equal(requestWords('2 gpu.nvidia.com + 1 mig.nvidia.com'), '2 GPUs + 1 MIG instance');
+  assert.equal(requestWords('4 tpu.google.com'), '4 TPUs');
+  assert.equal(requestWords('1 example.com/thing'), '1 example.com/thing');
 });

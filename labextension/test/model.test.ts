@@ -43,6 +43,8 @@ class FakeServer {
     ]
   };
   history: unknown[] = []; // the history parameter of each GET metrics
+  // claims released elsewhere, as GET /claims/{name} says
+  ended = new Map<string, { reason: string; time: number; message: string }>();
 
   request: Requester = (async (operation: string, parameters?: Record<string, string>) => {
     this.calls.push(operation + (parameters?.name ? ` ${parameters.name}` : ''));
@@ -65,6 +67,13 @@ class FakeServer {
         return this.metrics;
       case 'GET /devices':
         return { inventory: 'h200-8x', simulated: true, devices: this.devices };
+      case 'GET /claims/{name}': {
+        const gone = this.ended.get(parameters?.name ?? '');
+        if (gone !== undefined) {
+          return { ...claim(parameters?.name ?? ''), released: gone };
+        }
+        throw new DraRequestError(`claim ${parameters?.name}: not found`, 404);
+      }
       case 'DELETE /claims/{name}':
         this.claims = this.claims.filter(c => c.name !== parameters?.name);
         return null;
@@ -307,4 +316,47 @@ test('a server without a metrics source (none) gives no device metrics', async (
   await m.refresh();
   assert.equal(m.metrics?.source, 'none');
   assert.equal(m.metricsMap.size, 0);
+});
+
+test('a claim released elsewhere (no event) is announced once, with the reason the server remembers', async () => {
+  const server = new FakeServer();
+  server.claims = [claim('cli', { devices: [`${GPU}0`] }), claim('kept')];
+  const m = model(server);
+  await m.refresh();
+  const releases: Release[] = [];
+  m.released.connect((_, r) => releases.push(r));
+  // `dra-jupyter release cli` in a terminal: the ledger changed, this server emitted nothing
+  server.claims = [claim('kept')];
+  server.ended.set('cli', { reason: 'user', time: 1000, message: '' });
+  await m.refresh();
+  await until(() => releases.length === 1);
+  assert.equal(releases[0].event.claim, 'cli');
+  assert.equal(releases[0].event.reason, 'user');
+  assert.deepEqual(releases[0].event.devices, [`${GPU}0`]);
+  assert.equal(releases[0].claim?.name, 'cli');
+  // its event coming late (or another refresh) announces it no more
+  m.handleEvent({ ...releases[0].event, schema_id: EVENTS.released });
+  await m.refresh();
+  // a release announced by its event first is not found again by a refresh
+  m.handleEvent({ ...releases[0].event, schema_id: EVENTS.released, claim: 'kept' });
+  server.claims = [];
+  await m.refresh();
+  await new Promise(resolve => setTimeout(resolve, 20));
+  assert.deepEqual(
+    releases.map(r => r.event.claim),
+    ['cli', 'kept']
+  );
+});
+
+test('a claim gone that the server no longer knows is announced as released elsewhere', async () => {
+  const server = new FakeServer();
+  server.claims = [claim('old')];
+  const m = model(server);
+  await m.refresh();
+  const releases: Release[] = [];
+  m.released.connect((_, r) => releases.push(r));
+  server.claims = [];
+  await m.refresh();
+  await until(() => releases.length === 1);
+  assert.equal(releases[0].event.reason, 'elsewhere');
 });

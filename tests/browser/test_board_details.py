@@ -1,10 +1,12 @@
 """The board and the card in JupyterLab's dark theme, in a window 900 pixels wide: pills
-readable (dark text on their pale colours), the holder column wide enough, and a claim's
-holder said once, not on each of its devices' rows."""
+and the memory bar's label readable, node names on one line, the holder column wide
+enough and the same on each of a claim's devices (its notebook by name); at 700 pixels the
+holder is cut with an ellipsis, its full text on hover."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +61,41 @@ def test_dark_theme_at_900_pixels(lab: Lab, page: Any, tmp_path: Path) -> None:
     holders = board.locator("td.dra-holder")
     texts = [t for t in holders.all_inner_texts() if t.strip()]
     assert len(texts) == 4
-    assert sum("kernel " in t for t in texts) == 1  # the holder once, then the claim's name
-    assert all(t.strip() == texts[1].strip() for t in texts[1:])
+    # the same on each of the claim's devices, the notebook by its name (no kernel id)
+    strip = [re.sub(r"idle release in \S+", "", t).strip() for t in texts]
+    assert all(t == strip[0] for t in strip), texts
+    assert "details.ipynb" in texts[0] and "kernel " not in texts[0], texts
     width = holders.first.evaluate("(e) => e.getBoundingClientRect().width")
     name = board.locator(".dra-claim-name").first.evaluate("(e) => e.getBoundingClientRect().width")
     assert width >= 100 and width >= name, (width, name)
+    # node names on one line: not broken at their hyphen
+    node = board.locator(".dra-node").first
+    assert node.evaluate("(e) => e.getClientRects().length") == 1
+    lines = node.evaluate(
+        "(e) => e.getBoundingClientRect().height / parseFloat(getComputedStyle(e).fontSize)"
+    )
+    assert lines < 2, lines  # in font sizes: one line is about 1.2
+    # the memory bar's label reads on its fill (WCAG AA for its text)
+    fill = board.locator(".dra-bar-fill").first.evaluate(
+        "(e) => getComputedStyle(e).backgroundColor"
+    )
+    label = board.locator(".dra-bar-label").first.evaluate("(e) => getComputedStyle(e).color")
+    assert contrast(label, fill) >= 4.5, (label, fill)
+
+    # 700 px: the holder is cut with an ellipsis (its full text on hover), inside the page
+    page.set_viewport_size({"width": 700, "height": 900})
+    line = board.locator("td.dra-holder .dra-claim").first
+    assert line.evaluate("(e) => getComputedStyle(e).textOverflow") == "ellipsis"
+    assert "details.ipynb" in (line.get_attribute("title") or "")
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG's contrast ratio of two CSS rgb() colours."""
+
+    def lum(css: str) -> float:
+        r, g, b = (float(v) / 255 for v in re.findall(r"[\d.]+", css)[:3])
+        c = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in (r, g, b)]
+        return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+
+    x, y = lum(a), lum(b)
+    return (max(x, y) + 0.05) / (min(x, y) + 0.05)

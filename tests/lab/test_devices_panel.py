@@ -7,6 +7,7 @@ API; the page must follow by itself. Every wait is for a state, with a deadline.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -274,7 +275,7 @@ def test_the_panel_shows_who_waits_in_line(lab: Lab, page: Any, released: None) 
         # the text, not as shown: the panel's headings are in capitals (CSS)
         assert "Waiting in line (1)" in (queue.locator("h3").text_content() or "")
         [entry] = queue.locator("li.dra-queue-entry").all_inner_texts()
-        assert re.fullmatch(r".+: 2 gpu\.nvidia\.com, waiting \d+ s.*", entry), entry
+        assert re.fullmatch(r".+: 2 GPUs, waiting \d+ s.*", entry), entry
         lab.api("DELETE", f"/dra/api/claims/{held['name']}")
         assert waiter.wait(timeout=120) == 0  # it got the devices
         queue.wait_for(state="detached", timeout=WAIT_MS)
@@ -293,9 +294,17 @@ def test_restart_with_claims_from_the_kernel_menu_keeps_the_devices(
     run_all_cells(page)
     [before] = until("the notebook's claim", lambda: claims(lab))
     page.locator(STATUS).filter(has_text=re.compile(rf"^1{X} H200")).wait_for(timeout=WAIT_MS)
+    idle = page.locator("#jp-main-statusbar .jp-StatusBar-TextItem").filter(
+        has_text=re.compile(r"\|\s*Idle")
+    )
+    idle.first.wait_for(timeout=WAIT_MS)
     page.get_by_role("menuitem", name="Kernel", exact=True).click()
     page.get_by_role("menuitem", name="Restart kernel with its devices").click()
     toast(page, f"Kernel restarted with 1{X} H200")
+    # JupyterLab knows the kernel restarted: it reads Idle at once, not "Starting" until a
+    # cell runs (a deadline for a hang, generous under load)
+    page.wait_for_timeout(2000)  # past the restart's own status changes
+    idle.first.wait_for(timeout=20_000)
     [after] = claims(lab)
     assert (after["name"], after["devices"], after["kernel_id"]) == (
         before["name"],
@@ -380,3 +389,214 @@ def test_without_the_server_extension_the_panel_says_how_to_install_it(
         assert "server extension is unavailable" in error.inner_text()
         assert "pip install dra-jupyter" in error.inner_text()
         assert page.locator(STATUS).is_hidden()
+
+
+# Everything the panel shows lies within its width: nothing is cut off at the right. An
+# element that cuts its own text (an ellipsis) lies within too; its full text is its title.
+OUTSIDE = """panel => {
+    const right = panel.getBoundingClientRect().right + 0.5;
+    return [...panel.querySelectorAll('*')]
+        .filter(e => e.getClientRects().length > 0 && e.getBoundingClientRect().right > right)
+        .map(e => `${e.tagName.toLowerCase()}.${e.className.baseVal ?? e.className}`
+                  + ` (${Math.round(e.getBoundingClientRect().right - right)} px): `
+                  + (e.textContent || '').slice(0, 40));
+}"""
+
+
+def sidebar_width(page: Any, width: int) -> None:
+    """Make the left sidebar ``width`` px wide, as a user's drag of its edge does."""
+    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+    box = handle.bounding_box()
+    panel = page.locator(PANEL).bounding_box()
+    assert box is not None and panel is not None
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x + (panel["x"] + width - (box["x"])), y, steps=5)
+    page.mouse.up()
+    until(
+        f"the panel {width} px wide",
+        lambda: abs((page.locator(PANEL).bounding_box() or {"width": 0})["width"] - width) <= 2,
+        seconds=10,
+    )
+
+
+def test_the_panel_fits_the_default_sidebar_width(lab: Lab, page: Any, released: None) -> None:
+    """At JupyterLab's default sidebar width (about 250 px) nothing is cut off: the request
+    form is one column, a device row wraps to two lines, long words wrap or end in an
+    ellipsis with their full text on hover; wider, the form takes two columns."""
+    lab.api("POST", "/dra/api/claims", {"gpu": 2, "name": "a-rather-long-claim-name-that-wraps"})
+    open_lab(page, lab)
+    panel = open_panel(page)
+    until("8 devices in the panel", lambda: panel.locator("tr.dra-device").count() == 8)
+    panel.locator(".dra-claim").wait_for(timeout=WAIT_MS)
+    panel.locator(".dra-request summary").click()
+    sidebar_width(page, 250)
+    assert panel.evaluate(OUTSIDE) == []
+    labels = panel.locator(".dra-request-grid label")
+    lefts = {round(box["x"]) for box in (labels.nth(i).bounding_box() for i in range(6)) if box}
+    assert len(lefts) == 1, lefts  # one column
+    node = panel.locator("h4.dra-node-name").first
+    assert node.get_attribute("title") == node.inner_text()  # its full text on hover
+    sidebar_width(page, 480)
+    assert panel.evaluate(OUTSIDE) == []
+    lefts = {round(box["x"]) for box in (labels.nth(i).bounding_box() for i in range(6)) if box}
+    assert len(lefts) >= 2, lefts  # it grows into columns
+
+
+def cli_env(lab: Lab) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_JUPYTER_")}
+    env.update(DRA_JUPYTER_LEDGER=str(lab.ledger), DRA_JUPYTER_INVENTORY="h200-8x")
+    return env
+
+
+def test_a_release_in_a_terminal_raises_a_notification(lab: Lab, page: Any, released: None) -> None:
+    """`dra-jupyter release` in a terminal goes past this server (the ledger, not the REST
+    API): the page finds the claim gone and says so, with the reason the ledger keeps."""
+    made = lab.api("POST", "/dra/api/claims", {"gpu": 1, "name": "from-the-terminal"})
+    open_lab(page, lab)
+    panel = open_panel(page)
+    panel.locator('.dra-claim[data-claim="from-the-terminal"]').wait_for(timeout=WAIT_MS)
+    cli = [sys.executable, "-m", "dra_jupyter.cli", "release", made["name"]]
+    subprocess.run(cli, env=cli_env(lab), capture_output=True, check=True, timeout=120)
+    found = toast(page, "(claim from-the-terminal)")
+    assert found.inner_text().startswith("Released 1")
+    assert page.locator(TOAST).filter(has_text="from-the-terminal").count() == 1
+
+
+def test_an_idle_warning_stays_true_one_per_claim_withdrawn_on_keep_and_release(
+    idle_lab: Lab, page: Any
+) -> None:
+    """The warning says the clock time of the deadline (as true 2 s later as at once); a
+    Keep in the panel withdraws it; the next round's warning is the claim's only one; a
+    release withdraws that, leaving no Keep or Release buttons of a claim that is gone."""
+    lab = idle_lab
+    notebook(
+        page, lab, "idle-rounds.ipynb", ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)"]
+    )
+    panel = open_panel(page)
+    run_all_cells(page)
+    [claim] = until("the notebook's claim", lambda: claims(lab))
+    name = claim["name"]
+    warnings = page.locator(TOAST).filter(has_text="will be released as idle")
+    first = toast(page, f"(claim {name})")
+    text = first.inner_text()
+    deadline = claims(lab)[0]["idle_deadline"]
+    assert f"at {time.strftime('%H:%M:%S', time.localtime(deadline))}" in text, text
+    page.wait_for_timeout(2000)
+    assert first.inner_text() == text  # still true: no frozen countdown
+    assert warnings.count() == 1
+
+    row = panel.locator(f'.dra-claim[data-claim="{name}"]')
+    row.locator("button.dra-keep").click()  # a Keep that is not the notification's
+    until("the warning withdrawn after the Keep", lambda: warnings.count() == 0, seconds=20)
+    until("the next round's warning", lambda: warnings.count() >= 1)
+    page.wait_for_timeout(1500)
+    assert warnings.count() == 1  # one warning for one claim
+    assert claims(lab)[0]["idle_deadline"] > deadline
+
+    row.locator("button.dra-release").click()
+    until("the claim released", lambda: claims(lab) == [])
+    until("the warning withdrawn after the release", lambda: warnings.count() == 0, seconds=20)
+    toast(page, f"(claim {name}): it was released on request")
+    stale = (
+        page.locator(TOAST).filter(has_text=f"(claim {name})").get_by_role("button", name="Keep")
+    )
+    assert stale.count() == 0
+
+
+def test_a_request_for_the_notebooks_kernel_offers_the_restart_with_its_devices(
+    lab: Lab, page: Any, released: None
+) -> None:
+    """The panel's request "for the current notebook's kernel" says that the running kernel
+    started without the devices, and offers the restart with them right there: after it,
+    the notebook's cells see the devices."""
+    notebook(page, lab, "attach.ipynb", [ENV_CELL])
+    run_all_cells(page)
+    until("the kernel ran the cell", lambda: cell_output(page, 0).startswith("env "))
+    panel = open_panel(page)
+    panel.locator(".dra-request summary").click()
+    panel.locator('input[name="gpu"]').fill("1")
+    panel.locator("button.dra-submit").click()
+    message = panel.locator(".dra-request .dra-ok")
+    message.wait_for(timeout=WAIT_MS)
+    assert "attach.ipynb" in message.inner_text() and "restart" in message.inner_text()
+    [claim] = claims(lab)
+    message.locator("button.dra-restart").click()
+    panel.locator(".dra-request .dra-ok").filter(has_text="restarted with its devices").wait_for(
+        timeout=WAIT_MS
+    )
+    visible = claim["env"]["CUDA_VISIBLE_DEVICES"]
+    run_cell(page, 0, f"env {visible}")
+    assert [c["name"] for c in claims(lab)] == [claim["name"]]
+
+
+def test_a_cell_waiting_in_line_shows_in_the_status_bar(
+    lab: Lab, page: Any, released: None
+) -> None:
+    """All 8 GPUs are held elsewhere; the notebook's cell asks for 2 and waits: the status
+    bar says that its kernel waits in line (JupyterLab's own item may read Idle), and then
+    what it got."""
+    held = lab.api("POST", "/dra/api/claims", {"gpu": 8})
+    cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=2, timeout='5m')"]
+    notebook(page, lab, "in-line.ipynb", cells)
+    run_all_cells(page)
+    status = page.locator(STATUS)
+    status.filter(has_text="waiting in line for 2 GPUs (number 1)").wait_for(timeout=WAIT_MS)
+    lab.api("DELETE", f"/dra/api/claims/{held['name']}")
+    status.filter(has_text=re.compile(rf"^2{X} H200")).wait_for(timeout=WAIT_MS)
+    assert "waiting" not in status.inner_text()
+
+
+def test_a_restart_with_its_devices_is_activity_it_withdraws_the_idle_warning(
+    idle_lab: Lab, page: Any
+) -> None:
+    """A restart with the devices starts the idle countdown again: the warning shown before
+    it goes, the deadline is a full idle timeout after the restart, and JupyterLab reads
+    the new kernel Idle."""
+    lab = idle_lab
+    notebook(
+        page, lab, "idle-restart.ipynb", ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)"]
+    )
+    run_all_cells(page)
+    [claim] = until("the notebook's claim", lambda: claims(lab))
+    warnings = page.locator(TOAST).filter(has_text="will be released as idle")
+    toast(page, f"(claim {claim['name']})")
+    before = claims(lab)[0]["idle_deadline"]
+    page.get_by_role("menuitem", name="Kernel", exact=True).click()
+    started = time.time()
+    page.get_by_role("menuitem", name="Restart kernel with its devices").click()
+    toast(page, f"Kernel restarted with 1{X} H200")
+    until("the warning withdrawn after the restart", lambda: warnings.count() == 0, seconds=20)
+    after = claims(lab)[0]["idle_deadline"]
+    assert after > before and after >= started + 12 - 1, (before, after, started)
+    idle = page.locator("#jp-main-statusbar .jp-StatusBar-TextItem").filter(
+        has_text=re.compile(r"\|\s*Idle")
+    )
+    idle.first.wait_for(timeout=20_000)
+    lab.api("DELETE", f"/dra/api/claims/{claim['name']}")
+
+
+def test_the_panel_in_the_dark_theme_at_the_default_width(
+    lab: Lab, page: Any, tmp_path: Path, released: None
+) -> None:
+    """JupyterLab Dark, the sidebar as it opens: a notebook's claim and the devices, nothing
+    cut off (the picture is docs/images/devices-panel-dark.png)."""
+    themes = "/lab/api/settings/@jupyterlab/apputils-extension:themes"
+    lab.api("PUT", themes, {"raw": json.dumps({"theme": "JupyterLab Dark"})})
+    try:
+        cells = ["import dra_jupyter as dra\nclaim = dra.request(gpu=2)"]
+        notebook(page, lab, "dark.ipynb", cells)
+        page.wait_for_function(
+            "() => document.body.dataset.jpThemeLight === 'false'", timeout=WAIT_MS
+        )
+        panel = open_panel(page)
+        run_all_cells(page)
+        until("the notebook's claim", lambda: claims(lab))
+        held = panel.locator("tr.dra-state-held")
+        until("2 devices held in the panel", lambda: held.count() == 2)
+        assert panel.evaluate(OUTSIDE) == []
+        page.wait_for_timeout(300)  # let the page settle for the picture
+        page.screenshot(path=str(screenshots_dir(tmp_path) / "devices-panel-dark.png"))
+    finally:
+        lab.api("PUT", themes, {"raw": json.dumps({"theme": "JupyterLab Light"})})
