@@ -11,6 +11,11 @@ outlived its claim's release). The policy's ``[enforce]`` table says what:
   is logged and listed. Never a process of root, of an admin (``admin_groups``) or of a
   user in ``exempt_users``: those are reported only.
 
+A claim's processes that use more device memory than its share of a shared GPU holds
+(``share="20Gi"``: the result's consumed ``memory``) are reported the same way, never
+signalled (:func:`over_shares`): the driver does not enforce a share's memory, so the
+other holders of that GPU may run out of it.
+
 A process is known by its pid and its start time, and each signal goes through a pidfd
 opened after checking that start time again: a pid reused by another process is never
 signalled. :class:`Enforcer` keeps no state beyond the processes listed now.
@@ -23,7 +28,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,6 +162,38 @@ class Enforcer:
             return False
         finally:
             os.close(fd)
+
+
+@dataclass(frozen=True)
+class OverShare:
+    """A claim whose processes use more memory of a device than its share of it."""
+
+    claim: str
+    device: str
+    used: int  # bytes its processes hold on the device
+    share: int  # bytes its share is
+
+    def words(self) -> str:
+        return (
+            f"over its share: its processes use {self.used / GIB:.1f} GiB of "
+            f"{self.device}, its claim {self.claim} holds {self.share / GIB:.1f} GiB of it"
+        )
+
+
+def over_shares(
+    shares: Mapping[tuple[str, str], int], uses: Iterable[ProcessUse]
+) -> list[OverShare]:
+    """The claims' shares (``(claim, device) -> bytes``) that their processes exceed."""
+    used: dict[tuple[str, str], int] = {}
+    for use in uses:
+        key = (use.claim or "", use.device)
+        if key in shares and use.memory_used:
+            used[key] = used.get(key, 0) + use.memory_used
+    return [
+        OverShare(claim, device, used[claim, device], share)
+        for (claim, device), share in shares.items()
+        if used.get((claim, device), 0) > share
+    ]
 
 
 def _who(use: ProcessUse) -> str:

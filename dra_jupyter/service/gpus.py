@@ -16,7 +16,9 @@ else a process of the claim's user; else nobody's). From that, each claim's GPU 
 - the processes are shown in the ``metrics`` op's answer (``processes``: what the caller
   may see) and so in every Jupyter server's views;
 - a process that is nobody's claim's is reported, or terminated, as the policy's
-  ``[enforce]`` says (:mod:`~dra_jupyter.service.enforce`).
+  ``[enforce]`` says (:mod:`~dra_jupyter.service.enforce`);
+- a claim of a share of a shared GPU whose processes use more of its memory than the
+  share is reported (logged once, and listed with its processes), never signalled.
 
 Without a GPU signal (a simulated inventory, no NVML) nothing of this changes anything.
 :attr:`GpuSampler.on_interval` is the accounting's hook
@@ -28,9 +30,10 @@ transaction per tick.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
-from dra_jupyter.errors import LedgerError
+from dra_jupyter.errors import DraJupyterError, LedgerError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
@@ -38,9 +41,10 @@ from dra_jupyter.metrics import MetricsSource, source_for
 from dra_jupyter.metrics.activity import ActivitySettings, GpuState, IntervalHook
 from dra_jupyter.metrics.processes import Holder, ProcessUse
 from dra_jupyter.metrics.watch import GpuWatch
+from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.service.access import Access
 from dra_jupyter.service.args import duration_text
-from dra_jupyter.service.enforce import Enforcer
+from dra_jupyter.service.enforce import Enforcer, OverShare, over_shares
 from dra_jupyter.service.peer import HOST, Peer, user_groups
 from dra_jupyter.types import ClaimRecord
 
@@ -65,6 +69,8 @@ class GpuSampler:
         self.enforcer = Enforcer()
         self.ticks = 0
         self._reports: list[tuple[str, float, float, float, float | None]] = []
+        self._over: dict[tuple[str, str], OverShare] = {}  # shares exceeded now
+        self._over_since: dict[tuple[str, str], float] = {}
         self.on_interval = self._to_book
 
     def _to_book(
@@ -131,6 +137,7 @@ class GpuSampler:
         self._write_book()
         policy = self.access.policy
         self.enforcer.tick(now, self.watch.uses, policy.enforce, self._exempt)
+        self._check_shares(records, now)
         for record in records:
             activity = self.watch.activity(record.name, now)
             if (
@@ -167,6 +174,36 @@ class GpuSampler:
             )
         return released
 
+    def _check_shares(self, records: list[ClaimRecord], now: float) -> None:
+        """Claims whose processes use more memory than their shares hold: said once each
+        (while it lasts), and listed with their processes (:meth:`processes`)."""
+        shares = {
+            (r.name, f"{res['driver']}/{res['pool']}/{res['device']}"): memory
+            for r in records
+            for res in r.allocation.get("devices", {}).get("results", [])
+            if res.get("shareID") and (memory := _share_memory(res)) is not None
+        }
+        over = {(o.claim, o.device): o for o in over_shares(shares, self.watch.uses)}
+        for key, found in over.items():
+            if key not in self._over:
+                log.warning("enforce: claim %s is %s", found.claim, found.words())
+                self._over_since[key] = now
+        self._over = over
+        self._over_since = {k: t for k, t in self._over_since.items() if k in over}
+
+    def _share_status(self, use: ProcessUse) -> dict[str, Any] | None:
+        found = self._over.get((use.claim or "", use.device))
+        if found is None:
+            return None
+        return {
+            "action": "report",
+            "seen": self._over_since.get((found.claim, found.device)),
+            "deadline": None,
+            "sigterm": None,
+            "sigkill": None,
+            "reason": found.words(),
+        }
+
     def _exempt(self, use: ProcessUse) -> bool:
         """Never terminated: root's, an admin's, an exempt user's."""
         policy = self.access.policy
@@ -189,11 +226,22 @@ class GpuSampler:
         mine = {r.name for r in self.ledger.read_claims() if r.owner.user == peer.user}
         enforce = self.access.policy.enforce
         return [
-            _row(u, self.enforcer.status(u.pid, u.since, enforce))
+            _row(u, self.enforcer.status(u.pid, u.since, enforce) or self._share_status(u))
             if everyone or u.uid == peer.uid or u.claim in mine
             else _hidden(u)
             for u in self.watch.uses
         ]
+
+
+def _share_memory(result: Mapping[str, Any]) -> int | None:
+    """The bytes of memory a share holds (its result's consumed ``memory``)."""
+    amount = (result.get("consumedCapacity") or {}).get("memory")
+    if amount is None:
+        return None
+    try:
+        return int(Quantity.parse(amount).value)
+    except (DraJupyterError, TypeError, ValueError):
+        return None
 
 
 def _row(use: ProcessUse, enforce: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -3,6 +3,7 @@ service tier sends real ones, tests/service/test_gpus.py), and the [enforce] pol
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.metrics.processes import ProcessUse
-from dra_jupyter.service.enforce import EnforcePolicy, Enforcer
+from dra_jupyter.service.enforce import EnforcePolicy, Enforcer, over_shares
 from dra_jupyter.service.policy import load_policy
 
 DEVICE = "gpu.nvidia.com/n/gpu-0"
@@ -119,3 +120,25 @@ def test_the_enforce_table(tmp_path: Path) -> None:
         with pytest.raises(InvalidInputError, match="service config") as caught:
             load_policy(path)
         assert problem in str(caught.value)
+
+
+def test_a_share_exceeded_by_its_processes_is_reported() -> None:
+    """A claim of a 20 GiB share whose processes hold 30 GiB of that GPU is over its share
+    (the driver does not hold a share to its memory); one within it, or another claim's
+    process on the same GPU, is not counted."""
+    device = "gpu.nvidia.com/n/gpu-0"
+    gib = 2**30
+
+    def on(pid: int, claim: str | None, memory: int) -> ProcessUse:
+        return dataclasses.replace(use(pid, claim), device=device, memory_used=memory)
+
+    shares = {("big", device): 20 * gib, ("small", device): 20 * gib}
+    uses = [on(1, "big", 18 * gib), on(2, "big", 12 * gib), on(3, "small", 10 * gib)]
+    uses.append(on(4, None, 50 * gib))  # nobody's: the strays' report, not a share's
+    [found] = over_shares(shares, uses)
+    assert (found.claim, found.used, found.share) == ("big", 30 * gib, 20 * gib)
+    assert found.words() == (
+        "over its share: its processes use 30.0 GiB of gpu.nvidia.com/n/gpu-0, its claim "
+        "big holds 20.0 GiB of it"
+    )
+    assert over_shares(shares, uses[2:]) == []
