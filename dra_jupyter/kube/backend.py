@@ -215,12 +215,13 @@ class KubernetesBackend:
         if not self.current.slices and not self.slices_readable:
             return
         idle = Allocator(self.current.slices, self.current.device_classes, [], "first-fit")
-        probe = {**claim, "metadata": {**claim["metadata"], "name": "new-request"}}
+        name = claim["metadata"].get("name") or ""
+        probe = {**claim, "metadata": {**claim["metadata"], "name": name or "new-request"}}
         if idle.allocate([probe]) is None:
             explanation = idle.explain([probe])
             raise NeverPossibleError(
                 f"the request can never be met on {self.current.description}:\n"
-                + explanation.summary(named=False),  # the probe's name, not the claim's
+                + explanation.summary(named=bool(name)),
                 explanation,
             )
 
