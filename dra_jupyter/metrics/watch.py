@@ -22,7 +22,7 @@ from dra_jupyter.metrics.activity import (
     Reading,
     claim_reading,
 )
-from dra_jupyter.metrics.base import MetricsSource, Sample
+from dra_jupyter.metrics.base import DeviceProcess, MetricsSource, Sample
 from dra_jupyter.metrics.processes import (
     Holder,
     ProcessUse,
@@ -43,6 +43,7 @@ class GpuWatch:
         read: Reader = read_process,
     ) -> None:
         self.tracker = ActivityTracker(settings, on_interval)
+        self.listed: list[DeviceProcess] = []  # as the source listed them, last read
         self.uses: list[ProcessUse] = []
         self.signal = False  # the last read listed the devices' processes
         self._read = read
@@ -65,6 +66,7 @@ class GpuWatch:
         processes = source.processes(now, self._since)
         self._since = now
         self.signal = processes is not None
+        self.listed = processes or []
         self.uses = attribute(processes, holders, self._read) if processes else []
         energy = source.energy() if processes is not None else None
         return {

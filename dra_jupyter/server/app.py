@@ -27,6 +27,8 @@ from traitlets import Bool, Enum, Float, Int, Unicode, default, validate
 from dra_jupyter.backends import resolve_backend
 from dra_jupyter.errors import DraJupyterError, KernelRestartError
 from dra_jupyter.metrics.activity import Activity, ActivitySettings, GpuState
+from dra_jupyter.metrics.base import DeviceProcess
+from dra_jupyter.metrics.processes import ProcessUse
 from dra_jupyter.server import startup
 from dra_jupyter.server.claim_events import ClaimEvents, register_schemas
 from dra_jupyter.server.claims import ClaimService
@@ -39,6 +41,7 @@ from dra_jupyter.server.kernels import (
     uninstall_kernel_env,
 )
 from dra_jupyter.server.sampling import MetricsSampler
+from dra_jupyter.server.strays import stray_events
 from dra_jupyter.server.terminals import put_scripts_on_terminal_path
 from dra_jupyter.server.writer import Writer
 from dra_jupyter.settings import (
@@ -324,6 +327,7 @@ class DRAExtensionApp(ExtensionApp):
             ),
         )
         self._gpu_idle_said: set[str] = set()  # claims whose GPU-idle state was logged
+        self.metrics.on_uses = self._strays
         self._check_problem = ""  # the last error of a check pass logged
         if settings.backend == "kubernetes":  # kernels get the namespace the server uses
             settings = replace(settings, namespace=self.service.backend.namespace)
@@ -603,6 +607,12 @@ class DRAExtensionApp(ExtensionApp):
             return
         handle = loop.call_later(max(0.0, when - time.time()) + DUE_SLACK, self._on_due)
         self._due = (when, handle)
+
+    def _strays(self, uses: list[ProcessUse], listed: list[DeviceProcess]) -> None:
+        """The user's processes on GPUs none of their claims holds: said once each."""
+        events = stray_events(os.getuid(), uses, listed)  # the server runs as its user
+        for event in self.claim_events.emit_gpu_processes(events):
+            self.log.warning("dra_jupyter: %s", event["message"])
 
     def _cell_ended(self, kernel_id: str) -> None:
         """A cell ended: its claims' deadlines start now, and a claim it made is new: a

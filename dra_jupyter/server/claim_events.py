@@ -19,6 +19,7 @@ EVENT_BASE = "https://events.dra-jupyter.dev/dra_jupyter"
 ALLOCATED = f"{EVENT_BASE}/claim_allocated/v1"
 IDLE_WARNING = f"{EVENT_BASE}/idle_warning/v1"
 RELEASED = f"{EVENT_BASE}/claim_released/v1"
+GPU_PROCESS = f"{EVENT_BASE}/gpu_process/v1"
 
 
 def register_schemas(logger: EventLogger) -> None:
@@ -48,6 +49,7 @@ class ClaimEvents:
         self.seen: set[str] = set()  # claims already announced
         self.warned: dict[str, float] = {}  # claim -> the idle deadline it was warned of
         self.gpu_warned: dict[str, float] = {}  # claim -> the GPU-idle deadline warned of
+        self.strays: set[tuple[int, float | None, str]] = set()  # (pid, start, device) said
 
     def _emit(self, schema_id: str, data: dict[str, Any]) -> None:
         self._logger.emit(schema_id=schema_id, data=data)
@@ -66,6 +68,16 @@ class ClaimEvents:
         if gpu:
             data["gpu_idle"] = True
         self._emit(IDLE_WARNING, data)
+
+    def emit_gpu_processes(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each process on a GPU its user does not hold, once while it is listed (see
+        :mod:`~dra_jupyter.server.strays`); returns those emitted now."""
+        now = {(e["pid"], e.get("since"), e["device"]) for e in events}
+        new = [e for e in events if (e["pid"], e.get("since"), e["device"]) not in self.strays]
+        self.strays = now
+        for event in new:
+            self._emit(GPU_PROCESS, event)
+        return new
 
     def emit_releases(self) -> None:
         """Emit what the service released (it runs on the worker thread; events are emitted

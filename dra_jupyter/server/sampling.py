@@ -27,7 +27,8 @@ from tornado.ioloop import PeriodicCallback
 from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.metrics import MetricsHistory, MetricsSource, NoSource, Sample, source_for
 from dra_jupyter.metrics.activity import ActivitySettings, Reading
-from dra_jupyter.metrics.processes import Holder
+from dra_jupyter.metrics.base import DeviceProcess
+from dra_jupyter.metrics.processes import Holder, ProcessUse
 from dra_jupyter.metrics.watch import GpuWatch
 from dra_jupyter.server.claims import ClaimService
 from dra_jupyter.types import ClaimRecord, GpuReport, activity_book_of
@@ -59,6 +60,8 @@ class MetricsSampler:
         self.service = service
         self.gpu = GpuWatch(activity)
         self._reports: list[GpuReport] = []
+        # called on the loop after each reading of the processes: (their uses, as listed)
+        self.on_uses: Callable[[list[ProcessUse], list[DeviceProcess]], None] | None = None
         self.gpu.tracker.on_interval = self._to_book
         self.history = MetricsHistory(max(length, 1))
         self.interval = interval
@@ -137,6 +140,8 @@ class MetricsSampler:
             self.history.add(samples)
             now = self.latest_time
             self.gpu.feed(now, await self._read(self._gpu_readings, samples, now))
+            if self.on_uses is not None and self.gpu.signal:
+                self.on_uses(self.gpu.uses, self.gpu.listed)
             reports, self._reports = self._reports, []
             book = activity_book_of(self.service.backend)
             if reports and book is not None:

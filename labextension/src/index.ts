@@ -175,6 +175,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
         warnings.withdrawKernel(kernel);
       }
     });
+    // a process of the user on a GPU none of their claims holds: until they act on it
+    model.gpuProcess.connect((_, event) => {
+      if (settings.notify) {
+        Notification.warning(event.message, { autoClose: false });
+      }
+    });
     model.released.connect((_, { event, claim }) => {
       if (!settings.notify) {
         return;

@@ -10,6 +10,7 @@ import {
   type AllocatedEvent,
   type ClaimEvent,
   EVENTS,
+  type GpuProcessEvent,
   type IdleWarningEvent,
   type ReleasedEvent
 } from './tokens';
@@ -89,6 +90,11 @@ export class DraModel {
   /** The server warned that one of the caller's claims is about to be released as idle. */
   get idleWarning(): ISignal<this, IdleWarningEvent> {
     return this._idleWarning;
+  }
+
+  /** The server's user has a process on a GPU that none of their claims holds. */
+  get gpuProcess(): ISignal<this, GpuProcessEvent> {
+    return this._gpuProcess;
   }
 
   /**
@@ -368,6 +374,10 @@ export class DraModel {
    */
   handleEvent(event: { schema_id: string; [key: string]: unknown }): void {
     const id = event.schema_id;
+    if (id === EVENTS.gpuProcess) {
+      this._gpuProcess.emit(event as unknown as GpuProcessEvent); // the server's user's only
+      return;
+    }
     if (id !== EVENTS.allocated && id !== EVENTS.idleWarning && id !== EVENTS.released) {
       return;
     }
@@ -472,6 +482,7 @@ export class DraModel {
   private _changed = new Signal<this, void>(this);
   private _idleWarning = new Signal<this, IdleWarningEvent>(this);
   private _released = new Signal<this, Release>(this);
+  private _gpuProcess = new Signal<this, GpuProcessEvent>(this);
 }
 
 /** Any failure of a call as a DraRequestError (a bug in the page keeps its message). */

@@ -22,7 +22,8 @@ const EVENT_BASE = 'https://events.dra-jupyter.dev/dra_jupyter';
 export const EVENTS = {
   allocated: `${EVENT_BASE}/claim_allocated/v1`,
   idleWarning: `${EVENT_BASE}/idle_warning/v1`,
-  released: `${EVENT_BASE}/claim_released/v1`
+  released: `${EVENT_BASE}/claim_released/v1`,
+  gpuProcess: `${EVENT_BASE}/gpu_process/v1`
 } as const;
 
 /** What every event of a claim carries (the schemas' common fields). */
@@ -43,6 +44,21 @@ export interface IdleWarningEvent extends ClaimEvent {
 /** dra_jupyter/server/events/claim_released.json */
 export interface ReleasedEvent extends ClaimEvent {
   reason: string;
+}
+
+/** dra_jupyter/server/events/gpu_process.json: a process of this server's user on a GPU
+ * that none of the user's claims holds (the server emits only its own user's). */
+export interface GpuProcessEvent {
+  schema_id: string;
+  user: string;
+  pid: number;
+  device: string;
+  command: string | null;
+  memory_used: number | null;
+  since: number | null;
+  action: 'report' | 'terminate';
+  deadline: number | null;
+  message: string;
 }
 
 /** dra_jupyter/server/events/claim_allocated.json */

@@ -360,3 +360,25 @@ test('a claim gone that the server no longer knows is announced as released else
   await until(() => releases.length === 1);
   assert.equal(releases[0].event.reason, 'elsewhere');
 });
+
+test("a process of the server's user on a GPU no claim holds is announced, once per event", () => {
+  const m = model(new FakeServer());
+  const said: string[] = [];
+  m.gpuProcess.connect((_, e) => said.push(e.message));
+  m.handleEvent({
+    schema_id: EVENTS.gpuProcess,
+    user: 'alice',
+    pid: 4242,
+    device: `${GPU}1`,
+    command: 'python train.py',
+    memory_used: 2 ** 30,
+    since: 1000,
+    action: 'report',
+    deadline: null,
+    message: 'Your process 4242 (python, 1.0 GiB) uses gpu-1, which none of your claims holds'
+  });
+  assert.deepEqual(said, [
+    'Your process 4242 (python, 1.0 GiB) uses gpu-1, which none of your claims holds'
+  ]);
+  assert.deepEqual(m.claims, []); // nothing of the claims changed
+});

@@ -19,6 +19,7 @@ from dra_jupyter.inventory.nvml import discover
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.metrics.nvml import NvmlSource
 from dra_jupyter.server.app import DRAExtensionApp
+from dra_jupyter.server.claim_events import GPU_PROCESS
 from tests.fakes.fake_pynvml import FakeProcess, FakePynvml
 from tests.server.conftest import Events, Fetch, eventually, release_announced, start_extensions
 from tests.server.test_kernels import REQUEST, started_kernel
@@ -218,3 +219,35 @@ async def test_without_a_gpu_signal_idle_is_as_before(
             "since": None,
             "text": "no GPU signal",
         }
+
+
+async def test_a_process_on_a_gpu_no_claim_holds_is_said_once(
+    jp_serverapp: Any, ledger: Ledger, fake: FakePynvml
+) -> None:
+    """The user's kernel also uses the GPU its claim does not hold (a context that outlived
+    a release, say): the server says so once, on the event bus (the lab shows it)."""
+    said: list[dict[str, Any]] = []
+
+    async def listen(logger: Any, schema_id: str, data: dict[str, Any]) -> None:
+        said.append(dict(data))
+
+    jp_serverapp.event_logger.add_listener(schema_id=GPU_PROCESS, listener=listen)
+    await sampling_the_fake(jp_serverapp, fake)
+    async with started_kernel(jp_serverapp) as kernel:
+        pid = jp_serverapp.kernel_manager.get_kernel(kernel.id).provisioner.process.pid
+        await kernel.run(REQUEST)
+        (record,) = ledger.read_claims()
+        held = int(record.device_keys[0].rsplit("-", 1)[1])
+        other = 1 - held
+        fake.processes[held] = [FakeProcess(pid, memory=2**30, sm=10)]
+        fake.processes[other] = [FakeProcess(pid, memory=3 * 2**30, sm=10)]
+        await eventually(lambda: len(said) == 1)
+        [event] = said
+        assert (event["pid"], event["action"], event["deadline"]) == (pid, "report", None)
+        assert event["device"].endswith(f"/gpu-{other}")
+        assert event["memory_used"] == 3 * 2**30
+        assert event["message"].startswith(f"Your process {pid} (")
+        assert f"3.0 GiB) uses gpu-{other}, which none of your claims holds" in event["message"]
+        assert event["message"].endswith("end it, or request the device.")
+        await asyncio.sleep(1.0)  # ten more samples: said once while it lasts
+        assert len(said) == 1
