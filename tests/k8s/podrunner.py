@@ -390,7 +390,12 @@ class PodRunner:
         with self._lock:
             env.update(self._env_of.get(namespace, {}))
         env["HOSTNAME"] = name
-        env.update(self._container_env(pod, container))
+        try:
+            env.update(self._container_env(pod, container))
+        except ApiException as error:
+            if error.status == 404:  # a Secret or ConfigMap not made yet: the kubelet waits
+                return None
+            raise
         results = device_results(pod, container, claims)
         if results:
             slices = [to_wire(self.api, s) for s in self.resource.list_resource_slice().items]

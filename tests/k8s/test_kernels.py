@@ -1,0 +1,392 @@
+"""GPU kernels on Kubernetes: a real jupyter_server starts a kernel from a kernel spec whose
+provisioner is ``dra-kubernetes`` (dra_jupyter/provisioner.py), through its REST API. The
+kernel runs in a pod of its own with a claim made from a ResourceClaimTemplate, allocated by
+the real kube-scheduler and run by the test environment's stand-in kubelet (the
+``pod_runner`` fixture), which gives it the devices' environment as the DRA driver would; the
+server reaches it at the pod's IP. Shutting the kernel down deletes the pod, and with it the
+claim, the Secret of its connection and the template."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter import kernelboot
+from dra_jupyter.kube.connect import api_client, to_wire
+from dra_jupyter.kube.kernelpods import (
+    Ending,
+    KernelPodSpec,
+    connection_secret,
+    ending,
+    kernel_pod,
+    kernel_template,
+)
+from dra_jupyter.kube.simulate import SimulatedCluster
+from dra_jupyter.types import label_value
+from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
+from tests.k8s import testenv
+from tests.k8s.conftest import wait_for
+from tests.k8s.podrunner import PodRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+DEADLINE = 120.0
+IMAGE = "dra-jupyter-test/never-pulled:0"  # the stand-in runs the command, pulls nothing
+
+
+def kernel_spec(request: dict[str, Any], display: str) -> dict[str, Any]:
+    return {
+        "argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": display,
+        "language": "python",
+        "interrupt_mode": "message",
+        "metadata": {
+            "kernel_provisioner": {
+                "provisioner_name": "dra-kubernetes",
+                "config": {"request": request, "image": IMAGE, "start_timeout": 90},
+            }
+        },
+    }
+
+
+def entry_point_registered() -> bool:
+    found = importlib.metadata.entry_points(group="jupyter_client.kernel_provisioners")
+    return any(e.name == "dra-kubernetes" for e in found)
+
+
+@dataclass
+class Server:
+    url: str
+    token: str
+    root: Path
+    runtime: Path
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        request = urllib.request.Request(
+            self.url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=DEADLINE) as answer:
+            text = answer.read()
+        return json.loads(text) if text else None
+
+
+def _allowed(kubeconfig: Path, namespace: str) -> bool:
+    with api_client(str(kubeconfig)) as api:
+        try:
+            client.CoreV1Api(api).list_namespaced_pod(namespace)
+        except ApiException as error:
+            if error.status == 403:
+                return False
+            raise
+    return True
+
+
+@pytest.fixture
+def server(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+) -> Iterator[Server]:
+    """A jupyter_server whose kernel specs are ``dra-h200`` (one H200 per kernel), on a
+    token of the ``dra-singleuser`` service account bound by exactly deploy/hub-rbac.yaml."""
+    cluster_wide = apply_rbac(api, namespace)
+    kubeconfig = service_account_kubeconfig(
+        api, cluster, namespace, "dra-singleuser", tmp_path / "singleuser.kubeconfig"
+    )
+    wait_for("the server's Role to take effect", lambda: _allowed(kubeconfig, namespace))
+    share = tmp_path / "share" / "jupyter"
+    spec = share / "kernels" / "dra-h200"
+    spec.mkdir(parents=True)
+    request = {"gpu": 1, "model": "H200"}
+    (spec / "kernel.json").write_text(json.dumps(kernel_spec(request, "Python 3 · 1x H200")))
+    paths = [str(ROOT)]
+    if not entry_point_registered():  # an install older than the entry point: as installed
+        dist = tmp_path / "entry" / "dra_jupyter_provisioner-0.dist-info"
+        dist.mkdir(parents=True)
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: dra-jupyter-provisioner\n")
+        (dist / "entry_points.txt").write_text(
+            "[jupyter_client.kernel_provisioners]\n"
+            "dra-kubernetes = dra_jupyter.provisioner:DRAKernelProvisioner\n"
+        )
+        paths.append(str(dist.parent))
+    root = tmp_path / "notebooks"
+    (root / "work").mkdir(parents=True)
+    port, token = testenv.free_port(), secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "JUPYTER_PATH": str(share),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "DRA_JUPYTER_KUBECONFIG": str(kubeconfig),
+        "DRA_JUPYTER_NAMESPACE": namespace,
+        "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]),
+        "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")]),
+    }
+    log = (tmp_path / "server.log").open("wb")
+    argv = [
+        str(VENV_BIN / "jupyter-server"),
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+    ]
+    if os.getuid() == 0:
+        argv.append("--allow-root")
+    process = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+    )
+    running = Server(f"http://127.0.0.1:{port}", token, root, tmp_path / "runtime")
+
+    def up() -> bool:
+        assert process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+        with contextlib.suppress(OSError):
+            return running.call("GET", "/api/status") is not None
+        return False
+
+    try:
+        with pod_runner.serving(namespace):
+            wait_for("the server to answer", up)
+            yield running
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
+        rbac = client.RbacAuthorizationV1Api(api)
+        for kind, name in cluster_wide:
+            with contextlib.suppress(ApiException):
+                if kind == "ClusterRoleBinding":
+                    rbac.delete_cluster_role_binding(name)
+                else:
+                    rbac.delete_cluster_role(name)
+
+
+async def _execute(server: Server, kernel: str, code: str) -> str:
+    from tornado.httpclient import HTTPRequest  # noqa: PLC0415  # the test's client only
+    from tornado.websocket import websocket_connect  # noqa: PLC0415
+
+    url = server.url.replace("http://", "ws://") + f"/api/kernels/{kernel}/channels"
+    ws = await websocket_connect(
+        HTTPRequest(
+            url, headers={"Authorization": f"token {server.token}"}, request_timeout=DEADLINE
+        )
+    )
+    msg_id = uuid.uuid4().hex
+    header = {
+        "msg_id": msg_id,
+        "msg_type": "execute_request",
+        "username": "test",
+        "session": uuid.uuid4().hex,
+        "version": "5.3",
+        "date": "",
+    }
+    content = {"code": code, "silent": False, "store_history": False, "user_expressions": {}}
+    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
+    await ws.write_message(json.dumps({**message, "channel": "shell", "buffers": []}))
+    printed = []
+    end = time.monotonic() + DEADLINE
+    try:
+        while time.monotonic() < end:
+            raw = await asyncio.wait_for(ws.read_message(), DEADLINE)
+            assert raw is not None, "the kernel's websocket closed"
+            reply = json.loads(raw)
+            if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = reply["header"]["msg_type"]
+            if kind == "stream":
+                printed.append(reply["content"]["text"])
+            elif kind == "error":
+                raise AssertionError(f"the kernel failed: {reply['content']}")
+            elif kind == "status" and reply["content"]["execution_state"] == "idle":
+                return "".join(printed)
+        raise AssertionError(f"no answer from the kernel in {DEADLINE}s")
+    finally:
+        ws.close()
+        stream = getattr(ws, "stream", None) or getattr(ws.protocol, "stream", None)
+        if stream is not None:
+            stream.close()
+
+
+def kernel_pods(api: client.ApiClient, namespace: str, kernel: str) -> list[dict[str, Any]]:
+    listed = client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"dra-jupyter/kernel={kernel}"
+    )
+    return [to_wire(api, p) for p in listed.items]
+
+
+def gone(read: Any, *args: Any) -> bool:
+    try:
+        read(*args)
+    except ApiException as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
+
+
+def test_a_gpu_kernel_runs_in_its_own_pod_with_its_claim_and_goes_with_it(
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    server: Server,
+) -> None:
+    specs = server.call("GET", "/api/kernelspecs")["kernelspecs"]
+    assert specs["dra-h200"]["spec"]["display_name"] == "Python 3 · 1x H200"
+    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200", "path": "work"})["id"]
+    [pod] = kernel_pods(api, namespace, kernel)
+    name = pod["metadata"]["name"]
+    assert pod["status"]["phase"] == "Running"
+    assert pod["spec"]["resourceClaims"] == [{"name": "dra", "resourceClaimTemplateName": name}]
+    assert pod["spec"]["containers"][0]["image"] == IMAGE
+    assert pod["spec"]["containers"][0]["workingDir"] == str(server.root / "work")
+    assert pod["metadata"]["labels"]["dra-jupyter/component"] == "kernel"
+    # the claim: made from the template, allocated by kube-scheduler, one H200
+    [status] = pod["status"]["resourceClaimStatuses"]
+    resource = client.ResourceV1Api(api)
+    claim = to_wire(
+        api, resource.read_namespaced_resource_claim(status["resourceClaimName"], namespace)
+    )
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert claim["metadata"]["labels"]["dra-jupyter/kernel"] == kernel
+    slices = [to_wire(api, s) for s in resource.list_resource_slice().items]
+    [device] = [
+        d
+        for s in slices
+        if s["spec"]["pool"]["name"] == result["pool"]
+        for d in s["spec"]["devices"]
+        if d["name"] == result["device"]
+    ]
+    assert "H200" in device["attributes"]["productName"]["string"]
+    # the kernel runs there and sees its device, as the DRA driver would give it
+    code = (
+        "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['HOSTNAME'], os.getcwd())"
+    )
+    printed = asyncio.run(_execute(server, kernel, code))
+    uuid_ = device["attributes"]["uuid"]["string"]
+    assert printed == f"{uuid_} {name} {server.root / 'work'}\n"
+    # the connection's key is in the Secret only: not in the pod, its annotations or logs
+    connection = json.loads((server.runtime / f"kernel-{kernel}.json").read_text())
+    assert connection["ip"] == "127.0.0.1"  # the pod's IP, in the test environment
+    assert connection["key"] not in json.dumps(pod)
+    core = client.CoreV1Api(api)
+    assert connection["key"] not in core.read_namespaced_pod_log(name, namespace)
+    # shut down: the pod, its claim, the Secret and the template are deleted
+    server.call("DELETE", f"/api/kernels/{kernel}")
+    wait_for("the kernel pod's deletion", lambda: gone(core.read_namespaced_pod, name, namespace))
+    wait_for(
+        "the claim's deletion",
+        lambda: gone(
+            resource.read_namespaced_resource_claim, status["resourceClaimName"], namespace
+        ),
+    )
+    assert gone(resource.read_namespaced_resource_claim_template, name, namespace)
+    wait_for(  # the garbage collector's: it was the pod's
+        "the Secret's deletion", lambda: gone(core.read_namespaced_secret, name, namespace)
+    )
+
+
+@pytest.mark.pure
+def test_the_kernel_pod_reads_its_connection_from_the_secret() -> None:
+    spec = KernelPodSpec(
+        name="kernel-1",
+        namespace="team-a",
+        image="img:1",
+        argv=["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        user="alice@example.org",
+        kernel_id="0123-abcd",
+        request={"gpu": 1},
+        env={"LANG": "C.UTF-8"},
+        working_dir="/home/jovyan/work",
+        service_account="notebook",
+    )
+    pod = kernel_pod(spec)
+    [container] = pod["spec"]["containers"]
+    assert container["command"] == [
+        "python3", "-m", "dra_jupyter.kernelboot",
+        "python", "-m", "ipykernel_launcher", "-f", "{connection_file}",
+    ]  # fmt: skip
+    assert container["env"] == [
+        {"name": "LANG", "value": "C.UTF-8"},
+        {
+            "name": "DRA_JUPYTER_CONNECTION",
+            "valueFrom": {"secretKeyRef": {"name": "kernel-1", "key": "connection.json"}},
+        },
+        {"name": "DRA_JUPYTER_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    assert container["resources"] == {"claims": [{"name": "dra"}]}
+    assert container["workingDir"] == "/home/jovyan/work"
+    assert pod["spec"]["serviceAccountName"] == "notebook"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert "annotations" not in pod["metadata"]
+    template = kernel_template(spec)
+    assert template["spec"]["metadata"]["labels"] == {
+        "dra-jupyter/user": label_value("alice@example.org"),
+        "dra-jupyter/kernel": "0123-abcd",
+        "dra-jupyter/component": "kernel",
+    }
+    assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
+    secret = connection_secret(spec, '{"key": "k"}')
+    assert secret["stringData"] == {"connection.json": '{"key": "k"}'}
+    cpu = kernel_pod(KernelPodSpec("k", "ns", "img", ["ipython"], "bob", "k2"))
+    assert "resourceClaims" not in cpu["spec"]
+    assert "resources" not in cpu["spec"]["containers"][0]
+
+
+@pytest.mark.pure
+def test_kernelboot_writes_the_connection_for_the_kernel_alone(tmp_path: Path) -> None:
+    environ = {
+        "DRA_JUPYTER_CONNECTION": json.dumps({"key": "secret", "shell_port": 1}),
+        "DRA_JUPYTER_POD_IP": "10.1.2.3",
+        "OTHER": "x",
+    }
+    path = kernelboot.write_connection(environ, tmp_path)
+    assert json.loads(path.read_text()) == {"key": "secret", "shell_port": 1, "ip": "10.1.2.3"}
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert "DRA_JUPYTER_CONNECTION" not in environ  # the kernel's children never see it
+    assert kernelboot.kernel_argv(["k", "-f", "{connection_file}"], path) == ["k", "-f", str(path)]
+    with pytest.raises(SystemExit, match="DRA_JUPYTER_CONNECTION is not set"):
+        kernelboot.write_connection({}, tmp_path)
+
+
+@pytest.mark.pure
+def test_how_a_kernel_pod_ended() -> None:
+    assert ending({"status": {"phase": "Running"}}) is None
+    killed = {
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+            ],
+        }
+    }
+    assert ending(killed) == Ending(137, "OOMKilled (exit code 137)")
+    evicted = {"status": {"phase": "Failed", "reason": "Evicted", "message": "device taint"}}
+    assert ending(evicted) == Ending(None, "Evicted: device taint")
