@@ -19,6 +19,9 @@ places the pod; once it runs, the server connects to the kernel at the pod's IP.
 pod cannot be placed, the scheduler's reason is logged; at ``start_timeout`` the start fails
 with that reason and our explain. Stopping the kernel deletes the pod, and with it the claim
 (the resourceclaim controller), the Secret and the template: the devices are free at once.
+The claim is labelled as the server extension labels its kernels' claims: when the
+extension releases it (idle release, its user from the Devices panel) it stops the kernel
+(:attr:`DRAKernelProvisioner.devices_in_pod`), since only that frees the devices.
 
 Signals cannot reach a process in another pod: kernel specs use ``interrupt_mode: message``;
 SIGTERM and SIGKILL delete the pod (with and without a grace period).
@@ -44,7 +47,7 @@ from dra_jupyter.identity import current_user
 from dra_jupyter.kube.backend import default_namespace
 from dra_jupyter.kube.connect import api_client
 from dra_jupyter.kube.kernelpods import Ending, KernelPods, KernelPodSpec, ending
-from dra_jupyter.settings import Settings
+from dra_jupyter.settings import Settings, default_server_id
 
 NAME = "dra-kubernetes"  # the entry point's name, a kernel spec's provisioner_name
 PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
@@ -79,12 +82,15 @@ class DRAKernelProvisioner(KernelProvisionerBase):
     )
     start_timeout = Float(300.0, config=True, help="seconds for the pod to be placed and to start")
 
+    # the kernel's devices are its pod's: the server extension stops the kernel when its
+    # claim is released (idle, by its user), which is what frees them
+    devices_in_pod = True
     pod_name: str | None = None  # the running pod's (has_process)
     made: str | None = None  # the objects' name, until cleanup deletes them
     ended: Ending | None = None  # how the pod ended, once it has
     _pods: KernelPods | None = None
     _polled: tuple[float, int | None] = (0.0, None)
-    _ports_cached = False
+    _ports: dict[str, int] = {}  # noqa: RUF012  # replaced, never changed in place
 
     # --- start ----------------------------------------------------------------------------
 
@@ -99,13 +105,13 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         assert km is not None, "a provisioner is made by its kernel manager"
         kwargs.pop("transport_encryption", None)
         extra = kwargs.pop("extra_arguments", [])
-        if not self._ports_cached:
+        if not self._ports:  # once: a restart (even with "new ports") keeps them
             cache = LocalPortCache.instance()
-            for port in PORTS:
-                setattr(km, port, cache.find_available_port("127.0.0.1"))
-            self._ports_cached = True
+            self._ports = {port: cache.find_available_port("127.0.0.1") for port in PORTS}
+        for port, number in self._ports.items():
+            setattr(km, port, number)
         info: dict[str, Any] = {
-            **{port: getattr(km, port) for port in PORTS},
+            **self._ports,
             "ip": "",
             "key": km.session.key,
             "transport": "tcp",
@@ -153,6 +159,7 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             service_account=self.service_account or own_spec.get("serviceAccountName"),
             node_selector=dict(self.node_selector) or None,
             classes=pods.device_classes() if self.request else (),
+            server_id=settings.server_id or default_server_id(),
         )
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
@@ -249,13 +256,10 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             await asyncio.to_thread(self._pods.delete, self.made)
         self.made = self.pod_name = None
         if not restart:
-            if self._ports_cached:
-                cache = LocalPortCache.instance()
-                for port in PORTS:
-                    value = self.connection_info.get(port)
-                    if isinstance(value, int):
-                        cache.return_port(value)
-                self._ports_cached = False
+            cache = LocalPortCache.instance()
+            for number in self._ports.values():
+                cache.return_port(number)
+            self._ports = {}
             if self._pods is not None:
                 self._pods.close()
                 self._pods = None

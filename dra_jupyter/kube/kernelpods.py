@@ -6,7 +6,9 @@ Per kernel start, three objects of one name in the user's namespace:
 * a **ResourceClaimTemplate** made from the request (``dra.request`` keywords,
   :func:`~dra_jupyter.claimspec.build_claim`), which the pod references in
   ``spec.resourceClaims``: the resourceclaim controller makes the pod's claim from it, owned
-  by the pod, so the claim goes when the pod goes, and Kueue counts its devices;
+  by the pod, so the claim goes when the pod goes, and Kueue counts its devices. The claim
+  is labelled as the server extension labels its kernels' claims (user, kernel, server), so
+  ``dra.claims()``, the Devices panel and idle release see it;
 * a **Secret** with the kernel's connection (ports and HMAC key), which the pod reads through
   ``secretKeyRef`` (:mod:`dra_jupyter.kernelboot`): the key is in no pod spec, annotation or
   log;
@@ -36,7 +38,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import AllocationError, ClusterError
 from dra_jupyter.kernelboot import CONNECTION_ENV, POD_IP_ENV
-from dra_jupyter.kube.claims import KERNEL_LABEL, USER_LABEL, forbidden
+from dra_jupyter.kube.claims import KERNEL_LABEL, SERVER_LABEL, USER_LABEL, forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.pods import POLL_S, scheduler_reason
 from dra_jupyter.kube.spawn import explain_pending, generated_claim
@@ -68,13 +70,17 @@ class KernelPodSpec:
     service_account: str | None = None
     node_selector: Mapping[str, str] | None = None
     classes: Sequence[str] = ()  # the cluster's DeviceClasses (for the request's default)
+    server_id: str = ""  # the Jupyter server's id (its extension's claims are so labelled)
 
     def labels(self) -> dict[str, str]:
-        return {
+        labels = {
             USER_LABEL: label_value(self.user),
             KERNEL_LABEL: label_value(self.kernel_id),
             COMPONENT_LABEL: COMPONENT,
         }
+        if self.server_id:
+            labels[SERVER_LABEL] = self.server_id
+        return labels
 
 
 def kernel_template(spec: KernelPodSpec) -> Wire:

@@ -112,7 +112,35 @@ def server(
     pod_runner: PodRunner,
 ) -> Iterator[Server]:
     """A jupyter_server whose kernel specs are ``dra-h200`` (one H200 per kernel), on a
-    token of the ``dra-singleuser`` service account bound by exactly deploy/hub-rbac.yaml."""
+    token of the ``dra-singleuser`` service account bound by exactly deploy/hub-rbac.yaml;
+    its dra_jupyter extension on the Kubernetes backend, without idle release."""
+    with running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=0) as up:
+        yield up
+
+
+@pytest.fixture
+def idle_server(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+) -> Iterator[Server]:
+    """The same with idle release after 4 s, checked every second."""
+    with running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=4) as up:
+        yield up
+
+
+@contextlib.contextmanager
+def running_server(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+    *,
+    idle_timeout: float,
+) -> Iterator[Server]:
     cluster_wide = apply_rbac(api, namespace)
     kubeconfig = service_account_kubeconfig(
         api, cluster, namespace, "dra-singleuser", tmp_path / "singleuser.kubeconfig"
@@ -136,6 +164,15 @@ def server(
     root = tmp_path / "notebooks"
     (root / "work").mkdir(parents=True)
     port, token = testenv.free_port(), secrets.token_hex(16)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "jupyter_server_config.py").write_text(
+        "c = get_config()  # noqa\n"
+        'c.DRAExtensionApp.backend = "kubernetes"\n'
+        f"c.DRAExtensionApp.namespace = {namespace!r}\n"
+        f"c.DRAExtensionApp.kubeconfig = {str(kubeconfig)!r}\n"
+        f"c.DRAExtensionApp.idle_timeout = {idle_timeout}\n"
+        "c.DRAExtensionApp.check_interval = 1.0\n"
+    )
     env = {
         **os.environ,
         "JUPYTER_PATH": str(share),
@@ -189,7 +226,8 @@ def server(
                     rbac.delete_cluster_role(name)
 
 
-async def _execute(server: Server, kernel: str, code: str) -> str:
+async def _execute(server: Server, kernel: str, code: str, *, answer: bool = True) -> str:
+    """What ``code`` prints in the kernel (nothing, without waiting, unless ``answer``)."""
     from tornado.httpclient import HTTPRequest  # noqa: PLC0415  # the test's client only
     from tornado.websocket import websocket_connect  # noqa: PLC0415
 
@@ -214,6 +252,8 @@ async def _execute(server: Server, kernel: str, code: str) -> str:
     printed = []
     end = time.monotonic() + DEADLINE
     try:
+        if not answer:
+            return ""
         while time.monotonic() < end:
             raw = await asyncio.wait_for(ws.read_message(), DEADLINE)
             assert raw is not None, "the kernel's websocket closed"
@@ -390,3 +430,72 @@ def test_how_a_kernel_pod_ended() -> None:
     assert ending(killed) == Ending(137, "OOMKilled (exit code 137)")
     evicted = {"status": {"phase": "Failed", "reason": "Evicted", "message": "device taint"}}
     assert ending(evicted) == Ending(None, "Evicted: device taint")
+
+
+def test_an_idle_gpu_kernel_is_stopped_and_its_claim_deleted(
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    idle_server: Server,
+) -> None:
+    """Idle release on Kubernetes: the extension releases the idle kernel's claim, and since
+    the kernel's devices are its pod's, it stops the kernel: the pod and the claim go."""
+    server = idle_server
+    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200", "path": "work"})["id"]
+    [pod] = kernel_pods(api, namespace, kernel)
+    [status] = pod["status"]["resourceClaimStatuses"]
+    assert asyncio.run(_execute(server, kernel, "print(6 * 7)")) == "42\n"
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    name = pod["metadata"]["name"]
+    wait_for("the idle kernel's pod to go", lambda: gone(core.read_namespaced_pod, name, namespace))
+    wait_for(
+        "its claim's deletion",
+        lambda: gone(
+            resource.read_namespaced_resource_claim, status["resourceClaimName"], namespace
+        ),
+    )
+    assert all(k["id"] != kernel for k in server.call("GET", "/api/kernels"))
+    log = (server.root.parent / "server.log").read_text()
+    assert (
+        f"kernel {kernel} stopped: its claim {status['resourceClaimName']} was released (idle)"
+        in log
+    )
+
+
+def running_pod(api: client.ApiClient, namespace: str, kernel: str, not_: str) -> str | None:
+    pods = [p for p in kernel_pods(api, namespace, kernel) if p["metadata"]["name"] != not_]
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    return str(running[0]["metadata"]["name"]) if running else None
+
+
+def test_a_kernel_pod_that_ends_releases_its_claim_and_the_kernel_restarts_in_a_new_one(
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    server: Server,
+) -> None:
+    """Pod endings: a kernel that dies (exit code 3) and a kernel pod deleted from outside
+    (killed): its claim is deleted, the reason is in the server's log, and jupyter_server's
+    restarter starts the kernel again in a new pod with a new claim."""
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200", "path": "work"})["id"]
+    [first] = kernel_pods(api, namespace, kernel)
+    name = first["metadata"]["name"]
+    claim = first["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    asyncio.run(_execute(server, kernel, "import os; os._exit(3)", answer=False))
+    second = wait_for(
+        "the kernel in a new pod", lambda: running_pod(api, namespace, kernel, not_=name)
+    )
+    wait_for("the first pod to go", lambda: gone(core.read_namespaced_pod, name, namespace))
+    wait_for(
+        "its claim to go",
+        lambda: gone(resource.read_namespaced_resource_claim, claim, namespace),
+    )
+    log = (server.root.parent / "server.log").read_text()
+    assert f"kernel {kernel}: pod {name} ended: Error (exit code 3)" in log
+    assert asyncio.run(_execute(server, kernel, "print('back')")) == "back\n"
+    core.delete_namespaced_pod(second, namespace, grace_period_seconds=0)  # killed
+    wait_for("the kernel in a third pod", lambda: running_pod(api, namespace, kernel, not_=second))
+    assert asyncio.run(_execute(server, kernel, "print('again')")) == "again\n"
+    server.call("DELETE", f"/api/kernels/{kernel}")
+    wait_for("no kernel pod left", lambda: kernel_pods(api, namespace, kernel) == [])
