@@ -48,6 +48,7 @@ from dra_jupyter.kube.backend import default_namespace
 from dra_jupyter.kube.connect import api_client
 from dra_jupyter.kube.kernelpods import Ending, KernelPods, KernelPodSpec, ending
 from dra_jupyter.settings import Settings, default_server_id
+from dra_jupyter.types import Owner
 
 NAME = "dra-kubernetes"  # the entry point's name, a kernel spec's provisioner_name
 PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
@@ -160,6 +161,7 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             node_selector=dict(self.node_selector) or None,
             classes=pods.device_classes() if self.request else (),
             server_id=settings.server_id or default_server_id(),
+            owner=Owner.current(self.kernel_id),
         )
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:

@@ -7,8 +7,10 @@ Per kernel start, three objects of one name in the user's namespace:
   :func:`~dra_jupyter.claimspec.build_claim`), which the pod references in
   ``spec.resourceClaims``: the resourceclaim controller makes the pod's claim from it, owned
   by the pod, so the claim goes when the pod goes, and Kueue counts its devices. The claim
-  is labelled as the server extension labels its kernels' claims (user, kernel, server), so
-  ``dra.claims()``, the Devices panel and idle release see it;
+  is labelled as the server extension labels its kernels' claims (user, kernel, server) and
+  held by the server's process (annotation), so ``dra.claims()``, the Devices panel and
+  idle release see it, and the extension does not take it for a gone kernel's while the
+  kernel starts;
 * a **Secret** with the kernel's connection (ports and HMAC key), which the pod reads through
   ``secretKeyRef`` (:mod:`dra_jupyter.kernelboot`): the key is in no pod spec, annotation or
   log;
@@ -38,12 +40,19 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import AllocationError, ClusterError
 from dra_jupyter.kernelboot import CONNECTION_ENV, POD_IP_ENV
-from dra_jupyter.kube.claims import KERNEL_LABEL, SERVER_LABEL, USER_LABEL, forbidden
+from dra_jupyter.kube.claims import (
+    HOLDER_ANNOTATION,
+    KERNEL_LABEL,
+    SERVER_LABEL,
+    USER_LABEL,
+    forbidden,
+)
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.pods import POLL_S, scheduler_reason
+from dra_jupyter.kube.records import holder_annotation
 from dra_jupyter.kube.spawn import explain_pending, generated_claim
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.types import USER_ANNOTATION, label_value
+from dra_jupyter.types import USER_ANNOTATION, Owner, label_value
 
 COMPONENT_LABEL = "dra-jupyter/component"
 COMPONENT = "kernel"  # the value of COMPONENT_LABEL on a kernel pod and its objects
@@ -71,6 +80,7 @@ class KernelPodSpec:
     node_selector: Mapping[str, str] | None = None
     classes: Sequence[str] = ()  # the cluster's DeviceClasses (for the request's default)
     server_id: str = ""  # the Jupyter server's id (its extension's claims are so labelled)
+    owner: Owner | None = None  # the server's process: the claim's holder while it lives
 
     def labels(self) -> dict[str, str]:
         labels = {
@@ -88,6 +98,8 @@ def kernel_template(spec: KernelPodSpec) -> Wire:
     ``dra.claims()`` lists them) and the user in full."""
     claim = build_claim(spec.name, spec.request, namespace=spec.namespace, classes=spec.classes)
     annotations = {USER_ANNOTATION: spec.user}
+    if spec.owner is not None:  # held by the server: not reclaimed while the kernel starts
+        annotations[HOLDER_ANNOTATION] = holder_annotation(spec.owner)
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",

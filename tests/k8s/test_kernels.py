@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from dra_jupyter.kube.kernelpods import (
     kernel_template,
 )
 from dra_jupyter.kube.simulate import SimulatedCluster
-from dra_jupyter.types import label_value
+from dra_jupyter.types import Owner, label_value
 from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
 from tests.k8s import testenv
 from tests.k8s.conftest import wait_for
@@ -393,6 +393,10 @@ def test_the_kernel_pod_reads_its_connection_from_the_secret() -> None:
         "dra-jupyter/component": "kernel",
     }
     assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
+    assert "dra-jupyter/holder" not in template["spec"]["metadata"]["annotations"]
+    held = kernel_template(replace(spec, owner=Owner("alice", "host-1", 42, 7, "0123-abcd")))
+    holder = json.loads(held["spec"]["metadata"]["annotations"]["dra-jupyter/holder"])
+    assert holder == {"host": "host-1", "pid": 42, "start_time": 7}  # the server's process
     secret = connection_secret(spec, '{"key": "k"}')
     assert secret["stringData"] == {"connection.json": '{"key": "k"}'}
     cpu = kernel_pod(KernelPodSpec("k", "ns", "img", ["ipython"], "bob", "k2"))
@@ -439,14 +443,18 @@ def test_an_idle_gpu_kernel_is_stopped_and_its_claim_deleted(
     idle_server: Server,
 ) -> None:
     """Idle release on Kubernetes: the extension releases the idle kernel's claim, and since
-    the kernel's devices are its pod's, it stops the kernel: the pod and the claim go."""
+    the kernel's devices are its pod's, it stops the kernel: the pod and the claim go. A
+    cell that runs longer than the idle timeout keeps them."""
     server = idle_server
     kernel = server.call("POST", "/api/kernels", {"name": "dra-h200", "path": "work"})["id"]
     [pod] = kernel_pods(api, namespace, kernel)
     [status] = pod["status"]["resourceClaimStatuses"]
-    assert asyncio.run(_execute(server, kernel, "print(6 * 7)")) == "42\n"
     core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
     name = pod["metadata"]["name"]
+    # a running cell is never idle: twice the idle timeout, and the pod is still there
+    sleeper = "import time; time.sleep(8); print(6 * 7)"
+    assert asyncio.run(_execute(server, kernel, sleeper)) == "42\n"
+    assert not gone(core.read_namespaced_pod, name, namespace)
     wait_for("the idle kernel's pod to go", lambda: gone(core.read_namespaced_pod, name, namespace))
     wait_for(
         "its claim's deletion",
