@@ -31,6 +31,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter import kernelboot
+from dra_jupyter.hub.choices import TIMES
+from dra_jupyter.hub.kernelspecs import cluster_kernel_specs, write_kernel_specs
 from dra_jupyter.kube.connect import api_client, to_wire
 from dra_jupyter.kube.kernelpods import (
     Ending,
@@ -51,21 +53,6 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 DEADLINE = 120.0
 IMAGE = "dra-jupyter-test/never-pulled:0"  # the stand-in runs the command, pulls nothing
-
-
-def kernel_spec(request: dict[str, Any], display: str) -> dict[str, Any]:
-    return {
-        "argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": display,
-        "language": "python",
-        "interrupt_mode": "message",
-        "metadata": {
-            "kernel_provisioner": {
-                "provisioner_name": "dra-kubernetes",
-                "config": {"request": request, "image": IMAGE, "start_timeout": 90},
-            }
-        },
-    }
 
 
 def entry_point_registered() -> bool:
@@ -111,7 +98,8 @@ def server(
     tmp_path: Path,
     pod_runner: PodRunner,
 ) -> Iterator[Server]:
-    """A jupyter_server whose kernel specs are ``dra-h200`` (one H200 per kernel), on a
+    """A jupyter_server with the kernel specs of the cluster's choices
+    (:mod:`dra_jupyter.hub.kernelspecs`; ``dra-h200-x1``: one H200 per kernel ...), on a
     token of the ``dra-singleuser`` service account bound by exactly deploy/hub-rbac.yaml;
     its dra_jupyter extension on the Kubernetes backend, without idle release."""
     with running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=0) as up:
@@ -146,11 +134,8 @@ def running_server(
         api, cluster, namespace, "dra-singleuser", tmp_path / "singleuser.kubeconfig"
     )
     wait_for("the server's Role to take effect", lambda: _allowed(kubeconfig, namespace))
-    share = tmp_path / "share" / "jupyter"
-    spec = share / "kernels" / "dra-h200"
-    spec.mkdir(parents=True)
-    request = {"gpu": 1, "model": "H200"}
-    (spec / "kernel.json").write_text(json.dumps(kernel_spec(request, "Python 3 · 1x H200")))
+    share = tmp_path / "share" / "jupyter"  # the kernel specs of the cluster's choices
+    write_kernel_specs(share, cluster_kernel_specs(str(cluster.kubeconfig), namespace, "root"))
     paths = [str(ROOT)]
     if not entry_point_registered():  # an install older than the entry point: as installed
         dist = tmp_path / "entry" / "dra_jupyter_provisioner-0.dist-info"
@@ -180,6 +165,7 @@ def running_server(
         "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
         "DRA_JUPYTER_KUBECONFIG": str(kubeconfig),
         "DRA_JUPYTER_NAMESPACE": namespace,
+        "DRA_JUPYTER_IMAGE": IMAGE,  # the kernel pods' (the server runs in no pod here)
         "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]),
         "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")]),
     }
@@ -299,8 +285,9 @@ def test_a_gpu_kernel_runs_in_its_own_pod_with_its_claim_and_goes_with_it(
     server: Server,
 ) -> None:
     specs = server.call("GET", "/api/kernelspecs")["kernelspecs"]
-    assert specs["dra-h200"]["spec"]["display_name"] == "Python 3 · 1x H200"
-    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200", "path": "work"})["id"]
+    shown = specs["dra-h200-x1"]["spec"]["display_name"]
+    assert shown == f"Python 3 \u00b7 1{TIMES} NVIDIA H200 (140.4 GiB)"  # from the choices
+    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
     [pod] = kernel_pods(api, namespace, kernel)
     name = pod["metadata"]["name"]
     assert pod["status"]["phase"] == "Running"
@@ -446,7 +433,7 @@ def test_an_idle_gpu_kernel_is_stopped_and_its_claim_deleted(
     the kernel's devices are its pod's, it stops the kernel: the pod and the claim go. A
     cell that runs longer than the idle timeout keeps them."""
     server = idle_server
-    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200", "path": "work"})["id"]
+    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
     [pod] = kernel_pods(api, namespace, kernel)
     [status] = pod["status"]["resourceClaimStatuses"]
     core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
@@ -486,7 +473,7 @@ def test_a_kernel_pod_that_ends_releases_its_claim_and_the_kernel_restarts_in_a_
     (killed): its claim is deleted, the reason is in the server's log, and jupyter_server's
     restarter starts the kernel again in a new pod with a new claim."""
     core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
-    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200", "path": "work"})["id"]
+    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
     [first] = kernel_pods(api, namespace, kernel)
     name = first["metadata"]["name"]
     claim = first["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
