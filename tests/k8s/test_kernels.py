@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import importlib.metadata
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -135,7 +137,11 @@ def running_server(
     )
     wait_for("the server's Role to take effect", lambda: _allowed(kubeconfig, namespace))
     share = tmp_path / "share" / "jupyter"  # the kernel specs of the cluster's choices
-    write_kernel_specs(share, cluster_kernel_specs(str(cluster.kubeconfig), namespace, "root"))
+    specs = cluster_kernel_specs(str(cluster.kubeconfig), namespace, "root")
+    # and one that no node can meet now (both nodes' GPUs taken by then), 10 s to start
+    nine = copy.deepcopy(specs["dra-h200-x8"])
+    nine["metadata"]["kernel_provisioner"]["config"]["start_timeout"] = 10
+    write_kernel_specs(share, {**specs, "dra-busy": nine})
     paths = [str(ROOT)]
     if not entry_point_registered():  # an install older than the entry point: as installed
         dist = tmp_path / "entry" / "dra_jupyter_provisioner-0.dist-info"
@@ -312,6 +318,10 @@ def test_a_gpu_kernel_runs_in_its_own_pod_with_its_claim_and_goes_with_it(
         if d["name"] == result["device"]
     ]
     assert "H200" in device["attributes"]["productName"]["string"]
+    # the server extension lists it as the kernel's claim (dra.claims(), the Devices panel)
+    [listed] = server.call("GET", "/dra/api/claims")["claims"]
+    assert (listed["name"], listed["kernel_id"]) == (status["resourceClaimName"], kernel)
+    assert listed["devices"] == [f"{result['driver']}/{result['pool']}/{result['device']}"]
     # the kernel runs there and sees its device, as the DRA driver would give it
     code = (
         "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['HOSTNAME'], os.getcwd())"
@@ -494,3 +504,44 @@ def test_a_kernel_pod_that_ends_releases_its_claim_and_the_kernel_restarts_in_a_
     assert asyncio.run(_execute(server, kernel, "print('again')")) == "again\n"
     server.call("DELETE", f"/api/kernels/{kernel}")
     wait_for("no kernel pod left", lambda: kernel_pods(api, namespace, kernel) == [])
+
+
+def test_a_kernel_that_cannot_be_placed_says_why_and_leaves_nothing(
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    server: Server,
+) -> None:
+    """Both nodes' eight GPUs held by others: a kernel of eight is not placed within its
+    start timeout; the start fails with the scheduler's reason and our explain, and its
+    pod, claim, template and Secret are deleted."""
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    held = [
+        server.call("POST", "/api/kernels", {"name": "dra-h200-x8", "path": "work"})["id"]
+        for _ in range(2)
+    ]
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        server.call("POST", "/api/kernels", {"name": "dra-busy", "path": "work"})
+    assert raised.value.code == 409  # AllocationError's status: busy
+    message = json.loads(raised.value.read())["message"]
+    assert re.match(
+        r"kernel pod kernel-\S+ was not scheduled within 10 s: 0/\d+ nodes are available", message
+    ), message
+    allocator = "\ndra-jupyter's allocator on the cluster's slices:\nnot now: the devices it"
+    assert allocator in message, message
+    for kernel in held:
+        server.call("DELETE", f"/api/kernels/{kernel}")
+    wait_for("no kernel pod left", lambda: core.list_namespaced_pod(namespace).items == [])
+    wait_for(
+        "no claim left", lambda: resource.list_namespaced_resource_claim(namespace).items == []
+    )
+    assert resource.list_namespaced_resource_claim_template(namespace).items == []
+    wait_for(
+        "no connection Secret left",
+        lambda: (
+            core.list_namespaced_secret(
+                namespace, label_selector="dra-jupyter/component=kernel"
+            ).items
+            == []
+        ),
+    )
