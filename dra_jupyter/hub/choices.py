@@ -46,6 +46,7 @@ __all__ = [
     "World",
     "choices",
     "find",
+    "kernel_specs",
     "kubespawner_profiles",
     "restrict",
 ]
@@ -53,6 +54,8 @@ __all__ = [
 NONE = "none"  # the slug of the choice without devices
 UNLIMITED = 2**31 - 1  # what "no GPU" has available: it asks for nothing
 TIMES = "\u00d7"  # the multiplication sign of "2x NVIDIA H200", as people write it
+KERNEL_PROVISIONER = "dra-kubernetes"  # dra_jupyter.provisioner's entry point
+PYTHON_ARGV = ("python", "-m", "ipykernel_launcher", "-f", "{connection_file}")
 
 
 @dataclass(frozen=True)
@@ -352,3 +355,40 @@ def kubespawner_profiles(offered: Sequence[Choice]) -> list[dict[str, Any]]:
         }
         for c in offered
     ]
+
+
+def kernel_specs(
+    offered: Sequence[Choice],
+    *,
+    display: str = "Python 3",
+    argv: Sequence[str] = PYTHON_ARGV,
+    language: str = "python",
+) -> dict[str, dict[str, Any]]:
+    """Kernel specs (``kernel.json``) that run a kernel in a pod of its own with a choice's
+    devices (the ``dra-kubernetes`` provisioner), one per choice with devices, named
+    ``dra-<slug>`` and shown as ``Python 3 · 2x NVIDIA H200 (140.4 GiB)``; "no GPU" is
+    the server's own kernel. Interrupts go as messages (no signal reaches another pod). The
+    choice's description, lease and idle timeout are in ``metadata.dra_jupyter``."""
+    specs: dict[str, dict[str, Any]] = {}
+    for c in offered:
+        if not c.request:
+            continue
+        specs[f"dra-{c.slug}"] = {
+            "argv": list(argv),
+            "display_name": f"{display} \u00b7 {c.display_name}",
+            "language": language,
+            "interrupt_mode": "message",
+            "metadata": {
+                "kernel_provisioner": {
+                    "provisioner_name": KERNEL_PROVISIONER,
+                    "config": {"request": dict(c.request)},
+                },
+                "dra_jupyter": {
+                    "slug": c.slug,
+                    "description": c.description,
+                    "lease": c.lease,
+                    "idle_timeout": c.idle_timeout,
+                },
+            },
+        }
+    return specs

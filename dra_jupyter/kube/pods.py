@@ -62,7 +62,9 @@ class Placement:
     """Where the pod went and what its claims got."""
 
     node: str
-    allocations: dict[str, Wire]  # claim name -> status.allocation
+    # claim name -> status.allocation; missing for a claim deallocated when its pod ended
+    # before it was read
+    allocations: dict[str, Wire]
 
 
 class PodLauncher:
@@ -120,7 +122,10 @@ class PodLauncher:
                     allocation = got.get("status", {}).get("allocation")
                     if allocation:
                         allocations[claim] = allocation
-                if len(allocations) == len(claims):
+                # A pod that ended already (a node that ran it at once) may have had its
+                # claims deallocated meanwhile: it was placed all the same.
+                ended = pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+                if len(allocations) == len(claims) or ended:
                     return Placement(node, allocations)
             now = scheduler_reason(pod)
             if now and now != reason:

@@ -225,12 +225,11 @@ def launch(
                 + explanation.summary(),
                 explanation,
             ) from None
-        results = placement.allocations[claim.name].get("devices", {}).get("results", [])
+        allocation = placement.allocations.get(claim.name, {})
+        results = allocation.get("devices", {}).get("results", [])
         devices = [f"{r['driver']}/{r['pool']}/{r['device']}" for r in results]
-        print(
-            f"dra.run: pod {pod} placed on {placement.node} with {', '.join(devices)}",
-            file=sys.stderr,
-        )
+        got = ", ".join(devices) if devices else "devices released already (the pod ended)"
+        print(f"dra.run: pod {pod} placed on {placement.node} with {got}", file=sys.stderr)
         run = Run(pod, claim, placement.node, devices, WAITING, backend, out)
     except BaseException:  # an interrupt too: nothing half-made is left behind
         try:

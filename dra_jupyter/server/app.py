@@ -30,7 +30,7 @@ from dra_jupyter.metrics.activity import Activity, ActivitySettings, GpuState
 from dra_jupyter.metrics.base import DeviceProcess
 from dra_jupyter.metrics.processes import ProcessUse
 from dra_jupyter.server import startup
-from dra_jupyter.server.claim_events import ClaimEvents, register_schemas
+from dra_jupyter.server.claim_events import RELEASED, ClaimEvents, register_schemas
 from dra_jupyter.server.claims import ClaimService
 from dra_jupyter.server.handlers import DRAApp, routes
 from dra_jupyter.server.idle import Decision, IdlePolicy
@@ -346,6 +346,7 @@ class DRAExtensionApp(ExtensionApp):
         logger = self.events
         register_schemas(logger)
         logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
+        logger.add_listener(schema_id=RELEASED, listener=self._on_claim_released)
 
     def _claim_at_start(self) -> None:
         """The claim of ``startup_request`` (:mod:`dra_jupyter.server.startup`), made now: its
@@ -525,6 +526,28 @@ class DRAExtensionApp(ExtensionApp):
                 self.service.live_claims,
                 lambda r: "kernel-shutdown" if r.owner.kernel_id == kernel_id else None,
             )
+
+    async def _on_claim_released(self, logger: Any, schema_id: str, data: dict[str, Any]) -> None:
+        """A kernel whose devices are its own pod's (the ``dra-kubernetes`` provisioner says
+        so with ``devices_in_pod``) is stopped when its claim is released, idle or by its
+        user: deleting a claim that a pod uses frees nothing until the pod ends."""
+        kernel_id = data.get("kernel_id")
+        if self._stopped or not kernel_id or data.get("reason") == "kernel-shutdown":
+            return
+        km = self.server.kernel_manager
+        if kernel_id not in km:
+            return
+        provisioner = getattr(km.get_kernel(kernel_id), "provisioner", None)
+        if not getattr(provisioner, "devices_in_pod", False):
+            return
+        self.log.info(
+            "dra_jupyter: kernel %s stopped: its claim %s was released (%s) and its devices "
+            "are its pod's",
+            kernel_id,
+            data.get("claim"),
+            data.get("reason"),
+        )
+        await km.shutdown_kernel(kernel_id)  # type: ignore[no-untyped-call]
 
     def _watch(self, kernel_id: str) -> None:
         self.known_kernels.add(kernel_id)

@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_client.session import Session as ZmqSession
+from tornado import web
 
+from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.settings import Settings
 
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
@@ -82,7 +84,12 @@ def install_kernel_env(kernel_manager: Any, extra: Callable[[str], Mapping[str, 
             # jupyter_client uses ``env`` as the whole environment when it is given
             base = kwargs.get("env") or os.environ
             kwargs["env"] = {**base, **extra(kernel_id)}
-        return await original(*args, kernel_id=kernel_id, **kwargs)
+        try:
+            return await original(*args, kernel_id=kernel_id, **kwargs)
+        except DraJupyterError as err:
+            # ours (a GPU kernel's pod that could not be placed, say): its words and status
+            # in the REST answer, which would otherwise say "Unhandled error"
+            raise web.HTTPError(err.http_status, str(err), reason=err.reason) from err
 
     start_kernel.dra_original = original  # type: ignore[attr-defined]
     kernel_manager.start_kernel = start_kernel

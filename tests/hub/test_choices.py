@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import random
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,10 +31,12 @@ from dra_jupyter.hub.choices import (
     World,
     choices,
     find,
+    kernel_specs,
     kubespawner_profiles,
     restrict,
 )
 from dra_jupyter.hub.counting import ChoiceCache
+from dra_jupyter.hub.kernelspecs import write_kernel_specs
 from dra_jupyter.inventory import nvidia, simulated
 from dra_jupyter.kube.simulate import slice_for_node
 from dra_jupyter.model.objects import DeviceClass, ResourceClaim, ResourceSlice
@@ -500,6 +504,22 @@ def test_kubespawner_profiles_carry_the_request_lease_and_idle_timeout() -> None
     )
 
 
+def test_kernel_specs_run_each_choice_with_devices_in_a_pod_of_its_own() -> None:
+    policy = ChoicePolicy.from_table([{"match": "mig-*", "idle_timeout": "1h"}])
+    specs = kernel_specs(restrict(offered(), "bob", (), policy))
+    assert "dra-none" not in specs  # "no GPU": the server's own kernel
+    mig = specs["dra-mig-3g-71gb-x1"]
+    assert mig["argv"] == ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    assert mig["display_name"].startswith("Python 3 \u00b7 ")
+    assert mig["interrupt_mode"] == "message"
+    assert mig["metadata"]["kernel_provisioner"] == {
+        "provisioner_name": "dra-kubernetes",
+        "config": {"request": {"mig": "3g.71gb"}},
+    }
+    assert mig["metadata"]["dra_jupyter"]["idle_timeout"] == "1h"
+    assert len(specs) == len(offered()) - 1
+
+
 def test_gpu_classes_other_than_the_first_are_asked_for_by_class() -> None:
     slices = nodes_of("mi300x-8", 1, "amd") + nodes_of("h200-8x", 1, "nv")
     classes = classes_of("h200-8x", "mi300x-8")
@@ -531,3 +551,16 @@ def test_model_names_tell_apart_gpus_of_one_class() -> None:
     found = assert_counts_agree(World(slices, classes_of("h200-8x")))
     assert {c.slug for c in found} >= {"h200-x8", "h100-80gb-hbm3-x8"}
     assert nvidia.H100_SXM.product_name in {str(c.request.get("model")) for c in found}
+
+
+def test_kernel_specs_are_written_and_stale_ones_removed(tmp_path: Path) -> None:
+    (tmp_path / "kernels" / "dra-gone").mkdir(parents=True)
+    (tmp_path / "kernels" / "dra-gone" / "kernel.json").write_text("{}")
+    (tmp_path / "kernels" / "python3").mkdir()
+    (tmp_path / "kernels" / "python3" / "kernel.json").write_text("{}")
+    specs = kernel_specs(restrict(offered(), "bob"))
+    written = write_kernel_specs(tmp_path, specs)
+    assert sorted(p.parent.name for p in written) == sorted(specs)
+    assert sorted(p.name for p in (tmp_path / "kernels").iterdir()) == sorted([*specs, "python3"])
+    name = next(iter(specs))
+    assert json.loads((tmp_path / "kernels" / name / "kernel.json").read_text()) == specs[name]

@@ -3,9 +3,10 @@ DRAKubeSpawner, against the real control plane of tests/k8s with simulated GPU n
 ResourceSlices published: the hub runs on a token of its service account bound by exactly
 deploy/hub-rbac.yaml, the servers on one of ``dra-singleuser``'s.
 
-The one stand-in is the kubelet (:mod:`tests.hub.kubelet`): kube-scheduler allocates the
-claim and binds the pod for real; the stand-in then runs the pod's ``jupyterhub-singleuser``
-as a local process on 127.0.0.1 and reports the pod Running, so that the spawn completes.
+The one stand-in is the kubelet (:mod:`tests.k8s.podrunner`, the ``pod_runner`` fixture):
+kube-scheduler allocates the claim and binds the pod for real; the stand-in then runs the
+pod's ``jupyterhub-singleuser`` as a local process on 127.0.0.1 and reports the pod Running,
+so that the spawn completes.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.kube.connect import api_client, to_model, to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
-from tests.hub.kubelet import StandInKubelet
 from tests.k8s import testenv
 from tests.k8s.fixtures import wait_for
+from tests.k8s.podrunner import PodRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = ROOT / "deploy" / "hub-rbac.yaml"
@@ -124,7 +125,7 @@ class Hub:
     namespace: str
     api: client.ApiClient  # the admin's
     dir: Path
-    kubelet: StandInKubelet
+    kubelet: PodRunner
 
     def request(
         self,
@@ -302,9 +303,10 @@ def hub(
     api: client.ApiClient,
     published: SimulatedCluster,
     tmp_path_factory: pytest.TempPathFactory,
+    pod_runner: PodRunner,
 ) -> Iterator[Hub]:
     """A hub with DRAKubeSpawner."""
-    with running_hub(cluster, api, tmp_path_factory, SUBCLASS) as running:
+    with running_hub(cluster, api, tmp_path_factory, pod_runner, SUBCLASS) as running:
         yield running
 
 
@@ -314,9 +316,10 @@ def stock_hub(
     api: client.ApiClient,
     published: SimulatedCluster,
     tmp_path_factory: pytest.TempPathFactory,
+    pod_runner: PodRunner,
 ) -> Iterator[Hub]:
     """A hub with stock KubeSpawner and dra_jupyter.hub.kubespawner's three hooks."""
-    with running_hub(cluster, api, tmp_path_factory, STOCK) as running:
+    with running_hub(cluster, api, tmp_path_factory, pod_runner, STOCK) as running:
         yield running
 
 
@@ -325,6 +328,7 @@ def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, proces
     cluster: testenv.Cluster,
     api: client.ApiClient,
     tmp_path_factory: pytest.TempPathFactory,
+    pod_runner: PodRunner,
     spawner: str,
 ) -> Iterator[Hub]:
     assert (PROXY_BIN / "configurable-http-proxy").exists(), "run `make hub-proxy` first"
@@ -365,11 +369,9 @@ def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, proces
         preexec_fn=lambda: testenv._killed_with(parent),  # noqa: PLW1509
     )
     url = f"http://127.0.0.1:{ports['proxy']}"
-    kubelet_env = {"PATH": env["PATH"], "PYTHONPATH": env["PYTHONPATH"]}
-    old = {k: os.environ.get(k) for k in kubelet_env}
-    os.environ.update(kubelet_env)  # what the stand-in kubelet gives the servers
+    kubelet_env = {"PATH": env["PATH"], "PYTHONPATH": env["PYTHONPATH"]}  # for the servers
     try:
-        with StandInKubelet(api, namespace, tmp) as kubelet:
+        with pod_runner.serving(namespace, kubelet_env) as kubelet:
             running = Hub(url, token, namespace, api, tmp, kubelet)
 
             def up() -> bool:
@@ -385,11 +387,6 @@ def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, proces
                     running.stop(user)
             assert not kubelet.problems, kubelet.problems
     finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:

@@ -7,6 +7,8 @@ would start two."""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,8 +24,10 @@ from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.connect import api_client
 from dra_jupyter.kube.simulate import SimulatedCluster, simulate
 from tests.k8s import testenv
+from tests.k8s.podrunner import PodRunner
 
 T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 90.0  # bounded polling for what the controllers and the scheduler do
 INVENTORY, NODES = "h200-8x", 2  # what the session's cluster publishes
 
@@ -60,6 +64,33 @@ def kubeconfig(cluster: testenv.Cluster) -> Path:
 def api(kubeconfig: Path) -> Iterator[client.ApiClient]:
     with api_client(str(kubeconfig)) as api:
         yield api
+
+
+@pytest.fixture(scope="session")
+def pod_runner(
+    cluster: testenv.Cluster, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PodRunner]:
+    """The stand-in kubelet (:mod:`tests.k8s.podrunner`), one a run, for the namespaces that
+    ask (``with pod_runner.serving(namespace):``); the pods' processes find this venv's
+    programs first on PATH and this checkout on PYTHONPATH. Its loop has no problem at the end.
+    """
+    env = {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    if "HOME" in os.environ:
+        env["HOME"] = os.environ["HOME"]
+    runner = PodRunner(
+        api,
+        tmp_path_factory.mktemp("pods"),
+        pki=cluster.state_dir / "pki",
+        namespaces=(),
+        base_env=env,
+        backoff_s=1.0,
+    )
+    with runner:
+        yield runner
+    assert not runner.problems, runner.problems
 
 
 @pytest.fixture(scope="session")

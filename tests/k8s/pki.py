@@ -101,6 +101,8 @@ def write_pki(pki: Path) -> None:
         ("admin", "dra-jupyter-testenv-admin", ["system:masters"]),
         ("kube-scheduler", "system:kube-scheduler", []),
         ("kube-controller-manager", "system:kube-controller-manager", []),
+        # the API server's, to the stand-in kubelet's log endpoint (tests/k8s/podrunner.py)
+        ("kubelet-client", "kube-apiserver-kubelet-client", []),
     ):
         save(name, certificate(cn, groups, issuer=ca, client=True))
     sa = ec.generate_private_key(ec.SECP256R1())

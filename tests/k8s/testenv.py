@@ -3,15 +3,18 @@ and kube-scheduler, built from the Go module proxy at pinned versions (:mod:`.k8
 run on loopback.
 
     scripts/k8s-testenv build                 # once per machine; later calls reuse the cache
-    scripts/k8s-testenv start [--state-dir D] # prints the admin kubeconfig's path
+    scripts/k8s-testenv start [--state-dir D] [--run-pods]  # prints the admin kubeconfig's path
+    scripts/k8s-testenv run-pods [--state-dir D] [--namespace NS]   # the stand-in kubelet
     scripts/k8s-testenv stop  [--state-dir D]
 
 :func:`start` runs them on 127.0.0.1 with free ports: a CA and certificates made here
 (:mod:`.pki`), a service-account key pair, admin/scheduler/controller-manager kubeconfigs, and
 etcd with a data directory in the state directory. There is no kubelet: the node lifecycle
 controller is off, so simulated Node objects (``dra-jupyter publish-slices``) stay Ready and
-untainted and the scheduler binds pods to them; the pods stay Pending, which is all the tests
-need.
+untainted and the scheduler binds pods to them. There the pods stay Pending, unless the
+stand-in kubelet of :mod:`.podrunner` runs them (``start --run-pods`` starts it with the
+control plane, as one more component that ``stop`` stops; the tests' ``pod_runner`` fixture
+runs one for the namespaces that ask).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -197,13 +201,16 @@ def _killed_with(parent: int) -> None:
 PR_SET_PDEATHSIG = 1
 
 
-def _spawn(cluster: Cluster, name: str, args: Sequence[str]) -> None:
+def _spawn(
+    cluster: Cluster, name: str, args: Sequence[str], program: Sequence[str] | None = None
+) -> None:
+    """Start component ``name``: the built binary of that name (or ``program``) with ``args``."""
     log = cluster.state_dir / "logs" / f"{name}.log"
     log.parent.mkdir(exist_ok=True)
     parent = os.getpid()
     with log.open("ab") as out:
         child = subprocess.Popen(
-            [str(bin_dir() / name), *args],
+            [*(program or [str(bin_dir() / name)]), *args],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -247,12 +254,17 @@ def _healthy(cluster: Cluster, port: int, path: str = "/healthz") -> Any:
 
 
 def start(
-    state_dir: Path, *, timeout: float = START_TIMEOUT_S, die_with_parent: bool = False
+    state_dir: Path,
+    *,
+    timeout: float = START_TIMEOUT_S,
+    die_with_parent: bool = False,
+    run_pods: bool = False,
 ) -> Cluster:
     """Start etcd, kube-apiserver, kube-controller-manager and kube-scheduler; return once
     all answer healthy and the ``default`` service account exists (pods can be created).
     ``die_with_parent``: the components are killed when this process dies (a test run);
-    without it they outlive it (``scripts/k8s-testenv start``) until ``stop``."""
+    without it they outlive it (``scripts/k8s-testenv start``) until ``stop``.
+    ``run_pods``: the stand-in kubelet (:mod:`.podrunner`) too, for every namespace."""
     if not is_built():
         raise TestenvError(
             f"k8s-testenv start: the binaries are not built in {cache_dir()}; run "
@@ -285,6 +297,8 @@ def start(
     deadline = time.monotonic() + timeout
     try:
         _start_all(cluster, deadline)
+        if run_pods:
+            _start_pod_runner(cluster, deadline)
     except BaseException:
         cluster.stop()
         raise
@@ -343,6 +357,11 @@ def _start_all(cluster: Cluster, deadline: float) -> None:
             "--requestheader-allowed-names=front-proxy-client",
             "--requestheader-username-headers=X-Remote-User",
             "--enable-admission-plugins=NodeRestriction",
+            # pods/log reaches the stand-in kubelet (podrunner.py) as it would a kubelet
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--endpoint-reconciler-type=none",  # a loopback address may not be an endpoint
             "--profiling=false",
         ],
@@ -392,6 +411,54 @@ def _start_all(cluster: Cluster, deadline: float) -> None:
     _wait(cluster, "the default service account", service_account, deadline)
 
 
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "k8s-testenv"
+
+
+def _start_pod_runner(cluster: Cluster, deadline: float) -> None:
+    """The stand-in kubelet as a component: ``scripts/k8s-testenv run-pods``."""
+    state = cluster.state_dir / "pod-runner.json"
+    state.unlink(missing_ok=True)
+    _spawn(
+        cluster,
+        "pod-runner",
+        ["run-pods", "--state-dir", str(cluster.state_dir)],
+        program=[sys.executable, str(SCRIPT)],
+    )
+
+    def written() -> tuple[bool, str]:
+        return state.exists(), "no pod-runner.json yet"
+
+    _wait(cluster, "the pod runner", written, deadline)
+
+
+def run_pods(state_dir: Path, namespaces: Sequence[str], backoff_s: float) -> None:
+    """Run the stand-in kubelet in this process until SIGTERM or SIGINT."""
+    from dra_jupyter.kube.connect import api_client  # noqa: PLC0415  # only this needs them
+    from tests.k8s.podrunner import PodRunner, write_state  # noqa: PLC0415
+
+    state_dir = state_dir.resolve()
+    stopped = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopped.set())
+    with (
+        api_client(str(state_dir / "kubeconfig")) as api,
+        PodRunner(
+            api,
+            state_dir / "pod-runner",
+            pki=state_dir / "pki",
+            namespaces=namespaces or None,
+            backoff_s=backoff_s,
+        ) as runner,
+    ):
+        write_state(state_dir, runner)
+        sys.stderr.write(f"k8s-testenv: running pods; logs served on 127.0.0.1:{runner.port}\n")
+        reported = 0
+        while not stopped.wait(1.0):
+            for problem in runner.problems[reported:]:
+                sys.stderr.write(f"k8s-testenv run-pods: {problem}\n")
+            reported = len(runner.problems)
+
+
 def stop(state_dir: Path) -> bool:
     """Stop the control plane started from ``state_dir``; False if none was running."""
     cluster = Cluster.load(state_dir.resolve())
@@ -420,6 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="rebuild even if built")
     for name, helptext in (
         ("start", "start the control plane; prints the admin kubeconfig's path"),
+        ("run-pods", "run the pods bound to the simulated nodes (the stand-in kubelet)"),
         ("stop", "stop the control plane started from the state directory"),
     ):
         p = sub.add_parser(name, help=helptext)
@@ -429,6 +497,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             default=default_state_dir(),
             help="certificates, kubeconfigs, etcd data and logs (default: %(default)s)",
         )
+        if name == "start":
+            p.add_argument(
+                "--run-pods",
+                action="store_true",
+                help="also run the pods of every namespace as local processes (run-pods)",
+            )
+        if name == "run-pods":
+            p.add_argument(
+                "--namespace",
+                action="append",
+                default=[],
+                help="run only this namespace's pods (repeatable; default: every namespace)",
+            )
+            p.add_argument(
+                "--restart-backoff",
+                type=float,
+                default=10.0,
+                help="seconds before the first restart of a failed container (doubling)",
+            )
     sub.add_parser("where", help="print the cache directory")
     args = parser.parse_args(argv)
     try:
@@ -437,12 +524,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(bin_dir())
         elif args.command == "start":
             build()
-            cluster = start(args.state_dir)
+            cluster = start(args.state_dir, run_pods=args.run_pods)
             print(cluster.kubeconfig)
             sys.stderr.write(
                 f"k8s-testenv: API server {cluster.server}; "
                 f"export KUBECONFIG={cluster.kubeconfig}\n"
             )
+        elif args.command == "run-pods":
+            run_pods(args.state_dir, args.namespace, args.restart_backoff)
         elif args.command == "stop":
             if not stop(args.state_dir):
                 sys.stderr.write(f"k8s-testenv: nothing runs from {args.state_dir}\n")

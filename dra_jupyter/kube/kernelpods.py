@@ -1,0 +1,378 @@
+"""A Jupyter kernel in a pod of its own that holds its devices (what the kernel provisioner
+of :mod:`dra_jupyter.provisioner` starts): the objects (pure) and their life on the cluster.
+
+Per kernel start, three objects of one name in the user's namespace:
+
+* a **ResourceClaimTemplate** made from the request (``dra.request`` keywords,
+  :func:`~dra_jupyter.claimspec.build_claim`), which the pod references in
+  ``spec.resourceClaims``: the resourceclaim controller makes the pod's claim from it, owned
+  by the pod, so the claim goes when the pod goes, and Kueue counts its devices. The claim
+  is labelled as the server extension labels its kernels' claims (user, kernel, server) and
+  held by the server's process (annotation), so ``dra.claims()``, the Devices panel and
+  idle release see it, and the extension does not take it for a gone kernel's while the
+  kernel starts;
+* a **Secret** with the kernel's connection (ports and HMAC key), which the pod reads through
+  ``secretKeyRef`` (:mod:`dra_jupyter.kernelboot`): the key is in no pod spec, annotation or
+  log;
+* the **Pod**: the kernel's argv under ``python3 -m dra_jupyter.kernelboot``, the server's
+  image by default, the notebook's working directory, restartPolicy Never.
+
+The pod is made first; the template and the Secret are owned by it from the start (the
+garbage collector deletes them with it, whoever deletes the pod), so the server needs no
+right to change or delete a Secret; :meth:`KernelPods.delete` deletes the pod and the
+template.
+Waiting for the pod reports kube-scheduler's reason while it cannot place it, and at the
+deadline that reason plus our own explain (as ``dra.run`` does); a pod that ends says why
+(:func:`ending`). Synchronous (the official client): the provisioner calls these in a thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.claimspec import build_claim
+from dra_jupyter.errors import AllocationError, ClusterError
+from dra_jupyter.kernelboot import CONNECTION_ENV, POD_IP_ENV
+from dra_jupyter.kube.claims import (
+    HOLDER_ANNOTATION,
+    KERNEL_LABEL,
+    SERVER_LABEL,
+    USER_LABEL,
+    forbidden,
+)
+from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
+from dra_jupyter.kube.pods import POLL_S, scheduler_reason
+from dra_jupyter.kube.records import holder_annotation
+from dra_jupyter.kube.spawn import explain_pending, generated_claim
+from dra_jupyter.model.objects import Wire
+from dra_jupyter.types import USER_ANNOTATION, Owner, label_value
+
+COMPONENT_LABEL = "dra-jupyter/component"
+COMPONENT = "kernel"  # the value of COMPONENT_LABEL on a kernel pod and its objects
+POD_CLAIM = "dra"  # spec.resourceClaims[].name of the kernel's devices
+CONTAINER = "kernel"
+SECRET_KEY = "connection.json"
+BOOT = ("python3", "-m", "dra_jupyter.kernelboot")
+TIMEOUT = (5, 15)  # seconds to connect and to read each answer
+
+
+@dataclass(frozen=True)
+class KernelPodSpec:
+    """What a kernel pod is made of; pod, template and Secret are all named ``name``."""
+
+    name: str
+    namespace: str
+    image: str
+    argv: Sequence[str]  # the kernel's, with {connection_file} left for kernelboot
+    user: str
+    kernel_id: str
+    request: Mapping[str, Any] = field(default_factory=dict)  # {}: a pod without devices
+    env: Mapping[str, str] = field(default_factory=dict)
+    working_dir: str | None = None
+    service_account: str | None = None
+    node_selector: Mapping[str, str] | None = None
+    classes: Sequence[str] = ()  # the cluster's DeviceClasses (for the request's default)
+    server_id: str = ""  # the Jupyter server's id (its extension's claims are so labelled)
+    owner: Owner | None = None  # the server's process: the claim's holder while it lives
+
+    def labels(self) -> dict[str, str]:
+        labels = {
+            USER_LABEL: label_value(self.user),
+            KERNEL_LABEL: label_value(self.kernel_id),
+            COMPONENT_LABEL: COMPONENT,
+        }
+        if self.server_id:
+            labels[SERVER_LABEL] = self.server_id
+        return labels
+
+
+def kernel_template(spec: KernelPodSpec) -> Wire:
+    """The ResourceClaimTemplate of the kernel's devices; its claims carry the labels (so
+    ``dra.claims()`` lists them) and the user in full."""
+    claim = build_claim(spec.name, spec.request, namespace=spec.namespace, classes=spec.classes)
+    annotations = {USER_ANNOTATION: spec.user}
+    if spec.owner is not None:  # held by the server: not reclaimed while the kernel starts
+        annotations[HOLDER_ANNOTATION] = holder_annotation(spec.owner)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "labels": spec.labels(),
+            "annotations": annotations,
+        },
+        "spec": {
+            "metadata": {"labels": spec.labels(), "annotations": annotations},
+            "spec": claim["spec"],
+        },
+    }
+
+
+def connection_secret(spec: KernelPodSpec, connection: str) -> Wire:
+    """The Secret that holds the kernel's connection (JSON, without ``ip``)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": spec.labels()},
+        "stringData": {SECRET_KEY: connection},
+    }
+
+
+def kernel_pod(spec: KernelPodSpec) -> Wire:
+    """The kernel's Pod (see the module)."""
+    env: list[Wire] = [{"name": k, "value": v} for k, v in spec.env.items()]
+    env += [
+        {
+            "name": CONNECTION_ENV,
+            "valueFrom": {"secretKeyRef": {"name": spec.name, "key": SECRET_KEY}},
+        },
+        {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    container: Wire = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "command": [*BOOT, *spec.argv],
+        "env": env,
+    }
+    if spec.working_dir:
+        container["workingDir"] = spec.working_dir
+    pod_spec: Wire = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "containers": [container],
+    }
+    if spec.request:
+        container["resources"] = {"claims": [{"name": POD_CLAIM}]}
+        pod_spec["resourceClaims"] = [{"name": POD_CLAIM, "resourceClaimTemplateName": spec.name}]
+    if spec.service_account:
+        pod_spec["serviceAccountName"] = spec.service_account
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": spec.labels()},
+        "spec": pod_spec,
+    }
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a kernel pod ended: its exit code (None: not known) and why, in one line."""
+
+    exit_code: int | None
+    reason: str
+
+
+def ending(pod: Wire) -> Ending | None:
+    """None while the pod runs (or waits to); else its container's exit code and the
+    reason (Evicted, OOMKilled, Error ...) with the message, when given."""
+    status = pod.get("status") or {}
+    if status.get("phase") not in ("Succeeded", "Failed"):
+        return None
+    for container in status.get("containerStatuses") or ():
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated:
+            why = str(terminated.get("reason") or "ended")
+            if terminated.get("message"):
+                why += f": {str(terminated['message']).strip()}"
+            code = terminated.get("exitCode")
+            return Ending(None if code is None else int(code), f"{why} (exit code {code})")
+    why = str(status.get("reason") or status.get("phase"))
+    if status.get("message"):
+        why += f": {status['message']}"
+    return Ending(None, why)
+
+
+class KernelPods:
+    """Kernel pods and their objects in one namespace."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.core = client.CoreV1Api(api)
+        self.resource = client.ResourceV1Api(api)
+
+    def _call(
+        self, action: str, verb: str, resource: str, call: Callable[..., Any], *args: Any
+    ) -> Any:
+        try:
+            return call(*args, _request_timeout=TIMEOUT)
+        except ApiException as error:
+            if error.status == 403:
+                raise forbidden(error, verb, resource, self.namespace, action) from error
+            raise cluster_error(error, action, self.api) from error
+        except urllib3.exceptions.HTTPError as error:
+            raise cluster_error(error, action, self.api) from error
+
+    def device_classes(self) -> list[str]:
+        """The cluster's DeviceClasses ([] when RBAC hides them)."""
+        try:
+            listed = self.resource.list_device_class(_request_timeout=TIMEOUT)
+        except (ApiException, urllib3.exceptions.HTTPError):
+            return []
+        return [c.metadata.name for c in listed.items if c.metadata and c.metadata.name]
+
+    def own_pod(self, name: str) -> Wire | None:
+        """The pod ``name`` (this server's own), or None when it cannot be read."""
+        try:
+            pod = self.core.read_namespaced_pod(name, self.namespace, _request_timeout=TIMEOUT)
+        except (ApiException, urllib3.exceptions.HTTPError):
+            return None
+        return to_wire(self.api, pod)
+
+    def create(self, spec: KernelPodSpec, connection: str) -> str:
+        """Create the Pod, then its template (when the kernel asks for devices) and its
+        Secret, both owned by the pod from the start (the resourceclaim controller and the
+        kubelet wait for them); the pod's uid. The pod is deleted if a step fails, and the
+        garbage collector deletes what it owned: nothing is patched, and the server needs no
+        right to change or delete Secrets."""
+        action = f"kernel pod {spec.name}"
+        pod = self._call(
+            action,
+            "create",
+            "pods",
+            self.core.create_namespaced_pod,
+            self.namespace,
+            to_model(client.V1Pod, kernel_pod(spec)),
+        )
+        uid = str(pod.metadata.uid)
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": spec.name, "uid": uid}
+        try:
+            if spec.request:
+                template = kernel_template(spec)
+                template["metadata"]["ownerReferences"] = [owner]
+                self._call(
+                    action,
+                    "create",
+                    "resourceclaimtemplates.resource.k8s.io",
+                    self.resource.create_namespaced_resource_claim_template,
+                    self.namespace,
+                    to_model(client.V1ResourceClaimTemplate, template),
+                )
+            secret = connection_secret(spec, connection)
+            secret["metadata"]["ownerReferences"] = [owner]
+            self._call(
+                action,
+                "create",
+                "secrets",
+                self.core.create_namespaced_secret,
+                self.namespace,
+                to_model(client.V1Secret, secret),
+            )
+        except BaseException:
+            self.delete(spec.name)
+            raise
+        return uid
+
+    def pod(self, name: str) -> Wire | None:
+        """The pod as it is now; None once it is gone."""
+        try:
+            pod = self.core.read_namespaced_pod(name, self.namespace, _request_timeout=TIMEOUT)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise cluster_error(error, f"kernel pod {name}", self.api) from error
+        except urllib3.exceptions.HTTPError as error:
+            raise cluster_error(error, f"kernel pod {name}", self.api) from error
+        return to_wire(self.api, pod)
+
+    def wait_running(
+        self,
+        name: str,
+        timeout: float,
+        request: Mapping[str, Any] | None = None,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> str:
+        """Wait until the pod runs; its IP. Raises AllocationError when it is not placed
+        in time (the scheduler's reason, then our explain) and ClusterError when it ends
+        or is deleted first (its reason)."""
+        deadline = time.monotonic() + timeout
+        reason = ""
+        while True:
+            pod = self.pod(name)
+            if pod is None:
+                raise ClusterError(f"kernel pod {name} was deleted before the kernel started")
+            ended = ending(pod)
+            if ended is not None:
+                raise ClusterError(
+                    f"kernel pod {name} ended before the kernel started: {ended.reason}"
+                )
+            status = pod.get("status") or {}
+            if status.get("phase") == "Running" and status.get("podIP"):
+                return str(status["podIP"])
+            now = scheduler_reason(pod)
+            if now and now != reason:
+                reason = now
+                if on_wait is not None:
+                    on_wait(reason)
+            if time.monotonic() >= deadline:
+                raise self._not_started(pod, timeout, reason, request)
+            time.sleep(POLL_S)
+
+    def _not_started(
+        self, pod: Wire, timeout: float, reason: str, request: Mapping[str, Any] | None
+    ) -> Exception:
+        name = pod["metadata"]["name"]
+        if pod["spec"].get("nodeName"):
+            return ClusterError(
+                f"kernel pod {name} was placed on {pod['spec']['nodeName']} but did not start "
+                f"within {timeout:g} s (its image? `kubectl describe pod {name}` says)"
+            )
+        why = f": {reason}" if reason else " (no answer from the scheduler yet)"
+        message = f"kernel pod {name} was not scheduled within {timeout:g} s{why}"
+        claim_name = generated_claim(pod, POD_CLAIM)
+        claim: Wire | None = None
+        if claim_name:
+            try:
+                read = self.resource.read_namespaced_resource_claim(
+                    claim_name, self.namespace, _request_timeout=TIMEOUT
+                )
+            except (ApiException, urllib3.exceptions.HTTPError):
+                read = None
+            claim = None if read is None else to_wire(self.api, read)
+        if claim is not None:
+            try:
+                explained = explain_pending(self.api, self.namespace, claim, request)
+            except ClusterError:
+                explained = ""
+            if explained:
+                message += "\ndra-jupyter's allocator on the cluster's slices:\n" + explained
+        return AllocationError(message)
+
+    def delete(self, name: str, grace: int | None = 0) -> None:
+        """Delete the pod (``grace`` seconds for the kernel to stop) and its template; the
+        garbage collector deletes its Secret (and the template, had this failed); gone
+        already is fine."""
+        calls: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
+            ("pods", self.core.delete_namespaced_pod, {"grace_period_seconds": grace}),
+            (
+                "resourceclaimtemplates.resource.k8s.io",
+                self.resource.delete_namespaced_resource_claim_template,
+                {},
+            ),
+        ]
+        for resource, call, args in calls:
+            try:
+                call(name, self.namespace, _request_timeout=TIMEOUT, **args)
+            except ApiException as error:
+                if error.status == 404:
+                    continue
+                if error.status == 403:
+                    raise forbidden(error, "delete", resource, self.namespace, "stop") from error
+                raise cluster_error(error, f"deleting kernel pod {name}", self.api) from error
+            except urllib3.exceptions.HTTPError as error:
+                raise cluster_error(error, f"deleting kernel pod {name}", self.api) from error
+
+    def close(self) -> None:
+        """Close the API client's connections."""
+        self.api.close()  # type: ignore[no-untyped-call]

@@ -1,0 +1,279 @@
+"""GPU kernels on Kubernetes: a kernel provisioner that runs each kernel in a pod of its own
+with its devices' claim (``jupyter_client.kernel_provisioners`` entry point
+``dra-kubernetes``).
+
+A kernel spec names it and says what the kernel needs::
+
+    {"argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+     "display_name": "Python 3 · 1x H200", "language": "python",
+     "interrupt_mode": "message",
+     "metadata": {"kernel_provisioner": {"provisioner_name": "dra-kubernetes",
+                  "config": {"request": {"gpu": 1, "model": "H200"}}}}}
+
+Starting the kernel makes, in the user's namespace (:mod:`dra_jupyter.kube.kernelpods`), a
+ResourceClaimTemplate from ``request`` (``dra.request`` keywords), a Secret with the
+connection (ports and key, chosen here as jupyter_client's own provisioner chooses them) and
+the Pod: the server's own image by default, its service account, the notebook's working
+directory, ``spec.resourceClaims`` from the template. kube-scheduler allocates the claim and
+places the pod; once it runs, the server connects to the kernel at the pod's IP. While the
+pod cannot be placed, the scheduler's reason is logged; at ``start_timeout`` the start fails
+with that reason and our explain. Stopping the kernel deletes the pod, and with it the claim
+(the resourceclaim controller), the Secret and the template: the devices are free at once.
+The claim is labelled as the server extension labels its kernels' claims: when the
+extension releases it (idle release, its user from the Devices panel) it stops the kernel
+(:attr:`DRAKernelProvisioner.devices_in_pod`), since only that frees the devices.
+
+Signals cannot reach a process in another pod: kernel specs use ``interrupt_mode: message``;
+SIGTERM and SIGKILL delete the pod (with and without a grace period).
+
+Why not gateway-provisioners' KubernetesProvisioner: see docs/kubernetes.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+from typing import Any, cast
+
+from jupyter_client.connect import KernelConnectionInfo, LocalPortCache
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from traitlets import Dict, Float, List, Unicode
+
+from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.identity import current_user
+from dra_jupyter.kube.backend import default_namespace
+from dra_jupyter.kube.connect import api_client
+from dra_jupyter.kube.kernelpods import Ending, KernelPods, KernelPodSpec, ending
+from dra_jupyter.settings import Settings, default_server_id
+from dra_jupyter.types import Owner
+
+NAME = "dra-kubernetes"  # the entry point's name, a kernel spec's provisioner_name
+PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
+POLL_EVERY_S = 1.0  # the pod is read at most this often by poll()
+
+
+class DRAKernelProvisioner(KernelProvisionerBase):
+    """Runs the kernel in a pod with its devices (see the module)."""
+
+    request = Dict(
+        config=True,
+        help="the kernel's devices, as dra.request keywords ({}: a pod without devices)",
+    )
+    image = Unicode(
+        "", config=True, help="the kernel pod's image ('': DRA_JUPYTER_IMAGE, else the server's)"
+    )
+    namespace = Unicode(
+        "", config=True, help="the namespace ('': DRA_JUPYTER_NAMESPACE, else the server's)"
+    )
+    kubeconfig = Unicode(
+        "", config=True, help="a kubeconfig ('': DRA_JUPYTER_KUBECONFIG, else in-cluster)"
+    )
+    service_account = Unicode(
+        "", config=True, help="the pod's service account ('': the server pod's, else default)"
+    )
+    node_selector = Dict(config=True, help="the pod's nodeSelector")
+    env_keep = List(
+        Unicode(),
+        config=True,
+        help="variables of the server's environment the kernel gets too (besides the kernel "
+        "spec's env)",
+    )
+    start_timeout = Float(300.0, config=True, help="seconds for the pod to be placed and to start")
+
+    # the kernel's devices are its pod's: the server extension stops the kernel when its
+    # claim is released (idle, by its user), which is what frees them
+    devices_in_pod = True
+    pod_name: str | None = None  # the running pod's (has_process)
+    made: str | None = None  # the objects' name, until cleanup deletes them
+    ended: Ending | None = None  # how the pod ended, once it has
+    _pods: KernelPods | None = None
+    _polled: tuple[float, int | None] = (0.0, None)
+    _ports: dict[str, int] = {}  # noqa: RUF012  # replaced, never changed in place
+
+    # --- start ----------------------------------------------------------------------------
+
+    @property
+    def has_process(self) -> bool:
+        return self.pod_name is not None
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """The connection (ports free here too: in the test environment the kernel runs on
+        this machine) and the kernel's argv, with ``{connection_file}`` left for the pod."""
+        km = self.parent
+        assert km is not None, "a provisioner is made by its kernel manager"
+        kwargs.pop("transport_encryption", None)
+        extra = kwargs.pop("extra_arguments", [])
+        if not self._ports:  # once: a restart (even with "new ports") keeps them
+            cache = LocalPortCache.instance()
+            self._ports = {port: cache.find_available_port("127.0.0.1") for port in PORTS}
+        for port, number in self._ports.items():
+            setattr(km, port, number)
+        info: dict[str, Any] = {
+            **self._ports,
+            "ip": "",
+            "key": km.session.key,
+            "transport": "tcp",
+            "signature_scheme": km.session.signature_scheme,
+            "kernel_name": km.kernel_name,
+        }
+        self.connection_info = cast(KernelConnectionInfo, info)
+        return await super().pre_launch(cmd=[*self.kernel_spec.argv, *extra], **kwargs)
+
+    def _kernel_pods(self, settings: Settings) -> KernelPods:
+        if self._pods is None:
+            kubeconfig = self.kubeconfig or settings.kubeconfig or None
+            namespace = self.namespace or settings.namespace or default_namespace(kubeconfig)
+            self._pods = KernelPods(api_client(kubeconfig), namespace)
+        return self._pods
+
+    def _spec(self, cmd: list[str], **kwargs: Any) -> KernelPodSpec:
+        settings = Settings.from_env()
+        pods = self._kernel_pods(settings)
+        own = None
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("HOSTNAME"):
+            own = pods.own_pod(os.environ["HOSTNAME"])  # the server's pod
+        own_spec = (own or {}).get("spec") or {}
+        image = self.image or settings.image
+        if not image and own_spec.get("containers"):
+            image = str(own_spec["containers"][0].get("image") or "")
+        if not image:
+            raise InvalidInputError(
+                f"kernel {self.kernel_id}: no image for its pod; set image in the kernel "
+                "spec's provisioner config or DRA_JUPYTER_IMAGE (in a server pod, its own "
+                "image is the default)"
+            )
+        env = kwargs.get("env") or {}
+        kept = {k: str(env[k]) for k in [*self.kernel_spec.env, *self.env_keep] if k in env}
+        return KernelPodSpec(
+            name=f"kernel-{self.kernel_id[:8]}-{secrets.token_hex(3)}",
+            namespace=pods.namespace,
+            image=image,
+            argv=cmd,
+            user=current_user(),
+            kernel_id=self.kernel_id,
+            request=dict(self.request),
+            env=kept,
+            working_dir=str(kwargs["cwd"]) if kwargs.get("cwd") else None,
+            service_account=self.service_account or own_spec.get("serviceAccountName"),
+            node_selector=dict(self.node_selector) or None,
+            classes=pods.device_classes() if self.request else (),
+            server_id=settings.server_id or default_server_id(),
+            owner=Owner.current(self.kernel_id),
+        )
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        spec = await asyncio.to_thread(self._spec, cmd, **kwargs)
+        pods = self._pods
+        assert pods is not None
+        connection = {k: v for k, v in self.connection_info.items() if k != "ip"}
+        key = connection["key"]
+        connection["key"] = key.decode() if isinstance(key, bytes) else key
+        self.log.info("kernel %s: starting pod %s/%s", self.kernel_id, spec.namespace, spec.name)
+        await asyncio.to_thread(pods.create, spec, json.dumps(connection))
+        self.made, self.ended = spec.name, None
+        try:
+            ip = await asyncio.to_thread(
+                pods.wait_running,
+                spec.name,
+                self.start_timeout,
+                spec.request,
+                lambda why: self.log.info("kernel %s: pod %s: %s", self.kernel_id, spec.name, why),
+            )
+        except BaseException:
+            await asyncio.to_thread(pods.delete, spec.name)
+            self.made = None
+            raise
+        self.pod_name = spec.name
+        self._polled = (0.0, None)
+        self.connection_info["ip"] = ip
+        self.log.info("kernel %s: pod %s runs at %s", self.kernel_id, spec.name, ip)
+        return self.connection_info
+
+    # --- life -----------------------------------------------------------------------------
+
+    async def poll(self) -> int | None:
+        """None while the pod runs; else its exit code (1 when not known: deleted)."""
+        if self.pod_name is None or self._pods is None:
+            return 0
+        loop = asyncio.get_running_loop()
+        when, code = self._polled
+        if loop.time() - when < POLL_EVERY_S:
+            return code
+        pod = await asyncio.to_thread(self._pods.pod, self.pod_name)
+        if pod is None:
+            self.ended = self.ended or Ending(None, "the pod was deleted")
+        else:
+            self.ended = ending(pod) or (
+                Ending(None, "the pod is being deleted")
+                if pod["metadata"].get("deletionTimestamp")
+                else None
+            )
+        if self.ended is not None:
+            code = 1 if self.ended.exit_code is None else self.ended.exit_code
+            self.log.info(
+                "kernel %s: pod %s ended: %s", self.kernel_id, self.pod_name, self.ended.reason
+            )
+        else:
+            code = None
+        self._polled = (loop.time(), code)
+        return code
+
+    async def wait(self) -> int | None:
+        while (code := await self.poll()) is None:
+            await asyncio.sleep(0.2)
+        self.pod_name = None
+        return code
+
+    async def send_signal(self, signum: int) -> None:
+        if signum == signal.SIGKILL:
+            await self.kill()
+        elif signum == signal.SIGTERM:
+            await self.terminate()
+        elif signum != 0:
+            self.log.warning(
+                "kernel %s: signal %d cannot reach a pod; use interrupt_mode 'message' in "
+                "its kernel spec",
+                self.kernel_id,
+                signum,
+            )
+
+    async def _delete_pod(self, grace: int) -> None:
+        if self.pod_name is not None and self._pods is not None:
+            await asyncio.to_thread(self._pods.delete, self.pod_name, grace)
+            self._polled = (0.0, None)
+
+    async def kill(self, restart: bool = False) -> None:
+        await self._delete_pod(0)
+
+    async def terminate(self, restart: bool = False) -> None:
+        await self._delete_pod(5)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        """Delete the pod and its objects (the claim goes with the pod); on the kernel's
+        end, give its ports back and close the client."""
+        if self.made is not None and self._pods is not None:
+            await asyncio.to_thread(self._pods.delete, self.made)
+        self.made = self.pod_name = None
+        if not restart:
+            cache = LocalPortCache.instance()
+            for number in self._ports.values():
+                cache.return_port(number)
+            self._ports = {}
+            if self._pods is not None:
+                self._pods.close()
+                self._pods = None
+
+    def get_stable_start_time(self, recommended: float = 10.0) -> float:
+        return self.start_timeout + recommended
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = await super().get_provisioner_info()
+        info["pod"] = self.made
+        return info
+
+    async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
+        await super().load_provisioner_info(provisioner_info)
+        self.made = self.pod_name = provisioner_info.get("pod")

@@ -1,0 +1,547 @@
+"""GPU kernels on Kubernetes: a real jupyter_server starts a kernel from a kernel spec whose
+provisioner is ``dra-kubernetes`` (dra_jupyter/provisioner.py), through its REST API. The
+kernel runs in a pod of its own with a claim made from a ResourceClaimTemplate, allocated by
+the real kube-scheduler and run by the test environment's stand-in kubelet (the
+``pod_runner`` fixture), which gives it the devices' environment as the DRA driver would; the
+server reaches it at the pod's IP. Shutting the kernel down deletes the pod, and with it the
+claim, the Secret of its connection and the template."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import importlib.metadata
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter import kernelboot
+from dra_jupyter.hub.choices import TIMES
+from dra_jupyter.hub.kernelspecs import cluster_kernel_specs, write_kernel_specs
+from dra_jupyter.kube.connect import api_client, to_wire
+from dra_jupyter.kube.kernelpods import (
+    Ending,
+    KernelPodSpec,
+    connection_secret,
+    ending,
+    kernel_pod,
+    kernel_template,
+)
+from dra_jupyter.kube.simulate import SimulatedCluster
+from dra_jupyter.types import Owner, label_value
+from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
+from tests.k8s import testenv
+from tests.k8s.conftest import wait_for
+from tests.k8s.podrunner import PodRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+DEADLINE = 120.0
+IMAGE = "dra-jupyter-test/never-pulled:0"  # the stand-in runs the command, pulls nothing
+
+
+def entry_point_registered() -> bool:
+    found = importlib.metadata.entry_points(group="jupyter_client.kernel_provisioners")
+    return any(e.name == "dra-kubernetes" for e in found)
+
+
+@dataclass
+class Server:
+    url: str
+    token: str
+    root: Path
+    runtime: Path
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        request = urllib.request.Request(
+            self.url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=DEADLINE) as answer:
+            text = answer.read()
+        return json.loads(text) if text else None
+
+
+def _allowed(kubeconfig: Path, namespace: str) -> bool:
+    with api_client(str(kubeconfig)) as api:
+        try:
+            client.CoreV1Api(api).list_namespaced_pod(namespace)
+        except ApiException as error:
+            if error.status == 403:
+                return False
+            raise
+    return True
+
+
+@pytest.fixture
+def server(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+) -> Iterator[Server]:
+    """A jupyter_server with the kernel specs of the cluster's choices
+    (:mod:`dra_jupyter.hub.kernelspecs`; ``dra-h200-x1``: one H200 per kernel ...), on a
+    token of the ``dra-singleuser`` service account bound by exactly deploy/hub-rbac.yaml;
+    its dra_jupyter extension on the Kubernetes backend, without idle release."""
+    with running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=0) as up:
+        yield up
+
+
+@pytest.fixture
+def idle_server(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+) -> Iterator[Server]:
+    """The same with idle release after 4 s, checked every second."""
+    with running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=4) as up:
+        yield up
+
+
+@contextlib.contextmanager
+def running_server(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+    *,
+    idle_timeout: float,
+) -> Iterator[Server]:
+    cluster_wide = apply_rbac(api, namespace)
+    kubeconfig = service_account_kubeconfig(
+        api, cluster, namespace, "dra-singleuser", tmp_path / "singleuser.kubeconfig"
+    )
+    wait_for("the server's Role to take effect", lambda: _allowed(kubeconfig, namespace))
+    share = tmp_path / "share" / "jupyter"  # the kernel specs of the cluster's choices
+    specs = cluster_kernel_specs(str(cluster.kubeconfig), namespace, "root")
+    # and one that no node can meet now (both nodes' GPUs taken by then), 10 s to start
+    nine = copy.deepcopy(specs["dra-h200-x8"])
+    nine["metadata"]["kernel_provisioner"]["config"]["start_timeout"] = 10
+    write_kernel_specs(share, {**specs, "dra-busy": nine})
+    paths = [str(ROOT)]
+    if not entry_point_registered():  # an install older than the entry point: as installed
+        dist = tmp_path / "entry" / "dra_jupyter_provisioner-0.dist-info"
+        dist.mkdir(parents=True)
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: dra-jupyter-provisioner\n")
+        (dist / "entry_points.txt").write_text(
+            "[jupyter_client.kernel_provisioners]\n"
+            "dra-kubernetes = dra_jupyter.provisioner:DRAKernelProvisioner\n"
+        )
+        paths.append(str(dist.parent))
+    root = tmp_path / "notebooks"
+    (root / "work").mkdir(parents=True)
+    port, token = testenv.free_port(), secrets.token_hex(16)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "jupyter_server_config.py").write_text(
+        "c = get_config()  # noqa\n"
+        'c.DRAExtensionApp.backend = "kubernetes"\n'
+        f"c.DRAExtensionApp.namespace = {namespace!r}\n"
+        f"c.DRAExtensionApp.kubeconfig = {str(kubeconfig)!r}\n"
+        f"c.DRAExtensionApp.idle_timeout = {idle_timeout}\n"
+        "c.DRAExtensionApp.check_interval = 1.0\n"
+    )
+    env = {
+        **os.environ,
+        "JUPYTER_PATH": str(share),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "DRA_JUPYTER_KUBECONFIG": str(kubeconfig),
+        "DRA_JUPYTER_NAMESPACE": namespace,
+        "DRA_JUPYTER_IMAGE": IMAGE,  # the kernel pods' (the server runs in no pod here)
+        "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]),
+        "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")]),
+    }
+    log = (tmp_path / "server.log").open("wb")
+    argv = [
+        str(VENV_BIN / "jupyter-server"),
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+    ]
+    if os.getuid() == 0:
+        argv.append("--allow-root")
+    process = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+    )
+    running = Server(f"http://127.0.0.1:{port}", token, root, tmp_path / "runtime")
+
+    def up() -> bool:
+        assert process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+        with contextlib.suppress(OSError):
+            return running.call("GET", "/api/status") is not None
+        return False
+
+    try:
+        with pod_runner.serving(namespace):
+            wait_for("the server to answer", up)
+            yield running
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
+        rbac = client.RbacAuthorizationV1Api(api)
+        for kind, name in cluster_wide:
+            with contextlib.suppress(ApiException):
+                if kind == "ClusterRoleBinding":
+                    rbac.delete_cluster_role_binding(name)
+                else:
+                    rbac.delete_cluster_role(name)
+
+
+async def _execute(server: Server, kernel: str, code: str, *, answer: bool = True) -> str:
+    """What ``code`` prints in the kernel (nothing, without waiting, unless ``answer``)."""
+    from tornado.httpclient import HTTPRequest  # noqa: PLC0415  # the test's client only
+    from tornado.websocket import websocket_connect  # noqa: PLC0415
+
+    url = server.url.replace("http://", "ws://") + f"/api/kernels/{kernel}/channels"
+    ws = await websocket_connect(
+        HTTPRequest(
+            url, headers={"Authorization": f"token {server.token}"}, request_timeout=DEADLINE
+        )
+    )
+    msg_id = uuid.uuid4().hex
+    header = {
+        "msg_id": msg_id,
+        "msg_type": "execute_request",
+        "username": "test",
+        "session": uuid.uuid4().hex,
+        "version": "5.3",
+        "date": "",
+    }
+    content = {"code": code, "silent": False, "store_history": False, "user_expressions": {}}
+    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
+    await ws.write_message(json.dumps({**message, "channel": "shell", "buffers": []}))
+    printed = []
+    end = time.monotonic() + DEADLINE
+    try:
+        if not answer:
+            return ""
+        while time.monotonic() < end:
+            raw = await asyncio.wait_for(ws.read_message(), DEADLINE)
+            assert raw is not None, "the kernel's websocket closed"
+            reply = json.loads(raw)
+            if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = reply["header"]["msg_type"]
+            if kind == "stream":
+                printed.append(reply["content"]["text"])
+            elif kind == "error":
+                raise AssertionError(f"the kernel failed: {reply['content']}")
+            elif kind == "status" and reply["content"]["execution_state"] == "idle":
+                return "".join(printed)
+        raise AssertionError(f"no answer from the kernel in {DEADLINE}s")
+    finally:
+        ws.close()
+        stream = getattr(ws, "stream", None) or getattr(ws.protocol, "stream", None)
+        if stream is not None:
+            stream.close()
+
+
+def kernel_pods(api: client.ApiClient, namespace: str, kernel: str) -> list[dict[str, Any]]:
+    listed = client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"dra-jupyter/kernel={kernel}"
+    )
+    return [to_wire(api, p) for p in listed.items]
+
+
+def gone(read: Any, *args: Any) -> bool:
+    try:
+        read(*args)
+    except ApiException as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
+
+
+def test_a_gpu_kernel_runs_in_its_own_pod_with_its_claim_and_goes_with_it(
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    server: Server,
+) -> None:
+    specs = server.call("GET", "/api/kernelspecs")["kernelspecs"]
+    shown = specs["dra-h200-x1"]["spec"]["display_name"]
+    assert shown == f"Python 3 \u00b7 1{TIMES} NVIDIA H200 (140.4 GiB)"  # from the choices
+    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
+    [pod] = kernel_pods(api, namespace, kernel)
+    name = pod["metadata"]["name"]
+    assert pod["status"]["phase"] == "Running"
+    assert pod["spec"]["resourceClaims"] == [{"name": "dra", "resourceClaimTemplateName": name}]
+    assert pod["spec"]["containers"][0]["image"] == IMAGE
+    assert pod["spec"]["containers"][0]["workingDir"] == str(server.root / "work")
+    assert pod["metadata"]["labels"]["dra-jupyter/component"] == "kernel"
+    # the claim: made from the template, allocated by kube-scheduler, one H200
+    [status] = pod["status"]["resourceClaimStatuses"]
+    resource = client.ResourceV1Api(api)
+    claim = to_wire(
+        api, resource.read_namespaced_resource_claim(status["resourceClaimName"], namespace)
+    )
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert claim["metadata"]["labels"]["dra-jupyter/kernel"] == kernel
+    slices = [to_wire(api, s) for s in resource.list_resource_slice().items]
+    [device] = [
+        d
+        for s in slices
+        if s["spec"]["pool"]["name"] == result["pool"]
+        for d in s["spec"]["devices"]
+        if d["name"] == result["device"]
+    ]
+    assert "H200" in device["attributes"]["productName"]["string"]
+    # the server extension lists it as the kernel's claim (dra.claims(), the Devices panel)
+    [listed] = server.call("GET", "/dra/api/claims")["claims"]
+    assert (listed["name"], listed["kernel_id"]) == (status["resourceClaimName"], kernel)
+    assert listed["devices"] == [f"{result['driver']}/{result['pool']}/{result['device']}"]
+    # the kernel runs there and sees its device, as the DRA driver would give it
+    code = (
+        "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['HOSTNAME'], os.getcwd())"
+    )
+    printed = asyncio.run(_execute(server, kernel, code))
+    uuid_ = device["attributes"]["uuid"]["string"]
+    assert printed == f"{uuid_} {name} {server.root / 'work'}\n"
+    # the connection's key is in the Secret only: not in the pod, its annotations or logs
+    connection = json.loads((server.runtime / f"kernel-{kernel}.json").read_text())
+    assert connection["ip"] == "127.0.0.1"  # the pod's IP, in the test environment
+    assert connection["key"] not in json.dumps(pod)
+    core = client.CoreV1Api(api)
+    assert connection["key"] not in core.read_namespaced_pod_log(name, namespace)
+    # shut down: the pod, its claim, the Secret and the template are deleted
+    server.call("DELETE", f"/api/kernels/{kernel}")
+    wait_for("the kernel pod's deletion", lambda: gone(core.read_namespaced_pod, name, namespace))
+    wait_for(
+        "the claim's deletion",
+        lambda: gone(
+            resource.read_namespaced_resource_claim, status["resourceClaimName"], namespace
+        ),
+    )
+    assert gone(resource.read_namespaced_resource_claim_template, name, namespace)
+    wait_for(  # the garbage collector's: it was the pod's
+        "the Secret's deletion", lambda: gone(core.read_namespaced_secret, name, namespace)
+    )
+
+
+@pytest.mark.pure
+def test_the_kernel_pod_reads_its_connection_from_the_secret() -> None:
+    spec = KernelPodSpec(
+        name="kernel-1",
+        namespace="team-a",
+        image="img:1",
+        argv=["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        user="alice@example.org",
+        kernel_id="0123-abcd",
+        request={"gpu": 1},
+        env={"LANG": "C.UTF-8"},
+        working_dir="/home/jovyan/work",
+        service_account="notebook",
+    )
+    pod = kernel_pod(spec)
+    [container] = pod["spec"]["containers"]
+    assert container["command"] == [
+        "python3", "-m", "dra_jupyter.kernelboot",
+        "python", "-m", "ipykernel_launcher", "-f", "{connection_file}",
+    ]  # fmt: skip
+    assert container["env"] == [
+        {"name": "LANG", "value": "C.UTF-8"},
+        {
+            "name": "DRA_JUPYTER_CONNECTION",
+            "valueFrom": {"secretKeyRef": {"name": "kernel-1", "key": "connection.json"}},
+        },
+        {"name": "DRA_JUPYTER_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    assert container["resources"] == {"claims": [{"name": "dra"}]}
+    assert container["workingDir"] == "/home/jovyan/work"
+    assert pod["spec"]["serviceAccountName"] == "notebook"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert "annotations" not in pod["metadata"]
+    template = kernel_template(spec)
+    assert template["spec"]["metadata"]["labels"] == {
+        "dra-jupyter/user": label_value("alice@example.org"),
+        "dra-jupyter/kernel": "0123-abcd",
+        "dra-jupyter/component": "kernel",
+    }
+    assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
+    assert "dra-jupyter/holder" not in template["spec"]["metadata"]["annotations"]
+    held = kernel_template(replace(spec, owner=Owner("alice", "host-1", 42, 7, "0123-abcd")))
+    holder = json.loads(held["spec"]["metadata"]["annotations"]["dra-jupyter/holder"])
+    assert holder == {"host": "host-1", "pid": 42, "start_time": 7}  # the server's process
+    secret = connection_secret(spec, '{"key": "k"}')
+    assert secret["stringData"] == {"connection.json": '{"key": "k"}'}
+    cpu = kernel_pod(KernelPodSpec("k", "ns", "img", ["ipython"], "bob", "k2"))
+    assert "resourceClaims" not in cpu["spec"]
+    assert "resources" not in cpu["spec"]["containers"][0]
+
+
+@pytest.mark.pure
+def test_kernelboot_writes_the_connection_for_the_kernel_alone(tmp_path: Path) -> None:
+    environ = {
+        "DRA_JUPYTER_CONNECTION": json.dumps({"key": "secret", "shell_port": 1}),
+        "DRA_JUPYTER_POD_IP": "10.1.2.3",
+        "OTHER": "x",
+    }
+    path = kernelboot.write_connection(environ, tmp_path)
+    assert json.loads(path.read_text()) == {"key": "secret", "shell_port": 1, "ip": "10.1.2.3"}
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert "DRA_JUPYTER_CONNECTION" not in environ  # the kernel's children never see it
+    assert kernelboot.kernel_argv(["k", "-f", "{connection_file}"], path) == ["k", "-f", str(path)]
+    with pytest.raises(SystemExit, match="DRA_JUPYTER_CONNECTION is not set"):
+        kernelboot.write_connection({}, tmp_path)
+
+
+@pytest.mark.pure
+def test_how_a_kernel_pod_ended() -> None:
+    assert ending({"status": {"phase": "Running"}}) is None
+    killed = {
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+            ],
+        }
+    }
+    assert ending(killed) == Ending(137, "OOMKilled (exit code 137)")
+    evicted = {"status": {"phase": "Failed", "reason": "Evicted", "message": "device taint"}}
+    assert ending(evicted) == Ending(None, "Evicted: device taint")
+
+
+def test_an_idle_gpu_kernel_is_stopped_and_its_claim_deleted(
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    idle_server: Server,
+) -> None:
+    """Idle release on Kubernetes: the extension releases the idle kernel's claim, and since
+    the kernel's devices are its pod's, it stops the kernel: the pod and the claim go. A
+    cell that runs longer than the idle timeout keeps them."""
+    server = idle_server
+    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
+    [pod] = kernel_pods(api, namespace, kernel)
+    [status] = pod["status"]["resourceClaimStatuses"]
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    name = pod["metadata"]["name"]
+    # a running cell is never idle: twice the idle timeout, and the pod is still there
+    sleeper = "import time; time.sleep(8); print(6 * 7)"
+    assert asyncio.run(_execute(server, kernel, sleeper)) == "42\n"
+    assert not gone(core.read_namespaced_pod, name, namespace)
+    wait_for("the idle kernel's pod to go", lambda: gone(core.read_namespaced_pod, name, namespace))
+    wait_for(
+        "its claim's deletion",
+        lambda: gone(
+            resource.read_namespaced_resource_claim, status["resourceClaimName"], namespace
+        ),
+    )
+    assert all(k["id"] != kernel for k in server.call("GET", "/api/kernels"))
+    log = (server.root.parent / "server.log").read_text()
+    assert (
+        f"kernel {kernel} stopped: its claim {status['resourceClaimName']} was released (idle)"
+        in log
+    )
+
+
+def running_pod(api: client.ApiClient, namespace: str, kernel: str, not_: str) -> str | None:
+    pods = [p for p in kernel_pods(api, namespace, kernel) if p["metadata"]["name"] != not_]
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    return str(running[0]["metadata"]["name"]) if running else None
+
+
+def test_a_kernel_pod_that_ends_releases_its_claim_and_the_kernel_restarts_in_a_new_one(
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    server: Server,
+) -> None:
+    """Pod endings: a kernel that dies (exit code 3) and a kernel pod deleted from outside
+    (killed): its claim is deleted, the reason is in the server's log, and jupyter_server's
+    restarter starts the kernel again in a new pod with a new claim."""
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
+    [first] = kernel_pods(api, namespace, kernel)
+    name = first["metadata"]["name"]
+    claim = first["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    asyncio.run(_execute(server, kernel, "import os; os._exit(3)", answer=False))
+    second = wait_for(
+        "the kernel in a new pod", lambda: running_pod(api, namespace, kernel, not_=name)
+    )
+    wait_for("the first pod to go", lambda: gone(core.read_namespaced_pod, name, namespace))
+    wait_for(
+        "its claim to go",
+        lambda: gone(resource.read_namespaced_resource_claim, claim, namespace),
+    )
+    log = (server.root.parent / "server.log").read_text()
+    assert f"kernel {kernel}: pod {name} ended: Error (exit code 3)" in log
+    assert asyncio.run(_execute(server, kernel, "print('back')")) == "back\n"
+    core.delete_namespaced_pod(second, namespace, grace_period_seconds=0)  # killed
+    wait_for("the kernel in a third pod", lambda: running_pod(api, namespace, kernel, not_=second))
+    assert asyncio.run(_execute(server, kernel, "print('again')")) == "again\n"
+    server.call("DELETE", f"/api/kernels/{kernel}")
+    wait_for("no kernel pod left", lambda: kernel_pods(api, namespace, kernel) == [])
+
+
+def test_a_kernel_that_cannot_be_placed_says_why_and_leaves_nothing(
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    server: Server,
+) -> None:
+    """Both nodes' eight GPUs held by others: a kernel of eight is not placed within its
+    start timeout; the start fails with the scheduler's reason and our explain, and its
+    pod, claim, template and Secret are deleted."""
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    held = [
+        server.call("POST", "/api/kernels", {"name": "dra-h200-x8", "path": "work"})["id"]
+        for _ in range(2)
+    ]
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        server.call("POST", "/api/kernels", {"name": "dra-busy", "path": "work"})
+    assert raised.value.code == 409  # AllocationError's status: busy
+    message = json.loads(raised.value.read())["message"]
+    assert re.match(
+        r"kernel pod kernel-\S+ was not scheduled within 10 s: 0/\d+ nodes are available", message
+    ), message
+    allocator = "\ndra-jupyter's allocator on the cluster's slices:\nnot now: the devices it"
+    assert allocator in message, message
+    for kernel in held:
+        server.call("DELETE", f"/api/kernels/{kernel}")
+    wait_for("no kernel pod left", lambda: core.list_namespaced_pod(namespace).items == [])
+    wait_for(
+        "no claim left", lambda: resource.list_namespaced_resource_claim(namespace).items == []
+    )
+    assert resource.list_namespaced_resource_claim_template(namespace).items == []
+    wait_for(
+        "no connection Secret left",
+        lambda: (
+            core.list_namespaced_secret(
+                namespace, label_selector="dra-jupyter/component=kernel"
+            ).items
+            == []
+        ),
+    )
