@@ -62,6 +62,7 @@ __all__ = [
 ]
 
 SERVICE_CIDR = "10.96.0.0/16"
+PORT_ATTEMPTS = 3  # starts on fresh ports after a port was taken between choice and bind
 START_TIMEOUT_S = 180.0  # a loaded 2-core machine needs ~30 s; bounded, polled
 STOP_TIMEOUT_S = 30.0
 
@@ -282,27 +283,45 @@ def start(
     state_dir.mkdir(parents=True, exist_ok=True)
     pki = state_dir / "pki"
     write_pki(pki)
-    ports = {
-        name: free_port()
-        for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager")
-    }
-    ports["kube-scheduler"] = free_port()
-    server = f"https://127.0.0.1:{ports['kube-apiserver']}"
-    cluster = Cluster(
-        state_dir, server, state_dir / "kubeconfig", ports=ports, die_with_parent=die_with_parent
-    )
-    for user in ("admin", "kube-scheduler", "kube-controller-manager"):
-        path = cluster.kubeconfig if user == "admin" else state_dir / f"{user}.kubeconfig"
-        write_kubeconfig(path, server, pki, user)
     deadline = time.monotonic() + timeout
-    try:
-        _start_all(cluster, deadline)
-        if run_pods:
-            _start_pod_runner(cluster, deadline)
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        # free now, but another process (another test run's control plane) may bind one
+        # before our component does: then every component again, on other ports
+        ports = {
+            name: free_port()
+            for name in (
+                "etcd",
+                "etcd-peer",
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+            )
+        }
+        server = f"https://127.0.0.1:{ports['kube-apiserver']}"
+        cluster = Cluster(
+            state_dir,
+            server,
+            state_dir / "kubeconfig",
+            ports=ports,
+            die_with_parent=die_with_parent,
+        )
+        for user in ("admin", "kube-scheduler", "kube-controller-manager"):
+            path = cluster.kubeconfig if user == "admin" else state_dir / f"{user}.kubeconfig"
+            write_kubeconfig(path, server, pki, user)
+        try:
+            _start_all(cluster, deadline)
+            if run_pods:
+                _start_pod_runner(cluster, deadline)
+        except TestenvError as error:
+            cluster.stop()
+            if "address already in use" not in str(error) or attempt == PORT_ATTEMPTS:
+                raise
+            continue
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _start_all(cluster: Cluster, deadline: float) -> None:
