@@ -141,6 +141,30 @@ export type Countdown =
   | { kind: 'paused' } // subject to idle release, but a cell runs: the countdown is paused
   | { kind: 'none' }; // neither
 
+/** A kernel counts as busy for the countdown once it has been busy this long: a cell of a
+ * second does not flash "busy · idle countdown paused" (the server pauses the countdown
+ * all the same; what the page says is the same a moment later). */
+export const BUSY_SETTLE_MS = 2000;
+
+/**
+ * Whether a kernel that reads `busy` now has read busy for `BUSY_SETTLE_MS` (`since`: when
+ * each kernel was first seen busy, kept by the caller; cleared when it is not).
+ */
+export function settledBusy(
+  since: Map<string, number>,
+  kernelId: string,
+  busy: boolean,
+  now: number
+): boolean {
+  if (!busy) {
+    since.delete(kernelId);
+    return false;
+  }
+  const start = since.get(kernelId) ?? now;
+  since.set(kernelId, start);
+  return now - start >= BUSY_SETTLE_MS;
+}
+
 /** The claim's countdown; `busy`: its kernel runs a cell (the server does not count idle time then). */
 export function claimCountdown(claim: Claim, now: number, busy: boolean): Countdown {
   const lease = claim.lease_expires === null ? null : claim.lease_expires - now;

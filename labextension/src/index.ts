@@ -12,7 +12,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Debouncer } from '@lumino/polling';
 
-import { deviceSummary, releaseReason } from './format';
+import { deviceSummary, releaseReason, settledBusy } from './format';
 import { DraModel, toError } from './model';
 import { DevicesPanel, type Kernels } from './panel';
 import { requestAPI } from './request';
@@ -46,20 +46,24 @@ const notifier: Notifier = {
 
 function pageKernels(app: JupyterFrontEnd, tracker: INotebookTracker | null): Kernels {
   const services = app.serviceManager;
+  const busySince = new Map<string, number>(); // kernel -> when first seen busy
+  const status = (kernelId: string): boolean => {
+    for (const widget of tracker ? [...iterate(tracker)] : []) {
+      const kernel = widget.sessionContext.session?.kernel;
+      if (kernel?.id === kernelId) {
+        return kernel.status === 'busy';
+      }
+    }
+    for (const model of services.kernels.running()) {
+      if (model.id === kernelId) {
+        return model.execution_state === 'busy';
+      }
+    }
+    return false;
+  };
   return {
     busy(kernelId) {
-      for (const widget of tracker ? [...iterate(tracker)] : []) {
-        const kernel = widget.sessionContext.session?.kernel;
-        if (kernel?.id === kernelId) {
-          return kernel.status === 'busy';
-        }
-      }
-      for (const model of services.kernels.running()) {
-        if (model.id === kernelId) {
-          return model.execution_state === 'busy';
-        }
-      }
-      return false;
+      return settledBusy(busySince, kernelId, status(kernelId), Date.now());
     },
     label(kernelId) {
       for (const widget of tracker ? [...iterate(tracker)] : []) {

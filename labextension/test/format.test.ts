@@ -14,6 +14,7 @@ import {
   queueLines,
   releaseReason,
   requestWords,
+  settledBusy,
   shortModel,
   statusText,
   usageSeries,
@@ -209,4 +210,14 @@ test('requestWords: device classes in words, one and many; others as they are', 
   assert.equal(requestWords('2 gpu.nvidia.com + 1 mig.nvidia.com'), '2 GPUs + 1 MIG instance');
   assert.equal(requestWords('4 tpu.google.com'), '4 TPUs');
   assert.equal(requestWords('1 example.com/thing'), '1 example.com/thing');
+});
+
+test('settledBusy: a kernel busy for less than 2 s does not pause the countdown it shows', () => {
+  const since = new Map<string, number>();
+  assert.equal(settledBusy(since, 'k', true, 1000), false); // a cell starts
+  assert.equal(settledBusy(since, 'k', true, 2500), false); // 1.5 s in: still not said
+  assert.equal(settledBusy(since, 'k', false, 2600), false); // it ended: never flashed
+  assert.equal(settledBusy(since, 'k', true, 5000), false); // the next cell starts afresh
+  assert.equal(settledBusy(since, 'k', true, 7000), true); // 2 s in: "busy" from now on
+  assert.equal(settledBusy(since, 'other', true, 7000), false); // each kernel its own
 });
