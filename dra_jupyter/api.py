@@ -567,11 +567,37 @@ class Session:
             _Cells.made[origin[0]][1].append(result)
         if apply_env and caps.devices_here:  # a cluster's devices go to its pods, not here
             result.notes = result.apply_env()
-            for note in result.notes:
-                warnings.warn(note, DraJupyterWarning, stacklevel=_caller_level())
+        if caps.devices_here and not self.inventory.simulated:
+            result.notes += self._others_on(result)
+        for note in result.notes:
+            warnings.warn(note, DraJupyterWarning, stacklevel=_caller_level())
         if reporter is not None:
             reporter.allocated(result)
         return result
+
+    def _others_on(self, claim: Claim) -> list[str]:
+        """What to say when the driver lists another user's process on a device the claim
+        was just given: a ledger that does not see that user's claims (each user's own
+        embedded ledger) handed out a GPU in use. One line per device; none where NVML
+        cannot tell."""
+        from dra_jupyter.metrics.processes import read_process  # noqa: PLC0415  # on use
+
+        listed = self.metrics.source.processes(time.time()) or []
+        keys = {row.device for row in claim.devices}
+        mine = os.getuid()
+        others: dict[str, list[str]] = {}
+        for process in listed:
+            if process.device not in keys:
+                continue
+            info = read_process(process.pid)
+            if info is not None and info.uid != mine:
+                others.setdefault(process.device, []).append(f"{info.user}'s pid {process.pid}")
+        return [
+            f"claim {claim.name}: {device.rsplit('/', 1)[-1]} is in use by another user's "
+            f"process ({', '.join(who)}) whose claim this session cannot see: the machine "
+            "is shared without the service; `dra-jupyter doctor` says more"
+            for device, who in others.items()
+        ]
 
     def _release_previous_run(self, cell: str, run: str) -> None:
         """A cell runs again: release the claims its previous run made (and this process

@@ -538,3 +538,44 @@ def test_a_session_and_an_explanation_read_as_text(session: Session) -> None:
     shown = pretty(claim.explain())  # type: ignore[no-untyped-call]
     assert shown.startswith("Claims are allocatable on node ")
     assert "Explanation(" not in shown and "NodeReport(" not in shown
+
+
+def test_a_gpu_another_users_process_uses_is_said_when_handed_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two users of one machine each with their own ledger: NVML lists the other's process
+    on the GPU this session was just given, and the user reads why and what to do. The
+    fake NVML (the one fake) lists a real process of this test; it is "another user's" by
+    this session's uid, as seen here."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from dra_jupyter.inventory.nvml import discover  # noqa: PLC0415
+    from dra_jupyter.metrics.nvml import NvmlSource  # noqa: PLC0415
+    from dra_jupyter.metrics.recorder import Recorder  # noqa: PLC0415
+    from tests.fakes.fake_pynvml import FakeProcess, FakePynvml  # noqa: PLC0415
+
+    fake = FakePynvml(gpus=1)
+    inventory = discover(fake, node="n1", sysfs=tmp_path / "no-sysfs")
+    session = make_session(tmp_path, inventory)
+    session.__dict__["metrics"] = Recorder(NvmlSource(inventory, fake))  # the fake's NVML
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        fake.processes[0] = [FakeProcess(other.pid, memory=2**30, sm=50)]
+        with monkeypatch.context() as patched, pytest.warns(DraJupyterWarning) as caught:
+            patched.setattr(os, "getuid", lambda: 4242)  # this session's user: not root
+            claim = session.request(gpu=1, apply_env=False)
+        [note] = claim.notes
+        assert note == str(caught[0].message)
+        assert note.startswith(
+            f"claim {claim.name}: gpu-0 is in use by another user's process (root's pid "
+            f"{other.pid}) whose claim this session cannot see"
+        )
+        assert note.endswith("`dra-jupyter doctor` says more")
+        claim.release()
+        again = session.request(gpu=1, apply_env=False)  # this user's own: nothing to say
+        assert again.notes == []
+        again.release()
+    finally:
+        other.kill()
+        other.wait()
