@@ -567,7 +567,7 @@ class Session:
             _Cells.made[origin[0]][1].append(result)
         if apply_env and caps.devices_here:  # a cluster's devices go to its pods, not here
             result.notes = result.apply_env()
-        if caps.devices_here and not self.inventory.simulated:
+        if caps.devices_here and not caps.every_user and not self.inventory.simulated:
             result.notes += self._others_on(result)
         for note in result.notes:
             warnings.warn(note, DraJupyterWarning, stacklevel=_caller_level())

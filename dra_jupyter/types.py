@@ -322,6 +322,9 @@ class Capabilities:
     leases: bool  # claims can end by themselves after a lease
     allocates_later: bool  # claims are created pending; a scheduler allocates them later
     claim_states: bool  # claims have states beyond allocated (pending, reserved)
+    # sees the claims of every user of its devices (the service, a cluster); False: only
+    # those of its ledger's (each user's own embedded ledger)
+    every_user: bool = True
 
 
 OnWait = Callable[[Waiting], None]

@@ -53,6 +53,7 @@ CAPABILITIES = Capabilities(
     leases=True,
     allocates_later=False,
     claim_states=False,
+    every_user=False,  # the ledger's users only: by default one user's own
 )
 
 _POSSIBLE_MOST = 1024  # shapes remembered as possible
