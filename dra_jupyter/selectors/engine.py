@@ -38,13 +38,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import cel
-
 from dra_jupyter.errors import SelectorError
 from dra_jupyter.model import features
 from dra_jupyter.model.attributes import AttributeValue, Version
 from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.selectors import fastpath, library
+from dra_jupyter.selectors.celruntime import cel
 from dra_jupyter.selectors.cost import CheckError, analyze
 from dra_jupyter.selectors.fastpath import FastSelector, Reads, compile_fast_reads
 from dra_jupyter.selectors.parser import CelSyntaxError, Node, parse

@@ -57,12 +57,10 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-import cel
-from cel import stdlib
-
 from dra_jupyter.model.attributes import Version
 from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.selectors import library
+from dra_jupyter.selectors.celruntime import cel, stdlib
 from dra_jupyter.selectors.parser import Node
 
 ENABLED = True

@@ -28,9 +28,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from cel import stdlib
-
 from dra_jupyter.model.quantity import Quantity
+from dra_jupyter.selectors.celruntime import stdlib
 
 QUANTITY_TAG = b"\x01q:"
 SEMVER_TAG = b"\x01v:"
