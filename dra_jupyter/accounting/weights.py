@@ -104,13 +104,21 @@ class Weights:
         return self.part({"driver": driver, "pool": pool, "device": name})
 
 
-def _share(consumed: Mapping[str, Any], capacity: Mapping[str, Fraction]) -> float:
+def share_parts(consumed: Mapping[str, Any], capacity: Mapping[str, Fraction]) -> dict[str, float]:
+    """What a share's ``consumedCapacity`` takes of its device, per capacity, as a fraction
+    of the device's (those that cannot be read, or of a capacity the device lacks, left
+    out): the service's share limit and the book's GPU-equivalents both count from it."""
     parts: dict[str, float] = {}
     for name, amount in consumed.items():
         total = capacity.get(name)
-        with contextlib.suppress(DraJupyterError, TypeError, ValueError, ZeroDivisionError):
+        with contextlib.suppress(DraJupyterError, TypeError, ValueError):
             if total:
                 parts[name] = float(Quantity.parse(amount).value / total)
+    return parts
+
+
+def _share(consumed: Mapping[str, Any], capacity: Mapping[str, Fraction]) -> float:
+    parts = share_parts(consumed, capacity)
     if "memory" in parts:
         return min(1.0, parts["memory"])
     return min(1.0, max(parts.values(), default=1.0))

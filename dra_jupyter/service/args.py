@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
+from dra_jupyter.accounting.weights import share_parts
 from dra_jupyter.allocator import Strategy
 from dra_jupyter.errors import DraJupyterError, InvalidInputError, UnavailableError, shown
 from dra_jupyter.inventory.base import Inventory
@@ -50,15 +51,10 @@ def share_percent(result: Mapping[str, Any], capacity: Mapping[str, Fraction]) -
     device (the ``gpus`` limit counts those)."""
     if not result.get("shareID"):
         return 0.0
-    parts: dict[str, float] = {}
-    for name, amount in (result.get("consumedCapacity") or {}).items():
-        total = capacity.get(name)
-        with contextlib.suppress(DraJupyterError, TypeError, ValueError):
-            if total:
-                parts[name] = float(Quantity.parse(amount).value / total) * 100
+    parts = share_parts(result.get("consumedCapacity") or {}, capacity)
     if "memory" in parts:
-        return parts["memory"]
-    return max(parts.values(), default=0.0)
+        return parts["memory"] * 100
+    return max(parts.values(), default=0.0) * 100
 
 
 def percent_text(value: float) -> str:
