@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dra_jupyter.accounting.book import Book
 from dra_jupyter.identity import current_user
+from dra_jupyter.metrics.activity import GpuReport
 from dra_jupyter.model.objects import Wire
 
 if TYPE_CHECKING:
@@ -360,9 +361,6 @@ class Accounting(Protocol):
 def accounting_of(backend: object) -> Accounting | None:
     """``backend``'s usage book, where it keeps one."""
     return backend if isinstance(backend, Accounting) else None
-
-
-GpuReport = tuple[str, float, float, float, float | None]  # claim, active/idle/unknown s, J
 
 
 @runtime_checkable

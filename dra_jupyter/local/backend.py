@@ -31,12 +31,12 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.ledger import Ledger, LedgerBusyError
+from dra_jupyter.metrics.activity import GpuReport
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
     Ended,
-    GpuReport,
     OnWait,
     Owner,
     Select,

@@ -51,6 +51,8 @@ DEFAULT_IDLE_TIMEOUT = 3600.0  # seconds
 
 # on_interval(claim_key, active_s, idle_s, unknown_s, energy_j)
 IntervalHook = Callable[[str, float, float, float, float], None]
+# one claim's report for the usage book: claim, active, idle and unknown seconds, joules
+GpuReport = tuple[str, float, float, float, float | None]
 
 
 class GpuState(enum.Enum):

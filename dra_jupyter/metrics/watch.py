@@ -18,7 +18,7 @@ from dra_jupyter.metrics.activity import (
     Activity,
     ActivitySettings,
     ActivityTracker,
-    IntervalHook,
+    GpuReport,
     Reading,
     claim_reading,
 )
@@ -37,12 +37,11 @@ class GpuWatch:
     """The processes last seen on the devices (:attr:`uses`) and every claim's activity."""
 
     def __init__(
-        self,
-        settings: ActivitySettings | None = None,
-        on_interval: IntervalHook | None = None,
-        read: Reader = read_process,
+        self, settings: ActivitySettings | None = None, read: Reader = read_process
     ) -> None:
-        self.tracker = ActivityTracker(settings, on_interval)
+        # each claim's report of a reading, kept for the usage book (:meth:`take_reports`)
+        self._reports: list[GpuReport] = []
+        self.tracker = ActivityTracker(settings, self._keep)
         self.listed: list[DeviceProcess] = []  # as the source listed them, last read
         self.uses: list[ProcessUse] = []
         self.signal = False  # the last read listed the devices' processes
@@ -52,6 +51,18 @@ class GpuWatch:
     @property
     def settings(self) -> ActivitySettings:
         return self.tracker.settings
+
+    def _keep(
+        self, claim: str, active_s: float, idle_s: float, unknown_s: float, energy_j: float
+    ) -> None:
+        self._reports.append((claim, active_s, idle_s, unknown_s, energy_j or None))
+
+    def take_reports(self) -> list[GpuReport]:
+        """The claims' reports since the last call (``(claim, active_s, idle_s, unknown_s,
+        energy_j)``, energy None where not known): what the usage book adds, one write a
+        reading (:meth:`~dra_jupyter.local.ledger.Ledger.add_activities`)."""
+        reports, self._reports = self._reports, []
+        return reports
 
     def read(
         self,

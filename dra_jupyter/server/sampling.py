@@ -31,7 +31,7 @@ from dra_jupyter.metrics.base import DeviceProcess
 from dra_jupyter.metrics.processes import Holder, ProcessUse
 from dra_jupyter.metrics.watch import GpuWatch
 from dra_jupyter.server.claims import ClaimService
-from dra_jupyter.types import ClaimRecord, GpuReport, activity_book_of
+from dra_jupyter.types import ClaimRecord, activity_book_of
 
 T = TypeVar("T")
 
@@ -59,10 +59,8 @@ class MetricsSampler:
     ) -> None:
         self.service = service
         self.gpu = GpuWatch(activity)
-        self._reports: list[GpuReport] = []
         # called on the loop after each reading of the processes: (their uses, as listed)
         self.on_uses: Callable[[list[ProcessUse], list[DeviceProcess]], None] | None = None
-        self.gpu.tracker.on_interval = self._to_book
         self.history = MetricsHistory(max(length, 1))
         self.interval = interval
         self.latest: list[Sample] = []
@@ -142,7 +140,7 @@ class MetricsSampler:
             self.gpu.feed(now, await self._read(self._gpu_readings, samples, now))
             if self.on_uses is not None and self.gpu.signal:
                 self.on_uses(self.gpu.uses, self.gpu.listed)
-            reports, self._reports = self._reports, []
+            reports = self.gpu.take_reports()
             book = activity_book_of(self.service.backend)
             if reports and book is not None:
                 await self._call(book.add_activities, reports)
@@ -162,11 +160,6 @@ class MetricsSampler:
         records = sorted(self.service.live_claims(wait=False), key=lambda r: (r.created, r.name))
         host = self.service.server_owner.host
         return self.gpu.read(source, [holder(r, host) for r in records], samples, now)
-
-    def _to_book(
-        self, claim: str, active_s: float, idle_s: float, unknown_s: float, energy_j: float
-    ) -> None:
-        self._reports.append((claim, active_s, idle_s, unknown_s, energy_j or None))
 
     async def current(self, max_age: float = 1.0) -> list[Sample]:
         """The latest samples, read again when older than ``max_age`` seconds."""

@@ -21,10 +21,8 @@ else a process of the claim's user; else nobody's). From that, each claim's GPU 
   share is reported (logged once, and listed with its processes), never signalled.
 
 Without a GPU signal (a simulated inventory, no NVML) nothing of this changes anything.
-:attr:`GpuSampler.on_interval` is the accounting's hook
-(:data:`~dra_jupyter.metrics.activity.IntervalHook`): by default each tick's reports go to
-the ledger's usage book (:meth:`~dra_jupyter.local.ledger.Ledger.add_activities`), in one
-transaction per tick.
+Each tick's GPU activity of every claim goes to the ledger's usage book
+(:meth:`~dra_jupyter.local.ledger.Ledger.add_activities`), in one transaction per tick.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.metrics import MetricsSource, source_for
-from dra_jupyter.metrics.activity import ActivitySettings, GpuState, IntervalHook
+from dra_jupyter.metrics.activity import ActivitySettings, GpuState
 from dra_jupyter.metrics.processes import Holder, ProcessUse
 from dra_jupyter.metrics.watch import GpuWatch
 from dra_jupyter.model.quantity import Quantity
@@ -64,23 +62,15 @@ class GpuSampler:
         self.ledger = ledger
         self.local = local
         self._source: MetricsSource | None = None
-        self._on_interval: IntervalHook | None = None
         self.watch = GpuWatch(self._settings())
         self.enforcer = Enforcer()
         self.ticks = 0
-        self._reports: list[tuple[str, float, float, float, float | None]] = []
         self._over: dict[tuple[str, str], OverShare] = {}  # shares exceeded now
         self._over_since: dict[tuple[str, str], float] = {}
-        self.on_interval = self._to_book
-
-    def _to_book(
-        self, claim: str, active_s: float, idle_s: float, unknown_s: float, energy_j: float
-    ) -> None:
-        """The default hook: kept for the usage book, written once the tick is read."""
-        self._reports.append((claim, active_s, idle_s, unknown_s, energy_j or None))
 
     def _write_book(self) -> None:
-        reports, self._reports = self._reports, []
+        """The tick's GPU activity of every claim, into the usage book in one write."""
+        reports = self.watch.take_reports()
         if reports:
             try:
                 self.ledger.add_activities(reports)
@@ -90,17 +80,6 @@ class GpuSampler:
     def _settings(self) -> ActivitySettings:
         p = self.access.policy
         return ActivitySettings(p.gpu_active_threshold, p.gpu_window, p.gpu_idle_timeout)
-
-    @property
-    def on_interval(self) -> IntervalHook | None:
-        """The accounting's hook: ``on_interval(claim, active_s, idle_s, unknown_s,
-        energy_j)`` once per claim per tick."""
-        return self._on_interval
-
-    @on_interval.setter
-    def on_interval(self, hook: IntervalHook | None) -> None:
-        self._on_interval = hook
-        self.watch.tracker.on_interval = hook
 
     def source(self) -> MetricsSource:
         """The machine's metrics source, made on first use (shared with the ``metrics`` op)."""
