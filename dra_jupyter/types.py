@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dra_jupyter.accounting.book import Book
 from dra_jupyter.identity import current_user
-from dra_jupyter.metrics.activity import GpuReport
 from dra_jupyter.model.objects import Wire
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: importing the API loads no metrics module
     from dra_jupyter.allocator import Allocator, Explanation
     from dra_jupyter.inventory.base import Inventory
+    from dra_jupyter.metrics.activity import GpuReport
     from dra_jupyter.metrics.base import MetricsSource
 
 

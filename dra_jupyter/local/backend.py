@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.accounting.book import Book
 from dra_jupyter.accounting.weights import Weights
@@ -31,7 +31,6 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.ledger import Ledger, LedgerBusyError
-from dra_jupyter.metrics.activity import GpuReport
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import (
     Capabilities,
@@ -45,6 +44,9 @@ from dra_jupyter.types import (
     Waiting,
     claim_prefix,
 )
+
+if TYPE_CHECKING:  # annotations only: importing the API loads no metrics module
+    from dra_jupyter.metrics.activity import GpuReport
 
 CAPABILITIES = Capabilities(
     where="this machine",
