@@ -24,7 +24,7 @@ from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
 
 import yaml
 
@@ -46,6 +46,7 @@ from dra_jupyter.errors import (
     shown,
 )
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.restarts import ask_restart
 from dra_jupyter.settings import BACKENDS, Settings
 from dra_jupyter.tables import (
     CLAIM_COLUMNS,
@@ -98,6 +99,16 @@ def _caller_level() -> int:
 def describe(spec: Mapping[str, Any]) -> str:
     """A request as typed, for the lines that say where it stands."""
     return ", ".join(f"{k}={v!r}" for k, v in spec.items()) or "devices"
+
+
+def _waits_for_a_pod(name: str, spec: Mapping[str, Any]) -> str:
+    """What a kernel on Kubernetes is told of the claim it made: no pod uses it yet."""
+    words = describe(spec) if spec else "gpu=1"
+    return (
+        f"claim {name} waits for a pod: on Kubernetes a kernel's devices are its pod's; "
+        f"dra.request({words}, restart=True) restarts this kernel in a pod with them (its "
+        "variables are lost)"
+    )
 
 
 class WaitReporter(Protocol):
@@ -513,14 +524,19 @@ class Session:
         apply_env: bool = True,
         on_wait: OnWait | None = None,
         reserve: bool = False,
+        restart: bool = False,
         **spec: Any,
     ) -> Claim:
         """Get devices now (``timeout=0``), or wait for them up to ``timeout`` ('5m').
         Kubernetes: ``reserve=True`` allocates the claim at once with our allocator (see
-        :mod:`dra_jupyter.kube.reserve` for its risk), instead of when a pod uses it."""
+        :mod:`dra_jupyter.kube.reserve` for its risk), instead of when a pod uses it.
+        ``restart=True`` (in a notebook's kernel) then restarts the kernel with the devices:
+        on Kubernetes in a pod of its own that holds them (:mod:`dra_jupyter.restarts`)."""
         backend = self.backend
         caps = backend.capabilities
         cluster = backend.cluster
+        if restart and not caps.devices_here:
+            self._restart_in_pod(spec, name, reserve=reserve)
         if reserve and cluster is None:
             raise InvalidInputError(
                 "dra.request: reserve=True applies to the Kubernetes backend, where a "
@@ -565,15 +581,51 @@ class Session:
         result = Claim(self, record)
         if origin is not None:
             _Cells.made[origin[0]][1].append(result)
-        if apply_env and caps.devices_here:  # a cluster's devices go to its pods, not here
-            result.notes = result.apply_env()
-        if caps.devices_here and not caps.every_user and not self.inventory.simulated:
-            result.notes += self._others_on(result)
+        result.notes = self._notes_on(result, spec, apply_env=apply_env, reserve=reserve)
         for note in result.notes:
             warnings.warn(note, DraJupyterWarning, stacklevel=_caller_level())
         if reporter is not None:
             reporter.allocated(result)
+        if restart:
+            ask_restart(
+                self.owner.kernel_id,
+                {"claims": [result.name]},
+                f"claim {result.name}: restarting this kernel with its devices; its variables "
+                "are lost: run the next cell once the kernel is back",
+            )
         return result
+
+    def _notes_on(
+        self, result: Claim, spec: Mapping[str, Any], *, apply_env: bool, reserve: bool
+    ) -> list[str]:
+        """What the user should know of a new claim (its environment; another user on its
+        devices; on Kubernetes, that a kernel's devices are its pod's)."""
+        caps = self.backend.capabilities
+        notes = []
+        if apply_env and caps.devices_here:  # a cluster's devices go to its pods, not here
+            notes += result.apply_env()
+        if caps.devices_here and not caps.every_user and not self.inventory.simulated:
+            notes += self._others_on(result)
+        if self.backend.cluster is not None and self.owner.kernel_id and not reserve:
+            notes.append(_waits_for_a_pod(result.name, spec))
+        return notes
+
+    def _restart_in_pod(self, spec: dict[str, Any], name: str, *, reserve: bool) -> NoReturn:
+        """``restart=True`` on Kubernetes: the kernel moves into a pod whose own claim has
+        these devices; the request is checked here first (never possible: said now)."""
+        if reserve:
+            raise InvalidInputError(
+                "dra.request: restart=True moves this kernel into a pod that holds the "
+                "devices, and reserve=True reserves them for a pod of yours: choose one"
+            )
+        claim = self.build(spec, name, REQUEST_KEYS)
+        self.check_possible(spec, claim)
+        ask_restart(
+            self.owner.kernel_id,
+            {"claim": claim["spec"], "request": dict(spec)},
+            f"restarting this kernel in a pod with {describe(spec)}; its variables are lost: "
+            "run the next cell once the kernel is back",
+        )
 
     def _others_on(self, claim: Claim) -> list[str]:
         """What to say when the driver lists another user's process on a device the claim

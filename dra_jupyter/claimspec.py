@@ -98,6 +98,7 @@ class RequestKeywords(ClaimKeywords, total=False):
     apply_env: bool
     on_wait: OnWait | None
     reserve: bool
+    restart: bool
 
 
 class RunKeywords(ClaimKeywords, total=False):

@@ -44,6 +44,7 @@ from traitlets import Dict, Float, List, Unicode
 
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.identity import current_user
+from dra_jupyter.kernelnote import NOTE_ENV
 from dra_jupyter.kube.backend import default_namespace
 from dra_jupyter.kube.connect import api_client
 from dra_jupyter.kube.kernelpods import Ending, KernelPods, KernelPodSpec, ending
@@ -52,6 +53,7 @@ from dra_jupyter.types import Owner
 
 NAME = "dra-kubernetes"  # the entry point's name, a kernel spec's provisioner_name
 PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
+OWN_ENV = "DRA_JUPYTER_"  # the prefix of the variables the server gives its kernels
 POLL_EVERY_S = 1.0  # the pod is read at most this often by poll()
 
 
@@ -61,6 +63,11 @@ class DRAKernelProvisioner(KernelProvisionerBase):
     request = Dict(
         config=True,
         help="the kernel's devices, as dra.request keywords ({}: a pod without devices)",
+    )
+    claim = Dict(
+        config=True,
+        help="the kernel's devices as a ResourceClaim's spec, instead of request (what a "
+        "kernel that moves into a pod with the claim it made gets)",
     )
     image = Unicode(
         "", config=True, help="the kernel pod's image ('': DRA_JUPYTER_IMAGE, else the server's)"
@@ -147,6 +154,11 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             )
         env = kwargs.get("env") or {}
         kept = {k: str(env[k]) for k in [*self.kernel_spec.env, *self.env_keep] if k in env}
+        # the server's settings for dra_jupyter in the kernel (its id, backend, namespace),
+        # so that dra.request there is this kernel's (restart=True moves it again)
+        kept.update(
+            (k, str(v)) for k, v in env.items() if k.startswith(OWN_ENV) and k != NOTE_ENV and v
+        )
         return KernelPodSpec(
             name=f"kernel-{self.kernel_id[:8]}-{secrets.token_hex(3)}",
             namespace=pods.namespace,
@@ -155,11 +167,12 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             user=current_user(),
             kernel_id=self.kernel_id,
             request=dict(self.request),
+            claim=dict(self.claim) or None,
             env=kept,
             working_dir=str(kwargs["cwd"]) if kwargs.get("cwd") else None,
             service_account=self.service_account or own_spec.get("serviceAccountName"),
             node_selector=dict(self.node_selector) or None,
-            classes=pods.device_classes() if self.request else (),
+            classes=pods.device_classes() if self.request and not self.claim else (),
             server_id=settings.server_id or default_server_id(),
             owner=Owner.current(self.kernel_id),
         )
@@ -179,7 +192,7 @@ class DRAKernelProvisioner(KernelProvisionerBase):
                 pods.wait_running,
                 spec.name,
                 self.start_timeout,
-                spec.request,
+                spec.request or None,
                 lambda why: self.log.info("kernel %s: pod %s: %s", self.kernel_id, spec.name, why),
             )
         except BaseException:

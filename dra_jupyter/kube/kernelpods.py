@@ -4,7 +4,8 @@ of :mod:`dra_jupyter.provisioner` starts): the objects (pure) and their life on 
 Per kernel start, three objects of one name in the user's namespace:
 
 * a **ResourceClaimTemplate** made from the request (``dra.request`` keywords,
-  :func:`~dra_jupyter.claimspec.build_claim`), which the pod references in
+  :func:`~dra_jupyter.claimspec.build_claim`), or from a claim's spec (a claim made in a
+  kernel that then moved into a pod with it), which the pod references in
   ``spec.resourceClaims``: the resourceclaim controller makes the pod's claim from it, owned
   by the pod, so the claim goes when the pod goes, and Kueue counts its devices. The claim
   is labelled as the server extension labels its kernels' claims (user, kernel, server) and
@@ -74,6 +75,9 @@ class KernelPodSpec:
     user: str
     kernel_id: str
     request: Mapping[str, Any] = field(default_factory=dict)  # {}: a pod without devices
+    # or the devices as a ResourceClaim's spec (a claim the kernel made before it moved into
+    # a pod with it): used instead of ``request`` when given
+    claim: Mapping[str, Any] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     working_dir: str | None = None
     service_account: str | None = None
@@ -81,6 +85,10 @@ class KernelPodSpec:
     classes: Sequence[str] = ()  # the cluster's DeviceClasses (for the request's default)
     server_id: str = ""  # the Jupyter server's id (its extension's claims are so labelled)
     owner: Owner | None = None  # the server's process: the claim's holder while it lives
+
+    @property
+    def has_devices(self) -> bool:
+        return bool(self.request) or bool(self.claim)
 
     def labels(self) -> dict[str, str]:
         labels = {
@@ -96,7 +104,10 @@ class KernelPodSpec:
 def kernel_template(spec: KernelPodSpec) -> Wire:
     """The ResourceClaimTemplate of the kernel's devices; its claims carry the labels (so
     ``dra.claims()`` lists them) and the user in full."""
-    claim = build_claim(spec.name, spec.request, namespace=spec.namespace, classes=spec.classes)
+    if spec.claim is not None:
+        claim: Wire = {"spec": dict(spec.claim)}
+    else:
+        claim = build_claim(spec.name, spec.request, namespace=spec.namespace, classes=spec.classes)
     annotations = {USER_ANNOTATION: spec.user}
     if spec.owner is not None:  # held by the server: not reclaimed while the kernel starts
         annotations[HOLDER_ANNOTATION] = holder_annotation(spec.owner)
@@ -150,7 +161,7 @@ def kernel_pod(spec: KernelPodSpec) -> Wire:
         "enableServiceLinks": False,
         "containers": [container],
     }
-    if spec.request:
+    if spec.has_devices:
         container["resources"] = {"claims": [{"name": POD_CLAIM}]}
         pod_spec["resourceClaims"] = [{"name": POD_CLAIM, "resourceClaimTemplateName": spec.name}]
     if spec.service_account:
@@ -248,7 +259,7 @@ class KernelPods:
         uid = str(pod.metadata.uid)
         owner = {"apiVersion": "v1", "kind": "Pod", "name": spec.name, "uid": uid}
         try:
-            if spec.request:
+            if spec.has_devices:
                 template = kernel_template(spec)
                 template["metadata"]["ownerReferences"] = [owner]
                 self._call(

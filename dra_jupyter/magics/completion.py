@@ -78,6 +78,7 @@ def inventory_values(session: Session) -> dict[str, list[str]]:
         "lease": list(DURATIONS),
         "gpu": ["1", "2", "4", "8", "all"],
         "apply_env": ["true", "false"],
+        "restart": ["true", "false"],
     }
 
 

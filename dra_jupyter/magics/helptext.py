@@ -82,6 +82,8 @@ Keywords (as in dra.request()):
     lease=2h            release after this long; request and %%dra only
     name=NAME           the claim's name (default: <user>-<n>, <user>-cell-<id> for %%dra)
     apply_env=false     do not set the environment in this kernel; request only
+    restart=true        then restart this kernel with the devices (on Kubernetes: in a pod
+                        of its own that holds them); request only
 
 Values are split as a shell does, so quotes group words; whole numbers for gpu, tpu and
 count; durations as 90s, 5m, 1h30m. IPython expands {expressions} and $names first:

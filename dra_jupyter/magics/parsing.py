@@ -4,7 +4,7 @@ The line is split as a shell would (``shlex``), so a selector with spaces can be
 ``%dra request selector='device.attributes["gpu.nvidia.com"].architecture == "Hopper"'``.
 Each ``key=value`` token becomes a keyword of :func:`dra_jupyter.request`: whole numbers
 for ``gpu``, ``tpu`` and ``count`` (or ``all``), a Python list of dicts for
-``alternatives``, ``true``/``false`` for ``apply_env``, text for everything else (the API
+``alternatives``, ``true``/``false`` for ``apply_env`` and ``restart``, text for everything else (the API
 parses durations and quantities, and says what is wrong with them).
 """
 
@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 }
 SHORT_FLAGS = {"-a": "--all", "-v": "--verbose", "-t": "--table"}
 # keywords of dra.request() besides the claim's own (claimspec.CLAIM_KEYS)
-REQUEST_KEYS = ("timeout", "lease", "name", "apply_env")
+REQUEST_KEYS = ("timeout", "lease", "name", "apply_env", "restart")
 # which keywords each form accepts
 KEYWORDS: dict[str, tuple[str, ...]] = {
     "request": (*CLAIM_KEYS, *REQUEST_KEYS),
@@ -94,12 +94,12 @@ def _value(key: str, text: str, where: str) -> Any:
                 "alternatives=\"[{'gpu': 1, 'model': 'H200'}, {'gpu': 2}]\""
             ) from None
         return value
-    if key == "apply_env":
+    if key in ("apply_env", "restart"):
         if text.lower() in _TRUE:
             return True
         if text.lower() in _FALSE:
             return False
-        raise InvalidInputError(f"{where}: apply_env={text!r} must be true or false")
+        raise InvalidInputError(f"{where}: {key}={text!r} must be true or false")
     return text
 
 

@@ -31,7 +31,7 @@ from dra_jupyter.metrics.base import DeviceProcess
 from dra_jupyter.metrics.processes import ProcessUse
 from dra_jupyter.server import startup
 from dra_jupyter.server.claim_events import RELEASED, ClaimEvents, register_schemas
-from dra_jupyter.server.claims import ClaimService
+from dra_jupyter.server.claims import ClaimService, release_message
 from dra_jupyter.server.handlers import DRAApp, routes
 from dra_jupyter.server.idle import Decision, IdlePolicy
 from dra_jupyter.server.kernels import (
@@ -40,6 +40,7 @@ from dra_jupyter.server.kernels import (
     kernel_env,
     uninstall_kernel_env,
 )
+from dra_jupyter.server.moves import MOVED, Moves, PodDevices, checked_claim, pod_devices
 from dra_jupyter.server.sampling import MetricsSampler
 from dra_jupyter.server.strays import stray_events
 from dra_jupyter.server.terminals import put_scripts_on_terminal_path
@@ -301,7 +302,13 @@ class DRAExtensionApp(ExtensionApp):
             max_devices_per_user=self.max_devices_per_user,
         )
         self.policy = IdlePolicy(self.idle_timeout, self.idle_warning)
-        self.watcher = ExecutionWatcher(on_cell_end=self._cell_ended)
+        self.watcher = ExecutionWatcher(
+            on_cell_end=self._cell_ended,
+            on_restart_asked=lambda k, asked: IOLoop.current().spawn_callback(
+                self._restart_asked, k, asked
+            ),
+        )
+        self.moves = Moves(self, self._kernel_claims, self._release_named)
         self.known_kernels: set[str] = set()  # every kernel this server has run
         self.claim_events = ClaimEvents(self.events, self.service.released)
         # kernel -> restarts with claims under way, whose "restart" event must not release
@@ -435,6 +442,9 @@ class DRAExtensionApp(ExtensionApp):
         """Restart a kernel of this server keeping its claims, with their environment
         (``CUDA_VISIBLE_DEVICES`` and friends) in the new kernel's. Returns the claims and
         that environment."""
+        if not self.service.backend.capabilities.devices_here:
+            # Kubernetes: the devices go to pods, so the kernel moves into one with them
+            return await self.moves.to_pod(kernel_id), {}
         records = await self.call(self.service.adopt_kernel_claims, kernel_id)
         env = await self.call(self.service.environment, records)
         km: Any = self.server.kernel_manager  # jupyter_server's methods are untyped
@@ -511,7 +521,9 @@ class DRAExtensionApp(ExtensionApp):
         if action == "start":
             self._watch(kernel_id)
         elif action == "restart":
-            self.watcher.restarted(kernel_id)
+            # a kernel in a pod has a new address after a restart: follow the new one
+            self.watcher.detach(kernel_id)
+            self._watch(kernel_id)
             if self.keeping.get(kernel_id, 0) > 0:
                 self.keeping[kernel_id] -= 1  # our own restart with claims
                 return
@@ -522,6 +534,7 @@ class DRAExtensionApp(ExtensionApp):
             )
         elif action == "shutdown":
             self.watcher.detach(kernel_id)
+            self.moves.forget(kernel_id)
             await self.call(
                 self.service.live_claims,
                 lambda r: "kernel-shutdown" if r.owner.kernel_id == kernel_id else None,
@@ -529,25 +542,64 @@ class DRAExtensionApp(ExtensionApp):
 
     async def _on_claim_released(self, logger: Any, schema_id: str, data: dict[str, Any]) -> None:
         """A kernel whose devices are its own pod's (the ``dra-kubernetes`` provisioner says
-        so with ``devices_in_pod``) is stopped when its claim is released, idle or by its
-        user: deleting a claim that a pod uses frees nothing until the pod ends."""
+        so with ``devices_in_pod``) leaves its pod when its claim is released, idle or by its
+        user: deleting a claim that a pod uses frees nothing until the pod ends. It comes
+        back on the server without devices, and its next execution says why and how to get
+        them again (:mod:`dra_jupyter.server.moves`)."""
         kernel_id = data.get("kernel_id")
-        if self._stopped or not kernel_id or data.get("reason") == "kernel-shutdown":
+        reason = str(data.get("reason") or "")
+        if self._stopped or not kernel_id or reason in ("kernel-shutdown", MOVED):
             return
         km = self.server.kernel_manager
         if kernel_id not in km:
             return
-        provisioner = getattr(km.get_kernel(kernel_id), "provisioner", None)
-        if not getattr(provisioner, "devices_in_pod", False):
+        devices = pod_devices(getattr(km.get_kernel(kernel_id), "provisioner", None))
+        if devices is None:
             return
+        why = release_message(reason, self.idle_timeout, self.gpu_idle_timeout)
+        again = devices.again()
+        note = (
+            f"dra: this kernel's pod with {devices.said()} was stopped and its claim "
+            f"{data.get('claim')} released ({why}), so its variables are gone; "
+            + (f"{again} starts it again on such devices, as does " if again else "")
+            + "the Devices panel's Restart kernel with its devices"
+        )
         self.log.info(
-            "dra_jupyter: kernel %s stopped: its claim %s was released (%s) and its devices "
-            "are its pod's",
+            "dra_jupyter: kernel %s leaves its pod: its claim %s was released (%s)",
             kernel_id,
             data.get("claim"),
-            data.get("reason"),
+            reason,
         )
-        await km.shutdown_kernel(kernel_id)  # type: ignore[no-untyped-call]
+        try:
+            await self.moves.to_server(kernel_id, note, devices)
+        except DraJupyterError as err:
+            self.log.warning("dra_jupyter: kernel %s: %s", kernel_id, err)
+
+    async def _restart_asked(self, kernel_id: str, asked: dict[str, Any]) -> None:
+        """A kernel asked for a restart with devices (``dra.request(..., restart=True)``):
+        into a pod with the claim it describes (Kubernetes), or with the claims it made
+        (their environment). What goes wrong is in the server log and, for a move, at the
+        kernel's next execution."""
+        try:
+            if "claim" in asked:
+                where = f"kernel {kernel_id}"
+                request = asked.get("request")
+                devices = PodDevices(
+                    claim=checked_claim(asked["claim"], where),
+                    request=request if isinstance(request, dict) else {},
+                )
+                await self.moves.to_pod(kernel_id, devices)
+            else:
+                await self.restart_with_claims(kernel_id)
+        except DraJupyterError as err:
+            self.log.warning("dra_jupyter: kernel %s asked for a restart: %s", kernel_id, err)
+
+    async def _kernel_claims(self, kernel_id: str) -> list[ClaimRecord]:
+        records = await self.read(partial(self.service.live_claims, wait=False))
+        return [r for r in records if r.owner.kernel_id == kernel_id]
+
+    async def _release_named(self, names: list[str], reason: str) -> None:
+        await self.call(self.service.live_claims, lambda r: reason if r.name in names else None)
 
     def _watch(self, kernel_id: str) -> None:
         self.known_kernels.add(kernel_id)

@@ -89,6 +89,7 @@ _REASONS = {
     "reclaimed": "the process that held it ended",
     "server-stop": "the Jupyter server stopped",
     "limit": "over the per-user device limit",
+    "moved": "its kernel moved into a pod with these devices, whose own claim holds them now",
 }
 
 

@@ -21,6 +21,10 @@ changing it would also change jupyter_server's own culling). :class:`ExecutionWa
 subscribes to each kernel's IOPub channel itself and counts only messages whose parent
 is an ``execute_request``: a cell that starts, prints or ends. Its ``status`` messages
 give busy/idle for running cells; comm traffic and REST polling never touch it.
+
+**Restarts a kernel asks for** (:mod:`dra_jupyter.restarts`) come on the same channel, in
+the metadata of a ``display_data``: the watcher reads display messages' metadata (small),
+never their content.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from jupyter_client.session import Session as ZmqSession
 from tornado import web
 
 from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.restarts import RESTART_ASKED
 from dra_jupyter.settings import Settings
 
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
@@ -123,6 +128,8 @@ class ExecutionWatcher:
     watches: dict[str, _Watch] = field(default_factory=dict)
     # called with the kernel's id when a cell ends (its deadline starts from then)
     on_cell_end: Callable[[str], None] | None = None
+    # called with the kernel's id and what it asked for (RESTART_ASKED)
+    on_restart_asked: Callable[[str, dict[str, Any]], None] | None = None
 
     def execution(self, kernel_id: str) -> Execution | None:
         watch = self.watches.get(kernel_id)
@@ -144,6 +151,10 @@ class ExecutionWatcher:
             parent_type = (msg.get("parent_header") or {}).get("msg_type")
             if msg_type != "status" and parent_type != "execute_request":
                 return
+            if msg_type == "display_data" and self.on_restart_asked is not None:
+                asked = (msg.get("metadata") or {}).get(RESTART_ASKED)
+                if isinstance(asked, dict):
+                    self.on_restart_asked(kernel_id, asked)
             if msg_type == "status":
                 state = session.deserialize(fed)["content"].get("execution_state")
                 if state == "starting":  # a (re)started kernel runs nothing yet

@@ -108,19 +108,6 @@ def server(
         yield up
 
 
-@pytest.fixture
-def idle_server(
-    cluster: testenv.Cluster,
-    api: client.ApiClient,
-    namespace: str,
-    tmp_path: Path,
-    pod_runner: PodRunner,
-) -> Iterator[Server]:
-    """The same with idle release after 4 s, checked every second."""
-    with running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=4) as up:
-        yield up
-
-
 @contextlib.contextmanager
 def running_server(
     cluster: testenv.Cluster,
@@ -431,40 +418,6 @@ def test_how_a_kernel_pod_ended() -> None:
     assert ending(killed) == Ending(137, "OOMKilled (exit code 137)")
     evicted = {"status": {"phase": "Failed", "reason": "Evicted", "message": "device taint"}}
     assert ending(evicted) == Ending(None, "Evicted: device taint")
-
-
-def test_an_idle_gpu_kernel_is_stopped_and_its_claim_deleted(
-    api: client.ApiClient,
-    namespace: str,
-    published: SimulatedCluster,
-    idle_server: Server,
-) -> None:
-    """Idle release on Kubernetes: the extension releases the idle kernel's claim, and since
-    the kernel's devices are its pod's, it stops the kernel: the pod and the claim go. A
-    cell that runs longer than the idle timeout keeps them."""
-    server = idle_server
-    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
-    [pod] = kernel_pods(api, namespace, kernel)
-    [status] = pod["status"]["resourceClaimStatuses"]
-    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
-    name = pod["metadata"]["name"]
-    # a running cell is never idle: twice the idle timeout, and the pod is still there
-    sleeper = "import time; time.sleep(8); print(6 * 7)"
-    assert asyncio.run(_execute(server, kernel, sleeper)) == "42\n"
-    assert not gone(core.read_namespaced_pod, name, namespace)
-    wait_for("the idle kernel's pod to go", lambda: gone(core.read_namespaced_pod, name, namespace))
-    wait_for(
-        "its claim's deletion",
-        lambda: gone(
-            resource.read_namespaced_resource_claim, status["resourceClaimName"], namespace
-        ),
-    )
-    assert all(k["id"] != kernel for k in server.call("GET", "/api/kernels"))
-    log = (server.root.parent / "server.log").read_text()
-    assert (
-        f"kernel {kernel} stopped: its claim {status['resourceClaimName']} was released (idle)"
-        in log
-    )
 
 
 def running_pod(api: client.ApiClient, namespace: str, kernel: str, not_: str) -> str | None:

@@ -345,14 +345,14 @@ GPU_CASES: list[tuple[Wire, type[Exception], str]] = [
         InvalidInputError,
         "dra.request: unknown keyword 'colour'; use gpu, tpu, mig, count, memory, model, "
         "selector, share, device_class, same, distinct, alternatives, timeout, lease, name, "
-        "apply_env, on_wait, reserve",
+        "apply_env, on_wait, reserve, restart",
     ),
     (
         {"gpuu": 1},
         InvalidInputError,
         "dra.request: unknown keyword 'gpuu' (did you mean gpu?); use gpu, tpu, mig, count, "
         "memory, model, selector, share, device_class, same, distinct, alternatives, timeout, "
-        "lease, name, apply_env, on_wait, reserve",
+        "lease, name, apply_env, on_wait, reserve, restart",
     ),
     (
         {"gpu": 1, "timeout": "soon"},

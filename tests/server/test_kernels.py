@@ -188,6 +188,27 @@ async def test_restart_with_claims_keeps_them_and_gives_their_environment(
         assert [r.reason for r in ledger.releases() if r.name == before.name] == ["kernel-shutdown"]
 
 
+async def test_restart_true_restarts_the_kernel_with_its_new_claims_environment(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger, events: Events
+) -> None:
+    """``dra.request(gpu=1, restart=True)`` in a kernel: the claim is made, then the kernel
+    asks its server (on its own IOPub channel) to restart it with its claims, as the
+    card's button does: the next cell has the device in its environment from the start."""
+    await start_extensions(jp_serverapp)
+    app = extension(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        msg_id = kernel.client.execute(
+            "import dra_jupyter as dra; dra.request(gpu=1, name='r1', restart=True)\n"
+            "print('never')"
+        )
+        await eventually(lambda: app.keeping.get(kernel.id) == 0 and bool(ledger.read_claims()))
+        (claim,) = ledger.read_claims()
+        assert (claim.name, claim.owner.kernel_id) == ("r1", kernel.id)
+        assert claim.owner.pid == os.getpid()  # held by the server for the restarted kernel
+        await kernel.run_on_shell("import os; assert os.environ['CUDA_VISIBLE_DEVICES']")
+        assert msg_id  # the asking cell ended with its kernel
+
+
 async def test_restart_with_claims_of_an_unknown_kernel_is_404(jp_fetch: Fetch) -> None:
     r = await jp_fetch(
         "dra",

@@ -110,9 +110,9 @@ async def test_what_does_not_apply_on_kubernetes_is_refused_in_words(
             "dra", "api", "kernels", kernel_id, "restart-with-claims",
             method="POST", body="", raise_error=False,
         )  # fmt: skip
-        assert r.code == 400
+        assert r.code == 400  # no claim to move into a pod with (test_kernel_moves.py)
         assert body(r)["message"].startswith(
-            f"kernel {kernel_id}: restart-with-claims starts a kernel with its claims' devices"
+            f"kernel {kernel_id}: it has no devices to restart with; request some first"
         )
     finally:
         await jp_serverapp.kernel_manager.shutdown_kernel(kernel_id, now=True)
