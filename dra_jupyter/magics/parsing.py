@@ -4,8 +4,8 @@ The line is split as a shell would (``shlex``), so a selector with spaces can be
 ``%dra request selector='device.attributes["gpu.nvidia.com"].architecture == "Hopper"'``.
 Each ``key=value`` token becomes a keyword of :func:`dra_jupyter.request`: whole numbers
 for ``gpu``, ``tpu`` and ``count`` (or ``all``), a Python list of dicts for
-``alternatives``, ``true``/``false`` for ``apply_env`` and ``restart``, text for everything else (the API
-parses durations and quantities, and says what is wrong with them).
+``alternatives``, ``true``/``false`` for ``apply_env`` and ``restart``, text for everything
+else (the API parses durations and quantities, and says what is wrong with them).
 """
 
 from __future__ import annotations

@@ -233,6 +233,12 @@ class Moves:
         self.parked.pop(kernel_id, None)
         if made:
             await self.release([r.name for r in made], MOVED)
+        self.host.log.info(
+            "dra_jupyter: kernel %s moved into pod %s with %s",
+            kernel_id,
+            getattr(kernel.provisioner, "pod_name", None),
+            devices.said(),
+        )
         return await self.kernel_claims(kernel_id)
 
     async def to_server(self, kernel_id: str, note: str, devices: PodDevices | None) -> None:
@@ -247,6 +253,9 @@ class Moves:
             await self._restart(kernel_id)
         finally:
             noted(kernel, "")  # said once: a plain restart later starts a quiet kernel
+        self.host.log.info(
+            "dra_jupyter: kernel %s is back on the server, without devices", kernel_id
+        )
 
     def _origin(self, kernel_id: str, kernel: Any) -> Any:
         """The kernel spec the kernel was started from, before any move."""
@@ -281,8 +290,7 @@ class Moves:
             await client.wait_for_ready(timeout=ANSWER_S)
         except RuntimeError as err:  # also jupyter_client's timeout
             raise KernelRestartError(
-                f"kernel {kernel_id} was restarted but did not answer ({err}); check the "
-                "server log"
+                f"kernel {kernel_id} was restarted but did not answer ({err}); check the server log"
             ) from err
         finally:
             client.stop_channels()

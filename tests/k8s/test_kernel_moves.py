@@ -69,6 +69,13 @@ def running_kernel_pod(api: client.ApiClient, namespace: str, kernel: str) -> di
     return pod
 
 
+def moved(server: Server, kernel: str, where: str) -> None:
+    """Wait until the server says the kernel's move is done ("into pod", "back on the
+    server"): it answers at its new address, and its old websockets are closed."""
+    log = server.root.parent / "server.log"
+    wait_for(f"kernel {kernel} {where}", lambda: f"kernel {kernel} {where}" in log.read_text())
+
+
 def claims_of(server: Server, kernel: str) -> list[dict[str, Any]]:
     return [c for c in server.call("GET", "/dra/api/claims")["claims"] if c["kernel_id"] == kernel]
 
@@ -98,6 +105,7 @@ def test_restart_true_moves_a_cpu_kernel_into_a_pod_with_its_devices(
     asyncio.run(
         _execute(server, kernel, "dra.request(gpu=1, restart=True)\nprint('never')", answer=False)
     )
+    moved(server, kernel, "moved into pod")
     pod = running_kernel_pod(api, namespace, kernel)
     assert pod["spec"]["containers"][0]["image"] == IMAGE
     printed = asyncio.run(
@@ -129,7 +137,7 @@ def test_a_claim_made_in_a_cpu_kernel_says_it_waits_and_restart_with_claims_move
         "dra.request(gpu=1, restart=True) restarts this kernel in a pod with them" in printed
     ), printed
     answer = server.call("POST", f"/dra/api/kernels/{kernel}/restart-with-claims")
-    pod = running_kernel_pod(api, namespace, kernel)
+    pod = running_kernel_pod(api, namespace, kernel)  # the answer comes once it is moved
     own = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     assert [c["name"] for c in answer["claims"]] == [own]
     assert answer["env"] == {}
@@ -260,6 +268,7 @@ def test_an_idle_gpu_kernel_leaves_its_pod_and_its_next_cell_says_so(
             lambda: phase(api, namespace, waiting) == "Running",
         )
     # the kernel is still there, on the server; its next cell says what happened
+    moved(server, kernel, "is back on the server")
     assert [k["id"] for k in server.call("GET", "/api/kernels")] == [kernel]
     assert kernel_pods(api, namespace, kernel) == []
     printed = asyncio.run(_execute(server, kernel, "print('next')"))

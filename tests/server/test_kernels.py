@@ -198,8 +198,7 @@ async def test_restart_true_restarts_the_kernel_with_its_new_claims_environment(
     app = extension(jp_serverapp)
     async with started_kernel(jp_serverapp) as kernel:
         msg_id = kernel.client.execute(
-            "import dra_jupyter as dra; dra.request(gpu=1, name='r1', restart=True)\n"
-            "print('never')"
+            "import dra_jupyter as dra; dra.request(gpu=1, name='r1', restart=True)\nprint('never')"
         )
         await eventually(lambda: app.keeping.get(kernel.id) == 0 and bool(ledger.read_claims()))
         (claim,) = ledger.read_claims()

@@ -20,7 +20,6 @@ from dra_jupyter.server.moves import (
     pod_devices,
 )
 
-
 CPU = KernelSpec(
     argv=["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
     display_name="Python 3",
