@@ -51,8 +51,14 @@ from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.pods import POLL_S, scheduler_reason
 from dra_jupyter.kube.records import holder_annotation
 from dra_jupyter.kube.spawn import ServerDevices, explain_pending, generated_claim
-from dra_jupyter.kube.volumes import Files, Unshared, claim_name, kernel_files, node_has_devices
-from dra_jupyter.kube.volumes import refusal as node_refusal
+from dra_jupyter.kube.volumes import (
+    Files,
+    Unshared,
+    claim_name,
+    kernel_files,
+    node_has_devices,
+    node_refusal,
+)
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import USER_ANNOTATION, Owner, label_value
 from dra_jupyter.verdicts import describe

@@ -190,7 +190,7 @@ def node_has_devices(
         raise
 
 
-def refusal(cwd: str, files: Files, request: str) -> Unshared:
+def node_refusal(cwd: str, files: Files, request: str) -> Unshared:
     """The line for a ReadWriteOnce folder whose node has no devices for ``request``."""
     return Unshared(
         f"its folder {posixpath.normpath(cwd)} is on {files.where} of node {files.node}, "
@@ -207,5 +207,5 @@ __all__ = [
     "holding_mount",
     "kernel_files",
     "node_has_devices",
-    "refusal",
+    "node_refusal",
 ]

@@ -27,7 +27,13 @@ from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.connect import to_model
 from dra_jupyter.kube.kernelpods import KernelPodSpec, kernel_pod
 from dra_jupyter.kube.simulate import SimulatedCluster, simulate
-from dra_jupyter.kube.volumes import Files, Unshared, kernel_files, node_has_devices, refusal
+from dra_jupyter.kube.volumes import (
+    Files,
+    Unshared,
+    kernel_files,
+    node_has_devices,
+    node_refusal,
+)
 from dra_jupyter.model.objects import Wire
 from tests.k8s import testenv
 from tests.k8s.conftest import wait_for
@@ -265,7 +271,7 @@ def test_a_read_write_once_folder_on_a_node_without_the_devices_is_refused() -> 
     assert not node_has_devices(gpu_node, nine, cluster.slices, cluster.device_classes)
     files = kernel_files(home_pod(), f"{HOME}/work", pvc("ReadWriteOnce"))
     assert isinstance(files, Files)
-    assert refusal(f"{HOME}/work", files, "gpu=1 model=H200") == Unshared(
+    assert node_refusal(f"{HOME}/work", files, "gpu=1 model=H200") == Unshared(
         "its folder /home/jovyan/work is on volume home (claim home-alice, ReadWriteOnce) of "
         "node cpu-1, which has no devices for gpu=1 model=H200; use a ReadWriteMany volume "
         "for home or a GPU node for the server"
