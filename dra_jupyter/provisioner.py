@@ -23,6 +23,12 @@ The claim is labelled as the server extension labels its kernels' claims: when t
 extension releases it (idle release, its user from the Devices panel) it stops the kernel
 (:attr:`DRAKernelProvisioner.devices_in_pod`), since only that frees the devices.
 
+The kernel's files: the volume of the notebook's folder in the server's pod is mounted in
+the kernel's where the storage lets two pods share it (on the server's node for a
+ReadWriteOnce claim); where it cannot, the start is refused in one line before anything is
+made (:mod:`dra_jupyter.kube.volumes`; :attr:`DRAKernelProvisioner.files` ``"ignore"``
+starts it without).
+
 Signals cannot reach a process in another pod: kernel specs use ``interrupt_mode: message``;
 SIGTERM and SIGKILL delete the pod (with and without a grace period).
 
@@ -32,6 +38,7 @@ Why not gateway-provisioners' KubernetesProvisioner: see docs/kubernetes.md.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import secrets
@@ -40,7 +47,7 @@ from typing import Any, cast
 
 from jupyter_client.connect import KernelConnectionInfo, LocalPortCache
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
-from traitlets import Dict, Float, List, Unicode
+from traitlets import Dict, Enum, Float, List, Unicode
 
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.identity import current_user
@@ -48,6 +55,7 @@ from dra_jupyter.kernelnote import NOTE_ENV
 from dra_jupyter.kube.backend import default_namespace
 from dra_jupyter.kube.connect import api_client
 from dra_jupyter.kube.kernelpods import Ending, KernelPods, KernelPodSpec, ending
+from dra_jupyter.kube.volumes import Files, Unshared
 from dra_jupyter.settings import Settings, default_server_id
 from dra_jupyter.types import Owner
 
@@ -89,6 +97,19 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         "spec's env)",
     )
     start_timeout = Float(300.0, config=True, help="seconds for the pod to be placed and to start")
+    server_pod = Unicode(
+        "",
+        config=True,
+        help="the server's own pod, whose volume with the notebook's folder the kernel pod "
+        "mounts ('': HOSTNAME in a cluster; none outside one)",
+    )
+    files = Enum(
+        ("require", "ignore"),
+        "require",
+        config=True,
+        help="when the kernel pod cannot mount the notebook's folder: 'require' refuses the "
+        "start, in one line; 'ignore' starts it without (its files are not the notebook's)",
+    )
 
     # the kernel's devices are its pod's: the server extension stops the kernel when its
     # claim is released (idle, by its user), which is what frees them
@@ -139,9 +160,10 @@ class DRAKernelProvisioner(KernelProvisionerBase):
     def _spec(self, cmd: list[str], **kwargs: Any) -> KernelPodSpec:
         settings = Settings.from_env()
         pods = self._kernel_pods(settings)
-        own = None
-        if os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("HOSTNAME"):
-            own = pods.own_pod(os.environ["HOSTNAME"])  # the server's pod
+        own_name = self.server_pod or (
+            os.environ.get("HOSTNAME", "") if os.environ.get("KUBERNETES_SERVICE_HOST") else ""
+        )
+        own = pods.own_pod(own_name) if own_name else None  # the server's pod
         own_spec = (own or {}).get("spec") or {}
         image = self.image or settings.image
         if not image and own_spec.get("containers"):
@@ -159,7 +181,7 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         kept.update(
             (k, str(v)) for k, v in env.items() if k.startswith(OWN_ENV) and k != NOTE_ENV and v
         )
-        return KernelPodSpec(
+        spec = KernelPodSpec(
             name=f"kernel-{self.kernel_id[:8]}-{secrets.token_hex(3)}",
             namespace=pods.namespace,
             image=image,
@@ -176,6 +198,27 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             server_id=settings.server_id or default_server_id(),
             owner=Owner.current(self.kernel_id),
         )
+        if not own_name or not spec.working_dir:  # a server in no pod: nothing to mount
+            return spec
+        files = (  # the server pod's volume of the notebook's folder, mounted alike
+            pods.files(spec, own)
+            if own is not None
+            else Unshared(
+                f"the server's pod {own_name} cannot be read, so neither can the volume of its "
+                "folder; grant get on pods (deploy/hub-rbac.yaml) or name it in server_pod"
+            )
+        )
+        if isinstance(files, Files):
+            self.log.info("kernel %s: its folder is on %s", self.kernel_id, files.where)
+            return dataclasses.replace(spec, files=files)
+        if self.files == "require":
+            raise InvalidInputError(f"kernel {self.kernel_id}: {files.reason}")
+        self.log.warning(
+            "kernel %s: %s; starting it without its folder (files='ignore')",
+            self.kernel_id,
+            files.reason,
+        )
+        return spec
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         spec = await asyncio.to_thread(self._spec, cmd, **kwargs)

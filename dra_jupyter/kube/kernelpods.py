@@ -51,9 +51,18 @@ from dra_jupyter.kube.claims import (
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.pods import POLL_S, scheduler_reason
 from dra_jupyter.kube.records import holder_annotation
-from dra_jupyter.kube.spawn import explain_pending, generated_claim
+from dra_jupyter.kube.spawn import ServerDevices, explain_pending, generated_claim
+from dra_jupyter.kube.volumes import (
+    Files,
+    Unshared,
+    claim_name,
+    kernel_files,
+    node_has_devices,
+    node_refusal,
+)
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import USER_ANNOTATION, Owner, label_value
+from dra_jupyter.verdicts import describe
 
 COMPONENT_LABEL = "dra-jupyter/component"
 COMPONENT = "kernel"  # the value of COMPONENT_LABEL on a kernel pod and its objects
@@ -85,6 +94,7 @@ class KernelPodSpec:
     classes: Sequence[str] = ()  # the cluster's DeviceClasses (for the request's default)
     server_id: str = ""  # the Jupyter server's id (its extension's claims are so labelled)
     owner: Owner | None = None  # the server's process: the claim's holder while it lives
+    files: Files | None = None  # the volume with the notebook's folder (volumes.kernel_files)
 
     @property
     def has_devices(self) -> bool:
@@ -101,13 +111,22 @@ class KernelPodSpec:
         return labels
 
 
+def kernel_claim(spec: KernelPodSpec) -> Wire:
+    """The ResourceClaim of the kernel's devices: from its claim spec or its request."""
+    if spec.claim is not None:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": spec.name, "namespace": spec.namespace},
+            "spec": dict(spec.claim),
+        }
+    return build_claim(spec.name, spec.request, namespace=spec.namespace, classes=spec.classes)
+
+
 def kernel_template(spec: KernelPodSpec) -> Wire:
     """The ResourceClaimTemplate of the kernel's devices; its claims carry the labels (so
     ``dra.claims()`` lists them) and the user in full."""
-    if spec.claim is not None:
-        claim: Wire = {"spec": dict(spec.claim)}
-    else:
-        claim = build_claim(spec.name, spec.request, namespace=spec.namespace, classes=spec.classes)
+    claim = kernel_claim(spec)
     annotations = {USER_ANNOTATION: spec.user}
     if spec.owner is not None:  # held by the server: not reclaimed while the kernel starts
         annotations[HOLDER_ANNOTATION] = holder_annotation(spec.owner)
@@ -168,12 +187,33 @@ def kernel_pod(spec: KernelPodSpec) -> Wire:
         pod_spec["serviceAccountName"] = spec.service_account
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.files is not None:
+        _add_files(pod_spec, container, spec.files)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": spec.labels()},
         "spec": pod_spec,
     }
+
+
+def _add_files(pod_spec: Wire, container: Wire, files: Files) -> None:
+    """The volume of the notebook's folder, the server's user, and the server's node when
+    the volume is that node's: a required node affinity on the node's name, which
+    kube-scheduler honours while it allocates the claim (``nodeName`` would bypass it)."""
+    pod_spec["volumes"] = [dict(v) for v in files.volumes]
+    container["volumeMounts"] = [dict(m) for m in files.mounts]
+    if files.pod_security:
+        pod_spec["securityContext"] = dict(files.pod_security)
+    if files.container_security:
+        container["securityContext"] = dict(files.container_security)
+    if files.node:
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [files.node]}]}
+        pod_spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
+        }
 
 
 @dataclass(frozen=True)
@@ -240,6 +280,39 @@ class KernelPods:
         except (ApiException, urllib3.exceptions.HTTPError):
             return None
         return to_wire(self.api, pod)
+
+    def volume_claim(self, name: str) -> Wire | None:
+        """The PersistentVolumeClaim ``name``, or None when it cannot be read."""
+        try:
+            pvc = self.core.read_namespaced_persistent_volume_claim(
+                name, self.namespace, _request_timeout=TIMEOUT
+            )
+        except (ApiException, urllib3.exceptions.HTTPError):
+            return None
+        return to_wire(self.api, pvc)
+
+    def files(self, spec: KernelPodSpec, server_pod: Wire) -> Files | Unshared:
+        """What ``spec``'s pod mounts to see its working directory as ``server_pod`` (the
+        server's own) does, or why it cannot (:func:`~dra_jupyter.kube.volumes.kernel_files`,
+        on the claim of the folder's volume as read). When that puts the kernel on the
+        server's node, the cluster's slices say whether the node has its devices at all:
+        if not, it cannot run there ever, and that is said now, before anything is made
+        (slices hidden by RBAC: not checked; the scheduler will say)."""
+        cwd = spec.working_dir or "/"
+        name = claim_name(server_pod, cwd)
+        files = kernel_files(server_pod, cwd, self.volume_claim(name) if name else None)
+        if isinstance(files, Unshared) or files.node is None or not spec.has_devices:
+            return files
+        try:
+            inventory = ServerDevices(self.api, self.namespace).readable_devices()
+        except ClusterError:  # not known now: the scheduler will say
+            inventory = None
+        if inventory is None:
+            return files
+        probe = kernel_claim(spec)
+        if node_has_devices(files.node, probe, inventory.slices, inventory.device_classes):
+            return files
+        return node_refusal(cwd, files, describe(spec.request) if spec.request else "its claim")
 
     def create(self, spec: KernelPodSpec, connection: str) -> str:
         """Create the Pod, then its template (when the kernel asks for devices) and its

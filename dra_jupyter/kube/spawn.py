@@ -243,6 +243,13 @@ class ServerDevices:
         backend = _cluster(self.api, self.namespace)
         return backend.inventory(), backend.holders()
 
+    def readable_devices(self) -> Inventory | None:
+        """The cluster's devices (slices and classes) as :meth:`devices` reads them; None
+        when RBAC hides the slices (then nothing can be said of a node's devices)."""
+        backend = _cluster(self.api, self.namespace)
+        inventory = backend.inventory()
+        return inventory if backend.slices_readable else None
+
     def explain(self, claim: Wire, request: Mapping[str, Any] | None = None) -> str:
         """Why ``claim`` (a template's or a generated claim) is not allocated, in lines:
         never on this cluster (and why), or not now (per node, what is missing) and who
