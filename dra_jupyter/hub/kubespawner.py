@@ -38,7 +38,7 @@ that does so, as its default kernel (``$DRA_JUPYTER_KERNEL_SPECS`` and
 :mod:`dra_jupyter.server.givenspecs`), named ``dra-<profile slug>`` and shown as
 ``Python 3 · <the profile's display name>``. Why: a server pod holds its claim for its whole
 life, and idle release cannot free what a running pod holds; a kernel pod is stopped on idle,
-and its devices are free at once.
+and its devices are free at once. Stopping the server deletes any kernel pod it left.
 
 The profiles can come from the cluster itself: ``c.DRAKubeSpawner.profile_list =
 cluster_profiles`` (:func:`cluster_profiles`) offers one choice per device class, model,
@@ -58,6 +58,7 @@ import copy
 import functools
 import html
 import json
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -157,10 +158,11 @@ def profile_kernel_specs(
     lease: str | None = None,
     idle_timeout: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The kernel spec of a "GPU kernels only" profile, by its name ``dra-<slug>``: a
-    kernel in a pod of its own with ``request``'s devices, shown as ``Python 3 ·
-    <shown_as>`` (:func:`dra_jupyter.hub.choices.kernel_spec`)."""
-    name = f"dra-{slug}"
+    """The kernel spec of a "GPU kernels only" profile, by its name ``dra-<slug>`` (as a
+    kernel's name: lower case, ``[a-z0-9._-]``): a kernel in a pod of its own with
+    ``request``'s devices, shown as ``Python 3 · <shown_as>``
+    (:func:`dra_jupyter.hub.choices.kernel_spec`)."""
+    name = "dra-" + (re.sub(r"[^a-z0-9._-]+", "-", slug.lower()).strip("-._")[:56] or "kernel")
     spec = kernel_spec(
         shown_as,
         request,
@@ -462,7 +464,8 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         return owned
 
     async def stop(self, now: bool = False) -> None:
-        """KubeSpawner's stop (the pod deleted), then the template and any claim left."""
+        """KubeSpawner's stop (the pod deleted), then the kernel pods the server left
+        (GPU kernels), the template and any claim left."""
         try:
             await super().stop(now)
         finally:
@@ -470,6 +473,8 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
 
     async def _dra_cleanup(self) -> None:
         dra = self._dra
+        for pod in await asyncio.to_thread(dra.delete_kernel_pods, self.dra_server_id()):
+            self.log.info("dra: deleted kernel pod %s left by %s", pod, self._log_name)
         name = template_name(self.pod_name)
         if await asyncio.to_thread(dra.delete_template, name):
             self.log.info("dra: deleted template %s of %s", name, self._log_name)

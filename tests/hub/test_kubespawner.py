@@ -490,6 +490,15 @@ def test_a_gpu_server_gets_its_claim_allocated_bound_and_cleaned_up(hub: Hub) ->
     assert "unhandled user_options" not in (hub.dir / "hub.log").read_text()
 
 
+def start_kernel(hub: Hub, user: str, name: str, token: str) -> dict[str, Any]:
+    """A kernel of spec ``name`` started in ``user``'s server, through the hub's proxy."""
+    status, kernel = hub.request(
+        "POST", f"/user/{user}/api/kernels", {"name": name}, timeout=240, token=token
+    )
+    assert status == 201, str(kernel) + (hub.dir / "hub.log").read_text()[-3000:]
+    return dict(kernel)
+
+
 def test_a_gpu_kernels_only_profile_spawns_a_cpu_server_whose_kernels_get_gpus(
     hub: Hub,
 ) -> None:
@@ -529,10 +538,7 @@ def test_a_gpu_kernels_only_profile_spawns_a_cpu_server_whose_kernels_get_gpus(
         "request": {"gpu": 1, "model": "H200"}
     }
 
-    status, kernel = hub.request(
-        "POST", "/user/alice/api/kernels", {"name": "dra-h200-kernels"}, timeout=240, token=alice
-    )
-    assert status == 201, str(kernel) + (hub.dir / "hub.log").read_text()[-3000:]
+    kernel = start_kernel(hub, "alice", "dra-h200-kernels", alice)
     [kernel_pod] = kernel_pods(hub.api, hub.namespace, kernel["id"])
     assert kernel_pod["status"]["phase"] == "Running"
     assert kernel_pod["spec"]["nodeName"].startswith("gpu-node-")
@@ -553,9 +559,46 @@ def test_a_gpu_kernels_only_profile_spawns_a_cpu_server_whose_kernels_get_gpus(
     wait_for("the kernel pod to go", lambda: not kernel_pods(hub.api, hub.namespace, kernel["id"]))
     wait_for("the kernel's claim to go", lambda: not hub.claims())
     assert hub.pod("jupyter-alice") is not None  # the server runs on, without devices
+
+    # a kernel that runs when the server stops goes with it, and its GPU with it
+    kernel = start_kernel(hub, "alice", "dra-h200-kernels", alice)
+    assert kernel_pods(hub.api, hub.namespace, kernel["id"])
     hub.stop("alice")
     wait_for("the pod to go", lambda: hub.pod("jupyter-alice") is None)
+    wait_for("the kernel pod to go", lambda: not kernel_pods(hub.api, hub.namespace, kernel["id"]))
+    wait_for("the kernel's claim to go", lambda: not hub.claims())
     assert hub.templates() == []
+
+
+def test_stopping_a_server_deletes_the_kernel_pods_it_left(
+    api: client.ApiClient, namespace: str
+) -> None:
+    """Without a hub: the kernel pods of a server that was killed before it could delete
+    them are deleted by the hub's stop (ServerDevices.delete_kernel_pods), and only
+    those."""
+    from dra_jupyter.kube.kernelpods import COMPONENT, COMPONENT_LABEL  # noqa: PLC0415
+    from dra_jupyter.kube.spawn import KERNEL_POD, ServerDevices  # noqa: PLC0415
+
+    assert f"{COMPONENT_LABEL}={COMPONENT}" == KERNEL_POD  # the provisioner's labels
+    core = client.CoreV1Api(api)
+    made = {"kernel-a": "jupyter-alice", "kernel-b": "jupyter-bob", "other": "jupyter-alice"}
+    for name, server in made.items():
+        labels = {"dra-jupyter/server": server}
+        if name.startswith("kernel-"):
+            labels[COMPONENT_LABEL] = COMPONENT
+        pod = {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {  # placed nowhere: deleted at once, with no kubelet to confirm it
+                "nodeSelector": {"dra-jupyter-test/nowhere": "true"},
+                "containers": [{"name": "c", "image": "none", "command": ["true"]}],
+            },
+        }
+        core.create_namespaced_pod(namespace, to_model(client.V1Pod, pod))
+    dra = ServerDevices(api, namespace)
+    assert dra.delete_kernel_pods("jupyter-alice") == ["kernel-a"]
+    left = {to_wire(api, p)["metadata"]["name"] for p in core.list_namespaced_pod(namespace).items}
+    assert left == {"kernel-b", "other"}
+    assert dra.delete_kernel_pods("jupyter-alice") == []
 
 
 def test_a_spawn_that_nothing_can_serve_says_why_within_10_s(hub: Hub) -> None:

@@ -165,3 +165,6 @@ def test_stock_kubespawners_hook_gives_a_gpu_kernels_only_server_its_kernel_spec
         "request": {"gpu": 1, "model": "H200"}
     }
     assert spec["metadata"]["dra_jupyter"]["idle_timeout"] == "1h"
+    # an admin's slug of any spelling makes a kernel's name
+    [name] = kubespawner.profile_kernel_specs({"gpu": 1}, "Big GPU/#1", "x")
+    assert name == "dra-big-gpu-1"
