@@ -15,7 +15,9 @@ free) and since when (the latest claim that took such devices).
 :func:`restrict` applies an admin's :class:`ChoicePolicy`: who may choose what (a table of
 rules, and a callable), the lease and idle timeout of each choice, and the default.
 :func:`kubespawner_profiles` gives KubeSpawner ``profile_list`` entries whose
-``kubespawner_override`` carries ``dra_request``, ``dra_lease`` and ``dra_idle_timeout``.
+``kubespawner_override`` carries ``dra_request``, ``dra_lease``, ``dra_idle_timeout`` and
+``dra_kernels_only``; :func:`kernel_specs` (:func:`kernel_spec` for one) the kernel specs
+that run a kernel with a choice's devices in a pod of its own.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ __all__ = [
     "World",
     "choices",
     "find",
+    "kernel_spec",
     "kernel_specs",
     "kubespawner_profiles",
     "restrict",
@@ -72,6 +75,7 @@ class Choice:
     lease: str | None = None  # from the admin's rules: how long the devices are held at most
     idle_timeout: str | None = None  # from the admin's rules: idle release
     default: bool = False  # the one chosen unless the user picks another (see restrict)
+    kernels_only: bool = False  # from the admin's rules: the devices go to kernel pods
 
 
 def choices(
@@ -212,7 +216,8 @@ _SINGULAR = {"are": "is", "match": "matches", "have": "has"}
 Allow = Callable[[str, frozenset[str], Choice], bool]
 """An admin's test: ``allow(user, groups, choice)``; False leaves the choice out."""
 
-RULE_KEYS = ("match", "users", "groups", "lease", "idle_timeout", "default")
+RULE_KEYS = ("match", "users", "groups", "lease", "idle_timeout", "default", "kernels_only")
+KERNELS_ONLY_NOTE = "GPU kernels only: the server runs without devices, its kernels get them"
 
 
 @dataclass(frozen=True)
@@ -221,7 +226,8 @@ class Rule:
     pattern: ``h200-*``, ``mig-*``, ``*``). Each setting of a choice comes from the first
     rule that matches it and has that setting: ``users`` / ``groups`` (together: who may
     choose it; a rule with neither says nothing of who), ``lease``, ``idle_timeout``,
-    ``default``."""
+    ``default``, ``kernels_only`` ("GPU kernels only": on Kubernetes the server pod gets no
+    device and its kernels, in pods of their own, get the choice's)."""
 
     match: str = "*"
     users: frozenset[str] | None = None
@@ -229,6 +235,7 @@ class Rule:
     lease: str | None = None
     idle_timeout: str | None = None
     default: bool | None = None
+    kernels_only: bool | None = None
 
     def matches(self, slug: str) -> bool:
         return fnmatch.fnmatchcase(slug, self.match)
@@ -247,8 +254,8 @@ class ChoicePolicy:
         cls, rows: Iterable[Mapping[str, Any]], allow: Allow | None = None
     ) -> ChoicePolicy:
         """A policy from rows of ``match``, ``users``, ``groups``, ``lease``,
-        ``idle_timeout`` and ``default`` (as ``c.DRAProfiles.rules`` gives them); a row
-        that is not one is refused, naming the row and the key."""
+        ``idle_timeout``, ``default`` and ``kernels_only`` (as ``c.DRAProfiles.rules`` gives
+        them); a row that is not one is refused, naming the row and the key."""
         return cls(tuple(_rule(i, row) for i, row in enumerate(rows)), allow)
 
 
@@ -271,9 +278,10 @@ def _rule(i: int, row: Any) -> Rule:
         parse_lease(lease, what=f"{where}: lease")
     if idle is not None:
         parse_duration(idle, what=f"{where}: idle_timeout")
-    default = row.get("default")
-    if default is not None and not isinstance(default, bool):
-        raise InvalidInputError(f"{where}: default must be true or false, not {shown(default)}")
+    default, kernels_only = row.get("default"), row.get("kernels_only")
+    for key, flag in (("default", default), ("kernels_only", kernels_only)):
+        if flag is not None and not isinstance(flag, bool):
+            raise InvalidInputError(f"{where}: {key} must be true or false, not {shown(flag)}")
     return Rule(
         match=match,
         users=_names(row, "users", where),
@@ -281,6 +289,7 @@ def _rule(i: int, row: Any) -> Rule:
         lease=None if lease is None else str(lease),
         idle_timeout=None if idle is None else str(idle),
         default=default,
+        kernels_only=kernels_only,
     )
 
 
@@ -301,9 +310,10 @@ def restrict(
     groups: Collection[str] = (),
     policy: ChoicePolicy | None = None,
 ) -> list[Choice]:
-    """The choices ``user`` (in ``groups``) may make, with the policy's lease, idle timeout
-    and default; exactly one is the default: the first a rule makes default, else "no GPU",
-    else the first that can start now, else the first."""
+    """The choices ``user`` (in ``groups``) may make, with the policy's lease, idle timeout,
+    default and "GPU kernels only" (only of a choice with devices); exactly one is the
+    default: the first a rule makes default, else "no GPU", else the first that can start
+    now, else the first."""
     policy = policy or ChoicePolicy()
     member_of = frozenset(groups)
     out: list[Choice] = []
@@ -321,6 +331,8 @@ def restrict(
                 (r.idle_timeout for r in rules if r.idle_timeout is not None), choice.idle_timeout
             ),
             default=next((r.default for r in rules if r.default is not None), False),
+            kernels_only=bool(choice.request)
+            and next((r.kernels_only for r in rules if r.kernels_only is not None), False),
         )
         if policy.allow is not None and not policy.allow(user, member_of, settled):
             continue
@@ -340,21 +352,62 @@ def find(offered: Sequence[Choice], slug: str) -> Choice | None:
 def kubespawner_profiles(offered: Sequence[Choice]) -> list[dict[str, Any]]:
     """KubeSpawner ``profile_list`` entries, one per choice: ``display_name``, ``slug``,
     ``description``, ``default`` and ``kubespawner_override`` with ``dra_request`` (the
-    ``dra.request`` keywords; {} for no devices), ``dra_lease`` and ``dra_idle_timeout``."""
+    ``dra.request`` keywords; {} for no devices), ``dra_lease``, ``dra_idle_timeout`` and
+    ``dra_kernels_only`` (the description then says so)."""
     return [
         {
             "display_name": c.display_name,
             "slug": c.slug,
-            "description": c.description,
+            "description": f"{c.description} ({KERNELS_ONLY_NOTE})"
+            if c.kernels_only
+            else c.description,
             "default": c.default,
             "kubespawner_override": {
                 "dra_request": dict(c.request),
                 "dra_lease": c.lease,
                 "dra_idle_timeout": c.idle_timeout,
+                "dra_kernels_only": c.kernels_only,
             },
         }
         for c in offered
     ]
+
+
+def kernel_spec(
+    shown_as: str,
+    request: Mapping[str, object],
+    *,
+    slug: str,
+    description: str = "",
+    lease: str | None = None,
+    idle_timeout: str | None = None,
+    display: str = "Python 3",
+    argv: Sequence[str] = PYTHON_ARGV,
+    language: str = "python",
+) -> dict[str, Any]:
+    """The kernel spec (``kernel.json``) that runs a kernel in a pod of its own with the
+    devices of ``request`` (``dra.request`` keywords; the ``dra-kubernetes`` provisioner),
+    shown as ``Python 3 · <shown_as>``. Interrupts go as messages (no signal reaches
+    another pod). ``slug``, ``description``, ``lease`` and ``idle_timeout`` are kept in
+    ``metadata.dra_jupyter`` for those who list the specs."""
+    return {
+        "argv": list(argv),
+        "display_name": f"{display} \u00b7 {shown_as}",
+        "language": language,
+        "interrupt_mode": "message",
+        "metadata": {
+            "kernel_provisioner": {
+                "provisioner_name": KERNEL_PROVISIONER,
+                "config": {"request": dict(request)},
+            },
+            "dra_jupyter": {
+                "slug": slug,
+                "description": description,
+                "lease": lease,
+                "idle_timeout": idle_timeout,
+            },
+        },
+    }
 
 
 def kernel_specs(
@@ -364,31 +417,21 @@ def kernel_specs(
     argv: Sequence[str] = PYTHON_ARGV,
     language: str = "python",
 ) -> dict[str, dict[str, Any]]:
-    """Kernel specs (``kernel.json``) that run a kernel in a pod of its own with a choice's
-    devices (the ``dra-kubernetes`` provisioner), one per choice with devices, named
-    ``dra-<slug>`` and shown as ``Python 3 · 2x NVIDIA H200 (140.4 GiB)``; "no GPU" is
-    the server's own kernel. Interrupts go as messages (no signal reaches another pod). The
-    choice's description, lease and idle timeout are in ``metadata.dra_jupyter``."""
-    specs: dict[str, dict[str, Any]] = {}
-    for c in offered:
-        if not c.request:
-            continue
-        specs[f"dra-{c.slug}"] = {
-            "argv": list(argv),
-            "display_name": f"{display} \u00b7 {c.display_name}",
-            "language": language,
-            "interrupt_mode": "message",
-            "metadata": {
-                "kernel_provisioner": {
-                    "provisioner_name": KERNEL_PROVISIONER,
-                    "config": {"request": dict(c.request)},
-                },
-                "dra_jupyter": {
-                    "slug": c.slug,
-                    "description": c.description,
-                    "lease": c.lease,
-                    "idle_timeout": c.idle_timeout,
-                },
-            },
-        }
-    return specs
+    """Kernel specs (:func:`kernel_spec`) that run a kernel in a pod of its own with a
+    choice's devices, one per choice with devices, named ``dra-<slug>`` and shown as
+    ``Python 3 · 2x NVIDIA H200 (140.4 GiB)``; "no GPU" is the server's own kernel."""
+    return {
+        f"dra-{c.slug}": kernel_spec(
+            c.display_name,
+            c.request,
+            slug=c.slug,
+            description=c.description,
+            lease=c.lease,
+            idle_timeout=c.idle_timeout,
+            display=display,
+            argv=argv,
+            language=language,
+        )
+        for c in offered
+        if c.request
+    }

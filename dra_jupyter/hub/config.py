@@ -4,6 +4,7 @@
         {"match": "h200-x8", "groups": ["ml-admins"]},           # only they may take 8 GPUs
         {"match": "h200-*", "lease": "8h", "idle_timeout": "1h"},
         {"match": "mig-*", "idle_timeout": "30m"},
+        {"match": "h200-x1", "kernels_only": True},   # on Kubernetes: the GPU in kernel pods
         {"match": "none", "default": True},
     ]
     c.DRAProfiles.allow = lambda user, groups, choice: ...    # and/or a test of your own
@@ -33,9 +34,11 @@ class DRAProfiles(Configurable):
         help="""Rules over the choices' slugs (h200-x2, mig-3g-71gb-x1, none; shell
         patterns: h200-*): each a dict of match (the pattern, default '*'), users and
         groups (who may choose the matching choices; a rule with neither does not restrict),
-        lease ('8h': the devices' lease), idle_timeout ('30m') and default (true: the
-        choice the form starts with). Each setting comes from the first matching rule that
-        has it. Default: no rules (everyone may choose everything, no lease or timeout).""",
+        lease ('8h': the devices' lease), idle_timeout ('30m'), default (true: the
+        choice the form starts with) and kernels_only (true: "GPU kernels only", for
+        DRAKubeSpawner: the server pod gets no device, its kernels get the choice's, each in
+        a pod of its own, stopped on idle). Each setting comes from the first matching rule
+        that has it. Default: no rules (everyone may choose everything, no lease or timeout).""",
     )
     allow = Callable(
         None,

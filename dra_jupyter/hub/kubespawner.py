@@ -30,6 +30,16 @@ The single-user server runs the dra-jupyter server extension on the Kubernetes b
 ``%dra`` claims made from notebooks belong to the hub user (``JUPYTERHUB_USER``) and are
 released when idle (``dra_idle_timeout``; needs ``cmd``, as zero-to-jupyterhub sets it).
 
+**GPU kernels only** (``dra_kernels_only``, per profile): the server pod gets no claim;
+its kernels get the profile's devices, each in a pod of its own (the ``dra-kubernetes``
+kernel provisioner, :mod:`dra_jupyter.provisioner`). The server is given the kernel spec
+that does so, as its default kernel (``$DRA_JUPYTER_KERNEL_SPECS`` and
+``$DRA_JUPYTER_DEFAULT_KERNEL``, written by its extension:
+:mod:`dra_jupyter.server.givenspecs`), named ``dra-<profile slug>`` and shown as
+``Python 3 · <the profile's display name>``. Why: a server pod holds its claim for its whole
+life, and idle release cannot free what a running pod holds; a kernel pod is stopped on idle,
+and its devices are free at once. Stopping the server deletes any kernel pod it left.
+
 The profiles can come from the cluster itself: ``c.DRAKubeSpawner.profile_list =
 cluster_profiles`` (:func:`cluster_profiles`) offers one choice per device class, model,
 count and MIG profile (and "No GPU"), each with how many could start now, counted with our
@@ -46,30 +56,48 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import html
+import json
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from kubespawner import KubeSpawner
-from traitlets import Dict, Float, List, Unicode, default
+from traitlets import Bool, Dict, Float, List, Unicode, default
 
 from dra_jupyter.claimspec import CLAIM_KEYS
 from dra_jupyter.durations import parse_duration, parse_lease
 from dra_jupyter.errors import AllocationError, DraJupyterError, InvalidInputError, shown
-from dra_jupyter.hub.choices import ChoiceCache, choices, kubespawner_profiles, restrict
+from dra_jupyter.hub.choices import (
+    ChoiceCache,
+    choices,
+    kernel_spec,
+    kubespawner_profiles,
+    restrict,
+)
 from dra_jupyter.hub.config import DRAProfiles
 from dra_jupyter.hub.failures import SpawnFailure
 from dra_jupyter.hub.form import read_at_start, service_world
 from dra_jupyter.hub.pod import add_claim
-from dra_jupyter.hub.progress import DeviceProgress, Event, interleave, never_back
+from dra_jupyter.hub.progress import DeviceProgress, Event, event, interleave, never_back
 from dra_jupyter.kube.connect import api_client
 from dra_jupyter.kube.spawn import POD_CLAIM, ServerDevices, claim_template, generated_claim
 from dra_jupyter.settings import check_server_id, default_server_id
 from dra_jupyter.verdicts import describe
 
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-DRA_TRAITS = ("dra_request", "dra_lease", "dra_idle_timeout", "dra_kueue_queue")
+DRA_TRAITS = (
+    "dra_request",
+    "dra_lease",
+    "dra_idle_timeout",
+    "dra_kueue_queue",
+    "dra_kernels_only",
+)
+# The server extension's (dra_jupyter.server.givenspecs; the hub does not import the server)
+KERNEL_SPECS_ENV = "DRA_JUPYTER_KERNEL_SPECS"
+DEFAULT_KERNEL_ENV = "DRA_JUPYTER_DEFAULT_KERNEL"
 POLL_S = 1.0  # how often a spawn looks at its pod and claim
 
 
@@ -122,6 +150,37 @@ def template_name(pod_name: str) -> str:
     return f"{pod_name}-{POD_CLAIM}"[:253]
 
 
+def profile_kernel_specs(
+    request: Mapping[str, Any],
+    slug: str,
+    shown_as: str,
+    *,
+    lease: str | None = None,
+    idle_timeout: str | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The kernel spec of a "GPU kernels only" profile, by its name ``dra-<slug>`` (as a
+    kernel's name: lower case, ``[a-z0-9._-]``): a kernel in a pod of its own with
+    ``request``'s devices, shown as ``Python 3 · <shown_as>``
+    (:func:`dra_jupyter.hub.choices.kernel_spec`)."""
+    name = "dra-" + (re.sub(r"[^a-z0-9._-]+", "-", slug.lower()).strip("-._")[:56] or "kernel")
+    spec = kernel_spec(
+        shown_as,
+        request,
+        slug=slug,
+        description=f"{describe(dict(request))} in a pod of its own",
+        lease=lease,
+        idle_timeout=idle_timeout,
+    )
+    return {name: spec}
+
+
+def kernels_env(specs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """What tells the server of its kernel specs (the first is its default kernel)."""
+    if not specs:
+        return {}
+    return {KERNEL_SPECS_ENV: json.dumps(specs), DEFAULT_KERNEL_ENV: next(iter(specs))}
+
+
 def checked_request(request: Mapping[str, Any], allowed: list[str], where: str) -> dict[str, Any]:
     """``request`` when each keyword is one ``allowed``; else InvalidInputError."""
     if not isinstance(request, Mapping):
@@ -159,6 +218,16 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         help="""The idle release of claims made from the server's notebooks ("1h"), as
         c.DRAExtensionApp.idle_timeout of its server extension (passed as an argument, so
         KubeSpawner.cmd must be set). None: the extension's default.""",
+    )
+    dra_kernels_only = Bool(
+        False,
+        config=True,
+        help="""GPU kernels only: the server pod gets no claim; it is given a kernel spec
+        whose kernels run each in a pod of its own with dra_request's devices (the
+        dra-kubernetes provisioner), as its default kernel, named dra-<profile slug>. Idle
+        release (dra_idle_timeout) then stops such a kernel, which frees its devices at once;
+        a server pod's own claim is freed only when the server stops. dra_lease is not the
+        server pod's deadline then. Set per profile in kubespawner_override.""",
     )
     dra_kueue_queue = Unicode(
         "",
@@ -211,6 +280,7 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         self._dra_configured = {k: copy.deepcopy(getattr(self, k)) for k in DRA_TRAITS}
         self._dra_progress: DeviceProgress | None = None
         self._dra_events: list[Event] = []
+        self._dra_profile: tuple[str, str] = ("", "")  # the chosen profile's slug and name
 
     # --- options -----------------------------------------------------------------------------
 
@@ -227,6 +297,7 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
             )
         for key, value in self._dra_configured.items():
             setattr(self, key, copy.deepcopy(value))
+        self._dra_profile = ("", "")
         try:
             await super().load_user_options()
         except ValueError as err:  # KubeSpawner's "No such profile: h200. Options include: ..."
@@ -241,6 +312,26 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         except DraJupyterError as err:
             raise SpawnDevicesError(str(err), status=err.http_status) from None
 
+    def _load_profile(self, slug: str | None, profile_list: list[dict[str, Any]]) -> None:
+        """KubeSpawner's (its overrides applied), the profile's slug and name kept: a GPU
+        kernels only profile names its kernel spec for them."""
+        super()._load_profile(slug, profile_list)
+        profile = self._get_profile(slug, profile_list)
+        self._dra_profile = (str(profile.get("slug") or ""), str(profile["display_name"]))
+
+    def dra_kernel_specs(self) -> dict[str, dict[str, Any]]:
+        """The kernel spec of a GPU kernels only profile ({} for any other)."""
+        if not (self.dra_kernels_only and self.dra_request):
+            return {}
+        slug, shown_as = self._dra_profile
+        return profile_kernel_specs(
+            self.dra_request,
+            slug or "kernel",
+            shown_as or describe(dict(self.dra_request)),
+            lease=self.dra_lease,
+            idle_timeout=self.dra_idle_timeout,
+        )
+
     @property
     def _dra(self) -> ServerDevices:
         return _devices(self.dra_kubeconfig, self.namespace)
@@ -253,6 +344,7 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         env.setdefault("DRA_JUPYTER_BACKEND", "kubernetes")
         env.setdefault("DRA_JUPYTER_NAMESPACE", self.dra_namespace or self.namespace)
         env.setdefault("DRA_JUPYTER_SERVER_ID", self.dra_server_id())
+        env.update(kernels_env(self.dra_kernel_specs()))
         return env
 
     def get_args(self) -> list[str]:
@@ -264,10 +356,24 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
 
     async def get_pod_manifest(self) -> Any:
         """KubeSpawner's pod, with the template of ``dra_request`` (created here, just
-        before the pod is) as its claim; the lease as activeDeadlineSeconds."""
+        before the pod is) as its claim; the lease as activeDeadlineSeconds. GPU kernels
+        only: no claim and no deadline (the devices are the kernel pods')."""
         pod = await super().get_pod_manifest()
         lease = parse_lease(self.dra_lease, what="dra_lease")
         labels = {KUEUE_LABEL: self.dra_kueue_queue} if self.dra_kueue_queue else {}
+        if self.dra_kernels_only and self.dra_request:
+            [name] = self.dra_kernel_specs()
+            text = f"GPU kernels only: {describe(dict(self.dra_request))} in kernel pods"
+            self._dra_events.append(
+                event(
+                    None,
+                    f"{text} (kernel spec {name}); the server itself gets no devices",
+                    f"{html.escape(text)} (kernel spec <code>{html.escape(name)}</code>); "
+                    "the server itself gets no devices",
+                )
+            )
+            self.log.info("dra: %s: GPU kernels only, kernel spec %s", self._log_name, name)
+            return add_claim(pod, None, labels=labels)
         if not self.dra_request:
             return add_claim(pod, None, labels=labels, active_deadline=lease)
         name = template_name(self.pod_name)
@@ -358,7 +464,8 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         return owned
 
     async def stop(self, now: bool = False) -> None:
-        """KubeSpawner's stop (the pod deleted), then the template and any claim left."""
+        """KubeSpawner's stop (the pod deleted), then the kernel pods the server left
+        (GPU kernels), the template and any claim left."""
         try:
             await super().stop(now)
         finally:
@@ -366,6 +473,8 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
 
     async def _dra_cleanup(self) -> None:
         dra = self._dra
+        for pod in await asyncio.to_thread(dra.delete_kernel_pods, self.dra_server_id()):
+            self.log.info("dra: deleted kernel pod %s left by %s", pod, self._log_name)
         name = template_name(self.pod_name)
         if await asyncio.to_thread(dra.delete_template, name):
             self.log.info("dra: deleted template %s of %s", name, self._log_name)
@@ -406,7 +515,9 @@ def pre_spawn_hook(spawner: Any) -> None:
 async def modify_pod_hook(spawner: Any, pod: Any) -> Any:
     """``c.KubeSpawner.modify_pod_hook``: the template of ``spawner.dra_request`` created
     and added to the pod, as :class:`DRAKubeSpawner` does (no progress, no early failure);
-    the server extension's environment set."""
+    the server extension's environment set. GPU kernels only (``dra_kernels_only``): no
+    template, the kernel spec ``dra-<profile slug>`` given instead (shown with the
+    request's keywords: stock KubeSpawner keeps no profile's name)."""
     request = checked_request(
         getattr(spawner, "dra_request", None) or {}, list(CLAIM_KEYS), "modify_pod_hook"
     )
@@ -418,14 +529,28 @@ async def modify_pod_hook(spawner: Any, pod: Any) -> Any:
     names = {
         getattr(e, "name", None) or (e.get("name") if isinstance(e, dict) else None) for e in env
     }
+    kernels_only = bool(getattr(spawner, "dra_kernels_only", False)) and bool(request)
+    specs = {}
+    if kernels_only:
+        slug = str((getattr(spawner, "user_options", None) or {}).get("profile") or "kernel")
+        specs = profile_kernel_specs(
+            request,
+            slug,
+            describe(request),
+            lease=getattr(spawner, "dra_lease", None),
+            idle_timeout=getattr(spawner, "dra_idle_timeout", None),
+        )
     for key, value in (
         ("DRA_JUPYTER_BACKEND", "kubernetes"),
         ("DRA_JUPYTER_NAMESPACE", spawner.namespace),
         ("DRA_JUPYTER_SERVER_ID", default_server_id(spawner.pod_name)),
+        *kernels_env(specs).items(),
     ):
         if key not in names:
             env.append({"name": key, "value": value})
     container.env = env
+    if kernels_only:
+        return add_claim(pod, None, labels=labels)
     if not request:
         return add_claim(pod, None, labels=labels, active_deadline=lease)
     dra = _devices("", spawner.namespace)
@@ -447,7 +572,7 @@ async def modify_pod_hook(spawner: Any, pod: Any) -> Any:
 async def after_pod_created_hook(spawner: Any, pod: Mapping[str, Any]) -> None:
     """``c.KubeSpawner.after_pod_created_hook``: the pod owns its template, so that the
     template is deleted with the pod."""
-    if getattr(spawner, "dra_request", None):
+    if getattr(spawner, "dra_request", None) and not getattr(spawner, "dra_kernels_only", False):
         uid = pod["metadata"]["uid"]
         dra = _devices("", spawner.namespace)
         await asyncio.to_thread(

@@ -9,6 +9,12 @@ that pods reference (not of standalone claims). The template itself is deleted w
 server stops, and owned by the pod once the pod exists, so that it goes with the pod too
 when the hub is not there to delete it.
 
+The server's GPU kernels (:mod:`dra_jupyter.kube.kernelpods`) are pods the server made, not
+owned by its pod: the server deletes them as it shuts its kernels down, and the hub deletes
+what is left of them when it stops the server (:meth:`ServerDevices.delete_kernel_pods`),
+since a server killed before its kernels ended would leave their GPUs held by nobody's
+kernel.
+
 Synchronous (the official client); the spawner runs these calls in a thread.
 """
 
@@ -28,7 +34,7 @@ from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import ClusterError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.kube.backend import KubernetesBackend
-from dra_jupyter.kube.claims import forbidden
+from dra_jupyter.kube.claims import SERVER_LABEL, forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.records import claim_state
 from dra_jupyter.model.objects import Wire
@@ -44,6 +50,9 @@ POD_CLAIM = "dra"  # the name of the pod's claim (spec.resourceClaims[].name)
 EXPLAIN_PROBE = "server-devices"  # the name the request is explained under
 # seconds to connect and to read each answer: a spawn never waits on a stale connection
 TIMEOUT = (5, 15)
+# a kernel pod's label (kernelpods.COMPONENT_LABEL = COMPONENT; kernelpods imports this module)
+KERNEL_POD = "dra-jupyter/component=kernel"
+KERNEL_GRACE_S = 5  # seconds a kernel pod left by a stopped server has to end
 
 
 def claim_template(
@@ -233,6 +242,37 @@ class ServerDevices:
                 raise self._error(error, "delete", "resourceclaims", f"stop: {name}") from error
             except urllib3.exceptions.HTTPError as error:
                 raise self._error(error, "delete", "resourceclaims", f"stop: {name}") from error
+            deleted.append(name)
+        return deleted
+
+    def delete_kernel_pods(self, server_id: str) -> list[str]:
+        """Delete the kernel pods that the Jupyter server ``server_id`` (its
+        ``DRA_JUPYTER_SERVER_ID``) made and left (their claims, templates and Secrets go
+        with them); the names deleted."""
+        selector = f"{KERNEL_POD},{SERVER_LABEL}={server_id}"  # a label value (check_server_id)
+        action = f"stop: the kernel pods of {server_id}"
+        try:
+            listed = self.core.list_namespaced_pod(
+                self.namespace, label_selector=selector, _request_timeout=TIMEOUT
+            )
+        except (ApiException, urllib3.exceptions.HTTPError) as error:
+            raise self._error(error, "list", "pods", action) from error
+        deleted = []
+        for pod in listed.items:
+            name = str(to_wire(self.api, pod)["metadata"]["name"])
+            try:
+                self.core.delete_namespaced_pod(
+                    name,
+                    self.namespace,
+                    grace_period_seconds=KERNEL_GRACE_S,
+                    _request_timeout=TIMEOUT,
+                )
+            except ApiException as error:
+                if error.status == 404:
+                    continue
+                raise self._error(error, "delete", "pods", action) from error
+            except urllib3.exceptions.HTTPError as error:
+                raise self._error(error, "delete", "pods", action) from error
             deleted.append(name)
         return deleted
 

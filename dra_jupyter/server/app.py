@@ -29,7 +29,7 @@ from dra_jupyter.errors import DraJupyterError, KernelRestartError
 from dra_jupyter.metrics.activity import Activity, ActivitySettings, GpuState
 from dra_jupyter.metrics.base import DeviceProcess
 from dra_jupyter.metrics.processes import ProcessUse
-from dra_jupyter.server import startup
+from dra_jupyter.server import givenspecs, startup
 from dra_jupyter.server.claim_events import RELEASED, ClaimEvents, register_schemas
 from dra_jupyter.server.claims import ClaimService, release_message
 from dra_jupyter.server.handlers import DRAApp, routes
@@ -338,6 +338,11 @@ class DRAExtensionApp(ExtensionApp):
         self._check_problem = ""  # the last error of a check pass logged
         if settings.backend == "kubernetes":  # kernels get the namespace the server uses
             settings = replace(settings, namespace=self.service.backend.namespace)
+        try:  # a spawner's kernel specs: a profile's devices in kernel pods (givenspecs.py)
+            self.given_specs = givenspecs.install(self.server, os.environ)
+        except DraJupyterError as err:
+            self.log.error("dra_jupyter: %s", err)
+            raise SystemExit(1) from err
         self.startup_env: dict[str, str] = {}
         self.startup_claim: str | None = None  # its name while it lives
         self._startup_kept = 0.0  # when its activity was last recorded
@@ -401,6 +406,7 @@ class DRAExtensionApp(ExtensionApp):
         await self.metrics.stop()
         self.events.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
         uninstall_kernel_env(self.server.kernel_manager)
+        givenspecs.remove(self.given_specs)
         self.watcher.detach_all()
         if self.release_on_stop:
             ours = self.known_kernels | set(self.live_kernels())

@@ -472,6 +472,7 @@ def test_exactly_one_choice_is_the_default() -> None:
         ({"lease": "0"}, "lease: must be more than 0"),
         ({"idle_timeout": -1}, "idle_timeout: must not be negative"),
         ({"default": "yes"}, "default must be true or false"),
+        ({"kernels_only": 1}, "kernels_only must be true or false"),
     ],
 )
 def test_a_rule_that_is_not_one_is_refused_saying_where(row: Any, message: str) -> None:
@@ -490,18 +491,46 @@ def test_kubespawner_profiles_carry_the_request_lease_and_idle_timeout() -> None
         "slug": "none",
         "description": "no devices: CPU only",
         "default": True,
-        "kubespawner_override": {"dra_request": {}, "dra_lease": None, "dra_idle_timeout": None},
+        "kubespawner_override": {
+            "dra_request": {},
+            "dra_lease": None,
+            "dra_idle_timeout": None,
+            "dra_kernels_only": False,
+        },
     }
     mig = next(p for p in profiles if p["slug"] == "mig-3g-71gb-x1")
     assert mig["kubespawner_override"] == {
         "dra_request": {"mig": "3g.71gb"},
         "dra_lease": "8h",
         "dra_idle_timeout": "1h",
+        "dra_kernels_only": False,
     }
     assert all(
         set(p) == {"display_name", "slug", "description", "default", "kubespawner_override"}
         for p in profiles
     )
+
+
+def test_a_gpu_kernels_only_rule_gives_the_devices_to_kernel_pods() -> None:
+    """kernels_only: the profile says so (dra_kernels_only, and in its description), for
+    choices with devices only ("no GPU" has none to give)."""
+    policy = ChoicePolicy.from_table([{"match": "h200-*", "kernels_only": True}])
+    mine = restrict(offered(), "bob", (), policy)
+    assert {c.slug for c in mine if c.kernels_only} == {
+        c.slug for c in mine if c.slug.startswith("h200-")
+    }
+    everything = ChoicePolicy.from_table([{"kernels_only": True}])
+    none = find(restrict(offered(), "bob", (), everything), NONE)
+    assert none is not None and not none.kernels_only
+    profiles = {p["slug"]: p for p in kubespawner_profiles(mine)}
+    one = profiles["h200-x1"]
+    assert one["kubespawner_override"]["dra_kernels_only"] is True
+    assert one["kubespawner_override"]["dra_request"] == {"gpu": 1, "model": "NVIDIA H200"}
+    assert one["description"].endswith(
+        "(GPU kernels only: the server runs without devices, its kernels get them)"
+    )
+    assert profiles["mig-3g-71gb-x1"]["kubespawner_override"]["dra_kernels_only"] is False
+    assert "GPU kernels only" not in profiles["mig-3g-71gb-x1"]["description"]
 
 
 def test_kernel_specs_run_each_choice_with_devices_in_a_pod_of_its_own() -> None:

@@ -60,6 +60,9 @@ GPU_PROFILES = [
                               "dra_idle_timeout": None}},
     {"display_name": "A typo", "slug": "typo",
      "kubespawner_override": {"dra_request": {"gpus": 1}}},
+    {"display_name": "One H200 in each kernel", "slug": "h200-kernels",
+     "kubespawner_override": {"dra_request": {"gpu": 1, "model": "H200"},
+                              "dra_kernels_only": True, "dra_lease": "8h"}},
 ]
 CPU_PROFILE = {"display_name": "No GPU", "slug": "cpu",
                "kubespawner_override": {"dra_request": {}}}
@@ -278,7 +281,9 @@ c.KubeSpawner.http_timeout = 90
 c.KubeSpawner.delete_grace_period = 1
 c.KubeSpawner.profile_list = profiles
 c.DRAProfiles.rules = [{{"match": "*-x2", "users": ["alice"]}}]  # two GPUs: alice's only
-c.KubeSpawner.environment = {{"DRA_JUPYTER_KUBECONFIG": "{singleuser_kubeconfig}"}}
+c.KubeSpawner.environment = {{"DRA_JUPYTER_KUBECONFIG": "{singleuser_kubeconfig}",
+    # the kernel pods' image: a server pod's own, which the provisioner reads in a cluster
+    "DRA_JUPYTER_IMAGE": "dra-jupyter-test/never-pulled:0"}}
 """
         + spawner
     )
@@ -483,6 +488,117 @@ def test_a_gpu_server_gets_its_claim_allocated_bound_and_cleaned_up(hub: Hub) ->
     wait_for("no claim left", lambda: not hub.claims())
     # the profile is ours to read: JupyterHub does not log it as an unhandled option
     assert "unhandled user_options" not in (hub.dir / "hub.log").read_text()
+
+
+def start_kernel(hub: Hub, user: str, name: str, token: str) -> dict[str, Any]:
+    """A kernel of spec ``name`` started in ``user``'s server, through the hub's proxy."""
+    status, kernel = hub.request(
+        "POST", f"/user/{user}/api/kernels", {"name": name}, timeout=240, token=token
+    )
+    assert status == 201, str(kernel) + (hub.dir / "hub.log").read_text()[-3000:]
+    return dict(kernel)
+
+
+def test_a_gpu_kernels_only_profile_spawns_a_cpu_server_whose_kernels_get_gpus(
+    hub: Hub,
+) -> None:
+    """dra_kernels_only: the server pod gets no claim (nothing to hold while idle); its
+    default kernel, started through the hub's proxy, runs in a pod of its own whose claim
+    kube-scheduler allocates; stopping the kernel frees the GPU at once."""
+    from tests.k8s.test_kernels import kernel_pods  # noqa: PLC0415
+
+    status, body = hub.request("POST", "/hub/api/users/alice/server", {"profile": "h200-kernels"})
+    assert status in (201, 202), body
+    events = hub.progress("alice", deadline_s=150)
+    text = _texts(events)
+    assert events[-1].get("ready"), text + (hub.dir / "hub.log").read_text()[-4000:]
+    assert (
+        "GPU kernels only: gpu=1 model=H200 in kernel pods (kernel spec dra-h200-kernels)" in text
+    )
+    assert "Devices requested" not in text
+    pod = hub.pod("jupyter-alice")
+    assert pod is not None
+    assert not pod["spec"].get("resourceClaims")  # a CPU server
+    assert "activeDeadlineSeconds" not in pod["spec"]  # dra_lease is not the server's
+    assert not (pod["spec"]["containers"][0].get("resources") or {}).get("claims")
+    assert hub.templates() == []
+    assert hub.claims() == []  # so the spawn form's counts see nothing held by it
+
+    status, token = hub.request(
+        "POST", "/hub/api/users/alice/tokens", {"scopes": ["access:servers!user=alice"]}
+    )
+    assert status == 201, token
+    alice = token["token"]
+    status, specs = hub.request("GET", "/user/alice/api/kernelspecs", token=alice)
+    assert status == 200, specs
+    assert specs["default"] == "dra-h200-kernels"  # new notebooks start with it
+    spec = specs["kernelspecs"]["dra-h200-kernels"]["spec"]
+    assert spec["display_name"] == "Python 3 \u00b7 One H200 in each kernel"
+    assert spec["metadata"]["kernel_provisioner"]["config"] == {
+        "request": {"gpu": 1, "model": "H200"}
+    }
+
+    kernel = start_kernel(hub, "alice", "dra-h200-kernels", alice)
+    [kernel_pod] = kernel_pods(hub.api, hub.namespace, kernel["id"])
+    assert kernel_pod["status"]["phase"] == "Running"
+    assert kernel_pod["spec"]["nodeName"].startswith("gpu-node-")
+    [claim] = hub.claims()  # the kernel's, made from its template by the controller
+    assert claim["status"]["allocation"]["devices"]["results"][0]["device"].startswith("gpu-")
+    assert [r["name"] for r in claim["status"]["reservedFor"]] == [kernel_pod["metadata"]["name"]]
+    assert claim["metadata"]["labels"]["dra-jupyter/user"] == "alice"
+    assert claim["metadata"]["labels"]["dra-jupyter/kernel"] == kernel["id"]
+    # the server's extension sees it as the kernel's claim (idle release, the Devices panel)
+    status, listed = hub.request("GET", "/user/alice/dra/api/claims", token=alice)
+    assert status == 200, listed
+    assert [(c["name"], c["kernel_id"]) for c in listed["claims"]] == [
+        (claim["metadata"]["name"], kernel["id"])
+    ]
+
+    status, _ = hub.request("DELETE", f"/user/alice/api/kernels/{kernel['id']}", token=alice)
+    assert status == 204
+    wait_for("the kernel pod to go", lambda: not kernel_pods(hub.api, hub.namespace, kernel["id"]))
+    wait_for("the kernel's claim to go", lambda: not hub.claims())
+    assert hub.pod("jupyter-alice") is not None  # the server runs on, without devices
+
+    # a kernel that runs when the server stops goes with it, and its GPU with it
+    kernel = start_kernel(hub, "alice", "dra-h200-kernels", alice)
+    assert kernel_pods(hub.api, hub.namespace, kernel["id"])
+    hub.stop("alice")
+    wait_for("the pod to go", lambda: hub.pod("jupyter-alice") is None)
+    wait_for("the kernel pod to go", lambda: not kernel_pods(hub.api, hub.namespace, kernel["id"]))
+    wait_for("the kernel's claim to go", lambda: not hub.claims())
+    assert hub.templates() == []
+
+
+def test_stopping_a_server_deletes_the_kernel_pods_it_left(
+    api: client.ApiClient, namespace: str
+) -> None:
+    """Without a hub: the kernel pods of a server that was killed before it could delete
+    them are deleted by the hub's stop (ServerDevices.delete_kernel_pods), and only
+    those."""
+    from dra_jupyter.kube.kernelpods import COMPONENT, COMPONENT_LABEL  # noqa: PLC0415
+    from dra_jupyter.kube.spawn import KERNEL_POD, ServerDevices  # noqa: PLC0415
+
+    assert f"{COMPONENT_LABEL}={COMPONENT}" == KERNEL_POD  # the provisioner's labels
+    core = client.CoreV1Api(api)
+    made = {"kernel-a": "jupyter-alice", "kernel-b": "jupyter-bob", "other": "jupyter-alice"}
+    for name, server in made.items():
+        labels = {"dra-jupyter/server": server}
+        if name.startswith("kernel-"):
+            labels[COMPONENT_LABEL] = COMPONENT
+        pod = {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {  # placed nowhere: deleted at once, with no kubelet to confirm it
+                "nodeSelector": {"dra-jupyter-test/nowhere": "true"},
+                "containers": [{"name": "c", "image": "none", "command": ["true"]}],
+            },
+        }
+        core.create_namespaced_pod(namespace, to_model(client.V1Pod, pod))
+    dra = ServerDevices(api, namespace)
+    assert dra.delete_kernel_pods("jupyter-alice") == ["kernel-a"]
+    left = {to_wire(api, p)["metadata"]["name"] for p in core.list_namespaced_pod(namespace).items}
+    assert left == {"kernel-b", "other"}
+    assert dra.delete_kernel_pods("jupyter-alice") == []
 
 
 def test_a_spawn_that_nothing_can_serve_says_why_within_10_s(hub: Hub) -> None:

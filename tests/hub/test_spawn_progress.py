@@ -1,14 +1,18 @@
 """The spawn's device events from pod and claim snapshots (each change once), their
-interleaving with KubeSpawner's, and the claim added to KubeSpawner's own pod object."""
+interleaving with KubeSpawner's, the claim added to KubeSpawner's own pod object, and a
+"GPU kernels only" pod that gets none."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 from kubespawner.objects import make_pod
 
+from dra_jupyter.hub import kubespawner
 from dra_jupyter.hub.pod import add_claim
 from dra_jupyter.hub.progress import DeviceProgress, Event, interleave, never_back
 
@@ -127,3 +131,40 @@ def test_the_claim_is_added_and_the_containers_limits_kept() -> None:
     assert pod.spec.active_deadline_seconds == 3600
     assert pod.metadata.labels["q"] == "a"
     assert add_claim(pod, None) is pod
+
+
+def test_stock_kubespawners_hook_gives_a_gpu_kernels_only_server_its_kernel_spec() -> None:
+    """modify_pod_hook with dra_kernels_only: no claim, no deadline, and the kernel spec of
+    the profile in the server's environment (nothing is asked of the cluster)."""
+    pod = make_pod(
+        name="jupyter-alice",
+        cmd=["jupyterhub-singleuser"],
+        port=8888,
+        image="image",
+        image_pull_policy=None,
+    )
+    spawner = SimpleNamespace(
+        dra_request={"gpu": 1, "model": "H200"},
+        dra_kernels_only=True,
+        dra_lease="8h",
+        dra_idle_timeout="1h",
+        dra_kueue_queue=None,
+        namespace="team-a",
+        pod_name="jupyter-alice",
+        user_options={"profile": "h200"},
+    )
+    edited = asyncio.run(kubespawner.modify_pod_hook(spawner, pod))
+    assert edited.spec.resource_claims is None
+    assert edited.spec.active_deadline_seconds is None
+    env = {e["name"]: e["value"] for e in edited.spec.containers[0].env}
+    assert env["DRA_JUPYTER_BACKEND"] == "kubernetes"
+    assert env["DRA_JUPYTER_DEFAULT_KERNEL"] == "dra-h200"
+    spec = json.loads(env["DRA_JUPYTER_KERNEL_SPECS"])["dra-h200"]
+    assert spec["display_name"] == "Python 3 \u00b7 gpu=1 model=H200"
+    assert spec["metadata"]["kernel_provisioner"]["config"] == {
+        "request": {"gpu": 1, "model": "H200"}
+    }
+    assert spec["metadata"]["dra_jupyter"]["idle_timeout"] == "1h"
+    # an admin's slug of any spelling makes a kernel's name
+    [name] = kubespawner.profile_kernel_specs({"gpu": 1}, "Big GPU/#1", "x")
+    assert name == "dra-big-gpu-1"
