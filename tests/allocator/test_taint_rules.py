@@ -9,12 +9,16 @@ that concern what a list of slices and rules gives (the others are about informe
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import ObjectError
+from dra_jupyter.inventory import simulated
 from dra_jupyter.model.objects import ResourceSlice, Taint
 from dra_jupyter.model.parse import parse_resource_slice
 from dra_jupyter.model.taintrules import (
@@ -272,3 +276,20 @@ def test_rules_and_slice_taints_together() -> None:
     tolerate_both = [toleration("a.example.com/x"), toleration(TAINT1["key"])]
     both = claim("nb", request("gpu", "gpu", 2, tolerations=tolerate_both))
     assert Allocator(patched, CLASSES).allocate([both]) is not None
+
+
+# --- an inventory's rules ---------------------------------------------------------------------
+
+
+def test_an_inventory_file_keeps_its_rules_and_its_slices_carry_them(tmp_path: Path) -> None:
+    slices = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", **s} for s in gpus()]
+    objects = [*slices, rule("xid", {"device": "gpu-1"}, effect="NoSchedule")]
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    inventory = simulated.from_file(path)
+    assert [r["metadata"]["name"] for r in inventory.taint_rules] == ["xid"]
+    patched = inventory.patched_slices
+    assert patched is inventory.patched_slices  # made once: allocators find their cache
+    assert [[t.rule for t in d.taints] for d in patched[0].devices] == [[], ["xid"]]  # type: ignore[union-attr]
+    plain = replace(inventory, taint_rules=())
+    assert plain.patched_slices is plain.slices
