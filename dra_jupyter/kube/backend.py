@@ -189,8 +189,8 @@ class KubernetesBackend:
     # --- the cluster's devices ---------------------------------------------------------------
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
-        """The cluster's ResourceSlices and DeviceClasses: read on first use, and again
-        with ``refresh``."""
+        """The cluster's ResourceSlices, DeviceClasses and DeviceTaintRules: read on first
+        use, and again with ``refresh``."""
         if self._inventory is not None and not refresh:
             return self._inventory
         resource = client.ResourceV1Api(self.api)
