@@ -6,6 +6,7 @@ deleted, both allocate again."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,11 +17,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.errors import AllocationError
-from dra_jupyter.kube.connect import to_model
+from dra_jupyter.kube.backend import read_taint_rules
+from dra_jupyter.kube.connect import api_client, to_model
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.kube.spawn import explain_pending
+from tests.k8s import testenv
 from tests.k8s.conftest import wait_for
 from tests.k8s.test_backend import session
+from tests.k8s.test_rbac import SA, service_account_kubeconfig
 from tests.k8s.test_scheduling import Cluster, pod, template
 
 Wire = dict[str, Any]
@@ -117,3 +121,64 @@ def test_reserve_and_the_scheduler_both_avoid_a_tainted_pool(
         assert {r["pool"] for r in allocation["devices"]["results"]} == {other}
         k.delete_pod("placed")
         reserved.release()
+
+
+def test_rbac_that_hides_the_rules_gives_none_and_one_log_line(
+    api: client.ApiClient,
+    cluster: testenv.Cluster,
+    namespace: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A service account that may list the slices and classes but not the rules: the
+    inventory is read all the same, without rules, and the log says what is missing."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    name = f"slices-only-{namespace}"
+    rules = [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices", "deviceclasses"],
+            "verbs": ["list"],
+        }
+    ]
+    rbac.create_cluster_role(
+        body=to_model(client.V1ClusterRole, {"metadata": {"name": name}, "rules": rules})
+    )
+    binding = {
+        "metadata": {"name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": SA, "namespace": namespace}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+    }
+    rbac.create_cluster_role_binding(body=to_model(client.V1ClusterRoleBinding, binding))
+    try:
+        path = service_account_kubeconfig(api, cluster, namespace, tmp_path / "kubeconfig")
+        with (
+            taint_rule(api, "xid-79-hidden", {}),
+            api_client(str(path)) as restricted,
+            caplog.at_level(logging.INFO, logger="dra_jupyter"),
+        ):
+            assert read_taint_rules(api) != ()  # the cluster has the rule
+            caplog.clear()
+            assert read_taint_rules(restricted) == ()
+    finally:
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert "RBAC hides the cluster's DeviceTaintRules" in record.getMessage()
+
+
+def test_a_cluster_that_serves_no_rules_gives_none_and_one_log_line(
+    api: client.ApiClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a cluster before 1.37 answers (404 for resource.k8s.io/v1 devicetaintrules), at
+    the client's one call."""
+
+    def not_served(self: client.ResourceV1Api, **_: object) -> None:
+        raise ApiException(status=404, reason="Not Found")
+
+    monkeypatch.setattr(client.ResourceV1Api, "list_device_taint_rule", not_served)
+    with caplog.at_level(logging.INFO, logger="dra_jupyter"):
+        assert read_taint_rules(api) == ()
+    [record] = caplog.records
+    assert "serves no resource.k8s.io/v1 DeviceTaintRules" in record.getMessage()
