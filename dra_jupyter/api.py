@@ -251,7 +251,9 @@ class Claim:
         mine = set(self._record.device_keys)
         released = self.state == "released"
         held = self._session.backend.holders() if released else [self._record]
-        rows = [r for r in device_rows(self._session.inventory.slices, held) if r.device in mine]
+        rows = [
+            r for r in device_rows(self._session.inventory.patched_slices, held) if r.device in mine
+        ]
         title = f"claim {self.name}" + (" (released: the devices' state now)" if released else "")
         return Table(rows, DEVICE_COLUMNS, title=title)
 
@@ -440,7 +442,7 @@ class Session:
 
     def device_key(self, device: str) -> str:
         """``driver/pool/device`` of a device named in full or by its name (``gpu-0``)."""
-        keys = [r.device for r in device_rows(self.inventory.slices, [])]
+        keys = [r.device for r in device_rows(self.inventory.patched_slices, [])]
         if device in keys:
             return device
         found = [k for k in keys if k.rsplit("/", 1)[-1] == device]
@@ -747,7 +749,7 @@ class Session:
         held = self.backend.holders()
         inv = self.inventory
         title = f"{inv.description}" + (" (SIMULATED)" if inv.simulated else "")
-        return Table(device_rows(inv.slices, held), DEVICE_COLUMNS, title=title)
+        return Table(device_rows(inv.patched_slices, held), DEVICE_COLUMNS, title=title)
 
     def claims(self, *, all_users: bool = False) -> Table[ClaimRow]:
         backend = self.backend

@@ -25,7 +25,7 @@ import yaml
 
 from dra_jupyter.errors import InvalidInputError, ObjectError, shown
 
-USED_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node")
+USED_KINDS = ("DeviceClass", "ResourceSlice", "DeviceTaintRule", "ResourceClaim", "Node")
 
 MAX_FILE_BYTES = 16 * 2**20
 MAX_DEPTH = 100  # Kubernetes objects nest about 10 levels; opaque parameters a few more
@@ -45,6 +45,7 @@ class ObjectSet:
     slices: list[dict[str, Any]] = field(default_factory=list)
     claims: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[dict[str, Any]] = field(default_factory=list)
+    taint_rules: list[dict[str, Any]] = field(default_factory=list)  # DeviceTaintRules
 
     @property
     def allocated(self) -> list[dict[str, Any]]:
@@ -85,6 +86,7 @@ class ObjectSet:
             "ResourceSlice": self.slices,
             "ResourceClaim": self.claims,
             "Node": self.nodes,
+            "DeviceTaintRule": self.taint_rules,
         }
         if kind not in targets:
             raise ObjectError(

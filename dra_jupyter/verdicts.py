@@ -57,7 +57,7 @@ def _value(device: Device, name: str) -> Any:
 
 def _slices(inventory: Inventory) -> list[ResourceSlice]:
     """The inventory's slices as the model reads them (a quantity left out is zero)."""
-    return parse_many(inventory.slices, parse_resource_slice, ResourceSlice)
+    return parse_many(inventory.patched_slices, parse_resource_slice, ResourceSlice)
 
 
 def _devices_of_kind(inventory: Inventory, kind: str) -> list[tuple[str, Device]]:

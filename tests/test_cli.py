@@ -550,6 +550,52 @@ def test_tolerated_taint_allocates(tmp_path: Path) -> None:
     assert result["tolerations"] == [tolerate]
 
 
+def xid_rule(name: str, selector: Wire | None, effect: str = "NoSchedule") -> Wire:
+    """A DeviceTaintRule with the NVIDIA driver's XID taint (``selector`` None: none given)."""
+    spec: Wire = {"taint": {"key": "gpu.nvidia.com/xid", "value": "79", "effect": effect}}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def test_device_taint_rule_in_the_file_keeps_its_devices_free(tmp_path: Path) -> None:
+    """A NoSchedule rule on 7 of the 8 GPUs: one claim gets the last GPU, two cannot, and
+    the explanation names the rule (as kube-scheduler's slice tracker applies it)."""
+    rules = [
+        xid_rule(f"xid-gpu-{i}", {"driver": "gpu.nvidia.com", "pool": NODE, "device": f"gpu-{i}"})
+        for i in range(7)
+    ]
+    objects = [*hgx(), *rules, claim("nb", request("gpu"))]
+    code, out, err = allocate(tmp_path, objects)
+    assert (code, err) == (0, "")
+    assert devices_of(items(out)[0]) == ["gpu-7"]
+    objects[-1] = claim("nb", request("gpu", GPU, 2))
+    err = assert_unsatisfiable(*allocate(tmp_path, objects))
+    assert "1 of the 8 free GPUs are not marked unusable" in err
+    assert "gpu.nvidia.com/xid=79:NoSchedule (DeviceTaintRule xid-gpu-0)" in err
+
+
+def test_device_taint_rule_without_selector_or_effect_none_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    rules = [xid_rule("nothing-selected", None), xid_rule("marked", {}, effect="None")]
+    objects = [*hgx(), *rules, claim("nb", request("gpu", GPU, 8))]
+    code, _, err = allocate(tmp_path, objects)
+    assert (code, err) == (0, "")
+
+
+def test_invalid_device_taint_rule_is_one_error_line(tmp_path: Path) -> None:
+    bad = xid_rule("bad", {}, effect="PreferNoSchedule")
+    objects = [*hgx(), bad, claim("nb", request("gpu"))]
+    line = assert_one_error_line(*allocate(tmp_path, objects))
+    assert "DeviceTaintRule bad, spec.taint.effect: 'PreferNoSchedule'" in line
+
+
 # (held claim, its devices, the pending request) for both directions of MIG counters.
 COUNTER_CASES = {
     "full-gpus-block-mig": (

@@ -326,6 +326,8 @@ def _availability(
         for t in device.taints:
             if t.effect in ("NoSchedule", "NoExecute"):
                 name = f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+                if t.rule:  # put there by a DeviceTaintRule, not by the driver
+                    name += f" (DeviceTaintRule {t.rule})"
                 tally.taints[name] += 1
         return "counters"
     return "taints"

@@ -12,6 +12,7 @@ from dra_jupyter.allocator import STRATEGIES, Allocator
 from dra_jupyter.cli.command import Runner, Subparsers
 from dra_jupyter.cli.local import explain_keywords
 from dra_jupyter.errors import EXIT_OK, EXIT_UNSATISFIABLE, InvalidInputError
+from dra_jupyter.model.taintrules import apply_taint_rules
 from dra_jupyter.objectfile import ObjectSet, dump_yaml, load_objects
 from dra_jupyter.settings import Settings
 
@@ -38,7 +39,7 @@ def add_commands(sub: Subparsers) -> None:
             required=name == "allocate",
             metavar="OBJECTS.yaml",
             help="multi-document YAML (or a List) of DeviceClasses, ResourceSlices, "
-            "ResourceClaims and optionally Nodes; '-' reads standard input",
+            "ResourceClaims and optionally Nodes and DeviceTaintRules; '-' reads standard input",
         )
         p.add_argument(
             "--strategy",
@@ -53,8 +54,9 @@ def add_commands(sub: Subparsers) -> None:
 
 
 def _allocator(objects: ObjectSet, strategy: str | None) -> Allocator:
+    """The file's slices with its DeviceTaintRules applied, as kube-scheduler sees them."""
     return Allocator(
-        objects.slices,
+        apply_taint_rules(objects.slices, objects.taint_rules),
         objects.classes,
         objects.allocated,
         strategy or Settings.from_env().strategy,  # type: ignore[arg-type]

@@ -53,7 +53,7 @@ def service_world(inventory: Inventory, holders: Sequence[ClaimRecord]) -> World
             }
         )
         since[f"default/{name}"] = record.created
-    return World(inventory.slices, inventory.device_classes, claims, since)
+    return World(inventory.patched_slices, inventory.device_classes, claims, since)
 
 
 def chosen(formdata: Mapping[str, Sequence[str]]) -> dict[str, str]:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
-from dra_jupyter.model.objects import Wire
+from dra_jupyter.model.objects import ResourceSlice, Wire
 
 
 def node_slice(
@@ -41,6 +42,10 @@ class Inventory:
     ``slices`` and ``device_classes`` are ``resource.k8s.io/v1`` wire dicts, exactly what
     the allocator and a real cluster take. ``simulated`` is True for anything not read
     from real hardware: every view of a simulated inventory must say so.
+
+    ``taint_rules``: a cluster's DeviceTaintRules (wire dicts), which taint devices of the
+    slices without being in them; :attr:`patched_slices` are the slices with them applied,
+    what kube-scheduler allocates from. Whatever allocates, explains or counts reads those.
     """
 
     name: str
@@ -50,6 +55,19 @@ class Inventory:
     simulated: bool
     source: str  # "nvml", "simulated:<name>" or "file:<path>"
     warnings: tuple[str, ...] = field(default=())  # e.g. NVML calls that were not supported
+    taint_rules: tuple[Wire, ...] = field(default=())
+
+    @cached_property
+    def patched_slices(self) -> tuple[Wire, ...] | tuple[ResourceSlice, ...]:
+        """The slices as kube-scheduler's allocator sees them: each device with the taints
+        of the DeviceTaintRules that select it (:mod:`dra_jupyter.model.taintrules`); the
+        wire slices themselves when there are no rules. Made once per inventory, so that
+        allocators given them again find their work cached (same objects)."""
+        if not self.taint_rules:
+            return self.slices
+        from dra_jupyter.model.taintrules import apply_taint_rules  # noqa: PLC0415  # with rules only
+
+        return tuple(apply_taint_rules(self.slices, self.taint_rules))
 
     @property
     def nodes(self) -> list[str]:

@@ -31,6 +31,7 @@ from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory import amd, nvidia, tpu
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.model.objects import DeviceClass, Wire
+from dra_jupyter.model.taintrules import parse_taint_rules
 from dra_jupyter.objectfile import load_objects
 from dra_jupyter.selectors import compile_selector
 
@@ -214,7 +215,8 @@ def _covers(cls: DeviceClass, driver: str) -> bool:
 
 
 def from_file(path: str | Path) -> Inventory:
-    """An inventory from a file of ResourceSlices and DeviceClasses.
+    """An inventory from a file of ResourceSlices and DeviceClasses (and DeviceTaintRules,
+    kept as :attr:`~dra_jupyter.inventory.base.Inventory.taint_rules`).
 
     The file is multi-document YAML, JSON, or a ``List`` (as ``kubectl get -o yaml``
     writes it). Without DeviceClasses, the bundled classes of the slices' drivers are
@@ -227,7 +229,8 @@ def from_file(path: str | Path) -> Inventory:
     others = [k for k, objs in (("ResourceClaim", objects.claims), ("Node", objects.nodes)) if objs]
     if others:
         raise InvalidInputError(
-            f"{where}: an inventory file holds only ResourceSlices and DeviceClasses; "
+            f"{where}: an inventory file holds only ResourceSlices, DeviceClasses and "
+            "DeviceTaintRules; "
             f"remove the {' and '.join(others)} objects"
         )
     if not objects.slices:
@@ -253,6 +256,7 @@ def from_file(path: str | Path) -> Inventory:
                 f"no DeviceClass of the file selects {', '.join(uncovered)}; added "
                 f"{', '.join(c['metadata']['name'] for c in added) or 'none'}"
             )
+    parse_taint_rules(objects.taint_rules)  # checked here, applied by whatever reads slices
     for cls in allocator.classes.values():
         for k, expression in enumerate(cls.selectors):
             compile_selector(expression, where=f"DeviceClass {cls.name}, spec.selectors[{k}]")
@@ -267,4 +271,5 @@ def from_file(path: str | Path) -> Inventory:
         simulated=True,
         source=f"file:{where}",
         warnings=tuple(warnings),
+        taint_rules=tuple(objects.taint_rules),
     )

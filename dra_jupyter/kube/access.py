@@ -31,7 +31,8 @@ class ClusterAccess(Protocol):
         """The API client of the cluster."""
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
-        """The cluster's ResourceSlices and DeviceClasses."""
+        """The cluster's ResourceSlices, DeviceClasses and DeviceTaintRules (what allocates
+        reads ``patched_slices``)."""
 
     def holders(self, *, cluster_wide: bool = False) -> list[ClaimRecord]:
         """Every claim that holds devices (in every namespace with ``cluster_wide``)."""

@@ -12,6 +12,7 @@ be reached is retried with a bounded, doubling backoff, then reported in one lin
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import socket
 import time
@@ -68,6 +69,7 @@ CAPABILITIES = Capabilities(
 
 T = TypeVar("T")
 Sleep = Callable[[float], None]
+log = logging.getLogger("dra_jupyter")
 
 
 def default_namespace(
@@ -82,6 +84,35 @@ def default_namespace(
     except (config.ConfigException, OSError, ValueError):
         return "default"
     return str((active or {}).get("context", {}).get("namespace") or "default")
+
+
+def read_taint_rules(api: ApiClient) -> tuple[Wire, ...]:
+    """The cluster's DeviceTaintRules (``resource.k8s.io/v1``, served by default since
+    Kubernetes 1.37), which kube-scheduler applies to the slices before it allocates. A
+    cluster that does not serve them (older than 1.37: v1beta2 and off by default in 1.36),
+    or RBAC that hides them, gives none, with one log line: allocations, explanations and
+    counts then see the slices' own taints only."""
+    resource = client.ResourceV1Api(api)
+    try:
+        listed = resource.list_device_taint_rule().items
+    except ApiException as error:
+        if error.status == 404:
+            log.info(
+                "dra.devices: the cluster serves no resource.k8s.io/v1 DeviceTaintRules "
+                "(Kubernetes < 1.37); only the slices' own device taints are read"
+            )
+            return ()
+        if error.status == 403:
+            log.warning(
+                "dra.devices: RBAC hides the cluster's DeviceTaintRules (list "
+                "devicetaintrules.resource.k8s.io); devices they taint count as usable here, "
+                "which kube-scheduler will not allocate"
+            )
+            return ()
+        raise cluster_error(error, "dra.devices: reading DeviceTaintRules", api) from error
+    except urllib3.exceptions.HTTPError as error:
+        raise cluster_error(error, "dra.devices: reading DeviceTaintRules", api) from error
+    return tuple(to_wire(api, r) for r in listed)
 
 
 class KubernetesBackend:
@@ -158,8 +189,8 @@ class KubernetesBackend:
     # --- the cluster's devices ---------------------------------------------------------------
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
-        """The cluster's ResourceSlices and DeviceClasses: read on first use, and again
-        with ``refresh``."""
+        """The cluster's ResourceSlices, DeviceClasses and DeviceTaintRules: read on first
+        use, and again with ``refresh``."""
         if self._inventory is not None and not refresh:
             return self._inventory
         resource = client.ResourceV1Api(self.api)
@@ -194,6 +225,7 @@ class KubernetesBackend:
                 device_classes=tuple(to_wire(self.api, c) for c in classes),
                 simulated=False,
                 source=f"kubernetes:{host}",
+                taint_rules=read_taint_rules(self.api),
             )
 
         self._inventory = self.retrying(read)
@@ -206,7 +238,10 @@ class KubernetesBackend:
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
         inv = self.current
         return Allocator(
-            inv.slices, inv.device_classes, [r.to_object() for r in held], self.settings.strategy
+            inv.patched_slices,
+            inv.device_classes,
+            [r.to_object() for r in held],
+            self.settings.strategy,
         )
 
     def check_possible(self, claim: Wire) -> None:
@@ -214,7 +249,8 @@ class KubernetesBackend:
         (the API server and kube-scheduler will say)."""
         if not self.current.slices and not self.slices_readable:
             return
-        idle = Allocator(self.current.slices, self.current.device_classes, [], "first-fit")
+        current = self.current
+        idle = Allocator(current.patched_slices, current.device_classes, [], "first-fit")
         name = claim["metadata"].get("name") or ""
         probe = {**claim, "metadata": {**claim["metadata"], "name": name or "new-request"}}
         if idle.allocate([probe]) is None:

@@ -59,7 +59,7 @@ def reserve(backend: ClusterAccess, claim: Wire) -> ClaimRecord:
     held = [r for r in backend.holders(cluster_wide=True) if r.name != name]
     inventory = backend.inventory()
     allocator = Allocator(
-        inventory.slices,
+        inventory.patched_slices,
         inventory.device_classes,
         [r.to_object() for r in held],
         backend.settings.strategy,

@@ -318,7 +318,7 @@ def explain_pending(
         if not backend.slices_readable:
             return "RBAC hides the cluster's ResourceSlices from the hub, so it cannot say more"
         return "the cluster publishes no devices (no ResourceSlices)"
-    idle = Allocator(inventory.slices, inventory.device_classes, [], "first-fit")
+    idle = Allocator(inventory.patched_slices, inventory.device_classes, [], "first-fit")
     if idle.allocate([probe]) is None:
         hint = impossible_hint(request, inventory) if request is not None else None
         head = "can never be met on this cluster, even with every device free"

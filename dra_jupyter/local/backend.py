@@ -216,7 +216,7 @@ class LocalBackend:
         """An allocator (of class ``kind``) on the devices with ``held`` allocated, whose
         search gives up after ``max_steps``."""
         return kind(
-            self.devices.slices,
+            self.devices.patched_slices,
             self.devices.device_classes,
             self._objects(held) if held else [],
             self.strategy,

@@ -77,6 +77,20 @@ def label_name_problem(name: str) -> str | None:
     return None
 
 
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why ``value`` is not a label value (at most 63 letters, digits, '-', '_' or '.',
+    starting and ending with a letter or digit; or empty), or None: a taint's value."""
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        return (
+            f"{shown(value)} is not a label value (at most 63 letters, digits, '-', '_' or "
+            "'.', starting and ending with a letter or digit)"
+        )
+    return None
+
+
 def driver_name_problem(name: str) -> str | None:
     """Why ``name`` is not a driver's name (a DNS subdomain of at most 63 characters), or None."""
     return dns_subdomain_problem(name, MAX_DRIVER_NAME_LENGTH)

@@ -61,6 +61,11 @@ class Taint:
     key: str
     effect: str
     value: str = ""
+    # Where the taint comes from, for explanations only (allocation never reads them):
+    # ``timeAdded`` as given, and the DeviceTaintRule that put it on the device ("" when the
+    # slice publishes it; :mod:`dra_jupyter.model.taintrules`).
+    time_added: str = field(default="", compare=False)
+    rule: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,7 +199,7 @@ class ClaimService:
         swept = self._sweep(wait=False)
         inventory = self.inventory()
         held = swept.kept if swept.complete else self.backend.holders()
-        rows = [DeviceModel(**asdict(r)) for r in device_rows(inventory.slices, held)]  # type: ignore[typeddict-item]
+        rows = [DeviceModel(**asdict(r)) for r in device_rows(inventory.patched_slices, held)]  # type: ignore[typeddict-item]
         waiting = [
             WaiterModel(user=w.owner.user, kernel_id=w.owner.kernel_id, what=w.what, since=w.since)
             for w in self.backend.waiting()

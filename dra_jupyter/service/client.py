@@ -262,7 +262,7 @@ class ServiceBackend:
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
         devices = self.inventory()
         return Allocator(
-            devices.slices,
+            devices.patched_slices,
             devices.device_classes,
             [r.to_object() for r in held],
             self.strategy,

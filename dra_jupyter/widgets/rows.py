@@ -45,7 +45,7 @@ def board_rows(session: Session, now: float | None = None) -> list[dict[str, Any
     recorder = session.metrics
     current = {s.device: s for s in recorder.sample(set(holders), now)}
     rows = []
-    for row in device_rows(session.inventory.slices, records):
+    for row in device_rows(session.inventory.patched_slices, records):
         sample = current.get(row.device)
         spark = [s.utilization for s in recorder.history.series(row.device, SPARK_LENGTH)]
         rows.append(

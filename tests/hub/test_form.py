@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,26 @@ def test_the_deployed_jupyterhub_config_offers_what_it_says() -> None:
     mine = restrict(offered, "cid", (), policy)
     assert [c.slug for c in mine if c.default] == ["none"]
     assert {(c.lease, c.idle_timeout) for c in mine} == {("8h", "1h")}
+
+
+def test_the_counts_leave_out_devices_a_device_taint_rule_taints() -> None:
+    """A NoSchedule DeviceTaintRule on one of the 8 GPUs (as a cluster's inventory carries
+    it): every count is one GPU short, 8 GPUs are never possible, 7 now are."""
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "xid-79"},
+        "spec": {
+            "deviceSelector": {"device": "gpu-0"},
+            "taint": {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"},
+        },
+    }
+    inv = replace(simulated.load("h200-8x"), taint_rules=(rule,))
+    offered = {c.slug: c.available for c in choices(service_world(inv, []), now=NOW)}
+    assert offered == {
+        "none": offered["none"],
+        "h200-x1": 7,
+        "h200-x2": 3,
+        "h200-x4": 1,
+        "h200-x7": 1,
+    }

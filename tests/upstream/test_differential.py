@@ -49,7 +49,14 @@ def test_seeded_worlds_agree_with_upstream(upstream: Upstream) -> None:
             + Mismatch(first.seed, small, first.ours, first.upstream).describe()
         )
     # the worlds exercise what they are meant to: every feature in some agreeing world
-    for name in ("all", "first-available", "partitionable", "consumable-capacity", "taints"):
+    for name in (
+        "all",
+        "first-available",
+        "partitionable",
+        "consumable-capacity",
+        "taints",
+        "taint-rules",
+    ):
         assert agree[name] > 0, name
 
 

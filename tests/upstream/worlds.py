@@ -1,7 +1,8 @@
 """A seeded generator of random worlds for the differential test against upstream.
 
-A world is what ``dra-jupyter allocate -f`` reads: DeviceClasses, ResourceSlices, Nodes,
-claims in use (with ``status.allocation``) and the claims to allocate, as wire dicts.
+A world is what ``dra-jupyter allocate -f`` reads: DeviceClasses, ResourceSlices,
+DeviceTaintRules, Nodes, claims in use (with ``status.allocation``) and the claims to
+allocate, as wire dicts.
 :func:`world` is a pure function of its seed (:class:`random.Random`), so a mismatch is
 reproduced by its seed alone; :func:`feature_names` says which features a world uses (the
 agreement is counted per feature).
@@ -498,6 +499,78 @@ def _opaque(driver: str, parameters: Wire) -> Wire:
     return {"opaque": {"driver": driver, "parameters": parameters}}
 
 
+def _taint_rule(name: str, selector: Wire | None, taint: Wire) -> Wire:
+    spec: Wire = {"taint": taint}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def taint_rules(seed: int, devices: list[tuple[str, str, Wire]], features: set[str]) -> list[Wire]:
+    """DeviceTaintRules for a world whose published devices are ``devices``, drawn from a
+    generator of their own (the rest of world ``seed`` is what it was before rules were
+    drawn). Selectors by driver, pool and device, alone and together, some matching nothing
+    (another pool, a device no slice has), none at all (selects no device) or empty (every
+    device); effects NoSchedule, NoExecute and None on the keys the worlds' tolerations name;
+    a few rules kube-apiserver refuses, and a name given twice."""
+    rng = random.Random(f"taint-rules/{seed}")
+    if not devices or not _pick(rng, 0.25):
+        return []
+    features.add("taint-rules")
+    rules: list[Wire] = []
+    for i in range(rng.choice((1, 1, 2, 3))):
+        driver, pool, dev = rng.choice(devices)
+        kind = rng.randrange(9)
+        selector: Wire | None
+        if kind == 0:
+            selector = None
+            features.add("taint-rule-no-selector")
+        elif kind == 1:
+            selector = {}
+            features.add("taint-rule-all-devices")
+        elif kind == 2:
+            selector = {"driver": driver}
+        elif kind == 3:
+            selector = {"pool": pool}
+        elif kind == 4:
+            selector = {"device": dev["name"]}
+        elif kind == 5:
+            selector = {"driver": driver, "pool": pool, "device": dev["name"]}
+        elif kind == 6:
+            selector = {"pool": pool, "device": dev["name"]}
+        elif kind == 7:  # matches nothing: a pool of another driver, or no such device
+            features.add("taint-rule-no-match")
+            other = NIC if driver == GPU else GPU
+            selector = rng.choice(({"driver": other, "pool": pool}, {"device": "missing-0"}))
+        else:
+            selector = {"driver": driver, "device": dev["name"]}
+        effect = rng.choice(("NoSchedule", "NoSchedule", "NoExecute", "None"))
+        taint: Wire = {"key": rng.choice(("k", "k", "r")), "effect": effect}
+        if _pick(rng, 0.8):
+            taint["value"] = rng.choice(("v", "w"))
+        if _pick(rng, 0.2):
+            taint["timeAdded"] = "2026-09-01T12:00:00Z"
+        if _pick(rng, 0.04):
+            features.add("invalid-taint-rule")  # refused by kube-apiserver
+            taint = rng.choice(
+                (
+                    {**taint, "effect": "PreferNoSchedule"},
+                    {**taint, "key": ""},
+                    {**taint, "value": "not a label"},
+                )
+            )
+        rules.append(_taint_rule(f"rule-{i}", selector, taint))
+    if len(rules) > 1 and _pick(rng, 0.05):
+        features.add("duplicate-names")  # refused: kube-apiserver keeps one per name
+        rules[1]["metadata"] = dict(rules[0]["metadata"])
+    return rules
+
+
 def world(seed: int) -> tuple[list[Wire], set[str]]:
     """The objects of world ``seed`` and the names of the features it uses."""
     b = _Builder(seed)
@@ -520,7 +593,8 @@ def world(seed: int) -> tuple[list[Wire], set[str]]:
         b.features.add("several-claims")
     claims = [b.claim(f"claim-{i}", class_names) for i in range(count)]
     b.rng.shuffle(slices)  # upstream's order does not depend on the order slices are listed
-    return [*classes, *slices, *nodes, *held, *claims], b.features
+    rules = taint_rules(seed, b.devices, b.features)
+    return [*classes, *slices, *rules, *nodes, *held, *claims], b.features
 
 
 def feature_names(objects: list[Wire]) -> set[str]:
@@ -533,6 +607,7 @@ def feature_names(objects: list[Wire]) -> set[str]:
         ("partitionable", "sharedCounters"),
         ("consumable-capacity", "allowMultipleAllocations"),
         ("taints", "taints"),
+        ("taint-rules", "DeviceTaintRule"),
         ("config", "'config'"),
         ("in-use", "'allocation'"),
         ("compatibility-groups", "compatibilityGroups"),

@@ -5,18 +5,21 @@
 //
 // Batch mode: standard input holds one JSON world per line,
 //
-//	{"objects": [DeviceClass | ResourceSlice | ResourceClaim | Node, ...], "node": "optional"}
+//	{"objects": [DeviceClass | ResourceSlice | DeviceTaintRule | ResourceClaim | Node, ...], "node": "optional"}
 //
 // the objects as in a `dra-jupyter allocate -f` file (claims with status.allocation are
-// in use, the others are allocated together). Standard output gets one JSON line per
+// in use, the others are allocated together). DeviceTaintRules reach the allocator as in
+// kube-scheduler: through the ResourceSlice tracker (k8s.io/dynamic-resource-allocation/
+// resourceslice/tracker, DRADeviceTaintRules on), fed by informers over a fake clientset
+// holding the world's slices and rules; the allocator gets its patched slices. Standard output gets one JSON line per
 // world, in order:
 //
 //	{"exit": 0, "node": "node-1", "items": [claim with status.allocation, ...]}
 //	{"exit": 1, "error": "why no node fits"}
 //	{"exit": 2, "error": "the first invalid object and field, or the allocator's error"}
 //
-// (a second DeviceClass or ResourceSlice of a name already given is invalid, as
-// kube-apiserver refuses to create it)
+// (a second DeviceClass, ResourceSlice or DeviceTaintRule of a name already given is
+// invalid, as kube-apiserver refuses to create it)
 //
 // exit as `dra-jupyter allocate`'s exit code; items as its `-o json` List's items.
 //
@@ -46,13 +49,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/apis/resource"
 	resourceinstall "k8s.io/kubernetes/pkg/apis/resource/install"
 	"k8s.io/kubernetes/pkg/apis/resource/validation"
-	_ "k8s.io/kubernetes/pkg/features" // registers the Kubernetes feature gates
+	kubefeatures "k8s.io/kubernetes/pkg/features" // also registers the Kubernetes feature gates
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	sigsjson "sigs.k8s.io/json"
@@ -135,6 +141,7 @@ func admit[V runtime.Object, I runtime.Object](raw []byte, external V, internal 
 type objects struct {
 	classes   classLister
 	slices    []*resourceapi.ResourceSlice
+	rules     []*resourceapi.DeviceTaintRule
 	pending   []*resourceapi.ResourceClaim
 	pendingJS []map[string]any
 	allocated []*resourceapi.ResourceClaim
@@ -146,6 +153,7 @@ func load(w world) (*objects, error) {
 	// kube-apiserver keeps one object per name: a second create of a name already stored
 	// is refused (AlreadyExists)
 	sliceNames := sets.New[string]()
+	ruleNames := sets.New[string]()
 	for _, raw := range w.Objects {
 		var head struct {
 			Kind     string `json:"kind"`
@@ -181,6 +189,16 @@ func load(w world) (*objects, error) {
 			}
 			sliceNames.Insert(s.Name)
 			o.slices = append(o.slices, s)
+		case "DeviceTaintRule":
+			r, err := admit(raw, &resourceapi.DeviceTaintRule{}, &resource.DeviceTaintRule{}, validation.ValidateDeviceTaintRule, "DeviceTaintRule", name)
+			if err != nil {
+				return nil, err
+			}
+			if ruleNames.Has(r.Name) {
+				return nil, invalid{fmt.Sprintf("DeviceTaintRule %s: already exists", name)}
+			}
+			ruleNames.Insert(r.Name)
+			o.rules = append(o.rules, r)
 		case "ResourceClaim":
 			if head.Metadata.Namespace == "" {
 				// what `kubectl apply` does with no namespace in the object
@@ -264,6 +282,68 @@ func allocatedState(claims []*resourceapi.ResourceClaim, consumable bool) struct
 	return s
 }
 
+// patchedSlices is what kube-scheduler's allocator gets from its ResourceSlice tracker
+// (dynamicresources: draManager.ResourceSlices().ListWithDeviceTaintRules()): the slices
+// with the taints of the DeviceTaintRules that select their devices appended. The real
+// tracker, on informers of a fake clientset holding the world's slices and rules, synced
+// before it is read. Without rules the tracker gives the slices as they are (no patch).
+func patchedSlices(ctx context.Context, o *objects, enabled bool) ([]*resourceapi.ResourceSlice, error) {
+	if len(o.rules) == 0 || !enabled {
+		return o.slices, nil
+	}
+	objs := make([]runtime.Object, 0, len(o.slices)+len(o.rules))
+	for _, s := range o.slices {
+		objs = append(objs, s)
+	}
+	for _, r := range o.rules {
+		objs = append(objs, r)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	client := fake.NewSimpleClientset(objs...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	t, err := tracker.StartTracker(ctx, tracker.Options{
+		EnableDeviceTaintRules: true,
+		SliceInformer:          factory.Resource().V1().ResourceSlices(),
+		TaintInformer:          factory.Resource().V1().DeviceTaintRules(),
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("start the ResourceSlice tracker: %w", err)
+	}
+	factory.Start(ctx.Done())
+	defer func() {
+		// in this order: the informers stop once the context is done, and Shutdown waits
+		// for them
+		t.Stop()
+		cancel()
+		factory.Shutdown()
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !t.HasSynced() {
+		if time.Now().After(deadline) {
+			return nil, errors.New("the ResourceSlice tracker did not sync in 30s")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	patched, err := t.ListPatchedResourceSlices()
+	if err != nil {
+		return nil, err
+	}
+	if len(patched) != len(o.slices) {
+		return nil, fmt.Errorf("the ResourceSlice tracker lists %d slices of %d", len(patched), len(o.slices))
+	}
+	// in the order given, as without rules (the allocator's answer does not depend on it)
+	byName := make(map[string]*resourceapi.ResourceSlice, len(patched))
+	for _, s := range patched {
+		byName[s.Name] = s
+	}
+	out := make([]*resourceapi.ResourceSlice, len(o.slices))
+	for i, s := range o.slices {
+		out[i] = byName[s.Name]
+	}
+	return out, nil
+}
+
 // elapsed is how long the last run took from its allocated state on (one world at a time).
 var elapsed time.Duration
 
@@ -303,10 +383,14 @@ func run(ctx context.Context, w world, features structured.Features, celCache *c
 			}
 		}
 	}
+	slices, err := patchedSlices(ctx, o, utilfeature.DefaultFeatureGate.Enabled(kubefeatures.DRADeviceTaintRules))
+	if err != nil {
+		return answer{Exit: 4, Error: err.Error()}
+	}
 	start := time.Now()
 	defer func() { elapsed = time.Since(start) }()
 	state := allocatedState(o.allocated, features.ConsumableCapacity)
-	allocator, err := structured.NewAllocator(ctx, features, state, o.classes, o.slices, celCache)
+	allocator, err := structured.NewAllocator(ctx, features, state, o.classes, slices, celCache)
 	if err != nil {
 		return answer{Exit: 2, Error: err.Error()}
 	}
