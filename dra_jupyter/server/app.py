@@ -308,9 +308,11 @@ class DRAExtensionApp(ExtensionApp):
                 self._restart_asked, k, asked
             ),
         )
-        self.moves = Moves(self, self._kernel_claims, self._release_named)
         self.known_kernels: set[str] = set()  # every kernel this server has run
         self.claim_events = ClaimEvents(self.events, self.service.released)
+        self.moves = Moves(
+            self, self._kernel_claims, self._release_named, self.claim_events.emit_kernel_moved
+        )
         # kernel -> restarts with claims under way, whose "restart" event must not release
         self.keeping: dict[str, int] = {}
         # Writes on one thread, many requests per commit (writer.py); reads on their own
@@ -567,8 +569,8 @@ class DRAExtensionApp(ExtensionApp):
         note = (
             f"dra: this kernel's pod with {devices.said()} was stopped and its claim "
             f"{data.get('claim')} released ({why}), so its variables are gone; "
-            + (f"{again} starts it again on such devices, as does " if again else "")
-            + "the Devices panel's Restart kernel with its devices"
+            + (f"{again} starts it again on such devices" if again else "to start it again")
+            + " (in JupyterLab: Restart kernel with its devices)"
         )
         self.log.info(
             "dra_jupyter: kernel %s leaves its pod: its claim %s was released (%s)",

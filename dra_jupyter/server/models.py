@@ -57,7 +57,8 @@ class DevicesResponse(TypedDict):
 class ReleasedModel(TypedDict):
     """Why and when a claim was released (``GET claims/{name}`` of a claim released lately)."""
 
-    reason: str  # idle, gpu-idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit
+    # idle, gpu-idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit, moved
+    reason: str
     time: float  # seconds since the epoch
     message: str  # the reason in a user's words, e.g. "idle for 40 min"
 

@@ -30,6 +30,7 @@ from dra_jupyter.errors import (
     KernelNotFoundError,
     KernelRestartError,
 )
+from dra_jupyter.identity import current_user
 from dra_jupyter.kernelnote import NOTE_ENV
 from dra_jupyter.types import ClaimRecord
 
@@ -140,6 +141,18 @@ def noted(kernel: Any, note: str) -> None:
     kernel.update_env(env={NOTE_ENV: note})
 
 
+def moved_event(kernel_id: str, where: str, devices: PodDevices, message: str) -> dict[str, Any]:
+    """The kernel_moved event's data (``events/kernel_moved.json``)."""
+    return {
+        "kernel_id": kernel_id,
+        "user": current_user(),  # the server's: its kernels' user
+        "where": where,
+        "devices": devices.said(),
+        "again": devices.again(),
+        "message": message,
+    }
+
+
 def checked_claim(spec: Any, where: str) -> dict[str, Any]:
     """A claim spec a kernel sent (``dra.request(..., restart=True)``): a JSON object of
     bounded size with requests; the API server checks the rest when the template is made."""
@@ -175,6 +188,8 @@ class Moves:
     host: Host
     kernel_claims: Callable[[str], Awaitable[list[ClaimRecord]]]  # a kernel's live claims
     release: Callable[[list[str], str], Awaitable[None]]  # claims by name, with a reason
+    # told of each move done: the kernel_moved event's data
+    on_moved: Callable[[dict[str, Any]], None] = lambda data: None
     # a kernel moved back to the server -> the devices it had, to start it on them again
     parked: dict[str, PodDevices] = field(default_factory=dict)
     origins: dict[str, Any] = field(default_factory=dict)  # kernel -> its first kernel spec
@@ -233,11 +248,17 @@ class Moves:
         self.parked.pop(kernel_id, None)
         if made:
             await self.release([r.name for r in made], MOVED)
+        pod = getattr(kernel.provisioner, "pod_name", None)
         self.host.log.info(
-            "dra_jupyter: kernel %s moved into pod %s with %s",
-            kernel_id,
-            getattr(kernel.provisioner, "pod_name", None),
-            devices.said(),
+            "dra_jupyter: kernel %s moved into pod %s with %s", kernel_id, pod, devices.said()
+        )
+        self.on_moved(
+            moved_event(
+                kernel_id,
+                "pod",
+                devices,
+                f"The kernel runs in pod {pod} with {devices.said()} now; its variables are gone.",
+            )
         )
         return await self.kernel_claims(kernel_id)
 
@@ -255,6 +276,9 @@ class Moves:
             noted(kernel, "")  # said once: a plain restart later starts a quiet kernel
         self.host.log.info(
             "dra_jupyter: kernel %s is back on the server, without devices", kernel_id
+        )
+        self.on_moved(
+            moved_event(kernel_id, "server", devices or PodDevices(), note.removeprefix("dra: "))
         )
 
     def _origin(self, kernel_id: str, kernel: Any) -> Any:

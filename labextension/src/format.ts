@@ -261,6 +261,8 @@ export function releaseReason(reason: string): string {
       return 'it was released on request';
     case 'server-stop':
       return 'the Jupyter server stopped';
+    case 'moved':
+      return 'its kernel moved into a pod with these devices, whose own claim holds them now';
     case 'expired':
       return 'its lease ended';
     case 'reclaimed':

@@ -96,7 +96,7 @@ export interface GpuActivity {
 }
 
 export interface Released {
-  /** idle, gpu-idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit */
+  /** idle, gpu-idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit, moved */
   reason: string;
   /** seconds since the epoch */
   time: number;
