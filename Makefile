@@ -212,7 +212,7 @@ bench-gpu-sampling: install
 # GPU kernels on the test control plane (the kernel provisioner, a real jupyter_server, the
 # stand-in kubelet): start to first executed cell with devices, idle deadline to claim deleted,
 # each phase; 10 kernels after a warm-up, beside the pod's process started without
-# Kubernetes. Builds the control plane once (as k8s-build); about 3 minutes.
+# Kubernetes. Builds the control plane once (as k8s-build); about 1.5 minutes when quiet.
 bench-kernels: install
 	$(BIN)/python scripts/k8s-testenv build
 	$(BIN)/python -m benchmarks.bench_gpu_kernels
