@@ -23,7 +23,7 @@ LAB_SOURCES := labextension/package.json labextension/yarn.lock \
 
 .PHONY: install check test unit lint typecheck layers pytest k8s-build fuzz fuzz-upstream demo lab \
 	labextension bench bench-latency bench-upstream bench-placement bench-load bench-service \
-	bench-hub bench-usage bench-gpu-sampling clean hub-proxy $(addprefix test-,$(TIERS))
+	bench-hub bench-usage bench-gpu-sampling bench-kernels clean hub-proxy $(addprefix test-,$(TIERS))
 
 install: $(STAMP)
 
@@ -171,7 +171,7 @@ lab: install $(LAB_BUILD)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
 bench: bench-latency bench-upstream bench-placement bench-load bench-service bench-hub bench-usage \
-	bench-gpu-sampling
+	bench-gpu-sampling bench-kernels
 
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
@@ -208,6 +208,14 @@ bench-usage: install
 # The service's GPU sampler on 8 GPUs x 50 processes (the fake NVML), beside the metrics read
 bench-gpu-sampling: install
 	$(BIN)/python -m benchmarks.bench_gpu_sampling
+
+# GPU kernels on the test control plane (the kernel provisioner, a real jupyter_server, the
+# stand-in kubelet): start to first executed cell with devices, idle deadline to claim deleted,
+# each phase; 10 kernels after a warm-up, beside the pod's process started without
+# Kubernetes. Builds the control plane once (as k8s-build); about 1.5 minutes when quiet.
+bench-kernels: install
+	$(BIN)/python scripts/k8s-testenv build
+	$(BIN)/python -m benchmarks.bench_gpu_kernels
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis labextension/node_modules \

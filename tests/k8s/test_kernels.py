@@ -117,6 +117,7 @@ def running_server(
     pod_runner: PodRunner,
     *,
     idle_timeout: float,
+    check_interval: float = 1.0,
 ) -> Iterator[Server]:
     cluster_wide = apply_rbac(api, namespace)
     kubeconfig = service_account_kubeconfig(
@@ -149,7 +150,7 @@ def running_server(
         f"c.DRAExtensionApp.namespace = {namespace!r}\n"
         f"c.DRAExtensionApp.kubeconfig = {str(kubeconfig)!r}\n"
         f"c.DRAExtensionApp.idle_timeout = {idle_timeout}\n"
-        "c.DRAExtensionApp.check_interval = 1.0\n"
+        f"c.DRAExtensionApp.check_interval = {check_interval}\n"
     )
     env = {
         **os.environ,
