@@ -63,6 +63,7 @@ NAME = "dra-kubernetes"  # the entry point's name, a kernel spec's provisioner_n
 PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
 OWN_ENV = "DRA_JUPYTER_"  # the prefix of the variables the server gives its kernels
 POLL_EVERY_S = 1.0  # the pod is read at most this often by poll()
+SHUTDOWN_WAIT_S = 2.0  # for the kernel to stop by itself before its pod is deleted
 
 
 class DRAKernelProvisioner(KernelProvisionerBase):
@@ -321,6 +322,12 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             if self._pods is not None:
                 self._pods.close()
                 self._pods = None
+
+    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
+        """At most :data:`SHUTDOWN_WAIT_S`: the pod's claim goes when the pod goes, so a
+        kernel that does not stop on its shutdown request is deleted soon (its container
+        still gets the pod's grace period), and idle release stays bounded."""
+        return min(recommended, SHUTDOWN_WAIT_S)
 
     def get_stable_start_time(self, recommended: float = 10.0) -> float:
         return self.start_timeout + recommended
