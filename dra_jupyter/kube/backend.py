@@ -393,8 +393,10 @@ class KubernetesBackend:
         return contextlib.nullcontext()
 
     def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:
-        """Refused: a restart with claims gives the kernel its claims' devices, and here
-        those go to the pods that use the claims, never to the kernel."""
+        """Refused: adopting claims gives a restarted kernel their devices' environment, and
+        here those go to the pods that use the claims, never to the kernel. (The server
+        extension's restart-with-claims moves the kernel into a pod instead:
+        :mod:`dra_jupyter.server.moves`.)"""
         raise InvalidInputError(
             f"kernel {kernel_id}: restart-with-claims starts a kernel with its claims' "
             "devices, but on the Kubernetes backend a claim's devices go to the pods that use "
