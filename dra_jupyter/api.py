@@ -12,11 +12,9 @@ cards).
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import re
-import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -28,17 +26,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
 
 import yaml
 
-from dra_jupyter.accounting.book import Book, UsageRow, dimensions_of, window
 from dra_jupyter.allocator import STRATEGIES, Explanation
 from dra_jupyter.backends import open_backend
 from dra_jupyter.claimspec import CLAIM_KEYS, REQUEST_KEYS, RUN_KEYS, build_claim, unknown_keyword
-from dra_jupyter.durations import format_duration, parse_duration, parse_lease, parse_timeout
+from dra_jupyter.devicehistory import device_history, resolve_device
+from dra_jupyter.durations import parse_duration, parse_lease, parse_timeout
 from dra_jupyter.environment import ProcessEnvironment, accelerator_runtime_loaded, environment_for
 from dra_jupyter.errors import (
     AllocationError,
     BusyError,
     ClaimNotFoundError,
-    DraJupyterError,
     DraJupyterWarning,
     InvalidInputError,
     NeverPossibleError,
@@ -46,6 +43,14 @@ from dra_jupyter.errors import (
     shown,
 )
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.requestnotes import (
+    QueueReporter,
+    caller_level,
+    describe,
+    others_on,
+    own_holders_note,
+    waits_for_a_pod,
+)
 from dra_jupyter.restarts import ask_restart
 from dra_jupyter.settings import BACKENDS, Settings
 from dra_jupyter.tables import (
@@ -70,45 +75,19 @@ from dra_jupyter.types import (
     Owner,
     Run,
     Waiting,
-    accounting_of,
     label_value,
 )
+from dra_jupyter.usagebook import book_for, frame_for, report_for, snapshot_for
 from dra_jupyter.verdicts import impossible_hint
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dra_jupyter.accounting.book import Book, UsageRow
     from dra_jupyter.accounting.prometheus import Snapshot
     from dra_jupyter.metrics.recorder import Recorder
 
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
-HISTORY_STEP = 5.0  # seconds between the points of a simulated device's history
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` that points a warning at the first frame outside this package."""
-    package = str(Path(__file__).parent)
-    frame = inspect.currentframe()
-    level = 0
-    while frame is not None and frame.f_code.co_filename.startswith(package):
-        frame = frame.f_back
-        level += 1
-    return max(level, 1)
-
-
-def describe(spec: Mapping[str, Any]) -> str:
-    """A request as typed, for the lines that say where it stands."""
-    return ", ".join(f"{k}={v!r}" for k, v in spec.items()) or "devices"
-
-
-def _waits_for_a_pod(name: str, spec: Mapping[str, Any]) -> str:
-    """What a kernel on Kubernetes is told of the claim it made: no pod uses it yet."""
-    words = describe(spec) if spec else "gpu=1"
-    return (
-        f"claim {name} waits for a pod: on Kubernetes a kernel's devices are its pod's; "
-        f"dra.request({words}, restart=True) restarts this kernel in a pod with them (its "
-        "variables are lost)"
-    )
 
 
 class WaitReporter(Protocol):
@@ -169,32 +148,6 @@ class _Cells:
     session made them): ``cell id -> (run id, claims)``."""
 
     made: ClassVar[dict[str, tuple[str, list[Claim]]]] = {}
-
-
-class QueueReporter:
-    """Says on stderr where a waiting request stands, each time its place changes."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.last: int | None = None
-
-    def __call__(self, waiting: Waiting) -> None:
-        if waiting.position == self.last:
-            return
-        self.last = waiting.position
-        limit = f" of {format_duration(waiting.timeout)}" if waiting.timeout else ""
-        place = "next in line" if waiting.position == 1 else f"number {waiting.position} in line"
-        print(
-            f"dra: waiting for {self.what}: {place} "
-            f"({format_duration(waiting.waited)}{limit} so far)",
-            file=sys.stderr,
-        )
-
-    def allocated(self, claim: Claim) -> None:
-        return None
-
-    def failed(self, message: str) -> None:
-        return None
 
 
 class Claim:
@@ -442,17 +395,7 @@ class Session:
 
     def device_key(self, device: str) -> str:
         """``driver/pool/device`` of a device named in full or by its name (``gpu-0``)."""
-        keys = [r.device for r in device_rows(self.inventory.patched_slices, [])]
-        if device in keys:
-            return device
-        found = [k for k in keys if k.rsplit("/", 1)[-1] == device]
-        if len(found) == 1:
-            return found[0]
-        what = "is ambiguous" if found else "is not a device of this inventory"
-        raise InvalidInputError(
-            f"dra.history: {device!r} {what}; use a name from dra.devices(), "
-            f"e.g. {keys[0] if keys else 'gpu-0'!r}"
-        )
+        return resolve_device(self.inventory, device)
 
     def history(
         self,
@@ -467,32 +410,9 @@ class Session:
         Simulated inventories: values computed for the whole window (they are a function
         of time and of the devices' current claims), marked ``simulated``. Real GPUs: the
         samples this process took (each call, and each refresh of a board in this
-        kernel, takes one); the live board shows the server extension's longer history."""
-        from dra_jupyter.metrics.history import to_frame  # noqa: PLC0415
-
-        if not self.backend.capabilities.devices_here:
-            raise InvalidInputError(
-                "dra.history: device metrics come from this machine (NVML); the Kubernetes "
-                "backend's devices are on the cluster's nodes: use the cluster's monitoring "
-                "(e.g. the DCGM exporter)"
-            )
-        now = time.time()
-        if since is None:
-            since = now - (parse_duration(last, what="last") or 0)
-        keys = [self.device_key(d) for d in ([devices] if isinstance(devices, str) else devices)]
-        spans: dict[str, list[tuple[float, float]]] = {k: list(v) for k, v in (held or {}).items()}
-        live = set()
-        for record in self.backend.claims(all_users=True):
-            for key in record.device_keys:
-                spans.setdefault(key, []).append((record.created, math.inf))
-                live.add(key)
-        self.metrics.sample(live, now)
-        samples = [
-            s
-            for key in keys
-            for s in self.metrics.series(key, since=since, now=now, held=spans, step=HISTORY_STEP)
-        ]
-        return to_frame(samples)
+        kernel, takes one); the live board shows the server extension's longer history
+        (:mod:`dra_jupyter.devicehistory`)."""
+        return device_history(self, devices, since=since, last=last, held=held)
 
     def class_names(self) -> list[str]:
         return [c["metadata"]["name"] for c in self.inventory.device_classes]
@@ -567,7 +487,7 @@ class Session:
                 claim, timeout=wait, lease=lease_s, on_wait=on_wait, checked=True
             )
         except BusyError as err:  # a cell run again and again, say: tell whose claims
-            own = self._own_holders_note()
+            own = own_holders_note(self.owner, backend)
             message = f"{err}\n{own}" if own else str(err)
             if reporter is not None:
                 reporter.failed(message)
@@ -585,7 +505,7 @@ class Session:
             _Cells.made[origin[0]][1].append(result)
         result.notes = self._notes_on(result, spec, apply_env=apply_env, reserve=reserve)
         for note in result.notes:
-            warnings.warn(note, DraJupyterWarning, stacklevel=_caller_level())
+            warnings.warn(note, DraJupyterWarning, stacklevel=caller_level())
         if reporter is not None:
             reporter.allocated(result)
         if restart:
@@ -607,9 +527,9 @@ class Session:
         if apply_env and caps.devices_here:  # a cluster's devices go to its pods, not here
             notes += result.apply_env()
         if caps.devices_here and not caps.every_user and not self.inventory.simulated:
-            notes += self._others_on(result)
+            notes += others_on(self.metrics, result)
         if self.backend.cluster is not None and self.owner.kernel_id and not reserve:
-            notes.append(_waits_for_a_pod(result.name, spec))
+            notes.append(waits_for_a_pod(result.name, spec))
         return notes
 
     def _restart_in_pod(self, spec: dict[str, Any], name: str, *, reserve: bool) -> NoReturn:
@@ -629,30 +549,6 @@ class Session:
             "run the next cell once the kernel is back",
         )
 
-    def _others_on(self, claim: Claim) -> list[str]:
-        """What to say when the driver lists another user's process on a device the claim
-        was just given: a ledger that does not see that user's claims (each user's own
-        embedded ledger) handed out a GPU in use. One line per device; none where NVML
-        cannot tell."""
-        from dra_jupyter.metrics.processes import read_process  # noqa: PLC0415  # on use
-
-        listed = self.metrics.source.processes(time.time()) or []
-        keys = {row.device for row in claim.devices}
-        mine = os.getuid()
-        others: dict[str, list[str]] = {}
-        for process in listed:
-            if process.device not in keys:
-                continue
-            info = read_process(process.pid)
-            if info is not None and info.uid != mine:
-                others.setdefault(process.device, []).append(f"{info.user}'s pid {process.pid}")
-        return [
-            f"claim {claim.name}: {device.rsplit('/', 1)[-1]} is in use by another user's "
-            f"process ({', '.join(who)}) whose claim this session cannot see: the machine "
-            "is shared without the service; `dra-jupyter doctor` says more"
-            for device, who in others.items()
-        ]
-
     def _release_previous_run(self, cell: str, run: str) -> None:
         """A cell runs again: release the claims its previous run made (and this process
         still holds), before its new requests; several requests of one run all stay."""
@@ -667,34 +563,6 @@ class Session:
                 f"dra: released {', '.join(released)}, made when this cell ran before "
                 "(dra.configure(rerun_releases=False) keeps them)"
             )  # information, on stdout: a notebook shows stderr as an error
-
-    def _own_holders_note(self) -> str:
-        """For a busy error: what of the claims held now this process holds itself, and how
-        to release them (a cell run again and again, say); empty when it holds none."""
-        me = self.owner
-
-        def mine(record: ClaimRecord) -> bool:
-            if me.kernel_id:
-                return record.owner.kernel_id == me.kernel_id
-            return (record.owner.host, record.owner.pid) == (me.host, me.pid)
-
-        try:
-            held = self.backend.claims(all_users=True)
-        except DraJupyterError:  # the busy error is what the user needs; this only helps
-            return ""
-        own = [r.name for r in held if mine(r)]
-        if not own:
-            return ""
-        who = "this kernel" if me.kernel_id else "this process"
-        if len(own) == len(held):
-            return (
-                f"every claim held now is {who}'s own ({', '.join(own)}): "
-                "dra.release_all() releases them (or claim.release() one of them)"
-            )
-        return (
-            f"{who} holds {', '.join(own)} itself: dra.release(name) releases one you no "
-            "longer need"
-        )
 
     def check_possible(self, spec: Mapping[str, Any], claim: dict[str, Any]) -> None:
         """Raise :class:`NeverPossibleError`, in the user's terms where we can (``no device
@@ -788,46 +656,28 @@ class Session:
             ProcessEnvironment.of_process().sync()
         return names
 
-    # --- the usage book ----------------------------------------------------------------------
+    # --- the usage book (dra_jupyter.usagebook) -----------------------------------------------
 
     def usage_book(self, since: str | float = "7d", *, what: str = "dra.usage") -> Book:
         """The book's intervals of the last ``since`` that this user may see."""
-        book = accounting_of(self.backend)
-        if book is None:
-            raise InvalidInputError(
-                f"{what}: {self.backend.capabilities.where} keeps no usage book (claims of "
-                "this machine's ledger or of the shared-machine service do); use the "
-                "cluster's own accounting"
-            )
-        return book.usage_book(math.inf if since == math.inf else window(since))
+        return book_for(self.backend, since, what=what)
 
     def usage_report(
         self, since: str | float = "7d", by: str = "user"
     ) -> tuple[tuple[str, ...], list[UsageRow]]:
         """The columns of the key (``by``'s dimensions) and a row per key: GPU-seconds
         held, active, idle and unknown, and energy, over the last ``since``."""
-        dims = dimensions_of(by)
-        return dims, self.usage_book(since).report(dims)
+        return report_for(self.backend, since, by)
 
     def usage(self, since: str | float = "7d", by: str = "user") -> pd.DataFrame:
         """GPU usage over the last ``since`` by ``user``, ``group``, ``claim`` or
         ``device``, as a DataFrame (see :func:`dra_jupyter.accounting`)."""
-        from dra_jupyter.accounting.frame import to_frame  # noqa: PLC0415  # pandas when asked
-
-        dims, rows = self.usage_report(since, by)
-        return to_frame(rows, dims)
+        return frame_for(self.backend, since, by)
 
     def usage_snapshot(self) -> Snapshot:
         """What a Prometheus scrape reads: the whole book, the devices by model and state
         (``held``: in a live claim, else ``free``), the requests waiting in line."""
-        from dra_jupyter.accounting.prometheus import Snapshot  # noqa: PLC0415
-        from dra_jupyter.accounting.weights import Weights  # noqa: PLC0415
-
-        book = self.usage_book(math.inf, what="metrics")
-        held = {key for r in self.backend.holders() for key in r.device_keys}
-        models = Weights(self.inventory).models()
-        devices = [(model, "held" if key in held else "free") for key, model in models.items()]
-        return Snapshot(book, devices, len(self.backend.waiting()))
+        return snapshot_for(self)
 
 
 def _or_forever(seconds: float | None) -> float:
