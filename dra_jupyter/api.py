@@ -51,7 +51,7 @@ from dra_jupyter.requestnotes import (
     own_holders_note,
     waits_for_a_pod,
 )
-from dra_jupyter.restarts import ask_restart
+from dra_jupyter.restarts import ask_restart, in_servers_kernel
 from dra_jupyter.settings import BACKENDS, Settings
 from dra_jupyter.tables import (
     CLAIM_COLUMNS,
@@ -528,7 +528,11 @@ class Session:
             notes += result.apply_env()
         if caps.devices_here and not caps.every_user and not self.inventory.simulated:
             notes += others_on(self.metrics, result)
-        if self.backend.cluster is not None and self.owner.kernel_id and not reserve:
+        if (
+            self.backend.cluster is not None
+            and not reserve
+            and in_servers_kernel(self.owner.kernel_id)
+        ):
             notes.append(waits_for_a_pod(result.name, spec))
         return notes
 

@@ -52,6 +52,12 @@ def ask_restart(kernel_id: str | None, asked: Mapping[str, Any], line: str) -> N
     )
 
 
+def in_servers_kernel(kernel_id: str | None) -> bool:
+    """Whether this process is a Jupyter kernel that a server with the extension started
+    (``kernel_id`` from its environment): where ``restart=True`` works."""
+    return bool(kernel_id) and _kernel_shell() is not None
+
+
 def _kernel_shell() -> Any:
     """IPython's shell when this is a Jupyter kernel's process; else None."""
     try:
