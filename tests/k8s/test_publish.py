@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.cli import main as cli_main
 from dra_jupyter.inventory import simulated
@@ -71,6 +74,18 @@ def test_a_changed_pool_is_republished_at_the_next_generation(
     path = tmp_path / "slices.yaml"
     path.write_text(yaml.safe_dump_all([one, extra, *inventory.device_classes]))
     args = ("--inventory", str(path), "--kubeconfig", str(kubeconfig))
+    try:
+        republished(api, path, args, one, inventory)
+    finally:  # the session's cluster is shared: its pools are the published fixture's
+        resource = client.ResourceV1Api(api)
+        for name in ("file-node-1-gpus", "file-node-1-extra"):
+            with contextlib.suppress(ApiException):
+                resource.delete_resource_slice(name)
+
+
+def republished(
+    api: client.ApiClient, path: Path, args: tuple[str, ...], one: Any, inventory: Any
+) -> None:
     code, out, _ = run(*args)
     assert code == 0
     assert "ResourceSlice file-node-1-gpus: created (pool file-node-1 generation 1)" in out
