@@ -1,5 +1,5 @@
 // The dra-jupyter JupyterLab extension: the Devices panel, the status bar item, the
-// notifications of idle warnings and releases, and the commands.
+// notifications of idle warnings, releases and kernel moves, and the commands.
 
 import {
   ILayoutRestorer,
@@ -14,6 +14,7 @@ import { Debouncer } from '@lumino/polling';
 
 import { deviceSummary, releaseReason, settledBusy } from './format';
 import { DraModel, toError } from './model';
+import { KernelMoves, type MoveNotifier } from './moves';
 import { DevicesPanel, type Kernels } from './panel';
 import { requestAPI } from './request';
 import { DeviceStatus } from './statusbar';
@@ -42,6 +43,18 @@ const notifier: Notifier = {
     }),
   update: (id, message) => Notification.update({ id, message, type: 'warning' }),
   dismiss: id => Notification.dismiss(id)
+};
+
+/** The kernel moves as JupyterLab's notifications (a kernel back on the server: a warning
+ * that stays, with its restart; one into its pod, and a restart done: notes that go). */
+const moveNotifier: MoveNotifier = {
+  ...notifier,
+  info: (message, ms) => {
+    Notification.info(message, { autoClose: ms });
+  },
+  success: message => {
+    Notification.success(message, { autoClose: 5000 });
+  }
 };
 
 function pageKernels(app: JupyterFrontEnd, tracker: INotebookTracker | null): Kernels {
@@ -183,6 +196,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
     model.gpuProcess.connect((_, event) => {
       if (settings.notify) {
         Notification.warning(event.message, { autoClose: false });
+      }
+    });
+    // a kernel moved (Kubernetes): into its pod, or back here without its devices
+    const moves = new KernelMoves(model, moveNotifier, kernels, fail);
+    model.kernelMoved.connect((_, event) => {
+      if (settings.notify) {
+        moves.show(event);
       }
     });
     model.released.connect((_, { event, claim }) => {

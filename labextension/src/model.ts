@@ -12,6 +12,7 @@ import {
   EVENTS,
   type GpuProcessEvent,
   type IdleWarningEvent,
+  type KernelMovedEvent,
   type ReleasedEvent
 } from './tokens';
 import type {
@@ -95,6 +96,14 @@ export class DraModel {
   /** The server's user has a process on a GPU that none of their claims holds. */
   get gpuProcess(): ISignal<this, GpuProcessEvent> {
     return this._gpuProcess;
+  }
+
+  /**
+   * A kernel of this server moved, keeping its id (Kubernetes): into a pod of its own with
+   * devices, or back onto the server without them.
+   */
+  get kernelMoved(): ISignal<this, KernelMovedEvent> {
+    return this._kernelMoved;
   }
 
   /**
@@ -370,12 +379,22 @@ export class DraModel {
    * or released by anyone makes the model refresh (the devices' states changed; the
    * answers hold only what the caller may see); an idle warning or a release is announced
    * (signals) when it is the caller's: a claim seen in an answer, of a user seen there, or
-   * of a kernel of this server.
+   * of a kernel of this server. A kernel's move is announced when the kernel is one of
+   * this server's or its user's claims were seen; its claims changed too (the one it made
+   * went, its pod's came or went).
    */
   handleEvent(event: { schema_id: string; [key: string]: unknown }): void {
     const id = event.schema_id;
     if (id === EVENTS.gpuProcess) {
       this._gpuProcess.emit(event as unknown as GpuProcessEvent); // the server's user's only
+      return;
+    }
+    if (id === EVENTS.kernelMoved) {
+      const moved = event as unknown as KernelMovedEvent;
+      if (this.ownKernel(moved.kernel_id) || this._users.has(moved.user)) {
+        this._kernelMoved.emit(moved);
+      }
+      void this.refreshSoon();
       return;
     }
     if (id !== EVENTS.allocated && id !== EVENTS.idleWarning && id !== EVENTS.released) {
@@ -483,6 +502,7 @@ export class DraModel {
   private _idleWarning = new Signal<this, IdleWarningEvent>(this);
   private _released = new Signal<this, Release>(this);
   private _gpuProcess = new Signal<this, GpuProcessEvent>(this);
+  private _kernelMoved = new Signal<this, KernelMovedEvent>(this);
 }
 
 /** Any failure of a call as a DraRequestError (a bug in the page keeps its message). */

@@ -30,6 +30,7 @@ import {
   utilizationText
 } from './metrics';
 import { type DraModel, toError } from './model';
+import { claimPending, POD_RESTART, restartWords } from './moves';
 import type { Claim, ClaimRequest, Device } from './wire';
 
 /** What the views need to know of the page's kernels. */
@@ -221,15 +222,15 @@ export class DevicesPanel extends Widget {
       );
     }
     if (kernel) {
+      const words = restartWords(claim, {
+        label: 'Restart kernel with these devices',
+        caption: 'Restart the kernel; the new kernel keeps these devices in its environment'
+      });
       actions.append(
-        button(
-          'Restart kernel with these devices',
-          'dra-restart',
-          'Restart the kernel; the new kernel keeps these devices in its environment',
-          () =>
-            this._act(row, () =>
-              this.model.restartWithClaims(kernel).then(() => this.kernels.restarted(kernel))
-            )
+        button(words.label, 'dra-restart', words.caption, () =>
+          this._act(row, () =>
+            this.model.restartWithClaims(kernel).then(() => this.kernels.restarted(kernel))
+          )
         )
       );
     }
@@ -336,22 +337,26 @@ export class DevicesPanel extends Widget {
       const kernel = message.restart;
       if (kernel !== undefined) {
         // the running kernel's environment was made before the claim: a restart with its
-        // devices gives the new kernel CUDA_VISIBLE_DEVICES and friends
+        // devices gives the new kernel CUDA_VISIBLE_DEVICES and friends (Kubernetes: the
+        // claim is pending, and the kernel moves into a pod of its own that holds them)
+        const words = message.pending
+          ? POD_RESTART
+          : {
+              label: 'Restart kernel with these devices',
+              caption:
+                'Restart the notebook’s kernel; the new kernel has the devices in its environment'
+            };
+        const done = message.pending
+          ? 'restarted in a pod with its devices'
+          : 'restarted with its devices';
         m.append(
-          button(
-            'Restart kernel with these devices',
-            'jp-mod-accept dra-restart',
-            'Restart the notebook’s kernel; the new kernel has the devices in its environment',
-            () =>
-              this._act(m, () =>
-                this.model.restartWithClaims(kernel).then(async () => {
-                  await this.kernels.restarted(kernel);
-                  this._formMessage = {
-                    error: false,
-                    text: `${message.claim}: the kernel restarted with its devices.`
-                  };
-                })
-              )
+          button(words.label, 'jp-mod-accept dra-restart', words.caption, () =>
+            this._act(m, () =>
+              this.model.restartWithClaims(kernel).then(async () => {
+                await this.kernels.restarted(kernel);
+                this._formMessage = { error: false, text: `${message.claim}: the kernel ${done}.` };
+              })
+            )
           )
         );
       }
@@ -367,14 +372,18 @@ export class DevicesPanel extends Widget {
           const what = deviceSummary(claim.devices, this.model.deviceMap);
           const kernel = claim.kernel_id ?? undefined;
           const label = kernel ? (this.kernels.label(kernel) ?? 'the notebook') : '';
+          const pending = claimPending(claim);
           this._formMessage = kernel
             ? {
                 error: false,
                 claim: claim.name,
                 restart: kernel,
-                text:
-                  `Got ${what} (claim ${claim.name}) for ${label}. Its running kernel started ` +
-                  'without them: restart it with them to use them.'
+                pending,
+                text: pending
+                  ? `Claim ${claim.name} for ${label} is pending: its devices go to a pod ` +
+                    'that uses it. Restart the kernel in a pod with them to use them.'
+                  : `Got ${what} (claim ${claim.name}) for ${label}. Its running kernel ` +
+                    'started without them: restart it with them to use them.'
               }
             : { error: false, claim: claim.name, text: `Got ${what} (claim ${claim.name}).` };
           this.render();
@@ -505,5 +514,6 @@ export class DevicesPanel extends Widget {
     text: string;
     claim?: string;
     restart?: string; // a kernel to offer the restart with the claim's devices
+    pending?: boolean; // the claim's devices go to a pod (Kubernetes): the restart moves it
   } | null = null;
 }

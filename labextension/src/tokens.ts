@@ -23,7 +23,8 @@ export const EVENTS = {
   allocated: `${EVENT_BASE}/claim_allocated/v1`,
   idleWarning: `${EVENT_BASE}/idle_warning/v1`,
   released: `${EVENT_BASE}/claim_released/v1`,
-  gpuProcess: `${EVENT_BASE}/gpu_process/v1`
+  gpuProcess: `${EVENT_BASE}/gpu_process/v1`,
+  kernelMoved: `${EVENT_BASE}/kernel_moved/v1`
 } as const;
 
 /** What every event of a claim carries (the schemas' common fields). */
@@ -61,6 +62,23 @@ export interface GpuProcessEvent {
   message: string;
 }
 
+/** dra_jupyter/server/events/kernel_moved.json: a kernel of this server moved, keeping its
+ * id (Kubernetes): into a pod of its own with devices, or back onto the server without
+ * them (its pod's claim was released, or its pod could not start). */
+export interface KernelMovedEvent {
+  schema_id: string;
+  kernel_id: string;
+  user: string;
+  /** pod: it runs in a pod with devices now; server: on the server, without devices */
+  where: 'pod' | 'server';
+  /** the devices as requested: `gpu=1, model='NVIDIA H200'` (or `its claim's devices`) */
+  devices: string;
+  /** with server: the Python command that starts it again on such devices ('' if unknown) */
+  again: string;
+  /** one line to show */
+  message: string;
+}
+
 /** dra_jupyter/server/events/claim_allocated.json */
 export interface AllocatedEvent extends ClaimEvent {
   source: string;
@@ -70,7 +88,7 @@ export interface AllocatedEvent extends ClaimEvent {
 export interface Settings {
   /** Seconds between refreshes of the panel and the status bar while they are shown. */
   refreshInterval: number;
-  /** Whether idle warnings and releases are shown as notifications. */
+  /** Whether idle warnings, releases and kernel moves are shown as notifications. */
   notify: boolean;
 }
 
