@@ -3,7 +3,7 @@ devices, and its idle deadline to its claim deleted, on the test control plane.
 
 Run with ``make bench-kernels`` (or ``.venv/bin/python -m benchmarks.bench_gpu_kernels``
 once ``scripts/k8s-testenv build`` has built the control plane). It starts what the tests of
-tests/k8s/test_kernels.py start, in a temporary folder: the real control plane
+tests/k8s/kernelserver.py start, in a temporary folder: the real control plane
 (:mod:`tests.k8s.testenv`), the simulated ``h200-8x`` on two nodes (``dra-jupyter
 publish-slices``), the stand-in kubelet (:class:`tests.k8s.podrunner.PodRunner`, in this
 process as the tests' fixture runs it, so that the moment it starts a kernel's process is
@@ -72,8 +72,8 @@ from dra_jupyter.kube.connect import api_client
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import label_value
 from tests.k8s import testenv
+from tests.k8s.kernelserver import Server, running_server
 from tests.k8s.podrunner import Container, PodRunner
-from tests.k8s.test_kernels import Server, running_server
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent

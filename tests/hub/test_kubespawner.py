@@ -505,7 +505,7 @@ def test_a_gpu_kernels_only_profile_spawns_a_cpu_server_whose_kernels_get_gpus(
     """dra_kernels_only: the server pod gets no claim (nothing to hold while idle); its
     default kernel, started through the hub's proxy, runs in a pod of its own whose claim
     kube-scheduler allocates; stopping the kernel frees the GPU at once."""
-    from tests.k8s.test_kernels import kernel_pods  # noqa: PLC0415
+    from tests.k8s.kernelserver import kernel_pods  # noqa: PLC0415
 
     status, body = hub.request("POST", "/hub/api/users/alice/server", {"profile": "h200-kernels"})
     assert status in (201, 202), body

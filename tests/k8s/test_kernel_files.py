@@ -35,10 +35,8 @@ from dra_jupyter.kube.volumes import (
     node_refusal,
 )
 from dra_jupyter.model.objects import Wire
-from tests.k8s import testenv
 from tests.k8s.conftest import wait_for
-from tests.k8s.podrunner import PodRunner
-from tests.k8s.test_kernels import IMAGE, Server, _execute, kernel_pods, running_server
+from tests.k8s.kernelserver import IMAGE, Server, execute, kernel_pods
 
 HOME = "/home/jovyan"
 TOKEN = {  # what the ServiceAccount admission adds to every pod: never the kernel's
@@ -281,20 +279,6 @@ def test_a_read_write_once_folder_on_a_node_without_the_devices_is_refused() -> 
 # --- on the real control plane --------------------------------------------------------------
 
 
-@pytest.fixture
-def jupyter(
-    cluster: testenv.Cluster,
-    api: client.ApiClient,
-    namespace: str,
-    tmp_path: Path,
-    pod_runner: PodRunner,
-) -> Iterator[Server]:
-    """tests/k8s/test_kernels.py's jupyter_server (on deploy/hub-rbac.yaml's dra-singleuser),
-    without idle release."""
-    with running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=0) as up:
-        yield up
-
-
 @contextlib.contextmanager
 def home_volume(api: client.ApiClient, namespace: str, folder: Path, mode: str) -> Iterator[str]:
     """A hostPath PersistentVolume of ``folder`` and its claim, statically bound (the
@@ -384,13 +368,13 @@ def test_a_gpu_kernel_mounts_the_notebooks_volume_where_its_access_modes_allow(
     api: client.ApiClient,
     namespace: str,
     published: SimulatedCluster,
-    jupyter: Server,
+    server: Server,
 ) -> None:
     """ReadWriteOnce: the kernel pod gets the claim and goes to the server's node (a GPU
     node here), where kube-scheduler allocates its H200; ReadWriteMany: the claim, on any
     node, from a server on a node without devices. The kernel works in the notebook's
     folder and reads what the server wrote there."""
-    server, gpu_node = jupyter, published.node_names[1]
+    gpu_node = published.node_names[1]
     (server.root / "work" / "data.txt").write_text("from the server\n")
     code = "import os; print(os.getcwd(), open('data.txt').read(), end='')"
     with (
@@ -431,7 +415,7 @@ def test_a_gpu_kernel_mounts_the_notebooks_volume_where_its_access_modes_allow(
                 }
                 assert spec["nodeName"] == node  # placed there, its claim allocated there
             assert pod["status"]["resourceClaimStatuses"], pod["status"]
-            printed = asyncio.run(_execute(server, kernel, code))
+            printed = asyncio.run(execute(server, kernel, code))
             assert printed == f"{server.root / 'work'} from the server\n"
             server.call("DELETE", f"/api/kernels/{kernel}")
             no_kernel_pod(api, namespace, kernel)
@@ -443,12 +427,11 @@ def test_a_kernel_that_cannot_see_the_notebooks_folder_is_refused_before_anythin
     api: client.ApiClient,
     namespace: str,
     published: SimulatedCluster,
-    jupyter: Server,
+    server: Server,
 ) -> None:
     """A ReadWriteOnce folder on a node without devices, a ReadWriteOncePod folder, an
     emptyDir, a server pod that cannot be read: each start is refused with one line (400),
     and no pod, template or Secret was ever made; ``files = "ignore"`` starts it anyway."""
-    server = jupyter
     core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
     root = server.root
     with (

@@ -12,7 +12,6 @@ import json
 import re
 import urllib.error
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,47 +20,10 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.kube.connect import to_model, to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
-from tests.k8s import testenv
 from tests.k8s.conftest import wait_for
-from tests.k8s.podrunner import PodRunner
-from tests.k8s.test_kernels import (
-    IMAGE,
-    Server,
-    _execute,
-    gone,
-    kernel_pods,
-    running_pod,
-    running_server,
-)
+from tests.k8s.kernelserver import IMAGE, Server, execute, gone, kernel_pods, running_pod
 
 UUID = re.compile(r"GPU-[0-9a-f-]+")
-
-
-@pytest.fixture
-def jupyter(
-    cluster: testenv.Cluster,
-    api: client.ApiClient,
-    namespace: str,
-    tmp_path: Path,
-    pod_runner: PodRunner,
-) -> Iterator[Server]:
-    """test_kernels.py's server: the kernel specs of the cluster's choices, no idle release."""
-    with running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=0) as up:
-        yield up
-
-
-@pytest.fixture
-def idle_jupyter(
-    cluster: testenv.Cluster,
-    api: client.ApiClient,
-    namespace: str,
-    tmp_path: Path,
-    pod_runner: PodRunner,
-) -> Iterator[Server]:
-    """The same with idle release after 8 s (a kernel is idle from its start: the test's
-    first cell must come before that on a busy machine), checked every second."""
-    with running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=8) as up:
-        yield up
 
 
 def running_kernel_pod(api: client.ApiClient, namespace: str, kernel: str) -> dict[str, Any]:
@@ -83,34 +45,33 @@ def claims_of(server: Server, kernel: str) -> list[dict[str, Any]]:
 
 def start_cpu_kernel(server: Server) -> str:
     kernel = str(server.call("POST", "/api/kernels", {"name": "python3", "path": "work"})["id"])
-    printed = asyncio.run(_execute(server, kernel, "import dra_jupyter as dra; print('cpu')"))
+    printed = asyncio.run(execute(server, kernel, "import dra_jupyter as dra; print('cpu')"))
     assert printed == "cpu\n"
     return kernel
 
 
 def test_restart_true_moves_a_cpu_kernel_into_a_pod_with_its_devices(
-    api: client.ApiClient, namespace: str, published: SimulatedCluster, jupyter: Server
+    api: client.ApiClient, namespace: str, published: SimulatedCluster, server: Server
 ) -> None:
     """``dra.request(gpu=1, restart=True)`` in a kernel on the server: the kernel restarts
     in a pod of its own whose claim kube-scheduler allocated; the notebook's next cell runs
     there and sees the device; the claim is the kernel's in the REST API (dra.claims(), the
     Devices panel). A request that can never be met is refused in the cell, in one line,
     and the kernel stays where it is."""
-    server = jupyter
     kernel = start_cpu_kernel(server)
     assert kernel_pods(api, namespace, kernel) == []
     with pytest.raises(AssertionError, match="no device") as refused:
-        asyncio.run(_execute(server, kernel, "dra.request(gpu=1, memory='500Gi', restart=True)"))
+        asyncio.run(execute(server, kernel, "dra.request(gpu=1, memory='500Gi', restart=True)"))
     assert "restart" not in str(refused.value).split("evalue")[0]
-    assert asyncio.run(_execute(server, kernel, "print('still here')")) == "still here\n"
+    assert asyncio.run(execute(server, kernel, "print('still here')")) == "still here\n"
     asyncio.run(
-        _execute(server, kernel, "dra.request(gpu=1, restart=True)\nprint('never')", answer=False)
+        execute(server, kernel, "dra.request(gpu=1, restart=True)\nprint('never')", answer=False)
     )
     moved(server, kernel, "moved into pod")
     pod = running_kernel_pod(api, namespace, kernel)
     assert pod["spec"]["containers"][0]["image"] == IMAGE
     printed = asyncio.run(
-        _execute(server, kernel, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
+        execute(server, kernel, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
     )
     assert UUID.fullmatch(printed.strip()), printed
     [claim] = claims_of(server, kernel)
@@ -123,16 +84,15 @@ def test_restart_true_moves_a_cpu_kernel_into_a_pod_with_its_devices(
 
 
 def test_a_claim_made_in_a_cpu_kernel_says_it_waits_and_restart_with_claims_moves_the_kernel(
-    api: client.ApiClient, namespace: str, published: SimulatedCluster, jupyter: Server
+    api: client.ApiClient, namespace: str, published: SimulatedCluster, server: Server
 ) -> None:
     """``dra.request(gpu=1)`` without restart=True on Kubernetes: the claim is made (a pod
     may use it) and the kernel is told plainly that its devices would be a pod's, with the
     command that moves it. The Devices panel's "Restart kernel with these devices"
     (``restart-with-claims``) then moves the kernel into a pod with that claim's devices,
     and the claim made in the kernel goes: the pod's own claim holds the devices now."""
-    server = jupyter
     kernel = start_cpu_kernel(server)
-    printed = asyncio.run(_execute(server, kernel, "c = dra.request(gpu=1, name='mine')"))
+    printed = asyncio.run(execute(server, kernel, "c = dra.request(gpu=1, name='mine')"))
     assert (
         "claim mine waits for a pod: on Kubernetes a kernel's devices are its pod's; "
         "dra.request(gpu=1, restart=True) restarts this kernel in a pod with them" in printed
@@ -148,7 +108,7 @@ def test_a_claim_made_in_a_cpu_kernel_says_it_waits_and_restart_with_claims_move
         lambda: gone(resource.read_namespaced_resource_claim, "mine", namespace),
     )
     printed = asyncio.run(
-        _execute(server, kernel, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
+        execute(server, kernel, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
     )
     assert UUID.fullmatch(printed.strip()), printed
     # the same again on a kernel in a pod: a new pod with the same devices' request
@@ -223,14 +183,14 @@ def phase(api: client.ApiClient, namespace: str, name: str) -> str:
 
 
 def test_an_idle_gpu_kernel_leaves_its_pod_and_its_next_cell_says_so(
-    api: client.ApiClient, namespace: str, published: SimulatedCluster, idle_jupyter: Server
+    api: client.ApiClient, namespace: str, published: SimulatedCluster, idle_server: Server
 ) -> None:
     """Idle release on Kubernetes: the idle kernel's claim is released and its pod stopped,
     so another user's pod that waited for the devices gets them; the kernel stays open on
     the server without devices, and its next cell says, in one line, that it was released
     after the idle timeout and how to start it again on the same devices. A cell running
     longer than the idle timeout keeps the pod."""
-    server = idle_jupyter
+    server = idle_server
     core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
     kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x8", "path": "work"})["id"]
     pod = running_kernel_pod(api, namespace, kernel)
@@ -241,7 +201,7 @@ def test_an_idle_gpu_kernel_leaves_its_pod_and_its_next_cell_says_so(
 
         async def busy_while_bob_comes() -> list[str]:
             # the cell runs while bob's pods are made: the kernel is busy, never idle
-            cell = asyncio.create_task(_execute(server, kernel, sleeper))
+            cell = asyncio.create_task(execute(server, kernel, sleeper))
             bobs = stack.enter_context(other_users_pods(api, namespace))
             waiting = await asyncio.to_thread(
                 wait_for,
@@ -272,7 +232,7 @@ def test_an_idle_gpu_kernel_leaves_its_pod_and_its_next_cell_says_so(
     moved(server, kernel, "is back on the server")
     assert [k["id"] for k in server.call("GET", "/api/kernels")] == [kernel]
     assert kernel_pods(api, namespace, kernel) == []
-    printed = asyncio.run(_execute(server, kernel, "print('next')"))
+    printed = asyncio.run(execute(server, kernel, "print('next')"))
     note, rest = printed.split("\n", 1)
     assert note == (
         f"dra: this kernel's pod with gpu=8, model='NVIDIA H200' was stopped and its claim {claim} "
@@ -281,7 +241,7 @@ def test_an_idle_gpu_kernel_leaves_its_pod_and_its_next_cell_says_so(
         "Restart kernel with its devices)"
     ), printed
     assert rest == "next\n"
-    assert asyncio.run(_execute(server, kernel, "print('once')")) == "once\n"  # said once
+    assert asyncio.run(execute(server, kernel, "print('once')")) == "once\n"  # said once
     # the one button: restart-with-claims starts it again in a pod with those devices
     server.call("POST", f"/dra/api/kernels/{kernel}/restart-with-claims")
     running_kernel_pod(api, namespace, kernel)
@@ -290,9 +250,8 @@ def test_an_idle_gpu_kernel_leaves_its_pod_and_its_next_cell_says_so(
 
 
 def test_restart_with_claims_of_a_kernel_without_devices_says_what_to_do(
-    published: SimulatedCluster, jupyter: Server
+    published: SimulatedCluster, server: Server
 ) -> None:
-    server = jupyter
     kernel = start_cpu_kernel(server)
     with pytest.raises(urllib.error.HTTPError) as raised:
         server.call("POST", f"/dra/api/kernels/{kernel}/restart-with-claims")

@@ -1,0 +1,277 @@
+"""A real jupyter_server for GPU kernels on the test control plane: the kernel specs of the
+cluster's choices, the dra_jupyter extension on the Kubernetes backend with the
+``dra-singleuser`` service account of deploy/hub-rbac.yaml, the stand-in kubelet serving its
+namespace; a websocket client that runs a cell; the kernel pods. The fixtures ``server``
+and ``idle_server`` (registered by tests/k8s/conftest.py) are used
+by test_kernels.py, test_kernel_moves.py and test_kernel_files.py; benchmarks/ start it too."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import importlib.metadata
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.hub.kernelspecs import cluster_kernel_specs, write_kernel_specs
+from dra_jupyter.kube.connect import api_client, to_wire
+from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
+from tests.k8s import testenv
+from tests.k8s.fixtures import wait_for
+from tests.k8s.podrunner import PodRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+DEADLINE = 120.0
+IMAGE = "dra-jupyter-test/never-pulled:0"  # the stand-in runs the command, pulls nothing
+
+
+def entry_point_registered() -> bool:
+    found = importlib.metadata.entry_points(group="jupyter_client.kernel_provisioners")
+    return any(e.name == "dra-kubernetes" for e in found)
+
+
+@dataclass
+class Server:
+    url: str
+    token: str
+    root: Path
+    runtime: Path
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        request = urllib.request.Request(
+            self.url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=DEADLINE) as answer:
+            text = answer.read()
+        return json.loads(text) if text else None
+
+
+def _allowed(kubeconfig: Path, namespace: str) -> bool:
+    with api_client(str(kubeconfig)) as api:
+        try:
+            client.CoreV1Api(api).list_namespaced_pod(namespace)
+        except ApiException as error:
+            if error.status == 403:
+                return False
+            raise
+    return True
+
+
+@pytest.fixture
+def server(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+) -> Iterator[Server]:
+    """A jupyter_server with the kernel specs of the cluster's choices
+    (:mod:`dra_jupyter.hub.kernelspecs`; ``dra-h200-x1``: one H200 per kernel ...), on a
+    token of the ``dra-singleuser`` service account bound by exactly deploy/hub-rbac.yaml;
+    its dra_jupyter extension on the Kubernetes backend, without idle release."""
+    with running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=0) as up:
+        yield up
+
+
+@pytest.fixture
+def idle_server(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+) -> Iterator[Server]:
+    """The same with idle release after 8 s (a kernel is idle from its start: a test's first
+    cell must come before that on a busy machine), checked every second."""
+    with running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=8) as up:
+        yield up
+
+
+@contextlib.contextmanager
+def running_server(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+    *,
+    idle_timeout: float,
+    check_interval: float = 1.0,
+) -> Iterator[Server]:
+    cluster_wide = apply_rbac(api, namespace)
+    kubeconfig = service_account_kubeconfig(
+        api, cluster, namespace, "dra-singleuser", tmp_path / "singleuser.kubeconfig"
+    )
+    wait_for("the server's Role to take effect", lambda: _allowed(kubeconfig, namespace))
+    share = tmp_path / "share" / "jupyter"  # the kernel specs of the cluster's choices
+    specs = cluster_kernel_specs(str(cluster.kubeconfig), namespace, "root")
+    # and one that no node can meet now (both nodes' GPUs taken by then), 10 s to start
+    nine = copy.deepcopy(specs["dra-h200-x8"])
+    nine["metadata"]["kernel_provisioner"]["config"]["start_timeout"] = 10
+    write_kernel_specs(share, {**specs, "dra-busy": nine})
+    paths = [str(ROOT)]
+    if not entry_point_registered():  # an install older than the entry point: as installed
+        dist = tmp_path / "entry" / "dra_jupyter_provisioner-0.dist-info"
+        dist.mkdir(parents=True)
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: dra-jupyter-provisioner\n")
+        (dist / "entry_points.txt").write_text(
+            "[jupyter_client.kernel_provisioners]\n"
+            "dra-kubernetes = dra_jupyter.provisioner:DRAKernelProvisioner\n"
+        )
+        paths.append(str(dist.parent))
+    root = tmp_path / "notebooks"
+    (root / "work").mkdir(parents=True)
+    port, token = testenv.free_port(), secrets.token_hex(16)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "jupyter_server_config.py").write_text(
+        "c = get_config()  # noqa\n"
+        'c.DRAExtensionApp.backend = "kubernetes"\n'
+        f"c.DRAExtensionApp.namespace = {namespace!r}\n"
+        f"c.DRAExtensionApp.kubeconfig = {str(kubeconfig)!r}\n"
+        f"c.DRAExtensionApp.idle_timeout = {idle_timeout}\n"
+        f"c.DRAExtensionApp.check_interval = {check_interval}\n"
+    )
+    env = {
+        **os.environ,
+        "JUPYTER_PATH": str(share),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "DRA_JUPYTER_KUBECONFIG": str(kubeconfig),
+        "DRA_JUPYTER_NAMESPACE": namespace,
+        "DRA_JUPYTER_IMAGE": IMAGE,  # the kernel pods' (the server runs in no pod here)
+        "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]),
+        "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")]),
+    }
+    log = (tmp_path / "server.log").open("wb")
+    argv = [
+        str(VENV_BIN / "jupyter-server"),
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+    ]
+    if os.getuid() == 0:
+        argv.append("--allow-root")
+    process = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+    )
+    running = Server(f"http://127.0.0.1:{port}", token, root, tmp_path / "runtime")
+
+    def up() -> bool:
+        assert process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+        with contextlib.suppress(OSError):
+            return running.call("GET", "/api/status") is not None
+        return False
+
+    try:
+        with pod_runner.serving(namespace):
+            wait_for("the server to answer", up)
+            yield running
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
+        rbac = client.RbacAuthorizationV1Api(api)
+        for kind, name in cluster_wide:
+            with contextlib.suppress(ApiException):
+                if kind == "ClusterRoleBinding":
+                    rbac.delete_cluster_role_binding(name)
+                else:
+                    rbac.delete_cluster_role(name)
+
+
+async def execute(server: Server, kernel: str, code: str, *, answer: bool = True) -> str:
+    """What ``code`` prints in the kernel (nothing, without waiting, unless ``answer``)."""
+    from tornado.httpclient import HTTPRequest  # noqa: PLC0415  # the test's client only
+    from tornado.websocket import websocket_connect  # noqa: PLC0415
+
+    url = server.url.replace("http://", "ws://") + f"/api/kernels/{kernel}/channels"
+    ws = await websocket_connect(
+        HTTPRequest(
+            url, headers={"Authorization": f"token {server.token}"}, request_timeout=DEADLINE
+        )
+    )
+    msg_id = uuid.uuid4().hex
+    header = {
+        "msg_id": msg_id,
+        "msg_type": "execute_request",
+        "username": "test",
+        "session": uuid.uuid4().hex,
+        "version": "5.3",
+        "date": "",
+    }
+    content = {"code": code, "silent": False, "store_history": False, "user_expressions": {}}
+    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
+    await ws.write_message(json.dumps({**message, "channel": "shell", "buffers": []}))
+    printed = []
+    end = time.monotonic() + DEADLINE
+    try:
+        if not answer:
+            return ""
+        while time.monotonic() < end:
+            raw = await asyncio.wait_for(ws.read_message(), DEADLINE)
+            assert raw is not None, "the kernel's websocket closed"
+            reply = json.loads(raw)
+            if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = reply["header"]["msg_type"]
+            if kind == "stream":
+                printed.append(reply["content"]["text"])
+            elif kind == "error":
+                raise AssertionError(f"the kernel failed: {reply['content']}")
+            elif kind == "status" and reply["content"]["execution_state"] == "idle":
+                return "".join(printed)
+        raise AssertionError(f"no answer from the kernel in {DEADLINE}s")
+    finally:
+        ws.close()
+        stream = getattr(ws, "stream", None) or getattr(ws.protocol, "stream", None)
+        if stream is not None:
+            stream.close()
+
+
+def kernel_pods(api: client.ApiClient, namespace: str, kernel: str) -> list[dict[str, Any]]:
+    listed = client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"dra-jupyter/kernel={kernel}"
+    )
+    return [to_wire(api, p) for p in listed.items]
+
+
+def gone(read: Any, *args: Any) -> bool:
+    try:
+        read(*args)
+    except ApiException as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
+
+
+def running_pod(api: client.ApiClient, namespace: str, kernel: str, not_: str) -> str | None:
+    pods = [p for p in kernel_pods(api, namespace, kernel) if p["metadata"]["name"] != not_]
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    return str(running[0]["metadata"]["name"]) if running else None
