@@ -9,8 +9,10 @@ measures how soon.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +23,7 @@ from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.local.wakeup import SOCKET_SUFFIX, Bell, wake_folder
 from dra_jupyter.types import Owner
-from tests.local.test_concurrency import waiter_count
-from tests.local.worker import WorkerProcess, gpu_inventory
+from tests.local.worker import WorkerProcess, claim_for, gpu_inventory
 
 ALL_GPUS = json.dumps({"gpu": 8})
 HOUR = "3600"  # a waiter's poll interval: only a wake-up serves it within a test
@@ -34,6 +35,11 @@ def short_dir() -> Iterator[Path]:
     ``tmp_path`` can be longer with the socket's name."""
     with tempfile.TemporaryDirectory(prefix="dj-") as folder:
         yield Path(folder)
+
+
+def waiter_count(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM waiters").fetchone()[0])
 
 
 def sockets(ledger: Path) -> list[str]:
@@ -50,10 +56,12 @@ def holder(ledger: Path, workers: list[WorkerProcess]) -> WorkerProcess:
     return worker
 
 
-def queued(ledger: Path, workers: list[WorkerProcess], poll: str = HOUR) -> WorkerProcess:
-    """A process that waits in line for every GPU (trying again every ``poll`` seconds, and
-    when woken); returned once it waits."""
-    worker = WorkerProcess("queue", str(ledger), "gpu", ALL_GPUS, "600", poll)
+def queued(
+    ledger: Path, workers: list[WorkerProcess], poll: str = HOUR, spec: str = ALL_GPUS
+) -> WorkerProcess:
+    """A process that waits in line for ``spec`` (every GPU; trying again every ``poll``
+    seconds, and when woken); returned once it waits."""
+    worker = WorkerProcess("queue", str(ledger), "gpu", spec, "600", poll)
     workers.append(worker)
     waiting = worker.event()
     assert waiting["event"] == "waiting", waiting
@@ -107,6 +115,56 @@ def test_the_line_keeps_its_order_when_woken(short_dir: Path, workers: list[Work
     assert late.wait() == 0
 
 
+def test_the_next_in_line_is_woken_when_the_first_is_served(
+    short_dir: Path, workers: list[WorkerProcess]
+) -> None:
+    """Two waiters for 4 GPUs each: the release wakes both, the second stays behind the
+    first, and is served once the first is (woken by it, where it tried too early)."""
+    path = short_dir / "ledger.sqlite"
+    Ledger(path)
+    first = holder(path, workers)
+    half = json.dumps({"gpu": 4})
+    early = queued(path, workers, spec=half)
+    late = queued(path, workers, spec=half)
+    first.send("release")
+    held = {w.pid: w.event() for w in (early, late)}
+    assert {e["event"] for e in held.values()} == {"held"}, held
+    assert set(held[early.pid]["devices"]).isdisjoint(held[late.pid]["devices"])
+    for w in (early, late):
+        w.send("release")
+        assert w.wait() == 0
+
+
+def test_what_moves_the_line_rings_once_committed(short_dir: Path) -> None:
+    """A waiter leaving the line, a release and a reclaim ring after their commit; a new
+    waiter, a claim made, or a release rolled back do not."""
+    inventory = gpu_inventory()
+    ledger = Ledger(short_dir / "ledger.sqlite")
+    backend = LocalBackend(inventory, ledger, Owner.current())
+    listener = ledger.bell.listen()
+    assert listener is not None
+    with listener:
+        with ledger.transaction() as conn:
+            waiter = Ledger.enqueue(conn, "shape", Owner.current(), 1.0)
+        record = backend.allocate(claim_for(inventory, {"gpu": 1}))
+        assert not listener.wait(0)
+        with ledger.transaction() as conn:
+            Ledger.dequeue(conn, waiter)
+            assert not listener.wait(0)  # not before the commit
+        assert listener.wait(0)
+        with contextlib.suppress(RuntimeError), ledger.transaction() as conn:
+            Ledger.delete(conn, record, "user")
+            raise RuntimeError("rolled back")
+        assert not listener.wait(0)
+        assert [r.name for r in backend.claims()] == [record.name]
+        assert backend.release(record.name)
+        assert listener.wait(0)
+        leased = backend.allocate(claim_for(inventory, {"gpu": 1}), lease=0.001)
+        with ledger.transaction() as conn:
+            assert Ledger.reclaim(conn, leased.created + 1) == [(leased, "expired")]
+        assert listener.wait(0)
+
+
 def test_sockets_left_by_gone_processes_are_removed(
     short_dir: Path, workers: list[WorkerProcess]
 ) -> None:
@@ -124,6 +182,23 @@ def test_sockets_left_by_gone_processes_are_removed(
     assert first.event() == {"event": "released", "command": "release", "found": True}
     assert first.wait() == 0
     assert sockets(path) == []
+
+
+def test_a_waiter_tries_again_when_a_lease_runs_out(
+    short_dir: Path, workers: list[WorkerProcess]
+) -> None:
+    """Nobody rings when a lease runs out: the waiter's sleep ends then (its try reclaims
+    the claim), not at its next poll an hour later."""
+    path = short_dir / "ledger.sqlite"
+    inventory = gpu_inventory()
+    backend = LocalBackend(inventory, Ledger(path), Owner.current())
+    leased = backend.allocate(claim_for(inventory, {"gpu": 8}), lease=8.0)
+    second = queued(path, workers)
+    held = second.event()
+    assert held["event"] == "held", held
+    assert [(r.name, r.reason) for r in backend.ledger.releases()] == [(leased.name, "expired")]
+    second.send("release")
+    assert second.wait() == 0
 
 
 def test_a_waiter_that_listens_is_woken_and_a_ring_without_waiters_is_harmless(
