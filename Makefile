@@ -23,7 +23,7 @@ LAB_SOURCES := labextension/package.json labextension/yarn.lock \
 
 .PHONY: install check test unit lint typecheck layers pytest k8s-build fuzz fuzz-upstream demo lab \
 	labextension bench bench-latency bench-upstream bench-placement bench-load bench-service \
-	bench-hub bench-usage bench-gpu-sampling bench-kernels clean hub-proxy $(addprefix test-,$(TIERS))
+	bench-hub bench-usage bench-gpu-sampling bench-kernels bench-handoff clean hub-proxy $(addprefix test-,$(TIERS))
 
 install: $(STAMP)
 
@@ -170,8 +170,8 @@ lab: install $(LAB_BUILD)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab $(LAB_ARGS)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
-bench: bench-latency bench-upstream bench-placement bench-load bench-service bench-hub bench-usage \
-	bench-gpu-sampling bench-kernels
+bench: bench-latency bench-upstream bench-placement bench-load bench-service bench-handoff \
+	bench-hub bench-usage bench-gpu-sampling bench-kernels
 
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
@@ -194,6 +194,12 @@ bench-load: install
 # The shared-machine service against the embedded backend, side by side (a real daemon)
 bench-service: install
 	$(BIN)/python -m benchmarks.bench_service
+
+# A release to the waiter's claim allocated, the waiter in another process: the embedded
+# ledger with its wake-up and without (polling), and a real service daemon; 200 hand-offs
+# each, about 3-4 minutes
+bench-handoff: install
+	$(BIN)/python -m benchmarks.bench_handoff
 
 # The spawn form's choices (dra_jupyter.hub.choices) on 1,000 nodes of 8 GPUs and on the MIG
 # cluster of bench-latency, beside one cold allocation in the same world; about a minute

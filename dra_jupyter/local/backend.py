@@ -5,7 +5,9 @@ kept in the ledger.
 expired leases hold, read every live claim, allocate on top of them, write the new
 claim. A request that cannot be met now either fails at once or waits in a FIFO queue
 per request shape; a request that could not be met even on an idle machine fails at
-once with the allocator's explanation.
+once with the allocator's explanation. A waiting request tries again when another process
+frees devices or the line moves (woken by :mod:`~dra_jupyter.local.wakeup`), and at the
+latest every poll interval, or when the first lease of the claims held runs out.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.ledger import Ledger, LedgerBusyError
+from dra_jupyter.local.wakeup import Listener
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import (
     Capabilities,
@@ -129,6 +132,7 @@ class LocalBackend:
         namespace: str = "default",
         clock: Clock = time.time,
         sleep: Sleep = time.sleep,
+        wakeup: bool = True,
     ) -> None:
         self.devices = inventory
         self.namespace = namespace or "default"
@@ -138,6 +142,9 @@ class LocalBackend:
         self.poll_interval = poll_interval
         self.clock = clock
         self.sleep = sleep
+        # Waits sleep on a wake-up socket (woken by releases of any process on the ledger),
+        # except with an injected ``sleep``: a test's fake time is its own clock.
+        self.wakeup = wakeup and sleep is time.sleep
         # What the allocator learns of the inventory (which never changes here) is kept
         # across calls: on the claims held (``_cache``, which also keeps the parsed held
         # claims while they are the same objects: ``_wires``) and on idle devices
@@ -164,6 +171,7 @@ class LocalBackend:
             namespace=self.namespace,
             clock=self.clock,
             sleep=self.sleep,
+            wakeup=self.wakeup,
         )
         # the inventory is the same: so is what was learnt of it
         twin._cache, twin._idle, twin._wires = self._cache, self._idle, self._wires
@@ -278,12 +286,17 @@ class LocalBackend:
         """Allocate ``claim`` (its name may be empty: the ledger names it).
 
         ``timeout``: 0 fails at once when the devices are busy, None waits without limit.
+        A waiting request keeps its place in the FIFO queue of its shape and tries again
+        when woken (a release of any process on the ledger), at the latest every
+        ``poll_interval`` or when the first lease held runs out: the wake-up only shortens
+        the sleep between tries, the tries decide.
         """
         if not checked:
             self.check_possible(claim)
         shape = shape_of(claim)
         start = self.clock()
         waiter: int | None = None
+        listener: Listener | None = None
         try:
             while True:
                 record, position, held = self._attempt(claim, shape, waiter, lease)
@@ -298,13 +311,30 @@ class LocalBackend:
                     with self.ledger.transaction() as conn:
                         waiter = Ledger.enqueue(conn, shape, self.owner, now)
                         position = Ledger.position(conn, shape, waiter)
+                    if self.wakeup:
+                        listener = self.ledger.bell.listen()
+                        if listener is not None:
+                            continue  # a release before it listened would not wake it
                 if on_wait is not None:
                     on_wait(Waiting(position, waited, timeout))
-                self.sleep(self.poll_interval)
+                pause = self._pause(held, now)
+                if listener is not None:
+                    listener.wait(pause)
+                else:
+                    self.sleep(pause)
         finally:
+            if listener is not None:
+                listener.close()
             if waiter is not None:
                 with self.ledger.transaction() as conn:
                     Ledger.dequeue(conn, waiter)
+
+    def _pause(self, held: list[ClaimRecord] | None, now: float) -> float:
+        """How long a waiting request sleeps before it tries again (unless woken): the poll
+        interval, less where a lease of the claims ``held`` runs out first (nobody rings
+        for a lease: the next try reclaims it)."""
+        leases = [r.lease_expires for r in held or () if r.lease_expires is not None]
+        return min([self.poll_interval, *(max(0.0, t - now) for t in leases)])
 
     def _attempt(
         self, claim: Wire, shape: str, waiter: int | None, lease: float | None

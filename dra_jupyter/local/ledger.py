@@ -28,7 +28,8 @@ What the ledger holds is in modules of its own: :mod:`~dra_jupyter.local.schema`
 tables, the migrations from older versions, the checks that a file is a ledger),
 :mod:`~dra_jupyter.local.claims` (the live claims' rows) and
 :mod:`~dra_jupyter.local.releases` (the history). This module opens the file and keeps
-its connections, runs transactions and batches, reclaims, and keeps the queue.
+its connections, runs transactions and batches, reclaims, and keeps the queue; what
+frees devices wakes the queue's waiters in every process (:mod:`~dra_jupyter.local.wakeup`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from dra_jupyter.local import schema
 from dra_jupyter.local.claims import DamagedRowError, owner_from, record_from_row, report_damage
 from dra_jupyter.local.releases import Release
 from dra_jupyter.local.schema import NEW_LEDGER, SCHEMA_VERSION
+from dra_jupyter.local.wakeup import Bell
 from dra_jupyter.types import ClaimRecord, Owner
 
 # One sampler's report of a claim: its name, seconds active, idle and unknown since the last
@@ -111,6 +113,30 @@ def _ledger_error(path: Path, err: sqlite3.Error, busy_timeout: float) -> Ledger
     return LedgerError(f"ledger {path}: {what} ({text}); {advice}")
 
 
+class LedgerConnection(sqlite3.Connection):
+    """A ledger connection that remembers whether its transaction freed devices or moved
+    the line (:func:`freed`): the ledger rings its :class:`~dra_jupyter.local.wakeup.Bell`
+    once that transaction commits."""
+
+    freed = False
+
+
+def freed(conn: sqlite3.Connection) -> None:
+    """Mark ``conn``'s transaction as one that freed devices or moved the line: its commit
+    wakes the waiters (a mark on a transaction that is rolled back is dropped; one on a
+    savepoint rolled back inside a batch costs the waiters one try)."""
+    if isinstance(conn, LedgerConnection):
+        conn.freed = True
+
+
+def _take_freed(conn: sqlite3.Connection) -> bool:
+    """Whether ``conn``'s transaction was marked by :func:`freed`; the mark is dropped."""
+    if not isinstance(conn, LedgerConnection) or not conn.freed:
+        return False
+    conn.freed = False
+    return True
+
+
 class LedgerBusyError(LedgerError):
     """A transaction that was asked not to wait (``wait=False``) met another writer's lock.
     Internal: callers that ask not to wait catch it (a read answers without writing)."""
@@ -125,6 +151,7 @@ class Ledger:
         self._shm = Path(f"{self.path}-shm")  # made once: stat() at every call
         self.busy_timeout = busy_timeout
         self._kept = threading.local()
+        self.bell = Bell(self.path)  # wakes the waiters of every process on this ledger
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -167,7 +194,11 @@ class Ledger:
     def _connect(self, *, wal: bool = True) -> sqlite3.Connection:
         with self._translated():
             conn = sqlite3.connect(
-                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=LedgerConnection,
             )
         try:
             with self._translated():
@@ -272,7 +303,9 @@ class Ledger:
         Inside this thread's :meth:`batch` it is a savepoint of the batch's transaction
         instead: rolled back alone on an error, committed with the batch. ``wait=False``:
         raise :class:`LedgerBusyError` at once, instead of waiting up to ``busy_timeout``,
-        when another connection holds the write lock."""
+        when another connection holds the write lock. A commit of a transaction that freed
+        devices or moved the line (:func:`freed`) wakes the waiters of every process on
+        the ledger (:mod:`~dra_jupyter.local.wakeup`)."""
         batch: sqlite3.Connection | None = getattr(self._kept, "batch", None)
         if batch is not None:
             with self._savepoint(batch):
@@ -288,6 +321,10 @@ class Ledger:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
                 raise
+            finally:
+                rung = _take_freed(conn)
+        if rung:  # committed: the line may move now
+            self.bell.ring()
 
     def _begin(self, conn: sqlite3.Connection, *, wait: bool) -> None:
         """``BEGIN IMMEDIATE``: take the write lock, trying again every 0.2-2 ms for up to
@@ -369,7 +406,19 @@ class Ledger:
     next_name = staticmethod(_claims.next_name)
     insert = staticmethod(_claims.insert)
     set_owner = staticmethod(_claims.set_owner)
-    delete = staticmethod(_releases.delete)
+
+    @staticmethod
+    def delete(
+        conn: sqlite3.Connection,
+        record: ClaimRecord,
+        reason: str,
+        now: float | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Release a claim (:func:`~dra_jupyter.local.releases.delete`); its devices are
+        free once the transaction commits, which wakes the waiters."""
+        _releases.delete(conn, record, reason, now, message)
+        freed(conn)
 
     def read_claims(self) -> list[ClaimRecord]:
         with self._reading() as conn:
@@ -383,6 +432,7 @@ class Ledger:
         (another program's file, a newer version)."""
         ledger = cls.__new__(cls)
         ledger.path, ledger.busy_timeout, ledger._kept = Path(path), busy_timeout, threading.local()
+        ledger.bell = Bell(ledger.path)
         with ledger._reading(wal=False) as conn:
             version, _complete = schema.check_ours(conn, ledger.path)
             return [] if version is None else cls.claims(conn)
@@ -461,8 +511,9 @@ class Ledger:
             except DamagedRowError as damage:  # a place in line of nobody: it would block
                 report_damage(conn, f"waiter {row['id']}", damage.problem, "dropped from the queue")
                 alive = False
-            if not alive:
+            if not alive:  # its place is the next one's: they may try now
                 conn.execute("DELETE FROM waiters WHERE id = ?", (row["id"],))
+                freed(conn)
         return released
 
     # --- the queue ---------------------------------------------------------------------------
@@ -506,7 +557,10 @@ class Ledger:
 
     @staticmethod
     def dequeue(conn: sqlite3.Connection, waiter: int) -> None:
+        """Take a waiter out of the queue (served, or given up): the next of its shape goes
+        first from now on, so its commit wakes the waiters."""
         conn.execute("DELETE FROM waiters WHERE id = ?", (waiter,))
+        freed(conn)
 
 
 __all__ = [

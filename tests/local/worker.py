@@ -8,6 +8,9 @@ that share one ledger file:
   prints one JSON line (counts and violations), exits 1 on any violation.
 * ``hold LEDGER INVENTORY SPEC TIMEOUT``: allocate ``SPEC`` (JSON keywords of
   ``build_claim``), print ``{"event": "held", ...}``, then wait for ``release`` on stdin.
+* ``queue LEDGER INVENTORY SPEC TIMEOUT POLL``: as ``hold``, trying again every ``POLL``
+  seconds while it waits (and when woken), and printing ``{"event": "waiting", ...}`` first
+  once it waits in line (and listens for wake-ups).
 * ``half LEDGER``: open a ledger transaction, insert a claim row, print
   ``{"event": "inserted"}`` and sleep before the commit (to be killed there).
 * ``migrate LEDGER``: open an older ledger, print ``{"event": "migrated"}`` once every
@@ -44,7 +47,7 @@ from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.model.quantity import Quantity
-from dra_jupyter.types import ClaimRecord, Owner
+from dra_jupyter.types import ClaimRecord, Owner, Waiting
 
 Wire = dict[str, Any]
 DeviceKey = tuple[str, str, str]  # driver, pool, device
@@ -309,11 +312,26 @@ def stress(ledger_path: Path, seed: int, iterations: int) -> int:
     return 1 if found else 0
 
 
-def hold(ledger_path: Path, inventory_name: str, spec: Wire, timeout: float) -> int:
+def hold(
+    ledger_path: Path,
+    inventory_name: str,
+    spec: Wire,
+    timeout: float,
+    poll: float = 0.02,
+    *,
+    tell_waiting: bool = False,
+) -> int:
     inventory = inventory_named(inventory_name)
-    backend = LocalBackend(inventory, Ledger(ledger_path), Owner.current(), poll_interval=0.02)
+    backend = LocalBackend(inventory, Ledger(ledger_path), Owner.current(), poll_interval=poll)
+    said: list[int] = []
+
+    def waiting(w: Waiting) -> None:
+        if tell_waiting and not said:  # once: it waits in line now (and listens for wake-ups)
+            said.append(w.position)
+            emit({"event": "waiting", "position": w.position, "pid": os.getpid()})
+
     try:
-        record = backend.allocate(claim_for(inventory, spec), timeout=timeout)
+        record = backend.allocate(claim_for(inventory, spec), timeout=timeout, on_wait=waiting)
     except AllocationError as err:
         emit({"event": "failed", "error": str(err)})
         return 2
@@ -389,6 +407,9 @@ def main(argv: Sequence[str]) -> int:
         return stress(Path(path), int(rest[0]), int(rest[1]))
     if mode == "hold":
         return hold(Path(path), rest[0], json.loads(rest[1]), float(rest[2]))
+    if mode == "queue":
+        spec = json.loads(rest[1])
+        return hold(Path(path), rest[0], spec, float(rest[2]), float(rest[3]), tell_waiting=True)
     if mode == "half":
         return half(Path(path))
     if mode == "migrate":
