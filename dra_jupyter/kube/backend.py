@@ -222,6 +222,7 @@ class KubernetesBackend:
                 raise cluster_error(
                     error, "dra.devices: reading ResourceSlices", self.api
                 ) from error
+            self.slices_readable = True  # again, where RBAC allows it now
             return Inventory(
                 name="kubernetes",
                 description=f"the cluster at {host}",
@@ -244,7 +245,7 @@ class KubernetesBackend:
     def taint(self, device: str, effect: str, reason: str, key: str) -> DeviceTaint:
         """Create the DeviceTaintRule that taints ``device``; kube-scheduler honours it."""
         check_taint("taint", effect, key, reason)
-        full = resolve_device(self.inventory(refresh=True), device, what="taint")
+        full = self._device(device, "taint")
         made = self.retrying(
             lambda: _taints.create(self.api, full, key, effect, reason, self.owner.user)
         )
@@ -254,10 +255,18 @@ class KubernetesBackend:
     def untaint(self, device: str, key: str) -> DeviceTaint:
         """Delete the DeviceTaintRule ``taint`` made for this device and key."""
         check_key("untaint", key)
-        full = resolve_device(self.inventory(refresh=True), device, what="untaint")
+        full = self._device(device, "untaint")
         gone = self.retrying(lambda: _taints.delete(self.api, full, key))
         self._inventory = None
         return gone
+
+    def _device(self, device: str, command: str) -> str:
+        """``driver/pool/device`` of ``device`` on the cluster's slices, read now (an account
+        that may not read them lacks the admin's role: said so)."""
+        inventory = self.inventory(refresh=True)
+        if not self.slices_readable:
+            raise ForbiddenError(f"{command}: reading ResourceSlices: {_taints.RBAC}")
+        return resolve_device(inventory, device, what=command)
 
     def taints(self, *, history: bool = False) -> list[DeviceTaint]:
         """The cluster's DeviceTaintRules as taints, every one (dra-jupyter's or not); a

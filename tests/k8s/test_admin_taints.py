@@ -16,7 +16,9 @@ from dra_jupyter.errors import ForbiddenError, NeverPossibleError, NotFoundError
 from dra_jupyter.kube.connect import to_model
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.model.admintaints import DEFAULT_KEY, rule_name
+from dra_jupyter.types import DeviceTaint, Tainting
 from tests.k8s import testenv
+from tests.k8s.conftest import wait_for
 from tests.k8s.test_backend import session
 from tests.k8s.test_rbac import SA, service_account_kubeconfig
 from tests.k8s.test_scheduling import Cluster, pod, template
@@ -25,6 +27,14 @@ from tests.k8s.test_taint_rules import unschedulable
 ROLE = Path(__file__).parents[2] / "deploy" / "device-admin-rbac.yaml"
 GPU0 = "gpu.nvidia.com/gpu-node-1/gpu-0"
 GPU0_2 = "gpu.nvidia.com/gpu-node-2/gpu-0"
+
+
+def first_taint(taints: Tainting) -> DeviceTaint | None:
+    """The first taint once the API server's RBAC cache has the new binding (None before)."""
+    try:
+        return taints.taint(GPU0, "NoSchedule", "fan failing", DEFAULT_KEY)
+    except ForbiddenError:
+        return None
 
 
 def test_taint_makes_a_rule_the_scheduler_honours_and_untaint_deletes_it(
@@ -52,7 +62,7 @@ def test_taint_makes_a_rule_the_scheduler_honours_and_untaint_deletes_it(
     k = Cluster(api, namespace)
     taints = admin.tainting("taint")
     try:
-        made = taints.taint(GPU0, "NoSchedule", "fan failing", DEFAULT_KEY)
+        made = wait_for("the role to take effect", lambda: first_taint(taints))
         assert (made.device, made.effect, made.reason, made.user) == (
             GPU0,
             "NoSchedule",
