@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,7 @@ def test_the_history_keeps_who_and_when(tmp_path: Path) -> None:
 def test_bad_input_is_refused_in_one_line(tmp_path: Path) -> None:
     admin = backend(tmp_path / "l.sqlite")
     admin.taint("gpu-0", "NoSchedule", "fan", DEFAULT_KEY)
-    cases = [
+    cases: list[tuple[Callable[[], object], str]] = [
         (lambda: admin.taint("gpu-0", "NoSchedule", "again", DEFAULT_KEY), "has the taint"),
         (lambda: admin.taint("gpu-0", "None", "x", DEFAULT_KEY), "is not NoSchedule or NoExecute"),
         (lambda: admin.taint("gpu-1", "NoSchedule", " ", DEFAULT_KEY), "--reason is empty"),
