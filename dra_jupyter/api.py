@@ -74,8 +74,10 @@ from dra_jupyter.types import (
     OnWait,
     Owner,
     Run,
+    Tainting,
     Waiting,
     label_value,
+    tainting_of,
 )
 from dra_jupyter.usagebook import book_for, frame_for, report_for, snapshot_for
 from dra_jupyter.verdicts import impossible_hint
@@ -413,6 +415,17 @@ class Session:
         kernel, takes one); the live board shows the server extension's longer history
         (:mod:`dra_jupyter.devicehistory`)."""
         return device_history(self, devices, since=since, last=last, held=held)
+
+    def tainting(self, command: str) -> Tainting:
+        """The backend, where admins taint devices on it (``command`` begins the error)."""
+        backend = tainting_of(self.backend)
+        if backend is None:
+            raise InvalidInputError(
+                f"{command}: {self.backend.capabilities.where} takes no taints by hand yet; "
+                "taint the device on the backend that owns it (its ledger: "
+                "DRA_JUPYTER_BACKEND=local; a cluster: DRA_JUPYTER_BACKEND=kubernetes)"
+            )
+        return backend
 
     def class_names(self) -> list[str]:
         return [c["metadata"]["name"] for c in self.inventory.device_classes]

@@ -43,17 +43,18 @@ class Recording(Protocol):
     def metrics(self) -> Recorder: ...
 
 
-def resolve_device(inventory: Inventory, device: str) -> str:
-    """``driver/pool/device`` of a device named in full or by its name (``gpu-0``)."""
+def resolve_device(inventory: Inventory, device: str, *, what: str = "dra.history") -> str:
+    """``driver/pool/device`` of a device named in full or by its name (``gpu-0``);
+    ``what`` begins the error's line."""
     keys = [r.device for r in device_rows(inventory.patched_slices, [])]
     if device in keys:
         return device
     found = [k for k in keys if k.rsplit("/", 1)[-1] == device]
     if len(found) == 1:
         return found[0]
-    what = "is ambiguous" if found else "is not a device of this inventory"
+    problem = "is ambiguous" if found else "is not a device of this inventory"
     raise InvalidInputError(
-        f"dra.history: {device!r} {what}; use a name from dra.devices(), "
+        f"{what}: {device!r} {problem}; use a name from dra.devices(), "
         f"e.g. {keys[0] if keys else 'gpu-0'!r}"
     )
 

@@ -377,6 +377,51 @@ def activity_book_of(backend: object) -> ActivityBook | None:
     return backend if isinstance(backend, ActivityBook) else None
 
 
+@dataclass(frozen=True)
+class DeviceTaint:
+    """A taint an admin put on one device by hand (``dra-jupyter taint``): the device
+    (``driver/pool/device``), its key, effect and reason, who put it and when (``added``),
+    and, once removed (the ledger's history), who removed it and when. ``rule``: the
+    DeviceTaintRule that carries it. ``uid``: the tainting process's, where the backend
+    knows it (the ledger; a cluster knows its user's name only)."""
+
+    device: str
+    key: str
+    effect: str
+    reason: str
+    user: str
+    added: float | None  # None: a cluster's rule not stamped yet
+    uid: int | None = None
+    removed: float | None = None
+    removed_by: str | None = None
+    removed_uid: int | None = None
+    rule: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+@runtime_checkable
+class Tainting(Protocol):
+    """A backend on which admins taint devices by hand (the local ledger, a cluster's
+    DeviceTaintRules): ``tainting_of(backend)`` is the backend where it does, else None.
+    Errors: InvalidInputError for a bad effect, key, reason or device; NotFoundError for
+    an ``untaint`` of a taint that is not there; ForbiddenError where the caller may not."""
+
+    def taint(self, device: str, effect: str, reason: str, key: str) -> DeviceTaint:
+        """Taint ``device`` (as ``dra-jupyter devices`` names it): no new claim gets it."""
+
+    def untaint(self, device: str, key: str) -> DeviceTaint:
+        """Take the taint ``key`` off ``device``."""
+
+    def taints(self, *, history: bool = False) -> list[DeviceTaint]:
+        """The taints put by hand (``history``: and those taken off, where kept)."""
+
+
+def tainting_of(backend: object) -> Tainting | None:
+    return backend if isinstance(backend, Tainting) else None
+
+
 class Backend(Protocol):
     """Where claims are made, kept and given back, for one :class:`Owner`.
 

@@ -77,6 +77,7 @@ TIERS = {
     "test_cli_doctor.py": "pure",
     "test_cli_fuzz.py": "pure",
     "test_cli_local.py": "pure",
+    "test_cli_taints.py": "pure",
     "test_docs.py": "pure",  # the docs' links and make targets
     "test_public.py": "pure",
     "test_settings.py": "pure",

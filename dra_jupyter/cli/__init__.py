@@ -5,12 +5,15 @@
     dra-jupyter explain  -f OBJECTS.yaml [--strategy ...] [--node NODE] [-o text|json]
     dra-jupyter explain  KEY=VALUE... [--inventory ...] [--ledger ...] [-o text|json]
     dra-jupyter devices | request KEY=VALUE... | claims | release NAME...   (this machine)
+    dra-jupyter taint DEVICE --effect NoSchedule|NoExecute --reason TEXT [--key K]
+    dra-jupyter taint --list [--history] | untaint DEVICE [--key K]
     dra-jupyter demo     [--service]
     dra-jupyter service  [--config FILE.toml] [--socket PATH] [--import-ledger LEDGER]
     dra-jupyter publish-slices --inventory NAME [--nodes N] [--kubeconfig PATH]
 
 The groups: :mod:`.objects` (``allocate``, ``explain -f``: objects of a cluster, offline),
-:mod:`.local` (this machine's devices through the API), :mod:`.demo`, :mod:`.service` (the
+:mod:`.local` (this machine's devices through the API), :mod:`.taints` (an admin's
+taints on devices, through the API), :mod:`.demo`, :mod:`.service` (the
 shared-machine daemon), :mod:`.kube` (a cluster); :mod:`.main` parses and dispatches by
 name from their tables.
 

@@ -26,8 +26,10 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
+from dra_jupyter.devicehistory import resolve_device
 from dra_jupyter.errors import ClusterError, ForbiddenError, InvalidInputError, NeverPossibleError
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.kube import taints as _taints
 from dra_jupyter.kube.claims import (
     ACTIVITY_ANNOTATION,
     HOLDER_ANNOTATION,
@@ -39,12 +41,14 @@ from dra_jupyter.kube.cluster import KubeCluster
 from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
 from dra_jupyter.kube.events import ClaimEvents
 from dra_jupyter.kube.records import claim_state, holder_annotation, to_record
+from dra_jupyter.model.admintaints import check_key, check_taint
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings
 from dra_jupyter.types import (
     USER_ANNOTATION,
     Capabilities,
     ClaimRecord,
+    DeviceTaint,
     Ended,
     OnWait,
     Owner,
@@ -218,6 +222,7 @@ class KubernetesBackend:
                 raise cluster_error(
                     error, "dra.devices: reading ResourceSlices", self.api
                 ) from error
+            self.slices_readable = True  # again, where RBAC allows it now
             return Inventory(
                 name="kubernetes",
                 description=f"the cluster at {host}",
@@ -234,6 +239,40 @@ class KubernetesBackend:
     @property
     def current(self) -> Inventory:
         return self.inventory()
+
+    # --- taints an admin puts by hand (DeviceTaintRules, :mod:`.taints`) ---------------------
+
+    def taint(self, device: str, effect: str, reason: str, key: str) -> DeviceTaint:
+        """Create the DeviceTaintRule that taints ``device``; kube-scheduler honours it."""
+        check_taint("taint", effect, key, reason)
+        full = self._device(device, "taint")
+        made = self.retrying(
+            lambda: _taints.create(self.api, full, key, effect, reason, self.owner.user)
+        )
+        self._inventory = None  # read again with the rule
+        return made
+
+    def untaint(self, device: str, key: str) -> DeviceTaint:
+        """Delete the DeviceTaintRule ``taint`` made for this device and key."""
+        check_key("untaint", key)
+        full = self._device(device, "untaint")
+        gone = self.retrying(lambda: _taints.delete(self.api, full, key))
+        self._inventory = None
+        return gone
+
+    def _device(self, device: str, command: str) -> str:
+        """``driver/pool/device`` of ``device`` on the cluster's slices, read now (an account
+        that may not read them lacks the admin's role: said so)."""
+        inventory = self.inventory(refresh=True)
+        if not self.slices_readable:
+            raise ForbiddenError(f"{command}: reading ResourceSlices: {_taints.RBAC}")
+        return resolve_device(inventory, device, what=command)
+
+    def taints(self, *, history: bool = False) -> list[DeviceTaint]:
+        """The cluster's DeviceTaintRules as taints, every one (dra-jupyter's or not); a
+        cluster keeps no history of deleted ones (``history`` changes nothing)."""
+        rules = self.retrying(lambda: read_taint_rules(self.api))
+        return [_taints.taint_of(r) for r in rules]
 
     def allocator(self, held: list[ClaimRecord]) -> Allocator:
         inv = self.current

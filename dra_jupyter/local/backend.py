@@ -24,6 +24,7 @@ from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.allocator import Allocator, Explanation, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.allocator.core import DEFAULT_MAX_STEPS
+from dra_jupyter.devicehistory import resolve_device
 from dra_jupyter.errors import (
     PYTHON_WAIT,
     AllocationError,
@@ -32,12 +33,15 @@ from dra_jupyter.errors import (
     NeverPossibleError,
 )
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.local import taints as _taints
 from dra_jupyter.local.ledger import Ledger, LedgerBusyError
 from dra_jupyter.local.wakeup import Listener
+from dra_jupyter.model.admintaints import check_key, check_taint
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
+    DeviceTaint,
     Ended,
     OnWait,
     Owner,
@@ -155,10 +159,40 @@ class LocalBackend:
         # the shapes (shape_of) found possible on the idle machine: the inventory is fixed
         self._possible: set[str] = set()
         self._weights: Weights | None = None  # the devices' GPU-equivalents, on first use
+        # The devices with the ledger's taints as DeviceTaintRules, kept while the rules are
+        # the same (so that its patched slices are the same objects: the caches hold)
+        self._tainted: Inventory = inventory
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
-        """This machine's devices (found once: ``refresh`` changes nothing)."""
-        return self.devices
+        """This machine's devices (found once), with the taints the ledger holds now as
+        DeviceTaintRules (read at every call: another process may have tainted a device)."""
+        rules = _taints.rules(self.ledger.taints())
+        if rules != self._tainted.taint_rules:
+            self._tainted = replace(self.devices, taint_rules=rules)
+            self._possible.clear()  # what was possible may not be now, or the other way
+        return self._tainted
+
+    # --- taints an admin puts by hand --------------------------------------------------------
+
+    def taint(self, device: str, effect: str, reason: str, key: str) -> DeviceTaint:
+        """Taint ``device`` (``driver/pool/device``, or its name) in the ledger: no new
+        claim gets it (``NoSchedule``, ``NoExecute``); who and when are recorded. Claims
+        that hold it now keep it (reported by ``taint --list``, not ended)."""
+        check_taint("taint", effect, key, reason)
+        full = self._device(device, "taint")
+        return self.ledger.taint(full, key, effect, reason, self.clock())
+
+    def untaint(self, device: str, key: str) -> DeviceTaint:
+        """Take the taint ``key`` off ``device``; the ledger keeps who did it and when."""
+        check_key("untaint", key)
+        return self.ledger.untaint(self._device(device, "untaint"), key, self.clock())
+
+    def taints(self, *, history: bool = False) -> list[DeviceTaint]:
+        """The taints admins put by hand (``history``: and took off), oldest first."""
+        return self.ledger.taints(history=history)
+
+    def _device(self, device: str, command: str) -> str:
+        return resolve_device(self.devices, device, what=command)
 
     def with_owner(self, owner: Owner) -> LocalBackend:
         """The same devices, ledger and settings for another owner (the server's users)."""
@@ -224,7 +258,7 @@ class LocalBackend:
         """An allocator (of class ``kind``) on the devices with ``held`` allocated, whose
         search gives up after ``max_steps``."""
         return kind(
-            self.devices.patched_slices,
+            self.inventory().patched_slices,
             self.devices.device_classes,
             self._objects(held) if held else [],
             self.strategy,

@@ -11,7 +11,8 @@ devices), ``releases`` (why, when and, since schema version 2, which claim as it
 with what message claims ended), ``meta`` (schema version, name sequence),
 ``damaged_claims`` (rows of ``claims`` that could not be read, moved aside as they were),
 ``usage`` (since schema version 3: the usage book, one row per claim interval,
-:mod:`~dra_jupyter.local.book`).
+:mod:`~dra_jupyter.local.book`), ``taints`` (since schema version 4: taints admins put on
+devices by hand, and those they took off, :mod:`~dra_jupyter.local.taints`).
 
 What can go wrong, and what each raises or does:
 
@@ -50,11 +51,12 @@ from dra_jupyter.local import book as _book
 from dra_jupyter.local import claims as _claims
 from dra_jupyter.local import releases as _releases
 from dra_jupyter.local import schema
+from dra_jupyter.local import taints as _taints
 from dra_jupyter.local.claims import DamagedRowError, owner_from, record_from_row, report_damage
 from dra_jupyter.local.releases import Release
 from dra_jupyter.local.schema import NEW_LEDGER, SCHEMA_VERSION
 from dra_jupyter.local.wakeup import Bell
-from dra_jupyter.types import ClaimRecord, Owner
+from dra_jupyter.types import ClaimRecord, DeviceTaint, Owner
 
 # One sampler's report of a claim: its name, seconds active, idle and unknown since the last
 # report, and joules (None: no energy counter).
@@ -515,6 +517,25 @@ class Ledger:
                 conn.execute("DELETE FROM waiters WHERE id = ?", (row["id"],))
                 freed(conn)
         return released
+
+    # --- taints ------------------------------------------------------------------------------
+
+    def taint(self, device: str, key: str, effect: str, reason: str, now: float) -> DeviceTaint:
+        """Put an admin's taint on ``device`` (:func:`~dra_jupyter.local.taints.add`)."""
+        with self.transaction() as conn:
+            return _taints.add(conn, device, key, effect, reason, now)
+
+    def untaint(self, device: str, key: str, now: float) -> DeviceTaint:
+        """Take it off, recording who and when (:func:`~dra_jupyter.local.taints.remove`)."""
+        with self.transaction() as conn:
+            removed = _taints.remove(conn, device, key, now)
+            freed(conn)  # the device may be given again: waiters may try now
+            return removed
+
+    def taints(self, *, history: bool = False) -> list[DeviceTaint]:
+        """The live taints (``history``: the removed ones too), oldest first."""
+        with self._reading() as conn:
+            return _taints.listed(conn, history=history)
 
     # --- the queue ---------------------------------------------------------------------------
 

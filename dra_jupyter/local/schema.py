@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dra_jupyter.errors import LedgerError, shown
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # The schema as a new ledger gets it (the latest version). An older ledger is brought up to
 # it by MIGRATIONS, one version at a time, all in one transaction (:func:`prepare`).
 SCHEMA = """
@@ -72,6 +72,20 @@ CREATE TABLE IF NOT EXISTS usage (
 CREATE INDEX IF NOT EXISTS usage_open ON usage (claim) WHERE ended IS NULL;
 CREATE INDEX IF NOT EXISTS usage_by_claim ON usage (claim, id);
 CREATE INDEX IF NOT EXISTS usage_by_end ON usage (ended);
+CREATE TABLE IF NOT EXISTS taints (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    device TEXT NOT NULL,
+    key TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    uid INTEGER NOT NULL,
+    user TEXT NOT NULL,
+    added REAL NOT NULL,
+    removed REAL,
+    removed_uid INTEGER,
+    removed_by TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS taints_live ON taints (device, key) WHERE removed IS NULL;
 """
 
 # Version n to n + 1, by n. Each step only adds (columns, indexes, tables): what an older
@@ -85,6 +99,10 @@ CREATE INDEX IF NOT EXISTS usage_by_end ON usage (ended);
 # 2 to 3: the usage book (``usage``: one row per claim interval, :mod:`dra_jupyter.local.book`),
 # and an open interval for each live claim, from when it was made (its devices' worth is
 # worked out when read; its user's groups are not known then: none).
+#
+# 3 to 4: taints an admin put on devices by hand (``taints``: one row per taint, live
+# while ``removed`` is NULL, kept with who removed it and when after,
+# :mod:`dra_jupyter.local.taints`). An older ledger had none.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "ALTER TABLE releases ADD COLUMN claim TEXT",
@@ -124,6 +142,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         ORDER BY c.created, c.name
         """,
     ),
+    3: tuple(
+        s
+        for s in SCHEMA.split(";")
+        if "taints" in s and s.strip().startswith("CREATE")  # the table and its index
+    ),
 }
 TABLES = {
     "meta",
@@ -132,6 +155,7 @@ TABLES = {
     "releases",
     "damaged_claims",
     "usage",
+    "taints",
     "sqlite_sequence",
 }
 

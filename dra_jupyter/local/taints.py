@@ -1,0 +1,115 @@
+"""Taints an admin put on devices by hand, as the ledger's ``taints`` table keeps them (since
+schema version 4): one row per taint, live while ``removed`` is NULL (one live taint per
+device and key, a unique index), kept after ``untaint`` with who removed it and when, so
+that admins can read the history.
+
+Who is the process's OS user, from its uid (``pwd``), not from the environment a caller
+can set. The ledger trusts every process that can write its file: whoever may write it
+may taint its devices (by default the file is its user's own, so only that user;
+docs/shared-machine.md: the service decides admins instead).
+
+The live taints reach the allocator as DeviceTaintRules (:func:`rules`), one per taint,
+which the local backend puts in its inventory, so that allocation, explanations and
+counts follow the upstream semantics :mod:`dra_jupyter.model.taintrules` implements.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import sqlite3
+
+from dra_jupyter.errors import InvalidInputError, NotFoundError
+from dra_jupyter.model.admintaints import device_rule, rule_name
+from dra_jupyter.model.objects import Wire
+from dra_jupyter.types import DeviceTaint
+
+_COLUMNS = "device, key, effect, reason, uid, user, added, removed, removed_uid, removed_by"
+
+
+def os_user() -> tuple[int, str]:
+    """This process's uid and its user's name from the password database (the uid itself
+    where it has no entry): what a process cannot change by its environment."""
+    uid = os.getuid()
+    try:
+        return uid, pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return uid, str(uid)
+
+
+def _taint(row: sqlite3.Row) -> DeviceTaint:
+    return DeviceTaint(
+        device=str(row["device"]),
+        key=str(row["key"]),
+        effect=str(row["effect"]),
+        reason=str(row["reason"]),
+        user=str(row["user"]),
+        added=float(row["added"]),
+        uid=row["uid"],
+        removed=row["removed"],
+        removed_by=row["removed_by"],
+        removed_uid=row["removed_uid"],
+        rule=rule_name(str(row["device"]), str(row["key"])),
+    )
+
+
+def add(
+    conn: sqlite3.Connection, device: str, key: str, effect: str, reason: str, now: float
+) -> DeviceTaint:
+    """Put the taint on the device (in the caller's transaction); a device that has a live
+    taint of this key already is refused, naming who put it and why."""
+    live = conn.execute(
+        f"SELECT {_COLUMNS} FROM taints WHERE device = ? AND key = ? AND removed IS NULL",
+        (device, key),
+    ).fetchone()
+    if live is not None:
+        old = _taint(live)
+        raise InvalidInputError(
+            f"taint: {device} has the taint {key} already ({old.effect}, by {old.user}: "
+            f"{old.reason!r}); untaint it first to change it"
+        )
+    uid, user = os_user()
+    conn.execute(
+        "INSERT INTO taints (device, key, effect, reason, uid, user, added) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (device, key, effect, reason, uid, user, now),
+    )
+    return DeviceTaint(device, key, effect, reason, user, now, uid, rule=rule_name(device, key))
+
+
+def remove(conn: sqlite3.Connection, device: str, key: str, now: float) -> DeviceTaint:
+    """Take the taint off (the row stays, with who and when); one that is not there is
+    :class:`NotFoundError`."""
+    uid, user = os_user()
+    cur = conn.execute(
+        "UPDATE taints SET removed = ?, removed_uid = ?, removed_by = ? "
+        "WHERE device = ? AND key = ? AND removed IS NULL",
+        (now, uid, user, device, key),
+    )
+    if cur.rowcount == 0:
+        raise NotFoundError(
+            f"untaint: {device} has no taint {key}; dra-jupyter taint --list shows the "
+            "devices' taints"
+        )
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM taints WHERE device = ? AND key = ? AND removed = ? "
+        "ORDER BY id DESC LIMIT 1",
+        (device, key, now),
+    ).fetchone()
+    return _taint(row)
+
+
+def listed(conn: sqlite3.Connection, *, history: bool = False) -> list[DeviceTaint]:
+    """The live taints (``history``: the removed ones too), oldest first."""
+    where = "" if history else "WHERE removed IS NULL"
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM taints {where} ORDER BY id").fetchall()
+    return [_taint(r) for r in rows]
+
+
+def rules(taints: list[DeviceTaint]) -> tuple[Wire, ...]:
+    """The DeviceTaintRules of the live ``taints``, one each."""
+    return tuple(
+        device_rule(t.device, t.key, t.effect, t.reason, t.user)
+        for t in taints
+        if t.removed is None
+    )
