@@ -23,7 +23,8 @@ Where the time goes comes from watches on the namespace's pods, claims and Secre
 event stamped with this process's monotonic clock when it arrives; ``creationTimestamp`` has
 whole seconds only), the stand-in's own moments (the pod first seen bound, its process
 started, and ended) and the server's log lines (milliseconds): the provisioner's
-``starting pod`` and ``runs at``, the extension's ``stopped: its claim ... was released``.
+``starting pod`` and ``runs at``, the extension's ``leaves its pod: its claim ... was
+released``.
 
 Beside it, what the stand-in's process costs by itself, on this machine, without
 Kubernetes: the pod's command (``python3 -m dra_jupyter.kernelboot python -m
@@ -273,7 +274,7 @@ def log_moments(log: Path, kernel: str, offset: float) -> dict[str, float]:
             moment = "provisioner starts the pod"
         elif message.startswith(f"kernel {kernel}: pod ") and " runs at " in message:
             moment = "provisioner saw it running"
-        elif f"kernel {kernel} stopped: its claim " in message:
+        elif f"kernel {kernel} leaves its pod: its claim " in message:
             moment = "kernel stopped (log)"
         else:
             continue
@@ -392,7 +393,7 @@ START = [
 # deletion (see derived).
 IDLE = [
     ("server: deletes the claim", "idle deadline", "claim deleting", "ours"),
-    ("server: stops the kernel", "claim deleting", "kernel stopped (log)", "ours"),
+    ("server: moves the kernel off its pod", "claim deleting", "kernel stopped (log)", "ours"),
     ("kernel: exits on shutdown_request", "kernel stopped (log)", "process exited", "kernel"),
     ("stand-in: reports the pod ended", "process exited", "pod ended", "stand-in"),
     ("control plane: the claim goes", "pod ended", "claim gone", "k8s"),
