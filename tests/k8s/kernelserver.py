@@ -271,6 +271,15 @@ def gone(read: Any, *args: Any) -> bool:
     return False
 
 
+def serving(server: Server, kernel: str, pod: str) -> None:
+    """Wait until the server has the kernel's restart in ``pod`` done (its provisioner saw
+    the pod run): a websocket opened before that gets the channels of the restart under way,
+    which may answer nothing."""
+    log = server.root.parent / "server.log"
+    line = f"kernel {kernel}: pod {pod} runs at "
+    wait_for(f"the server to connect to pod {pod}", lambda: line in log.read_text())
+
+
 def running_pod(api: client.ApiClient, namespace: str, kernel: str, not_: str) -> str | None:
     pods = [p for p in kernel_pods(api, namespace, kernel) if p["metadata"]["name"] != not_]
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]

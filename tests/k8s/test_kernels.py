@@ -33,7 +33,15 @@ from dra_jupyter.kube.kernelpods import (
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.types import Owner, label_value
 from tests.k8s.conftest import wait_for
-from tests.k8s.kernelserver import IMAGE, Server, execute, gone, kernel_pods, running_pod
+from tests.k8s.kernelserver import (
+    IMAGE,
+    Server,
+    execute,
+    gone,
+    kernel_pods,
+    running_pod,
+    serving,
+)
 
 
 def test_a_gpu_kernel_runs_in_its_own_pod_with_its_claim_and_goes_with_it(
@@ -208,11 +216,15 @@ def test_a_kernel_pod_that_ends_releases_its_claim_and_the_kernel_restarts_in_a_
         "its claim to go",
         lambda: gone(resource.read_namespaced_resource_claim, claim, namespace),
     )
+    serving(server, kernel, second)
     log = (server.root.parent / "server.log").read_text()
     assert f"kernel {kernel}: pod {name} ended: Error (exit code 3)" in log
     assert asyncio.run(execute(server, kernel, "print('back')")) == "back\n"
     core.delete_namespaced_pod(second, namespace, grace_period_seconds=0)  # killed
-    wait_for("the kernel in a third pod", lambda: running_pod(api, namespace, kernel, not_=second))
+    third = wait_for(
+        "the kernel in a third pod", lambda: running_pod(api, namespace, kernel, not_=second)
+    )
+    serving(server, kernel, third)
     assert asyncio.run(execute(server, kernel, "print('again')")) == "again\n"
     server.call("DELETE", f"/api/kernels/{kernel}")
     wait_for("no kernel pod left", lambda: kernel_pods(api, namespace, kernel) == [])
