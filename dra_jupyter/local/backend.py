@@ -13,6 +13,7 @@ latest every poll interval, or when the first lease of the claims held runs out.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
@@ -162,10 +163,15 @@ class LocalBackend:
         # The devices with the ledger's taints as DeviceTaintRules, kept while the rules are
         # the same (so that its patched slices are the same objects: the caches hold)
         self._tainted: Inventory = inventory
+        self._pid = os.getpid()  # the process whose ledger this is (not a forked child's)
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """This machine's devices (found once), with the taints the ledger holds now as
         DeviceTaintRules (read at every call: another process may have tainted a device)."""
+        if os.getpid() != self._pid:
+            # a forked child (the service's costly requests) has no ledger: it closed every
+            # file; it works from what its parent knew when it forked
+            return self._tainted
         rules = _taints.rules(self.ledger.taints())
         if rules != self._tainted.taint_rules:
             self._tainted = replace(self.devices, taint_rules=rules)
@@ -345,7 +351,9 @@ class LocalBackend:
                     with self.ledger.transaction() as conn:
                         waiter = Ledger.enqueue(conn, shape, self.owner, now)
                         position = Ledger.position(conn, shape, waiter)
-                    if self.wakeup:
+                    # a sleep of its own (a test's fake clock, set after the start) keeps
+                    # its time: only a backend that really sleeps listens
+                    if self.wakeup and self.sleep is time.sleep:
                         listener = self.ledger.bell.listen()
                         if listener is not None:
                             continue  # a release before it listened would not wake it
