@@ -10,12 +10,14 @@ allocator sees the cluster's slices, classes and allocated claims as listed just
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.cli import main as cli_main
@@ -61,11 +63,25 @@ HELD: list[tuple[str, str, Wire, Wire]] = [  # inventory, node, held, request
 
 
 @pytest.fixture(scope="module")
-def inventories(kubeconfig: Path) -> Iterator[None]:
+def inventories(kubeconfig: Path, api: client.ApiClient) -> Iterator[None]:
+    """The cases' inventories, published for this module and deleted after it: the
+    session's cluster is shared, and other tests expect only the published fixture's
+    nodes (a leftover h100-node-1 drew their pods and reserve)."""
     for name in sorted({case[0] for case in [*CASES, *HELD]}):
         argv = ["publish-slices", "--inventory", name, "--kubeconfig", str(kubeconfig)]
         assert cli_main(argv) == 0
     yield
+    nodes = {case[1] for case in [*CASES, *HELD]}
+    resource, core = client.ResourceV1Api(api), client.CoreV1Api(api)
+    for item in resource.list_resource_slice().items:
+        wire = to_wire(api, item)
+        spec = wire["spec"]
+        if spec.get("nodeName") in nodes or spec["pool"]["name"] in nodes:
+            with contextlib.suppress(ApiException):
+                resource.delete_resource_slice(str(wire["metadata"]["name"]))
+    for node in nodes:
+        with contextlib.suppress(ApiException):
+            core.delete_node(node)
 
 
 def pick(allocation: Wire | None) -> Pick | None:
