@@ -200,8 +200,16 @@ def test_an_idle_gpu_kernel_leaves_its_pod_and_its_next_cell_says_so(
     with contextlib.ExitStack() as stack:
 
         async def busy_while_bob_comes() -> list[str]:
-            # the cell runs while bob's pods are made: the kernel is busy, never idle
+            # the cell runs while bob's pods are made: the kernel is busy, never idle. The
+            # kernel is idle from its start, so the cell must start (and the extension see
+            # it running) well within the 8 s before anything slow happens here: making
+            # bob's pods blocks this loop, and the cell's request goes only when it runs.
             cell = asyncio.create_task(execute(server, kernel, sleeper))
+            await asyncio.to_thread(
+                wait_for,
+                "the extension to see the cell running",
+                lambda: [c["busy"] for c in claims_of(server, kernel)] == [True],
+            )
             bobs = stack.enter_context(other_users_pods(api, namespace))
             waiting = await asyncio.to_thread(
                 wait_for,
