@@ -52,10 +52,12 @@ from traitlets import Dict, Enum, Float, List, Unicode
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.identity import current_user
 from dra_jupyter.kernelnote import NOTE_ENV
+from dra_jupyter.kube import evictions
 from dra_jupyter.kube.backend import default_namespace
 from dra_jupyter.kube.connect import api_client
 from dra_jupyter.kube.kernelpods import Ending, KernelPods, KernelPodSpec, ending
 from dra_jupyter.kube.volumes import Files, Unshared
+from dra_jupyter.model.takenout import HeldDevice, evicted_for_device_taint
 from dra_jupyter.settings import Settings, default_server_id
 from dra_jupyter.types import Owner
 
@@ -64,6 +66,14 @@ PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
 OWN_ENV = "DRA_JUPYTER_"  # the prefix of the variables the server gives its kernels
 POLL_EVERY_S = 1.0  # the pod is read at most this often by poll()
 SHUTDOWN_WAIT_S = 2.0  # for the kernel to stop by itself before its pod is deleted
+
+
+def saying(cmd: list[str]) -> list[str]:
+    """``cmd`` run by :mod:`dra_jupyter.kernelnote` (which prints its note once) where it is
+    ipykernel's launcher; else as it is."""
+    if "ipykernel_launcher" not in cmd:
+        return cmd
+    return ["dra_jupyter.kernelnote" if part == "ipykernel_launcher" else part for part in cmd]
 
 
 class DRAKernelProvisioner(KernelProvisionerBase):
@@ -118,6 +128,10 @@ class DRAKernelProvisioner(KernelProvisionerBase):
     pod_name: str | None = None  # the running pod's (has_process)
     made: str | None = None  # the objects' name, until cleanup deletes them
     ended: Ending | None = None  # how the pod ended, once it has
+    # the running pod's devices (read at its first poll: its claims go with the pod) and,
+    # after a pod stopped because one was taken out, what its next start says once
+    held: tuple[HeldDevice, ...] | None = None
+    note: str = ""
     _pods: KernelPods | None = None
     _polled: tuple[float, int | None] = (0.0, None)
     _ports: dict[str, int] = {}  # noqa: RUF012  # replaced, never changed in place
@@ -182,6 +196,9 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         kept.update(
             (k, str(v)) for k, v in env.items() if k.startswith(OWN_ENV) and k != NOTE_ENV and v
         )
+        if self.note:  # the kernel says why it started again, at its first execution
+            kept[NOTE_ENV] = self.note
+            cmd = saying(cmd)
         spec = KernelPodSpec(
             name=f"kernel-{self.kernel_id[:8]}-{secrets.token_hex(3)}",
             namespace=pods.namespace,
@@ -245,6 +262,7 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             raise
         self.pod_name = spec.name
         self._polled = (0.0, None)
+        self.held, self.note = None, ""
         self.connection_info["ip"] = ip
         self.log.info("kernel %s: pod %s runs at %s", self.kernel_id, spec.name, ip)
         return self.connection_info
@@ -259,7 +277,10 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         when, code = self._polled
         if loop.time() - when < POLL_EVERY_S:
             return code
-        pod = await asyncio.to_thread(self._pods.pod, self.pod_name)
+        pods = self._pods
+        pod = await asyncio.to_thread(pods.pod, self.pod_name)
+        if self.held is None and pod is not None:
+            self.held = await asyncio.to_thread(evictions.held_by, pods.api, pods.namespace, pod)
         if pod is None:
             self.ended = self.ended or Ending(None, "the pod was deleted")
         else:
@@ -268,6 +289,21 @@ class DRAKernelProvisioner(KernelProvisionerBase):
                 if pod["metadata"].get("deletionTimestamp")
                 else None
             )
+        if (
+            self.ended is not None
+            and self.held
+            and not self.note
+            and (pod is None or evicted_for_device_taint(pod))
+        ):
+            # the device taint eviction controller stops a pod whose device was taken out
+            # (gone already, the pod cannot say: what its devices carry now does)
+            why = await asyncio.to_thread(evictions.taken_out_now, pods.api, self.held)
+            if why is not None:
+                self.ended = Ending(self.ended.exit_code, why)
+                self.note = (
+                    f"dra: this kernel's pod was stopped because {why}, so its variables are "
+                    "gone; it runs again in a new pod with devices of the same request"
+                )
         if self.ended is not None:
             code = 1 if self.ended.exit_code is None else self.ended.exit_code
             self.log.info(
