@@ -25,14 +25,15 @@ from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode, default, validate
 
 from dra_jupyter.backends import resolve_backend
-from dra_jupyter.errors import DraJupyterError, KernelRestartError
+from dra_jupyter.errors import DraJupyterError, InvalidInputError, KernelRestartError
 from dra_jupyter.metrics.activity import Activity, ActivitySettings, GpuState
 from dra_jupyter.metrics.base import DeviceProcess
 from dra_jupyter.metrics.processes import ProcessUse
 from dra_jupyter.server import givenspecs, startup
 from dra_jupyter.server.claim_events import RELEASED, ClaimEvents, register_schemas
-from dra_jupyter.server.claims import ClaimService, release_message
+from dra_jupyter.server.claims import Caller, ClaimService, release_message
 from dra_jupyter.server.handlers import DRAApp, routes
+from dra_jupyter.server.health import HealthNotices, unhealthy_events
 from dra_jupyter.server.idle import Decision, IdlePolicy
 from dra_jupyter.server.kernels import (
     ExecutionWatcher,
@@ -51,7 +52,7 @@ from dra_jupyter.settings import (
     check_server_id,
     default_server_id,
 )
-from dra_jupyter.types import ClaimRecord
+from dra_jupyter.types import ClaimRecord, tainting_of
 
 T = TypeVar("T")
 
@@ -131,6 +132,14 @@ class DRAExtensionApp(ExtensionApp):
         config=True,
         help="""Seconds between checks for idle claims and claims of kernels that are gone.
         A device comes back at most this long after its deadline.""",
+    )
+    health_interval = Float(
+        1.0,
+        config=True,
+        help="""Seconds between reads of the taints on the devices of this server's kernels'
+        claims, where the devices are this machine's: a device taken out of service (an
+        admin's taint, the health watcher's) is told to its holder within about this long.
+        On Kubernetes each periodic check reads them. 0: only with each check.""",
     )
     release_on_stop = Bool(
         True,
@@ -320,6 +329,8 @@ class DRAExtensionApp(ExtensionApp):
         self._writer = Writer(self.service.batch)
         self._readers = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="dra-read")
         self._checker: PeriodicCallback | None = None
+        self._health_checker: PeriodicCallback | None = None
+        self.health = HealthNotices()
         self._due: tuple[float, object] | None = None  # the next deadline's timer: (when, handle)
         self._stopped = False
         self.metrics = MetricsSampler(
@@ -396,14 +407,23 @@ class DRAExtensionApp(ExtensionApp):
         if self.check_interval > 0:
             self._checker = PeriodicCallback(self.check, self.check_interval * 1000)
             self._checker.start()
+        backend = self.service.backend
+        if (
+            self.health_interval > 0
+            and backend.capabilities.devices_here
+            and tainting_of(backend) is not None
+        ):
+            self._health_checker = PeriodicCallback(self.check_health, self.health_interval * 1000)
+            self._health_checker.start()
         self.metrics.start()
 
     async def stop_extension(self) -> None:
         if self._stopped:
             return
         self._stopped = True
-        if self._checker is not None:
-            self._checker.stop()
+        for checker in (self._checker, self._health_checker):
+            if checker is not None:
+                checker.stop()
         self._schedule(None)
         await self.metrics.stop()
         self.events.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
@@ -602,6 +622,41 @@ class DRAExtensionApp(ExtensionApp):
         except DraJupyterError as err:
             self.log.warning("dra_jupyter: kernel %s asked for a restart: %s", kernel_id, err)
 
+    async def check_health(self) -> None:
+        """Tell the holders of devices taken out of service (:mod:`.health`), once each."""
+        tainting = tainting_of(self.service.backend)
+        if self._stopped or tainting is None:
+            return
+        live = set(self.live_kernels())
+        try:
+            records = await self.read(partial(self.service.live_claims, wait=False))
+            held = [r for r in records if r.owner.kernel_id in live]
+            taints = await self.read(tainting.taints) if held else []
+        except DraJupyterError as err:
+            self.log.debug("dra_jupyter: reading taints failed: %s", err)
+            return
+        for event in self.health.new(unhealthy_events(held, taints)):
+            self.log.warning("dra_jupyter: kernel %s: %s", event["kernel_id"], event["message"])
+            self.claim_events.emit_device_unhealthy(event)
+
+    async def move_claim(
+        self, caller: Caller, name: str
+    ) -> tuple[str, list[ClaimRecord], dict[str, str]]:
+        """Move: the claim's kernel gets an equivalent device instead of one taken out of
+        service, and restarts with it (on Kubernetes, in a new pod: its claim from the same
+        request avoids the device). Returns the kernel, its claims and their environment."""
+        record = await self.read(self.service.claim, caller, name)
+        kernel_id = record.owner.kernel_id
+        if not kernel_id or kernel_id not in set(self.live_kernels()):
+            raise InvalidInputError(
+                f"claim {name}: it belongs to no kernel of this server, so none can restart "
+                "on another device; release it and request again"
+            )
+        if self.service.backend.capabilities.devices_here:
+            await self.call(self.service.move, caller, name, MOVED)
+        records, env = await self.restart_with_claims(kernel_id)
+        return kernel_id, records, env
+
     async def _kernel_claims(self, kernel_id: str) -> list[ClaimRecord]:
         records = await self.read(partial(self.service.live_claims, wait=False))
         return [r for r in records if r.owner.kernel_id == kernel_id]
@@ -658,6 +713,8 @@ class DRAExtensionApp(ExtensionApp):
             self._maybe_warn(record, now)
             due.extend(self._moments(record, now))
         self._schedule(min((t for t in due if t > now), default=None))
+        if self._health_checker is None:
+            await self.check_health()
 
     def _moments(self, record: ClaimRecord, now: float) -> list[float]:
         """When something is next due for the claim, if nothing changes meanwhile: its idle

@@ -1,8 +1,8 @@
 """The claim events the server extension emits on jupyter_server's event logger: a claim
 allocated (through the REST API or in a kernel), an idle warning, a claim released, a
-process on a GPU its user does not hold, a kernel that moved (into its pod, or back). Their
-schemas are ``events/*.json``; each claim is announced once and each idle deadline warned
-of once.
+process on a GPU its user does not hold, a kernel that moved (into its pod, or back), a
+device of a claim taken out of service. Their schemas are ``events/*.json``; each claim is
+announced once and each idle deadline warned of once.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ IDLE_WARNING = f"{EVENT_BASE}/idle_warning/v1"
 RELEASED = f"{EVENT_BASE}/claim_released/v1"
 GPU_PROCESS = f"{EVENT_BASE}/gpu_process/v1"
 KERNEL_MOVED = f"{EVENT_BASE}/kernel_moved/v1"
+DEVICE_UNHEALTHY = f"{EVENT_BASE}/device_unhealthy/v1"
 
 
 def register_schemas(logger: EventLogger) -> None:
@@ -84,6 +85,10 @@ class ClaimEvents:
     def emit_kernel_moved(self, data: dict[str, Any]) -> None:
         """A kernel moved into its pod or back onto the server (:mod:`.moves`)."""
         self._emit(KERNEL_MOVED, data)
+
+    def emit_device_unhealthy(self, data: dict[str, Any]) -> None:
+        """A device of a claim was taken out of service (:mod:`.health`)."""
+        self._emit(DEVICE_UNHEALTHY, data)
 
     def emit_releases(self) -> None:
         """Emit what the service released (it runs on the worker thread; events are emitted

@@ -403,6 +403,31 @@ class ClaimService:
             raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
         return self.claim(caller, name)
 
+    def move(self, caller: Caller, name: str, reason: str) -> ClaimRecord:
+        """The Move of a claim whose device was taken out of service: a claim asking the
+        same (the claim's own spec, for the same kernel, with the lease it has left) made
+        now, whose allocation the taint keeps off that device; then the old claim released
+        with ``reason``. Nothing changes when no equivalent device is free."""
+        record = self.claim(caller, name)
+        meta = record.spec.get("metadata") or {}
+        fresh: dict[str, Any] = {"name": "", "namespace": meta.get("namespace", record.namespace)}
+        if meta.get("labels"):
+            fresh["labels"] = dict(meta["labels"])
+        claim = {**record.spec, "metadata": fresh}
+        left = None if record.lease_expires is None else record.lease_expires - time.time()
+        backend = self.backend_for(record.owner.user, record.owner.kernel_id)
+        try:
+            moved = backend.allocate(claim, timeout=0, lease=left, checked=True)
+        except AllocationError as err:
+            raise AllocationError(
+                f"claim {name}: no equivalent device is free now ({str(err).splitlines()[0]}); "
+                "it keeps its "
+                "devices: release it, or Move again later"
+            ) from None
+        self.backend.release(name, reason, any_owner=True)
+        self._note_release(record, reason)
+        return moved
+
     def adopt_kernel_claims(self, kernel_id: str) -> list[ClaimRecord]:
         """Before a restart with claims: make this server's process the holder of every
         claim of ``kernel_id`` (:meth:`~dra_jupyter.types.Backend.adopt`), so that the

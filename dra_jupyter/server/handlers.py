@@ -94,6 +94,10 @@ class DRAApp(Protocol):
         self, kernel_id: str
     ) -> tuple[list[ClaimRecord], dict[str, str]]: ...
 
+    async def move_claim(
+        self, caller: Caller, name: str
+    ) -> tuple[str, list[ClaimRecord], dict[str, str]]: ...
+
     def idle_state(
         self, record: ClaimRecord, now: float | None = None
     ) -> tuple[float | None, bool]: ...
@@ -409,6 +413,29 @@ class RestartWithClaimsHandler(_DRAHandler):
             )
 
 
+class MoveHandler(_DRAHandler):
+    """The Move of a device taken out of service (:mod:`dra_jupyter.server.health`): the
+    same again on an equivalent device, the old claim released, the kernel restarted."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        if not await ensure_async(
+            self.authorizer.is_authorized(self, self.current_user, "write", "kernels")
+        ):
+            raise web.HTTPError(403, "restarting kernels is not allowed for this user")
+        caller = await self.caller()
+        self.body()  # none is needed; a large one is refused all the same
+        with _handle_error():
+            check_claim_name(name)
+            kernel_id, records, env = await self.dra.move_claim(caller, name)
+            self.reply(
+                RestartResponse(
+                    kernel_id=kernel_id, env=env, claims=[self.claim_model(r) for r in records]
+                )
+            )
+
+
 def _sample_model(s: Sample) -> SampleModel:
     return SampleModel(
         time=s.time,
@@ -559,6 +586,7 @@ def routes() -> list[tuple[str, type[_DRAHandler]]]:
         (r"/dra/api/claims", ClaimsHandler),
         (rf"/dra/api/claims/{_NAME}", ClaimHandler),
         (rf"/dra/api/claims/{_NAME}/keep", KeepHandler),
+        (rf"/dra/api/claims/{_NAME}/move", MoveHandler),
         (rf"/dra/api/kernels/{_KERNEL}/claims", KernelClaimsHandler),
         (rf"/dra/api/kernels/{_KERNEL}/restart-with-claims", RestartWithClaimsHandler),
         FALLBACK,

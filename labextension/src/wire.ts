@@ -274,6 +274,12 @@ export interface Operations {
     body: null;
     answer: Claim;
   };
+  /** Move a kernel's claim off a device taken out of service (the Move action) */
+  "POST /claims/{name}/move": {
+    parameters: { name: string };
+    body: null;
+    answer: Restart;
+  };
   /** The claims of one kernel of this server */
   "GET /kernels/{kernel_id}/claims": {
     parameters: { kernel_id: string };

@@ -295,6 +295,29 @@ class Contract:
         return document
 
 
+async def every_error(api: Contract, mine: str, theirs: str) -> None:
+    """Each error once, with the spec's Error body (``mine``: a claim of the caller's,
+    released by now; ``theirs``: another user's)."""
+    await api.call("GET", "/metrics", status=400, history="many")
+    await api.call("POST", "/claims", {"bogus": 1}, status=400)
+    await api.call("POST", "/claims", {"gpu": 1, "kernel_id": "no-such-kernel"}, status=404)
+    await api.call("POST", "/claims", {"gpu": 9}, status=422)
+    await api.call("POST", "/claims", {"gpu": 7}, status=409)  # 2 of the 8 are held
+    await api.call("GET", f"/claims/{theirs}", status=403)
+    await api.call("GET", "/claims/Upper", status=400)  # no claim name
+    await api.call("DELETE", "/claims/Upper", status=400)
+    await api.call("POST", "/claims/Upper/keep", status=400)
+    gone = await api.call("GET", f"/claims/{mine}", status=200)  # released lately
+    assert gone["released"]["reason"] == "user"
+    await api.call("GET", "/claims/no-such-claim", status=404)
+    await api.call("DELETE", f"/claims/{mine}", status=404)
+    await api.call("POST", f"/claims/{mine}/keep", status=404)
+    await api.call("POST", f"/claims/{mine}/move", status=404)
+    await api.call("POST", "/claims/Upper/move", status=400)
+    await api.call("GET", "/kernels/no-such-kernel/claims", status=404)
+    await api.call("POST", "/kernels/no-such-kernel/restart-with-claims", status=404)
+
+
 async def test_every_operation_answers_as_the_spec_says(jp_fetch: Fetch, jp_serverapp: Any) -> None:
     await start_extensions(jp_serverapp)
     api = Contract(jp_fetch)
@@ -327,25 +350,12 @@ async def test_every_operation_answers_as_the_spec_says(jp_fetch: Fetch, jp_serv
         assert "dra_jupyter_held_gpu_seconds_total{" in text
         restart = await api.call("POST", f"/kernels/{kernel.id}/restart-with-claims", status=200)
         assert [c["name"] for c in restart["claims"]] == [ours["name"]]
+        moved = await api.call("POST", f"/claims/{ours['name']}/move", status=200)
+        [ours] = moved["claims"]  # the same again, the old one released
+        await api.call("POST", f"/claims/{mine['name']}/move", status=400)  # of no kernel
         await api.call("DELETE", f"/claims/{mine['name']}", status=204)
 
-        # the errors, each with the spec's Error body
-        await api.call("GET", "/metrics", status=400, history="many")
-        await api.call("POST", "/claims", {"bogus": 1}, status=400)
-        await api.call("POST", "/claims", {"gpu": 1, "kernel_id": "no-such-kernel"}, status=404)
-        await api.call("POST", "/claims", {"gpu": 9}, status=422)
-        await api.call("POST", "/claims", {"gpu": 7}, status=409)  # 2 of the 8 are held
-        await api.call("GET", f"/claims/{theirs.name}", status=403)
-        await api.call("GET", "/claims/Upper", status=400)  # no claim name
-        await api.call("DELETE", "/claims/Upper", status=400)
-        await api.call("POST", "/claims/Upper/keep", status=400)
-        gone = await api.call("GET", f"/claims/{mine['name']}", status=200)  # released lately
-        assert gone["released"]["reason"] == "user"
-        await api.call("GET", "/claims/no-such-claim", status=404)
-        await api.call("DELETE", f"/claims/{mine['name']}", status=404)
-        await api.call("POST", f"/claims/{mine['name']}/keep", status=404)
-        await api.call("GET", "/kernels/no-such-kernel/claims", status=404)
-        await api.call("POST", "/kernels/no-such-kernel/restart-with-claims", status=404)
+        await every_error(api, mine["name"], theirs.name)
 
     operations = {
         f"{method.upper()} {path}"
