@@ -94,7 +94,7 @@ async def test_move_with_no_equivalent_device_free_changes_nothing(
         with pytest.raises(HTTPClientError) as raised:
             await jp_fetch("dra", "api", "claims", claim.name, "move", method="POST", body="")
         assert raised.value.code == 409
-        message = json.loads(raised.value.response.body)["message"]
+        message = error_message(raised.value)
         assert message.startswith(f"claim {claim.name}: no equivalent device is free now (")
         assert message.endswith("it keeps its devices: release it, or Move again later")
         assert [c.name for c in ledger.read_claims()] == [claim.name]
@@ -109,10 +109,16 @@ async def test_move_of_a_claim_of_no_kernel_says_what_to_do(
     with pytest.raises(HTTPClientError) as raised:
         await jp_fetch("dra", "api", "claims", name, "move", method="POST", body="")
     assert raised.value.code == 400
-    assert json.loads(raised.value.response.body)["message"] == (
+    assert error_message(raised.value) == (
         f"claim {name}: it belongs to no kernel of this server, so none can restart on "
         "another device; release it and request again"
     )
+
+
+def error_message(error: HTTPClientError) -> str:
+    assert error.response is not None
+    message: str = json.loads(error.response.body)["message"]
+    return message
 
 
 def record(name: str, *devices: str) -> ClaimRecord:
