@@ -692,7 +692,8 @@ class Session:
         for found in self.runs():
             if found.name == name:
                 return found
-        raise NotFoundError(f"no run {shown(name)}; dra.runs() lists yours")
+        plain = name if re.fullmatch(r"[\w.-]{1,253}", name) else shown(name)
+        raise NotFoundError(f"no run {plain}; dra.runs() lists yours")
 
     def devices(self) -> Table[DeviceRow]:
         if self._inventory is None or self.backend.capabilities.allocates_later:

@@ -181,6 +181,13 @@ class Launcher:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--detach"]:  # dra.run's start: fork, say the launcher's pid, leave
+        args = args[1:]
+        pid = os.fork()
+        if pid:
+            print(pid, flush=True)
+            os._exit(0)
+        os.dup2(2, 1)  # the launcher's own output goes to the run's log, as its stderr
     if len(args) != 1:
         print("usage: python -m dra_jupyter.runner NAME (started by dra.run)", file=sys.stderr)
         return 2

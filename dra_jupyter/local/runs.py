@@ -37,6 +37,7 @@ from typing import IO, Any
 from dra_jupyter.errors import (
     InvalidInputError,
     NotFoundError,
+    UnavailableError,
     outcome_of,
     shown,
 )
@@ -54,9 +55,6 @@ _COLUMNS = (
     "name, user, host, spec, phase, created, started, ended, pid, start_time, child, "
     "claim, devices, exit_code, message, error, log"
 )
-# The launchers this process started: kept so that they are reaped (a Popen dropped while
-# its process runs warns), never waited for.
-_LAUNCHED: list[subprocess.Popen[bytes]] = []
 
 
 @dataclass(frozen=True)
@@ -333,6 +331,11 @@ class LocalRun:
         return f"<Run {self._name}{devices} ({s.phase}){why}>"
 
 
+def plain(name: str) -> str:
+    """A run's name as a message shows it: as it is when it could be one, else quoted."""
+    return name if re.fullmatch(r"[\w.-]{1,253}", name) else shown(name)
+
+
 def _read(path: Path, offset: int) -> str:
     try:
         with path.open("rb") as f:
@@ -365,7 +368,7 @@ class LocalRuns:
     def run(self, name: str) -> LocalRun:
         row = self.book.row(name)
         if row is None or row.user != self.user:
-            raise NotFoundError(f"no run {shown(name)}; dra.runs() lists yours")
+            raise NotFoundError(f"no run {plain(name)}; dra.runs() lists yours")
         return LocalRun(self.book, name, self._release)
 
     def runs(self) -> list[LocalRun]:
@@ -378,18 +381,31 @@ class LocalRuns:
         the run stays in the book as ``Failed``."""
         row = self.book.create(self.user, spec, name)
         with row.log.open("ab") as log:
-            launcher = subprocess.Popen(  # our own module, by its path
-                [sys.executable, "-m", RUNNER_MODULE, row.name],
+            # The launcher forks once more and says its pid: it is nobody's child here, so
+            # this process (a kernel that restarts) neither reaps it nor waits for it.
+            detach = subprocess.run(  # our own module, by its path
+                [sys.executable, "-m", RUNNER_MODULE, "--detach", row.name],
                 env=self._env,
                 cwd=spec.get("cwd") or None,
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=subprocess.PIPE,
                 stderr=log,
                 start_new_session=True,  # a kernel's signals to its group do not reach it
+                timeout=START_WAIT_S,
+                check=False,
             )
-        _LAUNCHED[:] = [p for p in _LAUNCHED if p.poll() is None]
-        _LAUNCHED.append(launcher)
-        self.book.launched(row.name, launcher.pid, process_start_time(launcher.pid))
+        if detach.returncode != 0 or not detach.stdout.strip().isdigit():
+            self.book.finish(
+                row.name,
+                "Failed",
+                message=f"run {row.name}: its launcher did not start; see {row.log}",
+            )
+            raise UnavailableError(
+                f"dra.run: the launcher of run {row.name} did not start (exit code "
+                f"{detach.returncode}); its log {row.log} says why"
+            )
+        pid = int(detach.stdout)
+        self.book.launched(row.name, pid, process_start_time(pid))
         deadline = time.monotonic() + START_WAIT_S
         run = LocalRun(self.book, row.name, self._release)
         while time.monotonic() < deadline:
