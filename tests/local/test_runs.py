@@ -59,7 +59,7 @@ def gone(pid: int) -> bool:
 
 def start(session: Session, command: Any, **keywords: Any) -> Run:
     """``session.run``, which on one machine is a :class:`Run` of dra_jupyter.runstatus."""
-    run = start(session, command, **keywords)
+    run = session.run(command, **keywords)
     assert isinstance(run, Run)
     return run
 
