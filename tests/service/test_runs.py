@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_jupyter.api import Session
+from dra_jupyter.runstatus import Run
 from dra_jupyter.settings import Settings
 from tests.hub.access import REPO, reachable
 from tests.service.accounts import User, run_as, service, wait_for
@@ -37,6 +38,7 @@ def start_two() -> list[Any]:
     """A run of 2 GPUs (the limit), then one more GPU (over it)."""
     s = Session(Settings.from_env())
     run = s.run(SLEEPER, gpu=2, name="train")
+    assert isinstance(run, Run)  # one machine's
     more = error_of(lambda: s.run(SLEEPER, gpu=1, name="more"))
     status = run.status
     return [run.name, status.phase, list(status.claims), more]
