@@ -54,8 +54,9 @@ def test_run_needs_the_kubernetes_backend_and_an_image(
     api: client.ApiClient, kubeconfig: Path, namespace: str, tmp_path: Path
 ) -> None:
     local = Session(Settings(ledger=tmp_path / "ledger.sqlite", inventory="h200-8x"))
-    with pytest.raises(InvalidInputError, match=r"^dra\.run launches a pod, which needs the Kube"):
-        local.run("true", gpu=1)
+    # one machine runs in the background (tests/local/test_runs.py): a pod's image is refused
+    with pytest.raises(InvalidInputError, match=r"^dra\.run: image= applies to pods on Kube"):
+        local.run("true", gpu=1, image="python:3.12")
     with pytest.raises(InvalidInputError, match=r"^dra\.run: no image for the pod; pass image="):
         session(kubeconfig, namespace).run("true", gpu=1)
     assert ClaimClient(api, namespace).list() == []
