@@ -69,11 +69,17 @@ class Launcher:
         self.settings = settings
         self.child: subprocess.Popen[bytes] | None = None
         self.cancelled = False
+        self.asking = False  # while the claim is asked for: a cancel stops the asking
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.cancelled = True
-        if self.child is None:
+        if self.asking:
+            self.asking = False
             raise _Cancelled
+
+    def _stopped(self) -> bool:
+        """Whether a cancel came (set by the signal handler at any moment)."""
+        return self.cancelled
 
     def _waiting(self, waiting: Waiting) -> None:
         place = "next in line" if waiting.position == 1 else f"number {waiting.position} in line"
@@ -88,6 +94,7 @@ class Launcher:
             signal.signal(sig, self._on_term)
         session = Session(self.settings, owner=Owner.current())  # no kernel id: the run's
         try:
+            self.asking = True
             claim = session.request(
                 apply_env=False,
                 timeout=spec.get("timeout"),
@@ -95,6 +102,7 @@ class Launcher:
                 on_wait=self._waiting,
                 **spec.get("claim", {}),
             )
+            self.asking = False
         except _Cancelled:
             self.book.finish(name, "Cancelled", message=f"run {name}: cancelled before it started")
             return 0
@@ -114,6 +122,9 @@ class Launcher:
         devices = tuple(f"{r['driver']}/{r['pool']}/{r['device']}" for r in results)
         environ = {**os.environ, **env, "DRA_JUPYTER_RUN": name}
         argv = list(spec["argv"])
+        if self._stopped():  # between the claim and the start
+            self._ending = ("Cancelled", None, f"run {name}: cancelled before it started")
+            return 0
         try:
             with self.row.log.open("ab") as log:
                 self.child = subprocess.Popen(  # an argv, no shell
@@ -145,13 +156,13 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 pass
             now = time.monotonic()
-            if stopping is None and (self.cancelled or (deadline is not None and now >= deadline)):
-                expired = not self.cancelled
+            if stopping is None and (self._stopped() or (deadline is not None and now >= deadline)):
+                expired = not self._stopped()
                 stopping = now
                 self._kill(signal.SIGTERM)
             elif stopping is not None and now - stopping >= GRACE_S:
                 self._kill(signal.SIGKILL)
-        if self.cancelled:
+        if self._stopped():
             self._ending = ("Cancelled", code, f"run {name}: cancelled")
         elif expired:
             self._ending = (

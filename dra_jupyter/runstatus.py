@@ -29,7 +29,8 @@ class RunProcess:
     ``name``: the pod's name, or ``pid N`` for a process; ``node``: the node or host it
     runs on (empty until placed); ``devices``: ``driver/pool/device`` of what it got;
     ``exit_code``: None until it ended (or when it was killed without one: ``reason``
-    says); ``restarts``: how often it was started again (a Job's retries; 0 on one
+    says), negative when a signal ended it (``-15``: SIGTERM, as Python's
+    ``returncode``); ``restarts``: how often it was started again (a Job's retries; 0 on one
     machine)."""
 
     rank: int

@@ -20,6 +20,7 @@ settles it (:meth:`RunBook.settle`): a run whose launcher is gone without record
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import json
 import os
@@ -283,19 +284,23 @@ class LocalRun:
             )
         row = self._row()
         if not follow:
-            return _read(row.log, 0)
+            return _read(row.log, 0).decode(errors="replace")
         out = self._out or sys.stdout
-        text = ""
+        # bytes as they come, decoded across reads: a character split by a read stays whole
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        offset, parts = 0, []
         while True:
             done = self._row().phase in ENDED  # read before the file: nothing is missed
-            chunk = _read(row.log, len(text.encode()))
-            if chunk:
-                out.write(chunk)
+            chunk = _read(row.log, offset)
+            offset += len(chunk)
+            text = decoder.decode(chunk, final=done and not chunk)
+            if text:
+                out.write(text)
                 out.flush()
-                text += chunk
-            elif done:
-                return text
-            else:
+                parts.append(text)
+            if done and not chunk:
+                return "".join(parts)
+            if not chunk:
                 time.sleep(POLL_S)
 
     def cancel(self) -> None:
@@ -336,13 +341,13 @@ def plain(name: str) -> str:
     return name if re.fullmatch(r"[\w.-]{1,253}", name) else shown(name)
 
 
-def _read(path: Path, offset: int) -> str:
+def _read(path: Path, offset: int) -> bytes:
     try:
         with path.open("rb") as f:
             f.seek(offset)
-            return f.read().decode(errors="replace")
+            return f.read()
     except FileNotFoundError:
-        return ""
+        return b""
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

@@ -148,20 +148,27 @@ def test_a_lease_ends_the_run(session: Session) -> None:
     assert session.backend.claims() == []
 
 
-def test_a_busy_machine_refuses_at_once_with_timeout_0(session: Session) -> None:
+def test_a_busy_machine_refuses_at_once_or_the_run_waits_in_line(session: Session) -> None:
     held = session.request(gpu=8, apply_env=False)
     try:
         with pytest.raises(BusyError):
             session.run(SLEEPER, gpu=1, timeout=0)
         [failed] = session.runs()
         assert failed.status.phase == "Failed"
-        # with a timeout it waits in line, and gets the devices once they are free
-        run = start(session, SLEEPER, gpu=1, timeout="1m")
-        status = run.status
+        # with a timeout it waits in line; cancelled there, it never starts
+        waiting = start(session, SLEEPER, gpu=1, timeout="1m")
+        status = waiting.status
         assert status.phase == "Pending" and status.message.startswith("waiting for devices")
+        waiting.cancel()
+        assert waiting.status.phase == "Cancelled" and waiting.status.exit_codes == ()
+        assert waiting.logs() == ""
+        run = start(session, SLEEPER, gpu=1, timeout="1m")
+        first = run.status
+        assert first.phase == "Pending"
     finally:
         held.release()
     until(lambda: run.status.phase == "Running", "the run gets the freed devices")
+    assert [r.name for r in session.backend.claims()] == list(run.status.claims)
 
 
 def test_runs_from_a_fresh_process_finds_and_cancels_it(session: Session, tmp_path: Path) -> None:
