@@ -11,6 +11,7 @@ that a kernel's packages are there.
 from __future__ import annotations
 
 import inspect
+import shutil
 import sys
 import textwrap
 
@@ -59,4 +60,9 @@ def local_argv(command: Command) -> list[str]:
             )
     if argv[0] == "python":
         argv[0] = sys.executable
+    elif shutil.which(argv[0]) is None:
+        raise InvalidInputError(
+            f"dra.run: the program {shown(argv[0])} is not found (on PATH, or as a path to an "
+            "executable file); give its path, or 'python' for this Python"
+        )
     return argv

@@ -136,12 +136,13 @@ class Launcher:
                     process_group=0,
                     preexec_fn=die_with(os.getpid()),  # noqa: PLW1509  # no threads here
                 )
-        except OSError as err:
-            self._ending = (
+        except OSError as err:  # found by dra.run, gone since (or not executable)
+            self.book.finish(
+                name,
                 "Failed",
-                None,
-                f"run {name}: cannot start {argv[0]!r}: {err.strerror}; pass the path of a "
-                "program (or 'python' for this kernel's Python)",
+                message=f"dra.run: cannot start {argv[0]!r}: {err.strerror}; give the path "
+                "of a program (or 'python' for this Python)",
+                error="InvalidInputError",
             )
             return 1
         self.book.started(name, claim, devices, self.child.pid)

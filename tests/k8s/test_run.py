@@ -17,6 +17,7 @@ from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.run import WAITING, pod_command
+from dra_jupyter.kube.run import Run as PodRun
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.settings import Settings
 from tests.k8s.conftest import wait_for
@@ -75,6 +76,7 @@ def test_a_run_is_placed_and_reports_its_claims_devices(
         start_timeout=0,
         node_selector=ON_SIMULATED,
     )
+    assert isinstance(run, PodRun)  # dra.run on Kubernetes: a pod
     assert run.state == WAITING
     assert run.node in published.node_names
     stored = ClaimClient(api, namespace).get(run.claim.name)

@@ -200,6 +200,7 @@ def test_runs_from_a_fresh_process_finds_and_cancels_it(session: Session, tmp_pa
         (lambda: None, {}, "dra.run: pass a named function (def ...), not a lambda"),
         (["python", 3], {}, "dra.run: item 1 of the command list is int 3, not a string"),
         (None, {}, "dra.run: give the command to run"),
+        (["no-such-program-x"], {}, "dra.run: the program 'no-such-program-x' is not found"),
         (["true"], {"image": "x"}, "dra.run: image= applies to pods on Kubernetes"),
         (["true"], {"gpus": 1}, "dra.run: unknown keyword 'gpus'"),
         (["true"], {"name": "Bad Name"}, "dra.run: name='Bad Name' is not a run name"),
