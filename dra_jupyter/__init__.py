@@ -40,6 +40,7 @@ from dra_jupyter.errors import (
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dra_jupyter import runstatus
     from dra_jupyter.api import Claim, Session
     from dra_jupyter.claimspec import RequestKeywords, RunKeywords
     from dra_jupyter.tables import ClaimRow, DeviceRow, Table
@@ -93,13 +94,22 @@ def request(**kwargs: Unpack[RequestKeywords]) -> Claim:
     return _session().request(**kwargs)
 
 
-def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run:
-    """Run ``command`` (a shell string, an argv list, or a self-contained function) in a
-    Kubernetes pod with devices: ``dra.run("nvidia-smi", gpu=1)``. Keywords: those of
-    :func:`request`, and ``image``, ``name``, ``timeout`` (to be placed, '5m'),
-    ``start_timeout`` (for the node to start it, '5m'), ``node_selector``. Needs the
-    Kubernetes backend; see :mod:`dra_jupyter.kube.run`."""
+def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run | runstatus.Run:
+    """Run ``command`` (an argv list, a shell string, or a self-contained function) with
+    devices: ``dra.run(["python", "train.py"], gpu=1)``. On Kubernetes in a pod (keywords
+    ``image``, ``start_timeout``, ``node_selector``; :mod:`dra_jupyter.kube.run`); on one
+    machine in the background, as your own process holding its own claim, returned at
+    once (``run.status``, ``run.logs(follow=True)``, ``run.cancel()``, ``run.wait()``;
+    :mod:`dra_jupyter.runner`). Keywords: those of :func:`request`, and ``name``,
+    ``timeout`` (to get the devices, '5m'), ``lease`` (how long the claim may last),
+    ``nodes`` (1 on one machine)."""
     return _session().run(command, **kwargs)
+
+
+def runs() -> list[runstatus.Run]:
+    """Your runs, oldest first (also those started from another kernel): their
+    ``.status``, ``.logs()``, ``.cancel()``, ``.wait()``."""
+    return _session().runs()
 
 
 def devices() -> Table[DeviceRow]:
@@ -213,5 +223,6 @@ __all__ = [
     "release_all",
     "request",
     "run",
+    "runs",
     "usage",
 ]

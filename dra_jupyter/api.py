@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
 
 import yaml
 
+from dra_jupyter import runstatus
 from dra_jupyter.allocator import STRATEGIES, Explanation
-from dra_jupyter.backends import open_backend
+from dra_jupyter.backends import open_backend, open_runs
 from dra_jupyter.claimspec import CLAIM_KEYS, REQUEST_KEYS, RUN_KEYS, build_claim, unknown_keyword
 from dra_jupyter.devicehistory import device_history, resolve_device
 from dra_jupyter.durations import parse_duration, parse_lease, parse_timeout
@@ -39,6 +40,7 @@ from dra_jupyter.errors import (
     DraJupyterWarning,
     InvalidInputError,
     NeverPossibleError,
+    NotFoundError,
     ObjectError,
     shown,
 )
@@ -52,6 +54,7 @@ from dra_jupyter.requestnotes import (
     waits_for_a_pod,
 )
 from dra_jupyter.restarts import ask_restart, in_servers_kernel
+from dra_jupyter.runcommand import local_argv
 from dra_jupyter.settings import BACKENDS, Settings
 from dra_jupyter.tables import (
     CLAIM_COLUMNS,
@@ -603,20 +606,24 @@ class Session:
         timeout: str | float | None = "5m",
         start_timeout: str | float | None = "5m",
         node_selector: Mapping[str, str] | None = None,
+        nodes: int = 1,
+        lease: str | float | None = None,
         **spec: Any,
-    ) -> Run:
-        """Run ``command`` in a pod with devices (Kubernetes backend; see
+    ) -> Run | runstatus.Run:
+        """Run ``command`` with devices. Kubernetes: in a pod (see
         :mod:`dra_jupyter.kube.run`): the pod is checked first, then its claim is made (as
-        :meth:`request` makes one), then the pod started with it."""
-        cluster = self.backend.cluster
-        if cluster is None:
-            raise InvalidInputError(
-                "dra.run launches a pod, which needs the Kubernetes backend: set "
-                "DRA_JUPYTER_BACKEND=kubernetes or call dra.configure(backend='kubernetes')"
-            )
+        :meth:`request` makes one), then the pod started with it. One machine (local,
+        service): in the background, as a process of this user that holds its own claim
+        (:mod:`dra_jupyter.runner`); returned at once, once it has its devices or waits in
+        line for them (``timeout``: how long it may wait), its claim ended by ``lease``."""
+        nodes = _nodes(nodes)
         unknown = sorted(set(spec) - set(CLAIM_KEYS))
         if unknown:
             raise unknown_keyword("dra.run", unknown[0], RUN_KEYS)
+        cluster = self.backend.cluster
+        if cluster is None:
+            pod = {"image": image, "node_selector": node_selector}
+            return self._run_here(command, spec, name, timeout, lease, nodes, pod)
         wait = _or_forever(parse_duration(timeout, what="timeout"))
         start_wait = parse_duration(start_timeout, what="start_timeout")
         plan = cluster.plan_run(
@@ -627,6 +634,66 @@ class Session:
         )
         claim = self.request(apply_env=False, **spec)
         return cluster.launch(plan, claim, timeout=wait, start_timeout=start_wait)
+
+    def _run_here(  # dra.run's keywords, passed on
+        self,
+        command: Command,
+        spec: dict[str, Any],
+        name: str | None,
+        timeout: str | float | None,
+        lease: str | float | None,
+        nodes: int,
+        pod: Mapping[str, Any],
+    ) -> runstatus.Run:
+        """``dra.run`` on one machine: everything is checked (the command, the keywords,
+        that the claim could ever be met) before the run is recorded and started."""
+        where = self.backend.capabilities.where
+        if nodes > 1:
+            raise InvalidInputError(
+                f"dra.run: nodes={nodes} spreads a run over several machines, which needs the "
+                f"Kubernetes backend; {where} runs one process: use nodes=1"
+            )
+        for key, value in pod.items():
+            if value:
+                raise InvalidInputError(
+                    f"dra.run: {key}= applies to pods on Kubernetes; on {where} the command "
+                    "runs as your own process: leave it out"
+                )
+        argv = local_argv(command)
+        parse_timeout(timeout)
+        if parse_lease(lease) is not None and not self.backend.capabilities.leases:
+            raise InvalidInputError(f"dra.run: lease= does not apply on {where}")
+        claim = self.build(spec, "", REQUEST_KEYS)
+        self.check_possible(spec, claim)
+        wanted = {"argv": argv, "claim": spec, "timeout": timeout, "lease": lease}
+        return self._runs.start({**wanted, "cwd": str(Path.cwd())}, name or "")
+
+    @cached_property
+    def _runs(self) -> runstatus.Runs:
+        return open_runs(self.settings, self.backend)
+
+    def runs(self) -> list[runstatus.Run]:
+        """This user's runs, oldest first: a cluster's (``cluster.runs()``), else those of
+        the user's ledger on this machine (also those started from another kernel)."""
+        cluster = self.backend.cluster
+        if cluster is not None:
+            listed = getattr(cluster, "runs", None)
+            if listed is None:
+                raise InvalidInputError(
+                    "dra.runs: this version lists runs on one machine only (local, service)"
+                )
+            return list(listed())
+        return list(self._runs.runs())
+
+    def find_run(self, name: str) -> runstatus.Run:
+        """This user's run ``name`` (NotFoundError when there is none)."""
+        if self.backend.cluster is None:
+            return self._runs.run(name)
+        for found in self.runs():
+            if found.name == name:
+                return found
+        plain = name if re.fullmatch(r"[\w.-]{1,253}", name) else shown(name)
+        raise NotFoundError(f"no run {plain}; dra.runs() lists yours")
 
     def devices(self) -> Table[DeviceRow]:
         if self._inventory is None or self.backend.capabilities.allocates_later:
@@ -699,6 +766,16 @@ class Session:
 
 def _or_forever(seconds: float | None) -> float:
     return math.inf if seconds is None else seconds
+
+
+def _nodes(nodes: object) -> int:
+    """``nodes=``: a whole number of at least 1 (machines, or pods on a cluster)."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise InvalidInputError(
+            f"dra.run: nodes={shown(nodes)} is not a number of machines; use a whole "
+            "number of at least 1 (nodes=1: one machine)"
+        )
+    return nodes
 
 
 class _Default:

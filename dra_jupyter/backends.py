@@ -14,6 +14,7 @@ Kubernetes client loads only for the Kubernetes backend. What a backend offers i
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings, service_installe
 
 if TYPE_CHECKING:
     from dra_jupyter.inventory.base import Inventory
+    from dra_jupyter.runstatus import Runs
     from dra_jupyter.types import Backend, Owner
 
 
@@ -80,3 +82,42 @@ def resolve_backend(settings: Settings, service_account: Path = SERVICE_ACCOUNT_
         installed = service_installed(settings.socket, settings.service_config)
         return "service" if installed else "local"
     return settings.backend
+
+
+def open_runs(settings: Settings, backend: Backend) -> Runs:
+    """The background runs of ``backend``'s user on one machine (local or service): their
+    book in the user's ledger (the local backend's own), their launchers started with the
+    settings of this session (:func:`runner_env`)."""
+    from dra_jupyter.local.backend import LocalBackend  # noqa: PLC0415  # on use
+    from dra_jupyter.local.ledger import Ledger  # noqa: PLC0415
+    from dra_jupyter.local.runs import LocalRuns, RunBook  # noqa: PLC0415
+
+    kind = resolve_backend(settings)
+    ledger = backend.ledger if isinstance(backend, LocalBackend) else Ledger(settings.ledger)
+    env = runner_env(settings, kind, ledger.path)
+    return LocalRuns(RunBook(ledger), backend.owner.user, backend.release, env)
+
+
+def runner_env(settings: Settings, kind: str, ledger: Path) -> dict[str, str]:
+    """The environment of a run's launcher: this process's, with the session's settings
+    spelled out (``dra.configure()`` changed them in this process only) and without the
+    kernel's id (the run's claim is not the kernel's) or device variables (the launcher
+    sets its claim's)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "DRA_JUPYTER_KERNEL_ID"
+        and not k.endswith("_VISIBLE_DEVICES")
+        and k != "TPU_VISIBLE_CHIPS"
+    }
+    env.update(
+        DRA_JUPYTER_BACKEND=kind,
+        DRA_JUPYTER_LEDGER=str(ledger),
+        DRA_JUPYTER_INVENTORY=settings.inventory,
+        DRA_JUPYTER_STRATEGY=settings.strategy,
+        DRA_JUPYTER_POLL_INTERVAL=str(settings.poll_interval),
+        DRA_JUPYTER_SOCKET=str(settings.socket),
+        DRA_JUPYTER_SERVICE_CONFIG=str(settings.service_config),
+        DRA_JUPYTER_NAMESPACE=settings.namespace,
+    )
+    return env

@@ -102,13 +102,16 @@ class RequestKeywords(ClaimKeywords, total=False):
 
 
 class RunKeywords(ClaimKeywords, total=False):
-    """:func:`run`'s keywords: the claim's, then the pod's (see :mod:`dra_jupyter.kube.run`)."""
+    """:func:`run`'s keywords: the claim's, then the pod's (see :mod:`dra_jupyter.kube.run`),
+    then the run's (``nodes``: machines; ``lease``: how long its claim may last)."""
 
     image: str | None
     name: str | None
     timeout: str | float | None
     start_timeout: str | float | None
     node_selector: Mapping[str, str] | None
+    nodes: int
+    lease: str | float | None
 
 
 REQUEST_KEYS = tuple(RequestKeywords.__annotations__)  # dra.request's, in the order shown

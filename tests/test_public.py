@@ -30,6 +30,7 @@ PUBLIC = {
     "release_all",
     "request",
     "run",
+    "runs",
     "usage",
 }
 

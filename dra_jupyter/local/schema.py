@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dra_jupyter.errors import LedgerError, shown
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # The schema as a new ledger gets it (the latest version). An older ledger is brought up to
 # it by MIGRATIONS, one version at a time, all in one transaction (:func:`prepare`).
 SCHEMA = """
@@ -86,6 +86,26 @@ CREATE TABLE IF NOT EXISTS taints (
     removed_by TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS taints_live ON taints (device, key) WHERE removed IS NULL;
+CREATE TABLE IF NOT EXISTS runs (
+    name TEXT PRIMARY KEY,
+    user TEXT NOT NULL,
+    host TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    created REAL NOT NULL,
+    started REAL,
+    ended REAL,
+    pid INTEGER,
+    start_time INTEGER,
+    child INTEGER,
+    claim TEXT,
+    devices TEXT NOT NULL DEFAULT '[]',
+    exit_code INTEGER,
+    message TEXT NOT NULL DEFAULT '',
+    error TEXT,
+    log TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_user ON runs (user, created);
 """
 
 # Version n to n + 1, by n. Each step only adds (columns, indexes, tables): what an older
@@ -103,6 +123,10 @@ CREATE UNIQUE INDEX IF NOT EXISTS taints_live ON taints (device, key) WHERE remo
 # 3 to 4: taints an admin put on devices by hand (``taints``: one row per taint, live
 # while ``removed`` is NULL, kept with who removed it and when after,
 # :mod:`dra_jupyter.local.taints`). An older ledger had none.
+#
+# 4 to 5: background runs (``runs``: one row per ``dra.run`` on this machine, its launcher
+# process, claim, phase, exit code and log file, :mod:`dra_jupyter.local.runs`). An older
+# ledger had none.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "ALTER TABLE releases ADD COLUMN claim TEXT",
@@ -147,6 +171,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         for s in SCHEMA.split(";")
         if "taints" in s and s.strip().startswith("CREATE")  # the table and its index
     ),
+    4: tuple(
+        s
+        for s in SCHEMA.split(";")
+        if " runs" in s and s.strip().startswith("CREATE")  # the table and its index
+    ),
 }
 TABLES = {
     "meta",
@@ -156,6 +185,7 @@ TABLES = {
     "damaged_claims",
     "usage",
     "taints",
+    "runs",
     "sqlite_sequence",
 }
 

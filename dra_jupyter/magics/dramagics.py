@@ -38,7 +38,7 @@ class DraMagics(Magics):
         if cell is not None:
             with user_errors("%%dra"):
                 command = parse_cell_line(line)
-            if command.name == "run":  # the cell's code runs in a pod (Kubernetes)
+            if command.name == "run":  # in a pod (Kubernetes), in the background (one machine)
                 with user_errors(command.doing):
                     return session().run(["python", "-c", cell], **command.spec)
             with user_errors(command.doing):
@@ -110,6 +110,29 @@ class DraMagics(Magics):
         )
         if problems:
             raise MagicError(f"dra release: {'; '.join(problems)}; %dra status lists your claims")
+
+    def _runs(self, command: Command) -> Any:
+        """This user's runs as a table (``dra.runs()`` gives the objects)."""
+        from dra_jupyter.magics.reports import runs_table  # noqa: PLC0415
+
+        return runs_table(session().runs())
+
+    def _logs(self, command: Command) -> None:
+        """A run's output so far, or (``--follow``) as it comes until the run ends."""
+        run = session().find_run(command.args[0])
+        if "--follow" in command.flags:
+            run.logs(follow=True)
+        else:
+            print(run.logs(), end="")
+
+    def _cancel(self, command: Command) -> None:
+        run = session().find_run(command.args[0])
+        run.cancel()
+        status = run.status
+        print(
+            f"dra: run {run.name} is {status.phase.lower()}"
+            + (f" ({status.message})" if status.message and status.phase != "Cancelled" else "")
+        )
 
     def _explain(self, command: Command) -> Any:
         from dra_jupyter.magics.reports import explain_request  # noqa: PLC0415

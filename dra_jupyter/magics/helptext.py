@@ -45,6 +45,15 @@ Load once per kernel with ``%load_ext dra_jupyter``. Every form, with examples:
     The ResourceClaim (resource.k8s.io/v1) a request would create, without creating it.
         %dra yaml gpu=2 memory=80Gi same=pcieRoot
 
+%dra runs
+    This user's runs (dra.runs()): name, phase, devices, start, end, exit codes, and why.
+
+%dra logs NAME [--follow]
+    A run's output so far; --follow streams it here until the run ends.
+
+%dra cancel NAME
+    Stop a run (terminated, then killed after 10 s) and release its devices.
+
 %dra help
     This text (also: %dra?).
 
@@ -57,10 +66,13 @@ Load once per kernel with ``%load_ext dra_jupyter``. Every form, with examples:
     A cell with top-level await cannot run under a cell magic: write
     ``with dra.request(gpu=1) as claim:`` inside it instead.
 
-%%dra run KEY=VALUE ... [image=IMAGE timeout=5m start_timeout=5m]
-    Kubernetes backend: run the cell's code in a pod (python -c) with a new claim; waits for
-    kube-scheduler to place it (says why not), reports its devices, streams its logs, and
-    releases the claim when it ends. Nothing of this kernel (variables, imports) goes along.
+%%dra run KEY=VALUE ... [image=IMAGE timeout=5m start_timeout=5m lease=2h]
+    Run the cell's code (python -c) with a new claim; nothing of this kernel (variables,
+    imports) goes along. Kubernetes backend: in a pod; waits for kube-scheduler to place it
+    (says why not), reports its devices, streams its logs, and releases the claim when it
+    ends. One machine: in the background, as your own process holding its own claim (the
+    kernel may restart meanwhile); returns the run at once: %dra logs NAME --follow,
+    %dra cancel NAME.
 
 Keywords (as in dra.request()):
     gpu=N | gpu=all     GPUs of the inventory's GPU class (NVIDIA or AMD)

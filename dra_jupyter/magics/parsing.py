@@ -28,9 +28,12 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "env": (),
     "yaml": (),
     "usage": ("--since", "--by"),  # each with a value: --since 7d --by group
+    "runs": (),
+    "logs": ("--follow",),
+    "cancel": (),
     "help": (),
 }
-SHORT_FLAGS = {"-a": "--all", "-v": "--verbose", "-t": "--table"}
+SHORT_FLAGS = {"-a": "--all", "-v": "--verbose", "-t": "--table", "-f": "--follow"}
 # keywords of dra.request() besides the claim's own (claimspec.CLAIM_KEYS)
 REQUEST_KEYS = ("timeout", "lease", "name", "apply_env", "restart")
 # which keywords each form accepts
@@ -39,7 +42,8 @@ KEYWORDS: dict[str, tuple[str, ...]] = {
     "explain": CLAIM_KEYS,
     "yaml": (*CLAIM_KEYS, "name"),
     "cell": (*CLAIM_KEYS, "timeout", "lease", "name"),  # %%dra: the environment is always set
-    "run": (*CLAIM_KEYS, "image", "name", "timeout", "start_timeout"),  # %%dra run: in a pod
+    # %%dra run: in a pod (Kubernetes), in the background (one machine)
+    "run": (*CLAIM_KEYS, "image", "name", "timeout", "start_timeout", "nodes", "lease"),
 }
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
@@ -76,7 +80,7 @@ def split(line: str, where: str) -> list[str]:
 
 
 def _value(key: str, text: str, where: str) -> Any:
-    if key in INTEGER_KEYS:
+    if key in INTEGER_KEYS or key == "nodes":
         if text == "all":
             return text
         try:
@@ -156,6 +160,13 @@ def parse_line(line: str) -> Command:
     if name in KEYWORDS:
         keywords(words, command)
     elif name == "release":
+        command.args = words
+    elif name in ("logs", "cancel"):
+        if len(words) != 1:
+            raise InvalidInputError(
+                f"{command.where}: name one run, e.g. %{command.where} alice-run-1 "
+                "(%dra runs lists yours)"
+            )
         command.args = words
     elif words:
         raise InvalidInputError(f"{command.where}: takes no arguments, got {' '.join(words)!r}")

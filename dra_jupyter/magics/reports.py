@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from IPython.lib.pretty import RepresentationPrinter
 
     from dra_jupyter.api import Session
+    from dra_jupyter.runstatus import Run
 
 __all__ = ["Verdict", "explain_request"]  # what %dra explain shows: dra_jupyter.verdicts
 
@@ -179,3 +180,39 @@ def claim_yaml(session: Session, spec: Mapping[str, Any], name: str = "") -> Yam
 
 
 # --- %dra explain: dra_jupyter.verdicts (the command line's explain KEY=VALUE too) ---------------
+
+
+@dataclass(frozen=True)
+class RunLine:
+    """One run as ``%dra runs`` lists it."""
+
+    run: str
+    phase: str
+    devices: str
+    started: str
+    ended: str
+    exit_codes: str
+    message: str
+
+
+def _when(seconds: float | None) -> str:
+    return "" if seconds is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
+def runs_table(runs: Sequence[Run]) -> Table[RunLine]:
+    """``%dra runs``: each run's status now, oldest first."""
+    lines = []
+    for run in runs:
+        s = run.status
+        lines.append(
+            RunLine(
+                run=s.name,
+                phase=s.phase,
+                devices=", ".join(d.rsplit("/", 1)[-1] for d in s.devices),
+                started=_when(s.started),
+                ended=_when(s.ended),
+                exit_codes=", ".join("-" if c is None else str(c) for c in s.exit_codes),
+                message=s.message,
+            )
+        )
+    return Table(lines, [f.name for f in fields(RunLine)], title="runs")

@@ -31,6 +31,7 @@ def test_every_example_is_tested_and_saved_without_outputs() -> None:
         "02-multi-gpu-topology.ipynb",
         "03-mig-and-sharing.ipynb",
         "04-idle-release.ipynb",  # run under the server extension: tests/server
+        "05-training-run.ipynb",
     ]
     for name in names:
         for c in read(name).cells:
@@ -151,3 +152,38 @@ def test_shares_pack_onto_one_gpu(mig: Any) -> None:
     assert "True" in text(mig, "same-env")
     shared = rows(text(mig, "shared"))
     assert len(shared) == 1 and shared[0][1] == "shared"
+
+
+@pytest.fixture(scope="module")
+def training(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Ledger]:
+    tmp = tmp_path_factory.mktemp("training")
+    nb = execute("05-training-run.ipynb", kernel_env(tmp / "ledger.sqlite"), tmp)
+    return nb, Ledger(tmp / "ledger.sqlite")
+
+
+def test_training_run_starts_follows_and_ends(training: tuple[Any, Ledger]) -> None:
+    nb, ledger = training
+    assert re.fullmatch(
+        r"<Run train-1: gpu\.nvidia\.com/gpu-node-1/gpu-\d, gpu\.nvidia\.com/gpu-node-1/gpu-\d "
+        r"\((Running|Succeeded)\)>",
+        text(nb, "start"),
+    )
+    assert re.match(r"(Running|Succeeded) \('gpu\.nvidia\.com/", text(nb, "status"))
+    followed = streams(nb, "follow", "stdout").splitlines()
+    assert re.fullmatch(rf"training on {UUID},{UUID}", followed[0])
+    assert followed[1:] == ["epoch 1/3 loss 1.000", "epoch 2/3 loss 0.500", "epoch 3/3 loss 0.333"]
+    assert text(nb, "ended") == "Succeeded (0,)\n"
+    assert re.fullmatch(rf"Succeeded evaluating on {UUID}\n", text(nb, "function"))
+    # every run's claim was released at its end (or its cancel), by the run's own launcher
+    assert ledger.read_claims() == []
+    assert "(none)" in text(nb, "claims")
+
+
+def test_training_run_is_listed_then_cancelled(training: tuple[Any, Ledger]) -> None:
+    nb, ledger = training
+    listed = text(nb, "runs")
+    for name, phase in [("train-1", "Succeeded"), ("eval-1", "Succeeded"), ("train-2", "Running")]:
+        assert re.search(rf"^{name}\s+{phase}\s", listed, re.M), listed
+    assert streams(nb, "cancel", "stdout") == "dra: run train-2 is cancelled\n"
+    ended = {r.name: r.reason for r in ledger.releases()}
+    assert sorted(ended.values()) == ["user"] * 3

@@ -17,6 +17,7 @@ from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.run import WAITING, pod_command
+from dra_jupyter.kube.run import Run as PodRun
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.settings import Settings
 from tests.k8s.conftest import wait_for
@@ -54,8 +55,9 @@ def test_run_needs_the_kubernetes_backend_and_an_image(
     api: client.ApiClient, kubeconfig: Path, namespace: str, tmp_path: Path
 ) -> None:
     local = Session(Settings(ledger=tmp_path / "ledger.sqlite", inventory="h200-8x"))
-    with pytest.raises(InvalidInputError, match=r"^dra\.run launches a pod, which needs the Kube"):
-        local.run("true", gpu=1)
+    # one machine runs in the background (tests/local/test_runs.py): a pod's image is refused
+    with pytest.raises(InvalidInputError, match=r"^dra\.run: image= applies to pods on Kube"):
+        local.run("true", gpu=1, image="python:3.12")
     with pytest.raises(InvalidInputError, match=r"^dra\.run: no image for the pod; pass image="):
         session(kubeconfig, namespace).run("true", gpu=1)
     assert ClaimClient(api, namespace).list() == []
@@ -74,6 +76,7 @@ def test_a_run_is_placed_and_reports_its_claims_devices(
         start_timeout=0,
         node_selector=ON_SIMULATED,
     )
+    assert isinstance(run, PodRun)  # dra.run on Kubernetes: a pod
     assert run.state == WAITING
     assert run.node in published.node_names
     stored = ClaimClient(api, namespace).get(run.claim.name)

@@ -22,7 +22,20 @@ def completed(kernel: Kernel, code: str) -> tuple[list[str], str]:
 
 def test_commands(kernel: Kernel) -> None:
     assert completed(kernel, "%dra ") == (
-        ["devices", "request", "status", "release", "explain", "env", "yaml", "usage", "help"],
+        [
+            "devices",
+            "request",
+            "status",
+            "release",
+            "explain",
+            "env",
+            "yaml",
+            "usage",
+            "runs",
+            "logs",
+            "cancel",
+            "help",
+        ],
         "",
     )
     assert completed(kernel, "%dra re") == (["request", "release"], "re")

@@ -90,7 +90,21 @@ def test_the_run_cell_form_takes_pod_keywords() -> None:
     assert command.name == "run"
     assert command.spec == {"gpu": 2, "image": "python:3.12", "start_timeout": "0"}
     assert command.where == "%%dra run"
-    with pytest.raises(InvalidInputError, match=r"^%%dra run: unknown keyword 'lease'"):
-        parse_cell_line("run gpu=1 lease=1h")
+    # a background run on one machine: its lease, its machines (a whole number)
+    assert parse_cell_line("run gpu=1 lease=1h nodes=1").spec == {
+        "gpu": 1,
+        "lease": "1h",
+        "nodes": 1,
+    }
+    with pytest.raises(InvalidInputError, match=r"^%%dra run: unknown keyword 'restart'"):
+        parse_cell_line("run gpu=1 restart=true")
+    with pytest.raises(InvalidInputError, match=r"^%%dra run: nodes='two' is not a whole"):
+        parse_cell_line("run gpu=1 nodes=two")
     with pytest.raises(InvalidInputError, match=r"^dra: run is a cell magic: write %%dra run"):
         parse_line("run gpu=1")
+    assert parse_line("logs alice-run-1 -f").args == ["alice-run-1"]
+    assert parse_line("logs alice-run-1 -f").flags == {"--follow"}
+    assert parse_line("cancel alice-run-1").args == ["alice-run-1"]
+    assert parse_line("runs").name == "runs"
+    with pytest.raises(InvalidInputError, match=r"^dra cancel: name one run, e.g. %dra cancel"):
+        parse_line("cancel")

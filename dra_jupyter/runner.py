@@ -1,0 +1,216 @@
+"""The launcher of a background run on one machine: ``python -m dra_jupyter.runner NAME``.
+
+``dra.run`` records the run in the user's ledger (:mod:`dra_jupyter.local.runs`) and starts
+this process in a session of its own, with the session's settings in its environment. It:
+
+1. makes the run's claim itself (``dra.request``'s rules: it waits in line up to the run's
+   ``timeout``, saying where it stands in the book), so that this process is the claim's
+   holder: the embedded ledger reclaims the claim once it is gone, and under the service
+   the daemon knows this pid (SO_PEERCRED) as the holder, so the user's limits and the
+   enforcement apply to the run as to any client. The claim carries no kernel id: a
+   Jupyter server's idle release and restarts of kernels never touch it;
+2. starts the command (an argv, never through a shell) with the claim's device environment
+   (``CUDA_VISIBLE_DEVICES`` and friends), its output into the run's log file, in a process
+   group of its own, set to be killed when this process dies (Linux's parent-death signal):
+   a launcher killed with SIGKILL takes its command with it, and the claim is reclaimed;
+3. waits for it: SIGTERM (``run.cancel()``) terminates the command's group, then kills it
+   after a grace period; the end of the lease does the same;
+4. releases the claim, then records the end (so a run seen ended has its devices released).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from dra_jupyter.api import Session
+from dra_jupyter.durations import format_duration, parse_lease
+from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.local.runs import GRACE_S, POLL_S, RunBook, RunRow
+from dra_jupyter.runstatus import Phase
+from dra_jupyter.settings import Settings
+from dra_jupyter.types import Owner, Waiting
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+class _Cancelled(BaseException):  # control flow, not an error
+    """SIGTERM before the command started: stop waiting for devices."""
+
+
+def die_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child is killed (SIGKILL) when ``parent`` dies; a parent that
+    died before the call is seen at once (the child then exits)."""
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before the fork
+
+    def child() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return child
+
+
+class Launcher:
+    """One run's launcher (see the module docstring)."""
+
+    def __init__(self, book: RunBook, row: RunRow, settings: Settings) -> None:
+        self.book = book
+        self.row = row
+        self.settings = settings
+        self.child: subprocess.Popen[bytes] | None = None
+        self.cancelled = False
+        self.asking = False  # while the claim is asked for: a cancel stops the asking
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        self.cancelled = True
+        if self.asking:
+            self.asking = False
+            raise _Cancelled
+
+    def _stopped(self) -> bool:
+        """Whether a cancel came (set by the signal handler at any moment)."""
+        return self.cancelled
+
+    def _waiting(self, waiting: Waiting) -> None:
+        place = "next in line" if waiting.position == 1 else f"number {waiting.position} in line"
+        self.book.note(
+            self.row.name,
+            f"waiting for devices: {place} ({format_duration(waiting.waited)} so far)",
+        )
+
+    def run(self) -> int:
+        name, spec = self.row.name, self.row.spec
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_term)
+        session = Session(self.settings, owner=Owner.current())  # no kernel id: the run's
+        try:
+            self.asking = True
+            claim = session.request(
+                apply_env=False,
+                timeout=spec.get("timeout"),
+                lease=spec.get("lease"),
+                on_wait=self._waiting,
+                **spec.get("claim", {}),
+            )
+            self.asking = False
+        except _Cancelled:
+            self.book.finish(name, "Cancelled", message=f"run {name}: cancelled before it started")
+            return 0
+        except DraJupyterError as err:
+            self.book.finish(name, "Failed", message=str(err), error=type(err).__name__)
+            return 1
+        try:
+            return self._follow(claim.name, claim.env, claim.allocation)
+        finally:
+            with contextlib.suppress(DraJupyterError):
+                claim.release()
+            self._end()
+
+    def _follow(self, claim: str, env: dict[str, str], allocation: dict[str, Any]) -> int:
+        name, spec = self.row.name, self.row.spec
+        results = allocation.get("devices", {}).get("results", [])
+        devices = tuple(f"{r['driver']}/{r['pool']}/{r['device']}" for r in results)
+        environ = {**os.environ, **env, "DRA_JUPYTER_RUN": name}
+        argv = list(spec["argv"])
+        if self._stopped():  # between the claim and the start
+            self._ending = ("Cancelled", None, f"run {name}: cancelled before it started")
+            return 0
+        try:
+            with self.row.log.open("ab") as log:
+                self.child = subprocess.Popen(  # an argv, no shell
+                    argv,
+                    env=environ,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    process_group=0,
+                    preexec_fn=die_with(os.getpid()),  # noqa: PLW1509  # no threads here
+                )
+        except OSError as err:  # found by dra.run, gone since (or not executable)
+            self.book.finish(
+                name,
+                "Failed",
+                message=f"dra.run: cannot start {argv[0]!r}: {err.strerror}; give the path "
+                "of a program (or 'python' for this Python)",
+                error="InvalidInputError",
+            )
+            return 1
+        self.book.started(name, claim, devices, self.child.pid)
+        lease = parse_lease(spec.get("lease"))
+        deadline = None if lease is None else time.monotonic() + float(lease)
+        stopping: float | None = None  # when SIGTERM went to the command's group
+        expired = False
+        while True:
+            try:
+                code = self.child.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if stopping is None and (self._stopped() or (deadline is not None and now >= deadline)):
+                expired = not self._stopped()
+                stopping = now
+                self._kill(signal.SIGTERM)
+            elif stopping is not None and now - stopping >= GRACE_S:
+                self._kill(signal.SIGKILL)
+        if self._stopped():
+            self._ending = ("Cancelled", code, f"run {name}: cancelled")
+        elif expired:
+            self._ending = (
+                "Failed",
+                code,
+                f"run {name}: its lease of {format_duration(float(lease or 0))} ended; the "
+                "command was stopped and its devices released",
+            )
+        elif code == 0:
+            self._ending = ("Succeeded", 0, "")
+        else:
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            self._ending = ("Failed", code, f"run {name}: {how}")
+        return 0 if code == 0 else 1
+
+    _ending: tuple[Phase, int | None, str] = ("Failed", None, "")
+
+    def _kill(self, sig: signal.Signals) -> None:
+        if self.child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.child.pid, sig)
+
+    def _end(self) -> None:
+        phase, code, message = self._ending
+        self.book.finish(self.row.name, phase, exit_code=code, message=message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--detach"]:  # dra.run's start: fork, say the launcher's pid, leave
+        args = args[1:]
+        pid = os.fork()
+        if pid:
+            print(pid, flush=True)
+            os._exit(0)
+        os.dup2(2, 1)  # the launcher's own output goes to the run's log, as its stderr
+    if len(args) != 1:
+        print("usage: python -m dra_jupyter.runner NAME (started by dra.run)", file=sys.stderr)
+        return 2
+    settings = Settings.from_env()
+    book = RunBook(Ledger(settings.ledger))
+    row = book.row(args[0])
+    if row is None:
+        print(f"dra.run: no run {args[0]} in ledger {settings.ledger}", file=sys.stderr)
+        return 2
+    return Launcher(book, row, settings).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

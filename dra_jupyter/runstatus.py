@@ -1,0 +1,114 @@
+"""What ``dra.run`` returns on every backend: a :class:`Run` and its :class:`RunStatus`.
+
+One shape for a background run on one machine (:mod:`dra_jupyter.local.runs`: a process of
+the user, its claim held by the run's own launcher) and for a Job on a cluster
+(:mod:`dra_jupyter.kube`): a notebook, the magics and the lab panel read a run the same way
+wherever it runs. A status is a value read at one moment (frozen): ask ``run.status`` again
+for the state now.
+
+The module is named for the status, not ``runs``: a module ``dra_jupyter.runs`` would be
+bound on the package when imported and hide the function ``dra.runs()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
+PHASES: tuple[Phase, ...] = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
+# A run in one of these has ended: its devices are released, its logs are complete.
+ENDED: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
+
+
+@dataclass(frozen=True)
+class RunProcess:
+    """One process of a run (one machine) or one pod (a cluster), by rank.
+
+    ``name``: the pod's name, or ``pid N`` for a process; ``node``: the node or host it
+    runs on (empty until placed); ``devices``: ``driver/pool/device`` of what it got;
+    ``exit_code``: None until it ended (or when it was killed without one: ``reason``
+    says), negative when a signal ended it (``-15``: SIGTERM, as Python's
+    ``returncode``); ``restarts``: how often it was started again (a Job's retries; 0 on one
+    machine)."""
+
+    rank: int
+    name: str
+    node: str
+    phase: Phase
+    devices: tuple[str, ...] = ()
+    exit_code: int | None = None
+    restarts: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run as it was when read: its phase, when it was made, started and ended (seconds
+    since the epoch; None: not yet), the exit code of each process by rank, the devices
+    of all of them, a row per process or pod, the claims that held its devices, and
+    ``message``: why it is in its phase, in the user's words (waiting in line, cancelled,
+    killed, the scheduler's reason), empty when there is nothing to say."""
+
+    name: str
+    phase: Phase
+    created: float
+    started: float | None = None
+    ended: float | None = None
+    exit_codes: tuple[int | None, ...] = ()
+    devices: tuple[str, ...] = ()
+    processes: tuple[RunProcess, ...] = ()
+    claims: tuple[str, ...] = ()
+    message: str = ""
+    where: str = ""  # "this machine", "namespace team-a": where the run lives
+    command: tuple[str, ...] = field(default=(), repr=False)  # what it runs (argv)
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has ended (succeeded, failed or cancelled)."""
+        return self.phase in ENDED
+
+
+@runtime_checkable
+class Run(Protocol):
+    """A run started by ``dra.run`` (or found by ``dra.runs()``, also from another kernel).
+
+    Errors are those of :mod:`dra_jupyter.errors`: NotFoundError when the run is gone from
+    its backend's records, InvalidInputError for a ``rank`` it does not have."""
+
+    @property
+    def name(self) -> str:
+        """The run's name: unique among its user's runs on its backend."""
+
+    @property
+    def status(self) -> RunStatus:
+        """The run now (read again at every access)."""
+
+    def logs(self, follow: bool = False, rank: int | None = None) -> str:
+        """The output of its processes so far (``rank``: one process's; None: all, each line
+        prefixed by its rank where there are several). ``follow``: also write it to
+        stdout as it comes, until the run ends; the whole text is returned then."""
+
+    def cancel(self) -> None:
+        """Stop the run (its processes terminated, then killed after a grace period) and
+        release its devices; nothing to do when it has ended already."""
+
+    def wait(self, timeout: float | None = None) -> RunStatus:
+        """Wait until the run ends, or ``timeout`` seconds (None: no limit); its status then
+        (still running when the timeout came first)."""
+
+
+class Runs(Protocol):
+    """Where a session's runs are started, found and listed on one machine (the book in the
+    user's ledger: :mod:`dra_jupyter.local.runs`); a cluster lists its own."""
+
+    def start(self, spec: Mapping[str, Any], name: str = "") -> Run:
+        """Start a run of ``spec`` (``argv``, ``claim`` keywords, ``timeout``, ``lease``,
+        ``cwd``); the request's own error when it is refused at once."""
+
+    def run(self, name: str) -> Run:
+        """The user's run ``name`` (NotFoundError when there is none)."""
+
+    def runs(self) -> Sequence[Run]:
+        """The user's runs, oldest first."""

@@ -1,0 +1,220 @@
+"""Background runs on one machine (``dra.run`` on the embedded ledger): real launcher
+processes, real commands, a real ledger on a temporary file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_jupyter.api import Session
+from dra_jupyter.errors import BusyError, InvalidInputError, NeverPossibleError, NotFoundError
+from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.runstatus import Run, RunStatus
+from dra_jupyter.settings import Settings
+from dra_jupyter.types import process_start_time
+
+INVENTORY = "h200-8x"
+BOUND = 60.0  # seconds: a bound for a stuck process, not a measured time
+SLEEPER = ["python", "-c", "import time; print('started', flush=True); time.sleep(120)"]
+
+
+def settings(ledger: Path) -> Settings:
+    return Settings(ledger=ledger, inventory=INVENTORY, backend="local", poll_interval=0.05)
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[Session]:
+    s = Session(settings(tmp_path / "ledger.sqlite"))
+    try:
+        yield s
+    finally:
+        for run in s.runs():
+            run.cancel()
+
+
+def until(check: Any, what: str) -> None:
+    """Wait for ``check()`` to be true (a bound, not a timing)."""
+    deadline = time.monotonic() + BOUND
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return fields[0] in ("Z", "X")
+
+
+def start(session: Session, command: Any, **keywords: Any) -> Run:
+    """``session.run``, which on one machine is a :class:`Run` of dra_jupyter.runstatus."""
+    run = session.run(command, **keywords)
+    assert isinstance(run, Run)
+    return run
+
+
+def child_pid(status: RunStatus) -> int:
+    return int(status.processes[0].name.removeprefix("pid "))
+
+
+def test_a_run_has_its_devices_writes_its_log_and_releases_at_its_end(session: Session) -> None:
+    run = start(
+        session,
+        ["python", "-c", "import os; print('sees', os.environ['CUDA_VISIBLE_DEVICES'])"],
+        gpu=1,
+    )
+    status = run.wait(BOUND)
+    assert (status.phase, status.exit_codes) == ("Succeeded", (0,))
+    assert len(status.devices) == 1 and status.claims
+    assert status.started is not None and status.ended is not None
+    [device] = status.devices
+    [uuid] = [
+        d["attributes"]["uuid"]["string"]
+        for d in session.inventory.slices[0]["spec"]["devices"]
+        if device.endswith(f"/{d['name']}")
+    ]
+    assert run.logs() == f"sees {uuid}\n"
+    assert session.backend.claims() == []  # released by the launcher before its end
+    ended = session.backend.ended(status.claims[0])
+    assert ended is not None and ended.reason == "user"
+
+
+def test_a_failing_command_is_failed_with_its_exit_code(session: Session) -> None:
+    run = start(session, ["python", "-c", "import sys; print('oops'); sys.exit(3)"], gpu=1)
+    status = run.wait(BOUND)
+    assert (status.phase, status.exit_codes) == ("Failed", (3,))
+    assert status.message == f"run {run.name}: exit code 3"
+    assert run.logs() == "oops\n"
+
+
+def test_the_claim_is_the_launchers_not_this_process(session: Session) -> None:
+    run = start(session, SLEEPER, gpu=2, name="train-1")
+    assert run.name == "train-1"
+    until(lambda: run.logs() == "started\n", "the command started")
+    [record] = session.backend.claims()
+    assert record.owner.pid != os.getpid() and record.owner.kernel_id is None
+    assert record.name == run.status.claims[0]
+    cmdline = Path(f"/proc/{record.owner.pid}/cmdline").read_bytes().split(b"\0")
+    assert cmdline[1:5] == [b"-m", b"dra_jupyter.runner", b"--detach", b"train-1"]  # launcher
+    assert record.owner.start_time == process_start_time(record.owner.pid)
+
+
+def test_cancel_stops_the_command_and_releases_the_claim(session: Session) -> None:
+    run = start(session, SLEEPER, gpu=1)
+    until(lambda: run.logs() == "started\n", "the command started")
+    child = child_pid(run.status)
+    run.cancel()
+    status = run.status
+    assert status.phase == "Cancelled" and status.message == f"run {run.name}: cancelled"
+    assert status.exit_codes == (-signal.SIGTERM,)
+    assert gone(child)
+    assert session.backend.claims() == []
+    run.cancel()  # ended already: nothing to do
+    assert run.status == status
+
+
+def test_sigkill_of_the_launcher_releases_the_claim_and_stops_the_command(
+    session: Session,
+) -> None:
+    run = start(session, SLEEPER, gpu=1)
+    until(lambda: run.logs() == "started\n", "the command started")
+    [record] = session.backend.claims()
+    child = child_pid(run.status)
+    os.kill(record.owner.pid, signal.SIGKILL)
+    until(lambda: gone(child), "the command dies with its launcher")
+    until(lambda: session.backend.claims() == [], "the claim of a gone holder is reclaimed")
+    ended = session.backend.ended(record.name)
+    assert ended is not None and ended.reason == "reclaimed"
+    status = run.status
+    assert status.phase == "Failed" and "ended without recording the end" in status.message
+
+
+def test_a_lease_ends_the_run(session: Session) -> None:
+    run = start(session, SLEEPER, gpu=1, lease="1s")
+    status = run.wait(BOUND)
+    assert status.phase == "Failed"
+    assert status.message.startswith(f"run {run.name}: its lease of 1s ended")
+    assert session.backend.claims() == []
+
+
+def test_a_busy_machine_refuses_at_once_or_the_run_waits_in_line(session: Session) -> None:
+    held = session.request(gpu=8, apply_env=False)
+    try:
+        with pytest.raises(BusyError):
+            session.run(SLEEPER, gpu=1, timeout=0)
+        [failed] = session.runs()
+        assert failed.status.phase == "Failed"
+        # with a timeout it waits in line; cancelled there, it never starts
+        waiting = start(session, SLEEPER, gpu=1, timeout="1m")
+        status = waiting.status
+        assert status.phase == "Pending" and status.message.startswith("waiting for devices")
+        waiting.cancel()
+        assert waiting.status.phase == "Cancelled" and waiting.status.exit_codes == ()
+        assert waiting.logs() == ""
+        run = start(session, SLEEPER, gpu=1, timeout="1m")
+        first = run.status
+        assert first.phase == "Pending"
+    finally:
+        held.release()
+    until(lambda: run.status.phase == "Running", "the run gets the freed devices")
+    assert [r.name for r in session.backend.claims()] == list(run.status.claims)
+
+
+def test_runs_from_a_fresh_process_finds_and_cancels_it(session: Session, tmp_path: Path) -> None:
+    run = start(session, SLEEPER, gpu=1)
+    code = (
+        "import dra_jupyter as dra\n"
+        f"dra.configure(backend='local', ledger={str(tmp_path / 'ledger.sqlite')!r}, "
+        f"inventory={INVENTORY!r})\n"
+        "[r] = dra.runs()\n"
+        "print(r.name, r.status.phase)\n"
+        "r.cancel()\n"
+        "print(r.status.phase)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=BOUND, check=True
+    )
+    assert done.stdout.split() == [run.name, "Running", "Cancelled"]
+    assert run.status.phase == "Cancelled"
+    assert session.backend.claims() == []
+    with pytest.raises(NotFoundError, match=r"^no run nope; dra\.runs\(\) lists yours$"):
+        session.find_run("nope")
+
+
+@pytest.mark.parametrize(
+    ("command", "keywords", "message"),
+    [
+        (["true"], {"nodes": 0}, "dra.run: nodes=0 is not a number of machines"),
+        (["true"], {"nodes": 2}, "dra.run: nodes=2 spreads a run over several machines"),
+        (lambda: None, {}, "dra.run: pass a named function (def ...), not a lambda"),
+        (["python", 3], {}, "dra.run: item 1 of the command list is int 3, not a string"),
+        (None, {}, "dra.run: give the command to run"),
+        (["no-such-program-x"], {}, "dra.run: the program 'no-such-program-x' is not found"),
+        (["true"], {"image": "x"}, "dra.run: image= applies to pods on Kubernetes"),
+        (["true"], {"gpus": 1}, "dra.run: unknown keyword 'gpus'"),
+        (["true"], {"name": "Bad Name"}, "dra.run: name='Bad Name' is not a run name"),
+        (["true"], {"lease": "-1h"}, "lease: must be more than 0"),
+        (["true"], {"gpu": 9}, "dra.request: asks for 9 GPU devices"),  # never possible
+    ],
+)
+def test_bad_input_is_one_line_and_makes_nothing(
+    session: Session, tmp_path: Path, command: Any, keywords: dict[str, Any], message: str
+) -> None:
+    with pytest.raises((InvalidInputError, NeverPossibleError)) as caught:
+        session.run(command, gpu=keywords.pop("gpu", 1), **keywords)
+    text = str(caught.value)
+    assert text.startswith(message) and "\n" not in text
+    assert session.runs() == []
+    assert Ledger(tmp_path / "ledger.sqlite").read_claims() == []
+    assert not list((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else True
