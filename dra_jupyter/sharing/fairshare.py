@@ -159,9 +159,14 @@ def order_line(
 
 
 def _used_text(standing: Mapping[str, Standing], user: str) -> str:
+    """Decayed GPU-equivalent seconds in the largest unit that is not below 1."""
     found = standing.get(user)
-    hours = (found.used if found is not None else 0.0) / 3600
-    return f"{hours:.1f} GPU-h"
+    used = found.used if found is not None else 0.0
+    if used >= 3600:
+        return f"{used / 3600:.1f} GPU-h"
+    if used >= 60:
+        return f"{used / 60:.0f} GPU-min"
+    return f"{used:.0f} GPU-s"
 
 
 def _half_life_text(half_life: float) -> str:

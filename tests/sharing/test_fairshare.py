@@ -122,7 +122,7 @@ def line(*waiters: tuple[str, float]) -> list[Arrival]:
             ["carol", "alice"],
             [
                 "first in line",
-                "behind carol, who has used less of their share (0.0 GPU-h against your "
+                "behind carol, who has used less of their share (0 GPU-s against your "
                 "8.0 GPU-h, halved every 24 h)",
             ],
         ),
@@ -150,6 +150,17 @@ def test_order_line(
     assert [p.arrival.user for p in places] == order
     assert [p.position for p in places] == list(range(1, len(order) + 1))
     assert [p.why for p in places] == whys
+
+
+def test_order_line_says_use_in_its_unit() -> None:
+    arrivals = line(("alice", 1), ("bob", 2))
+    for used, text in ((90.0, "2 GPU-min"), (30.0, "30 GPU-s"), (5400.0, "1.5 GPU-h")):
+        table = standings({"alice": 1.0, "bob": 1.0}, {"alice": used})
+        why = order_line(arrivals, table, DAY)[1].why
+        assert why == (
+            f"behind bob, who has used less of their share (0 GPU-s against your {text}, "
+            "halved every 24 h)"
+        )
 
 
 def test_order_line_weighs_shares() -> None:
