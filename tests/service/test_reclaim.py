@@ -32,6 +32,24 @@ def notices(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> list[Reclai
         backend.channel.close()
 
 
+def hold() -> Any:
+    """alice's process holds the whole machine in two claims, then does nothing."""
+    session = Session(Settings.from_env())
+    made = [session.request(gpu=4, apply_env=False) for _ in range(2)]
+    return [[c.name, c._record.device_keys] for c in made]
+
+
+def wait_in_line() -> Any:
+    """bob asks for one GPU and waits for it."""
+    claim = Session(Settings.from_env()).request(gpu=1, timeout=60, apply_env=False)
+    return {"name": claim.name, "devices": claim._record.device_keys}
+
+
+def keep(name: str) -> Any:
+    """The Keep of a warning (what the card's button and ``backend.touch`` send)."""
+    return Session(Settings.from_env()).backend.touch(name, time.time())
+
+
 def test_idle_claims_give_way_to_a_waiter_and_keep_is_bounded(
     users: dict[str, User], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -40,20 +58,11 @@ def test_idle_claims_give_way_to_a_waiter_and_keep_is_bounded(
     with service(policy) as svc:
         env = svc.env()
 
-        def hold() -> Any:  # alice's process holds the whole machine, then does nothing
-            session = Session(Settings.from_env())
-            made = [session.request(gpu=4, apply_env=False) for _ in range(2)]
-            return [[c.name, c._record.device_keys] for c in made]
-
         holder = Child(alice, env, hold, hold=True)
         waiter: Child | None = None
         try:
             (first, first_devices), (second, _) = holder.result()["ok"]
             assert notices(monkeypatch, env) == []  # nobody waits: nothing is reclaimed
-
-            def wait_in_line() -> Any:  # bob asks for one GPU and waits for it
-                claim = Session(Settings.from_env()).request(gpu=1, timeout=60, apply_env=False)
-                return {"name": claim.name, "devices": claim._record.device_keys}
 
             asked = time.time()
             waiter = Child(bob, env, wait_in_line)
@@ -73,13 +82,17 @@ def test_idle_claims_give_way_to_a_waiter_and_keep_is_bounded(
             )
             assert re.search(r"will be released in 0:0[0-3]$", notice.message)  # as read
             assert notice.keeps_left == 1
-
-            def keep() -> Any:
-                return Session(Settings.from_env()).backend.touch(first, time.time())
+            listed = run_as(alice, env, lambda: cli(["claims"]))["ok"]  # a shell tells her too
+            assert (
+                f"dra-jupyter claims: {bob.name} is waiting for 1 gpu.nvidia.com; your {first}"
+                in listed["err"]
+            )
 
             kept_at = time.time()
-            assert run_as(alice, env, keep) == {"ok": True}  # the one Keep under pressure
-            refused = run_as(alice, env, keep)
+            assert run_as(alice, env, lambda: keep(first)) == {
+                "ok": True
+            }  # the one Keep under pressure
+            refused = run_as(alice, env, lambda: keep(first))
             assert refused["error"] == "LimitError"
             assert refused["message"].startswith(
                 f"claim {first}: Keep refused: {bob.name} is waiting for 1 gpu.nvidia.com, "
@@ -153,6 +166,9 @@ def test_the_line_is_served_by_fair_share_and_says_why(users: dict[str, User]) -
             assert seen[1][2].startswith(
                 "behind another user, who has used less of their share (0 GPU-s against your "
             )
+            shown = run_as(alice, env, lambda: cli(["waiting"]))["ok"]["out"].splitlines()
+            assert shown[0] == "1. another user: 1 gpu.nvidia.com (first in line)"
+            assert shown[1].startswith(f"2. {alice.name}: 1 gpu.nvidia.com (behind another user, ")
             assert shell(carol, "release", "one") == 0
             assert second.result()["ok"] == f"{bob.name}-1"  # bob first: he used less
             assert not first.answered()  # alice still waits: one GPU was freed
