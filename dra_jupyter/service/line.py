@@ -117,6 +117,8 @@ class Line:
 
     def places(self) -> list[tuple[Wait, Place]]:
         """The line in fair-share order, each with its place and why."""
+        if not self.waits:
+            return []  # nobody waits: no need to read the usage book
         arrivals = [Arrival(w, w.owner.user, w.start) for w in self.waits]
         groups = {w.owner.user: w.conn.peer.groups for w in self.waits}
         places, _ = self.fairness.order(arrivals, (), groups)

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dra_jupyter.service")
 
 REASON = "fair-share"  # the release's reason in the ledger
+MOST_WAITERS = 16  # waiters, from the head of the line, that holders are warned for in a turn
 _GPU_USE = {
     GpuState.ACTIVE: GpuUse.ACTIVE,
     GpuState.INACTIVE: GpuUse.IDLE,
@@ -82,14 +83,14 @@ class Pressure:
     def turn(self, now: float) -> None:
         """One turn: warn, withdraw, release (then serve the line)."""
         policy = self.access.policy
-        if not self.line.waits and not self.notices:
+        if not self.notices and (not self.line.waits or not policy.reclaim):
             return  # without a waiter nothing is reclaimed
         records = [
             r for r in self.ledger.read_claims() if r.lease_expires is None or r.lease_expires > now
         ]
         live = {r.name for r in records}
         self.notices = {c: n for c, n in self.notices.items() if c in live}
-        places = self.line.places() if policy.reclaim else []
+        places = self.line.places()[:MOST_WAITERS] if policy.reclaim else []
         holders_users = {r.owner.user for r in records}
         groups = {w.owner.user: w.conn.peer.groups for w, _ in places}
         table = self.line.fairness.standings(
