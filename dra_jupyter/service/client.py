@@ -402,8 +402,9 @@ class ServiceBackend:
         return contextlib.nullcontext()
 
     def waiting(self) -> list[Waiter]:
-        """The daemon's line, first come first (another user's name hidden unless the
-        policy's visibility shows it)."""
+        """The daemon's line in its order (fair share, then first come first), each with its
+        position and why (another user's name hidden unless the policy's visibility shows
+        it)."""
         try:
             return [
                 Waiter(
