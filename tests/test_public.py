@@ -31,6 +31,7 @@ PUBLIC = {
     "request",
     "run",
     "usage",
+    "waiting",
 }
 
 

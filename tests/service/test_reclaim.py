@@ -150,8 +150,7 @@ def test_the_line_is_served_by_fair_share_and_says_why(users: dict[str, User]) -
 
         def line() -> Any:
             return [
-                [w.owner.user, w.position, w.why]
-                for w in Session(Settings.from_env()).backend.waiting()
+                [w.owner.user, w.position, w.why] for w in Session(Settings.from_env()).waiting()
             ]
 
         first = Child(alice, env, ask)
