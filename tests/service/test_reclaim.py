@@ -82,6 +82,8 @@ def test_idle_claims_give_way_to_a_waiter_and_keep_is_bounded(
             )
             assert re.search(r"will be released in 0:0[0-3]$", notice.message)  # as read
             assert notice.keeps_left == 1
+            event = f"reclaim: to {alice.name}: {bob.name} is waiting for 1 gpu.nvidia.com; "
+            assert event + f"your {first}" in svc.log.read_text()  # the service's event
             listed = run_as(alice, env, lambda: cli(["claims"]))["ok"]  # a shell tells her too
             assert (
                 f"dra-jupyter claims: {bob.name} is waiting for 1 gpu.nvidia.com; your {first}"
@@ -177,3 +179,26 @@ def test_the_line_is_served_by_fair_share_and_says_why(users: dict[str, User]) -
             first.kill()
             if second is not None:
                 second.finish()
+
+
+def test_with_reclaim_off_a_waiter_waits_out_its_timeout(users: dict[str, User]) -> None:
+    """``reclaim = false``: alice's idle claims are neither warned nor released for bob,
+    whose wait runs out (as before fair share: only the idle limit releases)."""
+    alice, bob = users["alice"], users["bob"]
+    policy = admin_policy(users, "reclaim = false\nreclaim_idle = 0.1\n")
+    with service(policy) as svc:
+        env = svc.env()
+        holder = Child(alice, env, hold, hold=True)
+        try:
+            (first, _), (second, _) = holder.result()["ok"]
+
+            def wait_briefly() -> Any:
+                return Session(Settings.from_env()).request(gpu=1, timeout=3, apply_env=False)
+
+            refused = run_as(bob, env, wait_briefly)
+            assert refused["error"] == "BusyError", refused
+            assert "reclaim:" not in svc.log.read_text()  # on, it warns as bob starts to wait
+            live = {row[0] for row in read(svc, "SELECT name FROM claims")}
+            assert live == {first, second}
+        finally:
+            holder.finish()
