@@ -119,10 +119,11 @@ class Line:
         """The line in fair-share order, each with its place and why."""
         if not self.waits:
             return []  # nobody waits: no need to read the usage book
-        arrivals = [Arrival(w, w.owner.user, w.start) for w in self.waits]
+        by_key: dict[object, Wait] = {id(w): w for w in self.waits}
+        arrivals = [Arrival(id(w), w.owner.user, w.start) for w in self.waits]
         groups = {w.owner.user: w.conn.peer.groups for w in self.waits}
         places, _ = self.fairness.order(arrivals, (), groups)
-        return [(_wait(p.arrival), p) for p in places]
+        return [(by_key[p.arrival.key], p) for p in places]
 
     def join(
         self,
@@ -487,11 +488,6 @@ class Line:
             log.info("claim %s of %s released: %s", record.name, record.owner.user, reason)
         if swept.released or self.waits:
             self.serve()
-
-
-def _wait(arrival: Arrival) -> Wait:
-    assert isinstance(arrival.key, Wait)
-    return arrival.key
 
 
 def _expired(record: ClaimRecord, now: float) -> bool:

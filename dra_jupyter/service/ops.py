@@ -126,6 +126,7 @@ class Ops:
         everyone = self.access.policy.visibility == "all" or self.access.admin(peer)
         hidden = {w.owner.user for w in self.line.waits if w.owner.user != peer.user}
         answer = []
+        ago = time.time() - time.monotonic()  # a wait's start is on the monotonic clock
         for w, place in self.line.places():
             why = place.why
             if not everyone:
@@ -139,7 +140,7 @@ class Ops:
                         else Owner(user="another user", host="", pid=0)
                     ).to_dict(),
                     "what": shape_summary(w.shape),
-                    "since": w.start,
+                    "since": w.start + ago,
                     "position": place.position,
                     "why": why,
                 }

@@ -14,7 +14,7 @@ from dra_jupyter.api import Session
 from dra_jupyter.service.client import ServiceBackend
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import ReclaimNotice
-from tests.service.accounts import Child, User, cli, run_as, service, wait_for
+from tests.service.accounts import DEADLINE, Child, User, cli, run_as, service, wait_for
 from tests.service.test_isolation import admin_policy, read
 
 GRACE = 3  # seconds from the warning to the release (reclaim_grace), short for the test
@@ -150,9 +150,10 @@ def test_the_line_is_served_by_fair_share_and_says_why(users: dict[str, User]) -
         def ask() -> Any:
             return Session(Settings.from_env()).request(gpu=1, timeout=60, apply_env=False).name
 
-        def line() -> Any:
+        def line() -> Any:  # since: seconds since the epoch, a moment ago
             return [
-                [w.owner.user, w.position, w.why] for w in Session(Settings.from_env()).waiting()
+                [w.owner.user, w.position, w.why, 0 <= time.time() - w.since < DEADLINE]
+                for w in Session(Settings.from_env()).waiting()
             ]
 
         first = Child(alice, env, ask)
@@ -163,6 +164,7 @@ def test_the_line_is_served_by_fair_share_and_says_why(users: dict[str, User]) -
             wait_for("bob waits", lambda: svc.log.read_text().count("waits in line") == 2)
             seen = run_as(alice, env, line)["ok"]
             assert [row[:2] for row in seen] == [["another user", 1], [alice.name, 2]]
+            assert [row[3] for row in seen] == [True, True]
             assert seen[0][2] == "first in line"
             assert seen[1][2].startswith(
                 "behind another user, who has used less of their share (0 GPU-s against your "
