@@ -36,7 +36,9 @@ from dra_jupyter.service.args import probe
 from dra_jupyter.service.line import Line, Wait
 from dra_jupyter.service.peer import Peer
 from dra_jupyter.service.work import INLINE_STEPS, Bounded, InlineBudgetError
+from dra_jupyter.sharing.fairshare import Standing
 from dra_jupyter.sharing.reclaim import (
+    Frees,
     GpuUse,
     Holder,
     Kept,
@@ -122,7 +124,7 @@ class Pressure:
         if decided.release:
             self._release(decided.release, now)
 
-    def _holder(self, record: ClaimRecord, now: float, standing: Any) -> Holder:
+    def _holder(self, record: ClaimRecord, now: float, standing: Standing | None) -> Holder:
         gpu = GpuUse.UNKNOWN
         if self.gpus is not None and self.gpus.watch.signal:
             gpu = _GPU_USE[self.gpus.watch.activity(record.name, now).state]
@@ -136,7 +138,7 @@ class Pressure:
             standing=standing,
         )
 
-    def _frees(self, wait: Wait, records: list[ClaimRecord]) -> Any:
+    def _frees(self, wait: Wait, records: list[ClaimRecord]) -> Frees:
         """Whether releasing some holders lets ``wait`` be allocated (False where the
         search would be too wide for the loop)."""
         claim = probe(wait.claim)
