@@ -12,9 +12,9 @@ acts on it, on the daemon's loop, once a second and as soon as a request starts 
   be allocated (the allocator, bounded as an inline attempt; a waiter that fits now
   needs nobody's release, one whose search is too wide is left to the idle limit).
 
-A warning is a service event (logged: ``reclaim: bob is waiting for 1 gpu.nvidia.com; your
+A warning is a service event (logged: ``reclaim: bob is waiting for 1× NVIDIA H200; your
 gpu-3, idle for 3 h, will be released in 5:00``) and a notice the holder reads (the
-``notices`` op; ``dra-jupyter notices``); the release at its deadline has reason
+``notices`` op; a line of ``dra-jupyter claims``); the release at its deadline has reason
 ``fair-share`` and says for whom. A Keep of a warned claim goes through :meth:`keep`:
 allowed ``keeps_under_pressure`` times, each postponing the release by at most
 ``reclaim_grace``; then refused in one line. The notices live in the daemon's memory: a
@@ -24,6 +24,7 @@ restart forgets them (the holders are warned again, with a full grace).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.metrics.activity import GpuState
 from dra_jupyter.service.access import Access
 from dra_jupyter.service.args import probe
-from dra_jupyter.service.line import Line, Wait
+from dra_jupyter.service.line import MOST_SHAPES, Line, Wait
 from dra_jupyter.service.peer import Peer
 from dra_jupyter.service.work import INLINE_STEPS, Bounded, InlineBudgetError
 from dra_jupyter.sharing.fairshare import Standing
@@ -81,6 +82,7 @@ class Pressure:
         self.line = line
         self.gpus = gpus
         self.notices: dict[str, Notice] = {}
+        self._what: dict[str, str] = {}  # a request's shape in words (the inventory is fixed)
 
     def turn(self, now: float) -> None:
         """One turn: warn, withdraw, release (then serve the line)."""
@@ -105,9 +107,7 @@ class Pressure:
         for wait, _ in places:
             frees = self._frees(wait, records)
             if not frees([]):  # one that fits now needs nobody's release: the line serves it
-                waiters.append(
-                    (Waiter(wait, wait.owner.user, shape_summary(wait.shape), wait.start), frees)
-                )
+                waiters.append((Waiter(wait, wait.owner.user, self.what(wait), wait.start), frees))
         decided = plan(now, waiters, holders, self.notices, policy.reclaim_settings)
         for notice in decided.withdraw:
             del self.notices[notice.claim]
@@ -137,6 +137,26 @@ class Pressure:
             held_since=record.created,
             standing=standing,
         )
+
+    def what(self, wait: Wait) -> str:
+        """What ``wait`` asks, in words: the devices it would get on the idle machine, by
+        model (``1× NVIDIA H200``), else its shape in short (``1 gpu.nvidia.com``)."""
+        found = self._what.get(wait.shape)
+        if found is None:
+            found = shape_summary(wait.shape)
+            try:
+                bounded = self.local.allocator([], max_steps=INLINE_STEPS, kind=Bounded)
+                results = bounded.allocate([probe(wait.claim)])
+            except InlineBudgetError:
+                results = None
+            if results is not None:
+                models = Counter(p.model for p in self.local.weights.parts(results[0].to_dict()))
+                if models and "" not in models:
+                    found = ", ".join(f"{n}× {model}" for model, n in sorted(models.items()))
+            if len(self._what) >= MOST_SHAPES:
+                self._what.clear()
+            self._what[wait.shape] = found
+        return found
 
     def _frees(self, wait: Wait, records: list[ClaimRecord]) -> Frees:
         """Whether releasing some holders lets ``wait`` be allocated (False where the

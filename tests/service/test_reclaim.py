@@ -75,18 +75,18 @@ def test_idle_claims_give_way_to_a_waiter_and_keep_is_bounded(
             wait_for("alice is warned", warned)
             [notice] = found  # the fewest that free one GPU: one claim, idle the longest
             assert notice.claim == first
-            assert notice.waiter == bob.name and notice.what == "1 gpu.nvidia.com"
+            assert notice.waiter == bob.name and notice.what == "1× NVIDIA H200"
             assert notice.deadline - asked <= GRACE + 1.0  # warned within 1 s of the request
             assert notice.message.startswith(
-                f"{bob.name} is waiting for 1 gpu.nvidia.com; your {first}, idle for "
+                f"{bob.name} is waiting for 1× NVIDIA H200; your {first}, idle for "
             )
             assert re.search(r"will be released in 0:0[0-3]$", notice.message)  # as read
             assert notice.keeps_left == 1
-            event = f"reclaim: to {alice.name}: {bob.name} is waiting for 1 gpu.nvidia.com; "
+            event = f"reclaim: to {alice.name}: {bob.name} is waiting for 1× NVIDIA H200; "
             assert event + f"your {first}" in svc.log.read_text()  # the service's event
             listed = run_as(alice, env, lambda: cli(["claims"]))["ok"]  # a shell tells her too
             assert (
-                f"dra-jupyter claims: {bob.name} is waiting for 1 gpu.nvidia.com; your {first}"
+                f"dra-jupyter claims: {bob.name} is waiting for 1× NVIDIA H200; your {first}"
                 in listed["err"]
             )
 
@@ -97,7 +97,7 @@ def test_idle_claims_give_way_to_a_waiter_and_keep_is_bounded(
             refused = run_as(alice, env, lambda: keep(first))
             assert refused["error"] == "LimitError"
             assert refused["message"].startswith(
-                f"claim {first}: Keep refused: {bob.name} is waiting for 1 gpu.nvidia.com, "
+                f"claim {first}: Keep refused: {bob.name} is waiting for 1× NVIDIA H200, "
                 "and the 1 Keep allowed while someone waits is used (keeps_under_pressure); "
                 "it will be released in "
             )
@@ -109,7 +109,7 @@ def test_idle_claims_give_way_to_a_waiter_and_keep_is_bounded(
                 svc, f"SELECT reason, message, time FROM releases WHERE name = '{first}'"
             )
             assert reason == "fair-share"
-            assert message.startswith(f"released for {bob.name}, who waited for 1 gpu.nvidia.com")
+            assert message.startswith(f"released for {bob.name}, who waited for 1× NVIDIA H200")
             assert released >= kept_at + GRACE - 0.5  # the Keep postponed it by the grace
             [device] = got["ok"]["devices"]
             assert device in first_devices  # bob got one of the GPUs alice gave way with
