@@ -17,12 +17,12 @@ one, the holders that could free what it needs are ordered (:func:`candidates`):
    first.
 
 A busy kernel on a busy GPU is never reclaimed by default; nor is a claim of the waiter's
-own user, nor one that lives by its lease alone (the CLI's: no kernel to be idle). The
-fewest of them, in that order, that free what the waiter needs are warned
-(:func:`choose`, :func:`plan`): "bob is waiting for 1× H200; your gpu-3, idle for 3 h, will
-be released in 5:00". At the deadline (``grace`` later) they are released. A Keep
-(:func:`keep`) postpones the deadline to ``grace`` from then, ``keeps`` times while someone
-waits; the next is refused in one line that says why and when the release comes.
+own user (and the caller leaves out those that live by their lease alone, the CLI's: no
+kernel to be idle). The fewest of them, in that order, that free what the waiter needs
+are warned (:func:`choose`, :func:`plan`): "bob is waiting for 1× H200; your gpu-3, idle
+for 3 h, will be released in 5:00". At the deadline (``grace`` later) they are released.
+A Keep (:func:`keep`) postpones the deadline to ``grace`` from then, ``keeps`` times while
+someone waits; the next is refused in one line that says why and when the release comes.
 """
 
 from __future__ import annotations
