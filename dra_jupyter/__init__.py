@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from dra_jupyter.api import Claim, Session
     from dra_jupyter.claimspec import RequestKeywords, RunKeywords
     from dra_jupyter.tables import ClaimRow, DeviceRow, Table
-    from dra_jupyter.types import Command, Run
+    from dra_jupyter.types import Command, Run, Waiter
 
     __version__: str
 
@@ -154,6 +154,13 @@ def usage(since: str | float = "7d", *, by: str = "user") -> pd.DataFrame:
     return _session().usage(since, by=by)
 
 
+def waiting() -> list[Waiter]:
+    """The requests waiting in line, in the order they are served: each one's ``owner``,
+    ``what``, ``since``, ``position`` and ``why`` ("behind carol, who has used less of their
+    share ..."; the service orders the line by fair share, then first come first)."""
+    return _session().waiting()
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext dra_jupyter``: the ``%dra`` and ``%%dra`` magics (see ``%dra?``)."""
     from dra_jupyter.magics import load_ipython_extension as load  # noqa: PLC0415
@@ -225,4 +232,5 @@ __all__ = [
     "run",
     "runs",
     "usage",
+    "waiting",
 ]

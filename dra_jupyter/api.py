@@ -78,6 +78,7 @@ from dra_jupyter.types import (
     Owner,
     Run,
     Tainting,
+    Waiter,
     Waiting,
     label_value,
     tainting_of,
@@ -757,6 +758,15 @@ class Session:
         """GPU usage over the last ``since`` by ``user``, ``group``, ``claim`` or
         ``device``, as a DataFrame (see :func:`dra_jupyter.accounting`)."""
         return frame_for(self.backend, since, by)
+
+    def waiting(self) -> list[Waiter]:
+        """The requests waiting in line, in the order they are served, each with its
+        position and why there (the service: fair share, then first come first; another
+        user's name hidden unless its policy shows it)."""
+        return [
+            w if w.position else replace(w, position=i)
+            for i, w in enumerate(self.backend.waiting(), start=1)
+        ]
 
     def usage_snapshot(self) -> Snapshot:
         """What a Prometheus scrape reads: the whole book, the devices by model and state

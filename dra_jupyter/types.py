@@ -207,6 +207,23 @@ class Waiter:
     owner: Owner
     what: str  # the request in short: "8 gpu.nvidia.com"
     since: float  # seconds since the epoch
+    position: int = 0  # its place in the line, 1 first (0: the backend does not say)
+    why: str = ""  # why there: "behind carol, who has used less of their share (...)"
+
+
+@dataclass(frozen=True)
+class ReclaimNotice:
+    """A warning of reclaim under pressure on one of the caller's claims (the service's
+    ``notices``): ``waiter`` waits for ``what``; the claim is released at ``deadline``
+    (seconds since the epoch) unless the wait ends first; ``keeps_left`` Keeps may postpone
+    it; ``message`` says it all in one line."""
+
+    claim: str
+    waiter: str
+    what: str
+    deadline: float
+    keeps_left: int
+    message: str
 
 
 @dataclass(frozen=True)

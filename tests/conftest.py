@@ -56,6 +56,7 @@ TIERS = {
     "metrics": "pure",
     "placement": "pure",
     "selectors": "pure",
+    "sharing": "pure",  # fair share and reclaim under pressure, as tables
     "server": "server",
     "server/test_app_config.py": "pure",
     "server/test_writer.py": "pure",  # the writer thread alone, no server

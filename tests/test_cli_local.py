@@ -225,6 +225,11 @@ def test_claims_when_there_are_none() -> None:
     assert run("claims").out == "(none)\n"
 
 
+def test_waiting_when_nobody_waits() -> None:
+    assert run("waiting").out == "nobody waits\n"
+    assert json.loads(run("waiting", "-o", "json").out) == []
+
+
 def test_release_by_name() -> None:
     run("request", "gpu=1", "--name", "one")
     run("request", "gpu=1", "--name", "two")

@@ -32,6 +32,7 @@ PUBLIC = {
     "run",
     "runs",
     "usage",
+    "waiting",
 }
 
 

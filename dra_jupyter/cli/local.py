@@ -1,4 +1,4 @@
-"""``dra-jupyter devices | request | claims | release | usage``: the configured backend
+"""``dra-jupyter devices | request | claims | waiting | release | usage``: the configured backend
 (this machine's by default) from a shell, through the Python API; and ``explain
 KEY=VALUE``."""
 
@@ -50,6 +50,14 @@ def add_commands(sub: Subparsers) -> None:
     common(p)
     p = sub.add_parser("claims", help="list live claims")
     p.add_argument("--all", action="store_true", help="every user's claims")
+    common(p)
+    p = sub.add_parser(
+        "waiting",
+        help="the requests waiting in line, in the order they are served, and why",
+        description="The line: each waiting request's position, who (another user's name "
+        "hidden unless the service's visibility shows it), what, since when, and why it "
+        "stands there (the service orders it by fair share, then first come first).",
+    )
     common(p)
     p = sub.add_parser("release", help="release claims")
     p.add_argument("names", nargs="*", metavar="NAME")
@@ -169,7 +177,37 @@ def run_claims(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     session = _session(args)
     code = _table(args, out, session.claims(all_users=args.all))
     _report_strays(session, err)
+    _report_notices(session, err)
     return code
+
+
+def run_waiting(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    waiters = _session(args).backend.waiting()
+    rows = [
+        {
+            "position": w.position or i,
+            "user": w.owner.user,
+            "what": w.what,
+            "since": w.since,
+            "why": w.why,
+        }
+        for i, w in enumerate(waiters, start=1)
+    ]
+    text = "\n".join(
+        f"{r['position']}. {r['user']}: {r['what']}" + (f" ({r['why']})" if r["why"] else "")
+        for r in rows
+    )
+    return _write(args, out, rows, text or "nobody waits")
+
+
+def _report_notices(session: Session, err: TextIO) -> None:
+    """On the service: each warning of reclaim under pressure on the caller's claims, one
+    line on standard error (someone waits; the claim goes at the deadline)."""
+    notices = getattr(session.backend, "notices", None)  # the service's backend alone
+    if notices is None:
+        return
+    for notice in notices():
+        err.write(f"dra-jupyter claims: {notice.message}\n")
 
 
 def _report_strays(session: Session, err: TextIO) -> None:
@@ -256,4 +294,5 @@ COMMANDS: dict[str, Runner] = {
     "claims": run_claims,
     "release": run_release,
     "usage": run_usage,
+    "waiting": run_waiting,
 }

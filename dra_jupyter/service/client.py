@@ -43,6 +43,7 @@ from dra_jupyter.types import (
     Ended,
     OnWait,
     Owner,
+    ReclaimNotice,
     Select,
     Sweep,
     Waiter,
@@ -401,17 +402,44 @@ class ServiceBackend:
         return contextlib.nullcontext()
 
     def waiting(self) -> list[Waiter]:
-        """The daemon's line, first come first (another user's name hidden unless the
-        policy's visibility shows it)."""
+        """The daemon's line in its order (fair share, then first come first), each with its
+        position and why (another user's name hidden unless the policy's visibility shows
+        it)."""
         try:
             return [
-                Waiter(Owner.from_dict(dict(w["owner"])), str(w["what"]), float(w["since"]))
+                Waiter(
+                    Owner.from_dict(dict(w["owner"])),
+                    str(w["what"]),
+                    float(w["since"]),
+                    int(w.get("position", 0)),
+                    str(w.get("why", "")),
+                )
                 for w in self._call("waiting")
             ]
         except (KeyError, TypeError, ValueError) as err:
             raise UnavailableError(
                 f"service protocol: the daemon sent a line that is not one ({type(err).__name__})"
                 "; is it another version of dra-jupyter?"
+            ) from err
+
+    def notices(self) -> list[ReclaimNotice]:
+        """The warnings of reclaim under pressure on this user's claims (an admin's: all)."""
+        try:
+            return [
+                ReclaimNotice(
+                    str(n["claim"]),
+                    str(n["waiter"]),
+                    str(n["what"]),
+                    float(n["deadline"]),
+                    int(n["keeps_left"]),
+                    str(n["message"]),
+                )
+                for n in self._call("notices")
+            ]
+        except (KeyError, TypeError, ValueError) as err:
+            raise UnavailableError(
+                "service protocol: the daemon sent notices that are not ones "
+                f"({type(err).__name__}); is it another version of dra-jupyter?"
             ) from err
 
     def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:

@@ -47,6 +47,7 @@ from dra_jupyter.service.line import Line
 from dra_jupyter.service.ops import HANDLERS, WAITING, Ops
 from dra_jupyter.service.peer import HOST
 from dra_jupyter.service.policy import Policy, load_policy
+from dra_jupyter.service.pressure import Pressure
 from dra_jupyter.service.watches import Watch, Watches
 from dra_jupyter.types import Owner, process_start_time
 
@@ -114,6 +115,10 @@ class Daemon:
         )
         self.gpus = GpuSampler(self.access, self.devices, self.ledger, self.local)
         self.ops.gpus = self.gpus  # one metrics source; the processes in the metrics answer
+        # reclaim under pressure: a request that starts to wait warns at once, not a tick later
+        self.pressure = Pressure(self.access, self.ledger, self.local, self.line, self.gpus)
+        self.ops.pressure = self.pressure
+        self.line.joined = lambda: self._guarded(self._pressure)
         self._stop = False
         self._reload = False
         self._next_tick = 0.0
@@ -217,6 +222,7 @@ class Daemon:
                 if time.monotonic() >= self._next_tick:
                     self._next_tick = time.monotonic() + TICK
                     self._guarded(self.line.tick)
+                    self._guarded(self._pressure)
                 if time.monotonic() >= self._next_gpus:
                     self._next_gpus = time.monotonic() + self.policy.gpu_sample_interval
                     self._guarded(self._sample_gpus)
@@ -374,6 +380,10 @@ class Daemon:
         devices for the line."""
         if self.gpus.tick(time.time()):
             self.line.serve()
+
+    def _pressure(self) -> None:
+        """A turn of reclaim under pressure (:mod:`~dra_jupyter.service.pressure`)."""
+        self.pressure.turn(time.time())
 
     def _dropped(self, conn: Connection, state: UserState) -> None:
         """``conn`` closed: its requests leave the line."""

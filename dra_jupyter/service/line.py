@@ -1,6 +1,10 @@
-"""The line: requests that wait for devices (first come first served per request shape), the
-attempts to allocate them under the caller's limits, and the daemon's tick (expired leases,
-idle claims, waits that ran out).
+"""The line: requests that wait for devices, the attempts to allocate them under the
+caller's limits, and the daemon's tick (expired leases, idle claims, waits that ran out).
+
+The line is served in fair-share order (:mod:`~dra_jupyter.service.fairness`: who has used
+less of their share lately first, then first come first), and within one request shape
+nobody is served past the first that does not fit. The caller's limits come first: a
+request over one is refused, it never waits.
 
 An attempt on the daemon's loop is bounded (:mod:`~dra_jupyter.service.work`); a costly
 request is worked out off the loop instead (:meth:`Line.work_off`, a job of
@@ -34,6 +38,7 @@ from dra_jupyter.service import protocol
 from dra_jupyter.service.access import Access
 from dra_jupyter.service.args import duration_text, percent_text, probe, share_percent
 from dra_jupyter.service.connections import Connection, Connections, UserState
+from dra_jupyter.service.fairness import Fairness
 from dra_jupyter.service.jobs import Job, Jobs, Outcome
 from dra_jupyter.service.peer import Peer
 from dra_jupyter.service.work import (
@@ -42,6 +47,7 @@ from dra_jupyter.service.work import (
     InlineBudgetError,
     costly,
 )
+from dra_jupyter.sharing.fairshare import Arrival, Place
 from dra_jupyter.types import ClaimRecord, Owner, claim_prefix
 
 log = logging.getLogger("dra_jupyter.service")
@@ -62,9 +68,9 @@ class Found:
     names: frozenset[str]
 
 
-@dataclass
+@dataclass(eq=False)
 class Wait:
-    """A request waiting in line for devices (FIFO per request shape)."""
+    """A request waiting in line for devices (in fair-share order, :meth:`Line.places`)."""
 
     conn: Connection
     request_id: protocol.RequestId
@@ -106,6 +112,18 @@ class Line:
         self._watch = watch
         self.waits: list[Wait] = []
         self._possible: set[str] = set()  # shapes met on the idle machine (check_possible)
+        self.fairness = Fairness(access, local)
+        self.joined: Callable[[], None] | None = None  # called when a request starts to wait
+
+    def places(self) -> list[tuple[Wait, Place]]:
+        """The line in fair-share order, each with its place and why."""
+        if not self.waits:
+            return []  # nobody waits: no need to read the usage book
+        by_key: dict[object, Wait] = {id(w): w for w in self.waits}
+        arrivals = [Arrival(id(w), w.owner.user, w.start) for w in self.waits]
+        groups = {w.owner.user: w.conn.peer.groups for w in self.waits}
+        places, _ = self.fairness.order(arrivals, (), groups)
+        return [(by_key[p.arrival.key], p) for p in places]
 
     def join(
         self,
@@ -150,10 +168,13 @@ class Line:
                 f"line (queue_per_user), has {state.waiting}; wait for those first"
             )
         state.waiting += 1
-        wait.position = ahead + 1
         self.waits.append(wait)
+        same = [w for w, _ in self.places() if w.shape == shape]
+        wait.position = same.index(wait) + 1
         log.info("a request of %s waits in line (number %d)", peer.user, wait.position)
         self.connections.send(conn, protocol.waiting(request_id, wait.position, 0.0, timeout))
+        if self.joined is not None:
+            self.joined()
         return None
 
     def forget(self, conn: Connection, state: UserState) -> None:
@@ -402,12 +423,13 @@ class Line:
         return busy_error(explanation, held, position, waited, named=named)
 
     def serve(self) -> None:
-        """Give freed devices to the requests in line, first come first served per shape;
-        tell each waiting one its new place, and refuse those whose wait ran out."""
+        """Give freed devices to the requests in line, in fair-share order, none past the
+        first of its shape that does not fit; tell each waiting one its new place, and
+        refuse those whose wait ran out."""
         now = time.monotonic()
         blocked: set[str] = set()
         places: dict[str, int] = {}
-        for wait in list(self.waits):
+        for wait, _ in self.places():
             if wait.conn.sock.fileno() < 0:
                 continue
             waited = now - wait.start

@@ -38,6 +38,7 @@ from dra_jupyter.types import ClaimRecord, Owner
 
 if TYPE_CHECKING:
     from dra_jupyter.service.gpus import GpuSampler
+    from dra_jupyter.service.pressure import Pressure
 
 log = logging.getLogger("dra_jupyter.service")
 
@@ -71,6 +72,7 @@ class Ops:
         self._sampled = -math.inf  # time.monotonic() of that read
         self.metrics_reads = 0
         self.gpus: GpuSampler | None = None  # the daemon's GPU sampler (its source, processes)
+        self.pressure: Pressure | None = None  # reclaim under pressure: its notices, Keeps
 
     def close(self) -> None:
         """Let go of the metrics source (NVML), if one was made."""
@@ -117,23 +119,40 @@ class Ops:
         return [protocol.record_to_wire(r) for r in held]
 
     def op_waiting(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
-        """The line, first come first: who waits (another user's name hidden unless
-        visible), for what, since when."""
+        """The line in its order (fair share, then first come first): who waits (another
+        user's name hidden unless visible, in the owner and in why), for what, since when,
+        at which position and why there."""
         peer = conn.peer
-        return [
-            {
-                "owner": (
-                    w.owner
-                    if w.owner.user == peer.user
-                    or self.access.policy.visibility == "all"
-                    or self.access.admin(peer)
-                    else Owner(user="another user", host="", pid=0)
-                ).to_dict(),
-                "what": shape_summary(w.shape),
-                "since": w.start,
-            }
-            for w in self.line.waits
-        ]
+        everyone = self.access.policy.visibility == "all" or self.access.admin(peer)
+        hidden = {w.owner.user for w in self.line.waits if w.owner.user != peer.user}
+        answer = []
+        ago = time.time() - time.monotonic()  # a wait's start is on the monotonic clock
+        for w, place in self.line.places():
+            why = place.why
+            if not everyone:
+                for user in hidden:
+                    why = why.replace(f"behind {user},", "behind another user,")
+            answer.append(
+                {
+                    "owner": (
+                        w.owner
+                        if w.owner.user == peer.user or everyone
+                        else Owner(user="another user", host="", pid=0)
+                    ).to_dict(),
+                    "what": shape_summary(w.shape),
+                    "since": w.start + ago,
+                    "position": place.position,
+                    "why": why,
+                }
+            )
+        return answer
+
+    def op_notices(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
+        """The warnings of reclaim under pressure in force on the caller's claims (an
+        admin's: all): who waits for what, the deadline, the Keeps left, in words."""
+        if self.pressure is None:
+            return []
+        return self.pressure.shown(conn.peer, time.time())
 
     def op_record(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
         """One live claim the caller may see, or how its own (or, an admin's, any) released
@@ -163,12 +182,20 @@ class Ops:
 
     def op_keep(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
         """Activity on a claim (its idle countdown starts again); False if it is gone (or
-        another user's, hidden)."""
+        another user's, hidden). A claim warned under pressure (someone waits for it) is
+        kept ``keeps_under_pressure`` times, each postponing its release by at most
+        ``reclaim_grace``; the next Keep is refused (LimitError, one line)."""
         record = self._find(conn, args)
         if record is None:
             return False
         self.access.may_change(conn.peer, record, "keep")
-        return self.local.touch(record.name, time.time())
+        now = time.time()
+        kept = self.pressure.keep(record.name, now) if self.pressure is not None else None
+        if kept is not None:
+            if not kept.allowed:
+                raise LimitError(kept.message)
+            return True  # postponed, not touched: the holder stays idle for the next warning
+        return self.local.touch(record.name, now)
 
     def op_release(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
         """Give a claim back (for ``reason``); False if it is gone (or another user's,
@@ -352,5 +379,6 @@ HANDLERS: Final = checked(
         "adopt": Ops.op_adopt,
         "metrics": Ops.op_metrics,
         "usage": Ops.op_usage,
+        "notices": Ops.op_notices,
     }
 )

@@ -42,6 +42,21 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
                                    # times this and 10 s: keep it so under the
                                    # client's 60 s wait for an answer)
     costly_at_once = 2             # costly requests worked out at once (one per user)
+    reclaim = true                 # reclaim under pressure: while a request waits, idle
+                                   # holders that could free what it needs are warned, then
+                                   # released (dra_jupyter.sharing.reclaim); false: only
+                                   # the idle limit releases, waiter or not
+    reclaim_grace = 300            # seconds from the warning to the release (and the most
+                                   # one Keep under pressure postpones it)
+    keeps_under_pressure = 1       # Keeps a warned holder may use while someone waits
+    reclaim_idle = 600             # seconds without activity (a Keep, the GPU active)
+                                   # before a holder counts as idle for reclaim
+    reclaim_active = false         # also reclaim holders in use, over their fair share,
+                                   # after min_runtime (after every idle one)
+    min_runtime = 3600             # seconds a claim in use is held before reclaim_active
+                                   # may take it
+    share_half_life = 86400        # seconds after which past use counts half in the fair
+                                   # share (the line's order, who is over their share)
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
@@ -67,7 +82,9 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
     kill_after = 10                # seconds from SIGTERM to SIGKILL
     exempt_users = []              # users whose processes are only reported
 
-    [groups.<name>]                # the same keys as [limits], for members of the group
+    [groups.<name>]                # the same keys as [limits], for members of the group,
+                                   # and share: the group's weight in the fair share
+                                   # (default 1; a member's is their largest group's)
     [users.<name>]                 # the same keys, for one user (wins over the groups)
 
 A user in several groups gets, for each limit, the most generous of those groups that set
@@ -89,6 +106,14 @@ from dra_jupyter.allocator import STRATEGIES
 from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import DraJupyterError, InvalidInputError, shown
 from dra_jupyter.service.enforce import MODES, EnforcePolicy
+from dra_jupyter.sharing.fairshare import DEFAULT_HALF_LIFE
+from dra_jupyter.sharing.reclaim import (
+    DEFAULT_GRACE,
+    DEFAULT_IDLE_AFTER,
+    DEFAULT_KEEPS,
+    DEFAULT_MIN_RUNTIME,
+    ReclaimSettings,
+)
 
 MAX_CONFIG = 1 << 20  # bytes of the policy file
 DEFAULT_LEDGER = Path("/var/lib/dra-jupyter/ledger.sqlite")
@@ -116,6 +141,13 @@ SERVICE_KEYS = {
     "prometheus_port",
     "request_cpu",
     "costly_at_once",
+    "reclaim",
+    "reclaim_grace",
+    "keeps_under_pressure",
+    "reclaim_idle",
+    "reclaim_active",
+    "min_runtime",
+    "share_half_life",
 }
 
 
@@ -170,9 +202,29 @@ class Policy:
     prometheus_port: int = 0  # 0: no Prometheus port
     request_cpu: float = 5.0
     costly_at_once: int = 2
+    reclaim: bool = True
+    reclaim_grace: float = DEFAULT_GRACE
+    keeps_under_pressure: int = DEFAULT_KEEPS
+    reclaim_idle: float = DEFAULT_IDLE_AFTER
+    reclaim_active: bool = False
+    min_runtime: float = DEFAULT_MIN_RUNTIME
+    share_half_life: float = DEFAULT_HALF_LIFE
+    user_shares: Mapping[str, float] = field(default_factory=dict)  # [users.<name>] share
+    group_shares: Mapping[str, float] = field(default_factory=dict)  # [groups.<name>] share
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    @property
+    def reclaim_settings(self) -> ReclaimSettings:
+        """The knobs of reclaim under pressure, as :mod:`dra_jupyter.sharing.reclaim` reads them."""
+        return ReclaimSettings(
+            grace=self.reclaim_grace,
+            keeps=self.keeps_under_pressure,
+            min_runtime=self.min_runtime,
+            reclaim_active=self.reclaim_active,
+            idle_after=self.reclaim_idle,
+        )
 
     def is_admin(self, uid: int, groups: tuple[str, ...]) -> bool:
         return uid == 0 or bool(self.admin_groups.intersection(groups))
@@ -262,7 +314,19 @@ def load_policy(path: Path | None) -> Policy:
         prometheus_port=int(port),
         request_cpu=_number(service, "request_cpu", 5, where),
         costly_at_once=int(_number(service, "costly_at_once", 2, where)),
-        defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
+        reclaim=_bool(service, "reclaim", where, default=True),
+        reclaim_grace=_number(service, "reclaim_grace", DEFAULT_GRACE, where),
+        keeps_under_pressure=_count(service, "keeps_under_pressure", DEFAULT_KEEPS, where),
+        reclaim_idle=_number(service, "reclaim_idle", DEFAULT_IDLE_AFTER, where),
+        reclaim_active=_bool(service, "reclaim_active", where),
+        min_runtime=_number(service, "min_runtime", DEFAULT_MIN_RUNTIME, where),
+        share_half_life=_number(service, "share_half_life", DEFAULT_HALF_LIFE, where),
+        user_shares=_shares(users, "users", where),
+        group_shares=_shares(groups, "groups", where),
+        defaults={
+            **_NO_LIMITS,
+            **_limits(_table(data, "limits", where), f"{where}, [limits]", shares=False),
+        },
         groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
         users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},
     )
@@ -320,11 +384,29 @@ def _enforce(table: Mapping[str, Any], where: str) -> EnforcePolicy:
     )
 
 
-def _bool(table: Mapping[str, Any], key: str, where: str) -> bool:
-    value = table.get(key, False)
+def _bool(table: Mapping[str, Any], key: str, where: str, *, default: bool = False) -> bool:
+    value = table.get(key, default)
     if not isinstance(value, bool):
         raise InvalidInputError(f"{where}: {key} must be true or false, not {shown(value)}")
     return value
+
+
+def _count(table: Mapping[str, Any], key: str, default: int, where: str) -> int:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+        raise InvalidInputError(
+            f"{where}: {key} must be a whole number (0 or more), not {shown(value)}"
+        )
+    return value
+
+
+def _shares(tables: Mapping[str, Any], kind: str, where: str) -> dict[str, float]:
+    """The ``share`` of each ``[<kind>.<name>]`` that sets one (a positive number)."""
+    found: dict[str, float] = {}
+    for name, table in tables.items():
+        if isinstance(table, dict) and "share" in table:
+            found[name] = _number(table, "share", 1, f"{where}, [{kind}.{name}]")
+    return found
 
 
 def _percent_above_zero(table: Mapping[str, Any], key: str, where: str) -> float:
@@ -336,10 +418,13 @@ def _percent_above_zero(table: Mapping[str, Any], key: str, where: str) -> float
     return value
 
 
-def _limits(table: Mapping[str, Any], where: str) -> dict[str, float]:
-    _known(table, set(LIMIT_KEYS), where)
+def _limits(table: Mapping[str, Any], where: str, *, shares: bool = True) -> dict[str, float]:
+    """The limits of a table (``share`` is read by :func:`_shares`, where ``shares``)."""
+    _known(table, set(LIMIT_KEYS) | ({"share"} if shares else set()), where)
     out: dict[str, float] = {}
     for key, value in table.items():
+        if key == "share":
+            continue
         if key in COUNT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
                 raise InvalidInputError(

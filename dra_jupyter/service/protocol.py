@@ -48,6 +48,7 @@ OPS = (
     "adopt",  # the caller's process holds a kernel's claims from now on
     "metrics",  # the devices' metrics, sampled by the daemon once for every client
     "usage",  # the usage book's intervals the caller may see
+    "notices",  # warnings of reclaim under pressure on the caller's claims
 )
 REASON_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz-")
 MAX_REASON = 32

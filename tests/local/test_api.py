@@ -120,6 +120,10 @@ def test_request_and_release(session: Session) -> None:
         session.claim(claim.name)
 
 
+def test_nobody_waits_in_line(session: Session) -> None:
+    assert session.waiting() == []
+
+
 def test_context_manager_releases(session: Session) -> None:
     with session.request(gpu=8, apply_env=False, name="everything") as claim:
         assert "<Claim everything: gpu-0, " in repr(claim)

@@ -9,6 +9,7 @@ import pytest
 
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.service.policy import MAX_CONFIG, Limit, Policy, load_policy
+from dra_jupyter.sharing.reclaim import ReclaimSettings
 
 EVERY_KNOB = """
 [service]
@@ -132,6 +133,13 @@ def test_no_file_is_every_default() -> None:
         ("[service]\nrelease_gpu_idle = 'yes'\n", "release_gpu_idle must be true or false"),
         ("[service]\ngpu_active_threshold = 150\n", "gpu_active_threshold must be a percentage"),
         ("[service]\ngpu_window = 0\n", "gpu_window must be a positive number"),
+        ("[service]\nreclaim = 'on'\n", "reclaim must be true or false"),
+        ("[service]\nreclaim_grace = 0\n", "reclaim_grace must be a positive number"),
+        ("[service]\nkeeps_under_pressure = 1.5\n", "keeps_under_pressure must be a whole"),
+        ("[service]\nkeeps_under_pressure = -1\n", "keeps_under_pressure must be a whole"),
+        ("[service]\nshare_half_life = 'day'\n", "share_half_life must be a positive number"),
+        ("[groups.phd]\nshare = 0\n", "[groups.phd]: share must be a positive number"),
+        ("[limits]\nshare = 2\n", "[limits]: unknown key 'share'"),
     ],
 )
 def test_a_mistake_is_refused_in_one_line_naming_the_key(
@@ -159,6 +167,25 @@ def test_the_gpu_knobs(tmp_path: Path) -> None:
         policy.gpu_idle_timeout,
         policy.release_gpu_idle,
     ) == (0.5, 10, 30, 600, True)
+
+
+def test_the_fair_share_and_reclaim_knobs(tmp_path: Path) -> None:
+    """Defaults: reclaim on, 5 min grace, 1 Keep, idle after 10 min, in use never, a day's
+    half-life, equal shares; each read from the file, shares from [users] and [groups]."""
+    default = Policy()
+    assert (default.reclaim, default.reclaim_active, default.user_shares) == (True, False, {})
+    assert default.reclaim_settings == ReclaimSettings(300, 1, 3600, False, 600)
+    assert default.share_half_life == 86400
+    text = (
+        "[service]\nreclaim = false\nreclaim_grace = 60\nkeeps_under_pressure = 0\n"
+        "reclaim_idle = 30\nreclaim_active = true\nmin_runtime = 7200\n"
+        "share_half_life = 3600\n[groups.phd]\nshare = 2\ngpus = 4\n[users.bob]\nshare = 0.5\n"
+    )
+    policy = load_policy(write(tmp_path, text))
+    assert not policy.reclaim and policy.share_half_life == 3600
+    assert policy.reclaim_settings == ReclaimSettings(60, 0, 7200, True, 30)
+    assert (policy.group_shares, policy.user_shares) == ({"phd": 2.0}, {"bob": 0.5})
+    assert policy.limits("carol", ("phd",)).gpus.value == 4  # share is no limit
 
 
 def test_a_file_is_bounded_before_it_is_parsed(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ def test_every_frame_of_every_op_validates() -> None:
         backend.claims(all_users=True)
         backend.holders()
         backend.waiting()
+        assert backend.notices() == []  # nobody waits
         backend.record(made.name)
         backend.explain(claim)
         backend.adopt("k-1", owner, 0)
