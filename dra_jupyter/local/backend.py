@@ -44,6 +44,7 @@ from dra_jupyter.types import (
     ClaimRecord,
     DeviceTaint,
     Ended,
+    HealthEvent,
     OnWait,
     Owner,
     Select,
@@ -196,6 +197,14 @@ class LocalBackend:
     def taints(self, *, history: bool = False) -> list[DeviceTaint]:
         """The taints admins put by hand (``history``: and took off), oldest first."""
         return self.ledger.taints(history=history)
+
+    # --- health -------------------------------------------------------------------------------
+
+    def health_events(self, *, device: str | None = None) -> list[HealthEvent]:
+        """The record of GPUs the health watcher took out (``device``: one GPU's, named as
+        ``dra-jupyter devices`` names it), oldest first."""
+        full = self._device(device, "health") if device is not None else None
+        return self.ledger.health_events(full)
 
     def _device(self, device: str, command: str) -> str:
         return resolve_device(self.devices, device, what=command)

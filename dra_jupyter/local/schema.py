@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dra_jupyter.errors import LedgerError, shown
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # The schema as a new ledger gets it (the latest version). An older ledger is brought up to
 # it by MIGRATIONS, one version at a time, all in one transaction (:func:`prepare`).
 SCHEMA = """
@@ -86,6 +86,19 @@ CREATE TABLE IF NOT EXISTS taints (
     removed_by TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS taints_live ON taints (device, key) WHERE removed IS NULL;
+CREATE TABLE IF NOT EXISTS health_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    device TEXT NOT NULL,
+    time REAL NOT NULL,
+    source TEXT NOT NULL,
+    what TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    meaning TEXT NOT NULL,
+    claims TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS health_by_device ON health_events (device, id);
 """
 
 # Version n to n + 1, by n. Each step only adds (columns, indexes, tables): what an older
@@ -103,6 +116,10 @@ CREATE UNIQUE INDEX IF NOT EXISTS taints_live ON taints (device, key) WHERE remo
 # 3 to 4: taints an admin put on devices by hand (``taints``: one row per taint, live
 # while ``removed`` is NULL, kept with who removed it and when after,
 # :mod:`dra_jupyter.local.taints`). An older ledger had none.
+#
+# 4 to 5: the record of the devices' health (``health_events``: one row per signal that
+# took a device out, with the claims that held it then, :mod:`dra_jupyter.local.health`).
+# An older ledger had no watcher: none.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "ALTER TABLE releases ADD COLUMN claim TEXT",
@@ -147,6 +164,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         for s in SCHEMA.split(";")
         if "taints" in s and s.strip().startswith("CREATE")  # the table and its index
     ),
+    4: tuple(
+        s
+        for s in SCHEMA.split(";")
+        if "health_events" in s and s.strip().startswith("CREATE")  # the table and its index
+    ),
 }
 TABLES = {
     "meta",
@@ -156,6 +178,7 @@ TABLES = {
     "damaged_claims",
     "usage",
     "taints",
+    "health_events",
     "sqlite_sequence",
 }
 

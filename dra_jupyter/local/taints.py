@@ -54,10 +54,18 @@ def _taint(row: sqlite3.Row) -> DeviceTaint:
 
 
 def add(
-    conn: sqlite3.Connection, device: str, key: str, effect: str, reason: str, now: float
+    conn: sqlite3.Connection,
+    device: str,
+    key: str,
+    effect: str,
+    reason: str,
+    now: float,
+    *,
+    by: str | None = None,
 ) -> DeviceTaint:
     """Put the taint on the device (in the caller's transaction); a device that has a live
-    taint of this key already is refused, naming who put it and why."""
+    taint of this key already is refused, naming who put it and why. ``by``: who, where it
+    is not a user (the ``health watcher``; the uid stays the process's)."""
     live = conn.execute(
         f"SELECT {_COLUMNS} FROM taints WHERE device = ? AND key = ? AND removed IS NULL",
         (device, key),
@@ -69,6 +77,7 @@ def add(
             f"{old.reason!r}); untaint it first to change it"
         )
     uid, user = os_user()
+    user = by or user
     conn.execute(
         "INSERT INTO taints (device, key, effect, reason, uid, user, added) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -77,10 +86,13 @@ def add(
     return DeviceTaint(device, key, effect, reason, user, now, uid, rule=rule_name(device, key))
 
 
-def remove(conn: sqlite3.Connection, device: str, key: str, now: float) -> DeviceTaint:
+def remove(
+    conn: sqlite3.Connection, device: str, key: str, now: float, *, by: str | None = None
+) -> DeviceTaint:
     """Take the taint off (the row stays, with who and when); one that is not there is
-    :class:`NotFoundError`."""
+    :class:`NotFoundError`. ``by``: as for :func:`add`."""
     uid, user = os_user()
+    user = by or user
     cur = conn.execute(
         "UPDATE taints SET removed = ?, removed_uid = ?, removed_by = ? "
         "WHERE device = ? AND key = ? AND removed IS NULL",
@@ -97,6 +109,15 @@ def remove(conn: sqlite3.Connection, device: str, key: str, now: float) -> Devic
         (device, key, now),
     ).fetchone()
     return _taint(row)
+
+
+def live(conn: sqlite3.Connection, device: str, key: str) -> DeviceTaint | None:
+    """The live taint ``key`` of ``device``, if there is one."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM taints WHERE device = ? AND key = ? AND removed IS NULL",
+        (device, key),
+    ).fetchone()
+    return None if row is None else _taint(row)
 
 
 def listed(conn: sqlite3.Connection, *, history: bool = False) -> list[DeviceTaint]:

@@ -28,11 +28,15 @@ Pure: no I/O, no ``pynvml`` (the NVML values are those of ``nvml.h``, a stable A
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 Effect = Literal["NoSchedule", "NoExecute"]
+NVIDIA_DRIVER = "gpu.nvidia.com"
+WATCHER = "health watcher"  # who the taints of the watcher are by, in the ledger
 Source = Literal["xid", "ecc", "remapped-rows", "lost"]
 
 XID_KEY = "gpu.nvidia.com/xid"
@@ -177,3 +181,35 @@ def taken_out(device: str, taint: HealthTaint) -> str:
     """What a holder reads when its claim is released: ``gpu-3 was taken out
     (gpu.nvidia.com/xid=79: the GPU fell off the bus)``."""
     return f"{device} was taken out ({taint.text()})"
+
+
+def stronger(effect: str, than: str) -> bool:
+    """Whether ``effect`` takes more out than ``than`` (NoExecute over NoSchedule)."""
+    return effect == "NoExecute" and than != "NoExecute"
+
+
+_GPU_NAME = re.compile(r"^(gpu-\d+)(?:-|$)")
+
+
+def gpu_name(device: str) -> str:
+    """The GPU a device (``driver/pool/name`` or a name) is or is a partition of:
+    ``gpu-3-mig-1g18gb-19-0`` -> ``gpu-3``; a name of another shape is itself."""
+    name = device.rsplit("/", 1)[-1]
+    found = _GPU_NAME.match(name)
+    return found.group(1) if found else name
+
+
+def gpu_devices(slices: Iterable[Any], minor: int) -> list[str]:
+    """Every ``gpu.nvidia.com`` device (``driver/pool/name``) of GPU ``minor``: the full GPU
+    ``gpu-<minor>`` and its MIG partitions ``gpu-<minor>-mig-...``, as the NVIDIA DRA
+    driver names them (:mod:`dra_jupyter.inventory.mig`), the full GPU first."""
+    want = f"gpu-{minor}"
+    out: list[str] = []
+    for s in slices:
+        spec = s["spec"]
+        if spec.get("driver") != NVIDIA_DRIVER:
+            continue
+        for device in spec.get("devices") or ():
+            if gpu_name(device["name"]) == want:
+                out.append(f"{NVIDIA_DRIVER}/{spec['pool']['name']}/{device['name']}")
+    return sorted(out, key=lambda k: (k.rsplit("/", 1)[-1] != want, k))
