@@ -629,8 +629,9 @@ class Session:
         return cluster.launch(plan, claim, timeout=wait, start_timeout=start_wait)
 
     def devices(self) -> Table[DeviceRow]:
-        if self._inventory is None or self.backend.capabilities.allocates_later:
-            self._inventory = self.backend.inventory(refresh=True)  # the cluster's slices now
+        # read again: a cluster's slices change, and so do the taints of every backend (a
+        # GPU the health watcher took out, an admin's taint)
+        self._inventory = self.backend.inventory(refresh=True)
         held = self.backend.holders()
         inv = self.inventory
         title = f"{inv.description}" + (" (SIMULATED)" if inv.simulated else "")

@@ -396,6 +396,7 @@ class DeviceTaint:
     removed_by: str | None = None
     removed_uid: int | None = None
     rule: str = ""
+    value: str = ""  # the taint's value where it has its own (the health watcher's: "79")
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}

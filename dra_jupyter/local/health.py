@@ -46,7 +46,9 @@ def take_out(
             continue  # as strong already: it stays as it is
         if old is not None:
             _taints.remove(conn, device, taint.key, now, by=WATCHER)
-        _taints.add(conn, device, taint.key, taint.effect, taint.meaning, now, by=WATCHER)
+        _taints.add(
+            conn, device, taint.key, taint.effect, taint.meaning, now, by=WATCHER, value=taint.value
+        )
     taken = set(devices)
     claims = tuple((r.name, r.owner.user) for r in holders if taken & set(r.device_keys))
     event = HealthEvent(

@@ -83,7 +83,8 @@ CREATE TABLE IF NOT EXISTS taints (
     added REAL NOT NULL,
     removed REAL,
     removed_uid INTEGER,
-    removed_by TEXT
+    removed_by TEXT,
+    value TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS taints_live ON taints (device, key) WHERE removed IS NULL;
 CREATE TABLE IF NOT EXISTS health_events (
@@ -118,8 +119,10 @@ CREATE INDEX IF NOT EXISTS health_by_device ON health_events (device, id);
 # :mod:`dra_jupyter.local.taints`). An older ledger had none.
 #
 # 4 to 5: the record of the devices' health (``health_events``: one row per signal that
-# took a device out, with the claims that held it then, :mod:`dra_jupyter.local.health`).
-# An older ledger had no watcher: none.
+# took a device out, with the claims that held it then, :mod:`dra_jupyter.local.health`),
+# and a taint's value (``taints.value``: the watcher's, e.g. the XID ``79``). An older
+# ledger had no watcher: no events, and its taints' values are their reasons where those
+# are label values, as before (NULL).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "ALTER TABLE releases ADD COLUMN claim TEXT",
@@ -159,15 +162,32 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         ORDER BY c.created, c.name
         """,
     ),
-    3: tuple(
-        s
-        for s in SCHEMA.split(";")
-        if "taints" in s and s.strip().startswith("CREATE")  # the table and its index
+    3: (  # the table as version 4 made it (version 5 adds a column: step 4)
+        """
+        CREATE TABLE IF NOT EXISTS taints (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            device TEXT NOT NULL,
+            key TEXT NOT NULL,
+            effect TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            uid INTEGER NOT NULL,
+            user TEXT NOT NULL,
+            added REAL NOT NULL,
+            removed REAL,
+            removed_uid INTEGER,
+            removed_by TEXT
+        )
+        """,
+        "CREATE UNIQUE INDEX IF NOT EXISTS taints_live ON taints (device, key) "
+        "WHERE removed IS NULL",
     ),
-    4: tuple(
-        s
-        for s in SCHEMA.split(";")
-        if "health_events" in s and s.strip().startswith("CREATE")  # the table and its index
+    4: (
+        "ALTER TABLE taints ADD COLUMN value TEXT",
+        *(
+            s
+            for s in SCHEMA.split(";")
+            if "health_events" in s and s.strip().startswith("CREATE")  # the table and index
+        ),
     ),
 }
 TABLES = {

@@ -24,7 +24,7 @@ from dra_jupyter.model.admintaints import device_rule, rule_name
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import DeviceTaint
 
-_COLUMNS = "device, key, effect, reason, uid, user, added, removed, removed_uid, removed_by"
+_COLUMNS = "device, key, effect, reason, uid, user, added, removed, removed_uid, removed_by, value"
 
 
 def os_user() -> tuple[int, str]:
@@ -50,6 +50,7 @@ def _taint(row: sqlite3.Row) -> DeviceTaint:
         removed_by=row["removed_by"],
         removed_uid=row["removed_uid"],
         rule=rule_name(str(row["device"]), str(row["key"])),
+        value=str(row["value"] or ""),
     )
 
 
@@ -62,10 +63,12 @@ def add(
     now: float,
     *,
     by: str | None = None,
+    value: str = "",
 ) -> DeviceTaint:
     """Put the taint on the device (in the caller's transaction); a device that has a live
     taint of this key already is refused, naming who put it and why. ``by``: who, where it
-    is not a user (the ``health watcher``; the uid stays the process's)."""
+    is not a user (the ``health watcher``; the uid stays the process's); ``value``: the
+    taint's value (none: the reason, where it is a label value)."""
     live = conn.execute(
         f"SELECT {_COLUMNS} FROM taints WHERE device = ? AND key = ? AND removed IS NULL",
         (device, key),
@@ -79,11 +82,13 @@ def add(
     uid, user = os_user()
     user = by or user
     conn.execute(
-        "INSERT INTO taints (device, key, effect, reason, uid, user, added) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (device, key, effect, reason, uid, user, now),
+        "INSERT INTO taints (device, key, effect, reason, uid, user, added, value) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (device, key, effect, reason, uid, user, now, value or None),
     )
-    return DeviceTaint(device, key, effect, reason, user, now, uid, rule=rule_name(device, key))
+    return DeviceTaint(
+        device, key, effect, reason, user, now, uid, rule=rule_name(device, key), value=value
+    )
 
 
 def remove(
@@ -130,7 +135,7 @@ def listed(conn: sqlite3.Connection, *, history: bool = False) -> list[DeviceTai
 def rules(taints: list[DeviceTaint]) -> tuple[Wire, ...]:
     """The DeviceTaintRules of the live ``taints``, one each."""
     return tuple(
-        device_rule(t.device, t.key, t.effect, t.reason, t.user)
+        device_rule(t.device, t.key, t.effect, t.reason, t.user, value=t.value or None)
         for t in taints
         if t.removed is None
     )

@@ -168,20 +168,11 @@ class HealthWatcher:
                 log.warning("claim %s of %s released: %s", record.name, record.owner.user, reason)
         return released
 
-    def words(self, taint: DeviceTaint) -> str:
-        """``gpu-3 was taken out (gpu.nvidia.com/xid=79: the GPU fell off the bus)``: the
-        taint's value is that of the latest event of its GPU and key."""
-        gpu = gpu_name(taint.device)
-        value = next(
-            (
-                e.value
-                for e in reversed(self.backend.ledger.health_events())
-                if gpu_name(e.device) == gpu and e.key == taint.key
-            ),
-            "",
-        )
-        what = f"{taint.key}={value}" if value else taint.key
-        return f"{gpu} was taken out ({what}: {taint.reason})"
+    @staticmethod
+    def words(taint: DeviceTaint) -> str:
+        """``gpu-3 was taken out (gpu.nvidia.com/xid=79: the GPU fell off the bus)``."""
+        what = f"{taint.key}={taint.value}" if taint.value else taint.key
+        return f"{gpu_name(taint.device)} was taken out ({what}: {taint.reason})"
 
 
 @contextlib.contextmanager

@@ -199,7 +199,12 @@ class ClaimService:
         swept = self._sweep(wait=False)
         inventory = self.inventory()
         held = swept.kept if swept.complete else self.backend.holders()
-        rows = [DeviceModel(**asdict(r)) for r in device_rows(inventory.patched_slices, held)]  # type: ignore[typeddict-item]
+        # a row's taints are not in the REST contract yet (specification/dra-rest-api.yml
+        # and the lab's wire.ts would learn them together): left out of the answer
+        rows = [
+            DeviceModel(**{k: v for k, v in asdict(r).items() if k != "taints"})  # type: ignore[typeddict-item]
+            for r in device_rows(inventory.patched_slices, held)
+        ]
         waiting = [
             WaiterModel(user=w.owner.user, kernel_id=w.owner.kernel_id, what=w.what, since=w.since)
             for w in self.backend.waiting()

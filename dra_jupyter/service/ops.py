@@ -97,8 +97,9 @@ class Ops:
         }
 
     def op_inventory(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
-        """The machine's devices."""
-        return protocol.inventory_to_wire(self.devices)
+        """The machine's devices, with the ledger's taints as DeviceTaintRules (a GPU the
+        health watcher took out, an admin's taint)."""
+        return protocol.inventory_to_wire(self.local.inventory())
 
     def op_list(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
         """The caller's live claims (``all_users``: every one it may see)."""

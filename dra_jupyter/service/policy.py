@@ -42,6 +42,11 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
                                    # times this and 10 s: keep it so under the
                                    # client's 60 s wait for an answer)
     costly_at_once = 2             # costly requests worked out at once (one per user)
+    health_grace = 300             # seconds a claim keeps a GPU the health watcher tainted
+                                   # NoExecute (an XID 79, an uncontained ECC error) before
+                                   # it is released, time to save work; a GPU lost: none
+    health_poll_interval = 5       # seconds between readings of the GPUs' ECC counters,
+                                   # remapped rows and lost state (XID events: at once)
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
@@ -116,6 +121,8 @@ SERVICE_KEYS = {
     "prometheus_port",
     "request_cpu",
     "costly_at_once",
+    "health_grace",
+    "health_poll_interval",
 }
 
 
@@ -170,6 +177,8 @@ class Policy:
     prometheus_port: int = 0  # 0: no Prometheus port
     request_cpu: float = 5.0
     costly_at_once: int = 2
+    health_grace: float = 300.0
+    health_poll_interval: float = 5.0
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -262,6 +271,8 @@ def load_policy(path: Path | None) -> Policy:
         prometheus_port=int(port),
         request_cpu=_number(service, "request_cpu", 5, where),
         costly_at_once=int(_number(service, "costly_at_once", 2, where)),
+        health_grace=_not_negative(service, "health_grace", 300, where),
+        health_poll_interval=_number(service, "health_poll_interval", 5, where),
         defaults={**_NO_LIMITS, **_limits(_table(data, "limits", where), f"{where}, [limits]")},
         groups={g: _limits(_sub(groups, g, where), f"{where}, [groups.{g}]") for g in groups},
         users={u: _limits(_sub(users, u, where), f"{where}, [users.{u}]") for u in users},
@@ -301,6 +312,15 @@ def _number(table: Mapping[str, Any], key: str, default: float, where: str) -> f
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
         raise InvalidInputError(f"{where}: {key} must be a positive number, not {shown(value)}")
+    return float(value)
+
+
+def _not_negative(table: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise InvalidInputError(
+            f"{where}: {key} must be a number of seconds, 0 or more, not {shown(value)}"
+        )
     return float(value)
 
 

@@ -177,6 +177,7 @@ def inventory_from_wire(data: Any) -> Inventory:
             simulated=bool(data["simulated"]),
             source=str(data["source"]),
             warnings=tuple(str(w) for w in data.get("warnings", ())),
+            taint_rules=tuple(data.get("taint_rules", ())),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise UnavailableError(

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dra_jupyter.api import Session
 from dra_jupyter.errors import BusyError, NeverPossibleError, UnavailableError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.nvml import discover
@@ -23,6 +24,7 @@ from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.local.watcher import FAILED, HealthWatcher, lock_for
 from dra_jupyter.model import health
+from dra_jupyter.settings import Settings
 from dra_jupyter.types import ClaimRecord
 from tests.fakes.fake_pynvml import FakePynvml
 from tests.local.test_ledger import owner
@@ -267,3 +269,14 @@ def test_no_allocation_includes_a_tainted_device(
     for record in made:
         assert not tainted & set(record.device_keys), (record.device_keys, tainted)
         assert not {health.gpu_name(k) for k in record.device_keys} & failed_gpus
+
+
+def test_the_devices_view_shows_the_taint_of_a_gpu_taken_out_meanwhile(tmp_path: Path) -> None:
+    fake = machine(tmp_path)
+    with watching(tmp_path, fake) as (watcher, backend):
+        session = Session(Settings(ledger=tmp_path / "ledger.sqlite"), inventory=backend.devices)
+        assert {r.taints for r in session.devices().rows} == {""}  # read once before
+        watcher.handle([Signal(minor(fake, 1), health.of_xid(79))])
+        rows = {r.device: r.taints for r in session.devices().rows}
+        assert rows[gpu_key(fake, 1)] == "gpu.nvidia.com/xid=79:NoExecute"
+        assert rows[gpu_key(fake, 0)] == ""
