@@ -71,11 +71,13 @@ from dra_jupyter.types import (
     Backend,
     ClaimRecord,
     Command,
+    HealthRecord,
     OnWait,
     Owner,
     Run,
     Tainting,
     Waiting,
+    health_record_of,
     label_value,
     tainting_of,
 )
@@ -424,6 +426,17 @@ class Session:
                 f"{command}: {self.backend.capabilities.where} takes no taints by hand yet; "
                 "taint the device on the backend that owns it (its ledger: "
                 "DRA_JUPYTER_BACKEND=local; a cluster: DRA_JUPYTER_BACKEND=kubernetes)"
+            )
+        return backend
+
+    def health_record(self, command: str) -> HealthRecord:
+        """The backend, where it keeps the record of its devices' health (``command``
+        begins the error)."""
+        backend = health_record_of(self.backend)
+        if backend is None:
+            raise InvalidInputError(
+                f"{command}: {self.backend.capabilities.where} keeps no record of the devices' "
+                "health; on a cluster, kubectl get devicetaintrules lists the devices taken out"
             )
         return backend
 
