@@ -41,6 +41,7 @@ from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
     Ended,
+    HealthEvent,
     OnWait,
     Owner,
     Select,
@@ -325,6 +326,14 @@ class ServiceBackend:
 
     def holders(self) -> list[ClaimRecord]:
         return [protocol.record_from_wire(r) for r in self._call("holders")]
+
+    def health_events(self, *, device: str | None = None) -> list[HealthEvent]:
+        """The daemon's record of the GPUs its health watcher took out (``device``: one
+        GPU's), the claims hit named as this user may see them."""
+        answer = self._call("health", {} if device is None else {"device": device})
+        if not isinstance(answer, list):
+            raise UnavailableError("service protocol: the health record is not a list")
+        return [protocol.health_event_from_wire(e) for e in answer]
 
     def explain(self, claim: Wire) -> dict[str, Any]:
         """Why ``claim`` could or could not be allocated now (the explanation's dict)."""

@@ -31,6 +31,7 @@ from dra_jupyter.service.args import (
     seconds_arg,
 )
 from dra_jupyter.service.connections import Connection
+from dra_jupyter.service.gpus import ANOTHER_USER
 from dra_jupyter.service.line import Line
 from dra_jupyter.service.peer import HOST
 from dra_jupyter.service.work import INLINE_STEPS, Bounded, costly
@@ -252,6 +253,25 @@ class Ops:
         )
         return book.to_dict()
 
+    def op_health(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """The record of the GPUs the health watcher took out (``device``: one GPU's), for
+        anyone: a device's failures are the machine's; the claims hit are named as the
+        caller may see them (another user's, where hidden: "another user")."""
+        device = args.get("device")
+        if device is not None and (not isinstance(device, str) or not 0 < len(device) <= 253):
+            raise InvalidInputError(f"health: device {shown(device)} is not a device name")
+        peer = conn.peer
+        everyone = self.access.admin(peer) or self.access.policy.visibility == "all"
+        out = []
+        for event in self.local.health_events(device=device):
+            data = event.to_dict()
+            data["claims"] = [
+                c if everyone or c["user"] == peer.user else {"name": "", "user": ANOTHER_USER}
+                for c in data["claims"]
+            ]
+            out.append(data)
+        return out
+
     def op_adopt(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
         """The caller's process holds the caller's claims of ``kernel_id`` from now on (a
         Jupyter server, before it restarts that kernel)."""
@@ -353,5 +373,6 @@ HANDLERS: Final = checked(
         "adopt": Ops.op_adopt,
         "metrics": Ops.op_metrics,
         "usage": Ops.op_usage,
+        "health": Ops.op_health,
     }
 )

@@ -28,7 +28,7 @@ from dra_jupyter import errors
 from dra_jupyter.errors import DraJupyterError, InvalidInputError, UnavailableError, shown
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.types import ClaimRecord, Owner
+from dra_jupyter.types import ClaimRecord, HealthEvent, Owner
 
 VERSION = 1
 MAX_FRAME = 1 << 20  # bytes of one request line, its newline included
@@ -48,6 +48,7 @@ OPS = (
     "adopt",  # the caller's process holds a kernel's claims from now on
     "metrics",  # the devices' metrics, sampled by the daemon once for every client
     "usage",  # the usage book's intervals the caller may see
+    "health",  # the record of the GPUs the health watcher took out
 )
 REASON_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz-")
 MAX_REASON = 32
@@ -182,6 +183,18 @@ def inventory_from_wire(data: Any) -> Inventory:
     except (KeyError, TypeError, ValueError) as err:
         raise UnavailableError(
             f"service protocol: the daemon sent an inventory that is not one ({err!r})"
+        ) from err
+
+
+def health_event_from_wire(data: Any) -> HealthEvent:
+    try:
+        claims = tuple((str(c["name"]), str(c["user"])) for c in data["claims"])
+        fields = ("device", "source", "what", "key", "value", "effect", "meaning")
+        text = {f: str(data[f]) for f in fields}
+        return HealthEvent(time=float(data["time"]), claims=claims, **text)
+    except (KeyError, TypeError, ValueError) as err:
+        raise UnavailableError(
+            f"service protocol: the daemon sent a health event that is not one ({err!r})"
         ) from err
 
 

@@ -65,6 +65,8 @@ def test_every_frame_of_every_op_validates() -> None:
         assert backend.metrics_source().sample((), 0.0)
         assert [i.claim for i in backend.usage_book(3600).intervals] == [made.name]
         backend.usage_book(float("inf"))
+        assert backend.health_events() == []  # no NVML here: no watcher, an empty record
+        backend.health_events(device="gpu-0")
         with contextlib.suppress(DraJupyterError):  # a refusal, for its frame
             backend.allocate(build_claim("", {"gpu": 9}, classes=classes), checked=True)
         for frame in (b"nonsense\n", b'{"v": 2, "id": 1, "op": "hello"}\n'):
