@@ -90,6 +90,7 @@ _REASONS = {
     "server-stop": "the Jupyter server stopped",
     "limit": "over the per-user device limit",
     "moved": "its kernel moved into a pod with these devices, whose own claim holds them now",
+    "device-failed": "its GPU failed and was taken out of service (dra-jupyter health says how)",
 }
 
 
