@@ -50,7 +50,7 @@ class _Gpu:
     lost: bool = False
 
 
-def _handle_key(handle: Any) -> Any:
+def handle_key(handle: Any) -> Any:
     """What identifies a device handle: the address a ctypes pointer holds (each
     ``nvmlEventSetWait`` answer is a new pointer object), else the handle itself."""
     with contextlib.suppress(TypeError, ValueError):
@@ -103,7 +103,7 @@ class NvmlHealth:
                     self.early.append(Signal(minor, health.gpu_lost()))
                 elif err.value != NOT_SUPPORTED:
                     raise
-        self._by_handle = {_handle_key(g.handle): g for g in self.gpus}
+        self._by_handle = {handle_key(g.handle): g for g in self.gpus}
 
     def wait(self, timeout_ms: int) -> list[Signal]:
         """The next event, waited for up to ``timeout_ms`` (none: an empty list)."""
@@ -114,10 +114,12 @@ class NvmlHealth:
         try:
             data = lib.nvmlEventSetWait(self.event_set, timeout_ms)
         except lib.NVMLError as err:
-            if err.value == TIMEOUT:
+            # TIMEOUT: nothing happened; GPU_IS_LOST: a GPU of the set is gone, which the
+            # poll finds out (by GPU) at its next reading
+            if err.value in (TIMEOUT, GPU_IS_LOST):
                 return []
             raise
-        gpu = self._by_handle.get(_handle_key(data.device))
+        gpu = self._by_handle.get(handle_key(data.device))
         taint = health.of_event(int(data.eventType), int(data.eventData))
         if gpu is None or taint is None:
             return []

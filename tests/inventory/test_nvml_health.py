@@ -4,10 +4,12 @@ GPU, the session closed."""
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 
 from dra_jupyter.errors import DiscoveryError
-from dra_jupyter.inventory.nvmlhealth import NvmlHealth, Signal
+from dra_jupyter.inventory.nvmlhealth import NvmlHealth, Signal, handle_key
 from dra_jupyter.model import health
 from tests.fakes.fake_pynvml import FakePynvml, pynvml
 
@@ -91,3 +93,26 @@ def test_a_gpu_without_events_is_polled_only() -> None:
 def test_no_driver_is_one_line() -> None:
     with pytest.raises(DiscoveryError, match="health: cannot start NVML"):
         NvmlHealth(FakePynvml(driver_not_loaded=True))
+
+
+def test_a_wait_that_meets_a_lost_gpu_leaves_it_to_the_poll() -> None:
+    lost = pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+    fake = FakePynvml(gpus=1, overrides={"nvmlEventSetWait": lost})
+    watch = NvmlHealth(fake)
+    try:
+        assert watch.wait(10) == []
+        fake.lost.add(0)
+        assert [s.taint for s in watch.poll()] == [health.gpu_lost()]
+    finally:
+        watch.close()
+
+
+def test_real_nvml_handles_are_told_apart_by_address() -> None:
+    """Each nvmlEventSetWait answer holds a new pointer object: the watcher matches it to
+    its GPU by the address it points to, as pynvml's handles are ctypes pointers."""
+    structs = [pynvml.struct_c_nvmlDevice_t(), pynvml.struct_c_nvmlDevice_t()]
+    first = ctypes.pointer(structs[0])
+    again = ctypes.cast(ctypes.addressof(structs[0]), pynvml.c_nvmlDevice_t)
+    other = ctypes.cast(ctypes.addressof(structs[1]), pynvml.c_nvmlDevice_t)
+    assert first is not again
+    assert handle_key(first) == handle_key(again) != handle_key(other)
