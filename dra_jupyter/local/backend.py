@@ -181,18 +181,22 @@ class LocalBackend:
 
     # --- taints an admin puts by hand --------------------------------------------------------
 
-    def taint(self, device: str, effect: str, reason: str, key: str) -> DeviceTaint:
+    def taint(
+        self, device: str, effect: str, reason: str, key: str, *, by: str | None = None
+    ) -> DeviceTaint:
         """Taint ``device`` (``driver/pool/device``, or its name) in the ledger: no new
-        claim gets it (``NoSchedule``, ``NoExecute``); who and when are recorded. Claims
-        that hold it now keep it (reported by ``taint --list``, not ended)."""
+        claim gets it (``NoSchedule``, ``NoExecute``); who (``by``, else this process's
+        user) and when are recorded. Claims that hold it now keep it (reported by ``taint
+        --list``, not ended)."""
         check_taint("taint", effect, key, reason)
         full = self._device(device, "taint")
-        return self.ledger.taint(full, key, effect, reason, self.clock())
+        return self.ledger.taint(full, key, effect, reason, self.clock(), by=by)
 
-    def untaint(self, device: str, key: str) -> DeviceTaint:
+    def untaint(self, device: str, key: str, *, by: str | None = None) -> DeviceTaint:
         """Take the taint ``key`` off ``device``; the ledger keeps who did it and when."""
         check_key("untaint", key)
-        return self.ledger.untaint(self._device(device, "untaint"), key, self.clock())
+        full = self._device(device, "untaint")
+        return self.ledger.untaint(full, key, self.clock(), by=by)
 
     def taints(self, *, history: bool = False) -> list[DeviceTaint]:
         """The taints admins put by hand (``history``: and took off), oldest first."""

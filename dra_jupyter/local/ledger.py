@@ -524,15 +524,18 @@ class Ledger:
 
     # --- taints ------------------------------------------------------------------------------
 
-    def taint(self, device: str, key: str, effect: str, reason: str, now: float) -> DeviceTaint:
-        """Put an admin's taint on ``device`` (:func:`~dra_jupyter.local.taints.add`)."""
+    def taint(
+        self, device: str, key: str, effect: str, reason: str, now: float, *, by: str | None = None
+    ) -> DeviceTaint:
+        """Put an admin's taint on ``device`` (:func:`~dra_jupyter.local.taints.add`;
+        ``by``: the admin, where not this process's user: the service's caller)."""
         with self.transaction() as conn:
-            return _taints.add(conn, device, key, effect, reason, now)
+            return _taints.add(conn, device, key, effect, reason, now, by=by)
 
-    def untaint(self, device: str, key: str, now: float) -> DeviceTaint:
+    def untaint(self, device: str, key: str, now: float, *, by: str | None = None) -> DeviceTaint:
         """Take it off, recording who and when (:func:`~dra_jupyter.local.taints.remove`)."""
         with self.transaction() as conn:
-            removed = _taints.remove(conn, device, key, now)
+            removed = _taints.remove(conn, device, key, now, by=by)
             freed(conn)  # the device may be given again: waiters may try now
             return removed
 

@@ -40,6 +40,7 @@ from dra_jupyter.service import protocol
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
+    DeviceTaint,
     Ended,
     HealthEvent,
     OnWait,
@@ -326,6 +327,20 @@ class ServiceBackend:
 
     def holders(self) -> list[ClaimRecord]:
         return [protocol.record_from_wire(r) for r in self._call("holders")]
+
+    def taint(self, device: str, effect: str, reason: str, key: str) -> DeviceTaint:
+        """An admin's taint, recorded by the daemon as theirs (others: ForbiddenError)."""
+        args = {"device": device, "effect": effect, "reason": reason, "key": key}
+        return protocol.taint_from_wire(self._call("taint", args))
+
+    def untaint(self, device: str, key: str) -> DeviceTaint:
+        return protocol.taint_from_wire(self._call("untaint", {"device": device, "key": key}))
+
+    def taints(self, *, history: bool = False) -> list[DeviceTaint]:
+        answer = self._call("taints", {"history": history})
+        if not isinstance(answer, list):
+            raise UnavailableError("service protocol: the taints are not a list")
+        return [protocol.taint_from_wire(t) for t in answer]
 
     def health_events(self, *, device: str | None = None) -> list[HealthEvent]:
         """The daemon's record of the GPUs its health watcher took out (``device``: one

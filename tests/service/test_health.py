@@ -1,8 +1,9 @@
 """The daemon's health watcher, on the fake NVML (the one fake, at the hardware seam; in the
 daemon's process, its health read from a file the test writes): a GPU that falls off the
 bus is taken out within 2 s, its holder's claim is released (``health_grace = 0`` here)
-with words naming the GPU, nobody gets it afterwards, and every user reads the record
-(another user's claim unnamed). Real daemon, real Unix users, real processes."""
+with words naming the GPU, nobody gets it afterwards, every user reads the record
+(another user's claim unnamed), and an admin, only, puts it back. Real daemon, real Unix
+users, real processes."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ from tests.service.test_isolation import admin_policy, read, released
 
 def record() -> Any:
     return [e.to_dict() for e in Session(Settings.from_env()).health_record("h").health_events()]
+
+
+def untaint(gpu: str) -> Any:
+    gone = Session(Settings.from_env()).tainting("untaint").untaint(gpu, "gpu.nvidia.com/xid")
+    return [gone.user, gone.removed_by]
 
 
 def request(gpus: int) -> Any:
@@ -68,5 +74,11 @@ def test_a_gpu_off_the_bus_is_taken_out_its_holder_released_and_the_record_kept(
             assert [e["meaning"] for e in run_as(alice, svc.env(), record)["ok"]] == [
                 "the GPU fell off the bus"
             ]
+            # only an admin puts it back; then it is given again
+            refused = run_as(bob, svc.env(), lambda: untaint(gpu))
+            assert refused["error"] == "ForbiddenError", refused
+            back = run_as(carol, svc.env(), lambda: untaint(gpu))
+            assert back["ok"] == ["health watcher", carol.name]
+            assert "ok" in run_as(bob, svc.env(), lambda: request(2))
         finally:
             holder.finish()
