@@ -74,12 +74,14 @@ from dra_jupyter.types import (
     Backend,
     ClaimRecord,
     Command,
+    HealthRecord,
     OnWait,
     Owner,
     Run,
     Tainting,
     Waiter,
     Waiting,
+    health_record_of,
     label_value,
     tainting_of,
 )
@@ -431,6 +433,17 @@ class Session:
             )
         return backend
 
+    def health_record(self, command: str) -> HealthRecord:
+        """The backend, where it keeps the record of its devices' health (``command``
+        begins the error)."""
+        backend = health_record_of(self.backend)
+        if backend is None:
+            raise InvalidInputError(
+                f"{command}: {self.backend.capabilities.where} keeps no record of the devices' "
+                "health; on a cluster, kubectl get devicetaintrules lists the devices taken out"
+            )
+        return backend
+
     def class_names(self) -> list[str]:
         return [c["metadata"]["name"] for c in self.inventory.device_classes]
 
@@ -697,8 +710,9 @@ class Session:
         raise NotFoundError(f"no run {plain}; dra.runs() lists yours")
 
     def devices(self) -> Table[DeviceRow]:
-        if self._inventory is None or self.backend.capabilities.allocates_later:
-            self._inventory = self.backend.inventory(refresh=True)  # the cluster's slices now
+        # read again: a cluster's slices change, and so do the taints of every backend (a
+        # GPU the health watcher took out, an admin's taint)
+        self._inventory = self.backend.inventory(refresh=True)
         held = self.backend.holders()
         inv = self.inventory
         title = f"{inv.description}" + (" (SIMULATED)" if inv.simulated else "")

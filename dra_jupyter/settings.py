@@ -41,6 +41,9 @@ variable                          meaning (default)
                                   ``0`` keeps them (``1``)
 ``DRA_JUPYTER_KUBE_RETRIES``      attempts at an unreachable API server before giving up (4)
 ``DRA_JUPYTER_KUBE_BACKOFF``      seconds before the first retry, doubled each time (0.5)
+``DRA_JUPYTER_HEALTH_GRACE``      seconds a claim keeps a GPU the health watcher took out
+                                  with NoExecute, to save work, before it is released; a
+                                  GPU lost: none (300; ``dra-jupyter health --watch``)
 ================================  ===========================================================
 """
 
@@ -111,6 +114,7 @@ class Settings:
     rerun_releases: bool = True  # a cell run again releases its previous run's claims first
     socket: Path = DEFAULT_SOCKET  # the dra-jupyter service's Unix socket
     service_config: Path = DEFAULT_SERVICE_CONFIG  # its policy file (where it is installed)
+    health_grace: float = 300.0  # seconds before a NoExecute health taint releases holders
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -129,6 +133,11 @@ class Settings:
         if backend not in BACKENDS:
             raise InvalidInputError(
                 f"DRA_JUPYTER_BACKEND={shown(backend)} is not known; use {', '.join(BACKENDS)}"
+            )
+        if _seconds(env, "DRA_JUPYTER_HEALTH_GRACE", 300) < 0:
+            raise InvalidInputError(
+                "DRA_JUPYTER_HEALTH_GRACE must be 0 or more seconds, not "
+                f"{shown(env['DRA_JUPYTER_HEALTH_GRACE'])}"
             )
         retries = _seconds(env, "DRA_JUPYTER_KUBE_RETRIES", 4)
         if retries < 1 or retries != int(retries):
@@ -159,6 +168,7 @@ class Settings:
             poll_interval=_seconds(env, "DRA_JUPYTER_POLL_INTERVAL", 0.5),
             idle_timeout=_seconds(env, "DRA_JUPYTER_IDLE_TIMEOUT", 0),
             rerun_releases=rerun in ("1", "true", "yes", ""),
+            health_grace=_seconds(env, "DRA_JUPYTER_HEALTH_GRACE", 300),
         )
 
 

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from dra_jupyter.model.objects import Device, ResourceSlice, Wire
+from dra_jupyter.model.objects import Device, ResourceSlice, Taint, Wire
 from dra_jupyter.model.parse import parse_many, parse_resource_slice
 from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.types import ClaimRecord
@@ -60,6 +60,9 @@ class DeviceRow:
     pcie_root: str  # resource.kubernetes.io/pcieRoot, "" when not published
     state: str  # free, held, shared, blocked (a partition or the whole GPU is taken)
     holder: str  # claim (user)
+    # its taints, "key=value:effect" each (a failed GPU's, an admin's, a DeviceTaintRule's):
+    # no new claim gets a device with a NoSchedule or NoExecute taint
+    taints: str = ""
 
 
 @dataclass(frozen=True)
@@ -181,9 +184,16 @@ def device_rows(
                     pcie_root=_attr(d, "resource.kubernetes.io/pcieRoot"),
                     state=state,
                     holder=", ".join(holders.get(key, [])),
+                    taints=", ".join(_taint_text(t) for t in d.taints),
                 )
             )
     return rows
+
+
+def _taint_text(taint: Taint) -> str:
+    """``gpu.nvidia.com/xid=79:NoExecute`` (``key:effect`` without a value)."""
+    value = f"={taint.value}" if taint.value else ""
+    return f"{taint.key}{value}:{taint.effect}"
 
 
 def _counters_left(

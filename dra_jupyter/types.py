@@ -413,9 +413,47 @@ class DeviceTaint:
     removed_by: str | None = None
     removed_uid: int | None = None
     rule: str = ""
+    value: str = ""  # the taint's value where it has its own (the health watcher's: "79")
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    """A GPU that the health watcher took out of service (``dra-jupyter health``): the GPU
+    (``driver/pool/device``), when, what NVML said (``source``: ``xid``, ``ecc``,
+    ``remapped-rows`` or ``lost``; ``what``: the XID, the count, ...), the taint it put on
+    the GPU and its MIG partitions (``key``, ``value``, ``effect``), its meaning in words,
+    and the claims that held the GPU or a partition of it then (``(name, user)``)."""
+
+    device: str
+    time: float
+    source: str
+    what: str
+    key: str
+    value: str
+    effect: str
+    meaning: str
+    claims: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        out["claims"] = [{"name": n, "user": u} for n, u in self.claims]
+        return out
+
+
+@runtime_checkable
+class HealthRecord(Protocol):
+    """A backend that keeps the record of its devices' health (the local ledger):
+    ``health_record_of(backend)`` is it, else None."""
+
+    def health_events(self, *, device: str | None = None) -> list[HealthEvent]:
+        """The health events, oldest first (``device``'s only, as devices name it)."""
+
+
+def health_record_of(backend: object) -> HealthRecord | None:
+    return backend if isinstance(backend, HealthRecord) else None
 
 
 @runtime_checkable

@@ -78,6 +78,7 @@ TIERS = {
     "test_cli_doctor.py": "pure",
     "test_cli_fuzz.py": "pure",
     "test_cli_local.py": "pure",
+    "test_cli_health.py": "pure",  # the watcher as a plain Python process on the fake NVML
     "test_cli_taints.py": "pure",
     "test_docs.py": "pure",  # the docs' links and make targets
     "test_public.py": "pure",

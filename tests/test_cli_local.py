@@ -119,6 +119,7 @@ def test_devices_lists_every_device() -> None:
         "pcie_root",
         "state",
         "holder",
+        "taints",
     ]
     for name in uuids():
         assert f"gpu.nvidia.com/gpu-node-1/{name} " in result.out
@@ -140,6 +141,7 @@ def test_devices_json() -> None:
         "pcie_root": "pci0000:15",
         "state": "free",
         "holder": "",
+        "taints": "",
     }
 
 

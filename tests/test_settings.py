@@ -40,12 +40,18 @@ def test_kubernetes_settings_are_read() -> None:
     assert (settings.kube_retries, settings.kube_backoff) == (2, 0.01)
 
 
+def test_the_health_grace_is_read() -> None:
+    assert Settings.from_env({}).health_grace == 300
+    assert Settings.from_env({"DRA_JUPYTER_HEALTH_GRACE": "0"}).health_grace == 0
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
         ({"DRA_JUPYTER_BACKEND": "slurm"}, "DRA_JUPYTER_BACKEND='slurm' is not known; use local"),
         ({"DRA_JUPYTER_KUBE_RETRIES": "0"}, "DRA_JUPYTER_KUBE_RETRIES must be a whole number"),
         ({"DRA_JUPYTER_KUBE_BACKOFF": "soon"}, "DRA_JUPYTER_KUBE_BACKOFF must be a number"),
+        ({"DRA_JUPYTER_HEALTH_GRACE": "-1"}, "DRA_JUPYTER_HEALTH_GRACE must be 0 or more"),
     ],
 )
 def test_bad_values_are_one_line(env: dict[str, str], message: str) -> None:

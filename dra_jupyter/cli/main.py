@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from dra_jupyter.cli import demo, doctor, kube, local, objects, service, taints
+from dra_jupyter.cli import demo, doctor, health, kube, local, objects, service, taints
 from dra_jupyter.cli.command import Runner
 from dra_jupyter.errors import (
     EXIT_INTERNAL,
@@ -21,7 +21,16 @@ from dra_jupyter.errors import (
 )
 
 MAX_LINE = 1000  # characters of an error line; messages cut what they echo well before
-GROUPS = (objects, demo, service, local, taints, doctor, kube)  # in the order ``--help`` lists them
+GROUPS = (
+    objects,
+    demo,
+    service,
+    local,
+    taints,
+    health,
+    doctor,
+    kube,
+)  # in the order ``--help`` lists them
 COMMANDS: dict[str, Runner] = {name: run for g in GROUPS for name, run in g.COMMANDS.items()}
 
 

@@ -44,6 +44,7 @@ from dra_jupyter.types import (
     ClaimRecord,
     DeviceTaint,
     Ended,
+    HealthEvent,
     OnWait,
     Owner,
     Select,
@@ -180,22 +181,34 @@ class LocalBackend:
 
     # --- taints an admin puts by hand --------------------------------------------------------
 
-    def taint(self, device: str, effect: str, reason: str, key: str) -> DeviceTaint:
+    def taint(
+        self, device: str, effect: str, reason: str, key: str, *, by: str | None = None
+    ) -> DeviceTaint:
         """Taint ``device`` (``driver/pool/device``, or its name) in the ledger: no new
-        claim gets it (``NoSchedule``, ``NoExecute``); who and when are recorded. Claims
-        that hold it now keep it (reported by ``taint --list``, not ended)."""
+        claim gets it (``NoSchedule``, ``NoExecute``); who (``by``, else this process's
+        user) and when are recorded. Claims that hold it now keep it (reported by ``taint
+        --list``, not ended)."""
         check_taint("taint", effect, key, reason)
         full = self._device(device, "taint")
-        return self.ledger.taint(full, key, effect, reason, self.clock())
+        return self.ledger.taint(full, key, effect, reason, self.clock(), by=by)
 
-    def untaint(self, device: str, key: str) -> DeviceTaint:
+    def untaint(self, device: str, key: str, *, by: str | None = None) -> DeviceTaint:
         """Take the taint ``key`` off ``device``; the ledger keeps who did it and when."""
         check_key("untaint", key)
-        return self.ledger.untaint(self._device(device, "untaint"), key, self.clock())
+        full = self._device(device, "untaint")
+        return self.ledger.untaint(full, key, self.clock(), by=by)
 
     def taints(self, *, history: bool = False) -> list[DeviceTaint]:
         """The taints admins put by hand (``history``: and took off), oldest first."""
         return self.ledger.taints(history=history)
+
+    # --- health -------------------------------------------------------------------------------
+
+    def health_events(self, *, device: str | None = None) -> list[HealthEvent]:
+        """The record of GPUs the health watcher took out (``device``: one GPU's, named as
+        ``dra-jupyter devices`` names it), oldest first."""
+        full = self._device(device, "health") if device is not None else None
+        return self.ledger.health_events(full)
 
     def _device(self, device: str, command: str) -> str:
         return resolve_device(self.devices, device, what=command)

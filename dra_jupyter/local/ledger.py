@@ -12,7 +12,9 @@ with what message claims ended), ``meta`` (schema version, name sequence),
 ``damaged_claims`` (rows of ``claims`` that could not be read, moved aside as they were),
 ``usage`` (since schema version 3: the usage book, one row per claim interval,
 :mod:`~dra_jupyter.local.book`), ``taints`` (since schema version 4: taints admins put on
-devices by hand, and those they took off, :mod:`~dra_jupyter.local.taints`).
+devices by hand, and those they took off, :mod:`~dra_jupyter.local.taints`),
+``health_events`` (since schema version 5: GPUs the health watcher took out, with the
+claims that held them, :mod:`~dra_jupyter.local.health`).
 
 What can go wrong, and what each raises or does:
 
@@ -49,6 +51,7 @@ from dra_jupyter.accounting.book import Interval
 from dra_jupyter.errors import LedgerError
 from dra_jupyter.local import book as _book
 from dra_jupyter.local import claims as _claims
+from dra_jupyter.local import health as _health
 from dra_jupyter.local import releases as _releases
 from dra_jupyter.local import schema
 from dra_jupyter.local import taints as _taints
@@ -56,7 +59,8 @@ from dra_jupyter.local.claims import DamagedRowError, owner_from, record_from_ro
 from dra_jupyter.local.releases import Release
 from dra_jupyter.local.schema import NEW_LEDGER, SCHEMA_VERSION
 from dra_jupyter.local.wakeup import Bell
-from dra_jupyter.types import ClaimRecord, DeviceTaint, Owner
+from dra_jupyter.model.health import HealthTaint
+from dra_jupyter.types import ClaimRecord, DeviceTaint, HealthEvent, Owner
 
 # One sampler's report of a claim: its name, seconds active, idle and unknown since the last
 # report, and joules (None: no energy counter).
@@ -520,15 +524,18 @@ class Ledger:
 
     # --- taints ------------------------------------------------------------------------------
 
-    def taint(self, device: str, key: str, effect: str, reason: str, now: float) -> DeviceTaint:
-        """Put an admin's taint on ``device`` (:func:`~dra_jupyter.local.taints.add`)."""
+    def taint(
+        self, device: str, key: str, effect: str, reason: str, now: float, *, by: str | None = None
+    ) -> DeviceTaint:
+        """Put an admin's taint on ``device`` (:func:`~dra_jupyter.local.taints.add`;
+        ``by``: the admin, where not this process's user: the service's caller)."""
         with self.transaction() as conn:
-            return _taints.add(conn, device, key, effect, reason, now)
+            return _taints.add(conn, device, key, effect, reason, now, by=by)
 
-    def untaint(self, device: str, key: str, now: float) -> DeviceTaint:
+    def untaint(self, device: str, key: str, now: float, *, by: str | None = None) -> DeviceTaint:
         """Take it off, recording who and when (:func:`~dra_jupyter.local.taints.remove`)."""
         with self.transaction() as conn:
-            removed = _taints.remove(conn, device, key, now)
+            removed = _taints.remove(conn, device, key, now, by=by)
             freed(conn)  # the device may be given again: waiters may try now
             return removed
 
@@ -536,6 +543,19 @@ class Ledger:
         """The live taints (``history``: the removed ones too), oldest first."""
         with self._reading() as conn:
             return _taints.listed(conn, history=history)
+
+    # --- health ------------------------------------------------------------------------------
+
+    def take_out(self, devices: list[str], taint: HealthTaint, now: float) -> HealthEvent | None:
+        """A GPU failed: taint it and its partitions, and record the event with the claims
+        that hold them now, in one transaction (:func:`~dra_jupyter.local.health.take_out`)."""
+        with self.transaction() as conn:
+            return _health.take_out(conn, devices, taint, now, self.claims(conn))
+
+    def health_events(self, device: str | None = None) -> list[HealthEvent]:
+        """The record of the devices' health, oldest first (``device``: one GPU's)."""
+        with self._reading() as conn:
+            return _health.events(conn, device)
 
     # --- the queue ---------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dra_jupyter.errors import LedgerError, shown
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # The schema as a new ledger gets it (the latest version). An older ledger is brought up to
 # it by MIGRATIONS, one version at a time, all in one transaction (:func:`prepare`).
 SCHEMA = """
@@ -83,7 +83,8 @@ CREATE TABLE IF NOT EXISTS taints (
     added REAL NOT NULL,
     removed REAL,
     removed_uid INTEGER,
-    removed_by TEXT
+    removed_by TEXT,
+    value TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS taints_live ON taints (device, key) WHERE removed IS NULL;
 CREATE TABLE IF NOT EXISTS runs (
@@ -106,6 +107,19 @@ CREATE TABLE IF NOT EXISTS runs (
     log TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS runs_by_user ON runs (user, created);
+CREATE TABLE IF NOT EXISTS health_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    device TEXT NOT NULL,
+    time REAL NOT NULL,
+    source TEXT NOT NULL,
+    what TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    meaning TEXT NOT NULL,
+    claims TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS health_by_device ON health_events (device, id);
 """
 
 # Version n to n + 1, by n. Each step only adds (columns, indexes, tables): what an older
@@ -127,6 +141,11 @@ CREATE INDEX IF NOT EXISTS runs_by_user ON runs (user, created);
 # 4 to 5: background runs (``runs``: one row per ``dra.run`` on this machine, its launcher
 # process, claim, phase, exit code and log file, :mod:`dra_jupyter.local.runs`). An older
 # ledger had none.
+# 5 to 6: the record of the devices' health (``health_events``: one row per signal that
+# took a device out, with the claims that held it then, :mod:`dra_jupyter.local.health`),
+# and a taint's value (``taints.value``: the watcher's, e.g. the XID ``79``). An older
+# ledger had no watcher: no events, and its taints' values are their reasons where those
+# are label values, as before (NULL).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "ALTER TABLE releases ADD COLUMN claim TEXT",
@@ -166,15 +185,56 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         ORDER BY c.created, c.name
         """,
     ),
-    3: tuple(
-        s
-        for s in SCHEMA.split(";")
-        if "taints" in s and s.strip().startswith("CREATE")  # the table and its index
+    3: (  # the table as version 4 made it (version 6 adds a column: step 5)
+        """
+        CREATE TABLE IF NOT EXISTS taints (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            device TEXT NOT NULL,
+            key TEXT NOT NULL,
+            effect TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            uid INTEGER NOT NULL,
+            user TEXT NOT NULL,
+            added REAL NOT NULL,
+            removed REAL,
+            removed_uid INTEGER,
+            removed_by TEXT
+        )
+        """,
+        "CREATE UNIQUE INDEX IF NOT EXISTS taints_live ON taints (device, key) "
+        "WHERE removed IS NULL",
     ),
-    4: tuple(
-        s
-        for s in SCHEMA.split(";")
-        if " runs" in s and s.strip().startswith("CREATE")  # the table and its index
+    4: (  # the table as version 5 made it
+        """
+        CREATE TABLE IF NOT EXISTS runs (
+            name TEXT PRIMARY KEY,
+            user TEXT NOT NULL,
+            host TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            phase TEXT NOT NULL,
+            created REAL NOT NULL,
+            started REAL,
+            ended REAL,
+            pid INTEGER,
+            start_time INTEGER,
+            child INTEGER,
+            claim TEXT,
+            devices TEXT NOT NULL DEFAULT '[]',
+            exit_code INTEGER,
+            message TEXT NOT NULL DEFAULT '',
+            error TEXT,
+            log TEXT NOT NULL
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS runs_by_user ON runs (user, created)",
+    ),
+    5: (
+        "ALTER TABLE taints ADD COLUMN value TEXT",
+        *(
+            s
+            for s in SCHEMA.split(";")
+            if "health_events" in s and s.strip().startswith("CREATE")  # the table and index
+        ),
     ),
 }
 TABLES = {
@@ -186,6 +246,7 @@ TABLES = {
     "usage",
     "taints",
     "runs",
+    "health_events",
     "sqlite_sequence",
 }
 

@@ -24,7 +24,7 @@ from dra_jupyter.model.admintaints import device_rule, rule_name
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import DeviceTaint
 
-_COLUMNS = "device, key, effect, reason, uid, user, added, removed, removed_uid, removed_by"
+_COLUMNS = "device, key, effect, reason, uid, user, added, removed, removed_uid, removed_by, value"
 
 
 def os_user() -> tuple[int, str]:
@@ -50,14 +50,25 @@ def _taint(row: sqlite3.Row) -> DeviceTaint:
         removed_by=row["removed_by"],
         removed_uid=row["removed_uid"],
         rule=rule_name(str(row["device"]), str(row["key"])),
+        value=str(row["value"] or ""),
     )
 
 
 def add(
-    conn: sqlite3.Connection, device: str, key: str, effect: str, reason: str, now: float
+    conn: sqlite3.Connection,
+    device: str,
+    key: str,
+    effect: str,
+    reason: str,
+    now: float,
+    *,
+    by: str | None = None,
+    value: str = "",
 ) -> DeviceTaint:
     """Put the taint on the device (in the caller's transaction); a device that has a live
-    taint of this key already is refused, naming who put it and why."""
+    taint of this key already is refused, naming who put it and why. ``by``: who, where it
+    is not a user (the ``health watcher``; the uid stays the process's); ``value``: the
+    taint's value (none: the reason, where it is a label value)."""
     live = conn.execute(
         f"SELECT {_COLUMNS} FROM taints WHERE device = ? AND key = ? AND removed IS NULL",
         (device, key),
@@ -69,18 +80,24 @@ def add(
             f"{old.reason!r}); untaint it first to change it"
         )
     uid, user = os_user()
+    user = by or user
     conn.execute(
-        "INSERT INTO taints (device, key, effect, reason, uid, user, added) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (device, key, effect, reason, uid, user, now),
+        "INSERT INTO taints (device, key, effect, reason, uid, user, added, value) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (device, key, effect, reason, uid, user, now, value or None),
     )
-    return DeviceTaint(device, key, effect, reason, user, now, uid, rule=rule_name(device, key))
+    return DeviceTaint(
+        device, key, effect, reason, user, now, uid, rule=rule_name(device, key), value=value
+    )
 
 
-def remove(conn: sqlite3.Connection, device: str, key: str, now: float) -> DeviceTaint:
+def remove(
+    conn: sqlite3.Connection, device: str, key: str, now: float, *, by: str | None = None
+) -> DeviceTaint:
     """Take the taint off (the row stays, with who and when); one that is not there is
-    :class:`NotFoundError`."""
+    :class:`NotFoundError`. ``by``: as for :func:`add`."""
     uid, user = os_user()
+    user = by or user
     cur = conn.execute(
         "UPDATE taints SET removed = ?, removed_uid = ?, removed_by = ? "
         "WHERE device = ? AND key = ? AND removed IS NULL",
@@ -99,6 +116,15 @@ def remove(conn: sqlite3.Connection, device: str, key: str, now: float) -> Devic
     return _taint(row)
 
 
+def live(conn: sqlite3.Connection, device: str, key: str) -> DeviceTaint | None:
+    """The live taint ``key`` of ``device``, if there is one."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM taints WHERE device = ? AND key = ? AND removed IS NULL",
+        (device, key),
+    ).fetchone()
+    return None if row is None else _taint(row)
+
+
 def listed(conn: sqlite3.Connection, *, history: bool = False) -> list[DeviceTaint]:
     """The live taints (``history``: the removed ones too), oldest first."""
     where = "" if history else "WHERE removed IS NULL"
@@ -109,7 +135,7 @@ def listed(conn: sqlite3.Connection, *, history: bool = False) -> list[DeviceTai
 def rules(taints: list[DeviceTaint]) -> tuple[Wire, ...]:
     """The DeviceTaintRules of the live ``taints``, one each."""
     return tuple(
-        device_rule(t.device, t.key, t.effect, t.reason, t.user)
+        device_rule(t.device, t.key, t.effect, t.reason, t.user, value=t.value or None)
         for t in taints
         if t.removed is None
     )

@@ -73,11 +73,14 @@ def taint_value(reason: str) -> str:
     return "" if limits.label_value_problem(reason) else reason
 
 
-def device_rule(device: str, key: str, effect: str, reason: str, user: str) -> Wire:
-    """The DeviceTaintRule that puts this taint on ``device`` (``driver/pool/device``) only."""
+def device_rule(
+    device: str, key: str, effect: str, reason: str, user: str, *, value: str | None = None
+) -> Wire:
+    """The DeviceTaintRule that puts this taint on ``device`` (``driver/pool/device``) only;
+    its value is ``value`` (the health watcher's: an XID), else the reason where it fits."""
     driver, pool, name = split_device(device)
     taint: Wire = {"key": key, "effect": effect}
-    value = taint_value(reason)
+    value = value if value is not None else taint_value(reason)
     if value:
         taint["value"] = value
     return {

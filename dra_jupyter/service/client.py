@@ -40,7 +40,9 @@ from dra_jupyter.service import protocol
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
+    DeviceTaint,
     Ended,
+    HealthEvent,
     OnWait,
     Owner,
     ReclaimNotice,
@@ -326,6 +328,28 @@ class ServiceBackend:
 
     def holders(self) -> list[ClaimRecord]:
         return [protocol.record_from_wire(r) for r in self._call("holders")]
+
+    def taint(self, device: str, effect: str, reason: str, key: str) -> DeviceTaint:
+        """An admin's taint, recorded by the daemon as theirs (others: ForbiddenError)."""
+        args = {"device": device, "effect": effect, "reason": reason, "key": key}
+        return protocol.taint_from_wire(self._call("taint", args))
+
+    def untaint(self, device: str, key: str) -> DeviceTaint:
+        return protocol.taint_from_wire(self._call("untaint", {"device": device, "key": key}))
+
+    def taints(self, *, history: bool = False) -> list[DeviceTaint]:
+        answer = self._call("taints", {"history": history})
+        if not isinstance(answer, list):
+            raise UnavailableError("service protocol: the taints are not a list")
+        return [protocol.taint_from_wire(t) for t in answer]
+
+    def health_events(self, *, device: str | None = None) -> list[HealthEvent]:
+        """The daemon's record of the GPUs its health watcher took out (``device``: one
+        GPU's), the claims hit named as this user may see them."""
+        answer = self._call("health", {} if device is None else {"device": device})
+        if not isinstance(answer, list):
+            raise UnavailableError("service protocol: the health record is not a list")
+        return [protocol.health_event_from_wire(e) for e in answer]
 
     def explain(self, claim: Wire) -> dict[str, Any]:
         """Why ``claim`` could or could not be allocated now (the explanation's dict)."""

@@ -30,11 +30,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dra_jupyter.errors import DraJupyterError, InvalidInputError, LedgerError, UnavailableError
+from dra_jupyter.errors import (
+    DiscoveryError,
+    DraJupyterError,
+    InvalidInputError,
+    LedgerError,
+    UnavailableError,
+)
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend, reclaim_reason
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.local.watcher import HealthWatcher
 from dra_jupyter.service import protocol
 from dra_jupyter.service.access import Access
 from dra_jupyter.service.args import device_capacities, device_kinds, strategy_named
@@ -125,6 +132,7 @@ class Daemon:
         self._next_gpus = 0.0
         self.listener: socket.socket | None = None
         self.exporter: Exporter | None = None  # the Prometheus port, where the policy has one
+        self.health: HealthWatcher | None = None  # the machine's one, on NVML's devices
 
     @property
     def policy(self) -> Policy:
@@ -155,6 +163,7 @@ class Daemon:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         self.start_exporter()
+        self.start_health()
         log.info(
             "serving %s on %s (ledger %s, %d live claims)",
             self.devices.description,
@@ -223,6 +232,7 @@ class Daemon:
                     self._next_tick = time.monotonic() + TICK
                     self._guarded(self.line.tick)
                     self._guarded(self._pressure)
+                    self._guarded(self._health_tick)
                 if time.monotonic() >= self._next_gpus:
                     self._next_gpus = time.monotonic() + self.policy.gpu_sample_interval
                     self._guarded(self._sample_gpus)
@@ -283,7 +293,38 @@ class Daemon:
             self.exporter = Exporter(port, read)
             log.info("Prometheus usage counters on http://127.0.0.1:%d/", self.exporter.port)
 
+    def start_health(self) -> None:
+        """The machine's health watcher (:mod:`~dra_jupyter.local.watcher`), where the
+        devices are read through NVML: its thread writes taints and events to the ledger;
+        the loop's tick releases claims whose GPU was taken out (:meth:`_health_tick`)."""
+        if self.devices.source != "nvml" or self.health is not None:
+            return
+        watcher = HealthWatcher(
+            self.local,
+            grace=self.policy.health_grace,
+            poll_interval=self.policy.health_poll_interval,
+        )
+        try:
+            watcher.start()
+        except DiscoveryError as err:  # the devices were read: NVML may come back later
+            log.error("no health watcher: %s", err)
+            return
+        self.health = watcher
+        log.info("health watcher on %d GPUs", len(watcher.nvml.gpus) if watcher.nvml else 0)
+
+    def _health_tick(self) -> None:
+        """Release the claims whose GPU the watcher took out NoExecute and whose grace is
+        over; the devices they free go to the line."""
+        if self.health is None:
+            return
+        self.health.grace = self.policy.health_grace  # as reloaded
+        if self.health.enforce(time.time()):
+            self.line.serve()
+
     def close(self) -> None:
+        if self.health is not None:
+            self.health.stop()
+            self.health = None
         if self.exporter is not None:
             self.exporter.close()
             self.exporter = None

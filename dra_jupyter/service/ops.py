@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
-from dra_jupyter.errors import InvalidInputError, LimitError, shown
+from dra_jupyter.errors import ForbiddenError, InvalidInputError, LimitError, shown
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.backend import LocalBackend, reclaim_reason, shape_summary
 from dra_jupyter.local.ledger import Ledger
@@ -31,6 +31,7 @@ from dra_jupyter.service.args import (
     seconds_arg,
 )
 from dra_jupyter.service.connections import Connection
+from dra_jupyter.service.gpus import ANOTHER_USER
 from dra_jupyter.service.line import Line
 from dra_jupyter.service.peer import HOST
 from dra_jupyter.service.work import INLINE_STEPS, Bounded, costly
@@ -99,8 +100,9 @@ class Ops:
         }
 
     def op_inventory(self, conn: Connection, _id: protocol.RequestId, _args: Args) -> Any:
-        """The machine's devices."""
-        return protocol.inventory_to_wire(self.devices)
+        """The machine's devices, with the ledger's taints as DeviceTaintRules (a GPU the
+        health watcher took out, an admin's taint)."""
+        return protocol.inventory_to_wire(self.local.inventory())
 
     def op_list(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
         """The caller's live claims (``all_users``: every one it may see)."""
@@ -278,6 +280,58 @@ class Ops:
         )
         return book.to_dict()
 
+    def op_health(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """The record of the GPUs the health watcher took out (``device``: one GPU's), for
+        anyone: a device's failures are the machine's; the claims hit are named as the
+        caller may see them (another user's, where hidden: "another user")."""
+        device = args.get("device")
+        if device is not None and (not isinstance(device, str) or not 0 < len(device) <= 253):
+            raise InvalidInputError(f"health: device {shown(device)} is not a device name")
+        peer = conn.peer
+        everyone = self.access.admin(peer) or self.access.policy.visibility == "all"
+        out = []
+        for event in self.local.health_events(device=device):
+            data = event.to_dict()
+            data["claims"] = [
+                c if everyone or c["user"] == peer.user else {"name": "", "user": ANOTHER_USER}
+                for c in data["claims"]
+            ]
+            out.append(data)
+        return out
+
+    def op_taints(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """The devices' taints (``history``: removed ones too), for anyone: an admin's and
+        the health watcher's."""
+        history = args.get("history") is True
+        return [t.to_dict() for t in self.local.taints(history=history)]
+
+    def op_taint(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """An admin taints a device (``device``, ``effect``, ``reason``, ``key``), recorded
+        as theirs; anyone else is refused."""
+        device, effect, reason, key = (
+            _text_arg(args, k, "taint") for k in ("device", "effect", "reason", "key")
+        )
+        self._admin_only(conn, "taint")
+        made = self.local.taint(device, effect, reason, key, by=conn.peer.user)
+        log.info("%s tainted by %s: %s %s (%s)", made.device, conn.peer.user, key, effect, reason)
+        return made.to_dict()
+
+    def op_untaint(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """An admin takes a taint off (``device``, ``key``): the device is given again."""
+        device, key = (_text_arg(args, k, "untaint") for k in ("device", "key"))
+        self._admin_only(conn, "untaint")
+        gone = self.local.untaint(device, key, by=conn.peer.user)
+        log.info("%s untainted by %s: %s", gone.device, conn.peer.user, key)
+        self.line.serve()  # what waited for it may have it now
+        return gone.to_dict()
+
+    def _admin_only(self, conn: Connection, command: str) -> None:
+        if not self.access.admin(conn.peer):
+            raise ForbiddenError(
+                f"{command}: only the service's admins (root, admin_groups) take devices out "
+                "of use or put them back; ask one"
+            )
+
     def op_adopt(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
         """The caller's process holds the caller's claims of ``kernel_id`` from now on (a
         Jupyter server, before it restarts that kernel)."""
@@ -363,6 +417,13 @@ def checked(table: dict[str, Handler]) -> dict[str, Handler]:
     return table
 
 
+def _text_arg(args: Args, key: str, command: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str) or len(value) > 2048:
+        raise InvalidInputError(f"{command}: {key} {shown(value)} is not text")
+    return value
+
+
 # Every op of the protocol, and what serves it (as jupyter_server's default_handlers).
 HANDLERS: Final = checked(
     {
@@ -380,5 +441,9 @@ HANDLERS: Final = checked(
         "metrics": Ops.op_metrics,
         "usage": Ops.op_usage,
         "notices": Ops.op_notices,
+        "health": Ops.op_health,
+        "taints": Ops.op_taints,
+        "taint": Ops.op_taint,
+        "untaint": Ops.op_untaint,
     }
 )

@@ -57,6 +57,11 @@ Every knob, its unit and its default (``deploy/service.toml`` is a commented exa
                                    # may take it
     share_half_life = 86400        # seconds after which past use counts half in the fair
                                    # share (the line's order, who is over their share)
+    health_grace = 300             # seconds a claim keeps a GPU the health watcher tainted
+                                   # NoExecute (an XID 79, an uncontained ECC error) before
+                                   # it is released, time to save work; a GPU lost: none
+    health_poll_interval = 5       # seconds between readings of the GPUs' ECC counters,
+                                   # remapped rows and lost state (XID events: at once)
 
     [limits]                       # everyone's, unless a group or the user says otherwise
     gpus = 0                       # whole devices held at once (GPUs, TPUs, ...); 0: no limit
@@ -148,6 +153,8 @@ SERVICE_KEYS = {
     "reclaim_active",
     "min_runtime",
     "share_half_life",
+    "health_grace",
+    "health_poll_interval",
 }
 
 
@@ -211,6 +218,8 @@ class Policy:
     share_half_life: float = DEFAULT_HALF_LIFE
     user_shares: Mapping[str, float] = field(default_factory=dict)  # [users.<name>] share
     group_shares: Mapping[str, float] = field(default_factory=dict)  # [groups.<name>] share
+    health_grace: float = 300.0
+    health_poll_interval: float = 5.0
     defaults: Mapping[str, float] = field(default_factory=lambda: dict(_NO_LIMITS))
     groups: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     users: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -314,6 +323,8 @@ def load_policy(path: Path | None) -> Policy:
         prometheus_port=int(port),
         request_cpu=_number(service, "request_cpu", 5, where),
         costly_at_once=int(_number(service, "costly_at_once", 2, where)),
+        health_grace=_not_negative(service, "health_grace", 300, where),
+        health_poll_interval=_number(service, "health_poll_interval", 5, where),
         reclaim=_bool(service, "reclaim", where, default=True),
         reclaim_grace=_number(service, "reclaim_grace", DEFAULT_GRACE, where),
         keeps_under_pressure=_count(service, "keeps_under_pressure", DEFAULT_KEEPS, where),
@@ -365,6 +376,15 @@ def _number(table: Mapping[str, Any], key: str, default: float, where: str) -> f
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
         raise InvalidInputError(f"{where}: {key} must be a positive number, not {shown(value)}")
+    return float(value)
+
+
+def _not_negative(table: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise InvalidInputError(
+            f"{where}: {key} must be a number of seconds, 0 or more, not {shown(value)}"
+        )
     return float(value)
 
 

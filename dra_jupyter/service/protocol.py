@@ -28,7 +28,7 @@ from dra_jupyter import errors
 from dra_jupyter.errors import DraJupyterError, InvalidInputError, UnavailableError, shown
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.types import ClaimRecord, Owner
+from dra_jupyter.types import ClaimRecord, DeviceTaint, HealthEvent, Owner
 
 VERSION = 1
 MAX_FRAME = 1 << 20  # bytes of one request line, its newline included
@@ -49,6 +49,10 @@ OPS = (
     "metrics",  # the devices' metrics, sampled by the daemon once for every client
     "usage",  # the usage book's intervals the caller may see
     "notices",  # warnings of reclaim under pressure on the caller's claims
+    "health",  # the record of the GPUs the health watcher took out
+    "taints",  # the devices' taints (an admin's, the health watcher's)
+    "taint",  # an admin takes a device out of use
+    "untaint",  # an admin puts it back
 )
 REASON_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz-")
 MAX_REASON = 32
@@ -178,10 +182,33 @@ def inventory_from_wire(data: Any) -> Inventory:
             simulated=bool(data["simulated"]),
             source=str(data["source"]),
             warnings=tuple(str(w) for w in data.get("warnings", ())),
+            taint_rules=tuple(data.get("taint_rules", ())),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise UnavailableError(
             f"service protocol: the daemon sent an inventory that is not one ({err!r})"
+        ) from err
+
+
+def health_event_from_wire(data: Any) -> HealthEvent:
+    try:
+        claims = tuple((str(c["name"]), str(c["user"])) for c in data["claims"])
+        fields = ("device", "source", "what", "key", "value", "effect", "meaning")
+        text = {f: str(data[f]) for f in fields}
+        return HealthEvent(time=float(data["time"]), claims=claims, **text)
+    except (KeyError, TypeError, ValueError) as err:
+        raise UnavailableError(
+            f"service protocol: the daemon sent a health event that is not one ({err!r})"
+        ) from err
+
+
+def taint_from_wire(data: Any) -> DeviceTaint:
+    try:
+        known = DeviceTaint.__dataclass_fields__
+        return DeviceTaint(**{k: v for k, v in data.items() if k in known})
+    except (AttributeError, TypeError) as err:
+        raise UnavailableError(
+            f"service protocol: the daemon sent a taint that is not one ({err!r})"
         ) from err
 
 

@@ -15,12 +15,21 @@ driver, the processes on each GPU or MIG device (:class:`FakeProcess`: a real te
 pid, its memory, its kind and its SM utilisation, listed as NVML lists running processes
 and samples their utilisation), each GPU's total energy counter (``energy``), and
 ``overrides`` (function name -> value to return, or NVMLError to raise).
+
+Health, in NVML's own shapes: events (``nvmlEventSetCreate``, ``nvmlDeviceRegisterEvents``,
+``nvmlEventSetWait`` answering ``c_nvmlEventData_t``'s fields: ``device`` the handle,
+``eventType`` e.g. ``nvmlEventTypeXidCriticalError``, ``eventData`` the XID; or
+``NVML_ERROR_TIMEOUT``), the uncorrectable ECC counter, remapped rows and throttle reasons,
+each GPU's as the test sets them (:meth:`FakePynvml.inject_xid`, :meth:`FakePynvml.fall_off_bus`,
+``ecc``, ``remapped``, ``throttle``) or as a ``health`` file says (another process's fake:
+:func:`write_health`, read again at each call).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import queue
 import re
 import time
 import xml.etree.ElementTree as ET
@@ -112,6 +121,16 @@ def write_world(path: Path, processes: Mapping[str, Sequence[FakeProcess]]) -> N
     part.replace(path)
 
 
+def write_health(path: Path, health: Mapping[str, Any]) -> None:
+    """Write a health file atomically: ``{"events": [[gpu, eventType, eventData], ...],
+    "ecc": {"0": uncorrected}, "remapped": {"0": [corr, unc, pending, failure]}, "lost":
+    [gpu, ...], "throttle": {"0": reasons}}``. Events are delivered once each, in order: a
+    test appends to the list."""
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps(health))
+    part.replace(path)
+
+
 @dataclass(frozen=True)
 class Handle:
     index: int
@@ -147,6 +166,7 @@ class FakePynvml(ModuleType):
         processes: Mapping[int | tuple[int, int], Sequence[FakeProcess]] | None = None,
         energy: Mapping[int, int] | None = None,
         world: Path | None = None,
+        health: Path | None = None,
     ) -> None:
         super().__init__("pynvml", "fake pynvml answering from a captured NVIDIA H200")
         for name in dir(pynvml):  # constants, error classes and structs are the real ones
@@ -174,6 +194,15 @@ class FakePynvml(ModuleType):
         self.world = world
         self.initialized = False
         self.calls: list[str] = []
+        # health: events waiting to be delivered (GPU index, eventType, eventData), and each
+        # GPU's counters (uncorrectable volatile ECC errors, remapped rows, throttle reasons)
+        self.events: queue.Queue[tuple[int, int, int]] = queue.Queue()
+        self.ecc: dict[int, int] = {}
+        self.remapped: dict[int, tuple[int, int, int, int]] = {}
+        self.throttle: dict[int, int] = {}
+        self.registered: dict[int, int] = {}  # GPU index -> event types registered
+        self.health_file = health
+        self._delivered = 0  # events of the health file delivered so far
 
     # --- plumbing -----------------------------------------------------------------------
 
@@ -476,3 +505,92 @@ class FakePynvml(ModuleType):
         info.id, info.profileId = gpuInstance.gi_id, profile_id
         info.placement.start, info.placement.size = start, sizes[start]
         return info
+
+    # --- health ---------------------------------------------------------------------------
+
+    def inject_event(self, index: int, event_type: int, data: int = 0) -> None:
+        """NVML reports ``event_type`` on GPU ``index`` (delivered if registered)."""
+        self.events.put((index, event_type, data))
+
+    def inject_xid(self, index: int, xid: int) -> None:
+        self.inject_event(index, pynvml.nvmlEventTypeXidCriticalError, xid)
+
+    def fall_off_bus(self, index: int) -> None:
+        """XID 79, and every later query of the GPU answers GPU_IS_LOST."""
+        self.lost.add(index)
+        self.inject_xid(index, 79)
+
+    def _read_health(self) -> None:
+        """The health file's state (another process's test writes it)."""
+        if self.health_file is None:
+            return
+        try:
+            data = json.loads(self.health_file.read_text())
+        except (OSError, ValueError):
+            return
+        events = data.get("events", [])
+        for gpu, kind, value in events[self._delivered :]:
+            self.events.put((int(gpu), int(kind), int(value)))
+        self._delivered = len(events)
+        self.ecc = {int(k): int(v) for k, v in data.get("ecc", {}).items()}
+        self.remapped = {int(k): tuple(v) for k, v in data.get("remapped", {}).items()}
+        self.throttle = {int(k): int(v) for k, v in data.get("throttle", {}).items()}
+        self.lost |= {int(g) for g in data.get("lost", [])}
+
+    def nvmlEventSetCreate(self) -> Any:
+        self._enter("nvmlEventSetCreate")
+        return SimpleNamespace(kind="c_nvmlEventSet_t")
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Handle) -> int:
+        """Every event type (the H200's answer was not captured)."""
+        return int(self._get("nvmlDeviceGetSupportedEventTypes", handle, pynvml.nvmlEventTypeAll))
+
+    def nvmlDeviceRegisterEvents(self, handle: Handle, eventTypes: int, eventSet: Any) -> None:
+        self._enter("nvmlDeviceRegisterEvents", handle)
+        self.registered[handle.index] = self.registered.get(handle.index, 0) | int(eventTypes)
+
+    def nvmlEventSetWait(self, eventSet: Any, timeoutms: int) -> Any:
+        """The next registered event, as ``c_nvmlEventData_t``'s fields; NVML_ERROR_TIMEOUT
+        when none came within ``timeoutms``."""
+        self._enter("nvmlEventSetWait")
+        deadline = time.monotonic() + timeoutms / 1000
+        while True:
+            self._read_health()
+            left = deadline - time.monotonic()
+            try:
+                index, kind, data = self.events.get(timeout=max(0.0, min(left, 0.02)))
+            except queue.Empty:
+                if left <= 0:
+                    raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT) from None
+                continue
+            if self.registered.get(index, 0) & kind:
+                return SimpleNamespace(
+                    device=Handle(index),
+                    eventType=kind,
+                    eventData=data,
+                    gpuInstanceId=0xFFFFFFFF,
+                    computeInstanceId=0xFFFFFFFF,
+                )
+
+    def nvmlEventSetFree(self, eventSet: Any) -> None:
+        self._enter("nvmlEventSetFree")
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Handle, errorType: int, counterType: int) -> int:
+        """The uncorrectable volatile counter as set (0 as captured); others 0."""
+        value = self._enter("nvmlDeviceGetTotalEccErrors", handle)
+        self._read_health()
+        if value is not None:
+            return int(value)
+        wanted = (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+        return self.ecc.get(handle.index, 0) if (errorType, counterType) == wanted else 0
+
+    def nvmlDeviceGetRemappedRows(self, handle: Handle) -> tuple[int, int, int, int]:
+        """(corrected, uncorrected, pending, failure) as set; none as captured."""
+        self._enter("nvmlDeviceGetRemappedRows", handle)
+        self._read_health()
+        return self.remapped.get(handle.index, (0, 0, 0, 0))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Handle) -> int:
+        self._enter("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        self._read_health()
+        return int(self.throttle.get(handle.index, pynvml.nvmlClocksEventReasonGpuIdle))

@@ -1,7 +1,7 @@
 """Version 4 of the ledger's schema, as dra-jupyter wrote it until version 5: a version-3
 file (:func:`tests.local.ledger_v3.write_v3`) taken to version 4 by version 4's own step
-(the admins' ``taints`` table and its index; kept verbatim), to build real version-4
-files for the migration tests: never change it."""
+(the ``taints`` table of an admin's taints and its index; kept verbatim), to build real
+version-4 files for the migration tests: never change it."""
 
 from __future__ import annotations
 
@@ -41,11 +41,17 @@ def write_v4(
     released: list[tuple[ClaimRecord, str, float]],
     waiters: list[tuple[str, Owner, float]] = [],  # noqa: B006  # never changed
 ) -> None:
-    """A version-4 ledger at ``path``: version 3's rows, then version 4's step."""
+    """A version-4 ledger at ``path``: version 3's rows, then version 4's step, and one
+    admin's taint (live) on gpu-7."""
     write_v3(path, claims, released, waiters)
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
         conn.execute("BEGIN IMMEDIATE")
         for statement in STEP:
             conn.execute(statement)
+        conn.execute(
+            "INSERT INTO taints (device, key, effect, reason, uid, user, added) "
+            "VALUES ('gpu.nvidia.com/node-1/gpu-7', 'dra-jupyter/admin', 'NoSchedule', "
+            "'fan', 0, 'root', 1000.0)"
+        )
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(VERSION),))
         conn.execute("COMMIT")

@@ -18,12 +18,19 @@ from tests.local.ledger_v1 import write_v1
 from tests.local.ledger_v2 import write_v2
 from tests.local.ledger_v3 import write_v3
 from tests.local.ledger_v4 import write_v4
+from tests.local.ledger_v5 import write_v5
 from tests.local.test_ledger import INVENTORY, claim, owner, record
 from tests.local.worker import WorkerProcess
 
 # A builder of a real ledger file for every version before this one: a new version needs
 # the one before it kept here (its schema and statements verbatim).
-BUILDERS: dict[int, Callable[..., None]] = {1: write_v1, 2: write_v2, 3: write_v3, 4: write_v4}
+BUILDERS: dict[int, Callable[..., None]] = {
+    1: write_v1,
+    2: write_v2,
+    3: write_v3,
+    4: write_v4,
+    5: write_v5,
+}
 
 
 def stored(path: Path, sql: str) -> list[tuple[object, ...]]:
@@ -206,3 +213,15 @@ def test_a_version_no_dra_jupyter_wrote_is_refused_as_such(tmp_path: Path) -> No
         "dra-jupyter then starts a new, empty ledger there"
     )
     assert path.read_bytes() == before
+
+
+def test_a_version_4_ledger_keeps_its_taints_and_gets_an_empty_health_record(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.sqlite"
+    old_ledger(path, 4)
+    ledger = Ledger(path)
+    (kept,) = ledger.taints()
+    assert (kept.device, kept.reason, kept.user) == ("gpu.nvidia.com/node-1/gpu-7", "fan", "root")
+    assert ledger.health_events() == []
+    assert "claims" in columns(path, "health_events")

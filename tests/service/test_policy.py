@@ -24,6 +24,8 @@ queue_per_user = 2
 connections_per_user = 8
 claims_per_user = 16
 prometheus_port = 9464
+health_grace = 0
+health_poll_interval = 2
 
 [limits]
 gpus = 4
@@ -64,6 +66,8 @@ def test_every_knob_is_read(tmp_path: Path) -> None:
     assert policy.admin_groups == {"wheel"}
     assert policy.prometheus_port == 9464
     assert Policy().prometheus_port == 0  # off unless named
+    assert (policy.health_grace, policy.health_poll_interval) == (0, 2)  # 0: release at once
+    assert (Policy().health_grace, Policy().health_poll_interval) == (300, 5)
     assert (policy.requests_per_second, policy.burst) == (50, 10)
     assert (policy.queue_per_user, policy.connections_per_user, policy.claims_per_user) == (
         2,
@@ -140,6 +144,8 @@ def test_no_file_is_every_default() -> None:
         ("[service]\nshare_half_life = 'day'\n", "share_half_life must be a positive number"),
         ("[groups.phd]\nshare = 0\n", "[groups.phd]: share must be a positive number"),
         ("[limits]\nshare = 2\n", "[limits]: unknown key 'share'"),
+        ("[service]\nhealth_grace = -1\n", "health_grace must be a number of seconds, 0 or"),
+        ("[service]\nhealth_poll_interval = 0\n", "health_poll_interval must be a positive"),
     ],
 )
 def test_a_mistake_is_refused_in_one_line_naming_the_key(

@@ -66,6 +66,13 @@ def test_every_frame_of_every_op_validates() -> None:
         assert backend.metrics_source().sample((), 0.0)
         assert [i.claim for i in backend.usage_book(3600).intervals] == [made.name]
         backend.usage_book(float("inf"))
+        assert backend.health_events() == []  # no NVML here: no watcher, an empty record
+        backend.health_events(device="gpu-0")
+        made_taint = backend.taint("gpu-1", "NoSchedule", "fan", "dra-jupyter/admin")  # root
+        assert backend.untaint("gpu-1", "dra-jupyter/admin").removed is not None
+        (kept,) = backend.taints(history=True)
+        assert (kept.device, kept.user, kept.removed_by) == (made_taint.device, "root", "root")
+        assert backend.taints() == []
         with contextlib.suppress(DraJupyterError):  # a refusal, for its frame
             backend.allocate(build_claim("", {"gpu": 9}, classes=classes), checked=True)
         for frame in (b"nonsense\n", b'{"v": 2, "id": 1, "op": "hello"}\n'):
