@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from dra_jupyter.api import Claim, Session
     from dra_jupyter.claimspec import RequestKeywords, RunKeywords
     from dra_jupyter.tables import ClaimRow, DeviceRow, Table
-    from dra_jupyter.types import Command, Run
+    from dra_jupyter.types import Command, JobRunView, Run
 
     __version__: str
 
@@ -93,12 +93,14 @@ def request(**kwargs: Unpack[RequestKeywords]) -> Claim:
     return _session().request(**kwargs)
 
 
-def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run:
+def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run | JobRunView:
     """Run ``command`` (a shell string, an argv list, or a self-contained function) in a
     Kubernetes pod with devices: ``dra.run("nvidia-smi", gpu=1)``. Keywords: those of
     :func:`request`, and ``image``, ``name``, ``timeout`` (to be placed, '5m'),
-    ``start_timeout`` (for the node to start it, '5m'), ``node_selector``. Needs the
-    Kubernetes backend; see :mod:`dra_jupyter.kube.run`."""
+    ``start_timeout`` (for the node to start it, '5m'), ``node_selector``; ``nodes=N`` (or
+    ``queue``) runs a Job of N pods instead, with ``lease``, ``retries`` and ``wait``
+    (see :mod:`dra_jupyter.kube.jobs`). Needs the Kubernetes backend; see
+    :mod:`dra_jupyter.kube.run`."""
     return _session().run(command, **kwargs)
 
 

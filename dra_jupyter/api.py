@@ -71,6 +71,7 @@ from dra_jupyter.types import (
     Backend,
     ClaimRecord,
     Command,
+    JobRunView,
     OnWait,
     Owner,
     Run,
@@ -603,11 +604,20 @@ class Session:
         timeout: str | float | None = "5m",
         start_timeout: str | float | None = "5m",
         node_selector: Mapping[str, str] | None = None,
+        nodes: int | None = None,
+        queue: str | None = None,
+        lease: str | float | None = None,
+        retries: int = 0,
+        wait: bool = False,
         **spec: Any,
-    ) -> Run:
+    ) -> Run | JobRunView:
         """Run ``command`` in a pod with devices (Kubernetes backend; see
         :mod:`dra_jupyter.kube.run`): the pod is checked first, then its claim is made (as
-        :meth:`request` makes one), then the pod started with it."""
+        :meth:`request` makes one), then the pod started with it.
+
+        ``nodes=N`` (or a Kueue ``queue``, given or the admin's default) runs it as a Job
+        of N pods, each with the devices asked for (see :mod:`dra_jupyter.kube.jobs`):
+        returned at once, or followed until it ends with ``wait=True``."""
         cluster = self.backend.cluster
         if cluster is None:
             raise InvalidInputError(
@@ -617,7 +627,7 @@ class Session:
         unknown = sorted(set(spec) - set(CLAIM_KEYS))
         if unknown:
             raise unknown_keyword("dra.run", unknown[0], RUN_KEYS)
-        wait = _or_forever(parse_duration(timeout, what="timeout"))
+        place_s = _or_forever(parse_duration(timeout, what="timeout"))
         start_wait = parse_duration(start_timeout, what="start_timeout")
         plan = cluster.plan_run(
             command,
@@ -625,8 +635,28 @@ class Session:
             name=name,
             node_selector=node_selector,
         )
+        queue = self.settings.kueue_queue if queue is None else queue
+        if nodes is not None or queue:
+            claim_spec = self.build(spec, "", RUN_KEYS)
+            self.check_possible(spec, claim_spec)
+            job = cluster.submit(
+                plan,
+                claim_spec["spec"],
+                nodes=nodes if nodes is not None else 1,
+                queue=queue,
+                lease=parse_lease(lease),
+                retries=retries,
+            )
+            if wait:
+                try:
+                    job.wait_placed(place_s)
+                    job.logs(follow=True)
+                except BaseException:  # an interrupt too: nothing is left running
+                    job.cancel()
+                    raise
+            return job
         claim = self.request(apply_env=False, **spec)
-        return cluster.launch(plan, claim, timeout=wait, start_timeout=start_wait)
+        return cluster.launch(plan, claim, timeout=place_s, start_timeout=start_wait)
 
     def devices(self) -> Table[DeviceRow]:
         if self._inventory is None or self.backend.capabilities.allocates_later:

@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_model, to_wire
+from dra_jupyter.kube.run import Run
 from dra_jupyter.kube.simulate import SimulatedCluster
 from tests.k8s.conftest import wait_for
 from tests.k8s.podrunner import PodRunner, claim_names, device_results, expand, field_value
@@ -228,6 +229,7 @@ def test_dra_run_streams_the_logs_of_a_pod_that_runs_and_releases_its_claim(
             start_timeout=90,
             node_selector=ON_SIMULATED,
         )
+    assert isinstance(run, Run)  # a bare pod: no nodes=, no queue
     assert run.state == "succeeded"
     assert capsys.readouterr().out == "on 2 GPUs\n"
     wait_for("the claim's deletion", lambda: ClaimClient(api, namespace).list() == [])

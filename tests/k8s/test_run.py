@@ -16,7 +16,7 @@ from dra_jupyter.api import Session
 from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_wire
-from dra_jupyter.kube.run import WAITING, pod_command
+from dra_jupyter.kube.run import WAITING, Run, pod_command
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.settings import Settings
 from tests.k8s.conftest import wait_for
@@ -74,6 +74,7 @@ def test_a_run_is_placed_and_reports_its_claims_devices(
         start_timeout=0,
         node_selector=ON_SIMULATED,
     )
+    assert isinstance(run, Run)  # a bare pod: no nodes=, no queue
     assert run.state == WAITING
     assert run.node in published.node_names
     stored = ClaimClient(api, namespace).get(run.claim.name)
