@@ -6,6 +6,7 @@ the runs found again from a new session."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.api import Session
-from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.connect import api_client, to_model, to_wire
 from dra_jupyter.kube.jobrun import JobRun
 from dra_jupyter.kube.jobs import (
@@ -594,3 +595,43 @@ def _made(objects: client.CustomObjectsApi, namespace: str, plural: str, body: W
             return False
         raise
     return True
+
+
+def test_an_unplaced_run_says_the_schedulers_reason_and_ours_then_leaves_nothing(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    alice = session(kubeconfig, namespace, image=IMAGE)
+    nowhere = {"dra-jupyter/inventory": "no-such-inventory"}
+    run = alice.run("true", gpu=1, nodes=2, name="nowhere", node_selector=nowhere)
+    assert isinstance(run, JobRun)
+
+    def waiting() -> bool:
+        status = run.status
+        return len(status.pods) == 2 and all(
+            "node affinity/selector" in p.reason for p in status.pods
+        )
+
+    wait_for("the scheduler's reason on both pods", waiting)
+    status = run.status
+    assert status.phase == "Pending"
+    assert status.reason.startswith("0/"), status.reason
+    run.cancel()
+    with pytest.raises(AllocationError) as raised:
+        alice.run(
+            "true", gpu=1, nodes=2, name="nowhere-2", node_selector=nowhere, wait=True, timeout=10
+        )
+    message = str(raised.value)
+    assert re.match(
+        r"dra\.run: run nowhere-2 was not placed within 10 s: 0/(\d+) nodes are available: "
+        r"\1 node\(s\) didn't match Pod's node affinity/selector",
+        message,
+    ), message
+    assert "\ndra-jupyter's allocator on the cluster's slices:\n" in message
+    wait_for(
+        "the runs' objects to be deleted",
+        lambda: (
+            not client.BatchV1Api(api).list_namespaced_job(namespace).items
+            and not client.CoreV1Api(api).list_namespaced_pod(namespace).items
+            and not client.ResourceV1Api(api).list_namespaced_resource_claim(namespace).items
+        ),
+    )
