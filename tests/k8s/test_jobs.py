@@ -278,6 +278,12 @@ def test_a_two_node_run_reports_ranks_logs_devices_and_is_found_again(
         followed = run.logs(follow=True)
         assert followed == capsys.readouterr().out
         assert sorted(followed.splitlines()) == sorted(logs.splitlines())
+        # the devices go back as each pod ends (its claim deleted); the Job and logs stay
+        wait_for(
+            "the ended pods' claims to be deleted",
+            lambda: not client.ResourceV1Api(api).list_namespaced_resource_claim(namespace).items,
+        )
+        assert "[rank 0] devices 2\n" in run.logs(rank=0)
         # the Service for the rendezvous, owned by the Job
         service = to_wire(api, client.CoreV1Api(api).read_namespaced_service("ranks", namespace))
         assert service["spec"]["clusterIP"] == "None"
