@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from dra_jupyter.api import Claim, Session
     from dra_jupyter.claimspec import RequestKeywords, RunKeywords
     from dra_jupyter.tables import ClaimRow, DeviceRow, Table
-    from dra_jupyter.types import Command, Run, Waiter
+    from dra_jupyter.types import Command, JobRunView, Run, Waiter
 
     __version__: str
 
@@ -94,15 +94,16 @@ def request(**kwargs: Unpack[RequestKeywords]) -> Claim:
     return _session().request(**kwargs)
 
 
-def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run | runstatus.Run:
+def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run | JobRunView | runstatus.Run:
     """Run ``command`` (an argv list, a shell string, or a self-contained function) with
     devices: ``dra.run(["python", "train.py"], gpu=1)``. On Kubernetes in a pod (keywords
-    ``image``, ``start_timeout``, ``node_selector``; :mod:`dra_jupyter.kube.run`); on one
-    machine in the background, as your own process holding its own claim, returned at
-    once (``run.status``, ``run.logs(follow=True)``, ``run.cancel()``, ``run.wait()``;
-    :mod:`dra_jupyter.runner`). Keywords: those of :func:`request`, and ``name``,
-    ``timeout`` (to get the devices, '5m'), ``lease`` (how long the claim may last),
-    ``nodes`` (1 on one machine)."""
+    ``image``, ``start_timeout``, ``node_selector``; :mod:`dra_jupyter.kube.run`), or with
+    ``nodes=N`` (or ``queue``) a Job of N pods (``retries``; :mod:`dra_jupyter.kube.jobs`);
+    on one machine in the background, as your own process holding its own claim
+    (:mod:`dra_jupyter.runner`). Returned at once (``run.status``,
+    ``run.logs(follow=True)``, ``run.cancel()``, ``run.wait()``), or followed to its end
+    with ``wait=True``. Keywords: those of :func:`request`, and ``name``, ``timeout`` (to
+    get the devices, '5m'), ``lease`` (how long the claim may last), ``nodes``."""
     return _session().run(command, **kwargs)
 
 

@@ -75,6 +75,7 @@ from dra_jupyter.types import (
     ClaimRecord,
     Command,
     HealthRecord,
+    JobRunView,
     OnWait,
     Owner,
     Run,
@@ -620,25 +621,39 @@ class Session:
         timeout: str | float | None = "5m",
         start_timeout: str | float | None = "5m",
         node_selector: Mapping[str, str] | None = None,
-        nodes: int = 1,
+        nodes: int | None = None,
+        queue: str | None = None,
         lease: str | float | None = None,
+        retries: int = 0,
+        wait: bool = False,
         **spec: Any,
-    ) -> Run | runstatus.Run:
+    ) -> Run | JobRunView | runstatus.Run:
         """Run ``command`` with devices. Kubernetes: in a pod (see
         :mod:`dra_jupyter.kube.run`): the pod is checked first, then its claim is made (as
-        :meth:`request` makes one), then the pod started with it. One machine (local,
+        :meth:`request` makes one), then the pod started with it; ``nodes=N`` (or a Kueue
+        ``queue``, given or the admin's default) runs it as a Job of N pods, each with the
+        devices asked for (see :mod:`dra_jupyter.kube.jobs`). One machine (local,
         service): in the background, as a process of this user that holds its own claim
-        (:mod:`dra_jupyter.runner`); returned at once, once it has its devices or waits in
-        line for them (``timeout``: how long it may wait), its claim ended by ``lease``."""
-        nodes = _nodes(nodes)
+        (:mod:`dra_jupyter.runner`), its claim ended by ``lease``. Returned at once (once
+        a run here has its devices or waits in line for them: ``timeout``), or followed
+        until it ends with ``wait=True``."""
         unknown = sorted(set(spec) - set(CLAIM_KEYS))
         if unknown:
             raise unknown_keyword("dra.run", unknown[0], RUN_KEYS)
         cluster = self.backend.cluster
         if cluster is None:
-            pod = {"image": image, "node_selector": node_selector}
-            return self._run_here(command, spec, name, timeout, lease, nodes, pod)
-        wait = _or_forever(parse_duration(timeout, what="timeout"))
+            nodes = 1 if nodes is None else _nodes(nodes)  # a cluster's Job checks its own
+            pod = {"image": image, "node_selector": node_selector, "queue": queue}
+            if retries:
+                raise InvalidInputError(
+                    f"dra.run: retries= applies to Jobs on Kubernetes; on "
+                    f"{self.backend.capabilities.where} a run is one process: leave it out"
+                )
+            run = self._run_here(command, spec, name, timeout, lease, nodes, pod)
+            if wait:
+                run.logs(follow=True)
+            return run
+        place_s = _or_forever(parse_duration(timeout, what="timeout"))
         start_wait = parse_duration(start_timeout, what="start_timeout")
         plan = cluster.plan_run(
             command,
@@ -646,8 +661,28 @@ class Session:
             name=name,
             node_selector=node_selector,
         )
+        queue = self.settings.kueue_queue if queue is None else queue
+        if nodes is not None or queue:
+            claim_spec = self.build(spec, "", RUN_KEYS)
+            self.check_possible(spec, claim_spec)
+            job = cluster.submit(
+                plan,
+                claim_spec["spec"],
+                nodes=nodes if nodes is not None else 1,
+                queue=queue,
+                lease=parse_lease(lease),
+                retries=retries,
+            )
+            if wait:
+                try:
+                    job.wait_placed(place_s)
+                    job.logs(follow=True)
+                except BaseException:  # an interrupt too: nothing is left running
+                    job.cancel()
+                    raise
+            return job
         claim = self.request(apply_env=False, **spec)
-        return cluster.launch(plan, claim, timeout=wait, start_timeout=start_wait)
+        return cluster.launch(plan, claim, timeout=place_s, start_timeout=start_wait)
 
     def _run_here(  # dra.run's keywords, passed on
         self,

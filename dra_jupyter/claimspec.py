@@ -110,8 +110,11 @@ class RunKeywords(ClaimKeywords, total=False):
     timeout: str | float | None
     start_timeout: str | float | None
     node_selector: Mapping[str, str] | None
-    nodes: int
+    nodes: int | None
+    queue: str | None
     lease: str | float | None
+    retries: int
+    wait: bool
 
 
 REQUEST_KEYS = tuple(RequestKeywords.__annotations__)  # dra.request's, in the order shown

@@ -30,6 +30,8 @@ variable                          meaning (default)
                                   pods (the pod's own, else the kubeconfig context's,
                                   else ``default``)
 ``DRA_JUPYTER_IMAGE``             the image of ``dra.run`` pods (the notebook pod's own)
+``DRA_JUPYTER_KUEUE_QUEUE``       the Kueue LocalQueue of ``dra.run``'s Jobs when the call
+                                  names none (a hub sets it from ``dra_kueue_queue``)
 ``DRA_JUPYTER_KUBECONFIG``        a kubeconfig file for the Kubernetes backend, used before
                                   the pod's service account (none: in-cluster, then
                                   ``$KUBECONFIG``, then ``~/.kube/config``)
@@ -107,6 +109,7 @@ class Settings:
     idle_timeout: float = 0  # seconds; what the server extension told this kernel
     backend: BackendName = "local"
     image: str = ""  # dra.run's image ("": the notebook pod's own)
+    kueue_queue: str = ""  # the Kueue LocalQueue of dra.run's Jobs ("": none unless queue=)
     kubeconfig: str | None = None  # None: in-cluster, $KUBECONFIG, ~/.kube/config
     kube_retries: int = 4  # attempts at an unreachable API server
     kube_backoff: float = 0.5  # seconds before the first retry, doubled each time
@@ -158,6 +161,7 @@ class Settings:
             kubeconfig=env.get("DRA_JUPYTER_KUBECONFIG") or None,
             namespace=env.get("DRA_JUPYTER_NAMESPACE", ""),
             image=env.get("DRA_JUPYTER_IMAGE", ""),
+            kueue_queue=env.get("DRA_JUPYTER_KUEUE_QUEUE", ""),
             kube_retries=int(retries),
             kube_backoff=_seconds(env, "DRA_JUPYTER_KUBE_BACKOFF", 0.5),
             ledger=Path(env.get("DRA_JUPYTER_LEDGER") or default_ledger(env)),

@@ -294,6 +294,28 @@ class Run(Protocol):
         """Follow the run until it ends (its logs on the way); returns its state."""
 
 
+class JobRunView(Protocol):
+    """A run of ``dra.run(..., nodes=N)`` on a cluster (a Job of N pods, each with its own
+    devices): its status now (phase, start and end, a row per pod), its pods' logs
+    prefixed by rank (``follow``: streamed until it ends), its cancel and its end."""
+
+    name: str
+
+    @property
+    def status(self) -> Any:
+        """Phase (Pending, Running, Succeeded, Failed, Cancelled), start, end, pods."""
+
+    def logs(self, follow: bool = False, rank: int | None = None) -> str: ...
+
+    def cancel(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Wait until it ends (``timeout`` seconds at most); its phase."""
+
+    def wait_placed(self, timeout: float) -> Any:
+        """Wait until every pod is placed (AllocationError at the deadline)."""
+
+
 class ClusterOps(Protocol):
     """What a cluster backend does beyond the :class:`Backend` every kind has
     (``backend.cluster``): allocate a made claim now, and run work in pods that use one."""
@@ -325,6 +347,23 @@ class ClusterOps(Protocol):
         up to ``start_timeout`` for it to start, then follow it (see ``Run.wait``). The
         claim is released when the pod cannot be placed, on an interrupt, and on any error
         before the run is returned (the pod deleted first, where it was made)."""
+
+    def submit(
+        self,
+        plan: RunPlan,
+        claim_spec: Mapping[str, Any],
+        *,
+        nodes: int = 1,
+        queue: str = "",
+        lease: float | None = None,
+        retries: int = 0,
+    ) -> JobRunView:
+        """Start ``plan`` as a Job of ``nodes`` pods, each with a claim of ``claim_spec``;
+        returns at once. Refused in one line, with nothing made, for ``nodes`` below 1 or a
+        ``queue`` the cluster does not have."""
+
+    def runs(self) -> Sequence[JobRunView]:
+        """The user's runs, found by their labels (from any process)."""
 
 
 # --- backends ------------------------------------------------------------------------------

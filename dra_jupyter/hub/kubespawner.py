@@ -234,7 +234,8 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         config=True,
         help="""A Kueue LocalQueue: the pod gets the label kueue.x-k8s.io/queue-name, so
         that cluster quota counts its devices (Kueue counts templates referenced from
-        pods). Empty: no label.""",
+        pods), and the server's dra.run Jobs go through it too (DRA_JUPYTER_KUEUE_QUEUE).
+        Empty: no label.""",
     )
     dra_namespace = Unicode(
         "",
@@ -344,6 +345,8 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         env.setdefault("DRA_JUPYTER_BACKEND", "kubernetes")
         env.setdefault("DRA_JUPYTER_NAMESPACE", self.dra_namespace or self.namespace)
         env.setdefault("DRA_JUPYTER_SERVER_ID", self.dra_server_id())
+        if self.dra_kueue_queue:  # dra.run's Jobs go through the same queue
+            env.setdefault("DRA_JUPYTER_KUEUE_QUEUE", self.dra_kueue_queue)
         env.update(kernels_env(self.dra_kernel_specs()))
         return env
 
@@ -544,6 +547,7 @@ async def modify_pod_hook(spawner: Any, pod: Any) -> Any:
         ("DRA_JUPYTER_BACKEND", "kubernetes"),
         ("DRA_JUPYTER_NAMESPACE", spawner.namespace),
         ("DRA_JUPYTER_SERVER_ID", default_server_id(spawner.pod_name)),
+        *([("DRA_JUPYTER_KUEUE_QUEUE", queue)] if queue else []),
         *kernels_env(specs).items(),
     ):
         if key not in names:

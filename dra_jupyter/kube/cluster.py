@@ -1,17 +1,20 @@
 """What only a cluster does, the Kubernetes backend's ``cluster`` facet
 (:class:`dra_jupyter.types.ClusterOps`): a made claim allocated now by our allocator
-(:mod:`.reserve`), and work in a pod that uses a claim (:mod:`.run`)."""
+(:mod:`.reserve`), work in a pod that uses a claim (:mod:`.run`), and runs of one or more
+pods as a Job, each pod with devices of its own (:mod:`.jobs`, :mod:`.jobrun`)."""
 
 from __future__ import annotations
 
+import secrets
 import sys
 from collections.abc import Mapping
-from typing import IO
+from typing import IO, Any
 
-from dra_jupyter.kube import reserve, run
+from dra_jupyter.kube import jobrun, reserve, run
 from dra_jupyter.kube.access import ClusterAccess
 from dra_jupyter.kube.claims import ClaimClient
-from dra_jupyter.types import ClaimRecord, Command, HeldClaim, RunPlan
+from dra_jupyter.kube.jobs import JobSpec, check_name, check_nodes, check_retries
+from dra_jupyter.types import ClaimRecord, Command, HeldClaim, RunPlan, claim_prefix
 
 
 class KubeCluster:
@@ -55,3 +58,46 @@ class KubeCluster:
             start_timeout=start_timeout,
             out=self.out or sys.stdout,
         )
+
+    def submit(
+        self,
+        plan: RunPlan,
+        claim_spec: Mapping[str, Any],
+        *,
+        nodes: int = 1,
+        queue: str = "",
+        lease: float | None = None,
+        retries: int = 0,
+    ) -> jobrun.JobRun:
+        """Start ``plan`` as a Job of ``nodes`` pods, each with a claim of ``claim_spec``
+        (see :mod:`.jobs`); refused in one line, with nothing made, for ``nodes`` below 1,
+        a bad name, or a ``queue`` the cluster does not have. Returns at once."""
+        backend = self.backend
+        nodes = check_nodes(nodes)
+        retries = check_retries(retries)
+        name = plan.name or f"{claim_prefix(backend.owner.user)[:30]}-run-{secrets.token_hex(3)}"
+        spec = JobSpec(
+            name=check_name(name),
+            namespace=backend.namespace,
+            user=backend.owner.user,
+            image=plan.image,
+            argv=plan.argv,
+            claim_spec=claim_spec,
+            nodes=nodes,
+            queue=queue,
+            lease=lease,
+            retries=retries,
+            node_selector=plan.node_selector,
+        )
+        spec = jobrun.prepare(backend, spec)
+        made = jobrun.submit(backend, spec, self.out)
+        print(
+            f"dra.run: run {name} created ({spec.launcher}, {nodes} pod{'s' * (nodes > 1)})",
+            file=sys.stderr,
+        )
+        return made
+
+    def runs(self) -> list[jobrun.JobRun]:
+        """The user's runs in the namespace, found by their labels (see
+        :func:`.jobrun.list_runs`)."""
+        return jobrun.list_runs(self.backend, self.out)

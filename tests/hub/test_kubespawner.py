@@ -454,6 +454,7 @@ def test_a_gpu_server_gets_its_claim_allocated_bound_and_cleaned_up(hub: Hub) ->
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["DRA_JUPYTER_BACKEND"] == "kubernetes"
     assert env["DRA_JUPYTER_NAMESPACE"] == hub.namespace
+    assert env["DRA_JUPYTER_KUEUE_QUEUE"] == "gpu-queue"  # the server's dra.run Jobs too
     assert env["JUPYTERHUB_USER"] == "alice"
     assert "--DRAExtensionApp.idle_timeout=3600" in container["args"]
 

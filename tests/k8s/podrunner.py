@@ -28,8 +28,10 @@ it serves (all, or those given), as ``scripts/k8s-testenv start --run-pods`` (or
   (what ``dra.run`` streams) work for real: ``follow``, ``previous``, ``tailLines`` and
   ``limitBytes``;
 * **deletes** pods being deleted: SIGTERM to the process group, SIGKILL after the pod's grace
-  period (30 s at most), then the deletion finished (grace period 0, the pod's uid as
-  precondition), as a kubelet confirms it.
+  period (30 s at most), the pod's terminal status written (Failed or Succeeded by the exit
+  code, as a kubelet writes it: the Job controller's podFailurePolicy waits for it), then
+  the deletion finished (grace period 0, the pod's uid as precondition), as a kubelet
+  confirms it.
 
 Not simulated: images (the command must exist here), init and further containers, volumes
 and service-account tokens, probes, exec, attach and port-forward, resource limits.
@@ -616,7 +618,23 @@ class PodRunner:
                 if time.monotonic() < container.stopping_until:
                     return
                 _kill(process)
-            process.wait()
+            code = process.wait()
+            # As a kubelet does, the pod's terminal phase before its deletion ends: the Job
+            # controller judges a deleted pod by it (its podFailurePolicy waits for it).
+            with self._lock:
+                container.stopping_until = None
+                container.process = None
+                container.ended = True
+                container.exit_code = 128 - code if code < 0 else code
+                container.state = {
+                    "terminated": {
+                        "exitCode": container.exit_code,
+                        "reason": "Error" if container.exit_code else "Completed",
+                        "startedAt": container.started_at,
+                        "finishedAt": now_stamp(),
+                    }
+                }
+            self._report(container)
         with self._lock:
             self.pods.pop(meta["uid"], None)
         options = client.V1DeleteOptions(

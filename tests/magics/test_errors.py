@@ -47,7 +47,7 @@ def one_line(outcome: Outcome) -> str:
         (
             "%dra bogus",
             "dra: unknown command 'bogus'; use devices, request, status, release, "
-            "explain, env, yaml, usage, help (%dra help shows examples)",
+            "explain, env, yaml, usage, runs, logs, cancel, help (%dra help shows examples)",
         ),
         ("%dra gpu=1", "dra: 'gpu=1' is not a command; to hold devices write %dra request gpu=1"),
         ("%dra status --everything", "dra status: unknown flag '--everything'; it takes --all"),

@@ -1,0 +1,493 @@
+"""A run on the cluster (the objects of :mod:`.jobs`) and its life: made, read back as a
+status (:mod:`.jobstatus`), its pods' logs prefixed by rank (read, or followed until the
+run ends), waited for, cancelled, and found again by its labels from any process
+(:func:`list_runs`: a new kernel finds the runs of the one before).
+
+Before anything is made, :func:`refusal` checks what the cluster offers: a ``queue``
+needs Kueue (its API group served) and its LocalQueue in the namespace; JobSet
+(``jobset.x-k8s.io``) is detected and reported in the run's launcher.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.allocator import Allocator
+from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
+from dra_jupyter.kube import jobs
+from dra_jupyter.kube.claims import USER_LABEL, forbidden
+from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
+from dra_jupyter.kube.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
+from dra_jupyter.kube.jobstatus import RunStatus, generated_claim, run_status
+from dra_jupyter.model.objects import Wire
+from dra_jupyter.types import USER_ANNOTATION, label_value
+
+if TYPE_CHECKING:
+    from dra_jupyter.kube.access import ClusterAccess
+
+POLL_S = 0.5
+KUEUE = "kueue.x-k8s.io"
+JOBSET = "jobset.x-k8s.io"
+
+
+def _groups(api: client.ApiClient) -> dict[str, str]:
+    """The API groups the cluster serves: name -> preferred version (discovery, which every
+    authenticated user may read)."""
+    try:
+        listed = client.ApisApi(api).get_api_versions()
+    except (ApiException, urllib3.exceptions.HTTPError) as error:
+        raise cluster_error(error, "dra.run: reading the cluster's APIs", api) from error
+    return {
+        g.name: (g.preferred_version.version if g.preferred_version else g.versions[0].version)
+        for g in listed.groups or ()
+    }
+
+
+def launcher(groups: dict[str, str], nodes: int) -> str:
+    """What runs the pods, as the status reports it."""
+    if nodes == 1:
+        return "Job"
+    if JOBSET in groups:
+        return "Indexed Job (JobSet installed, not used: one replicated Job is the same)"
+    return "Indexed Job (JobSet not installed)"
+
+
+def check_queue(api: client.ApiClient, namespace: str, queue: str, groups: dict[str, str]) -> None:
+    """InvalidInputError in one line when ``queue`` is not a LocalQueue of ``namespace``
+    (or Kueue is not installed); a LocalQueue RBAC hides is left to Kueue to judge."""
+    if KUEUE not in groups:
+        raise InvalidInputError(
+            f"dra.run: queue={queue!r} needs Kueue, which is not installed on this cluster "
+            f"(it serves no {KUEUE} API); leave queue out"
+        )
+    objects = client.CustomObjectsApi(api)
+    try:
+        objects.get_namespaced_custom_object(KUEUE, groups[KUEUE], namespace, "localqueues", queue)
+    except ApiException as error:
+        if error.status == 404:
+            raise InvalidInputError(
+                f"dra.run: no Kueue LocalQueue {queue!r} in namespace {namespace}; "
+                f"`kubectl get localqueues -n {namespace}` lists those you may use"
+            ) from None
+        if error.status != 403:
+            raise cluster_error(error, f"dra.run: LocalQueue {queue}", api) from error
+    except urllib3.exceptions.HTTPError as error:
+        raise cluster_error(error, f"dra.run: LocalQueue {queue}", api) from error
+
+
+def prepare(backend: ClusterAccess, spec: JobSpec) -> JobSpec:
+    """``spec`` with its launcher, once the cluster is found to offer what it asks
+    (InvalidInputError in one line otherwise: nothing is made)."""
+    groups = _groups(backend.api)
+    if spec.queue:
+        check_queue(backend.api, backend.namespace, spec.queue, groups)
+    return JobSpec(**{**spec.__dict__, "launcher": launcher(groups, spec.nodes)})
+
+
+class JobRun:
+    """A run on the cluster, by its name (see the module)."""
+
+    def __init__(self, backend: ClusterAccess, name: str, out: IO[str] | None = None) -> None:
+        self.name = name
+        self._backend = backend
+        self._out = out
+        self._cancelled = False
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _call(self, action: str, verb: str, resource: str, call: Callable[..., Any]) -> Any:
+        backend = self._backend
+        try:
+            return backend.retrying(call)
+        except ApiException as error:
+            if error.status == 403:
+                raise forbidden(error, verb, resource, backend.namespace, action) from error
+            raise cluster_error(error, action, backend.api) from error
+        except urllib3.exceptions.HTTPError as error:
+            raise cluster_error(error, action, backend.api) from error
+
+    def _job(self) -> Wire | None:
+        batch = client.BatchV1Api(self._backend.api)
+        namespace = self._backend.namespace
+
+        def read() -> Wire | None:
+            try:
+                return to_wire(self._backend.api, batch.read_namespaced_job(self.name, namespace))
+            except ApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+
+        found: Wire | None = self._call(f"dra.run: run {self.name}", "get", "jobs.batch", read)
+        return found
+
+    def _selector(self) -> str:
+        return f"{COMPONENT_LABEL}={COMPONENT},{RUN_LABEL}={self.name}"
+
+    def _pods(self) -> list[Wire]:
+        core = client.CoreV1Api(self._backend.api)
+        listed = self._call(
+            f"dra.run: pods of run {self.name}",
+            "list",
+            "pods",
+            lambda: core.list_namespaced_pod(
+                self._backend.namespace, label_selector=self._selector()
+            ),
+        )
+        return [to_wire(self._backend.api, p) for p in listed.items]
+
+    def _pod_names(self) -> list[str]:
+        """The run's pods now (the garbage collector would delete them after the Job; the
+        run deletes them at once, one by one: ``delete`` is the right a Role grants)."""
+        return [p["metadata"]["name"] for p in self._pods()]
+
+    def _claims(self) -> dict[str, Wire]:
+        resource = client.ResourceV1Api(self._backend.api)
+        try:
+            listed = self._backend.retrying(
+                lambda: resource.list_namespaced_resource_claim(
+                    self._backend.namespace, label_selector=self._selector()
+                )
+            )
+        except (ApiException, urllib3.exceptions.HTTPError):
+            return {}  # the devices column stays empty; the rest of the status holds
+        wire = [to_wire(self._backend.api, c) for c in listed.items]
+        return {c["metadata"]["name"]: c for c in wire}
+
+    def _queue_reason(self, job: Wire) -> str:
+        """Kueue's word on the suspended Job: its Workload's QuotaReserved condition."""
+        api, namespace = self._backend.api, self._backend.namespace
+        try:
+            version = _groups(api).get(KUEUE)
+            if version is None:
+                return ""
+            read = client.CustomObjectsApi(api).list_namespaced_custom_object(
+                KUEUE, version, namespace, "workloads"
+            )
+        except (ApiException, urllib3.exceptions.HTTPError, ClusterError):
+            return ""
+        uid = job["metadata"].get("uid")
+        listed = read if isinstance(read, dict) else {}
+        for workload in listed.get("items") or ():
+            owners = (workload.get("metadata") or {}).get("ownerReferences") or ()
+            if any(o.get("uid") == uid for o in owners):
+                for condition in (workload.get("status") or {}).get("conditions") or ():
+                    if condition.get("type") == "QuotaReserved":
+                        return str(condition.get("message") or condition.get("reason") or "")
+        return ""
+
+    @property
+    def status(self) -> RunStatus:
+        """The run as it is now (see :mod:`.jobstatus`)."""
+        job = self._job()
+        if job is None:
+            if self._cancelled:
+                return RunStatus(self.name, "Cancelled", "Job", None, None, "", [])
+            raise ClusterError(
+                f"dra.run: run {self.name} no longer exists in namespace "
+                f"{self._backend.namespace} (cancelled, or deleted {jobs.TTL_S // 3600} h "
+                "after it ended); dra.runs() lists yours"
+            )
+        queue = job["spec"].get("suspend") and self._queue_reason(job)
+        return run_status(job, self._pods(), self._claims(), queue_reason=queue or "")
+
+    # --- logs ----------------------------------------------------------------------------
+
+    def _log(self, pod: str, *, follow: bool) -> Any:
+        core = client.CoreV1Api(self._backend.api)
+        return core.read_namespaced_pod_log(
+            pod, self._backend.namespace, follow=follow, _preload_content=False
+        )
+
+    def logs(self, follow: bool = False, rank: int | None = None) -> str:
+        """Every pod's output (those of ``rank`` only, when given), each line prefixed
+        ``[rank N]``. ``follow``: written to the cell (stdout) as it comes, every pod's,
+        retried ones too, until the run ends; what was written is returned as well."""
+        if follow:
+            return self._follow(rank)
+        lines: list[str] = []
+        for row in self.status.pods:
+            if rank is not None and row.rank != rank:
+                continue
+            if row.phase == "Pending":
+                continue  # no container yet
+            try:
+                text = self._log(row.pod, follow=False).data.decode(errors="replace")
+            except ApiException as error:
+                if error.status in (400, 404):  # not started, or gone meanwhile
+                    continue
+                action = f"dra.run: logs of {row.pod}"
+                raise cluster_error(error, action, self._backend.api) from error
+            lines += [f"[rank {_shown(row.rank)}] {line}" for line in text.splitlines()]
+        return "".join(f"{line}\n" for line in lines)
+
+    def _follow(self, rank: int | None) -> str:
+        out = self._out or sys.stdout
+        lock = threading.Lock()
+        written: list[str] = []
+        followed: dict[str, threading.Thread] = {}
+        problems: list[Exception] = []
+
+        def emit(line: str) -> None:
+            with lock:
+                out.write(line)
+                out.flush()
+                written.append(line)
+
+        def stream(pod: str, prefix: str) -> None:
+            partial = b""
+            try:
+                for chunk in self._log(pod, follow=True).stream():
+                    partial += chunk
+                    *complete, partial = partial.split(b"\n")
+                    for line in complete:
+                        emit(f"{prefix}{line.decode(errors='replace')}\n")
+            except ApiException as error:
+                if error.status not in (400, 404):
+                    problems.append(
+                        cluster_error(error, f"dra.run: logs of {pod}", self._backend.api)
+                    )
+            except urllib3.exceptions.HTTPError as error:
+                problems.append(cluster_error(error, f"dra.run: logs of {pod}", self._backend.api))
+            if partial:
+                emit(f"{prefix}{partial.decode(errors='replace')}\n")
+
+        while True:
+            try:
+                status = self.status
+            except ClusterError:
+                if not self._cancelled:
+                    raise
+                break
+            for row in status.pods:
+                if row.pod in followed or row.phase == "Pending":
+                    continue
+                if rank is not None and row.rank != rank:
+                    continue
+                thread = threading.Thread(
+                    target=stream, args=(row.pod, f"[rank {_shown(row.rank)}] "), daemon=True
+                )
+                followed[row.pod] = thread
+                thread.start()
+            if status.ended and all(not t.is_alive() for t in followed.values()):
+                break
+            time.sleep(POLL_S)
+        if problems:
+            raise problems[0]
+        return "".join(written)
+
+    # --- waiting and ending --------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Wait until the run ends (up to ``timeout`` seconds: None waits for good); its
+        phase then (``Succeeded``, ``Failed``, ``Cancelled``; another one at the timeout)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.status
+            if status.ended or (deadline is not None and time.monotonic() >= deadline):
+                return status.phase
+            time.sleep(POLL_S)
+
+    def wait_placed(self, timeout: float) -> RunStatus:
+        """Wait until every pod of the run is placed on a node; at the deadline
+        AllocationError with the scheduler's reason and our explain of a waiting pod's
+        claim (the run is left as it is: the caller cancels it)."""
+        deadline = time.monotonic() + timeout
+        reported = ""
+        while True:
+            status = self.status
+            job_done = status.ended
+            waiting = [r for r in status.pods if not r.node]
+            expected = len(status.pods) >= self._expected()
+            if job_done or (expected and not waiting):
+                return status
+            reason = status.reason
+            if reason and reason != reported:
+                reported = reason
+                print(f"dra.run: run {self.name}: {reason}", file=sys.stderr)
+            if time.monotonic() >= deadline:
+                raise self._not_placed(status, timeout)
+            time.sleep(POLL_S)
+
+    def _expected(self) -> int:
+        job = self._job()
+        return int(((job or {}).get("spec") or {}).get("parallelism") or 1)
+
+    def _not_placed(self, status: RunStatus, timeout: float) -> AllocationError:
+        why = f": {status.reason}" if status.reason else " (no answer from the scheduler yet)"
+        message = f"dra.run: run {self.name} was not placed within {timeout:g} s{why}"
+        explained = self.explain()
+        if explained:
+            message += "\ndra-jupyter's allocator on the cluster's slices:\n" + explained
+        return AllocationError(message)
+
+    def explain(self) -> str:
+        """Our allocator's explanation for the claim of a pod not placed yet ("" when every
+        pod is placed, or no claim is made yet)."""
+        resource = client.ResourceV1Api(self._backend.api)
+        for pod in self._pods():
+            if pod["spec"].get("nodeName"):
+                continue
+            name = generated_claim(pod)
+            if not name:
+                continue
+            try:
+                claim = to_wire(
+                    self._backend.api,
+                    resource.read_namespaced_resource_claim(name, self._backend.namespace),
+                )
+                return explain_claim(self._backend, claim)
+            except (ApiException, urllib3.exceptions.HTTPError, ClusterError):
+                return ""
+        return ""
+
+    def cancel(self) -> None:
+        """Delete the Job, its pods (their claims go with them), its Service and its
+        template; what is gone already is fine."""
+        api, namespace = self._backend.api, self._backend.namespace
+        batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+        resource = client.ResourceV1Api(api)
+        calls: list[tuple[str, Callable[[], object]]] = [
+            (
+                "jobs.batch",
+                lambda: batch.delete_namespaced_job(
+                    self.name, namespace, propagation_policy="Background"
+                ),
+            ),
+            *[
+                (
+                    "pods",
+                    lambda pod=pod: core.delete_namespaced_pod(pod, namespace),
+                )
+                for pod in self._pod_names()
+            ],
+            ("services", lambda: core.delete_namespaced_service(self.name, namespace)),
+            (
+                "resourceclaimtemplates.resource.k8s.io",
+                lambda: resource.delete_namespaced_resource_claim_template(self.name, namespace),
+            ),
+        ]
+        for kind, call in calls:
+
+            def gone_is_fine(call: Callable[[], object] = call) -> None:
+                try:
+                    call()
+                except ApiException as error:
+                    if error.status != 404:
+                        raise
+
+            self._call(f"dra.run: cancelling run {self.name}", "delete", kind, gone_is_fine)
+        self._cancelled = True
+
+    def __repr__(self) -> str:
+        try:
+            status = self.status
+        except ClusterError:
+            return f"<Run {self.name} (not readable)>"
+        pods = len(status.pods)
+        return f"<Run {self.name}: {status.phase}, {pods} pod{'s' * (pods != 1)}>"
+
+
+def explain_claim(backend: ClusterAccess, claim: Wire) -> str:
+    """Our allocator on the cluster's slices and the claims held now: why ``claim`` (a
+    pod's, not allocated) waits, in a few lines."""
+    inventory = backend.inventory(refresh=True)
+    if not inventory.slices:
+        if not backend.slices_readable:
+            return "RBAC hides the cluster's ResourceSlices, so it cannot say more"
+        return "the cluster publishes no devices (no ResourceSlices)"
+    name = claim["metadata"]["name"]
+    probe: Wire = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": backend.namespace},
+        "spec": claim.get("spec") or {},
+    }
+    held = [r.to_object() for r in backend.holders() if r.name != name]
+    slices, classes = inventory.patched_slices, inventory.device_classes
+    strategy = backend.settings.strategy
+    if Allocator(slices, classes, [], strategy).allocate([probe]) is None:
+        idle = Allocator(slices, classes, [], strategy).explain([probe])
+        head = "can never be met on this cluster, even with every device free"
+        return "\n".join([head, *idle.summary(named=False).splitlines()])
+    explanation = Allocator(slices, classes, held, strategy).explain([probe])
+    if explanation.satisfiable:
+        return f"devices are free now on node {explanation.node}; kube-scheduler will retry"
+    lines = ["not now: the devices it needs are held by others"]
+    return "\n".join(lines + explanation.summary(named=False).splitlines())
+
+
+def _shown(rank: int | None) -> str:
+    return "0" if rank is None else str(rank)
+
+
+def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) -> JobRun:
+    """Make the run's Job, then its template and (more than one pod) its Service, owned
+    by the Job; the Job is deleted (and with it what it owns) if a step fails."""
+    api, namespace = backend.api, backend.namespace
+    run = JobRun(backend, spec.name, out)
+    action = f"dra.run: creating run {spec.name}"
+    created = run._call(
+        action,
+        "create",
+        "jobs.batch",
+        lambda: client.BatchV1Api(api).create_namespaced_job(
+            namespace, to_model(client.V1Job, jobs.job(spec))
+        ),
+    )
+    job = to_wire(api, created)
+    try:
+        template = jobs.owned_by(jobs.claim_template(spec), job)
+        resource = client.ResourceV1Api(api)
+        run._call(
+            action,
+            "create",
+            "resourceclaimtemplates.resource.k8s.io",
+            lambda: resource.create_namespaced_resource_claim_template(
+                namespace, to_model(client.V1ResourceClaimTemplate, template)
+            ),
+        )
+        if spec.indexed:
+            service = jobs.owned_by(jobs.rendezvous_service(spec), job)
+            run._call(
+                action,
+                "create",
+                "services",
+                lambda: client.CoreV1Api(api).create_namespaced_service(
+                    namespace, to_model(client.V1Service, service)
+                ),
+            )
+    except BaseException:
+        run.cancel()
+        raise
+    return run
+
+
+def list_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[JobRun]:
+    """The user's runs in the namespace (by their labels), oldest first."""
+    batch = client.BatchV1Api(backend.api)
+    selector = f"{COMPONENT_LABEL}={COMPONENT},{USER_LABEL}={label_value(backend.owner.user)}"
+    runner = JobRun(backend, "", out)
+    listed = runner._call(
+        "dra.runs",
+        "list",
+        "jobs.batch",
+        lambda: batch.list_namespaced_job(backend.namespace, label_selector=selector),
+    )
+    found = [to_wire(backend.api, j) for j in listed.items]
+    found = [
+        j
+        for j in found
+        if (j["metadata"].get("annotations") or {}).get(USER_ANNOTATION, backend.owner.user)
+        == backend.owner.user
+    ]
+    found.sort(key=lambda j: (j["metadata"].get("creationTimestamp") or "", j["metadata"]["name"]))
+    return [JobRun(backend, j["metadata"]["name"], out) for j in found]

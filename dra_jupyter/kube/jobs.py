@@ -1,0 +1,259 @@
+"""``dra.run(..., nodes=N)`` on a cluster: the objects of a run (pure).
+
+A run is three objects of one name in the user's namespace:
+
+* a **Job** (batch/v1) of ``nodes`` pods, all at once (``completions = parallelism =
+  nodes``), ``Indexed`` when there is more than one, so that each pod knows its rank: the Job
+  controller writes it in the annotation ``batch.kubernetes.io/job-completion-index``, which
+  the container reads through the downward API as ``RANK`` and ``NODE_RANK``. With it the
+  environment torchrun, DeepSpeed and JAX read: ``MASTER_ADDR`` (rank 0's name,
+  ``<run>-0.<run>``), ``MASTER_PORT``, ``WORLD_SIZE`` (the number of pods) and
+  ``LOCAL_WORLD_SIZE`` (the devices of one pod). Failures: a disruption (the pod's
+  ``DisruptionTarget`` condition: preemption, eviction, a drained node) is retried and not
+  counted; a container that exits non-zero fails the whole Job at once (``FailJob``), unless
+  ``retries`` asks for exit codes to be retried up to that many times (``backoffLimit``).
+  ``activeDeadlineSeconds`` is the lease; ``ttlSecondsAfterFinished`` keeps an ended run
+  (its logs) for :data:`TTL_S`. With a Kueue queue the Job is made suspended and labelled
+  ``kueue.x-k8s.io/queue-name``: Kueue admits (unsuspends) it when the queue's quota allows;
+* a **ResourceClaimTemplate**: each pod's devices (one claim per pod, made by the
+  resourceclaim controller, owned by the pod, deleted when it ends);
+* a headless **Service** (more than one pod): the pods' ``subdomain``, so that
+  ``<run>-<rank>.<run>`` resolves to each pod in the cluster's DNS, before the pods are
+  ready (``publishNotReadyAddresses``), which a rendezvous needs.
+
+The template and the Service are owned by the Job, so that deleting it (or its TTL) deletes
+them too. JobSet (``jobset.x-k8s.io``) is detected and reported, not used: one replicated
+Job is what a JobSet of one would make.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.model.objects import Wire
+from dra_jupyter.types import USER_ANNOTATION, USER_LABEL, label_value
+
+COMPONENT_LABEL = "dra-jupyter/component"
+COMPONENT = "run"  # the value of COMPONENT_LABEL on a run's objects
+RUN_LABEL = "dra-jupyter/run"  # the run's name, on its Job, pods, template, claims, Service
+KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+LAUNCHER_ANNOTATION = "dra-jupyter/launcher"  # what ran it, as the status shows it
+POD_CLAIM = "devices"  # spec.resourceClaims[].name of a pod's devices
+CONTAINER = "work"
+MASTER_PORT = 29500  # torchrun's default
+TTL_S = 24 * 3600  # an ended run (its pods, so its logs) is kept this long
+BACKOFF_LIMIT = 3  # pod failures that are neither disruptions nor exit codes (FailJob)
+MAX_NAME = 52  # <name>-<rank>-<5 random> stays a DNS label; the Service's a DNS-1035 label
+_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def check_name(name: str) -> str:
+    """``name`` as a run's name, or InvalidInputError in one line."""
+    if len(name) > MAX_NAME or not _NAME.fullmatch(name):
+        raise InvalidInputError(
+            f"dra.run: name={name!r} cannot name a Job and its Service; use at most "
+            f"{MAX_NAME} lowercase letters, digits and '-', beginning with a letter"
+        )
+    return name
+
+
+def check_nodes(nodes: object) -> int:
+    """``nodes`` as a number of pods (at least 1), or InvalidInputError in one line."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise InvalidInputError(
+            f"dra.run: nodes={nodes!r} is not a number of pods; use a whole number of at "
+            "least 1 (nodes=2: two pods, each with the devices asked for)"
+        )
+    return nodes
+
+
+def check_retries(retries: object) -> int:
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise InvalidInputError(
+            f"dra.run: retries={retries!r} is not a number of retries; use 0 (a failed "
+            "container fails the run) or more"
+        )
+    return retries
+
+
+def devices_per_pod(claim_spec: Mapping[str, Any]) -> int | None:
+    """How many devices one pod's claim asks for (None: ``all`` of some kind, known only
+    once allocated)."""
+    total = 0
+    for request in (claim_spec.get("devices") or {}).get("requests") or ():
+        alternatives = request.get("firstAvailable")
+        one = alternatives[0] if alternatives else request.get("exactly") or {}
+        if one.get("allocationMode") == "All":
+            return None
+        total += int(one.get("count", 1))
+    return total
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a run is made of; Job, template and Service are all named ``name``."""
+
+    name: str
+    namespace: str
+    user: str
+    image: str
+    argv: Sequence[str]
+    claim_spec: Mapping[str, Any]  # a ResourceClaim's spec: one pod's devices
+    nodes: int = 1
+    queue: str = ""  # a Kueue LocalQueue ("": none)
+    lease: float | None = None  # seconds: activeDeadlineSeconds
+    retries: int = 0  # 0: a non-zero exit fails the Job; else exit codes retried so often
+    node_selector: Mapping[str, str] | None = None
+    launcher: str = "Job"
+
+    @property
+    def indexed(self) -> bool:
+        return self.nodes > 1
+
+    def labels(self) -> dict[str, str]:
+        return {
+            USER_LABEL: label_value(self.user),
+            COMPONENT_LABEL: COMPONENT,
+            RUN_LABEL: self.name,
+        }
+
+
+def _meta(spec: JobSpec, **extra: Any) -> Wire:
+    return {
+        "name": spec.name,
+        "namespace": spec.namespace,
+        "labels": spec.labels(),
+        "annotations": {USER_ANNOTATION: spec.user},
+        **extra,
+    }
+
+
+def claim_template(spec: JobSpec) -> Wire:
+    """The ResourceClaimTemplate of one pod's devices; its claims carry the run's labels
+    (``dra.claims()`` lists them) and no kernel: they belong to the run, not to a kernel."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": _meta(spec),
+        "spec": {
+            "metadata": {
+                "labels": spec.labels(),
+                "annotations": {USER_ANNOTATION: spec.user},
+            },
+            "spec": dict(spec.claim_spec),
+        },
+    }
+
+
+def rendezvous_service(spec: JobSpec) -> Wire:
+    """The headless Service whose name is the pods' subdomain (see the module)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(spec),
+        "spec": {
+            "clusterIP": "None",
+            "selector": {COMPONENT_LABEL: COMPONENT, RUN_LABEL: spec.name},
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+def rank_env(spec: JobSpec) -> list[Wire]:
+    """The environment of torchrun, DeepSpeed and JAX (see the module)."""
+    if spec.indexed:
+        index = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
+        ranks: list[Wire] = [
+            {"name": "RANK", "valueFrom": index},
+            {"name": "NODE_RANK", "valueFrom": index},
+        ]
+        master = f"{spec.name}-0.{spec.name}"
+    else:
+        ranks = [{"name": "RANK", "value": "0"}, {"name": "NODE_RANK", "value": "0"}]
+        master = "localhost"
+    env: list[Wire] = [
+        {"name": "MASTER_ADDR", "value": master},
+        {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+        {"name": "WORLD_SIZE", "value": str(spec.nodes)},
+        *ranks,
+    ]
+    local = devices_per_pod(spec.claim_spec)
+    if local is not None:
+        env.append({"name": "LOCAL_WORLD_SIZE", "value": str(local)})
+    return env
+
+
+def failure_policy(retries: int) -> Wire:
+    """Disruptions retried and not counted; a non-zero exit fails the Job unless
+    ``retries``."""
+    rules: list[Wire] = [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]
+    if retries == 0:
+        rules.append(
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn", "values": [0]},
+            }
+        )
+    return {"rules": rules}
+
+
+def job(spec: JobSpec) -> Wire:
+    """The Job of the run (see the module)."""
+    container: Wire = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "env": rank_env(spec),
+        "resources": {"claims": [{"name": POD_CLAIM}]},
+    }
+    if spec.argv:
+        container["command"] = list(spec.argv)
+    if spec.indexed:
+        container["ports"] = [{"name": "rendezvous", "containerPort": MASTER_PORT}]
+    pod: Wire = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "containers": [container],
+        "resourceClaims": [{"name": POD_CLAIM, "resourceClaimTemplateName": spec.name}],
+    }
+    if spec.indexed:
+        pod["subdomain"] = spec.name
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    job_spec: Wire = {
+        "completions": spec.nodes,
+        "parallelism": spec.nodes,
+        "completionMode": "Indexed" if spec.indexed else "NonIndexed",
+        "backoffLimit": spec.retries or BACKOFF_LIMIT,
+        "podFailurePolicy": failure_policy(spec.retries),
+        "ttlSecondsAfterFinished": TTL_S,
+        "template": {"metadata": {"labels": spec.labels()}, "spec": pod},
+    }
+    if spec.lease is not None:
+        job_spec["activeDeadlineSeconds"] = max(1, math.ceil(spec.lease))
+    metadata = _meta(spec)
+    metadata["annotations"][LAUNCHER_ANNOTATION] = spec.launcher
+    if spec.queue:
+        metadata["labels"][KUEUE_LABEL] = spec.queue
+        job_spec["suspend"] = True  # Kueue admits it (as its webhook would make it)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def owned_by(obj: Wire, job_object: Wire) -> Wire:
+    """``obj`` owned by the Job as created (its uid): deleted with it."""
+    meta = job_object["metadata"]
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": meta["name"],
+        "uid": meta["uid"],
+    }
+    return {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner]}}

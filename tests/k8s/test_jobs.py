@@ -1,0 +1,643 @@
+"""``dra.run(..., nodes=N)``: a Job of N pods on the real control plane (kube-apiserver,
+kube-controller-manager's Job, resourceclaim and garbage-collector controllers,
+kube-scheduler), whose pods the stand-in kubelet really runs: their ranks and rendezvous
+environment, their logs by rank, a failing rank that fails the Job at once, cancel, and
+the runs found again from a new session."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.api import Session
+from dra_jupyter.errors import AllocationError, InvalidInputError
+from dra_jupyter.kube.connect import api_client, to_model, to_wire
+from dra_jupyter.kube.jobrun import JobRun
+from dra_jupyter.kube.jobs import (
+    INDEX_ANNOTATION,
+    JobSpec,
+    claim_template,
+    devices_per_pod,
+    failure_policy,
+    job,
+    rendezvous_service,
+)
+from dra_jupyter.kube.jobstatus import run_status
+from dra_jupyter.kube.simulate import SimulatedCluster
+from dra_jupyter.model.objects import Wire
+from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
+from tests.k8s import testenv
+from tests.k8s.conftest import wait_for
+from tests.k8s.podrunner import PodRunner
+from tests.k8s.test_backend import session
+from tests.k8s.test_pods import IMAGE, ON_SIMULATED
+
+CLAIM = {
+    "devices": {
+        "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]
+    }
+}
+
+# What each rank prints: its rank, the world, the rendezvous and its devices.
+REPORT = (
+    "import os\n"
+    "print('rank', os.environ['RANK'], 'node_rank', os.environ['NODE_RANK'], 'of', "
+    "os.environ['WORLD_SIZE'], 'local', os.environ['LOCAL_WORLD_SIZE'])\n"
+    "print('master', os.environ['MASTER_ADDR'] + ':' + os.environ['MASTER_PORT'])\n"
+    "print('devices', len(os.environ['CUDA_VISIBLE_DEVICES'].split(',')))\n"
+)
+
+
+def spec(**kw: object) -> JobSpec:
+    fields: dict[str, object] = {
+        "name": "train",
+        "namespace": "team",
+        "user": "alice@example.com",
+        "image": "img",
+        "argv": ["python", "train.py"],
+        "claim_spec": CLAIM,
+        "nodes": 2,
+    }
+    return JobSpec(**{**fields, **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.pure
+def test_a_two_node_run_is_an_indexed_job_with_the_rendezvous_environment() -> None:
+    made = job(spec(lease=3600.5, queue="team-q"))
+    assert made["spec"]["completionMode"] == "Indexed"
+    assert made["spec"]["completions"] == made["spec"]["parallelism"] == 2
+    assert made["spec"]["activeDeadlineSeconds"] == 3601
+    assert made["spec"]["ttlSecondsAfterFinished"] == 24 * 3600
+    assert made["spec"]["suspend"] is True  # Kueue admits it
+    assert made["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-q"
+    pod = made["spec"]["template"]["spec"]
+    assert pod["subdomain"] == "train"
+    assert pod["restartPolicy"] == "Never"
+    assert pod["resourceClaims"] == [{"name": "devices", "resourceClaimTemplateName": "train"}]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in pod["containers"][0]["env"]}
+    index = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
+    assert env == {
+        "MASTER_ADDR": "train-0.train",
+        "MASTER_PORT": "29500",
+        "WORLD_SIZE": "2",
+        "RANK": index,
+        "NODE_RANK": index,
+        "LOCAL_WORLD_SIZE": "2",
+    }
+    service = rendezvous_service(spec())
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    template = claim_template(spec())
+    assert "dra-jupyter/kernel" not in template["spec"]["metadata"]["labels"]
+    assert template["spec"]["metadata"]["annotations"] == {"dra-jupyter/user": "alice@example.com"}
+
+
+@pytest.mark.pure
+def test_disruptions_are_retried_and_exit_codes_fail_the_job_unless_retries() -> None:
+    ignore = {
+        "action": "Ignore",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+    }
+    fail = {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "work", "operator": "NotIn", "values": [0]},
+    }
+    assert failure_policy(0) == {"rules": [ignore, fail]}
+    assert failure_policy(2) == {"rules": [ignore]}
+    assert job(spec(retries=2))["spec"]["backoffLimit"] == 2
+    single = job(spec(nodes=1))
+    assert single["spec"]["completionMode"] == "NonIndexed"
+    assert "subdomain" not in single["spec"]["template"]["spec"]
+    assert "suspend" not in single["spec"]
+
+
+@pytest.mark.pure
+def test_devices_per_pod_counts_the_requests() -> None:
+    assert devices_per_pod(CLAIM) == 2
+    first = {
+        "devices": {"requests": [{"name": "a", "firstAvailable": [{"count": 4}, {"count": 8}]}]}
+    }
+    assert devices_per_pod(first) == 4
+    every = {"devices": {"requests": [{"name": "a", "exactly": {"allocationMode": "All"}}]}}
+    assert devices_per_pod(every) is None
+
+
+def _pod(name: str, rank: int, **status: object) -> Wire:
+    return {
+        "metadata": {"name": name, "annotations": {INDEX_ANNOTATION: str(rank)}},
+        "spec": {"nodeName": status.pop("node", "")},
+        "status": status,
+    }
+
+
+@pytest.mark.pure
+def test_the_status_reads_phase_reason_and_pods_from_the_job() -> None:
+    job_object: Wire = {
+        "metadata": {"name": "train", "annotations": {"dra-jupyter/launcher": "Indexed Job"}},
+        "spec": {},
+        "status": {"startTime": "2026-12-02T10:00:00Z"},
+    }
+    waiting = _pod(
+        "train-1-x",
+        1,
+        phase="Pending",
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "message": "0/2 nodes are available: 2 cannot allocate all claims.",
+            }
+        ],
+    )
+    claim = {
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
+                }
+            }
+        }
+    }
+    running = _pod(
+        "train-0-y",
+        0,
+        node="n1",
+        phase="Running",
+        resourceClaimStatuses=[{"name": "devices", "resourceClaimName": "c0"}],
+    )
+    status = run_status(job_object, [waiting, running], {"c0": claim})
+    assert (status.phase, status.launcher, status.end) == ("Running", "Indexed Job", None)
+    assert [(p.rank, p.node, p.devices) for p in status.pods] == [
+        (0, "n1", ["gpu.nvidia.com/n1/gpu-0"]),
+        (1, "", []),
+    ]
+    assert status.pods[1].reason == "0/2 nodes are available: 2 cannot allocate all claims."
+    pending = run_status(job_object, [waiting], {})
+    assert (pending.phase, pending.reason) == ("Pending", status.pods[1].reason)
+    assert str(pending).splitlines() == [
+        "run train: Pending (Indexed Job): 0/2 nodes are available: 2 cannot allocate all claims.",
+        "  rank 1 pod train-1-x: Pending, 0 restarts: 0/2 nodes are available: 2 cannot "
+        "allocate all claims.",
+    ]
+    failed = {
+        **job_object,
+        "status": {
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "PodFailurePolicy",
+                    "message": "Container work for pod train-1-x failed with exit code 1",
+                    "lastTransitionTime": "2026-12-02T10:05:00Z",
+                }
+            ]
+        },
+    }
+    ended = run_status(failed, [], {})
+    assert (ended.phase, ended.ended, ended.end) == ("Failed", True, 1796205900.0)
+    assert ended.reason == (
+        "PodFailurePolicy: Container work for pod train-1-x failed with exit code 1"
+    )
+    stamp = {"deletionTimestamp": "2026-12-02T10:06:00Z"}
+    deleted = {**job_object, "metadata": {**job_object["metadata"], **stamp}}
+    assert run_status(deleted, [], {}).phase == "Cancelled"
+
+
+def _exists(read: object) -> bool:
+    try:
+        read()  # type: ignore[operator]
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
+def test_bad_runs_are_one_line_and_make_nothing(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    alice = session(kubeconfig, namespace, image=IMAGE)
+    for nodes in (0, -1):
+        with pytest.raises(
+            InvalidInputError, match=r"^dra\.run: nodes=-?\d is not a number of pods;"
+        ):
+            alice.run("true", gpu=1, nodes=nodes)
+    with pytest.raises(
+        InvalidInputError,
+        match=r"^dra\.run: queue='team' needs Kueue, which is not installed on this cluster",
+    ):
+        alice.run("true", gpu=1, queue="team")
+    assert client.BatchV1Api(api).list_namespaced_job(namespace).items == []
+    assert client.ResourceV1Api(api).list_namespaced_resource_claim_template(namespace).items == []
+
+
+def test_a_two_node_run_reports_ranks_logs_devices_and_is_found_again(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+    published: SimulatedCluster,
+    pod_runner: PodRunner,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pod_runner.serving(namespace):
+        alice = session(kubeconfig, namespace, image=IMAGE)
+        run = alice.run(
+            [sys.executable, "-c", REPORT],
+            gpu=2,
+            nodes=2,
+            name="ranks",
+            node_selector=ON_SIMULATED,
+        )
+        assert isinstance(run, JobRun)
+        assert run.wait(timeout=90) == "Succeeded"
+        status = run.status
+        assert status.launcher == "Indexed Job (JobSet not installed)"
+        assert [(p.rank, p.phase, p.exit_code) for p in status.pods] == [
+            (0, "Succeeded", 0),
+            (1, "Succeeded", 0),
+        ]
+        assert all(p.node in published.node_names for p in status.pods)
+        assert status.start is not None and status.end is not None
+        logs = run.logs()
+        for rank in (0, 1):
+            assert f"[rank {rank}] rank {rank} node_rank {rank} of 2 local 2\n" in logs
+            assert f"[rank {rank}] master ranks-0.ranks:29500\n" in logs
+            assert f"[rank {rank}] devices 2\n" in logs
+        assert run.logs(rank=1).splitlines() == [
+            "[rank 1] rank 1 node_rank 1 of 2 local 2",
+            "[rank 1] master ranks-0.ranks:29500",
+            "[rank 1] devices 2",
+        ]
+        # followed after the end: every line once, into the cell
+        capsys.readouterr()
+        followed = run.logs(follow=True)
+        assert followed == capsys.readouterr().out
+        assert sorted(followed.splitlines()) == sorted(logs.splitlines())
+        # the devices go back as each pod ends (its claim deleted); the Job and logs stay
+        wait_for(
+            "the ended pods' claims to be deleted",
+            lambda: not client.ResourceV1Api(api).list_namespaced_resource_claim(namespace).items,
+        )
+        assert "[rank 0] devices 2\n" in run.logs(rank=0)
+        # the Service for the rendezvous, owned by the Job
+        service = to_wire(api, client.CoreV1Api(api).read_namespaced_service("ranks", namespace))
+        assert service["spec"]["clusterIP"] == "None"
+        assert service["metadata"]["ownerReferences"][0]["kind"] == "Job"
+        # a new session (a new kernel) finds the run by its labels
+        again = session(kubeconfig, namespace, image=IMAGE)
+        assert again.backend.cluster is not None
+        assert [r.name for r in again.backend.cluster.runs()] == ["ranks"]
+        bob = session(kubeconfig, namespace, user="bob", image=IMAGE)
+        assert bob.backend.cluster is not None
+        assert bob.backend.cluster.runs() == []
+
+
+def test_logs_are_streamed_with_ranks_while_the_run_runs(
+    kubeconfig: Path,
+    namespace: str,
+    published: SimulatedCluster,
+    pod_runner: PodRunner,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pod_runner.serving(namespace):
+        alice = session(kubeconfig, namespace, image=IMAGE)
+        script = (
+            "import time\nfor i in range(3):\n    print('step', i, flush=True)\n"
+            "    time.sleep(0.5)\n"
+        )
+        run = alice.run(
+            [sys.executable, "-c", script],
+            gpu=1,
+            nodes=2,
+            name="steps",
+            wait=True,
+            node_selector=ON_SIMULATED,
+        )
+        assert isinstance(run, JobRun)
+        assert run.status.phase == "Succeeded"
+        lines = capsys.readouterr().out.splitlines()
+        for rank in (0, 1):
+            assert [line for line in lines if line.startswith(f"[rank {rank}]")] == [
+                f"[rank {rank}] step {i}" for i in range(3)
+            ]
+
+
+def test_a_rank_that_exits_1_fails_the_run_without_a_retry(
+    kubeconfig: Path, namespace: str, published: SimulatedCluster, pod_runner: PodRunner
+) -> None:
+    script = (
+        "import os, sys, time\n"
+        "if os.environ['RANK'] == '1':\n    print('bad data', flush=True)\n    sys.exit(1)\n"
+        "time.sleep(600)\n"
+    )
+    with pod_runner.serving(namespace):
+        alice = session(kubeconfig, namespace, image=IMAGE)
+        run = alice.run(
+            [sys.executable, "-c", script], gpu=1, nodes=2, name="fails", node_selector=ON_SIMULATED
+        )
+        assert isinstance(run, JobRun)
+        assert run.wait(timeout=90) == "Failed"
+        status = run.status
+        assert status.reason.startswith("PodFailurePolicy: "), status.reason
+        assert "exit code 1" in status.reason
+        failed = [p for p in status.pods if p.rank == 1]
+        assert [(p.phase, p.exit_code) for p in failed] == [("Failed", 1)]  # one pod: no retry
+        assert "[rank 1] bad data\n" in run.logs(rank=1)
+        run.cancel()
+
+
+def test_cancel_deletes_the_job_its_pods_claims_service_and_template(
+    api: client.ApiClient,
+    cluster: testenv.Cluster,
+    namespace: str,
+    published: SimulatedCluster,
+    pod_runner: PodRunner,
+    tmp_path: Path,
+) -> None:
+    """As a single-user server's service account (deploy/hub-rbac.yaml): what it grants is
+    what a run needs."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    resource = client.ResourceV1Api(api)
+    cluster_wide = apply_rbac(api, namespace)
+    try:
+        kubeconfig = service_account_kubeconfig(
+            api, cluster, namespace, "dra-singleuser", tmp_path / "singleuser.kubeconfig"
+        )
+        with pod_runner.serving(namespace):
+            alice = wait_for(
+                "the server's Role to take effect",
+                lambda: _as(kubeconfig, namespace),
+            )
+            run = alice.run(
+                [sys.executable, "-c", "import time; time.sleep(600)"],
+                gpu=1,
+                nodes=2,
+                name="long",
+                node_selector=ON_SIMULATED,
+            )
+            assert isinstance(run, JobRun)
+
+            def running() -> bool:
+                pods = run.status.pods
+                return len(pods) == 2 and all(p.phase == "Running" and p.devices for p in pods)
+
+            wait_for("both ranks running with their devices", running)
+            assert run.status.phase == "Running"
+            claims = resource.list_namespaced_resource_claim(namespace).items
+            assert len(claims) == 2  # a claim per pod, from the template
+            run.cancel()
+            assert run.status.phase == "Cancelled"
+
+            def gone() -> bool:
+                return (
+                    not core.list_namespaced_pod(namespace).items
+                    and not batch.list_namespaced_job(namespace).items
+                    and not resource.list_namespaced_resource_claim(namespace).items
+                    and not resource.list_namespaced_resource_claim_template(namespace).items
+                    and not _exists(lambda: core.read_namespaced_service("long", namespace))
+                )
+
+            wait_for("the run's objects to be deleted", gone)
+            assert alice.backend.cluster is not None
+            assert alice.backend.cluster.runs() == []
+    finally:
+        rbac = client.RbacAuthorizationV1Api(api)
+        for kind, name in cluster_wide:
+            if kind == "ClusterRoleBinding":
+                rbac.delete_cluster_role_binding(name)
+            else:
+                rbac.delete_cluster_role(name)
+
+
+def _as(kubeconfig: Path, namespace: str) -> Session | None:
+    """A session on ``kubeconfig``'s credentials once they may make Jobs (None before)."""
+    review = client.V1SelfSubjectAccessReview(
+        spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, verb="create", group="batch", resource="jobs"
+            )
+        )
+    )
+    with api_client(str(kubeconfig)) as sa:
+        answer = client.AuthorizationV1Api(sa).create_self_subject_access_review(review)
+    if answer.status is None or not answer.status.allowed:
+        return None
+    return session(kubeconfig, namespace, image=IMAGE)
+
+
+def test_a_disrupted_pod_is_retried_and_not_counted(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+    published: SimulatedCluster,
+    pod_runner: PodRunner,
+    tmp_path: Path,
+) -> None:
+    """An eviction (the API server's DisruptionTarget condition, then the pod's deletion) is
+    ignored by the failure policy: the Job makes the rank again, which then succeeds."""
+    script = (
+        "import os, pathlib, sys, time\n"
+        f"mark = pathlib.Path({str(tmp_path)!r}) / ('rank-' + os.environ['RANK'])\n"
+        "if os.environ['RANK'] == '1' or mark.exists():\n    print('done', flush=True)\n"
+        "    sys.exit(0)\n"
+        "mark.touch()\nprint('first attempt', flush=True)\ntime.sleep(600)\n"
+    )
+    core = client.CoreV1Api(api)
+    with pod_runner.serving(namespace):
+        alice = session(kubeconfig, namespace, image=IMAGE)
+        run = alice.run(
+            [sys.executable, "-c", script],
+            gpu=1,
+            nodes=2,
+            name="evicted",
+            node_selector=ON_SIMULATED,
+        )
+        assert isinstance(run, JobRun)
+        first = wait_for(
+            "rank 0's first attempt to run",
+            lambda: next(
+                (p.pod for p in run.status.pods if p.rank == 0 and p.phase == "Running"), None
+            ),
+        )
+        eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=first, namespace=namespace))
+        core.create_namespaced_pod_eviction(first, namespace, eviction)
+        assert run.wait(timeout=90) == "Succeeded"
+        ranks0 = [p for p in run.status.pods if p.rank == 0]
+        assert first not in [p.pod for p in ranks0]  # the evicted pod is gone
+        assert [(p.phase, p.exit_code) for p in ranks0] == [("Succeeded", 0)]
+        job = to_wire(api, client.BatchV1Api(api).read_namespaced_job("evicted", namespace))
+        assert job["status"].get("failed", 0) == 0  # ignored, not counted
+        run.cancel()
+
+
+def _kueue_crd(plural: str, kind: str) -> Wire:
+    """A stand-in for one of Kueue's CRDs: its API (group, version, kind), no controller."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.kueue.x-k8s.io"},
+        "spec": {
+            "group": "kueue.x-k8s.io",
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+            "versions": [
+                {
+                    "name": "v1beta1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _served_groups(api: client.ApiClient) -> set[str]:
+    return {g.name for g in client.ApisApi(api).get_api_versions().groups}
+
+
+def test_a_kueue_queue_is_checked_labelled_and_its_reason_shown(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    """With Kueue's API served (its CRDs, without its controller): an unknown queue is one
+    line and makes nothing; the admin's default queue labels the Job, which waits
+    suspended for Kueue, with the reason of its Workload."""
+    extensions = client.ApiextensionsV1Api(api)
+    objects = client.CustomObjectsApi(api)
+    crds = [_kueue_crd("localqueues", "LocalQueue"), _kueue_crd("workloads", "Workload")]
+    for crd in crds:
+        extensions.create_custom_resource_definition(
+            to_model(client.V1CustomResourceDefinition, crd)
+        )
+    try:
+        wait_for("Kueue's API", lambda: "kueue.x-k8s.io" in _served_groups(api))
+        local_queue = {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "team-q", "namespace": namespace},
+            "spec": {"clusterQueue": "cluster"},
+        }
+        wait_for(
+            "the LocalQueue to be made",
+            lambda: _made(objects, namespace, "localqueues", local_queue),
+        )
+        alice = session(kubeconfig, namespace, image=IMAGE, kueue_queue="team-q")
+        with pytest.raises(
+            InvalidInputError,
+            match=rf"^dra\.run: no Kueue LocalQueue 'nope' in namespace {namespace}; ",
+        ):
+            alice.run("true", gpu=1, queue="nope")
+        assert client.BatchV1Api(api).list_namespaced_job(namespace).items == []
+        run = alice.run("true", gpu=1, name="queued")  # the admin's default queue
+        assert isinstance(run, JobRun)
+        made = to_wire(api, client.BatchV1Api(api).read_namespaced_job("queued", namespace))
+        assert made["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-q"
+        assert made["spec"]["suspend"] is True
+        status = run.status
+        assert (status.phase, status.reason, status.pods) == (
+            "Pending",
+            "suspended, waiting in Kueue's queue team-q",
+            [],
+        )
+        workload = {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Workload",
+            "metadata": {
+                "name": "job-queued",
+                "namespace": namespace,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": "queued",
+                        "uid": made["metadata"]["uid"],
+                    }
+                ],
+            },
+            "status": {
+                "conditions": [
+                    {
+                        "type": "QuotaReserved",
+                        "status": "False",
+                        "reason": "Pending",
+                        "message": "couldn't assign flavors to pod set main: insufficient "
+                        "quota for nvidia.com/gpu",
+                    }
+                ]
+            },
+        }
+        objects.create_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta1", namespace, "workloads", workload
+        )
+        assert run.status.reason == (
+            "suspended, waiting in Kueue's queue team-q: couldn't assign flavors to pod set "
+            "main: insufficient quota for nvidia.com/gpu"
+        )
+        run.cancel()
+    finally:
+        for crd in crds:
+            extensions.delete_custom_resource_definition(crd["metadata"]["name"])
+        wait_for("Kueue's API to go", lambda: "kueue.x-k8s.io" not in _served_groups(api))
+
+
+def _made(objects: client.CustomObjectsApi, namespace: str, plural: str, body: Wire) -> bool:
+    """Create a custom object (False while its CRD is not served yet)."""
+    try:
+        objects.create_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta1", namespace, plural, body
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
+def test_an_unplaced_run_says_the_schedulers_reason_and_ours_then_leaves_nothing(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    alice = session(kubeconfig, namespace, image=IMAGE)
+    nowhere = {"dra-jupyter/inventory": "no-such-inventory"}
+    run = alice.run("true", gpu=1, nodes=2, name="nowhere", node_selector=nowhere)
+    assert isinstance(run, JobRun)
+
+    def waiting() -> bool:
+        status = run.status
+        return len(status.pods) == 2 and all(
+            "node affinity/selector" in p.reason for p in status.pods
+        )
+
+    wait_for("the scheduler's reason on both pods", waiting)
+    status = run.status
+    assert status.phase == "Pending"
+    assert status.reason.startswith("0/"), status.reason
+    run.cancel()
+    with pytest.raises(AllocationError) as raised:
+        alice.run(
+            "true", gpu=1, nodes=2, name="nowhere-2", node_selector=nowhere, wait=True, timeout=10
+        )
+    message = str(raised.value)
+    assert re.match(
+        r"dra\.run: run nowhere-2 was not placed within 10 s: 0/(\d+) nodes are available: "
+        r"\1 node\(s\) didn't match Pod's node affinity/selector",
+        message,
+    ), message
+    assert "\ndra-jupyter's allocator on the cluster's slices:\n" in message
+    wait_for(
+        "the runs' objects to be deleted",
+        lambda: (
+            not client.BatchV1Api(api).list_namespaced_job(namespace).items
+            and not client.CoreV1Api(api).list_namespaced_pod(namespace).items
+            and not client.ResourceV1Api(api).list_namespaced_resource_claim(namespace).items
+        ),
+    )
