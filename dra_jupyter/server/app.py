@@ -33,7 +33,7 @@ from dra_jupyter.server import givenspecs, startup
 from dra_jupyter.server.claim_events import RELEASED, ClaimEvents, register_schemas
 from dra_jupyter.server.claims import Caller, ClaimService, release_message
 from dra_jupyter.server.handlers import DRAApp, routes
-from dra_jupyter.server.health import HealthNotices, unhealthy_events
+from dra_jupyter.server.health import DEVICE_MOVED, HealthNotices, unhealthy_events
 from dra_jupyter.server.idle import Decision, IdlePolicy
 from dra_jupyter.server.kernels import (
     ExecutionWatcher,
@@ -653,7 +653,7 @@ class DRAExtensionApp(ExtensionApp):
                 "on another device; release it and request again"
             )
         if self.service.backend.capabilities.devices_here:
-            await self.call(self.service.move, caller, name, MOVED)
+            await self.call(self.service.move, caller, name, DEVICE_MOVED)
         records, env = await self.restart_with_claims(kernel_id)
         return kernel_id, records, env
 

@@ -7,7 +7,7 @@ server's log, in words that say which device, what happened, what it means for t
 and what they can do.
 
 Move (``POST /dra/api/claims/{name}/move``) asks for the same again (the claim's spec: the
-taint keeps the allocator off the device), releases the old claim (reason ``moved``) and
+taint keeps the allocator off the device), releases the old claim (reason ``device-moved``) and
 restarts the kernel with its claims; Release gives the claim back.
 
 Pure: what is said is made from the claims and the taints; the server reads them.
@@ -21,6 +21,7 @@ from typing import Any
 from dra_jupyter.types import ClaimRecord, DeviceTaint
 
 EFFECTS = ("NoSchedule", "NoExecute")  # what takes a device out; "None" only marks it
+DEVICE_MOVED = "device-moved"  # the reason the claim of a Move goes
 
 
 def device_name(key: str) -> str:

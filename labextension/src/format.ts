@@ -263,6 +263,12 @@ export function releaseReason(reason: string): string {
       return 'the Jupyter server stopped';
     case 'moved':
       return 'its kernel moved into a pod with these devices, whose own claim holds them now';
+    case 'device-moved':
+      return 'its kernel moved to an equivalent device, off one taken out of service';
+    case 'device-failed':
+      return 'its device failed and was taken out of service';
+    case 'fair-share':
+      return 'another user waited for its devices while it was idle (fair share)';
     case 'expired':
       return 'its lease ended';
     case 'reclaimed':

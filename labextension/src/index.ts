@@ -13,6 +13,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { Debouncer } from '@lumino/polling';
 
 import { deviceSummary, releaseReason, settledBusy } from './format';
+import { DeviceHealth } from './health';
 import { DraModel, toError } from './model';
 import { KernelMoves, type MoveNotifier } from './moves';
 import { DevicesPanel, type Kernels } from './panel';
@@ -203,6 +204,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
     model.kernelMoved.connect((_, event) => {
       if (settings.notify) {
         moves.show(event);
+      }
+    });
+    // a device of the user's claim taken out of service: Move or Release, until done
+    const health = new DeviceHealth(model, moveNotifier, kernels, fail);
+    model.deviceUnhealthy.connect((_, event) => {
+      if (settings.notify) {
+        health.show(event);
       }
     });
     model.released.connect((_, { event, claim }) => {

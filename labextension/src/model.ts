@@ -9,6 +9,7 @@ import { metricsByDevice, SPARK_SAMPLES } from './metrics';
 import {
   type AllocatedEvent,
   type ClaimEvent,
+  type DeviceUnhealthyEvent,
   EVENTS,
   type GpuProcessEvent,
   type IdleWarningEvent,
@@ -102,6 +103,11 @@ export class DraModel {
    * A kernel of this server moved, keeping its id (Kubernetes): into a pod of its own with
    * devices, or back onto the server without them.
    */
+  /** A device of one of the caller's claims was taken out of service. */
+  get deviceUnhealthy(): ISignal<this, DeviceUnhealthyEvent> {
+    return this._deviceUnhealthy;
+  }
+
   get kernelMoved(): ISignal<this, KernelMovedEvent> {
     return this._kernelMoved;
   }
@@ -366,6 +372,14 @@ export class DraModel {
     return answer;
   }
 
+  /** Move a claim off a device taken out of service: the same again on an equivalent
+   * device, the old claim released, its kernel restarted with the new one. */
+  async move(name: string): Promise<Restart> {
+    const answer = await this._request('POST /claims/{name}/move', { name });
+    await this.refreshSoon();
+    return answer;
+  }
+
   /** Allocate devices now (as dra.request with timeout 0). */
   async request(body: ClaimRequest): Promise<Claim> {
     const claim = await this._request('POST /claims', {}, body);
@@ -393,6 +407,18 @@ export class DraModel {
       const moved = event as unknown as KernelMovedEvent;
       if (this.ownKernel(moved.kernel_id) || this._users.has(moved.user)) {
         this._kernelMoved.emit(moved);
+      }
+      void this.refreshSoon();
+      return;
+    }
+    if (id === EVENTS.deviceUnhealthy) {
+      const unhealthy = event as unknown as DeviceUnhealthyEvent;
+      if (
+        this._known.has(unhealthy.claim) ||
+        this._users.has(unhealthy.user) ||
+        (unhealthy.kernel_id !== null && this.ownKernel(unhealthy.kernel_id))
+      ) {
+        this._deviceUnhealthy.emit(unhealthy);
       }
       void this.refreshSoon();
       return;
@@ -503,6 +529,7 @@ export class DraModel {
   private _released = new Signal<this, Release>(this);
   private _gpuProcess = new Signal<this, GpuProcessEvent>(this);
   private _kernelMoved = new Signal<this, KernelMovedEvent>(this);
+  private _deviceUnhealthy = new Signal<this, DeviceUnhealthyEvent>(this);
 }
 
 /** Any failure of a call as a DraRequestError (a bug in the page keeps its message). */

@@ -24,7 +24,8 @@ export const EVENTS = {
   idleWarning: `${EVENT_BASE}/idle_warning/v1`,
   released: `${EVENT_BASE}/claim_released/v1`,
   gpuProcess: `${EVENT_BASE}/gpu_process/v1`,
-  kernelMoved: `${EVENT_BASE}/kernel_moved/v1`
+  kernelMoved: `${EVENT_BASE}/kernel_moved/v1`,
+  deviceUnhealthy: `${EVENT_BASE}/device_unhealthy/v1`
 } as const;
 
 /** What every event of a claim carries (the schemas' common fields). */
@@ -76,6 +77,25 @@ export interface KernelMovedEvent {
   /** with server: the Python command that starts it again on such devices ('' if unknown) */
   again: string;
   /** one line to show */
+  message: string;
+}
+
+/** dra_jupyter/server/events/device_unhealthy.json: a device of a claim of this server's
+ * kernels was taken out of service (a NoSchedule or NoExecute taint: an admin's, or the
+ * health watcher's after a GPU error); once per claim, device and taint key. */
+export interface DeviceUnhealthyEvent {
+  schema_id: string;
+  claim: string;
+  user: string;
+  kernel_id: string | null;
+  /** driver/pool/device */
+  device: string;
+  key: string;
+  effect: 'NoSchedule' | 'NoExecute';
+  /** what happened, in the taint's words ('' when none was given) */
+  reason: string;
+  tainted_by: string;
+  /** the server's one line: which device, what happened, what it means, what to do */
   message: string;
 }
 

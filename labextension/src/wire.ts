@@ -96,7 +96,7 @@ export interface GpuActivity {
 }
 
 export interface Released {
-  /** idle, gpu-idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit, moved */
+  /** idle, gpu-idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit, moved, device-moved, device-failed, fair-share, admin */
   reason: string;
   /** seconds since the epoch */
   time: number;

@@ -75,7 +75,7 @@ async def test_the_holder_is_told_once_and_move_restarts_the_kernel_on_another_d
         assert moved["name"] != claim.name
         assert len(moved["devices"]) == 1
         assert moved["devices"] != [device]  # driver/pool/device
-        assert [r.reason for r in ledger.releases() if r.name == claim.name] == ["moved"]
+        assert [r.reason for r in ledger.releases() if r.name == claim.name] == ["device-moved"]
         cuda = answer["env"]["CUDA_VISIBLE_DEVICES"]
         assert cuda
         await kernel.run_on_shell(

@@ -1,0 +1,116 @@
+// A device of one of the user's claims taken out of service (the device_unhealthy event:
+// an admin's taint, or the health watcher's after a GPU error): a notification that
+// stays, saying which device, what happened and what it means for the work, with its two
+// actions: Move (the same again on an equivalent device, the kernel restarted on it) and
+// Release. Withdrawn once the claim goes (here or anywhere) or an action is taken.
+
+import { deviceSummary } from './format';
+import type { DraModel } from './model';
+import type { MoveNotifier } from './moves';
+import type { DeviceUnhealthyEvent, Restart } from './tokens';
+import type { WarningAction } from './warnings';
+
+/** The device's short name: `gpu-3` of `gpu.nvidia.com/node-1/gpu-3`. */
+export function deviceName(key: string): string {
+  return key.slice(key.lastIndexOf('/') + 1);
+}
+
+/** JupyterLab shows this many characters of a notification. */
+export const NOTIFICATION_CHARS = 140;
+
+/**
+ * The notification's text: the device, whose it is, what it means for the work, then what
+ * happened, cut to what JupyterLab shows (the actions' captions say the rest).
+ */
+export function unhealthyText(event: DeviceUnhealthyEvent, label: string | null): string {
+  const of = label ? ` of ${label}` : ` (claim ${event.claim})`;
+  const means =
+    event.effect === 'NoExecute' ? 'it cannot be used: save your work now' : 'work on it may fail';
+  const text = `${deviceName(event.device)}${of} was taken out of service, ${means}: ${
+    event.reason || event.key
+  }`;
+  return text.length <= NOTIFICATION_CHARS
+    ? text
+    : `${text.slice(0, NOTIFICATION_CHARS - 1).trimEnd()}…`;
+}
+
+/** The success note of a Move: the devices the kernel's claims hold now. */
+export function movedText(answer: Restart, devices: DraModel['deviceMap']): string {
+  const keys = answer.claims.flatMap(c => c.devices);
+  const what = keys.length > 0 ? deviceSummary(keys, devices) : 'an equivalent device';
+  return `Kernel restarted on ${what}; its variables are gone.`;
+}
+
+export class DeviceHealth {
+  constructor(
+    readonly model: DraModel,
+    readonly notifier: MoveNotifier,
+    /** The page's kernels: a kernel's notebook, and its restart. */
+    readonly kernels: {
+      label(kernelId: string): string | null;
+      restarted(kernelId: string): Promise<void>;
+    },
+    /** What to do with a Move or Release that failed. */
+    readonly fail: (err: unknown) => void
+  ) {
+    model.released.connect((_, { event }) => this.withdraw(event.claim));
+  }
+
+  /** The claims with a notification shown now. */
+  get claims(): string[] {
+    return [...this._shown.keys()];
+  }
+
+  show(event: DeviceUnhealthyEvent): void {
+    const name = event.claim;
+    this.withdraw(name); // the latest of a claim's devices is the one that shows
+    const kernel = event.kernel_id;
+    const label = kernel ? this.kernels.label(kernel) : null;
+    const actions: WarningAction[] = [];
+    if (kernel !== null) {
+      actions.push({
+        label: 'Move',
+        caption:
+          'Ask for an equivalent device and restart the kernel on it (its variables are ' +
+          'lost); the claim with the failed device is released',
+        kind: 'accent',
+        callback: () => {
+          this.withdraw(name);
+          void this.move(name, kernel);
+        }
+      });
+    }
+    actions.push({
+      label: 'Release',
+      caption: 'Give the claim back now',
+      kind: 'warn',
+      callback: () => {
+        this.withdraw(name);
+        this.model.release(name).catch(this.fail);
+      }
+    });
+    this._shown.set(name, this.notifier.warn(unhealthyText(event, label), actions));
+  }
+
+  /** Move: the server makes the same claim again and restarts the kernel with it. */
+  async move(name: string, kernel: string): Promise<void> {
+    try {
+      const answer = await this.model.move(name);
+      await this.kernels.restarted(kernel);
+      this.notifier.success(movedText(answer, this.model.deviceMap));
+    } catch (err) {
+      this.fail(err);
+    }
+  }
+
+  /** Take the claim's notification away, if it has one. */
+  withdraw(claim: string): void {
+    const id = this._shown.get(claim);
+    if (id !== undefined) {
+      this._shown.delete(claim);
+      this.notifier.dismiss(id);
+    }
+  }
+
+  private _shown = new Map<string, string>();
+}

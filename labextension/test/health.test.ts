@@ -1,0 +1,163 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import type { Requester } from '../src/api';
+import {
+  DeviceHealth,
+  deviceName,
+  movedText,
+  NOTIFICATION_CHARS,
+  unhealthyText
+} from '../src/health';
+import { DraModel } from '../src/model';
+import type { MoveNotifier } from '../src/moves';
+import { type DeviceUnhealthyEvent, EVENTS } from '../src/tokens';
+import type { WarningAction } from '../src/warnings';
+import { claim, device, GPU } from './fixtures';
+
+function unhealthy(more: Partial<DeviceUnhealthyEvent> = {}): DeviceUnhealthyEvent {
+  return {
+    schema_id: EVENTS.deviceUnhealthy,
+    claim: 'c1',
+    user: 'alice',
+    kernel_id: 'k1',
+    device: `${GPU}3`,
+    key: 'gpu.nvidia.com/xid',
+    effect: 'NoExecute',
+    reason: 'XID 79: the GPU fell off the bus',
+    tainted_by: 'health watcher',
+    message: 'gpu-3 of claim c1 was taken out of service by health watcher: …',
+    ...more
+  };
+}
+
+/** The notifications shown: warnings by id with their buttons, and the notes. */
+class Shown implements MoveNotifier {
+  open = new Map<string, { message: string; actions: WarningAction[] }>();
+  notes: string[] = [];
+  count = 0;
+  warn(message: string, actions: WarningAction[]): string {
+    this.count += 1;
+    const id = `n${this.count}`;
+    this.open.set(id, { message, actions });
+    return id;
+  }
+  update(): boolean {
+    return false;
+  }
+  dismiss(id: string): void {
+    this.open.delete(id);
+  }
+  info(message: string, ms: number): void {
+    this.notes.push(`info ${ms}: ${message}`);
+  }
+  success(message: string): void {
+    this.notes.push(`success: ${message}`);
+  }
+}
+
+function setup() {
+  const calls: string[] = [];
+  const request = (async (operation: string, parameters?: Record<string, string>) => {
+    calls.push(`${operation} ${parameters?.name ?? ''}`.trim());
+    switch (operation) {
+      case 'POST /claims/{name}/move':
+        return { kernel_id: 'k1', env: {}, claims: [claim('c2', { devices: [`${GPU}5`] })] };
+      case 'DELETE /claims/{name}':
+        return undefined;
+      case 'GET /claims':
+        return { claims: [] };
+      case 'GET /devices':
+        return { inventory: 'h200-8x', simulated: true, devices: [device(`${GPU}5`)] };
+      default:
+        throw new Error(`not in the fake: ${operation}`);
+    }
+  }) as Requester;
+  const model = new DraModel({ request, now: () => 1000, hidden: () => false });
+  const shown = new Shown();
+  const restarted: string[] = [];
+  const failed: string[] = [];
+  const kernels = {
+    label: (id: string) => (id === 'k1' ? 'train.ipynb' : null),
+    restarted: async (id: string) => {
+      restarted.push(id);
+    }
+  };
+  const health = new DeviceHealth(model, shown, kernels, err => failed.push(String(err)));
+  return { health, shown, calls, restarted, failed, model };
+}
+
+async function settled(): Promise<void> {
+  for (let i = 0; i < 5; i++) {
+    await new Promise(resolve => setTimeout(resolve, 0));
+  }
+}
+
+test('the text says which device, whose, what happened and what it means, first', () => {
+  assert.equal(deviceName(`${GPU}3`), 'gpu-3');
+  assert.equal(
+    unhealthyText(unhealthy(), 'train.ipynb'),
+    'gpu-3 of train.ipynb was taken out of service, it cannot be used: save your work now: ' +
+      'XID 79: the GPU fell off the bus'
+  );
+  assert.equal(
+    unhealthyText(unhealthy({ effect: 'NoSchedule', reason: '' }), null),
+    'gpu-3 (claim c1) was taken out of service, work on it may fail: gpu.nvidia.com/xid'
+  );
+  const long = unhealthyText(unhealthy(), 'a-long-notebook-name-for-training.ipynb');
+  assert.ok(long.length <= NOTIFICATION_CHARS); // JupyterLab cuts there: we cut first
+  assert.match(long, /^gpu-3 of a-long-notebook-name-for-training\.ipynb was taken out .*…$/);
+});
+
+test('Move makes the claim again, restarts the kernel, says where, and withdraws', async () => {
+  const { health, shown, calls, restarted, failed, model } = setup();
+  await model.refresh(); // the devices known
+  health.show(unhealthy());
+  assert.deepEqual(health.claims, ['c1']);
+  const [warning] = [...shown.open.values()];
+  assert.deepEqual(
+    warning.actions.map(a => [a.label, a.kind]),
+    [
+      ['Move', 'accent'],
+      ['Release', 'warn']
+    ]
+  );
+  assert.match(warning.actions[0].caption, /equivalent device.*restart the kernel/);
+  warning.actions[0].callback();
+  await settled();
+  assert.ok(calls.includes('POST /claims/{name}/move c1'));
+  assert.deepEqual(restarted, ['k1']);
+  assert.deepEqual(failed, []);
+  assert.equal(shown.open.size, 0);
+  assert.deepEqual(shown.notes, ['success: Kernel restarted on 1× H200; its variables are gone.']);
+  assert.equal(
+    movedText({ kernel_id: 'k1', env: {}, claims: [] }, model.deviceMap),
+    'Kernel restarted on an equivalent device; its variables are gone.'
+  );
+});
+
+test('Release gives the claim back; one notification per claim; none to Move without a kernel', async () => {
+  const { health, shown, calls } = setup();
+  health.show(unhealthy());
+  health.show(unhealthy({ device: `${GPU}4` })); // a second device of the claim: replaces
+  assert.equal(shown.open.size, 1);
+  const [warning] = [...shown.open.values()];
+  warning.actions[1].callback();
+  await settled();
+  assert.ok(calls.includes('DELETE /claims/{name} c1'));
+  assert.equal(shown.open.size, 0);
+  health.show(unhealthy({ claim: 'rest', kernel_id: null }));
+  const [only] = [...shown.open.values()];
+  assert.deepEqual(
+    only.actions.map(a => a.label),
+    ['Release']
+  );
+});
+
+test("the model passes on the events of the caller's claims only", () => {
+  const { model } = setup();
+  const seen: string[] = [];
+  model.deviceUnhealthy.connect((_, event) => seen.push(event.claim));
+  model.handleEvent({ ...unhealthy({ claim: 'theirs', user: 'bob', kernel_id: 'k9' }) });
+  assert.deepEqual(seen, []);
+});
