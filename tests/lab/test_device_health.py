@@ -1,0 +1,47 @@
+"""A device taken out of service in a real JupyterLab: a notebook holds a GPU, an admin
+taints it in the ledger (as ``dra-jupyter taint`` does), and the page says so in a
+notification that stays, naming the notebook, with Move and Release. Move asks the server
+for an equivalent device and restarts the kernel on it: the notebook's claim is a new one,
+on another GPU, and the notification goes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dra_jupyter.local.ledger import Ledger
+from tests.browser.conftest import Lab, run_all_cells
+from tests.lab.test_devices_panel import TOAST, X, claims, notebook, released, toast, until
+
+__all__ = ["released"]  # the fixture: each test starts and ends with no claim held
+
+KEY = "health.example.com/xid"
+
+
+def test_a_gpu_taken_out_offers_move_and_move_restarts_the_notebook_elsewhere(
+    lab: Lab, page: Any, released: None
+) -> None:
+    notebook(page, lab, "failing.ipynb", ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)"])
+    run_all_cells(page)
+    [claim] = until("the notebook's claim", lambda: claims(lab))
+    [device] = claim["devices"]
+    name = device.rsplit("/", 1)[-1]
+    ledger = Ledger(lab.ledger)
+    ledger.taint(device, KEY, "NoSchedule", "XID 94: contained ECC error", time.time())
+    try:
+        warning = toast(page, f"{name} of failing.ipynb was taken out of service")
+        assert warning.inner_text().startswith(
+            f"{name} of failing.ipynb was taken out of service, work on it may fail: "
+            "XID 94: contained ECC error"
+        )
+        assert warning.get_by_role("button", name="Release").count() == 1
+        warning.get_by_role("button", name="Move").click()
+        toast(page, f"Kernel restarted on 1{X} H200; its variables are gone.")
+        shown = page.locator(TOAST).filter(has_text="was taken out of service")
+        until("the notification withdrawn after the Move", lambda: shown.count() == 0)
+        [after] = until("the moved claim", lambda: [c for c in claims(lab) if c != claim])
+        assert after["kernel_id"] == claim["kernel_id"]
+        assert after["name"] != claim["name"]
+        assert after["devices"] != [device]
+    finally:
+        ledger.untaint(device, KEY, time.time())
