@@ -25,7 +25,7 @@ from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings, service_installe
 if TYPE_CHECKING:
     from dra_jupyter.inventory.base import Inventory
     from dra_jupyter.runstatus import Runs
-    from dra_jupyter.types import Backend, Owner
+    from dra_jupyter.types import Backend, Owner, Watching
 
 
 def open_backend(settings: Settings, owner: Owner, inventory: Inventory | None = None) -> Backend:
@@ -96,6 +96,20 @@ def open_runs(settings: Settings, backend: Backend) -> Runs:
     ledger = backend.ledger if isinstance(backend, LocalBackend) else Ledger(settings.ledger)
     env = runner_env(settings, kind, ledger.path)
     return LocalRuns(RunBook(ledger), backend.owner.user, backend.release, env)
+
+
+def open_health_watcher(backend: Backend, grace: float) -> Watching | None:
+    """The machine's health watcher for ``backend``'s devices, started, where the backend
+    does not watch them itself: the embedded ledger on NVML devices, when no other watcher
+    runs for the ledger (:func:`dra_jupyter.local.watcher.watch_ledger`). None elsewhere:
+    the service runs its own; simulated devices and a cluster have nothing to watch."""
+    from dra_jupyter.local.backend import LocalBackend  # noqa: PLC0415
+
+    if not isinstance(backend, LocalBackend):
+        return None
+    from dra_jupyter.local.watcher import watch_ledger  # noqa: PLC0415  # NVML on use
+
+    return watch_ledger(backend, grace)
 
 
 def runner_env(settings: Settings, kind: str, ledger: Path) -> dict[str, str]:

@@ -495,6 +495,16 @@ def health_record_of(backend: object) -> HealthRecord | None:
     return backend if isinstance(backend, HealthRecord) else None
 
 
+class Watching(Protocol):
+    """A running health watcher (:mod:`dra_jupyter.local.watcher`)."""
+
+    def enforce(self) -> list[tuple[ClaimRecord, str]]:
+        """Release the holders of GPUs taken out ``NoExecute`` whose grace has passed."""
+
+    def stop(self) -> None:
+        """Stop watching (and let another watcher take over)."""
+
+
 @runtime_checkable
 class Tainting(Protocol):
     """A backend on which admins taint devices by hand (the local ledger, a cluster's

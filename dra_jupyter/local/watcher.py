@@ -195,3 +195,42 @@ def lock_for(ledger: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+class LedgerWatch:
+    """A watcher started for a ledger, holding its lock (:func:`watch_ledger`)."""
+
+    def __init__(self, watcher: HealthWatcher, lock: contextlib.ExitStack) -> None:
+        self.watcher = watcher
+        self._lock = lock
+
+    def enforce(self) -> list[tuple[ClaimRecord, str]]:
+        return self.watcher.enforce()
+
+    def stop(self) -> None:
+        self.watcher.stop()
+        self._lock.close()
+
+
+def watch_ledger(backend: LocalBackend, grace: float) -> LedgerWatch | None:
+    """The watcher of ``backend``'s devices, started, as its ledger's one; None where the
+    devices are not read through NVML or another watcher runs for the ledger (said in one
+    log line). What a Jupyter server on the embedded backend runs."""
+    if backend.devices.source != "nvml":
+        return None
+    ledger = backend.ledger.path
+    lock = contextlib.ExitStack()
+    try:
+        lock.enter_context(lock_for(ledger))
+    except UnavailableError as err:
+        log.info("%s; leaving the watching to it", err)
+        return None
+    watcher = HealthWatcher(backend, grace=grace)
+    try:
+        watcher.start()
+    except Exception:
+        lock.close()
+        raise
+    gpus = len(watcher.nvml.gpus) if watcher.nvml is not None else 0
+    log.info("watching the health of %d GPUs for %s", gpus, ledger)
+    return LedgerWatch(watcher, lock)

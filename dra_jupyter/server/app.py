@@ -45,6 +45,7 @@ from dra_jupyter.server.moves import MOVED, Moves, PodDevices, checked_claim, po
 from dra_jupyter.server.sampling import MetricsSampler
 from dra_jupyter.server.strays import stray_events
 from dra_jupyter.server.terminals import put_scripts_on_terminal_path
+from dra_jupyter.server.watching import start_watcher
 from dra_jupyter.server.writer import Writer
 from dra_jupyter.settings import (
     BackendName,
@@ -52,7 +53,7 @@ from dra_jupyter.settings import (
     check_server_id,
     default_server_id,
 )
-from dra_jupyter.types import ClaimRecord, tainting_of
+from dra_jupyter.types import ClaimRecord, Watching, tainting_of
 
 T = TypeVar("T")
 
@@ -140,6 +141,14 @@ class DRAExtensionApp(ExtensionApp):
         claims, where the devices are this machine's: a device taken out of service (an
         admin's taint, the health watcher's) is told to its holder within about this long.
         On Kubernetes each periodic check reads them. 0: only with each check.""",
+    )
+    health_watch = Bool(
+        True,
+        config=True,
+        help="""On the embedded backend whose devices are read through NVML, run the
+        machine's health watcher (dra_jupyter.local.watcher) in this server, unless one
+        runs already for its ledger (dra-jupyter health --watch, another server): a GPU
+        that fails is taken out of service. False: leave it to dra-jupyter health --watch.""",
     )
     release_on_stop = Bool(
         True,
@@ -331,6 +340,7 @@ class DRAExtensionApp(ExtensionApp):
         self._checker: PeriodicCallback | None = None
         self._health_checker: PeriodicCallback | None = None
         self.health = HealthNotices()
+        self._watcher: Watching | None = None
         self._due: tuple[float, object] | None = None  # the next deadline's timer: (when, handle)
         self._stopped = False
         self.metrics = MetricsSampler(
@@ -408,6 +418,9 @@ class DRAExtensionApp(ExtensionApp):
             self._checker = PeriodicCallback(self.check, self.check_interval * 1000)
             self._checker.start()
         backend = self.service.backend
+        if self.health_watch:
+            grace = self.service.session.settings.health_grace
+            self._watcher = start_watcher(backend, grace, self.log)
         if (
             self.health_interval > 0
             and backend.capabilities.devices_here
@@ -424,6 +437,8 @@ class DRAExtensionApp(ExtensionApp):
         for checker in (self._checker, self._health_checker):
             if checker is not None:
                 checker.stop()
+        if self._watcher is not None:
+            self._watcher.stop()
         self._schedule(None)
         await self.metrics.stop()
         self.events.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
@@ -627,6 +642,8 @@ class DRAExtensionApp(ExtensionApp):
         tainting = tainting_of(self.service.backend)
         if self._stopped or tainting is None:
             return
+        if self._watcher is not None:
+            await self.call(self._watcher.enforce)
         live = set(self.live_kernels())
         try:
             records = await self.read(partial(self.service.live_claims, wait=False))
