@@ -175,6 +175,11 @@ class Claim:
         return self._record.name
 
     @property
+    def record(self) -> ClaimRecord:
+        """The claim as its backend keeps it (its allocation, owner, times)."""
+        return self._record
+
+    @property
     def state(self) -> str:
         """``allocated`` while held, ``released`` once given back (by you or by the system).
         Kubernetes: ``pending`` until a pod uses it, ``allocated`` once kube-scheduler has

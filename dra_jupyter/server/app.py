@@ -29,11 +29,11 @@ from dra_jupyter.errors import DraJupyterError, InvalidInputError, KernelRestart
 from dra_jupyter.metrics.activity import Activity, ActivitySettings, GpuState
 from dra_jupyter.metrics.base import DeviceProcess
 from dra_jupyter.metrics.processes import ProcessUse
+from dra_jupyter.outofservice import DEVICE_MOVED, Told, unhealthy_events
 from dra_jupyter.server import givenspecs, startup
 from dra_jupyter.server.claim_events import RELEASED, ClaimEvents, register_schemas
 from dra_jupyter.server.claims import Caller, ClaimService, release_message
 from dra_jupyter.server.handlers import DRAApp, routes
-from dra_jupyter.server.health import DEVICE_MOVED, HealthNotices, unhealthy_events
 from dra_jupyter.server.idle import Decision, IdlePolicy
 from dra_jupyter.server.kernels import (
     ExecutionWatcher,
@@ -339,7 +339,7 @@ class DRAExtensionApp(ExtensionApp):
         self._readers = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="dra-read")
         self._checker: PeriodicCallback | None = None
         self._health_checker: PeriodicCallback | None = None
-        self.health = HealthNotices()
+        self.health = Told()
         self._watcher: Watching | None = None
         self._due: tuple[float, object] | None = None  # the next deadline's timer: (when, handle)
         self._stopped = False
@@ -638,7 +638,8 @@ class DRAExtensionApp(ExtensionApp):
             self.log.warning("dra_jupyter: kernel %s asked for a restart: %s", kernel_id, err)
 
     async def check_health(self) -> None:
-        """Tell the holders of devices taken out of service (:mod:`.health`), once each."""
+        """Tell the holders of devices taken out of service, once each
+        (:mod:`dra_jupyter.outofservice`)."""
         tainting = tainting_of(self.service.backend)
         if self._stopped or tainting is None:
             return

@@ -414,7 +414,7 @@ class RestartWithClaimsHandler(_DRAHandler):
 
 
 class MoveHandler(_DRAHandler):
-    """The Move of a device taken out of service (:mod:`dra_jupyter.server.health`): the
+    """The Move of a device taken out of service (:mod:`dra_jupyter.outofservice`): the
     same again on an equivalent device, the old claim released, the kernel restarted."""
 
     @web.authenticated

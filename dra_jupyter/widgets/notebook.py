@@ -18,6 +18,8 @@ from dra_jupyter.api import Claim, Session, TextView, WaitReporter, default_sess
 from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import DraJupyterError, DraJupyterWarning
 from dra_jupyter.kernelinfo import current_cell, execution_count, in_kernel
+from dra_jupyter.outofservice import Told, message, unhealthy
+from dra_jupyter.types import ClaimRecord, DeviceTaint, tainting_of
 from dra_jupyter.widgets.card import CardReporter, CardView, ClaimCard
 
 
@@ -81,20 +83,63 @@ def notebook_session() -> Session:
 
 
 class _Problems:
-    """The last problem the per-cell sync met, said once (not before every cell)."""
+    """The last problem the per-cell sync met, said once (not before every cell); the
+    devices taken out of service said already."""
 
     last = ""
+    told = Told()
+
+
+# what a kernel's user can do about a device taken out of service, from the notebook
+IN_KERNEL = (
+    "In JupyterLab: Move (an equivalent device, the kernel restarted on it); here: "
+    "dra.release('{claim}') and request again"
+)
 
 
 def _sync_environment(info: Any = None) -> None:
     try:
         ProcessEnvironment.of_process().sync()
+        for line in taken_out_lines(ProcessEnvironment.of_process(), _Problems.told):
+            print(line, flush=True)  # before the cell's own output, once
     except DraJupyterError as err:  # e.g. the ledger is busy or gone: the cell still runs
         if str(err) != _Problems.last:
             _Problems.last = str(err)
             warnings.warn(f"dra: {err}", DraJupyterWarning, stacklevel=1)
     else:
         _Problems.last = ""
+
+
+def taken_out_lines(environment: ProcessEnvironment, told: Told) -> list[str]:
+    """What to say, once, of the devices of this process's claims that were taken out of
+    service since (:mod:`dra_jupyter.outofservice`): one read of each backend's taints."""
+    by_backend: dict[int, tuple[Any, list[ClaimRecord]]] = {}
+    for claim in environment.claims:
+        if not isinstance(claim, Claim):
+            continue
+        held = by_backend.setdefault(id(claim.backend), (claim.backend, []))
+        held[1].append(claim.record)
+    events = []
+    for backend, records in by_backend.values():
+        tainting = tainting_of(backend)
+        if tainting is not None:
+            events += unhealthy_events_said(records, tainting.taints())
+    return [f"dra: {e['message']}" for e in told.new(events)]
+
+
+def unhealthy_events_said(
+    records: list[ClaimRecord], taints: list[DeviceTaint]
+) -> list[dict[str, Any]]:
+    """The events of :func:`~dra_jupyter.outofservice.unhealthy`, in the kernel's words."""
+    return [
+        {
+            "claim": record.name,
+            "device": device,
+            "key": taint.key,
+            "message": message(record, device, taint, IN_KERNEL.format(claim=record.name)),
+        }
+        for record, device, taint in unhealthy(records, taints)
+    ]
 
 
 def _adopt_kernel_claims(session: Session) -> None:

@@ -13,7 +13,7 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from dra_jupyter.local.ledger import Ledger
-from dra_jupyter.server.health import HealthNotices, unhealthy_events
+from dra_jupyter.outofservice import Told, unhealthy_events
 from dra_jupyter.types import ClaimRecord, DeviceTaint, Owner
 from tests.server.conftest import Fetch, eventually, start_extensions
 from tests.server.test_kernels import REQUEST, started_kernel
@@ -81,6 +81,42 @@ async def test_the_holder_is_told_once_and_move_restarts_the_kernel_on_another_d
         await kernel.run_on_shell(
             f"import os; assert os.environ['CUDA_VISIBLE_DEVICES'] == {cuda!r}"
         )
+
+
+async def printed(kernel: Any, code: str) -> str:
+    """What ``code`` prints in the kernel, on stdout."""
+    out: list[str] = []
+
+    def hook(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+
+    reply = await kernel.client.execute_interactive(code, timeout=120, output_hook=hook)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return "".join(out)
+
+
+async def test_the_kernel_says_it_once_before_its_next_cell(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger
+) -> None:
+    await start_extensions(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        await kernel.run(REQUEST)
+        (claim,) = ledger.read_claims()
+        [device] = claim.device_keys
+        name = device.rsplit("/", 1)[-1]
+        assert await printed(kernel, "print('before')") == "before\n"
+        ledger.taint(device, KEY, "NoExecute", REASON, time.time())
+        said = await printed(kernel, "print('after')")
+        assert said == (
+            f"dra: {name} of claim {claim.name} was taken out of service by "
+            f"{ledger.taints()[0].user}: {REASON} (taint {KEY}, NoExecute); it cannot be "
+            "used: save what you can now, the claim will be released. In JupyterLab: Move "
+            "(an equivalent device, the kernel restarted on it); here: "
+            f"dra.release('{claim.name}') and request again\n"
+            "after\n"
+        )
+        assert await printed(kernel, "print('again')") == "again\n"  # once
 
 
 async def test_move_with_no_equivalent_device_free_changes_nothing(
@@ -157,7 +193,7 @@ def test_only_live_taints_that_take_a_device_out_and_each_once_while_it_lasts() 
         f"{KEY}, NoExecute); it cannot be used: save what you can now, the claim will be "
         "released."
     )
-    notices = HealthNotices()
+    notices = Told()
     assert notices.new(events) == events
     assert notices.new(events) == []
     assert notices.new([]) == []
