@@ -209,7 +209,14 @@ class ClaimService:
             for r in device_rows(inventory.patched_slices, held)
         ]
         waiting = [
-            WaiterModel(user=w.owner.user, kernel_id=w.owner.kernel_id, what=w.what, since=w.since)
+            WaiterModel(
+                user=w.owner.user,
+                kernel_id=w.owner.kernel_id,
+                what=w.what,
+                since=w.since,
+                position=w.position,
+                why=w.why,
+            )
             for w in self.backend.waiting()
         ]
         return DevicesResponse(

@@ -45,6 +45,8 @@ class WaiterModel(TypedDict):
     kernel_id: str | None
     what: str  # the request in short, e.g. "8 gpu.nvidia.com"
     since: float  # seconds since the epoch
+    position: int  # its place in the line, 1 first (0: the backend does not say)
+    why: str  # why there ("" where the backend does not say)
 
 
 class DevicesResponse(TypedDict):

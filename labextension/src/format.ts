@@ -299,7 +299,8 @@ export function requestWords(what: string): string {
 /**
  * The line, as the panel shows it: one line a waiting request, oldest first, with who waits
  * (`you` for the caller's own: `mine` tells them apart), for what, since how long; the
- * caller's own say their place in line.
+ * caller's own say their place in line and why there, where the backend says (the
+ * service's fair share: `behind carol, who has used less of their share`).
  */
 export function queueLines(
   waiting: readonly Waiter[],
@@ -308,8 +309,9 @@ export function queueLines(
 ): string[] {
   return waiting.map((w, i) => {
     const who = mine(w) ? 'you' : w.user;
-    const place = mine(w) ? ` (number ${i + 1} in line)` : '';
-    return `${who}: ${requestWords(w.what)}, waiting ${duration(now - w.since)}${place}`;
+    const place = mine(w) ? ` (number ${w.position || i + 1} in line)` : '';
+    const why = mine(w) && w.why ? `: ${w.why}` : '';
+    return `${who}: ${requestWords(w.what)}, waiting ${duration(now - w.since)}${place}${why}`;
   });
 }
 

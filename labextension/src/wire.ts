@@ -45,6 +45,10 @@ export interface Waiter {
   what: string;
   /** seconds since the epoch */
   since: number;
+  /** its place in the line as the backend serves it, 1 first (0 where the backend does not say) */
+  position: number;
+  /** why there, e.g. behind carol, who has used less of their share ('' where the backend does not say) */
+  why: string;
 }
 
 export interface Claim {

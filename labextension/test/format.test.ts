@@ -170,12 +170,35 @@ test('every release reason of the claim_released event has its words', () => {
 test('the line: who waits for what and since when; your own say their place', () => {
   const now = 1_000_000;
   const waiting = [
-    { user: 'bob', kernel_id: null, what: '2 gpu.nvidia.com', since: now - 125 },
-    { user: 'me', kernel_id: 'k-1', what: '8 gpu.nvidia.com', since: now - 30 }
+    {
+      user: 'bob',
+      kernel_id: null,
+      what: '2 gpu.nvidia.com',
+      since: now - 125,
+      position: 0,
+      why: ''
+    },
+    {
+      user: 'me',
+      kernel_id: 'k-1',
+      what: '8 gpu.nvidia.com',
+      since: now - 30,
+      position: 0,
+      why: ''
+    }
   ];
   assert.deepEqual(
     queueLines(waiting, w => w.user === 'me', now),
     ['bob: 2 GPUs, waiting 2 min', 'you: 8 GPUs, waiting 30 s (number 2 in line)']
+  );
+  // the service's fair share: its order and why, for your own
+  const served = [
+    { ...waiting[1], position: 1, why: 'first in line' },
+    { ...waiting[0], position: 2, why: 'behind me, who has used less of their share' }
+  ];
+  assert.deepEqual(
+    queueLines(served, w => w.user === 'me', now),
+    ['you: 8 GPUs, waiting 30 s (number 1 in line): first in line', 'bob: 2 GPUs, waiting 2 min']
   );
   assert.deepEqual(
     queueLines([], () => true, now),

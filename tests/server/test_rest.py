@@ -334,6 +334,8 @@ async def test_devices_show_who_waits_in_line(jp_fetch: Fetch, ledger_path: Path
         assert entry["user"] == held["user"]
         assert entry["kernel_id"] is None
         assert entry["since"] >= held["created"]
+        assert entry["position"] in (0, 1)  # first, where the backend says
+        assert isinstance(entry["why"], str)
         await jp_fetch("dra", "api", "claims", held["name"], method="DELETE")
         assert waiter.wait(timeout=120) == 0  # it got the devices
         assert body(await jp_fetch("dra", "api", "devices"))["waiting"] == []
