@@ -19,6 +19,7 @@ from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.run import WAITING, pod_command
 from dra_jupyter.kube.run import Run as PodRun
 from dra_jupyter.kube.simulate import SimulatedCluster
+from dra_jupyter.runstatus import Run
 from dra_jupyter.settings import Settings
 from tests.k8s.conftest import wait_for
 from tests.k8s.test_backend import session
@@ -90,9 +91,41 @@ def test_a_run_is_placed_and_reports_its_claims_devices(
     assert pod["spec"]["resourceClaims"] == [
         {"name": "claim-0", "resourceClaimName": run.claim.name}
     ]
-    assert pod["metadata"]["labels"] == {"dra-jupyter/user": "alice", "dra-jupyter/kernel": "k-1"}
+    assert pod["metadata"]["labels"] == {
+        "dra-jupyter/user": "alice",
+        "dra-jupyter/kernel": "k-1",
+        "dra-jupyter/component": "pod-run",
+    }
+    # the shape of every backend's run: its status, with a row for its one pod
+    assert isinstance(run, Run)
+    status = run.status
+    assert (status.name, status.phase, status.launcher, status.message) == (
+        "run-a",
+        "Pending",
+        "Pod",
+        WAITING,
+    )
+    assert [(p.rank, p.name, p.node, p.devices) for p in status.processes] == [
+        (0, "run-a", run.node, tuple(run.devices))
+    ]
+    assert (status.devices, status.claims) == (tuple(run.devices), (run.claim.name,))
+    assert status.command == ("sh", "-c", "nvidia-smi -L")
+    assert run.wait(timeout=0).phase == "Pending"  # not started: still there
+    assert run.logs() == ""
+    with pytest.raises(InvalidInputError, match=r"^run run-a: rank=1: a pod's run has rank 0"):
+        run.logs(rank=1)
+    # found again by its labels, from a new session (a new kernel): dra.runs(), %dra runs
+    again = session(kubeconfig, namespace, image=IMAGE)
+    [found] = again.runs()
+    assert (found.name, found.status.phase, found.status.devices) == (
+        "run-a",
+        "Pending",
+        tuple(run.devices),
+    )
+    assert session(kubeconfig, namespace, user="bob", image=IMAGE).runs() == []
     run.cancel()
     assert run.state == "cancelled"
+    assert run.status.phase == "Cancelled"
     assert not pod_exists(api, namespace, "run-a")
     wait_for(
         "the claim's deletion", lambda: ClaimClient(api, namespace).get(run.claim.name) is None
