@@ -116,7 +116,9 @@ def run_status(
         for r in live
     ]
     seen = {r.name for r in live}
-    rows = sorted([*live, *(g for g in gone if g.name not in seen)], key=lambda r: (r.rank, r.name))
+    # by rank; within a rank the pods stopped before (gone) first, as they came
+    earlier = [g for g in gone if g.name not in seen]
+    rows = sorted([*earlier, *live], key=lambda r: (r.rank, r.name in seen, r.name))
     failed = _condition(job, "Failed") or _condition(job, "FailureTarget")
     done = _condition(job, "Complete") or _condition(job, "SuccessCriteriaMet")
     end = epoch(status.get("completionTime"))
