@@ -404,7 +404,8 @@ def test_cancel_deletes_the_job_its_pods_claims_service_and_template(
             claims = resource.list_namespaced_resource_claim(namespace).items
             assert len(claims) == 2  # a claim per pod, from the template
             run.cancel()
-            assert run.status.phase == "Cancelled"
+            cancelled = run.status
+            assert cancelled.phase == "Cancelled"
 
             def gone() -> bool:
                 return (
