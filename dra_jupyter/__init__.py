@@ -40,18 +40,18 @@ from dra_jupyter.errors import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dra_jupyter import runstatus
     from dra_jupyter.api import Claim, Session
     from dra_jupyter.claimspec import RequestKeywords, RunKeywords
+    from dra_jupyter.runstatus import Run
     from dra_jupyter.tables import ClaimRow, DeviceRow, Table
-    from dra_jupyter.types import Command, JobRunView, Run, Waiter
+    from dra_jupyter.types import Command, Waiter
 
     __version__: str
 
 # Names made on first use, so that ``import dra_jupyter`` stays cheap (PEP 562).
 _LAZY = {
     "Claim": "dra_jupyter.api",
-    "Run": "dra_jupyter.types",
+    "Run": "dra_jupyter.runstatus",
     "Session": "dra_jupyter.api",
     "Table": "dra_jupyter.tables",
 }
@@ -94,7 +94,7 @@ def request(**kwargs: Unpack[RequestKeywords]) -> Claim:
     return _session().request(**kwargs)
 
 
-def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run | JobRunView | runstatus.Run:
+def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run:
     """Run ``command`` (an argv list, a shell string, or a self-contained function) with
     devices: ``dra.run(["python", "train.py"], gpu=1)``. On Kubernetes in a pod (keywords
     ``image``, ``start_timeout``, ``node_selector``; :mod:`dra_jupyter.kube.run`), or with
@@ -107,7 +107,7 @@ def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run | JobRunV
     return _session().run(command, **kwargs)
 
 
-def runs() -> list[runstatus.Run]:
+def runs() -> list[Run]:
     """Your runs, oldest first (also those started from another kernel): their
     ``.status``, ``.logs()``, ``.cancel()``, ``.wait()``."""
     return _session().runs()

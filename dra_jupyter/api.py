@@ -75,10 +75,8 @@ from dra_jupyter.types import (
     ClaimRecord,
     Command,
     HealthRecord,
-    JobRunView,
     OnWait,
     Owner,
-    Run,
     Tainting,
     Waiter,
     Waiting,
@@ -632,7 +630,7 @@ class Session:
         retries: int = 0,
         wait: bool = False,
         **spec: Any,
-    ) -> Run | JobRunView | runstatus.Run:
+    ) -> runstatus.Run:
         """Run ``command`` with devices. Kubernetes: in a pod (see
         :mod:`dra_jupyter.kube.run`): the pod is checked first, then its claim is made (as
         :meth:`request` makes one), then the pod started with it; ``nodes=N`` (or a Kueue
@@ -641,7 +639,8 @@ class Session:
         service): in the background, as a process of this user that holds its own claim
         (:mod:`dra_jupyter.runner`), its claim ended by ``lease``. Returned at once (once
         a run here has its devices or waits in line for them: ``timeout``), or followed
-        until it ends with ``wait=True``."""
+        until it ends with ``wait=True``. Every backend's run is a
+        :class:`dra_jupyter.runstatus.Run` (``status``, ``logs``, ``cancel``, ``wait``)."""
         unknown = sorted(set(spec) - set(CLAIM_KEYS))
         if unknown:
             raise unknown_keyword("dra.run", unknown[0], RUN_KEYS)
@@ -670,22 +669,15 @@ class Session:
         if nodes is not None or queue:
             claim_spec = self.build(spec, "", RUN_KEYS)
             self.check_possible(spec, claim_spec)
-            job = cluster.submit(
+            return cluster.submit(
                 plan,
                 claim_spec["spec"],
                 nodes=nodes if nodes is not None else 1,
                 queue=queue,
                 lease=parse_lease(lease),
                 retries=retries,
+                follow=place_s if wait else None,
             )
-            if wait:
-                try:
-                    job.wait_placed(place_s)
-                    job.logs(follow=True)
-                except BaseException:  # an interrupt too: nothing is left running
-                    job.cancel()
-                    raise
-            return job
         claim = self.request(apply_env=False, **spec)
         return cluster.launch(plan, claim, timeout=place_s, start_timeout=start_wait)
 
@@ -731,12 +723,7 @@ class Session:
         the user's ledger on this machine (also those started from another kernel)."""
         cluster = self.backend.cluster
         if cluster is not None:
-            listed = getattr(cluster, "runs", None)
-            if listed is None:
-                raise InvalidInputError(
-                    "dra.runs: this version lists runs on one machine only (local, service)"
-                )
-            return list(listed())
+            return list(cluster.runs())
         return list(self._runs.runs())
 
     def find_run(self, name: str) -> runstatus.Run:

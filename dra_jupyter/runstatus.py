@@ -62,12 +62,30 @@ class RunStatus:
     claims: tuple[str, ...] = ()
     message: str = ""
     where: str = ""  # "this machine", "namespace team-a": where the run lives
+    launcher: str = ""  # what runs it: "Job", "Indexed Job (JobSet not installed)", "Pod"
     command: tuple[str, ...] = field(default=(), repr=False)  # what it runs (argv)
 
     @property
     def done(self) -> bool:
         """Whether the run has ended (succeeded, failed or cancelled)."""
         return self.phase in ENDED
+
+    def __str__(self) -> str:
+        """A few lines: the run's phase (what runs it) and why, then a line per process."""
+        launcher = f" ({self.launcher})" if self.launcher else ""
+        lines = [
+            f"run {self.name}: {self.phase}{launcher}" + (f": {self.message}" * bool(self.message))
+        ]
+        for row in self.processes:
+            code = "" if row.exit_code is None else f", exit code {row.exit_code}"
+            where = f" on {row.node}" if row.node else ""
+            devices = f" with {', '.join(row.devices)}" if row.devices else ""
+            why = f": {row.reason}" if row.reason else ""
+            lines.append(
+                f"  rank {row.rank} {row.name}{where}{devices}: {row.phase}"
+                f"{code}, {row.restarts} restarts{why}"
+            )
+        return "\n".join(lines)
 
 
 @runtime_checkable

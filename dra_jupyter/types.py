@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from dra_jupyter import runstatus
 from dra_jupyter.accounting.book import Book
 from dra_jupyter.identity import current_user
 from dra_jupyter.model.objects import Wire
@@ -273,49 +274,6 @@ class RunPlan:
     node_selector: Mapping[str, str] | None = None
 
 
-class Run(Protocol):
-    """Work launched by ``dra.run``: its pod, the node and devices it got, and its state
-    (``waiting for the node to start the pod``, ``running``, ``succeeded``, ``failed``,
-    ``cancelled``)."""
-
-    pod: str
-    node: str
-    devices: list[str]
-    state: str
-
-    @property
-    def claim(self) -> HeldClaim:
-        """The claim whose devices the pod uses (released when the run ends)."""
-
-    def cancel(self) -> None:
-        """Delete the pod and release the claim."""
-
-    def wait(self, start_timeout: float | None = None) -> str:
-        """Follow the run until it ends (its logs on the way); returns its state."""
-
-
-class JobRunView(Protocol):
-    """A run of ``dra.run(..., nodes=N)`` on a cluster (a Job of N pods, each with its own
-    devices): its status now (phase, start and end, a row per pod), its pods' logs
-    prefixed by rank (``follow``: streamed until it ends), its cancel and its end."""
-
-    name: str
-
-    @property
-    def status(self) -> Any:
-        """Phase (Pending, Running, Succeeded, Failed, Cancelled), start, end, pods."""
-
-    def logs(self, follow: bool = False, rank: int | None = None) -> str: ...
-
-    def cancel(self) -> None: ...
-
-    def wait(self, timeout: float | None = None) -> str:
-        """Wait until it ends (``timeout`` seconds at most); its phase."""
-
-    def wait_placed(self, timeout: float) -> Any:
-        """Wait until every pod is placed (AllocationError at the deadline)."""
-
-
 class ClusterOps(Protocol):
     """What a cluster backend does beyond the :class:`Backend` every kind has
     (``backend.cluster``): allocate a made claim now, and run work in pods that use one."""
@@ -342,9 +300,9 @@ class ClusterOps(Protocol):
         *,
         timeout: float,
         start_timeout: float | None,
-    ) -> Run:
+    ) -> runstatus.Run:
         """Start ``plan``'s pod with ``claim``, wait up to ``timeout`` for it to be placed and
-        up to ``start_timeout`` for it to start, then follow it (see ``Run.wait``). The
+        up to ``start_timeout`` for it to start, then follow its logs until it ends. The
         claim is released when the pod cannot be placed, on an interrupt, and on any error
         before the run is returned (the pod deleted first, where it was made)."""
 
@@ -357,13 +315,18 @@ class ClusterOps(Protocol):
         queue: str = "",
         lease: float | None = None,
         retries: int = 0,
-    ) -> JobRunView:
+        follow: float | None = None,
+    ) -> runstatus.Run:
         """Start ``plan`` as a Job of ``nodes`` pods, each with a claim of ``claim_spec``;
-        returns at once. Refused in one line, with nothing made, for ``nodes`` below 1 or a
-        ``queue`` the cluster does not have."""
+        returns at once, or with ``follow`` (seconds to wait for every pod to be placed)
+        once it ended, its logs followed on the way (AllocationError with the scheduler's
+        reason when it was not placed in time; cancelled then, and on an interrupt).
+        Refused in one line, with nothing made, for ``nodes`` below 1 or a ``queue`` the
+        cluster does not have."""
 
-    def runs(self) -> Sequence[JobRunView]:
-        """The user's runs, found by their labels (from any process)."""
+    def runs(self) -> Sequence[runstatus.Run]:
+        """The user's runs, Jobs and bare pods, found by their labels (from any process),
+        oldest first."""
 
 
 # --- backends ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import dra_jupyter
-from dra_jupyter import claimspec, errors, types
+from dra_jupyter import claimspec, errors, runstatus
 from dra_jupyter.api import Session
 
 # Besides the errors (every class of dra_jupyter.errors, checked below): what users call.
@@ -48,7 +48,7 @@ def test_every_public_name_is_there_at_run_time() -> None:
 
     assert Claim.__module__ == "dra_jupyter.api"
     assert Session.__module__ == "dra_jupyter.api"
-    assert dra_jupyter.Run is types.Run  # what dra.run returns, on whichever backend
+    assert dra_jupyter.Run is runstatus.Run  # what dra.run returns, on whichever backend
 
 
 def test_no_subpackage_hides_a_function_of_the_package() -> None:

@@ -41,6 +41,7 @@ from dra_jupyter.kube.cluster import KubeCluster
 from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
 from dra_jupyter.kube.events import ClaimEvents
 from dra_jupyter.kube.records import claim_state, holder_annotation, to_record
+from dra_jupyter.kube.taints import read_taint_rules
 from dra_jupyter.model.admintaints import check_key, check_taint
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings
@@ -88,35 +89,6 @@ def default_namespace(
     except (config.ConfigException, OSError, ValueError):
         return "default"
     return str((active or {}).get("context", {}).get("namespace") or "default")
-
-
-def read_taint_rules(api: ApiClient) -> tuple[Wire, ...]:
-    """The cluster's DeviceTaintRules (``resource.k8s.io/v1``, served by default since
-    Kubernetes 1.37), which kube-scheduler applies to the slices before it allocates. A
-    cluster that does not serve them (older than 1.37: v1beta2 and off by default in 1.36),
-    or RBAC that hides them, gives none, with one log line: allocations, explanations and
-    counts then see the slices' own taints only."""
-    resource = client.ResourceV1Api(api)
-    try:
-        listed = resource.list_device_taint_rule().items
-    except ApiException as error:
-        if error.status == 404:
-            log.info(
-                "dra.devices: the cluster serves no resource.k8s.io/v1 DeviceTaintRules "
-                "(Kubernetes < 1.37); only the slices' own device taints are read"
-            )
-            return ()
-        if error.status == 403:
-            log.warning(
-                "dra.devices: RBAC hides the cluster's DeviceTaintRules (list "
-                "devicetaintrules.resource.k8s.io); devices they taint count as usable here, "
-                "which kube-scheduler will not allocate"
-            )
-            return ()
-        raise cluster_error(error, "dra.devices: reading DeviceTaintRules", api) from error
-    except urllib3.exceptions.HTTPError as error:
-        raise cluster_error(error, "dra.devices: reading DeviceTaintRules", api) from error
-    return tuple(to_wire(api, r) for r in listed)
 
 
 class KubernetesBackend:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from typing import IO, Any
 
-from dra_jupyter.kube import jobrun, reserve, run
+from dra_jupyter.kube import jobrun, podrun, reserve, run
 from dra_jupyter.kube.access import ClusterAccess
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.jobs import JobSpec, check_name, check_nodes, check_retries
@@ -48,7 +48,7 @@ class KubeCluster:
 
     def launch(
         self, plan: RunPlan, claim: HeldClaim, *, timeout: float, start_timeout: float | None
-    ) -> run.Run:
+    ) -> podrun.PodRun:
         """Start the pod with ``claim`` and follow it (see :func:`.run.launch`)."""
         return run.launch(
             self.backend,
@@ -68,10 +68,13 @@ class KubeCluster:
         queue: str = "",
         lease: float | None = None,
         retries: int = 0,
+        follow: float | None = None,
     ) -> jobrun.JobRun:
         """Start ``plan`` as a Job of ``nodes`` pods, each with a claim of ``claim_spec``
         (see :mod:`.jobs`); refused in one line, with nothing made, for ``nodes`` below 1,
-        a bad name, or a ``queue`` the cluster does not have. Returns at once."""
+        a bad name, or a ``queue`` the cluster does not have. Returns at once, or with
+        ``follow`` (seconds to be placed) once it ended, its logs followed (cancelled when
+        it is not placed in time, and on an interrupt)."""
         backend = self.backend
         nodes = check_nodes(nodes)
         retries = check_retries(retries)
@@ -95,9 +98,18 @@ class KubeCluster:
             f"dra.run: run {name} created ({spec.launcher}, {nodes} pod{'s' * (nodes > 1)})",
             file=sys.stderr,
         )
+        if follow is not None:
+            try:
+                made.wait_placed(follow)
+                made.logs(follow=True)
+            except BaseException:  # an interrupt too: nothing is left running
+                made.cancel()
+                raise
         return made
 
-    def runs(self) -> list[jobrun.JobRun]:
-        """The user's runs in the namespace, found by their labels (see
-        :func:`.jobrun.list_runs`)."""
-        return jobrun.list_runs(self.backend, self.out)
+    def runs(self) -> list[jobrun.JobRun | podrun.PodRun]:
+        """The user's runs in the namespace, Jobs and bare pods, found by their labels
+        (see :func:`.jobrun.list_runs`, :func:`.podrun.list_pod_runs`), oldest first."""
+        jobs = jobrun.list_runs(self.backend, self.out)
+        pods = podrun.list_pod_runs(self.backend, self.out)
+        return sorted([*jobs, *pods], key=lambda r: (r.made, r.name))

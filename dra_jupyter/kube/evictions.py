@@ -18,8 +18,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.errors import ClusterError
-from dra_jupyter.kube.backend import read_taint_rules
 from dra_jupyter.kube.connect import to_wire
+from dra_jupyter.kube.taints import read_taint_rules
 from dra_jupyter.model.takenout import HeldDevice, held_devices, taken_out
 
 if TYPE_CHECKING:

@@ -26,8 +26,10 @@ from dra_jupyter.kube import jobs
 from dra_jupyter.kube.claims import USER_LABEL, forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
-from dra_jupyter.kube.jobstatus import RunStatus, generated_claim, run_status
+from dra_jupyter.kube.jobstatus import generated_claim, pod_row, run_status
+from dra_jupyter.kube.stopped import StoppedPods
 from dra_jupyter.model.objects import Wire
+from dra_jupyter.runstatus import RunStatus
 from dra_jupyter.types import USER_ANNOTATION, label_value
 
 if TYPE_CHECKING:
@@ -93,13 +95,23 @@ def prepare(backend: ClusterAccess, spec: JobSpec) -> JobSpec:
 
 
 class JobRun:
-    """A run on the cluster, by its name (see the module)."""
+    """A run on the cluster, by its name (see the module): a
+    :class:`dra_jupyter.runstatus.Run`, and :meth:`wait_placed` and :meth:`explain` besides."""
 
-    def __init__(self, backend: ClusterAccess, name: str, out: IO[str] | None = None) -> None:
-        self.name = name
+    def __init__(
+        self, backend: ClusterAccess, name: str, out: IO[str] | None = None, made: str = ""
+    ) -> None:
+        self._name = name
+        self.made = made  # when the Job was made, as the API says it ("": not read)
         self._backend = backend
         self._out = out
         self._cancelled = False
+        self._stopped = StoppedPods(backend.api)  # pods stopped for a device taken out
+
+    @property
+    def name(self) -> str:
+        """The run's name: its Job's, template's and Service's."""
+        return self._name
 
     # --- reading -------------------------------------------------------------------------
 
@@ -186,18 +198,30 @@ class JobRun:
 
     @property
     def status(self) -> RunStatus:
-        """The run as it is now (see :mod:`.jobstatus`)."""
+        """The run as it is now (see :mod:`.jobstatus`); a pod stopped because a device of
+        it was taken out says so (:mod:`.stopped`), also once the Job retried it."""
         job = self._job()
         if job is None:
             if self._cancelled:
-                return RunStatus(self.name, "Cancelled", "Job", None, None, "", [])
+                gone = tuple(self._stopped.gone(()))
+                return RunStatus(self.name, "Cancelled", 0.0, processes=gone, launcher="Job")
             raise ClusterError(
                 f"dra.run: run {self.name} no longer exists in namespace "
                 f"{self._backend.namespace} (cancelled, or deleted {jobs.TTL_S // 3600} h "
                 "after it ended); dra.runs() lists yours"
             )
         queue = job["spec"].get("suspend") and self._queue_reason(job)
-        return run_status(job, self._pods(), self._claims(), queue_reason=queue or "")
+        pods, claims = self._pods(), self._claims()
+        rows = {p["metadata"]["name"]: pod_row(p, claims) for p in pods}
+        self._stopped.note(pods, rows)
+        return run_status(
+            job,
+            pods,
+            claims,
+            queue_reason=queue or "",
+            gone=self._stopped.gone(list(rows)),
+            stopped_for=self._stopped.stopped_for(),
+        )
 
     # --- logs ----------------------------------------------------------------------------
 
@@ -214,19 +238,22 @@ class JobRun:
         if follow:
             return self._follow(rank)
         lines: list[str] = []
-        for row in self.status.pods:
+        stopped = self._stopped.stopped_for()
+        for row in self.status.processes:
             if rank is not None and row.rank != rank:
                 continue
             if row.phase == "Pending":
                 continue  # no container yet
             try:
-                text = self._log(row.pod, follow=False).data.decode(errors="replace")
+                text = self._log(row.name, follow=False).data.decode(errors="replace")
             except ApiException as error:
-                if error.status in (400, 404):  # not started, or gone meanwhile
-                    continue
-                action = f"dra.run: logs of {row.pod}"
-                raise cluster_error(error, action, self._backend.api) from error
-            lines += [f"[rank {_shown(row.rank)}] {line}" for line in text.splitlines()]
+                if error.status not in (400, 404):  # not started, or gone meanwhile
+                    action = f"dra.run: logs of {row.name}"
+                    raise cluster_error(error, action, self._backend.api) from error
+                text = ""
+            lines += [f"[rank {row.rank}] {line}" for line in text.splitlines()]
+            if row.name in stopped:
+                lines.append(f"[rank {row.rank}] {_stopped_line(row.name, stopped[row.name])}")
         return "".join(f"{line}\n" for line in lines)
 
     def _follow(self, rank: int | None) -> str:
@@ -260,6 +287,7 @@ class JobRun:
             if partial:
                 emit(f"{prefix}{partial.decode(errors='replace')}\n")
 
+        said: set[str] = set()
         while True:
             try:
                 status = self.status
@@ -267,17 +295,21 @@ class JobRun:
                 if not self._cancelled:
                     raise
                 break
-            for row in status.pods:
-                if row.pod in followed or row.phase == "Pending":
-                    continue
+            stopped = self._stopped.stopped_for()
+            for row in status.processes:
                 if rank is not None and row.rank != rank:
                     continue
+                if row.name in stopped and row.name not in said:
+                    said.add(row.name)
+                    emit(f"[rank {row.rank}] {_stopped_line(row.name, stopped[row.name])}\n")
+                if row.name in followed or row.phase == "Pending" or row.name in stopped:
+                    continue
                 thread = threading.Thread(
-                    target=stream, args=(row.pod, f"[rank {_shown(row.rank)}] "), daemon=True
+                    target=stream, args=(row.name, f"[rank {row.rank}] "), daemon=True
                 )
-                followed[row.pod] = thread
+                followed[row.name] = thread
                 thread.start()
-            if status.ended and all(not t.is_alive() for t in followed.values()):
+            if status.done and all(not t.is_alive() for t in followed.values()):
                 break
             time.sleep(POLL_S)
         if problems:
@@ -286,14 +318,15 @@ class JobRun:
 
     # --- waiting and ending --------------------------------------------------------------
 
-    def wait(self, timeout: float | None = None) -> str:
+    def wait(self, timeout: float | None = None) -> RunStatus:
         """Wait until the run ends (up to ``timeout`` seconds: None waits for good); its
-        phase then (``Succeeded``, ``Failed``, ``Cancelled``; another one at the timeout)."""
+        status then (phase ``Succeeded``, ``Failed``, ``Cancelled``; another one at the
+        timeout)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self.status
-            if status.ended or (deadline is not None and time.monotonic() >= deadline):
-                return status.phase
+            if status.done or (deadline is not None and time.monotonic() >= deadline):
+                return status
             time.sleep(POLL_S)
 
     def wait_placed(self, timeout: float) -> RunStatus:
@@ -304,12 +337,12 @@ class JobRun:
         reported = ""
         while True:
             status = self.status
-            job_done = status.ended
-            waiting = [r for r in status.pods if not r.node]
-            expected = len(status.pods) >= self._expected()
+            job_done = status.done
+            waiting = [r for r in status.processes if not r.node]
+            expected = len(status.processes) >= self._expected()
             if job_done or (expected and not waiting):
                 return status
-            reason = status.reason
+            reason = status.message
             if reason and reason != reported:
                 reported = reason
                 print(f"dra.run: run {self.name}: {reason}", file=sys.stderr)
@@ -322,7 +355,7 @@ class JobRun:
         return int(((job or {}).get("spec") or {}).get("parallelism") or 1)
 
     def _not_placed(self, status: RunStatus, timeout: float) -> AllocationError:
-        why = f": {status.reason}" if status.reason else " (no answer from the scheduler yet)"
+        why = f": {status.message}" if status.message else " (no answer from the scheduler yet)"
         message = f"dra.run: run {self.name} was not placed within {timeout:g} s{why}"
         explained = self.explain()
         if explained:
@@ -392,7 +425,7 @@ class JobRun:
             status = self.status
         except ClusterError:
             return f"<Run {self.name} (not readable)>"
-        pods = len(status.pods)
+        pods = len(status.processes)
         return f"<Run {self.name}: {status.phase}, {pods} pod{'s' * (pods != 1)}>"
 
 
@@ -425,8 +458,8 @@ def explain_claim(backend: ClusterAccess, claim: Wire) -> str:
     return "\n".join(lines + explanation.summary(named=False).splitlines())
 
 
-def _shown(rank: int | None) -> str:
-    return "0" if rank is None else str(rank)
+def _stopped_line(pod: str, why: str) -> str:
+    return f"dra.run: pod {pod} was stopped: {why}"
 
 
 def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) -> JobRun:
@@ -490,4 +523,7 @@ def list_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[JobRun
         == backend.owner.user
     ]
     found.sort(key=lambda j: (j["metadata"].get("creationTimestamp") or "", j["metadata"]["name"]))
-    return [JobRun(backend, j["metadata"]["name"], out) for j in found]
+    return [
+        JobRun(backend, j["metadata"]["name"], out, j["metadata"].get("creationTimestamp") or "")
+        for j in found
+    ]

@@ -40,6 +40,7 @@ from dra_jupyter.types import USER_ANNOTATION, USER_LABEL, label_value
 
 COMPONENT_LABEL = "dra-jupyter/component"
 COMPONENT = "run"  # the value of COMPONENT_LABEL on a run's objects
+POD_COMPONENT = "pod-run"  # ... on the pod of a run without a Job (dra.run without nodes=)
 RUN_LABEL = "dra-jupyter/run"  # the run's name, on its Job, pods, template, claims, Service
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"

@@ -1,73 +1,38 @@
-"""A run's status from its Job, pods and claims as read (pure): the run's phase
-(``Pending``, ``Running``, ``Succeeded``, ``Failed``, ``Cancelled``), when it started and
-ended, why it failed or waits, and a row per pod (rank, node, devices, phase, restarts,
-exit code, and the scheduler's reason while it is not placed)."""
+"""A run's status from its Job, pods and claims as read (pure), in the shape every backend's
+run has (:class:`dra_jupyter.runstatus.RunStatus`): the run's phase (``Pending``,
+``Running``, ``Succeeded``, ``Failed``, ``Cancelled``), when it was made, started and
+ended, why it failed or waits (``message``), and a row per pod
+(:class:`~dra_jupyter.runstatus.RunProcess`: rank, node, devices, phase, restarts, exit
+code, and the scheduler's reason while it is not placed). Pods that are gone but were
+stopped for a reason the user should read (a device taken out) come as rows of their own
+(``gone``), since the Job's own status does not say it."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
+from typing import cast
 
 from dra_jupyter.kube.jobs import INDEX_ANNOTATION, KUEUE_LABEL, LAUNCHER_ANNOTATION, POD_CLAIM
 from dra_jupyter.kube.pods import scheduler_reason
 from dra_jupyter.model.objects import Wire
+from dra_jupyter.runstatus import ENDED, Phase, RunProcess, RunStatus
 
-ENDED = ("Succeeded", "Failed", "Cancelled")
+POD_PHASES: frozenset[str] = frozenset({"Pending", "Running", "Succeeded", "Failed"})
 
 
-def _epoch(stamp: object) -> float | None:
+def epoch(stamp: object) -> float | None:
+    """An RFC 3339 time stamp of the API as seconds since the epoch (None: none)."""
     if not isinstance(stamp, str) or not stamp:
         return None
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-@dataclass(frozen=True)
-class PodRow:
-    """One pod of a run."""
-
-    pod: str
-    rank: int | None
-    node: str  # "" until placed
-    devices: list[str]  # driver/pool/device of its claim's allocation
-    phase: str  # the pod's: Pending, Running, Succeeded, Failed
-    restarts: int
-    exit_code: int | None
-    reason: str  # the scheduler's while not placed; how it ended (Error, Evicted ...)
-
-
-@dataclass(frozen=True)
-class RunStatus:
-    """A run as read now (see the module)."""
-
-    name: str
-    phase: str
-    launcher: str  # "Indexed Job (JobSet not installed)", ...
-    start: float | None  # seconds since the epoch
-    end: float | None
-    reason: str  # why it failed, or why it waits (Kueue, the scheduler); "" otherwise
-    pods: list[PodRow]
-
-    @property
-    def ended(self) -> bool:
-        return self.phase in ENDED
-
-    def __str__(self) -> str:
-        head = f"run {self.name}: {self.phase} ({self.launcher})"
-        if self.reason:
-            head += f": {self.reason}"
-        lines = [head]
-        for row in self.pods:
-            rank = "-" if row.rank is None else str(row.rank)
-            code = "" if row.exit_code is None else f", exit code {row.exit_code}"
-            where = f" on {row.node}" if row.node else ""
-            devices = f" with {', '.join(row.devices)}" if row.devices else ""
-            why = f": {row.reason}" if row.reason else ""
-            lines.append(
-                f"  rank {rank} pod {row.pod}{where}{devices}: {row.phase}"
-                f"{code}, {row.restarts} restarts{why}"
-            )
-        return "\n".join(lines)
+def pod_phase(pod: Wire) -> Phase:
+    """The pod's phase as a run's row says it (``Unknown``, a node out of touch: Pending)."""
+    phase = str((pod.get("status") or {}).get("phase") or "Pending")
+    return cast("Phase", phase) if phase in POD_PHASES else "Pending"
 
 
 def generated_claim(pod: Wire) -> str | None:
@@ -83,14 +48,18 @@ def _rank(pod: Wire) -> int | None:
     return int(value) if value is not None and str(value).isdigit() else None
 
 
-def pod_row(pod: Wire, claims: Mapping[str, Wire]) -> PodRow:
-    """The row of ``pod``; ``claims``: the run's claims by name."""
-    status = pod.get("status") or {}
+def pod_devices(pod: Wire, claims: Mapping[str, Wire]) -> tuple[str, ...]:
+    """``driver/pool/device`` of what the pod's claim was allocated (``claims``: by name)."""
     claim = claims.get(generated_claim(pod) or "") or {}
-    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
-        "results"
-    ) or ()
-    devices = [f"{r['driver']}/{r['pool']}/{r['device']}" for r in results]
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or ()
+    return tuple(f"{r['driver']}/{r['pool']}/{r['device']}" for r in results)
+
+
+def pod_row(pod: Wire, claims: Mapping[str, Wire], *, rank: int | None = None) -> RunProcess:
+    """The row of ``pod``; ``claims``: the run's claims by name; ``rank``: the pod's rank
+    where it has no index (a bare pod, a Job of one: 0)."""
+    status = pod.get("status") or {}
     restarts, code, reason = 0, None, ""
     for container in status.get("containerStatuses") or ():
         restarts = int(container.get("restartCount") or 0)
@@ -101,16 +70,22 @@ def pod_row(pod: Wire, claims: Mapping[str, Wire]) -> PodRow:
     node = str(pod["spec"].get("nodeName") or "")
     if not node:
         reason = scheduler_reason(pod)
-    return PodRow(
-        pod=pod["metadata"]["name"],
-        rank=_rank(pod),
+    indexed = _rank(pod)
+    return RunProcess(
+        rank=indexed if indexed is not None else (rank or 0),
+        name=pod["metadata"]["name"],
         node=node,
-        devices=devices,
-        phase=str(status.get("phase") or "Pending"),
-        restarts=restarts,
+        phase=pod_phase(pod),
+        devices=pod_devices(pod, claims),
         exit_code=None if code is None else int(code),
+        restarts=restarts,
         reason=reason,
     )
+
+
+def stopped(rows: Sequence[RunProcess]) -> str:
+    """What the run's status says of pods stopped for a reason of their own (``gone``)."""
+    return "; ".join(f"pod {r.name} (rank {r.rank}) was stopped: {r.reason}" for r in rows)
 
 
 def _condition(job: Wire, kind: str) -> Wire | None:
@@ -126,23 +101,34 @@ def run_status(
     claims: Mapping[str, Wire],
     *,
     queue_reason: str = "",
+    gone: Sequence[RunProcess] = (),
+    stopped_for: Mapping[str, str] | None = None,
 ) -> RunStatus:
     """The status of the run of ``job`` (see the module); ``queue_reason``: Kueue's word on
-    a suspended Job, when it was read."""
+    a suspended Job, when it was read; ``gone``: rows of its pods that are gone, stopped
+    for a reason the user should read (a device taken out); ``stopped_for``: that reason
+    for pods still there (being deleted), by name. Both are said in the message too."""
     meta, status = job["metadata"], job.get("status") or {}
-    rows = sorted(
-        (pod_row(p, claims) for p in pods),
-        key=lambda r: (r.rank if r.rank is not None else -1, r.pod),
-    )
+    stopped_for = stopped_for or {}
+    live = [pod_row(p, claims) for p in pods]
+    live = [
+        replace(r, reason=stopped_for[r.name], phase="Failed") if r.name in stopped_for else r
+        for r in live
+    ]
+    seen = {r.name for r in live}
+    # by rank; within a rank the pods stopped before (gone) first, as they came
+    earlier = [g for g in gone if g.name not in seen]
+    rows = sorted([*earlier, *live], key=lambda r: (r.rank, r.name in seen, r.name))
     failed = _condition(job, "Failed") or _condition(job, "FailureTarget")
     done = _condition(job, "Complete") or _condition(job, "SuccessCriteriaMet")
-    end = _epoch(status.get("completionTime"))
+    end = epoch(status.get("completionTime"))
     reason = ""
+    phase: Phase
     if meta.get("deletionTimestamp"):
-        phase, end = "Cancelled", end or _epoch(meta["deletionTimestamp"])
+        phase, end = "Cancelled", end or epoch(meta["deletionTimestamp"])
     elif failed is not None:
         phase = "Failed"
-        end = end or _epoch(failed.get("lastTransitionTime"))
+        end = end or epoch(failed.get("lastTransitionTime"))
         reason = f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")
     elif done is not None:
         phase = "Succeeded"
@@ -152,18 +138,28 @@ def run_status(
         reason = f"suspended, waiting in Kueue's queue {queue}" if queue else "suspended"
         if queue_reason:
             reason += f": {queue_reason}"
-    elif any(r.phase == "Running" for r in rows):
+    elif any(r.phase == "Running" for r in live if r.name not in stopped_for):
         phase = "Running"
     else:
         phase = "Pending"
-        waiting = [r.reason for r in rows if not r.node and r.reason]
+        waiting = [r.reason for r in live if not r.node and r.reason]
         reason = waiting[0] if waiting else ""
+    said = stopped([r for r in rows if r.name not in seen or r.name in stopped_for])
+    message = "; ".join(part for part in (reason, said) if part)
+    devices: list[str] = []
+    for row in rows:
+        devices += [d for d in row.devices if d not in devices]
     return RunStatus(
         name=meta["name"],
         phase=phase,
+        created=epoch(meta.get("creationTimestamp")) or 0.0,
+        started=epoch(status.get("startTime")),
+        ended=end if phase in ENDED else None,
+        exit_codes=tuple(r.exit_code for r in rows),
+        devices=tuple(devices),
+        processes=tuple(rows),
+        claims=tuple(sorted(claims)),
+        message=message,
+        where=f"namespace {meta.get('namespace', '')}",
         launcher=str((meta.get("annotations") or {}).get(LAUNCHER_ANNOTATION) or "Job"),
-        start=_epoch(status.get("startTime")),
-        end=end if phase in ENDED else None,
-        reason=reason,
-        pods=rows,
     )

@@ -11,8 +11,10 @@ it cannot be placed, and on an interrupt (the pod deleted).
 
 Placed but not started within ``start_timeout`` (a node still pulling the image, or a
 simulated node without a kubelet), :func:`launch` returns a :class:`Run` in the state
-``waiting for the node to start the pod``: the claim stays held; ``run.wait()`` follows it
-later, ``run.cancel()`` deletes the pod and releases the claim.
+``waiting for the node to start the pod``: the claim stays held; ``run.logs(follow=True)``
+follows it later, ``run.wait()`` waits for its end (and releases the claim then),
+``run.cancel()`` deletes the pod and releases the claim. The run is a
+:class:`dra_jupyter.runstatus.Run` as every backend's is (:mod:`.podrun`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,8 @@ import inspect
 import os
 import sys
 import textwrap
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 import urllib3
 from kubernetes import client
@@ -32,15 +32,16 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.claims import KERNEL_LABEL, USER_LABEL
-from dra_jupyter.kube.connect import cluster_error, to_wire
-from dra_jupyter.kube.pods import POLL_S, PodLauncher, workload_pod
+from dra_jupyter.kube.connect import to_wire
+from dra_jupyter.kube.jobs import COMPONENT_LABEL, POD_COMPONENT
+from dra_jupyter.kube.podrun import WAITING, PodRun, delete_pod
+from dra_jupyter.kube.pods import PodLauncher, workload_pod
 from dra_jupyter.types import Command, HeldClaim, RunPlan, label_value
 
 if TYPE_CHECKING:
     from dra_jupyter.kube.access import ClusterAccess
 
-WAITING = "waiting for the node to start the pod"
-ENDED = {"Succeeded": "succeeded", "Failed": "failed"}
+Run = PodRun  # what dra.run returns for a bare pod
 
 
 def pod_command(command: Command) -> list[str]:
@@ -80,86 +81,6 @@ def own_image(backend: ClusterAccess) -> str:
     return str(containers[0].get("image", "")) if containers else ""
 
 
-@dataclass
-class Run:
-    """A launched pod and its claim."""
-
-    pod: str
-    claim: HeldClaim
-    node: str
-    devices: list[str]
-    state: str  # WAITING, "running", "succeeded", "failed", "cancelled"
-    _backend: ClusterAccess = field(repr=False)
-    _out: IO[str] = field(repr=False, default=sys.stdout)
-
-    def cancel(self) -> None:
-        """Delete the pod and release the claim (released even when the pod's deletion
-        fails: the error then says why the pod may still be there)."""
-        try:
-            delete_pod(self._backend, self.pod)
-        finally:
-            self.claim.release()
-        self.state = "cancelled"
-
-    def wait(self, start_timeout: float | None = None) -> str:
-        """Wait for the node to start the pod, stream its logs until it ends, release the
-        claim; returns the state (still :data:`WAITING` if it did not start in time)."""
-        try:
-            self.state = follow(self._backend, self.pod, start_timeout, self._out)
-        except BaseException:
-            self.cancel()
-            raise
-        if self.state in ENDED.values():
-            self.claim.release()
-        return self.state
-
-    def __repr__(self) -> str:
-        where = f" on {self.node}" if self.node else ""
-        return f"<Run {self.pod}{where}: {', '.join(self.devices)} ({self.state})>"
-
-
-def delete_pod(backend: ClusterAccess, name: str) -> None:
-    core = client.CoreV1Api(backend.api)
-    try:
-        core.delete_namespaced_pod(name, backend.namespace, grace_period_seconds=0)
-    except ApiException as error:
-        if error.status != 404:
-            raise cluster_error(error, f"dra.run: deleting pod {name}", backend.api) from error
-    except urllib3.exceptions.HTTPError as error:
-        raise cluster_error(error, f"dra.run: deleting pod {name}", backend.api) from error
-
-
-def phase(backend: ClusterAccess, name: str) -> str:
-    core = client.CoreV1Api(backend.api)
-    try:
-        pod = to_wire(backend.api, core.read_namespaced_pod(name, backend.namespace))
-    except (ApiException, urllib3.exceptions.HTTPError) as error:
-        raise cluster_error(error, f"dra.run: pod {name}", backend.api) from error
-    return str(pod.get("status", {}).get("phase") or "Pending")
-
-
-def follow(backend: ClusterAccess, name: str, start_timeout: float | None, out: IO[str]) -> str:
-    """Wait up to ``start_timeout`` for the container to start, then stream its logs to
-    ``out`` until the pod ends; its state."""
-    deadline = None if start_timeout is None else time.monotonic() + start_timeout
-    while (now := phase(backend, name)) == "Pending":
-        if deadline is not None and time.monotonic() >= deadline:
-            return WAITING
-        time.sleep(POLL_S)
-    core = client.CoreV1Api(backend.api)
-    try:
-        stream: Any = core.read_namespaced_pod_log(
-            name, backend.namespace, follow=True, _preload_content=False
-        )
-        for chunk in stream.stream():
-            out.write(chunk.decode(errors="replace"))
-    except (ApiException, urllib3.exceptions.HTTPError) as error:
-        raise cluster_error(error, f"dra.run: logs of pod {name}", backend.api) from error
-    while (now := phase(backend, name)) not in ENDED:
-        time.sleep(POLL_S)
-    return ENDED[now]
-
-
 def plan(
     backend: ClusterAccess,
     command: Command,
@@ -192,7 +113,7 @@ def launch(
     """Start ``plan``'s pod with ``claim``, wait for it to be placed, then follow it (see the
     module doc); the claim is released when the pod cannot be placed and on an interrupt."""
     pod = plan.name or f"{claim.name}-run"
-    labels = {USER_LABEL: label_value(backend.owner.user)}
+    labels = {USER_LABEL: label_value(backend.owner.user), COMPONENT_LABEL: POD_COMPONENT}
     if backend.owner.kernel_id:
         labels[KERNEL_LABEL] = label_value(backend.owner.kernel_id)
     launcher = PodLauncher(backend.api, backend.namespace)
@@ -230,7 +151,7 @@ def launch(
         devices = [f"{r['driver']}/{r['pool']}/{r['device']}" for r in results]
         got = ", ".join(devices) if devices else "devices released already (the pod ended)"
         print(f"dra.run: pod {pod} placed on {placement.node} with {got}", file=sys.stderr)
-        run = Run(pod, claim, placement.node, devices, WAITING, backend, out)
+        run = Run(backend, pod, claim, node=placement.node, devices=devices, out=out)
     except BaseException:  # an interrupt too: nothing half-made is left behind
         try:
             if created:
@@ -238,10 +159,10 @@ def launch(
         finally:
             claim.release()
         raise
-    if run.wait(start_timeout) == WAITING:
+    if run.follow_start(start_timeout) == WAITING:
         print(
-            f"dra.run: pod {pod} is {WAITING} (claim {claim.name} stays held; run.wait() "
-            "follows it, run.cancel() deletes it)",
+            f"dra.run: pod {pod} is {WAITING} (claim {claim.name} stays held; "
+            "run.logs(follow=True) follows it, run.cancel() deletes it)",
             file=sys.stderr,
         )
     return run

@@ -3,7 +3,7 @@
 dra-jupyter's, the reason and the user in annotations), created and deleted through the API
 server, which stamps ``timeAdded`` and checks RBAC (an admin's ClusterRole in
 deploy/device-admin-rbac.yaml). kube-scheduler then honours it, and so does everything
-here that reads the cluster's rules (:func:`dra_jupyter.kube.backend.read_taint_rules`).
+here that reads the cluster's rules (:func:`read_taint_rules`).
 
 Who and when: the annotation says which dra-jupyter user made the rule (their own word:
 the API server's audit log has the account that did), ``timeAdded`` when. A deleted rule
@@ -12,6 +12,7 @@ is gone: the cluster keeps no history (its audit log does).
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +30,12 @@ from dra_jupyter.model.admintaints import (
 )
 from dra_jupyter.types import DeviceTaint
 
+_log = logging.getLogger("dra_jupyter")
+
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+
+    from dra_jupyter.model.objects import Wire
 
 RBAC = (
     "the cluster refused it: an admin's account needs the ClusterRole "
@@ -108,3 +113,32 @@ def delete(api: ApiClient, device: str, key: str) -> DeviceTaint:
     except urllib3.exceptions.HTTPError as error:
         raise cluster_error(error, "untaint: deleting a DeviceTaintRule", api) from error
     return taint_of(rule)
+
+
+def read_taint_rules(api: ApiClient) -> tuple[Wire, ...]:
+    """The cluster's DeviceTaintRules (``resource.k8s.io/v1``, served by default since
+    Kubernetes 1.37), which kube-scheduler applies to the slices before it allocates. A
+    cluster that does not serve them (older than 1.37: v1beta2 and off by default in 1.36),
+    or RBAC that hides them, gives none, with one log line: allocations, explanations and
+    counts then see the slices' own taints only."""
+    resource = client.ResourceV1Api(api)
+    try:
+        listed = resource.list_device_taint_rule().items
+    except ApiException as error:
+        if error.status == 404:
+            _log.info(
+                "dra.devices: the cluster serves no resource.k8s.io/v1 DeviceTaintRules "
+                "(Kubernetes < 1.37); only the slices' own device taints are read"
+            )
+            return ()
+        if error.status == 403:
+            _log.warning(
+                "dra.devices: RBAC hides the cluster's DeviceTaintRules (list "
+                "devicetaintrules.resource.k8s.io); devices they taint count as usable here, "
+                "which kube-scheduler will not allocate"
+            )
+            return ()
+        raise cluster_error(error, "dra.devices: reading DeviceTaintRules", api) from error
+    except urllib3.exceptions.HTTPError as error:
+        raise cluster_error(error, "dra.devices: reading DeviceTaintRules", api) from error
+    return tuple(to_wire(api, r) for r in listed)

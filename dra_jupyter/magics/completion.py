@@ -1,6 +1,6 @@
 """Tab completion for ``%dra`` and the first line of ``%%dra``: commands, keywords, and
 values from this machine's inventory (device classes, models, MIG profiles), claim names
-for ``release``.
+for ``release``, run names for ``logs`` and ``cancel``.
 
 A matcher of IPython's completion API v2 (``IPCompleter.custom_matchers``), so it works in
 the terminal and through a kernel's ``complete_request`` alike. Within a ``%dra`` line it
@@ -79,6 +79,8 @@ def inventory_values(session: Session) -> dict[str, list[str]]:
         "gpu": ["1", "2", "4", "8", "all"],
         "apply_env": ["true", "false"],
         "restart": ["true", "false"],
+        "wait": ["true", "false"],
+        "nodes": ["1", "2", "4", "8"],
     }
 
 
@@ -105,12 +107,21 @@ def _claim_names(session: Session) -> list[str]:
         return []
 
 
+def _run_names(session: Session) -> list[str]:
+    try:
+        return [r.name for r in session.runs()]
+    except DraJupyterError:
+        return []
+
+
 def candidates(form: str, words: list[str], word: Word, session: Session) -> list[str]:
-    """What may come at ``word``: ``form`` is ``line`` (after ``%dra``) or ``cell``."""
+    """What may come at ``word``: ``form`` is ``line`` (after ``%dra``) or ``cell``
+    (``%%dra``, or ``%%dra run``: the run's keywords)."""
     typed = word.text
     if form == "line" and not words:
         return [c for c in COMMANDS if c.startswith(typed)]
-    command = "cell" if form == "cell" else words[0]
+    in_cell = "run" if words[:1] == ["run"] else "cell"
+    command = in_cell if form == "cell" else words[0]
     if typed.startswith("-"):
         flags = COMMANDS.get(command, ())
         return [
@@ -120,12 +131,17 @@ def candidates(form: str, words: list[str], word: Word, session: Session) -> lis
         ]
     if command == "release":
         return [n for n in (*_claim_names(session), "--all") if n.startswith(typed)]
+    if command in ("logs", "cancel") and len(words) == 1:
+        return [n for n in _run_names(session) if n.startswith(typed)]
     keys = KEYWORDS.get(command, ())
     key, sep, value = typed.partition("=")
     if sep:
         return _values(key, value, session) if key in keys else []
     given = {w.partition("=")[0] for w in words}
-    return [f"{k}=" for k in keys if k.startswith(typed) and k not in given]
+    offered = [f"{k}=" for k in keys if k.startswith(typed) and k not in given]
+    if form == "cell" and not words and "run".startswith(typed):
+        offered.insert(0, "run")  # %%dra run: the cell runs in a pod, or in the background
+    return offered
 
 
 def fragment(word: Word) -> str:

@@ -47,6 +47,7 @@ Load once per kernel with ``%load_ext dra_jupyter``. Every form, with examples:
 
 %dra runs
     This user's runs (dra.runs()): name, phase, devices, start, end, exit codes, and why.
+    Every backend: background runs on one machine; Jobs and bare pods on Kubernetes.
 
 %dra logs NAME [--follow]
     A run's output so far; --follow streams it here until the run ends.
@@ -66,13 +67,16 @@ Load once per kernel with ``%load_ext dra_jupyter``. Every form, with examples:
     A cell with top-level await cannot run under a cell magic: write
     ``with dra.request(gpu=1) as claim:`` inside it instead.
 
-%%dra run KEY=VALUE ... [image=IMAGE timeout=5m start_timeout=5m lease=2h]
+%%dra run KEY=VALUE ... [image=IMAGE timeout=5m start_timeout=5m lease=2h nodes=N
+          queue=QUEUE retries=N wait=true]
     Run the cell's code (python -c) with a new claim; nothing of this kernel (variables,
     imports) goes along. Kubernetes backend: in a pod; waits for kube-scheduler to place it
     (says why not), reports its devices, streams its logs, and releases the claim when it
-    ends. One machine: in the background, as your own process holding its own claim (the
-    kernel may restart meanwhile); returns the run at once: %dra logs NAME --follow,
-    %dra cancel NAME.
+    ends; with nodes=N or queue=QUEUE (Kueue) a Job of N pods, each with the devices asked
+    for, returned at once (retries=N: exit codes retried; wait=true: its logs followed to
+    its end). One machine: in the background, as your own process holding its own claim
+    (the kernel may restart meanwhile); returns the run at once (wait=true: follows it):
+    %dra logs NAME --follow, %dra cancel NAME.
 
 Keywords (as in dra.request()):
     gpu=N | gpu=all     GPUs of the inventory's GPU class (NVIDIA or AMD)
@@ -98,9 +102,10 @@ Keywords (as in dra.request()):
                         of its own that holds them); request only
 
 Values are split as a shell does, so quotes group words; whole numbers for gpu, tpu and
-count; durations as 90s, 5m, 1h30m. IPython expands {expressions} and $names first:
-``%dra request gpu={n}``. Tab completes commands, keywords, device classes, models and MIG
-profiles of this machine, and claim names for release.
+count, nodes and retries; true or false for wait; durations as 90s, 5m, 1h30m. IPython
+expands {expressions} and $names first: ``%dra request gpu={n}``. Tab completes commands,
+keywords, device classes, models and MIG profiles of this machine, claim names for release,
+and run names for logs and cancel.
 
 User errors (a request that cannot be met, a bad keyword) show one line, not a traceback.
 """

@@ -4,7 +4,8 @@ The line is split as a shell would (``shlex``), so a selector with spaces can be
 ``%dra request selector='device.attributes["gpu.nvidia.com"].architecture == "Hopper"'``.
 Each ``key=value`` token becomes a keyword of :func:`dra_jupyter.request`: whole numbers
 for ``gpu``, ``tpu`` and ``count`` (or ``all``), a Python list of dicts for
-``alternatives``, ``true``/``false`` for ``apply_env`` and ``restart``, text for everything
+``alternatives``, ``true``/``false`` for ``apply_env``, ``restart`` and ``wait``, whole
+numbers for ``nodes`` and ``retries``, text for everything
 else (the API parses durations and quantities, and says what is wrong with them).
 """
 
@@ -43,7 +44,18 @@ KEYWORDS: dict[str, tuple[str, ...]] = {
     "yaml": (*CLAIM_KEYS, "name"),
     "cell": (*CLAIM_KEYS, "timeout", "lease", "name"),  # %%dra: the environment is always set
     # %%dra run: in a pod (Kubernetes), in the background (one machine)
-    "run": (*CLAIM_KEYS, "image", "name", "timeout", "start_timeout", "nodes", "lease"),
+    "run": (
+        *CLAIM_KEYS,
+        "image",
+        "name",
+        "timeout",
+        "start_timeout",
+        "nodes",
+        "queue",
+        "retries",
+        "wait",
+        "lease",
+    ),
 }
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
@@ -80,7 +92,7 @@ def split(line: str, where: str) -> list[str]:
 
 
 def _value(key: str, text: str, where: str) -> Any:
-    if key in INTEGER_KEYS or key == "nodes":
+    if key in INTEGER_KEYS or key in ("nodes", "retries"):
         if text == "all":
             return text
         try:
@@ -98,7 +110,7 @@ def _value(key: str, text: str, where: str) -> Any:
                 "alternatives=\"[{'gpu': 1, 'model': 'H200'}, {'gpu': 2}]\""
             ) from None
         return value
-    if key in ("apply_env", "restart"):
+    if key in ("apply_env", "restart", "wait"):
         if text.lower() in _TRUE:
             return True
         if text.lower() in _FALSE:

@@ -30,6 +30,7 @@ from dra_jupyter.kube.jobs import (
 from dra_jupyter.kube.jobstatus import run_status
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.model.objects import Wire
+from dra_jupyter.runstatus import Run
 from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
 from tests.k8s import testenv
 from tests.k8s.conftest import wait_for
@@ -171,17 +172,22 @@ def test_the_status_reads_phase_reason_and_pods_from_the_job() -> None:
         resourceClaimStatuses=[{"name": "devices", "resourceClaimName": "c0"}],
     )
     status = run_status(job_object, [waiting, running], {"c0": claim})
-    assert (status.phase, status.launcher, status.end) == ("Running", "Indexed Job", None)
-    assert [(p.rank, p.node, p.devices) for p in status.pods] == [
-        (0, "n1", ["gpu.nvidia.com/n1/gpu-0"]),
-        (1, "", []),
+    assert (status.phase, status.launcher, status.ended) == ("Running", "Indexed Job", None)
+    assert [(p.rank, p.node, p.devices) for p in status.processes] == [
+        (0, "n1", ("gpu.nvidia.com/n1/gpu-0",)),
+        (1, "", ()),
     ]
-    assert status.pods[1].reason == "0/2 nodes are available: 2 cannot allocate all claims."
+    assert (status.devices, status.claims, status.exit_codes) == (
+        ("gpu.nvidia.com/n1/gpu-0",),
+        ("c0",),
+        (None, None),
+    )
+    assert status.processes[1].reason == "0/2 nodes are available: 2 cannot allocate all claims."
     pending = run_status(job_object, [waiting], {})
-    assert (pending.phase, pending.reason) == ("Pending", status.pods[1].reason)
+    assert (pending.phase, pending.message) == ("Pending", status.processes[1].reason)
     assert str(pending).splitlines() == [
         "run train: Pending (Indexed Job): 0/2 nodes are available: 2 cannot allocate all claims.",
-        "  rank 1 pod train-1-x: Pending, 0 restarts: 0/2 nodes are available: 2 cannot "
+        "  rank 1 train-1-x: Pending, 0 restarts: 0/2 nodes are available: 2 cannot "
         "allocate all claims.",
     ]
     failed = {
@@ -199,8 +205,8 @@ def test_the_status_reads_phase_reason_and_pods_from_the_job() -> None:
         },
     }
     ended = run_status(failed, [], {})
-    assert (ended.phase, ended.ended, ended.end) == ("Failed", True, 1796205900.0)
-    assert ended.reason == (
+    assert (ended.phase, ended.done, ended.ended) == ("Failed", True, 1796205900.0)
+    assert ended.message == (
         "PodFailurePolicy: Container work for pod train-1-x failed with exit code 1"
     )
     stamp = {"deletionTimestamp": "2026-12-02T10:06:00Z"}
@@ -254,15 +260,21 @@ def test_a_two_node_run_reports_ranks_logs_devices_and_is_found_again(
             node_selector=ON_SIMULATED,
         )
         assert isinstance(run, JobRun)
-        assert run.wait(timeout=90) == "Succeeded"
+        assert isinstance(run, Run)  # one shape on every backend (dra_jupyter.runstatus)
+        ended = run.wait(timeout=90)
+        assert (ended.phase, ended.name, ended.where) == (
+            "Succeeded",
+            "ranks",
+            f"namespace {namespace}",
+        )
         status = run.status
         assert status.launcher == "Indexed Job (JobSet not installed)"
-        assert [(p.rank, p.phase, p.exit_code) for p in status.pods] == [
+        assert [(p.rank, p.phase, p.exit_code) for p in status.processes] == [
             (0, "Succeeded", 0),
             (1, "Succeeded", 0),
         ]
-        assert all(p.node in published.node_names for p in status.pods)
-        assert status.start is not None and status.end is not None
+        assert all(p.node in published.node_names for p in status.processes)
+        assert status.started is not None and status.ended is not None
         logs = run.logs()
         for rank in (0, 1):
             assert f"[rank {rank}] rank {rank} node_rank {rank} of 2 local 2\n" in logs
@@ -292,6 +304,7 @@ def test_a_two_node_run_reports_ranks_logs_devices_and_is_found_again(
         again = session(kubeconfig, namespace, image=IMAGE)
         assert again.backend.cluster is not None
         assert [r.name for r in again.backend.cluster.runs()] == ["ranks"]
+        assert [r.name for r in again.runs()] == ["ranks"]  # dra.runs()
         bob = session(kubeconfig, namespace, user="bob", image=IMAGE)
         assert bob.backend.cluster is not None
         assert bob.backend.cluster.runs() == []
@@ -341,11 +354,11 @@ def test_a_rank_that_exits_1_fails_the_run_without_a_retry(
             [sys.executable, "-c", script], gpu=1, nodes=2, name="fails", node_selector=ON_SIMULATED
         )
         assert isinstance(run, JobRun)
-        assert run.wait(timeout=90) == "Failed"
+        assert run.wait(timeout=90).phase == "Failed"
         status = run.status
-        assert status.reason.startswith("PodFailurePolicy: "), status.reason
-        assert "exit code 1" in status.reason
-        failed = [p for p in status.pods if p.rank == 1]
+        assert status.message.startswith("PodFailurePolicy: "), status.message
+        assert "exit code 1" in status.message
+        failed = [p for p in status.processes if p.rank == 1]
         assert [(p.phase, p.exit_code) for p in failed] == [("Failed", 1)]  # one pod: no retry
         assert "[rank 1] bad data\n" in run.logs(rank=1)
         run.cancel()
@@ -383,7 +396,7 @@ def test_cancel_deletes_the_job_its_pods_claims_service_and_template(
             assert isinstance(run, JobRun)
 
             def running() -> bool:
-                pods = run.status.pods
+                pods = run.status.processes
                 return len(pods) == 2 and all(p.phase == "Running" and p.devices for p in pods)
 
             wait_for("both ranks running with their devices", running)
@@ -391,7 +404,8 @@ def test_cancel_deletes_the_job_its_pods_claims_service_and_template(
             claims = resource.list_namespaced_resource_claim(namespace).items
             assert len(claims) == 2  # a claim per pod, from the template
             run.cancel()
-            assert run.status.phase == "Cancelled"
+            cancelled = run.status
+            assert cancelled.phase == "Cancelled"
 
             def gone() -> bool:
                 return (
@@ -461,14 +475,14 @@ def test_a_disrupted_pod_is_retried_and_not_counted(
         first = wait_for(
             "rank 0's first attempt to run",
             lambda: next(
-                (p.pod for p in run.status.pods if p.rank == 0 and p.phase == "Running"), None
+                (p.name for p in run.status.processes if p.rank == 0 and p.phase == "Running"), None
             ),
         )
         eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=first, namespace=namespace))
         core.create_namespaced_pod_eviction(first, namespace, eviction)
-        assert run.wait(timeout=90) == "Succeeded"
-        ranks0 = [p for p in run.status.pods if p.rank == 0]
-        assert first not in [p.pod for p in ranks0]  # the evicted pod is gone
+        assert run.wait(timeout=90).phase == "Succeeded"
+        ranks0 = [p for p in run.status.processes if p.rank == 0]
+        assert first not in [p.name for p in ranks0]  # the evicted pod is gone
         assert [(p.phase, p.exit_code) for p in ranks0] == [("Succeeded", 0)]
         job = to_wire(api, client.BatchV1Api(api).read_namespaced_job("evicted", namespace))
         assert job["status"].get("failed", 0) == 0  # ignored, not counted
@@ -544,10 +558,10 @@ def test_a_kueue_queue_is_checked_labelled_and_its_reason_shown(
         assert made["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-q"
         assert made["spec"]["suspend"] is True
         status = run.status
-        assert (status.phase, status.reason, status.pods) == (
+        assert (status.phase, status.message, status.processes) == (
             "Pending",
             "suspended, waiting in Kueue's queue team-q",
-            [],
+            (),
         )
         workload = {
             "apiVersion": "kueue.x-k8s.io/v1beta1",
@@ -579,7 +593,7 @@ def test_a_kueue_queue_is_checked_labelled_and_its_reason_shown(
         objects.create_namespaced_custom_object(
             "kueue.x-k8s.io", "v1beta1", namespace, "workloads", workload
         )
-        assert run.status.reason == (
+        assert run.status.message == (
             "suspended, waiting in Kueue's queue team-q: couldn't assign flavors to pod set "
             "main: insufficient quota for nvidia.com/gpu"
         )
@@ -613,14 +627,14 @@ def test_an_unplaced_run_says_the_schedulers_reason_and_ours_then_leaves_nothing
 
     def waiting() -> bool:
         status = run.status
-        return len(status.pods) == 2 and all(
-            "node affinity/selector" in p.reason for p in status.pods
+        return len(status.processes) == 2 and all(
+            "node affinity/selector" in p.reason for p in status.processes
         )
 
     wait_for("the scheduler's reason on both pods", waiting)
     status = run.status
     assert status.phase == "Pending"
-    assert status.reason.startswith("0/"), status.reason
+    assert status.message.startswith("0/"), status.message
     run.cancel()
     with pytest.raises(AllocationError) as raised:
         alice.run(

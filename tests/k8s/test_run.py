@@ -16,9 +16,10 @@ from dra_jupyter.api import Session
 from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_wire
-from dra_jupyter.kube.run import WAITING, pod_command
-from dra_jupyter.kube.run import Run as PodRun
+from dra_jupyter.kube.podrun import WAITING, PodRun
+from dra_jupyter.kube.run import pod_command
 from dra_jupyter.kube.simulate import SimulatedCluster
+from dra_jupyter.runstatus import Run
 from dra_jupyter.settings import Settings
 from tests.k8s.conftest import wait_for
 from tests.k8s.test_backend import session
@@ -79,23 +80,55 @@ def test_a_run_is_placed_and_reports_its_claims_devices(
     assert isinstance(run, PodRun)  # dra.run on Kubernetes: a pod
     assert run.state == WAITING
     assert run.node in published.node_names
-    stored = ClaimClient(api, namespace).get(run.claim.name)
+    stored = ClaimClient(api, namespace).get(run.claim_name)
     assert stored is not None
     results = stored["status"]["allocation"]["devices"]["results"]
     assert run.devices == [f"{r['driver']}/{r['pool']}/{r['device']}" for r in results]
     assert len(run.devices) == 2
-    assert run.claim.state == "reserved"
+    assert run.claim is not None and run.claim.state == "reserved"
     pod = to_wire(api, client.CoreV1Api(api).read_namespaced_pod("run-a", namespace))
     assert pod["spec"]["containers"][0]["command"] == ["sh", "-c", "nvidia-smi -L"]
     assert pod["spec"]["resourceClaims"] == [
-        {"name": "claim-0", "resourceClaimName": run.claim.name}
+        {"name": "claim-0", "resourceClaimName": run.claim_name}
     ]
-    assert pod["metadata"]["labels"] == {"dra-jupyter/user": "alice", "dra-jupyter/kernel": "k-1"}
+    assert pod["metadata"]["labels"] == {
+        "dra-jupyter/user": "alice",
+        "dra-jupyter/kernel": "k-1",
+        "dra-jupyter/component": "pod-run",
+    }
+    # the shape of every backend's run: its status, with a row for its one pod
+    assert isinstance(run, Run)
+    status = run.status
+    assert (status.name, status.phase, status.launcher, status.message) == (
+        "run-a",
+        "Pending",
+        "Pod",
+        WAITING,
+    )
+    assert [(p.rank, p.name, p.node, p.devices) for p in status.processes] == [
+        (0, "run-a", run.node, tuple(run.devices))
+    ]
+    assert (status.devices, status.claims) == (tuple(run.devices), (run.claim_name,))
+    assert status.command == ("sh", "-c", "nvidia-smi -L")
+    assert run.wait(timeout=0).phase == "Pending"  # not started: still there
+    assert run.logs() == ""
+    with pytest.raises(InvalidInputError, match=r"^run run-a: rank=1: a pod's run has rank 0"):
+        run.logs(rank=1)
+    # found again by its labels, from a new session (a new kernel): dra.runs(), %dra runs
+    again = session(kubeconfig, namespace, image=IMAGE)
+    [found] = again.runs()
+    assert (found.name, found.status.phase, found.status.devices) == (
+        "run-a",
+        "Pending",
+        tuple(run.devices),
+    )
+    assert session(kubeconfig, namespace, user="bob", image=IMAGE).runs() == []
     run.cancel()
     assert run.state == "cancelled"
+    assert run.status.phase == "Cancelled"
     assert not pod_exists(api, namespace, "run-a")
     wait_for(
-        "the claim's deletion", lambda: ClaimClient(api, namespace).get(run.claim.name) is None
+        "the claim's deletion", lambda: ClaimClient(api, namespace).get(run.claim_name) is None
     )
 
 

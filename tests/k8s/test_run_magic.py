@@ -15,9 +15,10 @@ from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
 from tests.k8s.conftest import wait_for
+from tests.k8s.podrunner import PodRunner
 from tests.k8s.test_pods import IMAGE
 from tests.k8s.test_run import pod_exists
-from tests.magics.conftest import TIMEOUT, Kernel
+from tests.magics.conftest import TIMEOUT, Kernel, plain
 
 
 @pytest.fixture
@@ -115,3 +116,36 @@ def test_an_interrupted_run_leaves_neither_pod_nor_claim(
     assert "KeyboardInterrupt" in "".join(outcome.error_lines())
     assert ClaimClient(api, namespace).list() == []
     assert not pod_exists(api, namespace, "stuck")
+
+
+def test_a_job_run_cell_is_listed_followed_and_cancelled_by_the_line_magics(
+    kube_kernel: Kernel,
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    pod_runner: PodRunner,
+) -> None:
+    """``%%dra run`` takes ``nodes``, ``retries`` and ``wait`` on Kubernetes (a Job), and
+    ``%dra runs``, ``%dra logs NAME``, ``%dra cancel NAME`` find and drive its runs, Jobs
+    and bare pods alike, as they do on one machine."""
+    with pod_runner.serving(namespace):
+        out = kube_kernel.ok(
+            "%%dra run gpu=1 nodes=2 retries=0 wait=true name=cell-job\n"
+            "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
+        )
+        assert sorted(out.stdout.splitlines()) == ["[rank 0] rank 0 of 2", "[rank 1] rank 1 of 2"]
+        job = to_wire(api, client.BatchV1Api(api).read_namespaced_job("cell-job", namespace))
+        assert job["spec"]["backoffLimit"] == 3  # retries=0: an exit code fails the Job
+        kube_kernel.ok("%%dra run gpu=1 name=cell-pod start_timeout=0\nprint('one pod')\n")
+        listed = plain(kube_kernel.ok("%dra runs").result)
+        [job_line] = [line for line in listed.splitlines() if "cell-job" in line]
+        assert "Succeeded" in job_line and "0, 0" in job_line
+        assert any("cell-pod" in line for line in listed.splitlines())
+        assert sorted(kube_kernel.ok("%dra logs cell-job").stdout.splitlines()) == [
+            "[rank 0] rank 0 of 2",
+            "[rank 1] rank 1 of 2",
+        ]
+        assert kube_kernel.ok("%dra cancel cell-pod").stdout == "dra: run cell-pod is cancelled\n"
+        assert kube_kernel.ok("%dra cancel cell-job").stdout == "dra: run cell-job is cancelled\n"
+        wait_for("the runs' pods to go", lambda: not pod_exists(api, namespace, "cell-pod"))
+        wait_for("the claims to go", lambda: ClaimClient(api, namespace).list() == [])

@@ -17,10 +17,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.errors import AllocationError
-from dra_jupyter.kube.backend import read_taint_rules
 from dra_jupyter.kube.connect import api_client, to_model
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.kube.spawn import explain_pending
+from dra_jupyter.kube.taints import read_taint_rules
 from tests.k8s import testenv
 from tests.k8s.conftest import wait_for
 from tests.k8s.test_backend import session

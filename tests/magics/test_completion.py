@@ -69,6 +69,11 @@ def test_the_first_line_of_a_cell_magic(kernel: Kernel) -> None:
     matches, _ = completed(kernel, "%%dra mig=3g.71gb ")
     assert "timeout=" in matches
     assert "apply_env=" not in matches  # the cell always sets the environment
+    # %%dra run: the run's keywords (a pod's, a Job's)
+    assert completed(kernel, "%%dra r") == (["run"], "r")
+    matches, _ = completed(kernel, "%%dra run gpu=1 ")
+    assert {"nodes=", "queue=", "retries=", "wait=", "image=", "lease="} <= set(matches)
+    assert completed(kernel, "%%dra run gpu=1 wait=") == (["true", "false"], "")
     # the body of the cell is Python: completed as usual
     body, _ = completed(kernel, "%%dra gpu=1\nimport o")
     assert "os" in body

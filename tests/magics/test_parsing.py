@@ -96,6 +96,18 @@ def test_the_run_cell_form_takes_pod_keywords() -> None:
         "lease": "1h",
         "nodes": 1,
     }
+    # a Job on Kubernetes: its pods, its Kueue queue, its retries, followed to its end
+    assert parse_cell_line("run gpu=1 nodes=2 queue=team retries=1 wait=true").spec == {
+        "gpu": 1,
+        "nodes": 2,
+        "queue": "team",
+        "retries": 1,
+        "wait": True,
+    }
+    with pytest.raises(InvalidInputError, match=r"^%%dra run: retries='x' is not a whole"):
+        parse_cell_line("run gpu=1 retries=x")
+    with pytest.raises(InvalidInputError, match=r"^%%dra run: wait='maybe' must be true or"):
+        parse_cell_line("run gpu=1 wait=maybe")
     with pytest.raises(InvalidInputError, match=r"^%%dra run: unknown keyword 'restart'"):
         parse_cell_line("run gpu=1 restart=true")
     with pytest.raises(InvalidInputError, match=r"^%%dra run: nodes='two' is not a whole"):

@@ -58,6 +58,7 @@ def test_a_run_keeps_its_devices_while_its_kernel_restarts(kernel: Kernel, tmp_p
     kernel.ok("%load_ext dra_jupyter")
     listed = plain(kernel.ok("%dra runs").result)
     assert "train" in listed and "Running" in listed
+    assert kernel.complete("%dra logs tr")["matches"] == ["train"]  # run names complete
     assert kernel.ok("%dra logs train").stdout == "step 1\n"
     assert kernel.ok("%dra cancel train").stdout == "dra: run train is cancelled\n"
     assert session.backend.claims() == []
