@@ -91,6 +91,8 @@ _REASONS = {
     "limit": "over the per-user device limit",
     "moved": "its kernel moved into a pod with these devices, whose own claim holds them now",
     "device-failed": "its GPU failed and was taken out of service (dra-jupyter health says how)",
+    "fair-share": "another user waited for its devices while it was idle (reclaim under "
+    "pressure: dra-jupyter claims shows the warning, dra-jupyter waiting the line)",
 }
 
 
