@@ -63,6 +63,39 @@ def last_activity(svc: Service, name: str) -> float:
     return float(when)
 
 
+def listened(jp_serverapp: Any, schema: str) -> list[dict[str, Any]]:
+    """Every event of ``schema`` the server emits from now on."""
+    seen: list[dict[str, Any]] = []
+
+    async def listen(logger: Any, schema_id: str, data: dict[str, Any]) -> None:
+        seen.append(dict(data))
+
+    jp_serverapp.event_logger.add_listener(schema_id=schema, listener=listen)
+    return seen
+
+
+async def answer(child: Child) -> dict[str, Any]:
+    """``child``'s answer, the server's loop running while it comes."""
+    try:
+        await eventually(child.answered)
+        return child.result()
+    finally:
+        child.kill()
+
+
+async def keep_twice(jp_fetch: Fetch, name: str, waiter: str) -> None:
+    """The card's Keep under pressure: once allowed, then a 409 in one line."""
+    kept = await jp_fetch("dra", "api", "claims", name, "keep", method="POST", body="{}")
+    assert kept.code == 200
+    with pytest.raises(HTTPClientError) as second:
+        await jp_fetch("dra", "api", "claims", name, "keep", method="POST", body="{}")
+    assert second.value.code == 409
+    assert second.value.response is not None
+    message = json.loads(second.value.response.body)["message"]
+    assert message.startswith(f"claim {name}: Keep refused: {waiter} is waiting for ")
+    assert "\n" not in message
+
+
 async def test_a_running_cell_keeps_its_gpus_then_its_idle_claim_is_warned_and_reclaimed(
     jp_serverapp: Any,
     jp_fetch: Fetch,
@@ -71,18 +104,8 @@ async def test_a_running_cell_keeps_its_gpus_then_its_idle_claim_is_warned_and_r
     tmp_path: Path,
 ) -> None:
     bob = users["bob"]
-    warnings: list[dict[str, Any]] = []
-
-    async def listen(logger: Any, schema_id: str, data: dict[str, Any]) -> None:
-        warnings.append(dict(data))
-
-    released: list[dict[str, Any]] = []
-
-    async def listen_released(logger: Any, schema_id: str, data: dict[str, Any]) -> None:
-        released.append(dict(data))
-
-    jp_serverapp.event_logger.add_listener(schema_id=RECLAIM_WARNING, listener=listen)
-    jp_serverapp.event_logger.add_listener(schema_id=RELEASED, listener=listen_released)
+    warnings = listened(jp_serverapp, RECLAIM_WARNING)
+    released = listened(jp_serverapp, RELEASED)
     await start_extensions(jp_serverapp)
     flag = tmp_path / "done"
     async with started_kernel(jp_serverapp) as kernel:
@@ -97,12 +120,7 @@ async def test_a_running_cell_keeps_its_gpus_then_its_idle_claim_is_warned_and_r
         )
         await eventually(lambda: last_activity(svc, name) > before)  # the cell's start, told
 
-        first = Child(bob, svc.env(), lambda: ask(FIRST_WAIT))
-        try:
-            await eventually(first.answered)  # the server's loop runs meanwhile
-            refused = first.result()
-        finally:
-            first.kill()
+        refused = await answer(Child(bob, svc.env(), lambda: ask(FIRST_WAIT)))
         assert refused.get("error") == "BusyError", refused  # nothing was taken for bob
         assert [row[0] for row in read(svc, "SELECT name FROM claims")] == [name]
         assert "reclaim:" not in svc.log.read_text()  # never warned while it ran
@@ -127,23 +145,12 @@ async def test_a_running_cell_keeps_its_gpus_then_its_idle_claim_is_warned_and_r
                 f"{bob.name} is waiting for 1× NVIDIA H200; your {name}, idle for "
             )
             assert ", will be released in 0:0" in event["message"]
-
-            kept = await jp_fetch("dra", "api", "claims", name, "keep", method="POST", body="{}")
-            assert kept.code == 200  # the one Keep allowed while bob waits
-            with pytest.raises(HTTPClientError) as second:
-                await jp_fetch("dra", "api", "claims", name, "keep", method="POST", body="{}")
-            assert second.value.code == 409
-            assert second.value.response is not None
-            message = json.loads(second.value.response.body)["message"]
-            assert message.startswith(f"claim {name}: Keep refused: {bob.name} is waiting for ")
-            assert "\n" not in message
-
-            got = waiter.result()
-            assert "ok" in got, got  # bob got a GPU
-            [(reason,)] = read(svc, f"SELECT reason FROM releases WHERE name = '{name}'")
-            assert reason == "fair-share"
-            await eventually(lambda: bool(released))  # the server tells its user why
-            assert [(e["claim"], e["reason"]) for e in released] == [(name, "fair-share")]
-            assert len(warnings) == 1  # told once, the Keep's new deadline included
+            await keep_twice(jp_fetch, name, bob.name)
         finally:
-            waiter.kill()
+            got = await answer(waiter)
+        assert "ok" in got, got  # bob got a GPU
+        [(reason,)] = read(svc, f"SELECT reason FROM releases WHERE name = '{name}'")
+        assert reason == "fair-share"
+        await eventually(lambda: bool(released))  # the server tells its user why
+        assert [(e["claim"], e["reason"]) for e in released] == [(name, "fair-share")]
+        assert len(warnings) == 1  # told once, the Keep's new deadline included
