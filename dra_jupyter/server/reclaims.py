@@ -7,7 +7,8 @@ look idle, and be released while a cell runs. So the server reports its kernels'
 with the service's ``activity`` op (never a Keep: none of those allowed under pressure is
 used): when a cell starts (busy), when it ends, and while it runs every :data:`RENEW`
 seconds (the service holds a busy report for ``BUSY_HOLD``, longer, so that a server that
-died stops counting). Not per message: a cell that prints a million lines costs a report
+died stops counting; :data:`SOON` after a report that found no claim of the kernel, for
+the claim its cell makes). Not per message: a cell that prints a million lines costs a report
 at its start, one at its end and one each :data:`RENEW` seconds. Reports go one at a
 time, in order, so that a cell's end never overtakes its start.
 
@@ -31,6 +32,9 @@ from dra_jupyter.types import ClaimRecord, Reclaiming, ReclaimNotice
 Read = Callable[[Callable[[], Any]], Awaitable[Any]]  # runs a blocking call off the loop
 
 RENEW = 30.0  # seconds between reports that a kernel still runs a cell
+# seconds to the next report of a running cell when the last found no claim of its kernel:
+# a cell that makes its claim and then works (``dra.request(...); train()``) is busy soon
+SOON = 5.0
 
 
 def warning_event(notice: ReclaimNotice, record: ClaimRecord, now: float) -> dict[str, Any]:
@@ -69,8 +73,10 @@ class BusyReports:
     def __init__(self) -> None:
         self.sent: dict[str, float] = {}  # kernel -> when it was last reported busy
 
-    def started(self, kernel_id: str, now: float) -> None:
-        self.sent[kernel_id] = now
+    def started(self, kernel_id: str, now: float, *, claims: int = 1) -> None:
+        """A report that ``kernel_id`` is busy was sent at ``now``; it found ``claims``
+        (none: the next is due :data:`SOON`, for a claim the cell makes)."""
+        self.sent[kernel_id] = now if claims else now - RENEW + SOON
 
     def ended(self, kernel_id: str) -> None:
         self.sent.pop(kernel_id, None)
@@ -126,11 +132,19 @@ class Reclaims:
             self.reports.started(kernel_id, self._clock())
         else:
             self.reports.ended(kernel_id)
+        await self._send(kernel_id, busy=busy)
+
+    async def _send(self, kernel_id: str, *, busy: bool) -> None:
         async with self._order:
             try:
-                await self._read(partial(self.backend.activity, kernel_id=kernel_id, busy=busy))
+                claims = await self._read(
+                    partial(self.backend.activity, kernel_id=kernel_id, busy=busy)
+                )
             except DraJupyterError as err:
                 self._logged(f"reporting kernel {kernel_id}'s activity to the service: {err}")
+                return
+        if busy and not claims and kernel_id in self.reports.sent:
+            self.reports.started(kernel_id, self.reports.sent[kernel_id], claims=0)
 
     async def active(self, name: str) -> bool:
         """The claim ``name`` (the server's own, made at start) was active now; False when
@@ -144,11 +158,7 @@ class Reclaims:
         the kernels' claims of the warnings not told yet."""
         now = self._clock()
         for kernel_id in self.reports.due(self._busy(), now):
-            async with self._order:
-                try:
-                    await self._read(partial(self.backend.activity, kernel_id=kernel_id, busy=True))
-                except DraJupyterError as err:
-                    self._logged(f"reporting kernel {kernel_id}'s activity to the service: {err}")
+            await self._send(kernel_id, busy=True)
         try:
             fresh = self.told.new(await self._read(self.backend.notices))
             if not fresh:

@@ -59,7 +59,7 @@ log = logging.getLogger("dra_jupyter.service")
 
 REASON = "fair-share"  # the release's reason in the ledger
 # seconds a report that a claim's kernel is busy holds without a new one: its server renews
-# it while the cell runs (every 30 s, server/activity.py); a server that died says nothing
+# it while the cell runs (every 30 s, server/reclaims.py); a server that died says nothing
 BUSY_HOLD = 120.0
 MOST_WAITERS = 16  # waiters, from the head of the line, that holders are warned for in a turn
 _GPU_USE = {

@@ -3,7 +3,7 @@ a server: each warning told once, running cells reported again only every RENEW 
 
 from __future__ import annotations
 
-from dra_jupyter.server.reclaims import RENEW, BusyReports, Told, warning_event
+from dra_jupyter.server.reclaims import RENEW, SOON, BusyReports, Told, warning_event
 from dra_jupyter.types import ClaimRecord, Owner, ReclaimNotice
 
 
@@ -40,6 +40,14 @@ def test_a_running_cell_is_reported_again_only_every_renew_seconds() -> None:
     reports.ended("k2")
     assert reports.due(["k1"], RENEW + 1) == []
     assert reports.due(["k2"], RENEW + 2) == ["k2"]  # k1 idle now: forgotten
+
+
+def test_a_running_cell_whose_kernel_held_no_claim_is_reported_again_soon() -> None:
+    """The cell may make its claim, then work for long (``dra.request(...); train()``)."""
+    reports = BusyReports()
+    reports.started("k1", 0.0, claims=0)
+    assert reports.due(["k1"], SOON - 1) == []
+    assert reports.due(["k1"], SOON) == ["k1"]
 
 
 def test_the_event_carries_the_waiter_the_deadline_and_the_keeps_left() -> None:
