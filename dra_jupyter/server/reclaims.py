@@ -66,6 +66,10 @@ class Told:
         self.seen = listed
         return fresh
 
+    def forget(self, notices: Iterable[ReclaimNotice]) -> None:
+        """``notices`` were not told after all (the claims could not be read)."""
+        self.seen -= {(n.claim, n.warned) for n in notices}
+
 
 class BusyReports:
     """When a kernel's running cell is reported again: :data:`RENEW` after the last report."""
@@ -159,6 +163,7 @@ class Reclaims:
         now = self._clock()
         for kernel_id in self.reports.due(self._busy(), now):
             await self._send(kernel_id, busy=True)
+        fresh: list[ReclaimNotice] = []
         try:
             fresh = self.told.new(await self._read(self.backend.notices))
             if not fresh:
@@ -166,6 +171,7 @@ class Reclaims:
             live = set(self._live())
             records = {r.name: r for r in await self._claims() if r.owner.kernel_id in live}
         except DraJupyterError as err:
+            self.told.forget(fresh)  # told at the next tick instead
             self._logged(f"reading the service's reclaim warnings: {err}")
             return
         self._problem = ""

@@ -29,6 +29,8 @@ def test_each_warning_is_told_once_and_a_withdrawn_one_never_again() -> None:
     assert told.new([]) == []  # withdrawn: nothing to tell
     again = notice("alice-1", warned=900.0)  # warned anew later
     assert told.new([again]) == [again]
+    told.forget([again])  # not told after all (the claims could not be read)
+    assert told.new([again]) == [again]
 
 
 def test_a_running_cell_is_reported_again_only_every_renew_seconds() -> None:

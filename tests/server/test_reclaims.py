@@ -11,7 +11,9 @@ and everything else is waited for as an event or a state."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,9 @@ from tornado.httpclient import HTTPClientError
 
 from dra_jupyter.api import Session
 from dra_jupyter.server.claim_events import RECLAIM_WARNING, RELEASED
+from dra_jupyter.service.client import ServiceBackend
 from dra_jupyter.settings import Settings
+from dra_jupyter.types import ReclaimNotice
 from tests.server.conftest import Fetch, eventually, start_extensions
 from tests.server.test_kernels import started_kernel
 from tests.service.accounts import Child, Service, User, service
@@ -33,22 +37,34 @@ FIRST_WAIT = IDLE + GRACE + 3  # bob's first wait: longer than a reclaim of an i
 
 
 @pytest.fixture
-def svc(users: dict[str, User], monkeypatch: pytest.MonkeyPatch) -> Iterator[Service]:  # noqa: F811
-    """The service, with a short grace and idle time; the server (made after) uses it."""
-    policy = admin_policy(users, f"reclaim_grace = {GRACE}\nreclaim_idle = {IDLE}\n")
+def svc(
+    users: dict[str, User],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> Iterator[Service]:
+    """The service, with a short grace (a test's own as its parameter) and idle time; the
+    server (made after) uses it. The environment is put back afterwards (a server with a
+    startup claim puts its devices' there)."""
+    grace = getattr(request, "param", GRACE)
+    policy = admin_policy(users, f"reclaim_grace = {grace}\nreclaim_idle = {IDLE}\n")
+    before = dict(os.environ)
     with service(policy) as made:
         for key, value in made.env().items():
             monkeypatch.setenv(key, value)
         yield made
+    os.environ.clear()
+    os.environ.update(before)
 
 
 @pytest.fixture
-def dra_config(svc: Service) -> dict[str, Any]:
+def dra_config(svc: Service, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """A test's own traits as its parameter."""
     return {
         "backend": "service",
         "idle_timeout": 3600.0,
         "check_interval": 0.2,
         "reclaim_interval": 0.2,
+        **getattr(request, "param", {}),
     }
 
 
@@ -154,3 +170,45 @@ async def test_a_running_cell_keeps_its_gpus_then_its_idle_claim_is_warned_and_r
         await eventually(lambda: bool(released))  # the server tells its user why
         assert [(e["claim"], e["reason"]) for e in released] == [(name, "fair-share")]
         assert len(warnings) == 1  # told once, the Keep's new deadline included
+
+
+def logged(svc: Service, line: str, times: int) -> bool:
+    """The service logged ``line`` ``times`` times (at least)."""
+    return svc.log.read_text().count(line) >= times
+
+
+def notices_of(name: str) -> list[ReclaimNotice]:
+    """The warnings in force on ``name``, as root (an admin) reads them."""
+    backend = Session(Settings.from_env()).backend
+    assert isinstance(backend, ServiceBackend)
+    try:
+        return [n for n in backend.notices() if n.claim == name]
+    finally:
+        backend.channel.close()
+
+
+@pytest.mark.parametrize("svc", [60], indirect=True)  # a grace the test never reaches
+@pytest.mark.parametrize("dra_config", [{"startup_request": '{"gpu": 8}'}], indirect=True)
+async def test_the_startup_claim_is_active_with_the_kernels_never_kept(
+    jp_serverapp: Any,
+    users: dict[str, User],  # noqa: F811
+    svc: Service,
+) -> None:
+    """The server's own claim (made at start) is active while its kernels run cells: the
+    server says so with ``activity``, not a Keep, so a warning on it is withdrawn when a
+    cell runs, and no Keep under pressure is used (a Keep's second would be refused)."""
+    await start_extensions(jp_serverapp)
+    [(name,)] = read(svc, "SELECT name FROM claims")
+    async with started_kernel(jp_serverapp) as kernel:
+        waiter = Child(users["bob"], svc.env(), lambda: ask(120))
+        try:
+            await eventually(lambda: bool(notices_of(name)))
+            withdrawn = f"reclaim: claim {name} of root is not released"
+            for turn in (1, 2):  # each cell withdraws the warning; idle again, it comes back
+                [notice] = notices_of(name)
+                assert notice.keeps_left == 1  # no Keep was used
+                await kernel.run("1 + 1")
+                await eventually(partial(logged, svc, withdrawn, turn))
+                await eventually(lambda: bool(notices_of(name)))
+        finally:
+            waiter.kill()
