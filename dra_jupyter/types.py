@@ -217,7 +217,8 @@ class ReclaimNotice:
     """A warning of reclaim under pressure on one of the caller's claims (the service's
     ``notices``): ``waiter`` waits for ``what``; the claim is released at ``deadline``
     (seconds since the epoch) unless the wait ends first; ``keeps_left`` Keeps may postpone
-    it; ``message`` says it all in one line."""
+    it; ``message`` says it all in one line; ``warned``: when the warning was given (a
+    warning's identity, with ``claim``)."""
 
     claim: str
     waiter: str
@@ -225,6 +226,7 @@ class ReclaimNotice:
     deadline: float
     keeps_left: int
     message: str
+    warned: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -487,6 +489,28 @@ class Tainting(Protocol):
 
 def tainting_of(backend: object) -> Tainting | None:
     return backend if isinstance(backend, Tainting) else None
+
+
+@runtime_checkable
+class Reclaiming(Protocol):
+    """A backend that reclaims idle claims for users who wait (the shared-machine
+    service's reclaim under pressure): ``reclaiming_of(backend)`` is the backend where it
+    does, else None. A Jupyter server tells it of its kernels' cells, and reads its
+    warnings for their users (:mod:`dra_jupyter.server.reclaims`). Errors: UnavailableError
+    where the service cannot be reached; ForbiddenError for another user's claim."""
+
+    def activity(
+        self, *, kernel_id: str | None = None, name: str | None = None, busy: bool = False
+    ) -> int:
+        """This user's claims of ``kernel_id`` (or the claim ``name``) were active now, and
+        a cell runs (``busy``); not a Keep. How many claims it recorded."""
+
+    def notices(self) -> list[ReclaimNotice]:
+        """The warnings of reclaim under pressure in force on this user's claims."""
+
+
+def reclaiming_of(backend: object) -> Reclaiming | None:
+    return backend if isinstance(backend, Reclaiming) else None
 
 
 class Backend(Protocol):

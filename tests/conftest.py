@@ -61,6 +61,8 @@ TIERS = {
     "server/test_app_config.py": "pure",
     "server/test_writer.py": "pure",  # the writer thread alone, no server
     "server/test_moves.py": "pure",  # the kernel specs of a move, the note kernel
+    "server/test_reclaims.py": "service",  # a server and its kernel on the service, bob
+    "server/test_reclaim_notices.py": "pure",  # what the server tells, without a server
     "service": "service",
     "service/test_backend_choice.py": "pure",
     "service/test_enforce.py": "pure",  # the enforcer's decisions, signals recorded

@@ -42,6 +42,7 @@ from dra_jupyter.server.kernels import (
     uninstall_kernel_env,
 )
 from dra_jupyter.server.moves import MOVED, Moves, PodDevices, checked_claim, pod_devices
+from dra_jupyter.server.reclaims import Reclaims
 from dra_jupyter.server.sampling import MetricsSampler
 from dra_jupyter.server.strays import stray_events
 from dra_jupyter.server.terminals import put_scripts_on_terminal_path
@@ -53,7 +54,7 @@ from dra_jupyter.settings import (
     check_server_id,
     default_server_id,
 )
-from dra_jupyter.types import ClaimRecord, Watching, tainting_of
+from dra_jupyter.types import ClaimRecord, Watching, reclaiming_of, tainting_of
 
 T = TypeVar("T")
 
@@ -149,6 +150,13 @@ class DRAExtensionApp(ExtensionApp):
         machine's health watcher (dra_jupyter.local.watcher) in this server, unless one
         runs already for its ledger (dra-jupyter health --watch, another server): a GPU
         that fails is taken out of service. False: leave it to dra-jupyter health --watch.""",
+    )
+    reclaim_interval = Float(
+        1.0,
+        config=True,
+        help="""On the shared-machine service: seconds between reads of its reclaim warnings
+        (another user waits for an idle claim's devices: the reclaim_warning event), and
+        between checks of running cells to report (every 30 s each). 0: with each check.""",
     )
     release_on_stop = Bool(
         True,
@@ -322,12 +330,26 @@ class DRAExtensionApp(ExtensionApp):
         self.policy = IdlePolicy(self.idle_timeout, self.idle_warning)
         self.watcher = ExecutionWatcher(
             on_cell_end=self._cell_ended,
+            on_cell_start=self._cell_started,
             on_restart_asked=lambda k, asked: IOLoop.current().spawn_callback(
                 self._restart_asked, k, asked
             ),
         )
         self.known_kernels: set[str] = set()  # every kernel this server has run
         self.claim_events = ClaimEvents(self.events, self.service.released)
+        backend = reclaiming_of(self.service.backend)  # reclaim under pressure: reclaims.py
+        self.reclaims = None
+        if backend is not None:
+            self.reclaims = Reclaims(
+                backend,
+                read=self.read,
+                claims=partial(self.read, partial(self.service.live_claims, wait=False)),
+                live_kernels=self.live_kernels,
+                busy_kernels=self.watcher.busy,
+                emit=self.claim_events.emit_reclaim_warning,
+                clock=time.time,
+                log=self.log,
+            )
         self.moves = Moves(
             self, self._kernel_claims, self._release_named, self.claim_events.emit_kernel_moved
         )
@@ -339,6 +361,7 @@ class DRAExtensionApp(ExtensionApp):
         self._readers = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="dra-read")
         self._checker: PeriodicCallback | None = None
         self._health_checker: PeriodicCallback | None = None
+        self._reclaim_checker: PeriodicCallback | None = None
         self.health = Told()
         self._watcher: Watching | None = None
         self._due: tuple[float, object] | None = None  # the next deadline's timer: (when, handle)
@@ -428,13 +451,18 @@ class DRAExtensionApp(ExtensionApp):
         ):
             self._health_checker = PeriodicCallback(self.check_health, self.health_interval * 1000)
             self._health_checker.start()
+        if self.reclaims is not None and self.reclaim_interval > 0:
+            self._reclaim_checker = PeriodicCallback(
+                self.reclaims.tick, self.reclaim_interval * 1000
+            )
+            self._reclaim_checker.start()
         self.metrics.start()
 
     async def stop_extension(self) -> None:
         if self._stopped:
             return
         self._stopped = True
-        for checker in (self._checker, self._health_checker):
+        for checker in (self._checker, self._health_checker, self._reclaim_checker):
             if checker is not None:
                 checker.stop()
         if self._watcher is not None:
@@ -733,6 +761,8 @@ class DRAExtensionApp(ExtensionApp):
         self._schedule(min((t for t in due if t > now), default=None))
         if self._health_checker is None:
             await self.check_health()
+        if self.reclaims is not None and self._reclaim_checker is None:
+            await self.reclaims.tick()
 
     def _moments(self, record: ClaimRecord, now: float) -> list[float]:
         """When something is next due for the claim, if nothing changes meanwhile: its idle
@@ -775,9 +805,15 @@ class DRAExtensionApp(ExtensionApp):
     def _cell_ended(self, kernel_id: str) -> None:
         """A cell ended: its claims' deadlines start now, and a claim it made is new: a
         check soon, to time them (as the periodic check would, up to check_interval later)."""
+        if self.reclaims is not None:
+            IOLoop.current().spawn_callback(self.reclaims.report, kernel_id, busy=False)
         soon = time.time() + CELL_SETTLE
         if self._due is None or self._due[0] > soon:
             self._schedule(soon)
+
+    def _cell_started(self, kernel_id: str) -> None:
+        if self.reclaims is not None:  # the service hears of the cell: it is not idle
+            IOLoop.current().spawn_callback(self.reclaims.report, kernel_id, busy=True)
 
     def _on_due(self) -> None:
         self._due = None
@@ -792,7 +828,11 @@ class DRAExtensionApp(ExtensionApp):
         if ran <= self._startup_kept:
             return
         self._startup_kept = now
-        if not await self.call(self.service.backend.touch, self.startup_claim, now):
+        if self.reclaims is not None:  # activity, not a Keep (a Keep under pressure is bounded)
+            kept = await self.reclaims.active(self.startup_claim)
+        else:
+            kept = await self.call(self.service.backend.touch, self.startup_claim, now)
+        if not kept:
             self.log.warning("dra_jupyter: the claim %s made at start is gone", self.startup_claim)
             self.startup_claim = None
 

@@ -1,8 +1,9 @@
 """The claim events the server extension emits on jupyter_server's event logger: a claim
 allocated (through the REST API or in a kernel), an idle warning, a claim released, a
 process on a GPU its user does not hold, a kernel that moved (into its pod, or back), a
-device of a claim taken out of service. Their schemas are ``events/*.json``; each claim is
-announced once and each idle deadline warned of once.
+device of a claim taken out of service, a warning that another user waits for an idle
+claim's devices (the service's reclaim under pressure). Their schemas are
+``events/*.json``; each claim is announced once and each idle deadline warned of once.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ RELEASED = f"{EVENT_BASE}/claim_released/v1"
 GPU_PROCESS = f"{EVENT_BASE}/gpu_process/v1"
 KERNEL_MOVED = f"{EVENT_BASE}/kernel_moved/v1"
 DEVICE_UNHEALTHY = f"{EVENT_BASE}/device_unhealthy/v1"
+RECLAIM_WARNING = f"{EVENT_BASE}/reclaim_warning/v1"
 
 
 def register_schemas(logger: EventLogger) -> None:
@@ -89,6 +91,10 @@ class ClaimEvents:
     def emit_device_unhealthy(self, data: dict[str, Any]) -> None:
         """A device of a claim was taken out of service (:mod:`.health`)."""
         self._emit(DEVICE_UNHEALTHY, data)
+
+    def emit_reclaim_warning(self, data: dict[str, Any]) -> None:
+        """Another user waits for a claim's devices (:mod:`.reclaims`)."""
+        self._emit(RECLAIM_WARNING, data)
 
     def emit_releases(self) -> None:
         """Emit what the service released (it runs on the worker thread; events are emitted

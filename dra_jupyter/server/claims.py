@@ -92,7 +92,8 @@ _REASONS = {
     "moved": "its kernel moved into a pod with these devices, whose own claim holds them now",
     "device-failed": "its GPU failed and was taken out of service (dra-jupyter health says how)",
     "device-moved": "its kernel moved to an equivalent device, off one taken out of service",
-    "fair-share": "another user waited for its devices while it was idle (fair share)",
+    "fair-share": "another user waited for its devices while it was idle (reclaim under "
+    "pressure: dra-jupyter claims shows the warning, dra-jupyter waiting the line)",
 }
 
 

@@ -128,12 +128,18 @@ class ExecutionWatcher:
     watches: dict[str, _Watch] = field(default_factory=dict)
     # called with the kernel's id when a cell ends (its deadline starts from then)
     on_cell_end: Callable[[str], None] | None = None
+    # called with the kernel's id when a cell starts (the kernel goes busy)
+    on_cell_start: Callable[[str], None] | None = None
     # called with the kernel's id and what it asked for (RESTART_ASKED)
     on_restart_asked: Callable[[str, dict[str, Any]], None] | None = None
 
     def execution(self, kernel_id: str) -> Execution | None:
         watch = self.watches.get(kernel_id)
         return watch.execution if watch else None
+
+    def busy(self) -> list[str]:
+        """The kernels running a cell now."""
+        return [k for k, w in self.watches.items() if w.execution.busy]
 
     def attach(self, kernel_manager: Any, kernel_id: str) -> None:
         if kernel_id in self.watches:
@@ -163,10 +169,13 @@ class ExecutionWatcher:
                 if parent_type != "execute_request":
                     return
                 ended = execution.busy and state == "idle"
+                started = not execution.busy and state == "busy"
                 execution.busy = state == "busy"
                 execution.last_execute = self.clock()
                 if ended and self.on_cell_end is not None:
                     self.on_cell_end(kernel_id)
+                if started and self.on_cell_start is not None:
+                    self.on_cell_start(kernel_id)
                 return
             execution.last_execute = self.clock()
 

@@ -381,6 +381,19 @@ class ServiceBackend:
     def touch(self, name: str, now: float) -> bool:
         return bool(self._call("keep", {"name": name}))
 
+    def activity(
+        self, *, kernel_id: str | None = None, name: str | None = None, busy: bool = False
+    ) -> int:
+        """Tell the daemon that this user's claims of ``kernel_id`` (or the claim ``name``)
+        were active now, and whether a cell runs (``busy``): what reclaim under pressure
+        judges idleness by. Not a Keep. Returns how many claims it recorded."""
+        args: Wire = {"busy": busy}
+        if kernel_id is not None:
+            args["kernel_id"] = kernel_id
+        if name is not None:
+            args["name"] = name
+        return int(self._call("activity", args))
+
     def usage_book(self, last: float) -> Book:
         """The daemon's usage book of the last ``last`` seconds (``inf``: all of it): an
         admin's of every user, anyone else's own."""
@@ -457,6 +470,7 @@ class ServiceBackend:
                     float(n["deadline"]),
                     int(n["keeps_left"]),
                     str(n["message"]),
+                    float(n["warned"]),
                 )
                 for n in self._call("notices")
             ]

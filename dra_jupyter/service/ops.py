@@ -199,6 +199,38 @@ class Ops:
             return True  # postponed, not touched: the holder stays idle for the next warning
         return self.local.touch(record.name, now)
 
+    def op_activity(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
+        """A Jupyter server says the claims of one of its kernels (``kernel_id``: the
+        caller's user's claims of it), or one claim (``name``: authorized as ``keep``), were
+        active now, and whether a cell runs (``busy``). Their idle countdown starts again, and
+        reclaim under pressure takes a busy one for busy until the report that it ended (or
+        :data:`~dra_jupyter.service.pressure.BUSY_HOLD` without a new one). Never a Keep: it
+        uses none of those allowed under pressure, and a warned claim whose kernel works again
+        is no longer idle (its warning is withdrawn). Answers how many claims it recorded."""
+        busy = args.get("busy", False)
+        if not isinstance(busy, bool):
+            raise InvalidInputError(f"activity: busy {shown(busy)} is not true or false")
+        kernel_id = kernel_id_arg(args)
+        if (kernel_id is None) == ("name" not in args):
+            raise InvalidInputError("activity: name one claim (name) or one kernel (kernel_id)")
+        if kernel_id is None:
+            record = self._find(conn, args)
+            if record is None:
+                return 0
+            self.access.may_change(conn.peer, record, "record activity on")
+            records = [record]
+        else:
+            records = [
+                r
+                for r in self.ledger.read_claims()
+                if r.owner.kernel_id == kernel_id and r.owner.user == conn.peer.user
+            ]
+        now = time.time()
+        recorded = [r.name for r in records if self.local.touch(r.name, now)]
+        if self.pressure is not None:
+            self.pressure.active(recorded, now, busy=busy)
+        return len(recorded)
+
     def op_release(self, conn: Connection, _id: protocol.RequestId, args: Args) -> Any:
         """Give a claim back (for ``reason``); False if it is gone (or another user's,
         hidden). An admin's release of another user's claim says who: reason ``admin``
@@ -432,6 +464,7 @@ HANDLERS: Final = checked(
         "request": Ops.op_request,
         "release": Ops.op_release,
         "keep": Ops.op_keep,
+        "activity": Ops.op_activity,
         "list": Ops.op_list,
         "holders": Ops.op_holders,
         "waiting": Ops.op_waiting,

@@ -6,8 +6,10 @@ acts on it, on the daemon's loop, once a second and as soon as a request starts 
 
 - the holders: every live claim held by a process (a claim of the CLI lives by its lease:
   no kernel to be idle), idle since its last activity (its creation, a Keep, its GPU
-  active: :mod:`~dra_jupyter.service.gpus`), its GPU as the sampler sees it (unknown
-  without a signal), and its user's fair-share standing (:mod:`~dra_jupyter.service.fairness`);
+  active: :mod:`~dra_jupyter.service.gpus`, its kernel's cells as its Jupyter server
+  reports them: the ``activity`` op) and busy while a cell runs (:meth:`Pressure.active`),
+  its GPU as the sampler sees it (unknown without a signal), and its user's fair-share
+  standing (:mod:`~dra_jupyter.service.fairness`);
 - the waiters, in the line's order, each with whether releasing some claims would let it
   be allocated (the allocator, bounded as an inline attempt; a waiter that fits now
   needs nobody's release, one whose search is too wide is left to the idle limit).
@@ -56,6 +58,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("dra_jupyter.service")
 
 REASON = "fair-share"  # the release's reason in the ledger
+# seconds a report that a claim's kernel is busy holds without a new one: its server renews
+# it while the cell runs (every 30 s, server/reclaims.py); a server that died says nothing
+BUSY_HOLD = 120.0
 MOST_WAITERS = 16  # waiters, from the head of the line, that holders are warned for in a turn
 _GPU_USE = {
     GpuState.ACTIVE: GpuUse.ACTIVE,
@@ -82,6 +87,7 @@ class Pressure:
         self.line = line
         self.gpus = gpus
         self.notices: dict[str, Notice] = {}
+        self.busy: dict[str, float] = {}  # claim -> until when its kernel counts as busy
         self._what: dict[str, str] = {}  # a request's shape in words (the inventory is fixed)
 
     def turn(self, now: float) -> None:
@@ -94,6 +100,7 @@ class Pressure:
         ]
         live = {r.name for r in records}
         self.notices = {c: n for c, n in self.notices.items() if c in live}
+        self.busy = {c: until for c, until in self.busy.items() if c in live and until > now}
         places = self.line.places()[:MOST_WAITERS] if policy.reclaim else []
         holders_users = {r.owner.user for r in records}
         groups = {w.owner.user: w.conn.peer.groups for w, _ in places}
@@ -128,11 +135,12 @@ class Pressure:
         gpu = GpuUse.UNKNOWN
         if self.gpus is not None and self.gpus.watch.signal:
             gpu = _GPU_USE[self.gpus.watch.activity(record.name, now).state]
+        busy = self.busy.get(record.name, 0.0) > now
         return Holder(
             user=record.owner.user,
             claim=record.name,
             devices=tuple(record.device_keys),
-            idle_since=record.last_activity,
+            idle_since=None if busy else record.last_activity,
             gpu=gpu,
             held_since=record.created,
             standing=standing,
@@ -206,6 +214,17 @@ class Pressure:
         if swept.released:
             self.line.fairness.forget()
             self.line.serve()
+
+    def active(self, claims: Sequence[str], now: float, *, busy: bool) -> None:
+        """``claims``' kernel was active at ``now`` (the ledger has it already), and runs a
+        cell (``busy``: held for :data:`BUSY_HOLD`, or until a report says it ended). Not a
+        Keep: the next turn withdraws a warning of a claim no longer idle."""
+        self.busy = {c: until for c, until in self.busy.items() if until > now}
+        for claim in claims:
+            if busy:
+                self.busy[claim] = now + BUSY_HOLD
+            else:
+                self.busy.pop(claim, None)
 
     def keep(self, claim: str, now: float) -> Kept | None:
         """A Keep of ``claim``: None where it is not warned (an ordinary Keep); else the

@@ -40,6 +40,7 @@ OPS = (
     "request",  # allocate a claim (or wait in line for it)
     "release",  # give a claim back
     "keep",  # record activity on a claim (its idle countdown starts again)
+    "activity",  # a kernel's claims were active now, or are busy (a Jupyter server reports)
     "list",  # live claims (the caller's, or every visible one)
     "holders",  # every claim that holds devices (others' hidden unless visible)
     "waiting",  # the requests waiting in line (others' names hidden unless visible)

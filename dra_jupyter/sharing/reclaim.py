@@ -16,11 +16,13 @@ one, the holders that could free what it needs are ordered (:func:`candidates`):
    their fair share that have held their claim ``min_runtime`` at least, the longest held
    first.
 
-A busy kernel on a busy GPU is never reclaimed by default; nor is a claim of the waiter's
-own user (and the caller leaves out those that live by their lease alone, the CLI's: no
-kernel to be idle). The fewest of them, in that order, that free what the waiter needs
-are warned (:func:`choose`, :func:`plan`): "bob is waiting for 1× H200; your gpu-3, idle
-for 3 h, will be released in 5:00". At the deadline (``grace`` later) they are released.
+A busy kernel (a cell running, as its Jupyter server reports with the service's
+``activity``) or a busy GPU is never reclaimed by default, and a warning is withdrawn when
+its holder works again; nor is a claim of the waiter's own user (and the caller leaves out
+those that live by their lease alone, the CLI's: no kernel to be idle). The fewest of
+them, in that order, that free what the waiter needs are warned (:func:`choose`,
+:func:`plan`): "bob is waiting for 1× H200; your gpu-3, idle for 3 h, will be released in
+5:00". At the deadline (``grace`` later) they are released.
 A Keep (:func:`keep`) postpones the deadline to ``grace`` from then, ``keeps`` times while
 someone waits; the next is refused in one line that says why and when the release comes.
 """
@@ -111,13 +113,7 @@ def candidates(
         if holder.user == waiter.user:
             continue
         idle_for = holder.idle_for(now)
-        idle = (
-            idle_for is not None
-            and idle_for >= settings.idle_after
-            and holder.gpu is not GpuUse.ACTIVE
-        )
-        if idle:
-            assert idle_for is not None
+        if idle_for is not None and idle(holder, settings, now):
             rank = 1 if holder.over_share else 2
             why = f"idle for {duration_words(idle_for)}" + (
                 ", over its fair share" if rank == 1 else ""
@@ -129,6 +125,15 @@ def candidates(
             why = f"in use for {duration_words(held)}, over its fair share"
             found.append(((3, -held, holder.claim), Candidate(holder, 3, why)))
     return [c for _, c in sorted(found, key=lambda f: f[0])]
+
+
+def idle(holder: Holder, settings: ReclaimSettings, now: float) -> bool:
+    """Whether ``holder`` is idle: its kernel has run nothing for ``idle_after`` at least (a
+    cell running now is never idle) and its GPU is not active."""
+    idle_for = holder.idle_for(now)
+    return (
+        idle_for is not None and idle_for >= settings.idle_after and holder.gpu is not GpuUse.ACTIVE
+    )
 
 
 Frees = Callable[[Sequence[Holder]], bool]  # would releasing these let the waiter in?
@@ -204,8 +209,9 @@ def plan(
     whether releasing some holders would let it in; ``notices``: those in force, by claim.
 
     A notice stays (its deadline too) while its waiter waits and its claim is held; where
-    the waiter left or was served, or the holder's GPU is in use again (and
-    ``reclaim_active`` is off), it is withdrawn. Each waiter not yet covered by its notices
+    the waiter left or was served, or the holder is no longer idle (a cell runs or ran since,
+    or its GPU is in use again; and ``reclaim_active`` is off), it is withdrawn: a kernel
+    at work is never released under pressure by default. Each waiter not yet covered by its notices
     gets the fewest candidates (:func:`choose`) among the holders not warned for another
     waiter; those not yet warned are warned, with ``grace`` until the release."""
     by_claim = {h.claim: h for h in holders}
@@ -216,7 +222,7 @@ def plan(
         holder = by_claim.get(claim)
         if holder is None:
             continue  # released meanwhile: nothing to withdraw
-        in_use = holder.gpu is GpuUse.ACTIVE and not settings.reclaim_active
+        in_use = not settings.reclaim_active and not idle(holder, settings, now)
         if notice.waiter_key not in waiting or in_use:
             withdraw.append(notice)
         else:

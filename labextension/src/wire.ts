@@ -100,7 +100,7 @@ export interface GpuActivity {
 }
 
 export interface Released {
-  /** idle, gpu-idle, kernel-shutdown, user, expired, reclaimed, server-stop, limit, moved, device-moved, device-failed, fair-share, admin */
+  /** idle, gpu-idle, kernel-shutdown, user, admin, expired, reclaimed, server-stop, limit, moved, device-moved, device-failed, fair-share */
   reason: string;
   /** seconds since the epoch */
   time: number;

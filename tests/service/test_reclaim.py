@@ -204,3 +204,42 @@ def test_with_reclaim_off_a_waiter_waits_out_its_timeout(users: dict[str, User])
             assert live == {first, second}
         finally:
             holder.finish()
+
+
+def test_a_busy_holder_is_passed_over_and_only_its_user_may_say_so(
+    users: dict[str, User], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``activity`` op: bob's report on alice's claim counts for nothing (as a claim
+    that does not exist); alice's says her first claim's kernel runs a cell, so bob's wait
+    warns her other claim, though the first has been idle longer; no Keep was used."""
+    alice, bob = users["alice"], users["bob"]
+    policy = admin_policy(users, "reclaim_grace = 60\nreclaim_idle = 0.1\n")
+    with service(policy) as svc:
+        env = svc.env()
+        holder = Child(alice, env, hold, hold=True)
+        waiter: Child | None = None
+        try:
+            (first, _), (second, _) = holder.result()["ok"]
+
+            def busy(name: str) -> Any:
+                backend = Session(Settings.from_env()).backend
+                assert isinstance(backend, ServiceBackend)
+                return backend.activity(name=name, busy=True)
+
+            assert run_as(bob, env, lambda: busy(first)) == {"ok": 0}  # not his to say
+            assert run_as(alice, env, lambda: busy(first)) == {"ok": 1}
+            waiter = Child(bob, env, wait_in_line)
+            found: list[ReclaimNotice] = []
+
+            def warned() -> bool:
+                found[:] = notices(monkeypatch, env)
+                return bool(found)
+
+            wait_for("alice is warned", warned)
+            [notice] = found
+            assert notice.claim == second  # the busy one is passed over
+            assert notice.keeps_left == 1  # a report is no Keep
+        finally:
+            if waiter is not None:
+                waiter.kill()
+            holder.finish()

@@ -53,6 +53,8 @@ def test_every_frame_of_every_op_validates() -> None:
         claim = build_claim("", {"gpu": 1}, classes=classes)
         made = backend.allocate(claim, lease=60)
         backend.touch(made.name, 0)
+        assert backend.activity(kernel_id="k-1", busy=True) == 1  # the claim's kernel
+        assert backend.activity(name=made.name) == 1
         backend.claims(all_users=True)
         backend.holders()
         backend.waiting()

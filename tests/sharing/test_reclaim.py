@@ -209,3 +209,15 @@ def test_keep_is_bounded_under_pressure() -> None:
 )
 def test_countdown(seconds: float, text: str) -> None:
     assert countdown(seconds) == text
+
+
+def test_withdrawn_when_the_kernel_works_again_unless_reclaim_active() -> None:
+    """A cell that runs (reported busy: no idle time) or ran since the warning (idle for
+    less than reclaim_idle) withdraws it; a busy kernel is not warned again meanwhile."""
+    notice = plan(NOW, [(BOB, any_one)], [holder("a")], {}, SETTINGS).warn[0]
+    for working in (holder("a", idle=None), holder("a", idle=5.0)):
+        back = plan(NOW + 10, [(BOB, any_one)], [working], {"a": notice}, SETTINGS)
+        assert back.withdraw == (notice,) and back.warn == () and back.release == ()
+    active = ReclaimSettings(reclaim_active=True)
+    kept = plan(NOW + 10, [(BOB, any_one)], [holder("a", idle=None)], {"a": notice}, active)
+    assert kept.withdraw == ()
