@@ -102,8 +102,9 @@ def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run:
     on one machine in the background, as your own process holding its own claim
     (:mod:`dra_jupyter.runner`). Returned at once (``run.status``,
     ``run.logs(follow=True)``, ``run.cancel()``, ``run.wait()``), or followed to its end
-    with ``wait=True``. Keywords: those of :func:`request`, and ``name``, ``timeout`` (to
-    get the devices, '5m'), ``lease`` (how long the claim may last), ``nodes``."""
+    with ``wait=True``. Keywords: those of :func:`request` (none: 1 GPU), and ``name``,
+    ``timeout`` (to get the devices: '5m', waiting in line, unlike :func:`request`'s 0),
+    ``lease`` (how long the claim may last; default none), ``nodes``."""
     return _session().run(command, **kwargs)
 
 
@@ -135,7 +136,9 @@ def release(name: str) -> bool:
 
 
 def release_all() -> list[str]:
-    """Release all your claims; returns their names."""
+    """Release all your claims but those of your runs (``dra.run`` on one machine: cancel
+    the run, or release its claim by name, which stops it; a warning names them); returns
+    the names released."""
     return _session().release_all()
 
 

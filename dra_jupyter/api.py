@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
-from types import TracebackType
+from types import EllipsisType, TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
 
 import yaml
@@ -69,6 +69,7 @@ from dra_jupyter.tables import (
 )
 from dra_jupyter.types import (
     KERNEL_LABEL,
+    RUN_LABEL,
     SERVER_LABEL,
     USER_LABEL,
     Backend,
@@ -82,6 +83,7 @@ from dra_jupyter.types import (
     Waiting,
     health_record_of,
     label_value,
+    run_of,
     tainting_of,
 )
 from dra_jupyter.usagebook import book_for, frame_for, report_for, snapshot_for
@@ -95,6 +97,7 @@ if TYPE_CHECKING:
     from dra_jupyter.metrics.recorder import Recorder
 
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"
+START_TIMEOUT = "5m"  # dra.run's start_timeout where not given: a pod's time to start
 
 
 class WaitReporter(Protocol):
@@ -351,8 +354,10 @@ class Session:
         owner: Owner | None = None,
         backend: Backend | None = None,
         view: ClaimView | None = None,
+        run: str = "",
     ) -> None:
         self.settings = settings or Settings.from_env()
+        self.run_name = run  # a run's launcher (dra_jupyter.runner): its claims say whose
         self._inventory = inventory
         self.owner = owner or (
             backend.owner
@@ -455,11 +460,14 @@ class Session:
         self, spec: Mapping[str, Any], name: str = "", keywords: Sequence[str] = CLAIM_KEYS
     ) -> dict[str, Any]:
         """The ResourceClaim of ``spec``, labelled with its user, kernel and Jupyter server
-        (those of a server's kernel, or of its REST API: ``settings.server_id``);
+        (those of a server's kernel, or of its REST API: ``settings.server_id``) or run (a
+        run's launcher: ``dra.claims()`` says ``run NAME``, ``release_all`` leaves it);
         ``keywords``: the caller's, listed when one in ``spec`` is unknown."""
         labels = {USER_LABEL: label_value(self.owner.user)}
         if self.owner.kernel_id:
             labels[KERNEL_LABEL] = label_value(self.owner.kernel_id)
+        if self.run_name:
+            labels[RUN_LABEL] = label_value(self.run_name)
         if self.settings.server_id:
             labels[SERVER_LABEL] = self.settings.server_id
         return build_claim(
@@ -602,9 +610,12 @@ class Session:
                 "(dra.configure(rerun_releases=False) keeps them)"
             )  # information, on stdout: a notebook shows stderr as an error
 
-    def check_possible(self, spec: Mapping[str, Any], claim: dict[str, Any]) -> None:
+    def check_possible(
+        self, spec: Mapping[str, Any], claim: dict[str, Any], what: str = "dra.request"
+    ) -> None:
         """Raise :class:`NeverPossibleError`, in the user's terms where we can (``no device
-        with memory >= 200Gi; the largest is ...``), when the claim could never be met."""
+        with memory >= 200Gi; the largest is ...``), when the claim could never be met;
+        ``what``: the caller, as the message names it."""
         try:
             self.backend.check_possible(claim)
         except (AllocationError, ObjectError) as err:
@@ -613,7 +624,7 @@ class Session:
             if hint is None:
                 raise
             explanation = err.explanation if isinstance(err, AllocationError) else None
-            raise NeverPossibleError(f"dra.request: {hint}", explanation) from None
+            raise NeverPossibleError(f"{what}: {hint}", explanation) from None
 
     def run(
         self,
@@ -622,7 +633,7 @@ class Session:
         image: str | None = None,
         name: str | None = None,
         timeout: str | float | None = "5m",
-        start_timeout: str | float | None = "5m",
+        start_timeout: str | float | EllipsisType | None = ...,  # ...: not given ('5m')
         node_selector: Mapping[str, str] | None = None,
         nodes: int | None = None,
         queue: str | None = None,
@@ -647,7 +658,12 @@ class Session:
         cluster = self.backend.cluster
         if cluster is None:
             nodes = 1 if nodes is None else _nodes(nodes)  # a cluster's Job checks its own
-            pod = {"image": image, "node_selector": node_selector, "queue": queue}
+            pod = {
+                "image": image,
+                "start_timeout": start_timeout is not ...,  # any value given: refused
+                "node_selector": node_selector,
+                "queue": queue,
+            }
             if retries:
                 raise InvalidInputError(
                     f"dra.run: retries= applies to Jobs on Kubernetes; on "
@@ -658,7 +674,9 @@ class Session:
                 run.logs(follow=True)
             return run
         place_s = _or_forever(parse_duration(timeout, what="timeout"))
-        start_wait = parse_duration(start_timeout, what="start_timeout")
+        start_wait = parse_duration(
+            START_TIMEOUT if start_timeout is ... else start_timeout, what="start_timeout"
+        )
         plan = cluster.plan_run(
             command,
             image=image or self.settings.image or None,
@@ -668,7 +686,7 @@ class Session:
         queue = self.settings.kueue_queue if queue is None else queue
         if nodes is not None or queue:
             claim_spec = self.build(spec, "", RUN_KEYS)
-            self.check_possible(spec, claim_spec)
+            self.check_possible(spec, claim_spec, what="dra.run")
             return cluster.submit(
                 plan,
                 claim_spec["spec"],
@@ -709,8 +727,13 @@ class Session:
         parse_timeout(timeout)
         if parse_lease(lease) is not None and not self.backend.capabilities.leases:
             raise InvalidInputError(f"dra.run: lease= does not apply on {where}")
-        claim = self.build(spec, "", REQUEST_KEYS)
-        self.check_possible(spec, claim)
+        try:
+            claim = self.build(spec, "", REQUEST_KEYS)
+        except InvalidInputError as err:  # the claim's keywords, said as dra.run's
+            if type(err) is not InvalidInputError or not str(err).startswith("dra.request"):
+                raise
+            raise InvalidInputError(f"dra.run{str(err).removeprefix('dra.request')}") from None
+        self.check_possible(spec, claim, what="dra.run")
         wanted = {"argv": argv, "claim": spec, "timeout": timeout, "lease": lease}
         return self._runs.start({**wanted, "cwd": str(Path.cwd())}, name or "")
 
@@ -773,8 +796,21 @@ class Session:
             ProcessEnvironment.of_process().sync()  # its devices leave the environment
 
     def release_all(self) -> list[str]:
-        """Release every claim of this user; returns their names."""
-        names = [r.name for r in self.backend.claims()]
+        """Release every claim of this user but those of runs (``dra.run`` on one machine),
+        which are released with their run: ``run.cancel()``, or ``dra.release(NAME)``, which
+        stops the run's command too; one warning line names those kept. Returns the names
+        released."""
+        records = self.backend.claims()
+        kept = [(r.name, run) for r in records if (run := run_of(r)) is not None]
+        names = [r.name for r in records if run_of(r) is None]
+        if kept:
+            held = ", ".join(f"{claim} of run {run}" for claim, run in kept)
+            warnings.warn(
+                f"kept claim {held}: a run's claim goes with its run; cancel the run "
+                "(dra.runs(), %dra cancel NAME), or release the claim by name, which stops it",
+                DraJupyterWarning,
+                stacklevel=caller_level(),
+            )
         try:
             for name in names:
                 self.backend.release(name)

@@ -18,11 +18,18 @@ import textwrap
 from dra_jupyter.errors import InvalidInputError, shown
 from dra_jupyter.types import Command
 
+# What a command may be, said when it is none of these.
+WHAT_A_COMMAND_IS = (
+    "a command is an argv list of strings (['python', 'train.py']), a shell string "
+    "('python train.py'), or a function without arguments"
+)
+
 
 def local_argv(command: Command) -> list[str]:
     """The argv of ``command`` on this machine; InvalidInputError, in one line, for what
-    cannot be run (nothing, a lambda, a function without source, a list with an item that
-    is not a string)."""
+    cannot be run (nothing, a lambda, a function without source or with arguments it must
+    be given, a list with an item that is not a string, anything else: a number, bytes, a
+    mapping)."""
     if command is None:
         raise InvalidInputError(
             "dra.run: give the command to run: an argv list (['python', 'train.py']), a "
@@ -38,6 +45,7 @@ def local_argv(command: Command) -> list[str]:
             raise InvalidInputError(
                 "dra.run: pass a named function (def ...), not a lambda, or a command list"
             )
+        _called_bare(command)
         try:
             source = textwrap.dedent(inspect.getsource(command))
         except (OSError, TypeError) as error:
@@ -46,6 +54,11 @@ def local_argv(command: Command) -> list[str]:
                 "defined in a cell or a file, or a command list"
             ) from error
         return [sys.executable, "-c", f"{source}\n{name}()\n"]
+    if not isinstance(command, list | tuple):  # bytes, a mapping, a number, a set, ...
+        raise InvalidInputError(
+            f"dra.run: the command is {type(command).__name__} {shown(command)}; "
+            f"{WHAT_A_COMMAND_IS}"
+        )
     argv = list(command)
     if not argv:
         raise InvalidInputError(
@@ -66,3 +79,24 @@ def local_argv(command: Command) -> list[str]:
             "executable file); give its path, or 'python' for this Python"
         )
     return argv
+
+
+def _called_bare(function: object) -> None:
+    """Refuse a function that a call without arguments would fail on (the run calls
+    ``name()``): said now, in one line, rather than in the run's log."""
+    name = getattr(function, "__name__", "the function")
+    try:
+        signature = inspect.signature(function)  # type: ignore[arg-type]  # a callable
+    except (TypeError, ValueError):  # a builtin without one: its source check says more
+        return
+    required = [
+        p.name
+        for p in signature.parameters.values()
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if required:
+        raise InvalidInputError(
+            f"dra.run: {name}() is called without arguments, but it needs "
+            f"{', '.join(required)}; give them defaults, or pass a function without arguments "
+            f"(def main(): {name}(...))"
+        )

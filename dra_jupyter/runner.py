@@ -14,7 +14,12 @@ this process in a session of its own, with the session's settings in its environ
    group of its own, set to be killed when this process dies (Linux's parent-death signal):
    a launcher killed with SIGKILL takes its command with it, and the claim is reclaimed;
 3. waits for it: SIGTERM (``run.cancel()``) terminates the command's group, then kills it
-   after a grace period; the end of the lease does the same;
+   after a grace period; the end of the lease does the same, and so does the end of its
+   claim elsewhere (released by its user by name, by an admin, by the health watcher when
+   a device failed): the launcher watches its claim (:class:`ClaimWatch`: at each wake-up
+   of the ledger, :mod:`dra_jupyter.local.wakeup`, and every :data:`CLAIM_CHECK_S`), since
+   a command that kept running on devices no longer held would share them with their next
+   claim; the run then ends ``Cancelled`` (its user released it) or ``Failed``, saying why;
 4. releases the claim, then records the end (so a run seen ended has its devices released).
 """
 
@@ -34,17 +39,77 @@ from typing import Any
 from dra_jupyter.api import Session
 from dra_jupyter.durations import format_duration, parse_lease
 from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.local.runs import GRACE_S, POLL_S, RunBook, RunRow
+from dra_jupyter.local.wakeup import Listener
 from dra_jupyter.runstatus import Phase
 from dra_jupyter.settings import Settings
-from dra_jupyter.types import Owner, Waiting
+from dra_jupyter.types import Backend, Owner, Waiting
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+# Seconds between reads of the run's claim where no wake-up says it may be gone: the rings
+# of the ledger's releases reach only this user's processes on the embedded ledger.
+CLAIM_CHECK_S = 1.0
+# Who released a run's claim, by the release's reason (others: "someone else").
+RELEASED_BY = {
+    "user": "its user",
+    "admin": "an admin",
+    "device-failed": "the health watcher, as its GPU failed and was taken out of service",
+    "device-moved": "a move off a device taken out of service",
+    "fair-share": "the service's fair share, as another user waited while it was idle",
+    "expired": "the end of its lease",
+    "limit": "the service, over the per-user device limit",
+}
 
 
 class _Cancelled(BaseException):  # control flow, not an error
     """SIGTERM before the command started: stop waiting for devices."""
+
+
+class ClaimWatch:
+    """Whether a run's claim is still held (:meth:`gone`), read again when the ledger rings
+    (a release anywhere on this user's embedded ledger) and at least every
+    :data:`CLAIM_CHECK_S`; :meth:`pause` sleeps until the next ring or ``POLL_S``."""
+
+    def __init__(self, backend: Backend, claim: str) -> None:
+        self.backend = backend
+        self.claim = claim
+        self.ledger = backend.ledger if isinstance(backend, LocalBackend) else None
+        self.listener: Listener | None = None
+        if self.ledger is not None:
+            self.listener = self.ledger.bell.listen()
+        self.due = 0.0  # when to read the claim again (monotonic)
+
+    def pause(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; a ring makes the next :meth:`gone` read the claim."""
+        if self.listener is not None and self.listener.wait(seconds):
+            self.due = 0.0
+
+    def gone(self) -> tuple[str, str] | None:
+        """None while the claim is held (or cannot be read now: a daemon restarting); once
+        it is gone, the release's reason and who, in the user's words (``an admin``)."""
+        now = time.monotonic()
+        if now < self.due:
+            return None
+        self.due = now + CLAIM_CHECK_S
+        try:
+            if self.ledger is not None:
+                held = any(r.name == self.claim for r in self.ledger.read_claims())
+            else:
+                held = self.backend.record(self.claim) is not None
+            if held:
+                return None
+            ended = self.backend.ended(self.claim)
+        except (DraJupyterError, OSError):
+            return None
+        if ended is None:  # a release the backend does not remember
+            return ("unknown", "someone else")
+        return (ended.reason, RELEASED_BY.get(ended.reason, "someone else"))
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
 
 
 def die_with(parent: int) -> Callable[[], None]:
@@ -92,7 +157,8 @@ class Launcher:
         name, spec = self.row.name, self.row.spec
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_term)
-        session = Session(self.settings, owner=Owner.current())  # no kernel id: the run's
+        # no kernel id: the claim is the run's, labelled so (dra.claims() says "run NAME")
+        session = Session(self.settings, owner=Owner.current(), run=name)
         try:
             self.asking = True
             claim = session.request(
@@ -110,13 +176,15 @@ class Launcher:
             self.book.finish(name, "Failed", message=str(err), error=type(err).__name__)
             return 1
         try:
-            return self._follow(claim.name, claim.env, claim.allocation)
+            return self._follow(session.backend, claim.name, claim.env, claim.allocation)
         finally:
             with contextlib.suppress(DraJupyterError):
                 claim.release()
             self._end()
 
-    def _follow(self, claim: str, env: dict[str, str], allocation: dict[str, Any]) -> int:
+    def _follow(
+        self, backend: Backend, claim: str, env: dict[str, str], allocation: dict[str, Any]
+    ) -> int:
         name, spec = self.row.name, self.row.spec
         results = allocation.get("devices", {}).get("results", [])
         devices = tuple(f"{r['driver']}/{r['pool']}/{r['device']}" for r in results)
@@ -147,23 +215,20 @@ class Launcher:
             return 1
         self.book.started(name, claim, devices, self.child.pid)
         lease = parse_lease(spec.get("lease"))
-        deadline = None if lease is None else time.monotonic() + float(lease)
-        stopping: float | None = None  # when SIGTERM went to the command's group
-        expired = False
-        while True:
-            try:
-                code = self.child.wait(timeout=POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            now = time.monotonic()
-            if stopping is None and (self._stopped() or (deadline is not None and now >= deadline)):
-                expired = not self._stopped()
-                stopping = now
-                self._kill(signal.SIGTERM)
-            elif stopping is not None and now - stopping >= GRACE_S:
-                self._kill(signal.SIGKILL)
-        if self._stopped():
+        watch = ClaimWatch(backend, claim)
+        try:
+            code, expired, revoked = self._supervise(watch, lease)
+        finally:
+            watch.close()
+        if revoked and not self._stopped():
+            reason, who = revoked
+            self._ending = (
+                "Cancelled" if reason == "user" else "Failed",  # its user's: as a cancel
+                code,
+                f"run {name}: its claim {claim} was released by {who} ({reason}); the command "
+                "was stopped, as its devices are no longer the run's",
+            )
+        elif self._stopped():
             self._ending = ("Cancelled", code, f"run {name}: cancelled")
         elif expired:
             self._ending = (
@@ -179,7 +244,48 @@ class Launcher:
             self._ending = ("Failed", code, f"run {name}: {how}")
         return 0 if code == 0 else 1
 
+    def _supervise(
+        self, watch: ClaimWatch, lease: float | None
+    ) -> tuple[int, bool, tuple[str, str] | None]:
+        """Wait for the command; SIGTERM to its group at a cancel, at the end of its
+        ``lease`` or once its claim is gone (released elsewhere), SIGKILL after
+        :data:`GRACE_S`. Its exit code, whether its lease ended it, and the release's
+        reason and who released it, where its claim was released elsewhere."""
+        deadline = None if lease is None else time.monotonic() + float(lease)
+        stopping: float | None = None  # when SIGTERM went to the command's group
+        expired = False
+        revoked: tuple[str, str] | None = None
+        while True:
+            code = self._wait_child(watch)
+            if code is not None:
+                return code, expired, revoked
+            now = time.monotonic()
+            if stopping is not None:
+                if now - stopping >= GRACE_S:
+                    self._kill(signal.SIGKILL)
+                continue
+            if self._stopped():
+                pass  # a cancel: said so by the caller
+            elif deadline is not None and now >= deadline:
+                expired = True  # its lease, whether or not the ledger reclaimed it first
+            elif (revoked := watch.gone()) is None:
+                continue
+            stopping = now
+            self._kill(signal.SIGTERM)
+
     _ending: tuple[Phase, int | None, str] = ("Failed", None, "")
+
+    def _wait_child(self, watch: ClaimWatch) -> int | None:
+        """The command's exit code once it ended, else None after a pause of ``POLL_S`` at
+        most (less where the ledger rings: a release that may be this run's claim's)."""
+        assert self.child is not None  # started before the loop
+        if watch.listener is None:
+            try:
+                return self.child.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                return None
+        watch.pause(POLL_S)
+        return self.child.poll()
 
     def _kill(self, sig: signal.Signals) -> None:
         if self.child is not None:

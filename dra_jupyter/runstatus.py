@@ -12,9 +12,10 @@ bound on the package when imported and hide the function ``dra.runs()``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
 PHASES: tuple[Phase, ...] = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
@@ -43,7 +44,7 @@ class RunProcess:
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RunStatus:
     """A run as it was when read: its phase, when it was made, started and ended (seconds
     since the epoch; None: not yet), the exit code of each process by rank, the devices
@@ -87,6 +88,40 @@ class RunStatus:
             )
         return "\n".join(lines)
 
+    def __repr__(self) -> str:
+        """A few lines, as ``%dra runs`` says it (clock times, not epoch seconds): what
+        ``run.status`` and ``run.wait()`` show in a notebook or a shell."""
+        head = f"<RunStatus {self.name}: {self.phase}"
+        if self.devices:
+            head += f" on {', '.join(d.rsplit('/', 1)[-1] for d in self.devices)}"
+        lines = [head]
+        times = [
+            f"{what} {_clock(when)}"
+            for what, when in (("created", self.created), ("started", self.started))
+            if when is not None
+        ]
+        if self.ended is not None:
+            times.append(f"ended {_clock(self.ended)}")
+        lines.append(", ".join(times))
+        if self.exit_codes:
+            codes = ", ".join("-" if c is None else str(c) for c in self.exit_codes)
+            lines.append(f"exit code{'s' if len(self.exit_codes) > 1 else ''} {codes}")
+        if self.message:
+            lines.append(self.message)
+        return "\n  ".join(lines) + ">"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's display: the same lines (not the dataclass's fields)."""
+        printer.text(repr(self))
+
+
+def _clock(seconds: float) -> str:
+    """``12:03:04`` today, ``2026-12-01 12:03:04`` another day (local time)."""
+    when = time.localtime(seconds)
+    if time.strftime("%Y-%m-%d", when) == time.strftime("%Y-%m-%d"):
+        return time.strftime("%H:%M:%S", when)
+    return time.strftime("%Y-%m-%d %H:%M:%S", when)
+
 
 @runtime_checkable
 class Run(Protocol):
@@ -103,18 +138,27 @@ class Run(Protocol):
     def status(self) -> RunStatus:
         """The run now (read again at every access)."""
 
-    def logs(self, follow: bool = False, rank: int | None = None) -> str:
-        """The output of its processes so far (``rank``: one process's; None: all, each line
-        prefixed by its rank where there are several). ``follow``: also write it to
-        stdout as it comes, until the run ends; the whole text is returned then."""
+    @overload
+    def logs(self, follow: Literal[False] = False, rank: int | None = None) -> str: ...
+
+    @overload
+    def logs(self, follow: Literal[True], rank: int | None = None) -> None: ...
+
+    def logs(self, follow: bool = False, rank: int | None = None) -> str | None:
+        """The output of its processes so far, as text (``rank``: one process's; None: all,
+        each line prefixed by its rank where there are several). ``follow=True``: write it
+        to stdout as it comes, until the run ends, and return None (the text is on the
+        screen already: as a cell's last line it is not shown twice)."""
 
     def cancel(self) -> None:
         """Stop the run (its processes terminated, then killed after a grace period) and
         release its devices; nothing to do when it has ended already."""
 
-    def wait(self, timeout: float | None = None) -> RunStatus:
-        """Wait until the run ends, or ``timeout`` seconds (None: no limit); its status then
-        (still running when the timeout came first)."""
+    def wait(self, timeout: str | float | None = None) -> RunStatus:
+        """Wait until the run ends, or for ``timeout`` at most (a duration as ``dra.run``
+        takes it: '5m', '90s', or seconds; None: no limit); returns its status then. When
+        the time runs out first, that status is the run's as it is (``Pending`` or
+        ``Running``: ``status.done`` is False); the run goes on."""
 
 
 class Runs(Protocol):

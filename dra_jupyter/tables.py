@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from dra_jupyter.model.objects import Device, ResourceSlice, Taint, Wire
 from dra_jupyter.model.parse import parse_many, parse_resource_slice
 from dra_jupyter.model.quantity import Quantity
-from dra_jupyter.types import ClaimRecord
+from dra_jupyter.types import ClaimRecord, run_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,7 +69,7 @@ class DeviceRow:
 class ClaimRow:
     claim: str
     user: str
-    kernel: str
+    kernel: str  # the kernel that holds it, or "run NAME": a run's (released with its run)
     devices: str
     created: str
     last_activity: str
@@ -237,7 +237,7 @@ def claim_rows(records: Sequence[ClaimRecord]) -> list[ClaimRow]:
         ClaimRow(
             claim=r.name,
             user=r.owner.user,
-            kernel=r.owner.kernel_id or "",
+            kernel=r.owner.kernel_id or (f"run {run}" if (run := run_of(r)) else ""),
             devices=", ".join(
                 x["device"] for x in r.allocation.get("devices", {}).get("results", [])
             ),

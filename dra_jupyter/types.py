@@ -37,6 +37,15 @@ USER_LABEL = "dra-jupyter/user"  # the owner's user as a label value (label_valu
 USER_ANNOTATION = "dra-jupyter/user"  # the owner's user in full (a label keeps 63 characters)
 KERNEL_LABEL = "dra-jupyter/kernel"  # the Jupyter kernel that made it, if any
 SERVER_LABEL = "dra-jupyter/server"  # the Jupyter server of that kernel (or of its REST API)
+RUN_LABEL = "dra-jupyter/run"  # the background run (dra.run on one machine) that holds it
+
+
+def run_of(record: ClaimRecord) -> str | None:
+    """The run whose launcher holds the claim (``dra.run`` on one machine), or None: a
+    run's claim is stopped with its run (released elsewhere, the run's command stops)."""
+    labels = record.spec.get("metadata", {}).get("labels") or {}
+    run = labels.get(RUN_LABEL)
+    return run if isinstance(run, str) and run else None
 
 
 # --- owners --------------------------------------------------------------------------------

@@ -61,7 +61,9 @@ def add_commands(sub: Subparsers) -> None:
     common(p)
     p = sub.add_parser("release", help="release claims")
     p.add_argument("names", nargs="*", metavar="NAME")
-    p.add_argument("--all", action="store_true", help="all your claims")
+    p.add_argument(
+        "--all", action="store_true", help="all your claims but your runs' (cancel those runs)"
+    )
     common(p)
     p = sub.add_parser(
         "usage",

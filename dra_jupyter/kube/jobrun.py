@@ -14,13 +14,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal, overload
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
+from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
 from dra_jupyter.kube import jobs
 from dra_jupyter.kube.claims import USER_LABEL, forbidden
@@ -231,12 +232,20 @@ class JobRun:
             pod, self._backend.namespace, follow=follow, _preload_content=False
         )
 
-    def logs(self, follow: bool = False, rank: int | None = None) -> str:
+    @overload
+    def logs(self, follow: Literal[False] = False, rank: int | None = None) -> str: ...
+
+    @overload
+    def logs(self, follow: Literal[True], rank: int | None = None) -> None: ...
+
+    def logs(self, follow: bool = False, rank: int | None = None) -> str | None:
         """Every pod's output (those of ``rank`` only, when given), each line prefixed
         ``[rank N]``. ``follow``: written to the cell (stdout) as it comes, every pod's,
-        retried ones too, until the run ends; what was written is returned as well."""
+        retried ones too, until the run ends, returning None (as a cell's last line it is
+        not shown twice)."""
         if follow:
-            return self._follow(rank)
+            self._follow(rank)
+            return None
         lines: list[str] = []
         stopped = self._stopped.stopped_for()
         for row in self.status.processes:
@@ -318,11 +327,12 @@ class JobRun:
 
     # --- waiting and ending --------------------------------------------------------------
 
-    def wait(self, timeout: float | None = None) -> RunStatus:
-        """Wait until the run ends (up to ``timeout`` seconds: None waits for good); its
-        status then (phase ``Succeeded``, ``Failed``, ``Cancelled``; another one at the
-        timeout)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def wait(self, timeout: str | float | None = None) -> RunStatus:
+        """Wait until the run ends (up to ``timeout``, a duration: None waits for good); its
+        status then (phase ``Succeeded``, ``Failed``, ``Cancelled``; ``Pending`` or
+        ``Running`` at the timeout: the run goes on)."""
+        seconds = parse_duration(timeout, what="run.wait: timeout")
+        deadline = None if seconds is None else time.monotonic() + seconds
         while True:
             status = self.status
             if status.done or (deadline is not None and time.monotonic() >= deadline):

@@ -15,12 +15,13 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal, overload
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import ClusterError, InvalidInputError
 from dra_jupyter.kube.claims import USER_LABEL, ClaimClient
 from dra_jupyter.kube.connect import cluster_error, to_wire
@@ -196,16 +197,21 @@ class PodRun:
             command=tuple(str(c) for c in command),
         )
 
-    def logs(self, follow: bool = False, rank: int | None = None) -> str:
+    @overload
+    def logs(self, follow: Literal[False] = False, rank: int | None = None) -> str: ...
+
+    @overload
+    def logs(self, follow: Literal[True], rank: int | None = None) -> None: ...
+
+    def logs(self, follow: bool = False, rank: int | None = None) -> str | None:
         """The pod's output (one process: no rank prefix; ``rank`` may only be 0).
-        ``follow``: written to the cell (stdout) as it comes until the pod ends, and
-        returned as well; the claim is released then."""
+        ``follow``: written to the cell (stdout) as it comes until the pod ends, returning
+        None; the claim is released then."""
         if rank not in (None, 0):
             raise InvalidInputError(f"run {self.pod}: rank={rank!r}: a pod's run has rank 0 only")
         if follow:
-            tee = _Tee(self._out or sys.stdout)
-            self.follow_start(None, tee)
-            return tee.getvalue()
+            self.follow_start(None, self._out or sys.stdout)
+            return None
         text = "" if phase(self._backend, self.pod) == "Pending" else self._read_log()
         stopped = self._stopped.stopped_for().get(self.pod)
         if stopped:
@@ -243,10 +249,11 @@ class PodRun:
             self._release()
         return self.state
 
-    def wait(self, timeout: float | None = None) -> RunStatus:
-        """Wait until the pod ends (up to ``timeout`` seconds: None waits for good); its
+    def wait(self, timeout: str | float | None = None) -> RunStatus:
+        """Wait until the pod ends (up to ``timeout``, a duration: None waits for good); its
         status then. The claim is released once it ended."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        seconds = parse_duration(timeout, what="run.wait: timeout")
+        deadline = None if seconds is None else time.monotonic() + seconds
         while True:
             status = self.status
             if status.done:

@@ -33,8 +33,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal, overload
 
+from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import (
     InvalidInputError,
     NotFoundError,
@@ -276,7 +277,13 @@ class LocalRun:
     def status(self) -> RunStatus:
         return self._row().status()
 
-    def logs(self, follow: bool = False, rank: int | None = None) -> str:
+    @overload
+    def logs(self, follow: Literal[False] = False, rank: int | None = None) -> str: ...
+
+    @overload
+    def logs(self, follow: Literal[True], rank: int | None = None) -> None: ...
+
+    def logs(self, follow: bool = False, rank: int | None = None) -> str | None:
         if rank not in (None, 0):
             raise InvalidInputError(
                 f"run {self._name}: rank={shown(rank)} does not exist; a run on one machine "
@@ -288,7 +295,7 @@ class LocalRun:
         out = self._out or sys.stdout
         # bytes as they come, decoded across reads: a character split by a read stays whole
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        offset, parts = 0, []
+        offset = 0
         while True:
             done = self._row().phase in ENDED  # read before the file: nothing is missed
             chunk = _read(row.log, offset)
@@ -297,9 +304,8 @@ class LocalRun:
             if text:
                 out.write(text)
                 out.flush()
-                parts.append(text)
             if done and not chunk:
-                return "".join(parts)
+                return None  # written already: a cell's Out[] must not show it twice
             if not chunk:
                 time.sleep(POLL_S)
 
@@ -321,8 +327,9 @@ class LocalRun:
                 self._release(row.claim)
             self._book.finish(self._name, "Cancelled", message=f"run {self._name}: cancelled")
 
-    def wait(self, timeout: float | None = None) -> RunStatus:
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def wait(self, timeout: str | float | None = None) -> RunStatus:
+        seconds = parse_duration(timeout, what="run.wait: timeout")
+        deadline = None if seconds is None else time.monotonic() + seconds
         while True:
             status = self.status
             if status.done or (deadline is not None and time.monotonic() >= deadline):

@@ -22,7 +22,8 @@ Load once per kernel with ``%load_ext dra_jupyter``. Every form, with examples:
     left on a lease, and what releases them when idle. This kernel's claims come first.
 
 %dra release NAME ... | --all
-    Give back claims by name, or all of this user's claims.
+    Give back claims by name, or all of this user's claims but those of runs (a run's claim
+    goes with its run: %dra cancel NAME; one released by name stops its run).
 
 %dra explain KEY=VALUE ... [--verbose]
     Why a request can or cannot be met: now (on which devices), only once others release

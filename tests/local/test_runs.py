@@ -13,9 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from IPython.lib.pretty import pretty
 
 from dra_jupyter.api import Session
-from dra_jupyter.errors import BusyError, InvalidInputError, NeverPossibleError, NotFoundError
+from dra_jupyter.errors import (
+    BusyError,
+    DraJupyterWarning,
+    InvalidInputError,
+    NeverPossibleError,
+    NotFoundError,
+)
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.runstatus import Run, RunStatus
 from dra_jupyter.settings import Settings
@@ -62,6 +69,10 @@ def start(session: Session, command: Any, **keywords: Any) -> Run:
     run = session.run(command, **keywords)
     assert isinstance(run, Run)
     return run
+
+
+def needs_a_path(path: str, mode: str = "r") -> None:
+    """A function a run cannot call without arguments."""
 
 
 def child_pid(status: RunStatus) -> int:
@@ -205,7 +216,14 @@ def test_runs_from_a_fresh_process_finds_and_cancels_it(session: Session, tmp_pa
         (["true"], {"gpus": 1}, "dra.run: unknown keyword 'gpus'"),
         (["true"], {"name": "Bad Name"}, "dra.run: name='Bad Name' is not a run name"),
         (["true"], {"lease": "-1h"}, "lease: must be more than 0"),
-        (["true"], {"gpu": 9}, "dra.request: asks for 9 GPU devices"),  # never possible
+        (["true"], {"gpu": 9}, "dra.run: asks for 9 GPU devices"),  # never possible
+        (["true"], {"gpu": "x"}, "dra.run: gpu must be a positive number"),  # said as dra.run
+        (42, {}, "dra.run: the command is int 42; a command is an argv list of strings"),
+        ({"a": 1}, {}, "dra.run: the command is dict {'a': 1}; a command is an argv list"),
+        (b"echo hi", {}, "dra.run: the command is bytes b'echo hi'; a command is an argv"),
+        (needs_a_path, {}, "dra.run: needs_a_path() is called without arguments, but it needs"),
+        (["true"], {"start_timeout": "1m"}, "dra.run: start_timeout= applies to pods on"),
+        (["true"], {"start_timeout": None}, "dra.run: start_timeout= applies to pods on"),
     ],
 )
 def test_bad_input_is_one_line_and_makes_nothing(
@@ -218,3 +236,116 @@ def test_bad_input_is_one_line_and_makes_nothing(
     assert session.runs() == []
     assert Ledger(tmp_path / "ledger.sqlite").read_claims() == []
     assert not list((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else True
+
+
+def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``dra-jupyter ARGS`` in a process of its own on the test's ledger."""
+    env = {
+        **os.environ,
+        "DRA_JUPYTER_BACKEND": "local",
+        "DRA_JUPYTER_LEDGER": str(tmp_path / "ledger.sqlite"),
+        "DRA_JUPYTER_INVENTORY": INVENTORY,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "dra_jupyter.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+
+
+def test_a_claim_released_by_its_user_elsewhere_stops_the_run_no_double_booking(
+    session: Session, tmp_path: Path
+) -> None:
+    run = start(session, SLEEPER, gpu=8)
+    until(lambda: run.logs() == "started\n", "the command started")
+    child = child_pid(run.status)
+    [claim] = run.status.claims
+    done = cli(tmp_path, "release", claim)  # another process, by the claim's name
+    assert done.returncode == 0, done.stderr
+    until(lambda: run.status.done, "the run ends once its claim is gone")
+    status = run.status
+    assert status.phase == "Cancelled"
+    assert status.message == (
+        f"run {run.name}: its claim {claim} was released by its user (user); the command was "
+        "stopped, as its devices are no longer the run's"
+    )
+    assert status.exit_codes == (-signal.SIGTERM,)
+    assert gone(child)
+    # the devices are free for the next claim, and used by nobody else
+    with session.request(gpu=8, apply_env=False) as again:
+        assert len(again.allocation["devices"]["results"]) == 8
+
+
+def test_a_device_failure_release_fails_the_run_saying_why(session: Session) -> None:
+    run = start(session, SLEEPER, gpu=1)
+    until(lambda: run.logs() == "started\n", "the command started")
+    [claim] = run.status.claims
+    assert session.backend.release(claim, "device-failed", any_owner=True)  # the watcher's
+    until(lambda: run.status.done, "the run ends once its claim is gone")
+    status = run.status
+    assert status.phase == "Failed"
+    assert status.message.startswith(
+        f"run {run.name}: its claim {claim} was released by the health watcher, as its GPU "
+        "failed and was taken out of service (device-failed); the command was stopped"
+    )
+    assert gone(child_pid(status))
+
+
+def test_release_all_leaves_a_runs_claim_and_claims_name_its_run(
+    session: Session, tmp_path: Path
+) -> None:
+    run = start(session, SLEEPER, gpu=1, name="train-2")
+    until(lambda: run.logs() == "started\n", "the command started")
+    [claim] = run.status.claims
+    [row] = session.claims().rows
+    assert (row.claim, row.kernel) == (claim, "run train-2")
+    assert "run train-2" in cli(tmp_path, "claims").stdout
+    mine = session.request(gpu=1, apply_env=False)
+    with pytest.warns(DraJupyterWarning) as caught:
+        assert session.release_all() == [mine.name]
+    [warning] = caught
+    assert str(warning.message).startswith(
+        f"kept claim {claim} of run train-2: a run's claim goes with its run; cancel the run"
+    )
+    done = cli(tmp_path, "release", "--all")  # the command line says it in one line too
+    assert done.returncode == 0 and done.stdout == "released: nothing\n"
+    assert done.stderr.startswith(f"warning: kept claim {claim} of run train-2")
+    assert len(done.stderr.splitlines()) == 1
+    assert run.status.phase == "Running"
+    assert [r.name for r in session.backend.claims()] == [claim]
+
+
+def test_wait_takes_a_duration_and_returns_the_running_status_when_time_runs_out(
+    session: Session,
+) -> None:
+    run = start(session, SLEEPER, gpu=1)
+    until(lambda: run.logs() == "started\n", "the command started")
+    status = run.wait(timeout="1s")
+    assert status.phase == "Running" and not status.done
+    with pytest.raises(InvalidInputError, match=r"^run\.wait: timeout: 'soon' is not a dur"):
+        run.wait(timeout="soon")
+
+
+def test_logs_follow_writes_the_output_and_returns_none(
+    session: Session, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = start(session, ["python", "-c", "print('one'); print('two')"], gpu=1)
+    assert run.logs(follow=True) is None  # a cell's Out[] would show it a second time
+    assert capsys.readouterr().out == "one\ntwo\n"
+    assert run.logs() == "one\ntwo\n"
+
+
+def test_a_status_reads_as_lines_with_clock_times(session: Session) -> None:
+    run = start(session, ["python", "-c", "pass"], gpu=1, name="quick")
+    status = run.wait(BOUND)
+    text = repr(status)
+    started = time.strftime("%H:%M:%S", time.localtime(status.started))
+    ended = time.strftime("%H:%M:%S", time.localtime(status.ended))
+    device = status.devices[0].rsplit("/", 1)[-1]
+    assert text.splitlines()[0] == f"<RunStatus quick: Succeeded on {device}"
+    assert f"started {started}, ended {ended}" in text and "exit code 0>" in text
+    assert "created=" not in text and "." not in text.split("created ")[1].split(",")[0]
+    assert pretty(status) == text  # type: ignore[no-untyped-call]  # IPython

@@ -73,6 +73,12 @@ def test_a_run_cell_runs_in_the_background_and_its_logs_follow(kernel: Kernel) -
     )
     followed = kernel.ok("%dra logs cell-run --follow").stdout
     assert followed.startswith("on GPU-")
+    # as a cell's last line, a followed log is shown once (streamed), with no Out[] after it
+    shown = kernel.ok("import dra_jupyter as dra\n[r] = dra.runs()\nr.logs(follow=True)")
+    assert shown.stdout == followed and shown.results() == []
+    # a status reads as lines, not as a dataclass of epoch seconds
+    status = plain(kernel.ok("r.wait('1m')").result)
+    assert status.startswith("<RunStatus cell-run: Succeeded on gpu-") and "exit code 0>" in status
     assert "Succeeded" in plain(kernel.ok("%dra runs").result)
     error = kernel.run("%dra cancel nope")
     assert [line for line in error.error_lines() if line.strip()] == [

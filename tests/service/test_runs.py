@@ -15,7 +15,7 @@ from dra_jupyter.api import Session
 from dra_jupyter.runstatus import Run
 from dra_jupyter.settings import Settings
 from tests.hub.access import REPO, reachable
-from tests.service.accounts import User, run_as, service, wait_for
+from tests.service.accounts import User, cli, run_as, service, wait_for
 from tests.service.test_isolation import admin_policy, error_of, live, released
 
 SLEEPER = ["python", "-c", "import time; print('started', flush=True); time.sleep(120)"]
@@ -91,3 +91,36 @@ def test_runs_of_two_users_hold_their_claims_within_their_limits(users: dict[str
         wait_for("the daemon reclaims the killed run's claim", lambda: live(svc) == [])
         ended = released(svc)
         assert ended[bobs["name"]] == "reclaimed"
+
+
+def start_one() -> list[Any]:
+    s = Session(Settings.from_env())
+    run = s.run(SLEEPER, gpu=1, name="train")
+    assert isinstance(run, Run)
+    wait_for("the command started", lambda: run.logs() == "started\n")
+    [row] = s.claims().rows
+    return [run.status.claims[0], row.kernel]
+
+
+def ended_run() -> list[Any]:
+    [run] = Session(Settings.from_env()).runs()
+    wait_for("the run ends once its claim is gone", lambda: run.status.done)
+    return [run.status.phase, run.status.message]
+
+
+def test_an_admin_releasing_a_runs_claim_stops_the_run(users: dict[str, User]) -> None:
+    alice, carol = users["alice"], users["carol"]
+    with reachable([alice], "dra_jupyter.runner"), service(admin_policy(users)) as svc:
+        env = user_env(svc.env(), alice, svc.root)
+        claim, holder = run_as(alice, env, start_one)["ok"]
+        assert holder == "run train"  # dra.claims() says whose it is
+        done = run_as(carol, svc.env(), lambda: cli(["release", claim]))["ok"]
+        assert done["code"] == 0, done
+        # the launcher reads its claim from the daemon (no ring reaches it from there)
+        phase, message = run_as(alice, env, ended_run)["ok"]
+        assert phase == "Failed"
+        assert message.startswith(
+            f"run train: its claim {claim} was released by an admin (admin); the command "
+            "was stopped"
+        )
+        assert live(svc) == []
