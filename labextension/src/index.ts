@@ -14,6 +14,7 @@ import { Debouncer } from '@lumino/polling';
 
 import { deviceSummary, releaseReason, settledBusy } from './format';
 import { DeviceHealth } from './health';
+import { ReclaimWarnings } from './reclaims';
 import { DraModel, toError } from './model';
 import { KernelMoves, type MoveNotifier } from './moves';
 import { DevicesPanel, type Kernels } from './panel';
@@ -204,6 +205,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
     model.kernelMoved.connect((_, event) => {
       if (settings.notify) {
         moves.show(event);
+      }
+    });
+    // another user waits for an idle claim's devices: Keep (bounded) or Release
+    const reclaims = new ReclaimWarnings(model, notifier, kernels.label, fail);
+    model.reclaimWarning.connect((_, event) => {
+      if (settings.notify) {
+        reclaims.show(event);
       }
     });
     // a device of the user's claim taken out of service: Move or Release, until done

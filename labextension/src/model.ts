@@ -14,6 +14,7 @@ import {
   type GpuProcessEvent,
   type IdleWarningEvent,
   type KernelMovedEvent,
+  type ReclaimWarningEvent,
   type ReleasedEvent
 } from './tokens';
 import type {
@@ -103,6 +104,11 @@ export class DraModel {
    * A kernel of this server moved, keeping its id (Kubernetes): into a pod of its own with
    * devices, or back onto the server without them.
    */
+  /** The service will release one of the caller's idle claims for a waiting user. */
+  get reclaimWarning(): ISignal<this, ReclaimWarningEvent> {
+    return this._reclaimWarning;
+  }
+
   /** A device of one of the caller's claims was taken out of service. */
   get deviceUnhealthy(): ISignal<this, DeviceUnhealthyEvent> {
     return this._deviceUnhealthy;
@@ -411,6 +417,17 @@ export class DraModel {
       void this.refreshSoon();
       return;
     }
+    if (id === EVENTS.reclaimWarning) {
+      const warning = event as unknown as ReclaimWarningEvent;
+      if (
+        this._known.has(warning.claim) ||
+        this._users.has(warning.user) ||
+        (warning.kernel_id !== null && this.ownKernel(warning.kernel_id))
+      ) {
+        this._reclaimWarning.emit(warning);
+      }
+      return; // nothing changed yet
+    }
     if (id === EVENTS.deviceUnhealthy) {
       const unhealthy = event as unknown as DeviceUnhealthyEvent;
       if (
@@ -530,6 +547,7 @@ export class DraModel {
   private _gpuProcess = new Signal<this, GpuProcessEvent>(this);
   private _kernelMoved = new Signal<this, KernelMovedEvent>(this);
   private _deviceUnhealthy = new Signal<this, DeviceUnhealthyEvent>(this);
+  private _reclaimWarning = new Signal<this, ReclaimWarningEvent>(this);
 }
 
 /** Any failure of a call as a DraRequestError (a bug in the page keeps its message). */

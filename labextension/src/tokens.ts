@@ -25,7 +25,8 @@ export const EVENTS = {
   released: `${EVENT_BASE}/claim_released/v1`,
   gpuProcess: `${EVENT_BASE}/gpu_process/v1`,
   kernelMoved: `${EVENT_BASE}/kernel_moved/v1`,
-  deviceUnhealthy: `${EVENT_BASE}/device_unhealthy/v1`
+  deviceUnhealthy: `${EVENT_BASE}/device_unhealthy/v1`,
+  reclaimWarning: `${EVENT_BASE}/reclaim_warning/v1`
 } as const;
 
 /** What every event of a claim carries (the schemas' common fields). */
@@ -96,6 +97,19 @@ export interface DeviceUnhealthyEvent {
   reason: string;
   tainted_by: string;
   /** the server's one line: which device, what happened, what it means, what to do */
+  message: string;
+}
+
+/** dra_jupyter/server/events/reclaim_warning.json: the shared-machine service will release
+ * one of the user's idle claims at `deadline` because another user waits for its devices,
+ * unless its kernel works or the user keeps it (`keeps_left` more times). */
+export interface ReclaimWarningEvent extends ClaimEvent {
+  waiter: string;
+  /** what the waiter asks for, in words: `1× NVIDIA H200` */
+  what: string;
+  deadline: number;
+  seconds_left: number;
+  keeps_left: number;
   message: string;
 }
 
