@@ -269,6 +269,10 @@ export function releaseReason(reason: string): string {
       return 'its device failed and was taken out of service';
     case 'fair-share':
       return 'another user waited for its devices while it was idle (fair share)';
+    case 'admin':
+      return 'an admin released it';
+    case 'limit':
+      return 'it was over a per-user limit of the shared machine';
     case 'expired':
       return 'its lease ended';
     case 'reclaimed':
