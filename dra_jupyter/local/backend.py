@@ -317,7 +317,7 @@ class LocalBackend:
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
         if idle.allocate([probe]) is None:
-            explanation = idle.explain([probe])
+            explanation = idle.explain([probe], bare_namespace=self.namespace)
             raise NeverPossibleError(
                 f"the request can never be met on {self.devices.description}:\n"
                 + explanation.summary(named=bool(claim["metadata"].get("name"))),
@@ -439,7 +439,7 @@ class LocalBackend:
             held = self.ledger.read_claims()
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
-        explanation = self.allocator(held).explain([probe])
+        explanation = self.allocator(held).explain([probe], bare_namespace=self.namespace)
         named = bool(claim["metadata"].get("name"))
         return busy_error(explanation, held, position, waited, named=named)
 
