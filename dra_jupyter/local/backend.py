@@ -173,7 +173,7 @@ class LocalBackend:
             # a forked child (the service's costly requests) has no ledger: it closed every
             # file; it works from what its parent knew when it forked
             return self._tainted
-        rules = _taints.rules(self.ledger.taints())
+        rules = _taints.rules(self.ledger.taints(), self.devices.slices)
         if rules != self._tainted.taint_rules:
             self._tainted = replace(self.devices, taint_rules=rules)
             self._possible.clear()  # what was possible may not be now, or the other way

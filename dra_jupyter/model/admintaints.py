@@ -16,6 +16,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 import hashlib
+import unicodedata
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from dra_jupyter.errors import InvalidInputError, shown
 from dra_jupyter.model import limits
@@ -44,6 +47,12 @@ def check_taint(command: str, effect: str, key: str, reason: str) -> None:
         raise InvalidInputError(
             f"{command}: --reason is empty; say why (e.g. --reason 'fan failing'), so that "
             "other admins and users read it"
+        )
+    control = next((c for c in reason if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if control is not None:
+        raise InvalidInputError(
+            f"{command}: --reason holds the control character {control!r}; write it on "
+            "one line, without tabs or escape codes (it is shown in tables)"
         )
     if len(reason) > MAX_REASON:
         raise InvalidInputError(
@@ -109,3 +118,35 @@ def split_device(device: str) -> tuple[str, str, str]:
             "dra-jupyter devices lists it"
         )
     return driver, pool, name
+
+
+def partitions_of(slices: Iterable[Mapping[str, Any]], device: str) -> list[str]:
+    """The partitions of ``device`` (``driver/pool/device``) where it is a whole physical
+    device that is also published in parts: the devices of its pool that consume the
+    counter sets it consumes whole (a GPU and its MIG partitions, as the NVIDIA DRA driver
+    publishes them), in slice order; none for a partition or a device that is not split.
+    On this machine's ledger an admin's taint of a whole GPU covers them: a GPU taken out
+    is taken out whole. A DeviceTaintRule on a cluster selects what its selector picks,
+    one device; this is the ledger's reading of a taint by hand, not the rule's."""
+    driver, pool, name = split_device(device)
+    mine: list[Mapping[str, Any]] = []
+    totals: dict[str, Any] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") != driver or (spec.get("pool") or {}).get("name") != pool:
+            continue
+        mine.extend(spec.get("devices") or ())
+        totals.update({c.get("name"): c.get("counters") for c in spec.get("sharedCounters") or ()})
+    whole = {
+        c.get("counterSet")
+        for d in mine
+        if d.get("name") == name
+        for c in d.get("consumesCounters") or ()
+        if c.get("counters") and c.get("counters") == totals.get(c.get("counterSet"))
+    }
+    return [
+        f"{driver}/{pool}/{d['name']}"
+        for d in mine
+        if d.get("name") != name
+        and any(c.get("counterSet") in whole for c in d.get("consumesCounters") or ())
+    ]
