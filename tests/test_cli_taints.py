@@ -118,7 +118,10 @@ def test_a_taint_of_a_whole_gpu_covers_its_mig_partitions(
     assert "gpu-0 and its 25 partitions:" in made.out and "do not get them" in made.out
     refused = run("request", "mig=1g.18gb")
     assert refused.code == 1, refused.out
-    assert "dra-jupyter/admin:NoExecute" in refused.err
+    # the GPU's rule, which untaint takes away, once for the 7 slices; not a rule per slice
+    rule = made.out.split("(DeviceTaintRule ", 1)[1].split(")", 1)[0]
+    assert f"dra-jupyter/admin:NoExecute (DeviceTaintRule {rule}) (7 devices)" in refused.err
+    assert "gpu-0-mig-" not in refused.err
     rows = json.loads(run("devices", "-o", "json").out)
     assert {r["state"] for r in rows} == {"tainted"}
     assert all(r["taints"] == "dra-jupyter/admin:NoExecute" for r in rows)

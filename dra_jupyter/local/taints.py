@@ -162,5 +162,13 @@ def rules(taints: list[DeviceTaint], slices: Iterable[Mapping[str, Any]] = ()) -
             name = rule_name(part, t.key)
             if (part, t.key) in own or name in out:
                 continue
-            out[name] = device_rule(part, t.key, t.effect, t.reason, t.user, value=t.value or None)
+            out[name] = device_rule(
+                part,
+                t.key,
+                t.effect,
+                t.reason,
+                t.user,
+                value=t.value or None,
+                part_of=rule_name(t.device, t.key),
+            )
     return tuple(out.values())

@@ -32,6 +32,9 @@ MAX_REASON = 1024  # characters of a reason: a sentence, not a file
 MANAGED_BY = ("app.kubernetes.io/managed-by", "dra-jupyter")
 REASON_ANNOTATION = "dra-jupyter/reason"
 USER_ANNOTATION = "dra-jupyter/tainted-by"
+# On a rule the ledger makes for a partition of a GPU tainted whole: the GPU's rule, which
+# explanations name (the one ``untaint`` takes away), not the partition's own
+PART_OF_ANNOTATION = "dra-jupyter/part-of"
 
 
 def check_taint(command: str, effect: str, key: str, reason: str) -> None:
@@ -83,22 +86,33 @@ def taint_value(reason: str) -> str:
 
 
 def device_rule(
-    device: str, key: str, effect: str, reason: str, user: str, *, value: str | None = None
+    device: str,
+    key: str,
+    effect: str,
+    reason: str,
+    user: str,
+    *,
+    value: str | None = None,
+    part_of: str | None = None,
 ) -> Wire:
     """The DeviceTaintRule that puts this taint on ``device`` (``driver/pool/device``) only;
-    its value is ``value`` (the health watcher's: an XID), else the reason where it fits."""
+    its value is ``value`` (the health watcher's: an XID), else the reason where it fits.
+    ``part_of``: the rule of the whole GPU whose taint covers this partition."""
     driver, pool, name = split_device(device)
     taint: Wire = {"key": key, "effect": effect}
     value = value if value is not None else taint_value(reason)
     if value:
         taint["value"] = value
+    annotations = {REASON_ANNOTATION: reason, USER_ANNOTATION: user}
+    if part_of:
+        annotations[PART_OF_ANNOTATION] = part_of
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceTaintRule",
         "metadata": {
             "name": rule_name(device, key),
             "labels": {MANAGED_BY[0]: MANAGED_BY[1]},
-            "annotations": {REASON_ANNOTATION: reason, USER_ANNOTATION: user},
+            "annotations": annotations,
         },
         "spec": {
             "deviceSelector": {"driver": driver, "pool": pool, "device": name},
