@@ -23,7 +23,7 @@ LAB_SOURCES := labextension/package.json labextension/yarn.lock \
 
 .PHONY: install check test unit lint typecheck layers pytest k8s-build fuzz fuzz-upstream demo lab \
 	labextension bench bench-latency bench-upstream bench-placement bench-load bench-service \
-	bench-hub bench-usage bench-gpu-sampling bench-kernels bench-handoff clean hub-proxy $(addprefix test-,$(TIERS))
+	bench-hub bench-usage bench-gpu-sampling bench-kernels bench-handoff bench-health clean hub-proxy $(addprefix test-,$(TIERS))
 
 install: $(STAMP)
 
@@ -171,7 +171,7 @@ lab: install $(LAB_BUILD)
 
 # Benchmarks are kept out of `make test`; results and the command for each figure: BENCHMARKS.md
 bench: bench-latency bench-upstream bench-placement bench-load bench-service bench-handoff \
-	bench-hub bench-usage bench-gpu-sampling bench-kernels
+	bench-hub bench-usage bench-gpu-sampling bench-kernels bench-health
 
 bench-latency: install
 	$(BIN)/python benchmarks/bench_allocator.py --repeat 20 --oracle
@@ -200,6 +200,11 @@ bench-service: install
 # each, about 3-4 minutes
 bench-handoff: install
 	$(BIN)/python -m benchmarks.bench_handoff
+
+# The health watcher: an XID on the fake NVML to the GPU's taint in the ledger, 50 runs
+# (p50/p99; the tests check the behaviour with a generous limit), about 10 s
+bench-health: install
+	$(BIN)/python -m benchmarks.bench_health
 
 # The spawn form's choices (dra_jupyter.hub.choices) on 1,000 nodes of 8 GPUs and on the MIG
 # cluster of bench-latency, beside one cold allocation in the same world; about a minute

@@ -118,9 +118,17 @@ def own_holders_note(owner: Owner, backend: Backend) -> str:
     kernel) holds itself, and how to release them (a cell run again and again, say);
     empty when it holds none."""
 
+    shell = not owner.kernel_id and owner.pid == 0  # a shell command's: they live by lease
+
     def mine(record: ClaimRecord) -> bool:
         if owner.kernel_id:
             return record.owner.kernel_id == owner.kernel_id
+        if shell:
+            return (record.owner.host, record.owner.pid, record.owner.user) == (
+                owner.host,
+                0,
+                owner.user,
+            )
         return (record.owner.host, record.owner.pid) == (owner.host, owner.pid)
 
     try:
@@ -130,6 +138,17 @@ def own_holders_note(owner: Owner, backend: Backend) -> str:
     own = [r.name for r in held if mine(r)]
     if not own:
         return ""
+    if shell:  # made by earlier commands, not this one: say the command that releases them
+        names = " ".join(own)
+        if len(own) == len(held):
+            return (
+                f"every claim held now is yours, made from a shell ({', '.join(own)}): "
+                f"dra-jupyter release {names} releases {'them' if len(own) > 1 else 'it'}"
+            )
+        return (
+            f"you hold {', '.join(own)}, made from a shell: dra-jupyter release NAME "
+            "releases one you no longer need"
+        )
     who = "this kernel" if owner.kernel_id else "this process"
     if len(own) == len(held):
         return (

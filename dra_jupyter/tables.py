@@ -58,7 +58,9 @@ class DeviceRow:
     node: str
     numa_node: str  # resource.kubernetes.io/numaNode, "" when not published
     pcie_root: str  # resource.kubernetes.io/pcieRoot, "" when not published
-    state: str  # free, held, shared, blocked (a partition or the whole GPU is taken)
+    # free, held, shared, blocked (a partition or the whole GPU is taken), tainted (taken
+    # out: a NoSchedule or NoExecute taint keeps every new claim off it; a holder keeps it)
+    state: str
     holder: str  # claim (user)
     # its taints, "key=value:effect" each (a failed GPU's, an admin's, a DeviceTaintRule's):
     # no new claim gets a device with a NoSchedule or NoExecute taint
@@ -168,6 +170,8 @@ def device_rows(
             memory = d.capacity.get("memory")
             if key in holders:
                 state = "shared" if key in shared else "held"
+            elif any(t.effect in _KEEPS_OFF for t in d.taints):
+                state = "tainted"
             elif not _fits(d, counters.get((s.driver, s.pool), {})):
                 state = "blocked"
             else:
@@ -188,6 +192,9 @@ def device_rows(
                 )
             )
     return rows
+
+
+_KEEPS_OFF = ("NoSchedule", "NoExecute")  # the effects no new claim gets past
 
 
 def _taint_text(taint: Taint) -> str:

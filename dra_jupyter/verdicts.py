@@ -227,6 +227,8 @@ def explain_request(
     inv = session.inventory
     where = inv.description + (" (simulated)" if inv.simulated else "")
     idle = backend.allocator([])
+    # one machine's claims: their namespace means nothing there ("held by all8")
+    bare = claim["metadata"].get("namespace") if backend.cluster is None else None
     try:
         possible = idle.allocate([claim])
     except ObjectError:  # the inventory lacks the DeviceClass (a TPU asked of a GPU machine)
@@ -244,13 +246,13 @@ def explain_request(
             f"{what}: can never be met here: {hint}"
             if hint
             else f"{what}: can never be met on {where}",
-            idle.explain([claim]),
+            idle.explain([claim], bare_namespace=bare),
             verbose=verbose,
         )
     held = backend.claims(all_users=True)
     allocator = backend.allocator(held)
     results = allocator.allocate([claim])
-    explanation = allocator.explain([claim])
+    explanation = allocator.explain([claim], bare_namespace=bare)
     if results is not None:
         node = explanation.node or "this machine"
         return Verdict(

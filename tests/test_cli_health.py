@@ -1,7 +1,8 @@
 """``dra-jupyter health``: the record of the GPUs taken out, as a table and JSON, and
 ``health --watch``, the machine's watcher for the embedded ledger, run as a real process
 on the fake NVML of two captured H200s (the one fake, at the hardware seam): an XID 79 is
-in the ledger within 2 s, the holder's claim is released after the grace (0 here) with
+in the ledger soon (within a generous 30 s for a loaded CI machine; the latency itself is
+``benchmarks/bench_health.py``'s), the holder's claim is released after the grace (0 here) with
 words naming the GPU, a second watcher is refused, SIGTERM stops it."""
 
 from __future__ import annotations
@@ -44,6 +45,19 @@ def test_an_empty_record_says_so() -> None:
     assert unknown.code == 2 and "not a device of this inventory" in unknown.err
 
 
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["health", "--grace", "10"], "error: health --grace: goes with --watch"),
+        (["health", "gpu-2", "--poll", "1"], "error: health --poll: goes with --watch"),
+    ],
+)
+def test_a_watch_flag_without_watch_is_refused(argv: list[str], words: str) -> None:
+    refused = run(*argv)
+    assert (refused.code, refused.out) == (2, "")
+    assert refused.err.startswith(words) and refused.err.count("\n") == 1
+
+
 def test_watch_needs_nvml_devices() -> None:
     refused = run("health", "--watch")
     assert refused.code == 2
@@ -81,7 +95,7 @@ def test_watch_takes_a_gpu_out_and_releases_its_holder(tmp_path: Path) -> None:
         write_health(tmp_path / "health.json", {"events": [xid]})
         start = time.monotonic()
         while not ledger.health_events():
-            assert time.monotonic() - start < 2, "no health event within 2 s"
+            assert time.monotonic() - start < 30, "no health event within 30 s"
             time.sleep(0.02)
         (event,) = ledger.health_events()
         assert (event.device, event.value, event.claims) == (
@@ -107,3 +121,19 @@ def test_watch_takes_a_gpu_out_and_releases_its_holder(tmp_path: Path) -> None:
     assert row.endswith(f"{held.name} ({me.user})")
     data = json.loads(run("health", "-o", "json").out)
     assert data[0]["claims"] == [{"name": held.name, "user": me.user}]
+
+
+def test_the_systemd_unit_stops_on_what_a_restart_cannot_mend() -> None:
+    """Without NVML ``health --watch`` exits 3 (a flag it refuses: 2); the unit must not
+    restart it every 5 s forever, and says how to point ExecStart at the environment's."""
+    unit = (ROOT / "deploy" / "dra-jupyter-health.service").read_text()
+    service = unit.split("\n[Service]\n", 1)[1].split("\n[", 1)[0]
+    settings = dict(
+        line.split("=", 1) for line in service.splitlines() if line and not line.startswith("#")
+    )
+    assert settings["Restart"] == "on-failure"
+    assert set(settings["RestartPreventExitStatus"].split()) == {"2", "3"}
+    assert "command -v dra-jupyter" in unit and "ExecStart=\n" in unit.replace("#   ", "")
+    no_nvml = run("health", "--watch", "--inventory", "nvml")
+    assert no_nvml.code == 3, no_nvml.err
+    assert run("health", "--watch", "--poll", "0", "--inventory", "h200-8x").code == 2

@@ -10,6 +10,7 @@ ledger (or another service) cannot be used, 4 an internal error (a bug: with a t
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -25,9 +26,14 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from dra_jupyter.api import Session
 from dra_jupyter.cli import main
 from dra_jupyter.cli.main import COMMANDS
 from dra_jupyter.inventory import simulated
+from dra_jupyter.local.backend import shape_of
+from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.settings import Settings
+from dra_jupyter.types import Owner
 
 Wire = dict[str, Any]
 
@@ -293,8 +299,9 @@ def test_busy_says_the_flag_that_waits() -> None:
 
 def test_explain_takes_keywords_as_the_magic_does() -> None:
     never = run("explain", "gpu=9")
-    assert never.code == 0, never.err
+    assert never.code == 0, never.err  # a question answered: 0 whatever the answer
     assert never.out.startswith("gpu=9: can never be met here: ")
+    assert run("request", "gpu=9").code == 1  # what acts fails: 1
     now = run("explain", "gpu=2", "same=pcieRoot")
     assert now.out.startswith("gpu=2 same=pcieRoot: can be met now on gpu-node-1: "), now.out
     assert run("request", "gpu=7").code == 0
@@ -572,3 +579,50 @@ def test_under_jupyterhub_the_hub_user_owns_claims(monkeypatch: pytest.MonkeyPat
     )
     monkeypatch.setenv("JUPYTERHUB_USER", "alice")
     assert run("release", name).code == 0
+
+
+# --- what the CLI says of the line, of the user's own claims and of its keywords --------------
+
+
+def _wait_in_line(ledger: Path, user: str, spec: dict[str, Any], now: float) -> None:
+    """A waiter in the ledger's line, as a request with a timeout puts it there: alive (this
+    process), of ``user``, for ``spec``."""
+    owner = dataclasses.replace(Owner.current(), user=user)
+    claim = Session(Settings.from_env(), owner=owner).build(spec)
+    book = Ledger(ledger)
+    with book.transaction() as conn:
+        book.enqueue(conn, shape_of(claim), owner, now)
+
+
+def test_waiting_says_each_request_in_its_words_its_place_and_why(settings: Path) -> None:
+    _wait_in_line(settings, "alice", {"gpu": 2}, 1.0)
+    _wait_in_line(settings, "bob", {"gpu": 1, "memory": "80Gi", "same": "pcieRoot"}, 2.0)
+    _wait_in_line(settings, "carol", {"gpu": 2}, 3.0)
+    rows = json.loads(run("waiting", "-o", "json").out)
+    assert [(r["position"], r["user"], r["what"]) for r in rows] == [
+        (1, "alice", "gpu=2"),
+        (1, "bob", "gpu=1, memory='80Gi', same=pcieRoot"),
+        (2, "carol", "gpu=2"),
+    ]
+    assert rows[0]["why"].startswith("first in line")
+    assert rows[2]["why"] == "behind alice's same request, made earlier"
+    assert "2. carol: gpu=2 (behind alice's same request, made earlier)" in run("waiting").out
+
+
+def test_busy_names_the_command_that_releases_the_users_shell_claims() -> None:
+    assert run("request", "gpu=8", "--lease", "2m", "--name", "all8").code == 0
+    busy = run("request", "gpu=1")
+    assert busy.code == 1
+    assert "dra-jupyter release all8" in busy.err
+    assert "this process" not in busy.err and "dra.release" not in busy.err
+    assert "held by all8 (8)" in busy.err and "default/all8" not in busy.err
+
+
+def test_a_keyword_given_twice_is_refused() -> None:
+    refused = run("request", "gpu=1", "gpu=2")
+    assert (refused.code, refused.out) == (2, "")
+    assert refused.err == (
+        "error: request: 'gpu' is given twice; give each keyword once (the last would not "
+        "silently win)\n"
+    )
+    assert claims_json() == []

@@ -32,7 +32,7 @@ def test_taint_explain_untaint(tmp_path: Path) -> None:
     made = run("taint", "gpu-0", "--effect", "NoSchedule", "--reason", "fan failing")
     assert made.code == 0, made.err
     assert made.out.startswith(
-        f"tainted {GPU0}: dra-jupyter/admin='fan failing':NoSchedule by {ME}"
+        f"tainted {GPU0}: dra-jupyter/admin:NoSchedule ('fan failing') by {ME}"
     )
     assert "held now by claim big" in made.out  # reported; the claim keeps the device
     assert run("release", "big").code == 0
@@ -50,8 +50,8 @@ def test_taint_explain_untaint(tmp_path: Path) -> None:
     gone = run("untaint", "gpu-0")
     assert (gone.code, gone.out) == (
         0,
-        f"untainted {GPU0}: dra-jupyter/admin='fan failing':"
-        f"NoSchedule by {ME}; it is in use again\n",
+        f"untainted {GPU0}: dra-jupyter/admin:NoSchedule ('fan failing'; put by {ME}, "
+        f"removed by {ME}); it is in use again\n",
     )
     assert run("taint", "--list").out == "no device is tainted by hand\n"
     history = run("taint", "--list", "--history")
@@ -68,6 +68,9 @@ def test_taint_explain_untaint(tmp_path: Path) -> None:
         (["taint", "gpu-0", "--effect", "NoSchedule", "--reason", "x", "--key", "a b"], "--key"),
         (["taint", "--list", "gpu-0"], "taint --list: takes no DEVICE"),
         (["untaint", "gpu-0"], "untaint: gpu.nvidia.com/gpu-node-1/gpu-0 has no taint"),
+        (["taint", "gpu-0", "--effect", "NoSchedule", "--reason", "a\nb"], "control character"),
+        (["taint", "gpu-0", "--effect", "NoSchedule", "--reason", "a\x1b[2Jb"], "'\\x1b'"),
+        (["taint", "--history"], "taint --history: goes with --list"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(argv: list[str], words: str) -> None:
@@ -80,3 +83,69 @@ def test_bad_input_is_one_line_and_exit_code_2(argv: list[str], words: str) -> N
 def test_an_effect_argparse_refuses(capsys: pytest.CaptureFixture[str]) -> None:
     result = run("taint", "gpu-0", "--effect", "Evict", "--reason", "x", capsys=capsys)
     assert result.code == 2 and "invalid choice: 'Evict'" in result.err
+
+
+def test_a_taint_shows_one_form_its_value_only_where_it_is_one() -> None:
+    """``key=value:Effect`` in taint, devices and taint --list; JSON's value is the taint's."""
+    fan = run("taint", "gpu-4", "--effect", "NoExecute", "--reason", "fan")
+    assert "dra-jupyter/admin=fan:NoExecute ('fan')" in fan.out
+    run("taint", "gpu-5", "--effect", "NoSchedule", "--reason", "fan failing")
+    devices = {r["device"]: r for r in json.loads(run("devices", "-o", "json").out)}
+    gpu4, gpu5 = (devices[GPU0.replace("gpu-0", f"gpu-{n}")] for n in (4, 5))
+    assert gpu4["taints"] == "dra-jupyter/admin=fan:NoExecute"
+    assert gpu5["taints"] == "dra-jupyter/admin:NoSchedule"
+    listed = run("taint", "--list").out
+    assert "dra-jupyter/admin=fan:NoExecute" in listed and "dra-jupyter/admin:NoSchedule" in listed
+    values = [t["value"] for t in json.loads(run("taint", "--list", "-o", "json").out)]
+    assert values == ["fan", ""]
+
+
+def test_a_tainted_device_is_shown_tainted_not_free() -> None:
+    run("taint", "gpu-2", "--effect", "NoSchedule", "--reason", "fan")
+    states = {r["device"]: r["state"] for r in json.loads(run("devices", "-o", "json").out)}
+    assert states[GPU0.replace("gpu-0", "gpu-2")] == "tainted"
+    assert states[GPU0] == "free"
+    assert "tainted" in run("devices").out
+
+
+def test_a_taint_of_a_whole_gpu_covers_its_mig_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """h200-mig: one GPU published whole and as 25 MIG placements on one counter set."""
+    monkeypatch.setenv("DRA_JUPYTER_INVENTORY", "h200-mig")
+    made = run("taint", "gpu-0", "--effect", "NoExecute", "--reason", "xid 79")
+    assert made.code == 0, made.err
+    assert "gpu-0 and its 25 partitions:" in made.out and "do not get them" in made.out
+    refused = run("request", "mig=1g.18gb")
+    assert refused.code == 1, refused.out
+    # the GPU's rule, which untaint takes away, once for the 7 slices; not a rule per slice
+    rule = made.out.split("(DeviceTaintRule ", 1)[1].split(")", 1)[0]
+    assert f"dra-jupyter/admin:NoExecute (DeviceTaintRule {rule}) (7 devices)" in refused.err
+    assert "gpu-0-mig-" not in refused.err
+    rows = json.loads(run("devices", "-o", "json").out)
+    assert {r["state"] for r in rows} == {"tainted"}
+    assert all(r["taints"] == "dra-jupyter/admin:NoExecute" for r in rows)
+    listed = json.loads(run("taint", "--list", "-o", "json").out)
+    assert len(listed) == 1  # one taint, by the admin, on the GPU
+    gone = run("untaint", "gpu-0")
+    assert "gpu-0 and its 25 partitions:" in gone.out and "they are in use again" in gone.out
+    assert run("request", "mig=1g.18gb").code == 0
+
+
+def test_a_taint_of_a_partition_leaves_the_gpu_and_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DRA_JUPYTER_INVENTORY", "h200-mig")
+    rows = json.loads(run("devices", "-o", "json").out)
+    part = next(r["device"] for r in rows if r["kind"] == "mig")
+    made = run("taint", part, "--effect", "NoSchedule", "--reason", "bad")
+    assert made.code == 0 and "partition" not in made.out
+    states = {r["device"]: r["state"] for r in json.loads(run("devices", "-o", "json").out)}
+    assert [d for d, s in states.items() if s == "tainted"] == [part]
+
+
+def test_a_busy_request_counts_one_device_as_one() -> None:
+    run("taint", "gpu-0", "--effect", "NoSchedule", "--reason", "fan")
+    refused = run("request", "gpu=8")
+    assert "(DeviceTaintRule dra-jupyter-gpu-0-" in refused.err
+    assert "(1 device)" in refused.err and "(1 devices)" not in refused.err

@@ -290,10 +290,16 @@ class Allocator:
         return found
 
     def explain(
-        self, claims: Iterable[Mapping[str, Any] | ResourceClaim], node: str | None = None
+        self,
+        claims: Iterable[Mapping[str, Any] | ResourceClaim],
+        node: str | None = None,
+        *,
+        bare_namespace: str | None = None,
     ) -> Explanation:
-        """Why the claims can or cannot be allocated, node by node and request by request."""
-        return explain(self, self._prepare(claims), node)
+        """Why the claims can or cannot be allocated, node by node and request by request.
+        ``bare_namespace``: the claims holding devices in it are named without it (one
+        machine's ledger, where the namespace means nothing)."""
+        return explain(self, self._prepare(claims), node, bare_namespace=bare_namespace)
 
     def search_on(
         self, claims: list[ResourceClaim], node_name: str | None

@@ -162,11 +162,18 @@ class Explanation:
         return "\n".join(lines)
 
 
-def explain(allocator: ExplainSource, claims: list[ResourceClaim], node: str | None) -> Explanation:
-    """Report on the nodes in the order the allocator tries them, up to the first that fits."""
+def explain(
+    allocator: ExplainSource,
+    claims: list[ResourceClaim],
+    node: str | None,
+    *,
+    bare_namespace: str | None = None,
+) -> Explanation:
+    """Report on the nodes in the order the allocator tries them, up to the first that fits
+    (``bare_namespace``: holders in it are named without it)."""
     reports = []
     for name in allocator.node_order(claims, node):
-        report = _node_report(allocator, claims, name)
+        report = _node_report(allocator, claims, name, bare_namespace)
         reports.append(report)
         if report.satisfiable:
             return Explanation(satisfiable=True, node=name, nodes=reports)
@@ -174,7 +181,10 @@ def explain(allocator: ExplainSource, claims: list[ResourceClaim], node: str | N
 
 
 def _node_report(
-    allocator: ExplainSource, claims: list[ResourceClaim], name: str | None
+    allocator: ExplainSource,
+    claims: list[ResourceClaim],
+    name: str | None,
+    bare_namespace: str | None = None,
 ) -> NodeReport:
     report = NodeReport(node=name, satisfiable=False)
     node = allocator.node(name)
@@ -195,7 +205,7 @@ def _node_report(
             "simplify the claims (fewer requests under one constraint) or raise max_steps"
         )
     for (ci, _ri, _si), rd in sorted(data.items()):
-        req = _request_report(allocator, claims[ci], rd, pools, node)
+        req = _request_report(allocator, claims[ci], rd, pools, node, bare_namespace)
         report.requests.append(req)
     if found is None and not exhausted:
         _why_together(allocator, claims, data, report)
@@ -223,7 +233,12 @@ class _Tally:
 
 
 def _request_report(
-    allocator: ExplainSource, claim: ResourceClaim, rd: RequestData, pools: list[Pool], node: Any
+    allocator: ExplainSource,
+    claim: ResourceClaim,
+    rd: RequestData,
+    pools: list[Pool],
+    node: Any,
+    bare_namespace: str | None = None,
 ) -> RequestReport:
     request = rd.request
     all_mode = request.allocation_mode == "All"
@@ -242,6 +257,8 @@ def _request_report(
             stage = _availability(allocator, rd, device, dev_id, pool, tally)
         for s in STAGES[: STAGES.index(stage) + 1]:
             tally.funnel[s] += 1
+    if bare_namespace is not None:
+        _bare(tally, f"{bare_namespace}/")
     funnel = tally.funnel
     rep.funnel = dict(funnel)
     rep.reasons.extend(tally.errors[:1])
@@ -257,6 +274,16 @@ def _request_report(
         rep.reasons.append(_reason(stage, before, funnel[stage], want, rd, tally))
         break
     return rep
+
+
+def _bare(tally: _Tally, prefix: str) -> None:
+    """Name the holders in ``prefix``'s namespace by their names alone."""
+
+    def bare(counts: Counter[str]) -> Counter[str]:
+        return Counter({k.removeprefix(prefix): n for k, n in counts.items()})
+
+    tally.holders = bare(tally.holders)
+    tally.counter_holders = {k: bare(v) for k, v in tally.counter_holders.items()}
 
 
 def _stage(
@@ -524,7 +551,10 @@ def _selector_phrase(i: int, before: int, rd: RequestData, t: _Tally) -> str:
 
 def _listed(counts: Counter[str], unit: str = "") -> str:
     """The three most common entries, and how many more there are."""
-    shown = [f"{k} ({n}{unit})" for k, n in counts.most_common(3)]
+    shown = [
+        f"{k} ({n}{unit.removesuffix('s') if n == 1 and unit.endswith('s') else unit})"
+        for k, n in counts.most_common(3)
+    ]
     if len(counts) > 3:
         shown.append(f"and {len(counts) - 3} more")
     return ", ".join(shown)

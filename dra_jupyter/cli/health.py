@@ -21,6 +21,8 @@ from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.watcher import HealthWatcher, lock_for
 from dra_jupyter.types import HealthEvent
 
+POLL = 5.0  # seconds between readings of the ECC counters, by default
+
 
 def add_commands(sub: Subparsers) -> None:
     p = sub.add_parser(
@@ -43,7 +45,7 @@ def add_commands(sub: Subparsers) -> None:
     p.add_argument(
         "--poll",
         type=float,
-        default=5.0,
+        default=POLL,
         help="with --watch: seconds between readings of the ECC counters (default 5)",
     )
     p.add_argument("--inventory", help="auto, nvml, a bundled name, or a YAML file of slices")
@@ -56,6 +58,10 @@ def _when(t: float) -> str:
 
 
 def run_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if not args.watch and args.grace is not None:
+        raise InvalidInputError("health --grace: goes with --watch (health --watch --grace 300)")
+    if not args.watch and args.poll != POLL:
+        raise InvalidInputError("health --poll: goes with --watch (health --watch --poll 5)")
     session = _session(args)
     if args.watch:
         if args.device:

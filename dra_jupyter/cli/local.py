@@ -97,6 +97,11 @@ def _spec(pairs: list[str], command: str = "request") -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise InvalidInputError(f"{command}: {shown(pair)} is not KEY=VALUE (e.g. gpu=2)")
+        if key in spec:
+            raise InvalidInputError(
+                f"{command}: {shown(key)} is given twice; give each keyword once (the "
+                "last would not silently win)"
+            )
         if key in INTEGER_KEYS and value != "all":
             spec[key] = _number(key, value, command)
         else:

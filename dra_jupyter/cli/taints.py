@@ -10,10 +10,11 @@ import json
 import time
 from typing import TextIO
 
+from dra_jupyter.api import Session
 from dra_jupyter.cli.command import Runner, Subparsers
 from dra_jupyter.cli.local import _session
 from dra_jupyter.errors import InvalidInputError
-from dra_jupyter.model.admintaints import DEFAULT_KEY, EFFECTS
+from dra_jupyter.model.admintaints import DEFAULT_KEY, EFFECTS, partitions_of
 from dra_jupyter.types import DeviceTaint
 
 
@@ -53,12 +54,28 @@ def _when(t: float | None) -> str:
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def _taint_text(t: DeviceTaint) -> str:
-    return f"{t.key}={t.reason!r}:{t.effect}"
+def taint_text(t: DeviceTaint) -> str:
+    """``key=value:Effect`` (``key:Effect`` without a value), as ``devices`` shows taints."""
+    return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+
+
+def _partitions(session: Session, device: str) -> list[str]:
+    """The MIG partitions a taint of ``device`` covers on this machine's ledger."""
+    if session.backend.cluster is not None:  # a DeviceTaintRule selects the device alone
+        return []
+    return partitions_of(session.inventory.slices, device)
+
+
+def _covered(parts: list[str]) -> str:
+    if not parts:
+        return ""
+    return f" and its {len(parts)} partition{'s' if len(parts) > 1 else ''}"
 
 
 def run_taint(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     session = _session(args)
+    if args.history and not args.list:
+        raise InvalidInputError("taint --history: goes with --list (taint --list --history)")
     if args.list:
         if args.device or args.effect or args.reason:
             raise InvalidInputError("taint --list: takes no DEVICE, --effect or --reason")
@@ -69,15 +86,18 @@ def run_taint(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "gpu-3 --effect NoSchedule --reason 'fan'), or --list"
         )
     made = session.tainting("taint").taint(args.device, args.effect, args.reason, args.key)
-    holders = [r for r in session.backend.holders() if made.device in r.device_keys]
+    parts = _partitions(session, made.device)
+    covered = {made.device, *parts}
+    holders = [r for r in session.backend.holders() if covered & set(r.device_keys)]
     if args.output == "json":
-        data = {"taint": made.to_dict(), "held_by": [r.name for r in holders]}
+        data = {"taint": made.to_dict(), "held_by": [r.name for r in holders], "covers": parts}
         out.write(json.dumps(data, indent=2) + "\n")
         return 0
     out.write(
-        f"tainted {made.device}: {_taint_text(made)} by {made.user}"
-        f"{' at ' + _when(made.added) if made.added is not None else ''} "
-        f"(DeviceTaintRule {made.rule}); new claims do not get it\n"
+        f"tainted {made.device}{_covered(parts)}: {taint_text(made)} ({made.reason!r}) by "
+        f"{made.user}{' at ' + _when(made.added) if made.added is not None else ''} "
+        f"(DeviceTaintRule {made.rule}); new claims do not get "
+        f"{'them' if parts else 'it'}\n"
     )
     for r in holders:
         out.write(f"held now by claim {r.name} ({r.owner.user}): it keeps the device\n")
@@ -85,12 +105,17 @@ def run_taint(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def run_untaint(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    gone = _session(args).tainting("untaint").untaint(args.device, args.key)
+    session = _session(args)
+    gone = session.tainting("untaint").untaint(args.device, args.key)
+    parts = _partitions(session, gone.device)
     if args.output == "json":
-        out.write(json.dumps({"untainted": gone.to_dict()}, indent=2) + "\n")
+        out.write(json.dumps({"untainted": gone.to_dict(), "covers": parts}, indent=2) + "\n")
     else:
-        by = f" by {gone.removed_by}" if gone.removed_by else ""
-        out.write(f"untainted {gone.device}: {_taint_text(gone)}{by}; it is in use again\n")
+        removed = f"removed by {gone.removed_by}" if gone.removed_by else "removed"
+        out.write(
+            f"untainted {gone.device}{_covered(parts)}: {taint_text(gone)} ({gone.reason!r}; "
+            f"put by {gone.user}, {removed}); {'they are' if parts else 'it is'} in use again\n"
+        )
     return 0
 
 
@@ -101,12 +126,12 @@ def _list(args: argparse.Namespace, out: TextIO, taints: list[DeviceTaint]) -> i
     if not taints:
         out.write("no device is tainted by hand\n")
         return 0
-    head = ["device", "key", "effect", "reason", "by", "added"]
+    head = ["device", "taint", "reason", "by", "added"]
     if args.history:
         head += ["removed_by", "removed"]
     rows = [head]
     for t in taints:
-        row = [t.device, t.key, t.effect, t.reason, t.user, _when(t.added)]
+        row = [t.device, taint_text(t), t.reason, t.user, _when(t.added)]
         if args.history:
             row += [t.removed_by or "-", _when(t.removed)]
         rows.append(row)

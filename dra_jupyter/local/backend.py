@@ -36,6 +36,7 @@ from dra_jupyter.errors import (
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local import taints as _taints
 from dra_jupyter.local.ledger import Ledger, LedgerBusyError
+from dra_jupyter.local.shapes import shape_words
 from dra_jupyter.local.wakeup import Listener
 from dra_jupyter.model.admintaints import check_key, check_taint
 from dra_jupyter.model.objects import Wire
@@ -173,7 +174,7 @@ class LocalBackend:
             # a forked child (the service's costly requests) has no ledger: it closed every
             # file; it works from what its parent knew when it forked
             return self._tainted
-        rules = _taints.rules(self.ledger.taints())
+        rules = _taints.rules(self.ledger.taints(), self.devices.slices)
         if rules != self._tainted.taint_rules:
             self._tainted = replace(self.devices, taint_rules=rules)
             self._possible.clear()  # what was possible may not be now, or the other way
@@ -317,7 +318,7 @@ class LocalBackend:
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
         if idle.allocate([probe]) is None:
-            explanation = idle.explain([probe])
+            explanation = idle.explain([probe], bare_namespace=self.namespace)
             raise NeverPossibleError(
                 f"the request can never be met on {self.devices.description}:\n"
                 + explanation.summary(named=bool(claim["metadata"].get("name"))),
@@ -439,7 +440,7 @@ class LocalBackend:
             held = self.ledger.read_claims()
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
-        explanation = self.allocator(held).explain([probe])
+        explanation = self.allocator(held).explain([probe], bare_namespace=self.namespace)
         named = bool(claim["metadata"].get("name"))
         return busy_error(explanation, held, position, waited, named=named)
 
@@ -483,10 +484,23 @@ class LocalBackend:
         return next((r for r in self.claims(all_users=True) if r.name == name), None)
 
     def waiting(self) -> list[Waiter]:
-        return [
-            Waiter(owner, shape_summary(shape), since)
-            for shape, owner, since in self.ledger.waiters()
-        ]
+        """The line, oldest first: each request in the user's words, its place in the
+        queue of its shape and why there. The ledger serves each request shape first come
+        first served (a request of another shape does not wait behind it)."""
+        out: list[Waiter] = []
+        ahead: dict[str, list[tuple[Owner, str]]] = {}
+        for shape, owner, since in self.ledger.waiters():
+            what = shape_words(shape)
+            before = ahead.setdefault(shape, [])
+            if before:
+                who, _ = before[-1]
+                more = f", and {len(before) - 1} more before it" if len(before) > 1 else ""
+                why = f"behind {who.user}'s same request, made earlier{more}"
+            else:
+                why = "first in line for this request: it waits for devices to be released"
+            out.append(Waiter(owner, what, since, position=len(before) + 1, why=why))
+            before.append((owner, what))
+        return out
 
     def released_at(self, name: str) -> float | None:
         gone = self.ledger.released(name)

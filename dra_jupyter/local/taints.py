@@ -18,9 +18,11 @@ from __future__ import annotations
 import os
 import pwd
 import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from dra_jupyter.errors import InvalidInputError, NotFoundError
-from dra_jupyter.model.admintaints import device_rule, rule_name
+from dra_jupyter.model.admintaints import device_rule, partitions_of, rule_name, taint_value
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import DeviceTaint
 
@@ -50,7 +52,8 @@ def _taint(row: sqlite3.Row) -> DeviceTaint:
         removed_by=row["removed_by"],
         removed_uid=row["removed_uid"],
         rule=rule_name(str(row["device"]), str(row["key"])),
-        value=str(row["value"] or ""),
+        # a row of an admin's taint keeps no value (NULL): it is the reason where that fits
+        value=str(row["value"] or taint_value(str(row["reason"]))),
     )
 
 
@@ -87,7 +90,15 @@ def add(
         (device, key, effect, reason, uid, user, now, value or None),
     )
     return DeviceTaint(
-        device, key, effect, reason, user, now, uid, rule=rule_name(device, key), value=value
+        device,
+        key,
+        effect,
+        reason,
+        user,
+        now,
+        uid,
+        rule=rule_name(device, key),
+        value=value or taint_value(reason),
     )
 
 
@@ -132,10 +143,32 @@ def listed(conn: sqlite3.Connection, *, history: bool = False) -> list[DeviceTai
     return [_taint(r) for r in rows]
 
 
-def rules(taints: list[DeviceTaint]) -> tuple[Wire, ...]:
-    """The DeviceTaintRules of the live ``taints``, one each."""
-    return tuple(
-        device_rule(t.device, t.key, t.effect, t.reason, t.user, value=t.value or None)
-        for t in taints
-        if t.removed is None
-    )
+def rules(taints: list[DeviceTaint], slices: Iterable[Mapping[str, Any]] = ()) -> tuple[Wire, ...]:
+    """The DeviceTaintRules of the live ``taints``: one each, and one for each partition of
+    a whole GPU tainted (:func:`~dra_jupyter.model.admintaints.partitions_of` in
+    ``slices``), so that no new claim gets a MIG slice of a GPU taken out either. A
+    partition's own taint of the same key (the health watcher taints each) is kept as it
+    is; ``untaint`` of the GPU takes the covering rules away with its row."""
+    live = [t for t in taints if t.removed is None]
+    own = {(t.device, t.key) for t in live}
+    slices = tuple(slices)
+    out: dict[str, Wire] = {}
+    for t in live:
+        out[rule_name(t.device, t.key)] = device_rule(
+            t.device, t.key, t.effect, t.reason, t.user, value=t.value or None
+        )
+    for t in live:
+        for part in partitions_of(slices, t.device) if slices else ():
+            name = rule_name(part, t.key)
+            if (part, t.key) in own or name in out:
+                continue
+            out[name] = device_rule(
+                part,
+                t.key,
+                t.effect,
+                t.reason,
+                t.user,
+                value=t.value or None,
+                part_of=rule_name(t.device, t.key),
+            )
+    return tuple(out.values())

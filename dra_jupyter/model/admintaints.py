@@ -16,6 +16,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 import hashlib
+import unicodedata
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from dra_jupyter.errors import InvalidInputError, shown
 from dra_jupyter.model import limits
@@ -29,6 +32,9 @@ MAX_REASON = 1024  # characters of a reason: a sentence, not a file
 MANAGED_BY = ("app.kubernetes.io/managed-by", "dra-jupyter")
 REASON_ANNOTATION = "dra-jupyter/reason"
 USER_ANNOTATION = "dra-jupyter/tainted-by"
+# On a rule the ledger makes for a partition of a GPU tainted whole: the GPU's rule, which
+# explanations name (the one ``untaint`` takes away), not the partition's own
+PART_OF_ANNOTATION = "dra-jupyter/part-of"
 
 
 def check_taint(command: str, effect: str, key: str, reason: str) -> None:
@@ -44,6 +50,12 @@ def check_taint(command: str, effect: str, key: str, reason: str) -> None:
         raise InvalidInputError(
             f"{command}: --reason is empty; say why (e.g. --reason 'fan failing'), so that "
             "other admins and users read it"
+        )
+    control = next((c for c in reason if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if control is not None:
+        raise InvalidInputError(
+            f"{command}: --reason holds the control character {control!r}; write it on "
+            "one line, without tabs or escape codes (it is shown in tables)"
         )
     if len(reason) > MAX_REASON:
         raise InvalidInputError(
@@ -74,22 +86,33 @@ def taint_value(reason: str) -> str:
 
 
 def device_rule(
-    device: str, key: str, effect: str, reason: str, user: str, *, value: str | None = None
+    device: str,
+    key: str,
+    effect: str,
+    reason: str,
+    user: str,
+    *,
+    value: str | None = None,
+    part_of: str | None = None,
 ) -> Wire:
     """The DeviceTaintRule that puts this taint on ``device`` (``driver/pool/device``) only;
-    its value is ``value`` (the health watcher's: an XID), else the reason where it fits."""
+    its value is ``value`` (the health watcher's: an XID), else the reason where it fits.
+    ``part_of``: the rule of the whole GPU whose taint covers this partition."""
     driver, pool, name = split_device(device)
     taint: Wire = {"key": key, "effect": effect}
     value = value if value is not None else taint_value(reason)
     if value:
         taint["value"] = value
+    annotations = {REASON_ANNOTATION: reason, USER_ANNOTATION: user}
+    if part_of:
+        annotations[PART_OF_ANNOTATION] = part_of
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceTaintRule",
         "metadata": {
             "name": rule_name(device, key),
             "labels": {MANAGED_BY[0]: MANAGED_BY[1]},
-            "annotations": {REASON_ANNOTATION: reason, USER_ANNOTATION: user},
+            "annotations": annotations,
         },
         "spec": {
             "deviceSelector": {"driver": driver, "pool": pool, "device": name},
@@ -109,3 +132,35 @@ def split_device(device: str) -> tuple[str, str, str]:
             "dra-jupyter devices lists it"
         )
     return driver, pool, name
+
+
+def partitions_of(slices: Iterable[Mapping[str, Any]], device: str) -> list[str]:
+    """The partitions of ``device`` (``driver/pool/device``) where it is a whole physical
+    device that is also published in parts: the devices of its pool that consume the
+    counter sets it consumes whole (a GPU and its MIG partitions, as the NVIDIA DRA driver
+    publishes them), in slice order; none for a partition or a device that is not split.
+    On this machine's ledger an admin's taint of a whole GPU covers them: a GPU taken out
+    is taken out whole. A DeviceTaintRule on a cluster selects what its selector picks,
+    one device; this is the ledger's reading of a taint by hand, not the rule's."""
+    driver, pool, name = split_device(device)
+    mine: list[Mapping[str, Any]] = []
+    totals: dict[str, Any] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") != driver or (spec.get("pool") or {}).get("name") != pool:
+            continue
+        mine.extend(spec.get("devices") or ())
+        totals.update({c.get("name"): c.get("counters") for c in spec.get("sharedCounters") or ()})
+    whole = {
+        c.get("counterSet")
+        for d in mine
+        if d.get("name") == name
+        for c in d.get("consumesCounters") or ()
+        if c.get("counters") and c.get("counters") == totals.get(c.get("counterSet"))
+    }
+    return [
+        f"{driver}/{pool}/{d['name']}"
+        for d in mine
+        if d.get("name") != name
+        and any(c.get("counterSet") in whole for c in d.get("consumesCounters") or ())
+    ]

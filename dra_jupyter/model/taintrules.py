@@ -21,6 +21,10 @@ an explanation or a count made here sees what kube-scheduler sees:
 server drops them as unknown fields (with a warning), so a rule that names only those
 selects every device. The same happens here: unknown fields are ignored.
 
+A rule dra-jupyter's ledger makes for a MIG partition of a GPU tainted whole carries the
+GPU's rule in the annotation ``dra-jupyter/part-of``: its taint names that rule (what
+explanations show, and what ``untaint`` takes away); selection is the rule's own.
+
 Pure: no I/O. The rules' ``status`` (the eviction controller's conditions) is not read.
 """
 
@@ -33,6 +37,7 @@ from typing import Any
 
 from dra_jupyter.errors import ObjectError, shown
 from dra_jupyter.model import limits
+from dra_jupyter.model.admintaints import PART_OF_ANNOTATION
 from dra_jupyter.model.fields import Ctx, check_kind, read_metadata
 from dra_jupyter.model.objects import ResourceSlice, Taint
 from dra_jupyter.model.parse import parse_many, parse_resource_slice
@@ -119,7 +124,15 @@ def parse_device_taint_rule(obj: Any) -> DeviceTaintRule:
             f"{shown(time_added)} is not an RFC 3339 time",
             "write it as 2026-09-01T12:00:00Z, or leave it out (kube-apiserver stamps it)",
         )
-    taint = Taint(key=key, effect=effect, value=value, time_added=time_added, rule=name)
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    shown_rule = annotations.get(PART_OF_ANNOTATION) if isinstance(annotations, Mapping) else None
+    taint = Taint(
+        key=key,
+        effect=effect,
+        value=value,
+        time_added=time_added,
+        rule=shown_rule if isinstance(shown_rule, str) and shown_rule else name,
+    )
     return DeviceTaintRule(
         name=name, taint=taint, selects=selects, driver=driver, pool=pool, device=device
     )

@@ -19,7 +19,7 @@ from dra_jupyter.errors import InvalidInputError, shown
 from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH, MAX_SUBREQUESTS
 from dra_jupyter.selectors import MAX_EXPRESSION_LENGTH
 
-DeviceState = Literal["free", "held", "shared", "blocked"]
+DeviceState = Literal["free", "held", "shared", "blocked", "tainted"]
 DeviceCount = int | Literal["all"]  # a number of devices, or every device that matches
 
 

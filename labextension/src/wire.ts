@@ -25,7 +25,7 @@ export interface Device {
   numa_node: string;
   /** resource.kubernetes.io/pcieRoot, empty when not published */
   pcie_root: string;
-  state: "free" | "held" | "shared" | "blocked";
+  state: "free" | "held" | "shared" | "blocked" | "tainted";
   holder: string;
 }
 
@@ -41,7 +41,7 @@ export interface Devices {
 export interface Waiter {
   user: string;
   kernel_id: string | null;
-  /** the request in short, e.g. 8 gpu.nvidia.com */
+  /** the request in short: in the words of dra.request on the embedded backend (gpu=8, memory='80Gi'), by device class on the service (8 gpu.nvidia.com) */
   what: string;
   /** seconds since the epoch */
   since: number;

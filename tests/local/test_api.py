@@ -127,7 +127,7 @@ def test_nobody_waits_in_line(session: Session) -> None:
 def test_context_manager_releases(session: Session) -> None:
     with session.request(gpu=8, apply_env=False, name="everything") as claim:
         assert "<Claim everything: gpu-0, " in repr(claim)
-        with pytest.raises(AllocationError, match="held by default/everything"):
+        with pytest.raises(AllocationError, match="held by everything"):
             session.request(gpu=1, apply_env=False)
     assert claim.state == "released"
     assert repr(claim).endswith("(released)>")

@@ -330,7 +330,7 @@ async def test_devices_show_who_waits_in_line(jp_fetch: Fetch, ledger_path: Path
                 break
             await asyncio.sleep(0.1)
         [entry] = waiting
-        assert entry["what"] == "2 gpu.nvidia.com"
+        assert entry["what"] == "gpu=2"  # in the words of dra.request
         assert entry["user"] == held["user"]
         assert entry["kernel_id"] is None
         assert entry["since"] >= held["created"]

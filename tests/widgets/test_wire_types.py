@@ -69,7 +69,7 @@ def test_the_generated_types_follow_the_spec() -> None:
     # required and nullable, optional and nullable, an enum, an operation's answer
     assert "  kernel_id: string | null;\n" in text
     assert "  reason?: string | null;\n" in text
-    assert '  state: "free" | "held" | "shared" | "blocked";\n' in text
+    assert '  state: "free" | "held" | "shared" | "blocked" | "tainted";\n' in text
     assert '  "GET /claims/{name}": {\n    parameters: { name: string };\n' in text
 
     changed = copy.deepcopy(spec)
