@@ -13,9 +13,11 @@ bound on the package when imported and hide the function ``dra.runs()``.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, overload, runtime_checkable
+
+from dra_jupyter.durations import parse_duration
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
 PHASES: tuple[Phase, ...] = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
@@ -174,3 +176,17 @@ class Runs(Protocol):
 
     def runs(self) -> Sequence[Run]:
         """The user's runs, oldest first."""
+
+
+def wait_for_end(
+    read: Callable[[], RunStatus], timeout: str | float | None, poll: float
+) -> RunStatus:
+    """A run's ``wait``: its status, read every ``poll`` seconds, once it ended or when
+    ``timeout`` (a duration; None: no limit) runs out (then as it is: the run goes on)."""
+    seconds = parse_duration(timeout, what="run.wait: timeout")
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while True:
+        status = read()
+        if status.done or (deadline is not None and time.monotonic() >= deadline):
+            return status
+        time.sleep(poll)

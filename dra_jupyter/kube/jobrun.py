@@ -21,7 +21,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
-from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
 from dra_jupyter.kube import jobs
 from dra_jupyter.kube.claims import USER_LABEL, forbidden
@@ -30,7 +29,7 @@ from dra_jupyter.kube.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
 from dra_jupyter.kube.jobstatus import generated_claim, pod_row, run_status
 from dra_jupyter.kube.stopped import StoppedPods
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.runstatus import RunStatus
+from dra_jupyter.runstatus import RunStatus, wait_for_end
 from dra_jupyter.types import USER_ANNOTATION, label_value
 
 if TYPE_CHECKING:
@@ -331,13 +330,7 @@ class JobRun:
         """Wait until the run ends (up to ``timeout``, a duration: None waits for good); its
         status then (phase ``Succeeded``, ``Failed``, ``Cancelled``; ``Pending`` or
         ``Running`` at the timeout: the run goes on)."""
-        seconds = parse_duration(timeout, what="run.wait: timeout")
-        deadline = None if seconds is None else time.monotonic() + seconds
-        while True:
-            status = self.status
-            if status.done or (deadline is not None and time.monotonic() >= deadline):
-                return status
-            time.sleep(POLL_S)
+        return wait_for_end(lambda: self.status, timeout, POLL_S)
 
     def wait_placed(self, timeout: float) -> RunStatus:
         """Wait until every pod of the run is placed on a node; at the deadline

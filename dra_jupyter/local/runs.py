@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, overload
 
-from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import (
     InvalidInputError,
     NotFoundError,
@@ -44,7 +43,7 @@ from dra_jupyter.errors import (
     shown,
 )
 from dra_jupyter.local.ledger import Ledger
-from dra_jupyter.runstatus import ENDED, Phase, RunProcess, RunStatus
+from dra_jupyter.runstatus import ENDED, Phase, RunProcess, RunStatus, wait_for_end
 from dra_jupyter.types import Owner, claim_prefix, process_start_time
 
 LOG_DIR = "runs"  # next to the ledger: runs/NAME.log
@@ -328,13 +327,7 @@ class LocalRun:
             self._book.finish(self._name, "Cancelled", message=f"run {self._name}: cancelled")
 
     def wait(self, timeout: str | float | None = None) -> RunStatus:
-        seconds = parse_duration(timeout, what="run.wait: timeout")
-        deadline = None if seconds is None else time.monotonic() + seconds
-        while True:
-            status = self.status
-            if status.done or (deadline is not None and time.monotonic() >= deadline):
-                return status
-            time.sleep(POLL_S)
+        return wait_for_end(lambda: self.status, timeout, POLL_S)
 
     def __repr__(self) -> str:
         s = self.status

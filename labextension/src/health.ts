@@ -8,7 +8,7 @@ import { deviceSummary } from './format';
 import type { DraModel } from './model';
 import type { MoveNotifier } from './moves';
 import type { DeviceUnhealthyEvent, Restart } from './tokens';
-import type { WarningAction } from './warnings';
+import { NoticeSet, type WarningAction } from './warnings';
 
 /** The device's short name: `gpu-3` of `gpu.nvidia.com/node-1/gpu-3`. */
 export function deviceName(key: string): string {
@@ -53,17 +53,17 @@ export class DeviceHealth {
     /** What to do with a Move or Release that failed. */
     readonly fail: (err: unknown) => void
   ) {
+    this._shown = new NoticeSet(notifier);
     model.released.connect((_, { event }) => this.withdraw(event.claim));
   }
 
   /** The claims with a notification shown now. */
   get claims(): string[] {
-    return [...this._shown.keys()];
+    return this._shown.keys;
   }
 
   show(event: DeviceUnhealthyEvent): void {
-    const name = event.claim;
-    this.withdraw(name); // the latest of a claim's devices is the one that shows
+    const name = event.claim; // the latest of a claim's devices is the one that shows
     const kernel = event.kernel_id;
     const label = kernel ? this.kernels.label(kernel) : null;
     const actions: WarningAction[] = [];
@@ -89,7 +89,7 @@ export class DeviceHealth {
         this.model.release(name).catch(this.fail);
       }
     });
-    this._shown.set(name, this.notifier.warn(unhealthyText(event, label), actions));
+    this._shown.show(name, unhealthyText(event, label), actions);
   }
 
   /** Move: the server makes the same claim again and restarts the kernel with it. */
@@ -105,12 +105,8 @@ export class DeviceHealth {
 
   /** Take the claim's notification away, if it has one. */
   withdraw(claim: string): void {
-    const id = this._shown.get(claim);
-    if (id !== undefined) {
-      this._shown.delete(claim);
-      this.notifier.dismiss(id);
-    }
+    this._shown.withdraw(claim);
   }
 
-  private _shown = new Map<string, string>();
+  private _shown: NoticeSet;
 }

@@ -14,10 +14,10 @@ import { Debouncer } from '@lumino/polling';
 
 import { deviceSummary, releaseReason, settledBusy } from './format';
 import { DeviceHealth } from './health';
-import { ReclaimWarnings } from './reclaims';
 import { DraModel, toError } from './model';
 import { KernelMoves, type MoveNotifier } from './moves';
 import { DevicesPanel, type Kernels } from './panel';
+import { ReclaimWarnings } from './reclaims';
 import { requestAPI } from './request';
 import { DeviceStatus } from './statusbar';
 import { DEFAULT_SETTINGS, PLUGIN_ID, type Settings } from './tokens';

@@ -7,7 +7,7 @@
 import { deviceSummary, shortModel } from './format';
 import type { DraModel } from './model';
 import type { KernelMovedEvent } from './tokens';
-import type { Notifier, WarningAction } from './warnings';
+import { NoticeSet, type Notifier, type WarningAction } from './warnings';
 import type { Claim, Device, Restart } from './wire';
 
 /** How long the note of a kernel moved into its pod shows (ms): nothing to do about it. */
@@ -169,11 +169,13 @@ export class KernelMoves {
     },
     /** What to do with a restart that failed. */
     readonly fail: (err: unknown) => void
-  ) {}
+  ) {
+    this._shown = new NoticeSet(notifier);
+  }
 
   /** The kernels whose warning shows now. */
   get kernelsShown(): string[] {
-    return [...this._shown.keys()];
+    return this._shown.keys;
   }
 
   show(event: KernelMovedEvent): void {
@@ -193,7 +195,7 @@ export class KernelMoves {
         void this.restart(kernel, words);
       }
     };
-    this._shown.set(kernel, this.notifier.warn(notice.message, [action]));
+    this._shown.show(kernel, notice.message, [action]);
   }
 
   /** Start the kernel again in a pod with the devices it had (restart-with-claims). */
@@ -209,12 +211,8 @@ export class KernelMoves {
 
   /** Take the kernel's warning away, if it has one. */
   withdraw(kernel: string): void {
-    const id = this._shown.get(kernel);
-    if (id !== undefined) {
-      this._shown.delete(kernel);
-      this.notifier.dismiss(id);
-    }
+    this._shown.withdraw(kernel);
   }
 
-  private _shown = new Map<string, string>();
+  private _shown: NoticeSet;
 }

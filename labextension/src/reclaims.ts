@@ -8,7 +8,7 @@
 import { clockTime, deviceSummary } from './format';
 import type { DraModel } from './model';
 import type { ReclaimWarningEvent } from './tokens';
-import type { Notifier, WarningAction } from './warnings';
+import { NoticeSet, type Notifier, type WarningAction } from './warnings';
 
 /** The notification's text: who waits for what, whose claim goes, when, and the Keeps. */
 export function reclaimText(
@@ -37,17 +37,17 @@ export class ReclaimWarnings {
     /** What to do with a Keep or Release that failed. */
     readonly fail: (err: unknown) => void
   ) {
+    this._shown = new NoticeSet(notifier);
     model.released.connect((_, { event }) => this.withdraw(event.claim));
   }
 
   /** The claims warned of now. */
   get claims(): string[] {
-    return [...this._shown.keys()];
+    return this._shown.keys;
   }
 
   show(event: ReclaimWarningEvent): void {
-    const name = event.claim;
-    this.withdraw(name); // the latest warning of a claim is the one that holds
+    const name = event.claim; // the latest warning of a claim is the one that holds
     const label = event.kernel_id ? this.label(event.kernel_id) : null;
     const actions: WarningAction[] = [];
     if (event.keeps_left > 0) {
@@ -70,18 +70,13 @@ export class ReclaimWarnings {
         this.model.release(name).catch(this.fail);
       }
     });
-    const text = reclaimText(event, label, this.model.deviceMap);
-    this._shown.set(name, this.notifier.warn(text, actions));
+    this._shown.show(name, reclaimText(event, label, this.model.deviceMap), actions);
   }
 
   /** Take the claim's warning away, if it has one. */
   withdraw(claim: string): void {
-    const id = this._shown.get(claim);
-    if (id !== undefined) {
-      this._shown.delete(claim);
-      this.notifier.dismiss(id);
-    }
+    this._shown.withdraw(claim);
   }
 
-  private _shown = new Map<string, string>();
+  private _shown: NoticeSet;
 }

@@ -25,6 +25,33 @@ export interface Notifier {
   dismiss(id: string): void;
 }
 
+/** Notifications that stay, one per key (a claim, a kernel): a new one for a key replaces
+ * its last; withdrawn by key. */
+export class NoticeSet {
+  constructor(readonly notifier: Notifier) {}
+
+  /** The keys with a notification shown now. */
+  get keys(): string[] {
+    return [...this._ids.keys()];
+  }
+
+  show(key: string, message: string, actions: WarningAction[]): void {
+    this.withdraw(key);
+    this._ids.set(key, this.notifier.warn(message, actions));
+  }
+
+  /** Take the key's notification away, if it has one. */
+  withdraw(key: string): void {
+    const id = this._ids.get(key);
+    if (id !== undefined) {
+      this._ids.delete(key);
+      this.notifier.dismiss(id);
+    }
+  }
+
+  private _ids = new Map<string, string>();
+}
+
 interface Shown {
   id: string;
   deadline: number; // the deadline it warns of

@@ -1,5 +1,7 @@
 // Builders of REST answers for the unit tests (the shapes of specification/dra-rest-api.yml).
 
+import type { MoveNotifier } from '../src/moves';
+import type { WarningAction } from '../src/warnings';
 import type { Claim, Device } from '../src/wire';
 
 export function device(key: string, more: Partial<Device> = {}): Device {
@@ -38,3 +40,28 @@ export function claim(name: string, more: Partial<Claim> = {}): Claim {
 }
 
 export const GPU = 'gpu.nvidia.com/node-0/gpu-';
+
+/** The notifications shown: warnings by id with their buttons, and the notes. */
+export class Shown implements MoveNotifier {
+  open = new Map<string, { message: string; actions: WarningAction[] }>();
+  notes: string[] = [];
+  count = 0;
+  warn(message: string, actions: WarningAction[]): string {
+    this.count += 1;
+    const id = `n${this.count}`;
+    this.open.set(id, { message, actions });
+    return id;
+  }
+  update(): boolean {
+    return false;
+  }
+  dismiss(id: string): void {
+    this.open.delete(id);
+  }
+  info(message: string, ms: number): void {
+    this.notes.push(`info ${ms}: ${message}`);
+  }
+  success(message: string): void {
+    this.notes.push(`success: ${message}`);
+  }
+}

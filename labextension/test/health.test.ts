@@ -10,10 +10,8 @@ import {
   unhealthyText
 } from '../src/health';
 import { DraModel } from '../src/model';
-import type { MoveNotifier } from '../src/moves';
 import { type DeviceUnhealthyEvent, EVENTS } from '../src/tokens';
-import type { WarningAction } from '../src/warnings';
-import { claim, device, GPU } from './fixtures';
+import { claim, device, GPU, Shown } from './fixtures';
 
 function unhealthy(more: Partial<DeviceUnhealthyEvent> = {}): DeviceUnhealthyEvent {
   return {
@@ -29,31 +27,6 @@ function unhealthy(more: Partial<DeviceUnhealthyEvent> = {}): DeviceUnhealthyEve
     message: 'gpu-3 of claim c1 was taken out of service by health watcher: …',
     ...more
   };
-}
-
-/** The notifications shown: warnings by id with their buttons, and the notes. */
-class Shown implements MoveNotifier {
-  open = new Map<string, { message: string; actions: WarningAction[] }>();
-  notes: string[] = [];
-  count = 0;
-  warn(message: string, actions: WarningAction[]): string {
-    this.count += 1;
-    const id = `n${this.count}`;
-    this.open.set(id, { message, actions });
-    return id;
-  }
-  update(): boolean {
-    return false;
-  }
-  dismiss(id: string): void {
-    this.open.delete(id);
-  }
-  info(message: string, ms: number): void {
-    this.notes.push(`info ${ms}: ${message}`);
-  }
-  success(message: string): void {
-    this.notes.push(`success: ${message}`);
-  }
 }
 
 function setup() {

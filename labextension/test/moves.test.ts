@@ -6,7 +6,6 @@ import { DraModel } from '../src/model';
 import {
   KernelMoves,
   MOVED_INFO_MS,
-  type MoveNotifier,
   moveNotice,
   POD_RESTART,
   requestedDevices,
@@ -14,8 +13,7 @@ import {
   restartWords
 } from '../src/moves';
 import { EVENTS, type KernelMovedEvent } from '../src/tokens';
-import type { WarningAction } from '../src/warnings';
-import { claim, device, GPU } from './fixtures';
+import { claim, device, GPU, Shown } from './fixtures';
 
 const NOTE =
   "this kernel's pod with gpu=1, model='NVIDIA H200' was stopped and its claim k1-gpu " +
@@ -113,31 +111,6 @@ test("the panel's restart of a pending claim moves the kernel into a pod; others
   assert.match(POD_RESTART.caption, /pod of its own that holds these devices.*variables are lost/);
   assert.deepEqual(restartWords(claim('held', { devices: [`${GPU}0`] }), here), here);
 });
-
-/** The notifications shown: warnings by id with their buttons, and the notes. */
-class Shown implements MoveNotifier {
-  open = new Map<string, { message: string; actions: WarningAction[] }>();
-  notes: string[] = [];
-  count = 0;
-  warn(message: string, actions: WarningAction[]): string {
-    this.count += 1;
-    const id = `n${this.count}`;
-    this.open.set(id, { message, actions });
-    return id;
-  }
-  update(): boolean {
-    return false;
-  }
-  dismiss(id: string): void {
-    this.open.delete(id);
-  }
-  info(message: string, ms: number): void {
-    this.notes.push(`info ${ms}: ${message}`);
-  }
-  success(message: string): void {
-    this.notes.push(`success: ${message}`);
-  }
-}
 
 function setup(answer: () => unknown) {
   const calls: string[] = [];

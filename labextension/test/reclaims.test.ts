@@ -6,8 +6,7 @@ import { clockTime } from '../src/format';
 import { DraModel } from '../src/model';
 import { ReclaimWarnings, reclaimText } from '../src/reclaims';
 import { EVENTS, type ReclaimWarningEvent } from '../src/tokens';
-import type { Notifier, WarningAction } from '../src/warnings';
-import { GPU } from './fixtures';
+import { GPU, Shown } from './fixtures';
 
 function warning(more: Partial<ReclaimWarningEvent> = {}): ReclaimWarningEvent {
   return {
@@ -24,23 +23,6 @@ function warning(more: Partial<ReclaimWarningEvent> = {}): ReclaimWarningEvent {
     message: 'bob is waiting for 1× NVIDIA H200; your c1, idle for 3 h, will be released in 5:00',
     ...more
   };
-}
-
-class Shown implements Notifier {
-  open = new Map<string, { message: string; actions: WarningAction[] }>();
-  count = 0;
-  warn(message: string, actions: WarningAction[]): string {
-    this.count += 1;
-    const id = `n${this.count}`;
-    this.open.set(id, { message, actions });
-    return id;
-  }
-  update(): boolean {
-    return false;
-  }
-  dismiss(id: string): void {
-    this.open.delete(id);
-  }
 }
 
 function setup() {
