@@ -186,11 +186,17 @@ class ClaimService:
         return self.backend.with_owner(replace(self.server_owner, user=user, kernel_id=kernel_id))
 
     def inventory(self) -> Inventory:
-        """The devices: this machine's (found once), or the cluster's ResourceSlices and
-        DeviceClasses, read again once older than :data:`INVENTORY_MAX_AGE`."""
+        """The devices: this machine's (found once, with the taints its ledger holds now, or
+        its service's, read again once older than :data:`INVENTORY_MAX_AGE`), or the cluster's
+        ResourceSlices, DeviceClasses and DeviceTaintRules, read again once older than
+        :data:`INVENTORY_MAX_AGE`."""
         now = time.monotonic()
         stale = now - self._inventory_read > INVENTORY_MAX_AGE
-        if self._inventory is None or (stale and not self.backend.capabilities.devices_here):
+        if self.backend.capabilities.devices_here:  # refresh: the service's taints
+            self._inventory = self.backend.inventory(refresh=stale and self._inventory is not None)
+            if stale:
+                self._inventory_read = now
+        elif self._inventory is None or stale:
             self._inventory = self.backend.inventory(refresh=self._inventory is not None)
             self._inventory_read = now
         return self._inventory
@@ -206,7 +212,7 @@ class ClaimService:
         # a row's taints are not in the REST contract yet (specification/dra-rest-api.yml
         # and the lab's wire.ts would learn them together): left out of the answer
         rows = [
-            DeviceModel(**{k: v for k, v in asdict(r).items() if k != "taints"})  # type: ignore[typeddict-item]
+            DeviceModel(**asdict(r))  # type: ignore[typeddict-item]
             for r in device_rows(inventory.patched_slices, held)
         ]
         waiting = [

@@ -36,6 +36,7 @@ class DeviceModel(TypedDict):
     pcie_root: str  # resource.kubernetes.io/pcieRoot, empty when not published
     state: DeviceState  # shared: held in shares; blocked: a partition or its whole GPU is held
     holder: str  # "claim (user)", empty when free
+    taints: str  # "key=value:Effect, ...": what took it out of service; empty when none
 
 
 class WaiterModel(TypedDict):

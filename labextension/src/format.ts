@@ -208,7 +208,8 @@ export function nearest(countdowns: readonly Countdown[]): Countdown {
 
 /**
  * The status bar's text for the claims of one kernel: `2× H200 · idle in 12:30`; the
- * nearest countdown of its claims; empty when the kernel holds nothing.
+ * nearest countdown of its claims, and first a device taken out of service
+ * (`gpu-3 taken out`); empty when the kernel holds nothing.
  */
 export function statusText(
   claims: readonly Claim[],
@@ -231,7 +232,33 @@ export function statusText(
   if (gpu) {
     tail = tail ? `${gpu} · ${tail}` : gpu;
   }
+  const out = takenOutText(claims, devices);
+  if (out) {
+    tail = tail ? `${out} · ${tail}` : out;
+  }
   return tail ? `${summary} · ${tail}` : summary;
+}
+
+/** Whether a device's taints take it out of service (NoSchedule or NoExecute). */
+export function takenOut(device: Device | undefined): boolean {
+  return /:(NoSchedule|NoExecute)\b/.test(device?.taints ?? '');
+}
+
+/**
+ * The held devices taken out of service, in a few words for the status bar: `gpu-3 taken
+ * out`, `2 devices taken out`; empty when none is.
+ */
+export function takenOutText(
+  claims: readonly Claim[],
+  devices: ReadonlyMap<string, Device>
+): string {
+  const out = claims.flatMap(c => c.devices).filter(key => takenOut(devices.get(key)));
+  if (out.length === 0) {
+    return '';
+  }
+  return out.length === 1
+    ? `${out[0].slice(out[0].lastIndexOf('/') + 1)} taken out`
+    : `${out.length} devices taken out`;
 }
 
 /**
@@ -292,8 +319,59 @@ const CLASS_WORDS: Record<string, [string, string]> = {
   'tpu.google.com': ['TPU', 'TPUs']
 };
 
+/** A value of a request keyword as Python's repr writes it: an integer or a plain string. */
+const VALUE = /^(?:(\d+)|'([^'\\]*)'|"([^"\\]*)")$/;
+
+/** The keywords {@link requestedDevices} puts in words (dra.request's, claimspec.py). */
+const WORDED = new Set(['gpu', 'tpu', 'mig', 'count', 'model', 'memory']);
+
+/**
+ * A request's keywords as the kernel_moved event gives them, in the words the page uses
+ * for devices: `gpu=2, model='NVIDIA H200'` → `2× H200`, `gpu=1` → `1 GPU`,
+ * `mig='1g.18gb'` → `1× MIG 1g.18gb`, `memory='80Gi'` → `… (at least 80Gi)`. Keywords
+ * beyond those (a selector, alternatives, a constraint), or values that are not plain,
+ * leave the text as it is.
+ */
+export function requestedDevices(said: string): string {
+  const keys = new Map<string, string>();
+  for (const part of said.split(/,\s*(?=[a-z_]+=)/)) {
+    const match = /^([a-z_]+)=(.*)$/.exec(part.trim());
+    const value = match ? VALUE.exec(match[2]) : null;
+    if (match === null || value === null || !WORDED.has(match[1]) || keys.has(match[1])) {
+      return said;
+    }
+    keys.set(match[1], value[1] ?? value[2] ?? value[3]);
+  }
+  const mig = keys.get('mig');
+  const model = keys.get('model');
+  const kind = keys.has('tpu') ? 'tpu' : keys.has('gpu') ? 'gpu' : mig !== undefined ? 'mig' : '';
+  if (!kind || (keys.has('gpu') && keys.has('tpu'))) {
+    return said; // count alone (of a device class) or both: not ours to put in words
+  }
+  const n = keys.get(kind === 'mig' ? 'count' : kind) ?? '1';
+  const all = n === 'all';
+  if (!all && !/^\d+$/.test(n)) {
+    return said;
+  }
+  let words: string;
+  if (kind === 'mig' || model !== undefined) {
+    const name =
+      (model !== undefined ? shortModel(model) : '') +
+      (mig !== undefined ? `${model !== undefined ? ' ' : ''}MIG ${mig}` : '');
+    words = all ? `every ${name}` : `${n}× ${name}`;
+  } else {
+    const noun = kind === 'tpu' ? 'TPU' : 'GPU';
+    words = all ? `every ${noun}` : `${n} ${noun}${n === '1' ? '' : 's'}`;
+  }
+  const memory = keys.get('memory');
+  return memory !== undefined ? `${words} (at least ${memory})` : words;
+}
+
 /** A request as the queue says it, in words: `2 gpu.nvidia.com` → `2 GPUs`. */
 export function requestWords(what: string): string {
+  if (what.includes('=')) {
+    return requestedDevices(what); // the request's own keywords (the embedded ledger's line)
+  }
   return what.replace(/(\d+) ([a-z0-9-]+(?:\.[a-z0-9-]+)+)/g, (whole, n: string, cls: string) => {
     const words = CLASS_WORDS[cls];
     return words ? `${n} ${n === '1' ? words[0] : words[1]}` : whole;

@@ -252,7 +252,9 @@ export class DraModel {
     try {
       const { claims } = await this._request('GET /claims');
       const missing = claims.some(c => c.devices.some(d => !this._deviceMap.has(d)));
-      if (this._devicesWanted || this.waitingWanted() || missing || this._devices === null) {
+      const stale = this._devicesStale;
+      if (stale || this._devicesWanted || this.waitingWanted() || missing || !this._devices) {
+        this._devicesStale = false;
         this._setDevices(await this._request('GET /devices'));
       }
       if (this._devicesWanted) {
@@ -437,6 +439,7 @@ export class DraModel {
       ) {
         this._deviceUnhealthy.emit(unhealthy);
       }
+      this._devicesStale = true; // the device's taints: read them with the next refresh
       void this.refreshSoon();
       return;
     }
@@ -548,6 +551,7 @@ export class DraModel {
   private _kernelMoved = new Signal<this, KernelMovedEvent>(this);
   private _deviceUnhealthy = new Signal<this, DeviceUnhealthyEvent>(this);
   private _reclaimWarning = new Signal<this, ReclaimWarningEvent>(this);
+  private _devicesStale = false;
 }
 
 /** Any failure of a call as a DraRequestError (a bug in the page keeps its message). */

@@ -4,7 +4,7 @@
 // starts it again in a pod with the devices it had, and the Devices panel's restart
 // button for a claim whose devices go to a pod.
 
-import { deviceSummary, shortModel } from './format';
+import { deviceSummary, requestedDevices } from './format';
 import type { DraModel } from './model';
 import type { KernelMovedEvent } from './tokens';
 import { NoticeSet, type Notifier, type WarningAction } from './warnings';
@@ -15,54 +15,6 @@ export const MOVED_INFO_MS = 8000;
 
 /** A restart button's words longer than this read badly in a toast: its caption has them. */
 const LABEL_WORDS = 40;
-
-/** A value of a request keyword as Python's repr writes it: an integer or a plain string. */
-const VALUE = /^(?:(\d+)|'([^'\\]*)'|"([^"\\]*)")$/;
-
-/** The keywords {@link requestedDevices} puts in words (dra.request's, claimspec.py). */
-const WORDED = new Set(['gpu', 'tpu', 'mig', 'count', 'model', 'memory']);
-
-/**
- * A request's keywords as the kernel_moved event gives them, in the words the page uses
- * for devices: `gpu=2, model='NVIDIA H200'` → `2× H200`, `gpu=1` → `1 GPU`,
- * `mig='1g.18gb'` → `1× MIG 1g.18gb`, `memory='80Gi'` → `… (at least 80Gi)`. Keywords
- * beyond those (a selector, alternatives, a constraint), or values that are not plain,
- * leave the text as it is.
- */
-export function requestedDevices(said: string): string {
-  const keys = new Map<string, string>();
-  for (const part of said.split(/,\s*(?=[a-z_]+=)/)) {
-    const match = /^([a-z_]+)=(.*)$/.exec(part.trim());
-    const value = match ? VALUE.exec(match[2]) : null;
-    if (match === null || value === null || !WORDED.has(match[1]) || keys.has(match[1])) {
-      return said;
-    }
-    keys.set(match[1], value[1] ?? value[2] ?? value[3]);
-  }
-  const mig = keys.get('mig');
-  const model = keys.get('model');
-  const kind = keys.has('tpu') ? 'tpu' : keys.has('gpu') ? 'gpu' : mig !== undefined ? 'mig' : '';
-  if (!kind || (keys.has('gpu') && keys.has('tpu'))) {
-    return said; // count alone (of a device class) or both: not ours to put in words
-  }
-  const n = keys.get(kind === 'mig' ? 'count' : kind) ?? '1';
-  const all = n === 'all';
-  if (!all && !/^\d+$/.test(n)) {
-    return said;
-  }
-  let words: string;
-  if (kind === 'mig' || model !== undefined) {
-    const name =
-      (model !== undefined ? shortModel(model) : '') +
-      (mig !== undefined ? `${model !== undefined ? ' ' : ''}MIG ${mig}` : '');
-    words = all ? `every ${name}` : `${n}× ${name}`;
-  } else {
-    const noun = kind === 'tpu' ? 'TPU' : 'GPU';
-    words = all ? `every ${noun}` : `${n} ${noun}${n === '1' ? '' : 's'}`;
-  }
-  const memory = keys.get('memory');
-  return memory !== undefined ? `${words} (at least ${memory})` : words;
-}
 
 /** A button's words and its tooltip. */
 export interface ButtonWords {

@@ -17,6 +17,7 @@ import {
   groupState,
   queueLines,
   shortModel,
+  takenOut,
   usageSeries,
   usageText
 } from './format';
@@ -500,6 +501,11 @@ export class DevicesPanel extends Widget {
     if (d.holder) {
       s.title = d.holder;
       s.textContent = `${state}: ${d.holder}`;
+    }
+    if (takenOut(d)) {
+      tr.classList.add('dra-taken-out');
+      s.textContent = `${s.textContent} · taken out`;
+      s.title = [d.holder, `taken out of service: ${d.taints}`].filter(Boolean).join('\n');
     }
     tr.append(s);
     return tr;

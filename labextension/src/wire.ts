@@ -27,6 +27,8 @@ export interface Device {
   pcie_root: string;
   state: "free" | "held" | "shared" | "blocked" | "tainted";
   holder: string;
+  /** its taints, key=value:Effect each, comma-separated ('' when none): a device taken out of service (an admin's taint, the health watcher's, a DeviceTaintRule) keeps its holder until released; tainted says no new claim gets a free one */
+  taints: string;
 }
 
 export interface Devices {

@@ -16,6 +16,7 @@ export function device(key: string, more: Partial<Device> = {}): Device {
     pcie_root: '',
     state: 'free',
     holder: '',
+    taints: '',
     ...more
   };
 }

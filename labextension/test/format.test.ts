@@ -129,6 +129,15 @@ test('the status bar: devices and the nearest countdown; busy; nothing when noth
   const c = claim('c', { devices: [`${GPU}0`, `${GPU}1`], idle_deadline: 1750 });
   assert.equal(statusText([c], map, 1000, false), '2× H200 · idle in 12:30');
   assert.equal(statusText([c], map, 1000, true), '2× H200 · busy · idle countdown paused');
+  // a held device taken out of service comes first after the devices
+  const out = new Map(map);
+  const [first] = c.devices;
+  const held = out.get(first);
+  assert.ok(held);
+  out.set(first, { ...held, taints: 'gpu.nvidia.com/xid=79:NoExecute' });
+  assert.match(statusText([c], out, 1000, false), /^2× H200 · gpu-\d+ taken out · idle in 12:30$/);
+  out.set(first, { ...held, taints: 'example.com/mark:None' }); // marks, takes nothing out
+  assert.equal(statusText([c], out, 1000, false), '2× H200 · idle in 12:30');
   const leased = claim('l', { devices: [`${GPU}0`], lease_expires: 1060 });
   assert.equal(statusText([leased], map, 1000, true), '1× H200 · busy · lease ends in 1:00');
   assert.equal(statusText([claim('n', { devices: [`${GPU}0`] })], map, 1000, false), '1× H200');
@@ -190,6 +199,11 @@ test('the line: who waits for what and since when; your own say their place', ()
   assert.deepEqual(
     queueLines(waiting, w => w.user === 'me', now),
     ['bob: 2 GPUs, waiting 2 min', 'you: 8 GPUs, waiting 30 s (number 2 in line)']
+  );
+  // the embedded ledger says the request in its keywords
+  assert.deepEqual(
+    queueLines([{ ...waiting[1], what: "gpu=2, model='NVIDIA H200'" }], () => true, now),
+    ['you: 2× H200, waiting 30 s (number 1 in line)']
   );
   // the service's fair share: its order and why, for your own
   const served = [

@@ -2,13 +2,13 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { DraRequestError, type Requester } from '../src/api';
+import { requestedDevices } from '../src/format';
 import { DraModel } from '../src/model';
 import {
   KernelMoves,
   MOVED_INFO_MS,
   moveNotice,
   POD_RESTART,
-  requestedDevices,
   restartedText,
   restartWords
 } from '../src/moves';

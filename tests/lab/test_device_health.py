@@ -35,6 +35,9 @@ def test_a_gpu_taken_out_offers_move_and_move_restarts_the_notebook_elsewhere(
             "XID 94: contained ECC error"
         )
         assert warning.get_by_role("button", name="Release").count() == 1
+        # the status bar says it too (its refresh reads the device's taints)
+        status = page.locator(".dra-DeviceStatus")
+        until("the status bar to say it", lambda: f"{name} taken out" in status.inner_text())
         warning.get_by_role("button", name="Move").click()
         toast(page, f"Kernel restarted on 1{X} H200; its variables are gone.")
         shown = page.locator(TOAST).filter(has_text="was taken out of service")

@@ -198,3 +198,28 @@ def test_only_live_taints_that_take_a_device_out_and_each_once_while_it_lasts() 
     assert notices.new(events) == []
     assert notices.new([]) == []
     assert notices.new(events) == events  # the taint went and came back: told again
+
+
+async def test_the_devices_say_at_once_which_are_taken_out(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger
+) -> None:
+    """GET devices reads the ledger's taints at every call (another process may have
+    tainted a device): a free device taken out reads tainted, a held one keeps its holder
+    and says its taint."""
+    await start_extensions(jp_serverapp)
+
+    async def rows() -> dict[str, dict[str, Any]]:
+        r = await jp_fetch("dra", "api", "devices")
+        return {d["device"]: d for d in json.loads(r.body)["devices"]}
+
+    r = await jp_fetch("dra", "api", "claims", method="POST", body=json.dumps({"gpu": 1}))
+    [held] = json.loads(r.body)["devices"]
+    before = await rows()
+    free = next(k for k, d in before.items() if d["state"] == "free")
+    assert (before[held]["taints"], before[free]["taints"]) == ("", "")
+    now = time.time()
+    ledger.taint(held, KEY, "NoExecute", REASON, now)
+    ledger.taint(free, KEY, "NoSchedule", "fan", now)
+    after = await rows()
+    assert (after[held]["state"], after[held]["taints"]) == ("held", f"{KEY}:NoExecute")
+    assert (after[free]["state"], after[free]["taints"]) == ("tainted", f"{KEY}=fan:NoSchedule")
