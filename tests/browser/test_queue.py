@@ -26,8 +26,8 @@ def test_the_holder_sees_who_waits_in_line(lab: Lab, page: Any, tmp_path: Path) 
     argv = [sys.executable, "-c", code, "request", "gpu=2", "--timeout", "5m", "--lease", "1m"]
     waiter = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)  # a shell user in line
     try:
-        board.locator(".dra-queue").get_by_text("2 gpu.nvidia.com, since").wait_for(timeout=WAIT_MS)
-        card.locator(".dra-queue").get_by_text("2 gpu.nvidia.com, since").wait_for(timeout=WAIT_MS)
+        board.locator(".dra-queue").get_by_text("gpu=2, since").wait_for(timeout=WAIT_MS)
+        card.locator(".dra-queue").get_by_text("gpu=2, since").wait_for(timeout=WAIT_MS)
         assert "waiting in line (1)" in board.locator(".dra-queue").inner_text()
         board.screenshot(path=str(screenshots_dir(tmp_path) / "board-queue.png"))
         card.screenshot(path=str(screenshots_dir(tmp_path) / "card-queue.png"))
