@@ -386,8 +386,8 @@ class JobRun:
         return ""
 
     def cancel(self) -> None:
-        """Delete the Job, its pods (their claims go with them), its Service and its
-        template; what is gone already is fine."""
+        """Delete the Job, its pods and their claims, its Service and its template; what
+        is gone already is fine."""
         api, namespace = self._backend.api, self._backend.namespace
         batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
         resource = client.ResourceV1Api(api)
@@ -404,6 +404,15 @@ class JobRun:
                     lambda pod=pod: core.delete_namespaced_pod(pod, namespace),
                 )
                 for pod in self._pod_names()
+            ],
+            # their claims too: a claim whose pod is gone goes with it only once the
+            # garbage collector gets to it (a pod the Job stopped can leave it allocated)
+            *[
+                (
+                    "resourceclaims.resource.k8s.io",
+                    lambda claim=claim: resource.delete_namespaced_resource_claim(claim, namespace),
+                )
+                for claim in self._claims()
             ],
             ("services", lambda: core.delete_namespaced_service(self.name, namespace)),
             (

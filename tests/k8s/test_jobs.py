@@ -362,6 +362,12 @@ def test_a_rank_that_exits_1_fails_the_run_without_a_retry(
         assert [(p.phase, p.exit_code) for p in failed] == [("Failed", 1)]  # one pod: no retry
         assert "[rank 1] bad data\n" in run.logs(rank=1)
         run.cancel()
+        # the pod the Job stopped (rank 0) leaves no claim holding its device
+        resource = client.ResourceV1Api(api_client(str(kubeconfig)))
+        wait_for(
+            "the run's claims to go",
+            lambda: not resource.list_namespaced_resource_claim(namespace).items,
+        )
 
 
 def test_cancel_deletes_the_job_its_pods_claims_service_and_template(
