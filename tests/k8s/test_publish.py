@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.cli import main as cli_main
 from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.connect import to_wire
-from dra_jupyter.kube.simulate import SimulatedCluster
+from dra_jupyter.kube.simulate import SimulatedCluster, simulate
 from tests.k8s import testenv
 from tests.k8s.testenv import free_port
 
@@ -158,10 +158,32 @@ def test_bad_input_is_refused_before_any_request(argv: list[str], message: str) 
 
 
 @pytest.mark.parametrize("name", simulated.names())
-def test_every_bundled_inventory_is_accepted(kubeconfig: Path, name: str) -> None:
-    code, out, err = run("--inventory", name, "--kubeconfig", str(kubeconfig))
-    assert (code, err) == (0, "")
-    assert out.splitlines()[-1].startswith(f"published inventory {name} on 1 simulated node(s)")
+def test_every_bundled_inventory_is_accepted(
+    api: client.ApiClient, kubeconfig: Path, published: SimulatedCluster, name: str
+) -> None:
+    try:
+        code, out, err = run("--inventory", name, "--kubeconfig", str(kubeconfig))
+        assert (code, err) == (0, "")
+        assert out.splitlines()[-1].startswith(f"published inventory {name} on 1 simulated node(s)")
+    finally:  # the session's cluster is shared: its nodes are the published fixture's only
+        unpublish(
+            api, set(simulate(simulated.load(name), 1).node_names) - set(published.node_names)
+        )
+
+
+def unpublish(api: client.ApiClient, nodes: set[str]) -> None:
+    """Delete the slices and Node objects of ``nodes`` (other tests would place pods, and
+    reserve devices, on them)."""
+    resource, core = client.ResourceV1Api(api), client.CoreV1Api(api)
+    for item in resource.list_resource_slice().items:
+        wire = to_wire(api, item)
+        spec = wire["spec"]
+        if spec.get("nodeName") in nodes or spec["pool"]["name"] in nodes:
+            with contextlib.suppress(ApiException):
+                resource.delete_resource_slice(str(wire["metadata"]["name"]))
+    for node in nodes:
+        with contextlib.suppress(ApiException):
+            core.delete_node(node)
 
 
 def test_a_refused_slice_leaves_the_cluster_as_it_was(
