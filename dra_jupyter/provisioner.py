@@ -108,6 +108,12 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         "spec's env)",
     )
     start_timeout = Float(300.0, config=True, help="seconds for the pod to be placed and to start")
+    queue = Unicode(
+        "",
+        config=True,
+        help="a Kueue LocalQueue: a kernel pod with devices waits there until the queue's "
+        "quota admits it ('': DRA_JUPYTER_KUEUE_QUEUE, which a hub sets from dra_kueue_queue)",
+    )
     server_pod = Unicode(
         "",
         config=True,
@@ -215,6 +221,7 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             classes=pods.device_classes() if self.request and not self.claim else (),
             server_id=settings.server_id or default_server_id(),
             owner=Owner.current(self.kernel_id),
+            queue=self.queue or settings.kueue_queue,
         )
         if not own_name or not spec.working_dir:  # a server in no pod: nothing to mount
             return spec

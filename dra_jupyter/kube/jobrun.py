@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
-from dra_jupyter.kube import jobs
+from dra_jupyter.kube import jobs, kueue
 from dra_jupyter.kube.claims import USER_LABEL, forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
@@ -175,26 +175,9 @@ class JobRun:
         return {c["metadata"]["name"]: c for c in wire}
 
     def _queue_reason(self, job: Wire) -> str:
-        """Kueue's word on the suspended Job: its Workload's QuotaReserved condition."""
-        api, namespace = self._backend.api, self._backend.namespace
-        try:
-            version = _groups(api).get(KUEUE)
-            if version is None:
-                return ""
-            read = client.CustomObjectsApi(api).list_namespaced_custom_object(
-                KUEUE, version, namespace, "workloads"
-            )
-        except (ApiException, urllib3.exceptions.HTTPError, ClusterError):
-            return ""
-        uid = job["metadata"].get("uid")
-        listed = read if isinstance(read, dict) else {}
-        for workload in listed.get("items") or ():
-            owners = (workload.get("metadata") or {}).get("ownerReferences") or ()
-            if any(o.get("uid") == uid for o in owners):
-                for condition in (workload.get("status") or {}).get("conditions") or ():
-                    if condition.get("type") == "QuotaReserved":
-                        return str(condition.get("message") or condition.get("reason") or "")
-        return ""
+        """Kueue's word on the suspended Job: its reason and place (:mod:`.kueue`)."""
+        uid = str(job["metadata"].get("uid") or "")
+        return kueue.word_for(self._backend.api, self._backend.namespace, uid) if uid else ""
 
     @property
     def status(self) -> RunStatus:

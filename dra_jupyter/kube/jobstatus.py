@@ -135,9 +135,9 @@ def run_status(
     elif (job.get("spec") or {}).get("suspend"):
         phase = "Pending"
         queue = (meta.get("labels") or {}).get(KUEUE_LABEL)
-        reason = f"suspended, waiting in Kueue's queue {queue}" if queue else "suspended"
-        if queue_reason:
-            reason += f": {queue_reason}"
+        reason = queue_reason or (  # Kueue's own word, with the place in its line
+            f"suspended, waiting in Kueue's queue {queue}" if queue else "suspended"
+        )
     elif any(r.phase == "Running" for r in live if r.name not in stopped_for):
         phase = "Running"
     else:

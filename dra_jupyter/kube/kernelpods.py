@@ -41,6 +41,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import AllocationError, ClusterError
 from dra_jupyter.kernelboot import CONNECTION_ENV, POD_IP_ENV
+from dra_jupyter.kube import kueue
 from dra_jupyter.kube.claims import (
     HOLDER_ANNOTATION,
     KERNEL_LABEL,
@@ -74,6 +75,7 @@ TIMEOUT = (5, 15)  # seconds to connect and to read each answer
 # how often a starting kernel's pod is read: a kernel start waits on it (make bench-kernels:
 # at 0.5 s the wait was most of our part of the start)
 START_POLL_S = 0.1
+QUEUE_POLL_S = 1.0  # how often Kueue's Workloads are read while the pod waits for admission
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class KernelPodSpec:
     server_id: str = ""  # the Jupyter server's id (its extension's claims are so labelled)
     owner: Owner | None = None  # the server's process: the claim's holder while it lives
     files: Files | None = None  # the volume with the notebook's folder (volumes.kernel_files)
+    queue: str = ""  # a Kueue LocalQueue: the pod waits for its admission ("": none)
 
     @property
     def has_devices(self) -> bool:
@@ -111,6 +114,14 @@ class KernelPodSpec:
         }
         if self.server_id:
             labels[SERVER_LABEL] = self.server_id
+        return labels
+
+    def pod_labels(self) -> dict[str, str]:
+        """The pod's: its objects' and, with a queue, Kueue's (its webhook then gates the
+        pod until the queue's quota admits it; only a pod with devices waits in a queue)."""
+        labels = self.labels()
+        if self.queue and self.has_devices:
+            labels[kueue.QUEUE_LABEL] = self.queue
         return labels
 
 
@@ -195,7 +206,11 @@ def kernel_pod(spec: KernelPodSpec) -> Wire:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": spec.labels()},
+        "metadata": {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "labels": spec.pod_labels(),
+        },
         "spec": pod_spec,
     }
 
@@ -385,6 +400,7 @@ class KernelPods:
         or is deleted first (its reason)."""
         deadline = time.monotonic() + timeout
         reason = ""
+        queue_read = 0.0  # when Kueue's Workloads were last read
         while True:
             pod = self.pod(name)
             if pod is None:
@@ -398,6 +414,13 @@ class KernelPods:
             if status.get("phase") == "Running" and status.get("podIP"):
                 return str(status["podIP"])
             now = scheduler_reason(pod)
+            if kueue.gated(pod):  # in Kueue's line: its word, read once a second
+                if time.monotonic() - queue_read < QUEUE_POLL_S:
+                    now = reason
+                else:
+                    queue_read = time.monotonic()
+                    uid = str(pod["metadata"].get("uid") or "")
+                    now = kueue.word_for(self.api, self.namespace, uid) or reason or now
             if now and now != reason:
                 reason = now
                 if on_wait is not None:
@@ -414,6 +437,13 @@ class KernelPods:
             return ClusterError(
                 f"kernel pod {name} was placed on {pod['spec']['nodeName']} but did not start "
                 f"within {timeout:g} s (its image? `kubectl describe pod {name}` says)"
+            )
+        if kueue.gated(pod):  # Kueue's line, not the scheduler: its word, and no explain
+            queue = (pod["metadata"].get("labels") or {}).get(kueue.QUEUE_LABEL, "")
+            why = reason or f"waiting in Kueue's queue {queue}"
+            return AllocationError(
+                f"kernel pod {name} was not admitted by Kueue within {timeout:g} s: {why}; "
+                "the queue's quota is in use: start it again later, or ask the admin"
             )
         why = f": {reason}" if reason else " (no answer from the scheduler yet)"
         message = f"kernel pod {name} was not scheduled within {timeout:g} s{why}"

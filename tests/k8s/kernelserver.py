@@ -117,6 +117,7 @@ def running_server(
     *,
     idle_timeout: float,
     check_interval: float = 1.0,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     cluster_wide = apply_rbac(api, namespace)
     kubeconfig = service_account_kubeconfig(
@@ -161,6 +162,7 @@ def running_server(
         "DRA_JUPYTER_IMAGE": IMAGE,  # the kernel pods' (the server runs in no pod here)
         "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]),
         "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")]),
+        **(env or {}),
     }
     log = (tmp_path / "server.log").open("wb")
     argv = [

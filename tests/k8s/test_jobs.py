@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.api import Session
 from dra_jupyter.errors import AllocationError, InvalidInputError
-from dra_jupyter.kube.connect import api_client, to_model, to_wire
+from dra_jupyter.kube.connect import api_client, to_wire
 from dra_jupyter.kube.jobrun import JobRun
 from dra_jupyter.kube.jobs import (
     INDEX_ANNOTATION,
@@ -493,134 +493,6 @@ def test_a_disrupted_pod_is_retried_and_not_counted(
         job = to_wire(api, client.BatchV1Api(api).read_namespaced_job("evicted", namespace))
         assert job["status"].get("failed", 0) == 0  # ignored, not counted
         run.cancel()
-
-
-def _kueue_crd(plural: str, kind: str) -> Wire:
-    """A stand-in for one of Kueue's CRDs: its API (group, version, kind), no controller."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.kueue.x-k8s.io"},
-        "spec": {
-            "group": "kueue.x-k8s.io",
-            "scope": "Namespaced",
-            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
-            "versions": [
-                {
-                    "name": "v1beta1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
-def _served_groups(api: client.ApiClient) -> set[str]:
-    return {g.name for g in client.ApisApi(api).get_api_versions().groups}
-
-
-def test_a_kueue_queue_is_checked_labelled_and_its_reason_shown(
-    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
-) -> None:
-    """With Kueue's API served (its CRDs, without its controller): an unknown queue is one
-    line and makes nothing; the admin's default queue labels the Job, which waits
-    suspended for Kueue, with the reason of its Workload."""
-    extensions = client.ApiextensionsV1Api(api)
-    objects = client.CustomObjectsApi(api)
-    crds = [_kueue_crd("localqueues", "LocalQueue"), _kueue_crd("workloads", "Workload")]
-    for crd in crds:
-        extensions.create_custom_resource_definition(
-            to_model(client.V1CustomResourceDefinition, crd)
-        )
-    try:
-        wait_for("Kueue's API", lambda: "kueue.x-k8s.io" in _served_groups(api))
-        local_queue = {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "LocalQueue",
-            "metadata": {"name": "team-q", "namespace": namespace},
-            "spec": {"clusterQueue": "cluster"},
-        }
-        wait_for(
-            "the LocalQueue to be made",
-            lambda: _made(objects, namespace, "localqueues", local_queue),
-        )
-        alice = session(kubeconfig, namespace, image=IMAGE, kueue_queue="team-q")
-        with pytest.raises(
-            InvalidInputError,
-            match=rf"^dra\.run: no Kueue LocalQueue 'nope' in namespace {namespace}; ",
-        ):
-            alice.run("true", gpu=1, queue="nope")
-        assert client.BatchV1Api(api).list_namespaced_job(namespace).items == []
-        run = alice.run("true", gpu=1, name="queued")  # the admin's default queue
-        assert isinstance(run, JobRun)
-        made = to_wire(api, client.BatchV1Api(api).read_namespaced_job("queued", namespace))
-        assert made["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-q"
-        assert made["spec"]["suspend"] is True
-        status = run.status
-        assert (status.phase, status.message, status.processes) == (
-            "Pending",
-            "suspended, waiting in Kueue's queue team-q",
-            (),
-        )
-        workload = {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "Workload",
-            "metadata": {
-                "name": "job-queued",
-                "namespace": namespace,
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": "queued",
-                        "uid": made["metadata"]["uid"],
-                    }
-                ],
-            },
-            "status": {
-                "conditions": [
-                    {
-                        "type": "QuotaReserved",
-                        "status": "False",
-                        "reason": "Pending",
-                        "message": "couldn't assign flavors to pod set main: insufficient "
-                        "quota for nvidia.com/gpu",
-                    }
-                ]
-            },
-        }
-        objects.create_namespaced_custom_object(
-            "kueue.x-k8s.io", "v1beta1", namespace, "workloads", workload
-        )
-        assert run.status.message == (
-            "suspended, waiting in Kueue's queue team-q: couldn't assign flavors to pod set "
-            "main: insufficient quota for nvidia.com/gpu"
-        )
-        run.cancel()
-    finally:
-        for crd in crds:
-            extensions.delete_custom_resource_definition(crd["metadata"]["name"])
-        wait_for("Kueue's API to go", lambda: "kueue.x-k8s.io" not in _served_groups(api))
-
-
-def _made(objects: client.CustomObjectsApi, namespace: str, plural: str, body: Wire) -> bool:
-    """Create a custom object (False while its CRD is not served yet)."""
-    try:
-        objects.create_namespaced_custom_object(
-            "kueue.x-k8s.io", "v1beta1", namespace, plural, body
-        )
-    except ApiException as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
 
 
 def test_an_unplaced_run_says_the_schedulers_reason_and_ours_then_leaves_nothing(

@@ -539,7 +539,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
+            from tests.k8s import kueue  # noqa: PLC0415
+
             build(force=args.force)
+            kueue.build(force=args.force)
             print(bin_dir())
         elif args.command == "start":
             build()

@@ -1,0 +1,229 @@
+"""The cluster's quota is Kueue's: real Kueue (built from the Go module proxy, :mod:`.kueue`)
+on a control plane of this module's own, with a ClusterQueue whose quota is two GPUs and a
+LocalQueue ``gpus`` in the test's namespace. GPU kernels of a server whose queue is ``gpus``
+and ``dra.run``'s Jobs of that queue wait in Kueue's line beyond the quota, and the user reads
+Kueue's reason and place, not just "Pending"; what frees quota lets the next one in.
+
+A control plane of its own: Kueue's CRDs and webhooks would change what the other tests of
+the session's cluster see (``dra.run`` checks whether Kueue is installed)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import threading
+import urllib.error
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_jupyter.cli import main as cli_main
+from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.kube.connect import api_client
+from dra_jupyter.kube.jobrun import JobRun
+from tests.k8s import kueue, testenv
+from tests.k8s.fixtures import INVENTORY, wait_for
+from tests.k8s.kernelserver import kernel_pods, running_server
+from tests.k8s.podrunner import PodRunner
+from tests.k8s.test_backend import session
+from tests.k8s.test_pods import IMAGE
+
+ROOT = Path(__file__).resolve().parents[2]
+QUEUE = "gpus"
+QUOTA = 2  # GPUs
+
+
+@dataclass
+class Queued:
+    cluster: testenv.Cluster
+    api: client.ApiClient
+    runner: PodRunner
+
+
+def _created(objects: client.CustomObjectsApi, plural: str, body: dict[str, Any]) -> bool:
+    """Create a cluster-scoped Kueue object; False while Kueue's webhook does not answer yet."""
+    try:
+        objects.create_cluster_custom_object(kueue.GROUP, "v1beta2", plural, body)
+    except ApiException as error:
+        if error.status == 409:
+            return True
+        if error.status >= 500:  # the webhook's first calls
+            return False
+        raise
+    return True
+
+
+@pytest.fixture(scope="module")
+def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queued]:
+    testenv.build()
+    kueue.build()
+    cluster = testenv.start(tmp_path_factory.mktemp("kueue-k8s"), die_with_parent=True)
+    try:
+        kueue.start(cluster)
+        argv = ["publish-slices", "--inventory", INVENTORY, "--nodes", "2"]
+        assert cli_main([*argv, "--kubeconfig", str(cluster.kubeconfig)]) == 0
+        env = {
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "HOME": os.environ.get("HOME", "/root"),
+        }
+        with api_client(str(cluster.kubeconfig)) as api:
+            objects = client.CustomObjectsApi(api)
+            wait_for(
+                "Kueue to take a ResourceFlavor",
+                lambda: _created(objects, "resourceflavors", kueue.resource_flavor()),
+            )
+            wait_for(
+                "Kueue to take the ClusterQueue",
+                lambda: _created(objects, "clusterqueues", kueue.cluster_queue(QUEUE, QUOTA)),
+            )
+            runner = PodRunner(
+                api,
+                tmp_path_factory.mktemp("kueue-pods"),
+                pki=cluster.state_dir / "pki",
+                namespaces=(),
+                base_env=env,
+                backoff_s=1.0,
+            )
+            with runner:
+                yield Queued(cluster, api, runner)
+            assert not runner.problems, runner.problems
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def namespace(queued: Queued) -> Iterator[str]:
+    """A fresh namespace with the LocalQueue ``gpus`` of the two-GPU ClusterQueue."""
+    core = client.CoreV1Api(queued.api)
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(body=client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+    def service_account() -> bool:
+        try:
+            core.read_namespaced_service_account("default", name)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    wait_for(f"the default service account of {name}", service_account)
+    client.CustomObjectsApi(queued.api).create_namespaced_custom_object(
+        kueue.GROUP, "v1beta2", name, "localqueues", kueue.local_queue(QUEUE, name, QUEUE)
+    )
+    yield name
+    core.delete_namespace(name)
+
+
+def _log_has(path: Path, pattern: str) -> str | None:
+    found = re.search(pattern, path.read_text())
+    return found.group(0) if found else None
+
+
+def test_gpu_kernels_beyond_the_queues_quota_wait_in_kueue_and_say_its_reason_and_place(
+    queued: Queued, namespace: str, tmp_path: Path
+) -> None:
+    """Two one-GPU kernels fill the quota; a third waits in Kueue (its pod gated: the
+    cluster has 14 GPUs free, so without Kueue it would run), and the server says why and
+    where; an eight-GPU kernel can never fit the quota and its start fails after its 10 s
+    with Kueue's words; stopping a kernel lets the third one in."""
+    core = client.CoreV1Api(queued.api)
+    with running_server(
+        queued.cluster,
+        queued.api,
+        namespace,
+        tmp_path,
+        queued.runner,
+        idle_timeout=0,
+        env={"DRA_JUPYTER_KUEUE_QUEUE": QUEUE},
+    ) as server:
+        kernels = [
+            server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
+            for _ in range(2)
+        ]
+        for kernel in kernels:
+            (pod,) = kernel_pods(queued.api, namespace, kernel)
+            assert pod["metadata"]["labels"][kueue.QUEUE_LABEL] == QUEUE
+        third: dict[str, Any] = {}
+
+        def start_third() -> None:
+            try:
+                third["kernel"] = server.call(
+                    "POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"}
+                )["id"]
+            except Exception as error:  # reported by the assertion below
+                third["error"] = error
+
+        starting = threading.Thread(target=start_third)
+        starting.start()
+        log = tmp_path / "server.log"
+        line = wait_for(
+            "the server to say the third kernel waits in Kueue",
+            lambda: _log_has(log, r"pod kernel-\S+: waiting in Kueue's queue gpus, 1 of 1: .*"),
+        )
+        assert "insufficient unused quota for nvidia.com/gpu" in line, line
+        with pytest.raises(urllib.error.HTTPError) as raised:
+            server.call("POST", "/api/kernels", {"name": "dra-busy", "path": "work"})
+        assert raised.value.code == 409
+        message = raised.value.read().decode()
+        assert re.search(
+            r"kernel pod kernel-\S+ was not admitted by Kueue within 10 s: "
+            r"waiting in Kueue's queue gpus, 2 of 2: couldn't assign flavors",
+            message,
+        ), message
+        assert starting.is_alive()  # still waiting: the quota is in use
+        server.call("DELETE", f"/api/kernels/{kernels[0]}")
+        starting.join(timeout=120)
+        assert not starting.is_alive()
+        assert "error" not in third, third
+        (pod,) = kernel_pods(queued.api, namespace, third["kernel"])
+        assert pod["status"]["phase"] == "Running"
+        for kernel in (kernels[1], third["kernel"]):
+            server.call("DELETE", f"/api/kernels/{kernel}")
+    wait_for("no kernel pod left", lambda: core.list_namespaced_pod(namespace).items == [])
+
+
+def test_a_run_beyond_the_queues_quota_waits_suspended_with_kueues_reason_then_runs(
+    queued: Queued, namespace: str
+) -> None:
+    """A two-GPU run fills the quota; a second run waits suspended in Kueue's line and its
+    status says Kueue's reason and place; cancelling the first lets the second run."""
+    alice = session(queued.cluster.kubeconfig, namespace, image=IMAGE, kueue_queue=QUEUE)
+    with queued.runner.serving(namespace):
+        with pytest.raises(
+            InvalidInputError,
+            match=rf"^dra\.run: no Kueue LocalQueue 'nope' in namespace {namespace}; ",
+        ):
+            alice.run(["true"], gpu=1, queue="nope")
+        assert client.BatchV1Api(queued.api).list_namespaced_job(namespace).items == []
+        first = alice.run(
+            [sys.executable, "-c", "import time; time.sleep(600)"], gpu=2, name="first"
+        )
+        assert isinstance(first, JobRun)
+        wait_for("the first run to run", lambda: first.status.phase == "Running")
+        second = alice.run([sys.executable, "-c", "print('second ran')"], gpu=1, name="second")
+        assert isinstance(second, JobRun)
+
+        def queued_word() -> str | None:
+            status = second.status
+            return status.message if "couldn't assign flavors" in status.message else None
+
+        message = wait_for("Kueue's word on the second run", queued_word)
+        assert second.status.phase == "Pending"
+        assert message.startswith("waiting in Kueue's queue gpus, 1 of 1: "), message
+        assert "insufficient unused quota for nvidia.com/gpu" in message, message
+        first.cancel()
+        wait_for("the second run to end", lambda: second.status.phase == "Succeeded")
+        assert "second ran" in second.logs()
+        second.cancel()
+    with contextlib.suppress(ApiException):
+        client.BatchV1Api(queued.api).delete_collection_namespaced_job(namespace)
