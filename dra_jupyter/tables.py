@@ -87,12 +87,20 @@ class ClusterClaimRow(ClaimRow):
 
 
 class Table(Generic[Row]):
-    """Rows with a text form (``print``), an HTML form (notebooks) and ``to_pandas()``."""
+    """Rows with a text form (``print``), an HTML form (notebooks) and ``to_pandas()``;
+    ``notes``: lines shown under the rows (not rows: ``to_pandas()`` leaves them out)."""
 
-    def __init__(self, rows: Sequence[Row], columns: Sequence[str], title: str = "") -> None:
+    def __init__(
+        self,
+        rows: Sequence[Row],
+        columns: Sequence[str],
+        title: str = "",
+        notes: Sequence[str] = (),
+    ) -> None:
         self.rows = list(rows)
         self.columns = list(columns)
         self.title = title
+        self.notes = list(notes)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -118,7 +126,7 @@ class Table(Generic[Row]):
         columns = self._columns()
         lines = [self.title] if self.title else []
         if not self.rows:
-            return "\n".join([*lines, "(none)"])
+            return "\n".join([*lines, "(none)", *self.notes])
         cells = [[str(v) for v in r.values()] for r in self.to_records()]
         widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
         lines.append("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
@@ -126,7 +134,7 @@ class Table(Generic[Row]):
             "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
             for row in cells
         )
-        return "\n".join(lines)
+        return "\n".join([*lines, *self.notes])
 
     __repr__ = __str__
 
@@ -141,7 +149,8 @@ class Table(Generic[Row]):
             )
             or f'<tr><td colspan="{len(columns)}">(none)</td></tr>'
         )  # as the text says
-        return f"{head}<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
+        notes = "".join(f"<p>{html.escape(note)}</p>" for note in self.notes)
+        return f"{head}<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>{notes}"
 
 
 def device_rows(

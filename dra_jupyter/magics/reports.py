@@ -18,7 +18,7 @@ import yaml
 from dra_jupyter.durations import format_duration
 from dra_jupyter.environment import ProcessEnvironment, environment_for
 from dra_jupyter.tables import Table
-from dra_jupyter.types import ClaimRecord, claim_prefix
+from dra_jupyter.types import ClaimRecord, Waiter, claim_prefix
 from dra_jupyter.verdicts import Verdict, explain_request
 
 if TYPE_CHECKING:
@@ -87,10 +87,32 @@ def _idle_release(session: Session, record: ClaimRecord) -> str:
     return "when its process exits"
 
 
+def line_notes(session: Session, waiters: Sequence[Waiter], now: float) -> list[str]:
+    """What ``%dra status`` says of the line (``dra.waiting()``'s, in its order): each of
+    this user's waiting requests with its place and why, then how many of other users wait
+    (no more of them: ``dra.waiting()`` shows what this user may see). Nothing when nobody
+    waits."""
+    user = session.owner.user
+    mine = [w for w in waiters if w.owner.user == user]
+    others = len(waiters) - len(mine)
+    notes = [
+        f"you wait in line: #{w.position} for {w.what}, {format_duration(now - w.since)} so far"
+        + (f": {w.why}" if w.why else "")
+        for w in mine
+    ]
+    if others:
+        whose = "requests of other users wait" if others > 1 else "request of another user waits"
+        notes.append(f"{others} {whose}{' too' if mine else ''}; dra.waiting() shows the line")
+    elif mine:
+        notes.append("no request of another user waits")
+    return notes
+
+
 def status_table(
     session: Session, *, all_users: bool = False, now: float | None = None
 ) -> Table[StatusRow]:
-    """This user's claims (everyone's with ``all_users``), this kernel's first."""
+    """This user's claims (everyone's with ``all_users``), this kernel's first; under them,
+    the line (:func:`line_notes`) where anyone waits."""
     now = time.time() if now is None else now
     found = session.backend.claims_with_state(all_users=all_users)  # pending on a cluster
     found.sort(key=lambda rs: (not held_by_this_kernel(session, rs[0]), rs[0].created))
@@ -114,7 +136,8 @@ def status_table(
         f"kernel {kernel[:8]}" if kernel else f"process {session.owner.pid} (no Jupyter server)"
     )
     title = f"{'all claims' if all_users else 'your claims'} on {where}; this is {managed}"
-    return Table(rows, list(StatusRow.__dataclass_fields__), title=title)
+    notes = line_notes(session, session.waiting(), now)
+    return Table(rows, list(StatusRow.__dataclass_fields__), title=title, notes=notes)
 
 
 # --- %dra env -----------------------------------------------------------------------------------

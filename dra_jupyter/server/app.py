@@ -26,7 +26,7 @@ from traitlets import Bool, Enum, Float, Int, Unicode, default, validate
 
 from dra_jupyter.backends import resolve_backend
 from dra_jupyter.errors import DraJupyterError, InvalidInputError, KernelRestartError
-from dra_jupyter.metrics.activity import Activity, ActivitySettings, GpuState
+from dra_jupyter.metrics.activity import ActivitySettings
 from dra_jupyter.metrics.base import DeviceProcess
 from dra_jupyter.metrics.processes import ProcessUse
 from dra_jupyter.outofservice import DEVICE_MOVED, Told, unhealthy_events
@@ -34,7 +34,8 @@ from dra_jupyter.server import givenspecs, startup
 from dra_jupyter.server.claim_events import RELEASED, ClaimEvents, register_schemas
 from dra_jupyter.server.claims import Caller, ClaimService, release_message
 from dra_jupyter.server.handlers import DRAApp, routes
-from dra_jupyter.server.idle import Decision, IdlePolicy
+from dra_jupyter.server.idle import IdlePolicy
+from dra_jupyter.server.idling import Idling
 from dra_jupyter.server.kernels import (
     ExecutionWatcher,
     install_kernel_env,
@@ -327,7 +328,6 @@ class DRAExtensionApp(ExtensionApp):
             live_kernels=self.live_kernels,
             max_devices_per_user=self.max_devices_per_user,
         )
-        self.policy = IdlePolicy(self.idle_timeout, self.idle_warning)
         self.watcher = ExecutionWatcher(
             on_cell_end=self._cell_ended,
             on_cell_start=self._cell_started,
@@ -379,8 +379,15 @@ class DRAExtensionApp(ExtensionApp):
                 idle_timeout=self.gpu_idle_timeout,
             ),
         )
-        self._gpu_idle_said: set[str] = set()  # claims whose GPU-idle state was logged
         self.metrics.on_uses = self._strays
+        self.idling = Idling(
+            IdlePolicy(self.idle_timeout, self.idle_warning),
+            self,  # its traits, read at each use
+            watcher=self.watcher,
+            metrics=self.metrics,
+            claim_events=self.claim_events,
+            log=self.log,
+        )
         self._check_problem = ""  # the last error of a check pass logged
         if settings.backend == "kubernetes":  # kernels get the namespace the server uses
             settings = replace(settings, namespace=self.service.backend.namespace)
@@ -537,50 +544,6 @@ class DRAExtensionApp(ExtensionApp):
                 f"kernel {kernel_id} was restarted but did not answer ({err}); check the server log"
             ) from err
         return records, env
-
-    def idle_deadline(self, record: ClaimRecord) -> float | None:
-        """When the claim goes if its kernel executes nothing: ``idle_timeout`` after the
-        later of its last execution, its last activity and the last time its GPU was
-        active."""
-        kernel_id = record.owner.kernel_id
-        execution = self.watcher.execution(kernel_id) if kernel_id else None
-        if execution is None:
-            return None
-        gpu = self.metrics.gpu.tracker.last_active(record.name) or 0.0
-        return self.policy.deadline(max(execution.last_execute, gpu), record.last_activity)
-
-    def gpu_activity(self, record: ClaimRecord, now: float | None = None) -> Activity:
-        """The claim's GPU activity (:mod:`dra_jupyter.metrics.activity`)."""
-        return self.metrics.gpu.activity(record.name, time.time() if now is None else now)
-
-    def gpu_idle_deadline(self, record: ClaimRecord, now: float) -> float | None:
-        """With release_gpu_idle: when a kernel's claim goes for its GPU not being used (its
-        GPU quiet since when, plus gpu_idle_timeout); None otherwise."""
-        kernel_id = record.owner.kernel_id
-        if not self.release_gpu_idle or not kernel_id or self.watcher.execution(kernel_id) is None:
-            return None
-        activity = self.gpu_activity(record, now)
-        if activity.state not in (GpuState.INACTIVE, GpuState.IDLE) or activity.since is None:
-            return None
-        return activity.since + self.gpu_idle_timeout
-
-    def idle_state(
-        self, record: ClaimRecord, now: float | None = None
-    ) -> tuple[float | None, bool]:
-        """What the REST API says of the claim's idle release: the deadline as shown
-        (:meth:`IdlePolicy.reported`: paused while a cell runs or its GPU is active, never
-        in the past; the GPU-idle deadline if that comes first), and whether a cell of its
-        kernel is running."""
-        kernel_id = record.owner.kernel_id
-        execution = self.watcher.execution(kernel_id) if kernel_id else None
-        busy = execution is not None and execution.busy
-        now = time.time() if now is None else now
-        working = busy or self.gpu_activity(record, now).state is GpuState.ACTIVE
-        deadline = self.policy.reported(self.idle_deadline(record), now=now, busy=working)
-        gpu = self.gpu_idle_deadline(record, now)
-        if gpu is not None:
-            deadline = max(now, gpu) if deadline is None else min(deadline, max(now, gpu))
-        return deadline, busy
 
     # --- kernels and idle release -----------------------------------------------------------
 
@@ -749,38 +712,22 @@ class DRAExtensionApp(ExtensionApp):
             return "kernel-shutdown" if record.owner.kernel_id in gone else None
 
         due: list[float] = []
-        for record in await self.call(self.service.live_claims, self._idle_or(select, now), now):
+        for record in await self.call(
+            self.service.live_claims, self.idling.idle_or(select, now), now
+        ):
             if record.owner.kernel_id not in live:
                 continue
             if record.name not in self.claim_events.seen and record.owner.pid != (
                 self.service.server_owner.pid
             ):
                 self.claim_events.emit_allocated(record, "kernel")
-            self._maybe_warn(record, now)
-            due.extend(self._moments(record, now))
+            self.idling.maybe_warn(record, now)
+            due.extend(self.idling.moments(record, now))
         self._schedule(min((t for t in due if t > now), default=None))
         if self._health_checker is None:
             await self.check_health()
         if self.reclaims is not None and self._reclaim_checker is None:
             await self.reclaims.tick()
-
-    def _moments(self, record: ClaimRecord, now: float) -> list[float]:
-        """When something is next due for the claim, if nothing changes meanwhile: its idle
-        warning and its idle release (and the GPU-idle ones); none while a cell runs or
-        its GPU works (the deadline is paused)."""
-        kernel_id = record.owner.kernel_id
-        execution = self.watcher.execution(kernel_id) if kernel_id else None
-        if execution is None or execution.busy:
-            return []
-        moments = []
-        if self.gpu_activity(record, now).state is not GpuState.ACTIVE:
-            deadline = self.idle_deadline(record)
-            if deadline is not None:
-                moments += [deadline - self.idle_warning, deadline]
-        gpu = self.gpu_idle_deadline(record, now)
-        if gpu is not None:
-            moments += [gpu - self.idle_warning, gpu]
-        return moments
 
     def _schedule(self, when: float | None) -> None:
         """A check at ``when`` (a deadline: a warning goes, or a claim is released, then, not
@@ -835,71 +782,6 @@ class DRAExtensionApp(ExtensionApp):
         if not kept:
             self.log.warning("dra_jupyter: the claim %s made at start is gone", self.startup_claim)
             self.startup_claim = None
-
-    def _idle_or(
-        self, select: Callable[[ClaimRecord], str | None], now: float
-    ) -> Callable[[ClaimRecord], str | None]:
-        """``select``, plus: release the claims of live kernels whose idle deadline passed
-        (``idle``: nothing executed and the GPU not active), and, with release_gpu_idle,
-        those whose GPU is idle (``gpu-idle``)."""
-
-        def combined(record: ClaimRecord) -> str | None:
-            reason = select(record)
-            if reason is not None:
-                return reason
-            kernel_id = record.owner.kernel_id
-            execution = self.watcher.execution(kernel_id) if kernel_id else None
-            if execution is None:
-                return None
-            gpu = self.gpu_activity(record, now)
-            decision = self.policy.decide(
-                now=now,
-                busy=execution.busy or gpu.state is GpuState.ACTIVE,
-                deadline=self.idle_deadline(record),
-                warned_for=self.claim_events.warned.get(record.name),
-            )
-            if decision is Decision.RELEASE:
-                return "idle"
-            if self.release_gpu_idle and gpu.state is GpuState.IDLE:
-                return "gpu-idle"
-            return None
-
-        return combined
-
-    def _maybe_warn(self, record: ClaimRecord, now: float) -> None:
-        kernel_id = record.owner.kernel_id
-        execution = self.watcher.execution(kernel_id) if kernel_id else None
-        if execution is None:
-            return
-        gpu = self.gpu_activity(record, now)
-        deadline = self.idle_deadline(record)
-        decision = self.policy.decide(
-            now=now,
-            busy=execution.busy or gpu.state is GpuState.ACTIVE,
-            deadline=deadline,
-            warned_for=self.claim_events.warned.get(record.name),
-        )
-        if decision is Decision.WARN and deadline is not None:
-            self.claim_events.emit_idle_warning(record, deadline, now)
-        gpu_deadline = self.gpu_idle_deadline(record, now)
-        if (
-            gpu_deadline is not None
-            and now >= gpu_deadline - self.idle_warning
-            and self.claim_events.gpu_warned.get(record.name) != gpu_deadline
-        ):
-            self.claim_events.emit_idle_warning(record, gpu_deadline, now, gpu=True)
-        if gpu.state is GpuState.IDLE and record.name not in self._gpu_idle_said:
-            self._gpu_idle_said.add(record.name)
-            self.log.warning(
-                "dra_jupyter: claim %s of %s (kernel %s): %s%s",
-                record.name,
-                record.owner.user,
-                kernel_id,
-                gpu.text(now),
-                "" if self.release_gpu_idle else " (kept: release_gpu_idle is off)",
-            )
-        elif gpu.state is not GpuState.IDLE:
-            self._gpu_idle_said.discard(record.name)
 
 
 _SERVES_HANDLERS: type[DRAApp] = DRAExtensionApp  # what the handlers read of it, checked

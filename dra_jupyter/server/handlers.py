@@ -39,10 +39,10 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.identity import request_user
 from dra_jupyter.metrics import Sample
-from dra_jupyter.metrics.activity import Activity
 from dra_jupyter.model.limits import dns_subdomain_problem
 from dra_jupyter.server.claim_events import ClaimEvents
 from dra_jupyter.server.claims import Caller, ClaimService, Released, release_message
+from dra_jupyter.server.idling import Idling
 from dra_jupyter.server.models import (
     MAX_BODY_BYTES,
     ClaimModel,
@@ -98,11 +98,8 @@ class DRAApp(Protocol):
         self, caller: Caller, name: str
     ) -> tuple[str, list[ClaimRecord], dict[str, str]]: ...
 
-    def idle_state(
-        self, record: ClaimRecord, now: float | None = None
-    ) -> tuple[float | None, bool]: ...
-
-    def gpu_activity(self, record: ClaimRecord, now: float | None = None) -> Activity: ...
+    @property
+    def idling(self) -> Idling: ...
 
     @property
     def gpu_idle_timeout(self) -> float: ...
@@ -305,8 +302,8 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
             model = self.dra.service.to_model(record, released=released)
         else:
             now = time.time()
-            deadline, busy = self.dra.idle_state(record, now)
-            gpu = self.dra.gpu_activity(record, now).to_dict(now)
+            deadline, busy = self.dra.idling.idle_state(record, now)
+            gpu = self.dra.idling.gpu_activity(record, now).to_dict(now)
             model = self.dra.service.to_model(
                 record, deadline, busy=busy, gpu=cast(GpuActivityModel, gpu)
             )

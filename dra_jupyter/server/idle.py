@@ -1,4 +1,5 @@
-"""Idle release: the policy (pure) and the periodic check that applies it.
+"""Idle release: the policy (pure); :mod:`dra_jupyter.server.idling` applies it to the
+server's kernels at each check.
 
 A kernel's claim is idle when the kernel has executed nothing for ``timeout`` seconds
 (see :mod:`dra_jupyter.server.kernels` for what counts) and no cell is running. Its
