@@ -17,6 +17,7 @@ from dra_jupyter.errors import ClaimNotFoundError, DraJupyterError, MagicError
 from dra_jupyter.magics.boundary import user_errors
 from dra_jupyter.magics.helptext import HELP
 from dra_jupyter.magics.parsing import Command, parse_cell_line, parse_line
+from dra_jupyter.types import run_of
 
 if TYPE_CHECKING:
     from dra_jupyter.api import Session
@@ -88,7 +89,12 @@ class DraMagics(Magics):
             if command.args:
                 raise MagicError("dra release: give claim names or --all, not both")
             names = s.release_all()
-            print(f"dra: released {', '.join(names)}" if names else "dra: you hold no claims")
+            if names:
+                print(f"dra: released {', '.join(names)}")
+            elif any(run_of(r) for r in s.backend.claims()):  # kept, as the warning says
+                print("dra: released nothing: your claims are your runs'")
+            else:
+                print("dra: you hold no claims")
             return
         if not command.args:
             raise MagicError("dra release: name the claims to release, or pass --all")
