@@ -52,10 +52,10 @@ from traitlets import Dict, Enum, Float, List, Unicode
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.identity import current_user
 from dra_jupyter.kernelnote import NOTE_ENV
-from dra_jupyter.kube import evictions
+from dra_jupyter.kube import evictions, kueue
 from dra_jupyter.kube.backend import default_namespace
 from dra_jupyter.kube.connect import api_client
-from dra_jupyter.kube.kernelpods import Ending, KernelPods, KernelPodSpec, ending
+from dra_jupyter.kube.kernelpods import Ending, KernelPods, KernelPodSpec, ending, kernel_claim
 from dra_jupyter.kube.volumes import Files, Unshared
 from dra_jupyter.model.takenout import HeldDevice, evicted_for_device_taint
 from dra_jupyter.settings import Settings, default_server_id
@@ -223,6 +223,12 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             owner=Owner.current(self.kernel_id),
             queue=self.queue or settings.kueue_queue,
         )
+        if spec.queue and spec.has_devices:  # what the queue could never admit: said now
+            refused = kueue.refusal(
+                f"kernel {self.kernel_id}", spec.queue, dict(kernel_claim(spec)["spec"])
+            )
+            if refused:
+                raise InvalidInputError(refused)
         if not own_name or not spec.working_dir:  # a server in no pod: nothing to mount
             return spec
         files = (  # the server pod's volume of the notebook's folder, mounted alike

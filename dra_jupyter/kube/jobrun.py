@@ -91,6 +91,9 @@ def prepare(backend: ClusterAccess, spec: JobSpec) -> JobSpec:
     groups = _groups(backend.api)
     if spec.queue:
         check_queue(backend.api, backend.namespace, spec.queue, groups)
+        refused = kueue.refusal(f"dra.run {spec.name}", spec.queue, dict(spec.claim_spec))
+        if refused:
+            raise InvalidInputError(refused)
     return JobSpec(**{**spec.__dict__, "launcher": launcher(groups, spec.nodes)})
 
 

@@ -443,7 +443,8 @@ class KernelPods:
             why = reason or f"waiting in Kueue's queue {queue}"
             return AllocationError(
                 f"kernel pod {name} was not admitted by Kueue within {timeout:g} s: {why}; "
-                "the queue's quota is in use: start it again later, or ask the admin"
+                "Kueue admits it once the queue's quota allows: start it again later, or ask "
+                "the admin about the queue's quota"
             )
         why = f": {reason}" if reason else " (no answer from the scheduler yet)"
         message = f"kernel pod {name} was not scheduled within {timeout:g} s{why}"

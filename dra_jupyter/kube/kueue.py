@@ -80,6 +80,10 @@ def word(workload: Wire, workloads: Iterable[Wire]) -> str:
     )
     reserved = _condition(workload, "QuotaReserved") or {}
     why = str(reserved.get("message") or reserved.get("reason") or "not yet considered")
+    if "failed to get claim spec" in why and "not found" in why:
+        # the pod's ResourceClaimTemplate is made just after the pod (it is owned by it):
+        # Kueue's first look may come between; it looks again
+        why = "Kueue has not counted its devices yet"
     return f"waiting in Kueue's queue {queue}, {place} of {max(len(line), place)}: {why}"
 
 
@@ -117,3 +121,37 @@ def gated(pod: Wire) -> bool:
     """True while the pod waits for Kueue's admission (its scheduling gate)."""
     gates = (pod.get("spec") or {}).get("schedulingGates") or ()
     return any(g.get("name") == ADMISSION_GATE for g in gates)
+
+
+def uncountable(claim_spec: Wire) -> str:
+    """What in a claim's spec Kueue's DRA quota accounting (0.17) cannot count, in the
+    user's words ("" when it counts it all): it takes only requests of an exact count of a
+    DeviceClass, and leaves a Workload with anything else unadmitted for good."""
+    devices = claim_spec.get("devices") or {}
+    if devices.get("constraints"):
+        return "same= (a matchAttribute constraint)"
+    if devices.get("config"):
+        return "a device configuration"
+    for request in devices.get("requests") or ():
+        if request.get("firstAvailable"):
+            return "alternatives (firstAvailable)"
+        exactly = request.get("exactly") or {}
+        if exactly.get("selectors"):
+            return "a selector (memory=, model= or where=)"
+        if exactly.get("adminAccess"):
+            return "admin access"
+        if exactly.get("allocationMode") == "All":
+            return "every device of a kind (allocationMode All)"
+    return ""
+
+
+def refusal(where: str, queue: str, claim_spec: Wire) -> str:
+    """The one line refusing devices that ``queue`` could never admit ("" when it can)."""
+    why = uncountable(claim_spec)
+    if not why:
+        return ""
+    return (
+        f"{where}: Kueue's queue {queue} counts devices only by DeviceClass and number, and "
+        f"this request has {why}; ask for devices by count alone (gpu=N), or ask the admin "
+        "for a DeviceClass that selects those devices"
+    )

@@ -107,6 +107,21 @@ def idle_server(
         yield up
 
 
+def _write_specs(
+    cluster: testenv.Cluster, namespace: str, share: Path, configs: dict[str, dict[str, Any]]
+) -> None:
+    """The kernel specs of the cluster's choices, ``dra-busy`` and those of ``configs``."""
+    specs = cluster_kernel_specs(str(cluster.kubeconfig), namespace, "root")
+    # and one that no node can meet now (both nodes' GPUs taken by then), 10 s to start
+    nine = copy.deepcopy(specs["dra-h200-x8"])
+    nine["metadata"]["kernel_provisioner"]["config"]["start_timeout"] = 10
+    more = {}
+    for name, config in configs.items():
+        more[name] = copy.deepcopy(specs["dra-h200-x1"])
+        more[name]["metadata"]["kernel_provisioner"]["config"] = config
+    write_kernel_specs(share, {**specs, "dra-busy": nine, **more})
+
+
 @contextlib.contextmanager
 def running_server(
     cluster: testenv.Cluster,
@@ -118,18 +133,17 @@ def running_server(
     idle_timeout: float,
     check_interval: float = 1.0,
     env: dict[str, str] | None = None,
+    configs: dict[str, dict[str, Any]] | None = None,
 ) -> Iterator[Server]:
+    """The server (see :func:`server`); ``configs``: more kernel specs, by name, each the
+    one-H200 spec with this provisioner config instead."""
     cluster_wide = apply_rbac(api, namespace)
     kubeconfig = service_account_kubeconfig(
         api, cluster, namespace, "dra-singleuser", tmp_path / "singleuser.kubeconfig"
     )
     wait_for("the server's Role to take effect", lambda: _allowed(kubeconfig, namespace))
     share = tmp_path / "share" / "jupyter"  # the kernel specs of the cluster's choices
-    specs = cluster_kernel_specs(str(cluster.kubeconfig), namespace, "root")
-    # and one that no node can meet now (both nodes' GPUs taken by then), 10 s to start
-    nine = copy.deepcopy(specs["dra-h200-x8"])
-    nine["metadata"]["kernel_provisioner"]["config"]["start_timeout"] = 10
-    write_kernel_specs(share, {**specs, "dra-busy": nine})
+    _write_specs(cluster, namespace, share, configs or {})
     paths = [str(ROOT)]
     if not entry_point_registered():  # an install older than the entry point: as installed
         dist = tmp_path / "entry" / "dra_jupyter_provisioner-0.dist-info"

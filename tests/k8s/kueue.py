@@ -212,6 +212,28 @@ def local_queue(name: str, namespace: str, cluster_queue_name: str) -> dict[str,
 # --- running ----------------------------------------------------------------------------------
 
 
+# Kueue 0.17 reads a metrics certificate from this fixed path whenever its internal
+# certificate management is off (cmd/kueue/main.go), even with the metrics server off, and
+# exits without it; the test environment writes one there (as root) unless one is there.
+METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+OURS = "written-by-dra-jupyter-testenv"  # marks a METRICS_CERTS that we may write again
+
+
+def metrics_certificate(pki: Path, certs: Path = METRICS_CERTS) -> None:
+    """A throwaway certificate where Kueue reads its metrics certificate (see above)."""
+    if (certs / "tls.crt").is_file() and not (certs / OURS).is_file():
+        return  # somebody else's: left as it is
+    try:
+        _serving_certificate(pki, certs)
+        (certs / OURS).write_text("a throwaway certificate; Kueue's metrics server is off\n")
+    except PermissionError as error:
+        raise TestenvError(
+            f"k8s-testenv: Kueue {KUEUE_VERSION} needs a certificate in {certs} (it reads "
+            f"one there even with metrics off) and this user cannot write it ({error}); run "
+            "the tests as root (as CI does), or put any tls.crt and tls.key there"
+        ) from None
+
+
 def _serving_certificate(pki: Path, certs: Path) -> None:
     """``tls.crt`` and ``tls.key`` for 127.0.0.1, signed by the cluster's CA."""
     from cryptography import x509  # noqa: PLC0415
@@ -262,6 +284,7 @@ def start(cluster: Any, timeout: float = START_TIMEOUT_S) -> None:
     state = cluster.state_dir / "kueue"
     pki = cluster.state_dir / "pki"
     _serving_certificate(pki, state / "certs")
+    metrics_certificate(pki)
     webhook_port, health_port = free_port(), free_port()
     config = state / "config.yaml"
     config.write_text(yaml.safe_dump(manager_config(webhook_port, health_port, state / "certs")))

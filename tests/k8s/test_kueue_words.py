@@ -145,3 +145,52 @@ def test_a_kernel_pod_with_devices_carries_the_queue_and_one_without_does_not() 
 
     assert kernel_pod(spec({"gpu": 1}))["metadata"]["labels"][kueue.QUEUE_LABEL] == "gpus"
     assert kueue.QUEUE_LABEL not in kernel_pod(spec({}))["metadata"]["labels"]
+
+
+def test_kueues_look_before_the_pods_template_exists_is_said_as_not_counted_yet() -> None:
+    early = workload(
+        "pod-k-1",
+        "2026-12-02T10:00:00Z",
+        message="spec.podSets[0].template.spec.resourceClaims[0]: Internal error: failed to "
+        "get claim spec for ResourceClaimTemplate kernel-1 in podset main: "
+        'ResourceClaimTemplate.resource.k8s.io "kernel-1" not found',
+    )
+    assert words.word(early, [early]) == (
+        "waiting in Kueue's queue gpus, 1 of 1: Kueue has not counted its devices yet"
+    )
+
+
+@pytest.mark.parametrize(
+    ("devices", "said"),
+    [
+        ({"requests": [{"name": "gpu", "exactly": {"deviceClassName": "g", "count": 2}}]}, ""),
+        (
+            {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "g", "selectors": [{}]}}]},
+            "a selector (memory=, model= or where=)",
+        ),
+        (
+            {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "g"}}],
+                "constraints": [{"matchAttribute": "x"}],
+            },
+            "same= (a matchAttribute constraint)",
+        ),
+        ({"requests": [{"name": "gpu", "firstAvailable": [{}]}]}, "alternatives (firstAvailable)"),
+        (
+            {"requests": [{"name": "gpu", "exactly": {"allocationMode": "All"}}]},
+            "every device of a kind (allocationMode All)",
+        ),
+    ],
+)
+def test_what_kueue_cannot_count_is_named(devices: dict[str, Any], said: str) -> None:
+    assert words.uncountable({"devices": devices}) == said
+
+
+def test_a_request_kueue_cannot_count_is_refused_in_one_line() -> None:
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"selectors": [{}]}}]}}
+    assert words.refusal("kernel k-1", "gpus", spec) == (
+        "kernel k-1: Kueue's queue gpus counts devices only by DeviceClass and number, and this "
+        "request has a selector (memory=, model= or where=); ask for devices by count alone "
+        "(gpu=N), or ask the admin for a DeviceClass that selects those devices"
+    )
+    assert words.refusal("kernel k-1", "gpus", {"devices": {"requests": []}}) == ""
