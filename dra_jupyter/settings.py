@@ -46,6 +46,14 @@ variable                          meaning (default)
 ``DRA_JUPYTER_HEALTH_GRACE``      seconds a claim keeps a GPU the health watcher took out
                                   with NoExecute, to save work, before it is released; a
                                   GPU lost: none (300; ``dra-jupyter health --watch``)
+``DRA_JUPYTER_RECLAIM``           ``1``: on the embedded ledger, while a request waits, idle
+                                  holders that could free what it needs are warned, then
+                                  released (reclaim under pressure); ``0``: only their
+                                  idle timeout (``1``)
+``DRA_JUPYTER_RECLAIM_GRACE``     seconds from that warning to the release (300)
+``DRA_JUPYTER_KEEPS_UNDER_PRESSURE``  Keeps a warned holder may use while someone waits (1)
+``DRA_JUPYTER_RECLAIM_IDLE``      seconds without activity before a holder counts as idle
+                                  for reclaim under pressure (600)
 ================================  ===========================================================
 """
 
@@ -118,6 +126,12 @@ class Settings:
     socket: Path = DEFAULT_SOCKET  # the dra-jupyter service's Unix socket
     service_config: Path = DEFAULT_SERVICE_CONFIG  # its policy file (where it is installed)
     health_grace: float = 300.0  # seconds before a NoExecute health taint releases holders
+    # reclaim under pressure on the embedded ledger: the service's names and defaults
+    # (dra_jupyter.sharing.reclaim.ReclaimSettings)
+    reclaim: bool = True
+    reclaim_grace: float = 300.0
+    keeps_under_pressure: int = 1
+    reclaim_idle: float = 600.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -152,6 +166,22 @@ class Settings:
             raise InvalidInputError(
                 f"DRA_JUPYTER_RERUN_RELEASES={shown(rerun)} is not known; use 1 or 0"
             )
+        reclaim = env.get("DRA_JUPYTER_RECLAIM", "1").strip().lower()
+        if reclaim not in ("1", "0", "true", "false", "yes", "no", ""):
+            raise InvalidInputError(
+                f"DRA_JUPYTER_RECLAIM={shown(reclaim)} is not known; use 1 or 0"
+            )
+        for name, default in (("RECLAIM_GRACE", 300), ("RECLAIM_IDLE", 600)):
+            if _seconds(env, f"DRA_JUPYTER_{name}", default) < 0:
+                raise InvalidInputError(
+                    f"DRA_JUPYTER_{name} must be 0 or more seconds, not "
+                    f"{shown(env[f'DRA_JUPYTER_{name}'])}"
+                )
+        keeps = _seconds(env, "DRA_JUPYTER_KEEPS_UNDER_PRESSURE", 1)
+        if keeps < 0 or keeps != int(keeps):
+            raise InvalidInputError(
+                f"DRA_JUPYTER_KEEPS_UNDER_PRESSURE must be a whole number, 0 or more, not {keeps:g}"
+            )
         server_id = env.get("DRA_JUPYTER_SERVER_ID", "")
         if server_id:
             check_server_id(server_id, "DRA_JUPYTER_SERVER_ID")
@@ -173,6 +203,10 @@ class Settings:
             idle_timeout=_seconds(env, "DRA_JUPYTER_IDLE_TIMEOUT", 0),
             rerun_releases=rerun in ("1", "true", "yes", ""),
             health_grace=_seconds(env, "DRA_JUPYTER_HEALTH_GRACE", 300),
+            reclaim=reclaim in ("1", "true", "yes", ""),
+            reclaim_grace=_seconds(env, "DRA_JUPYTER_RECLAIM_GRACE", 300),
+            keeps_under_pressure=int(keeps),
+            reclaim_idle=_seconds(env, "DRA_JUPYTER_RECLAIM_IDLE", 600),
         )
 
 
