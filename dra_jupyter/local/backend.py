@@ -549,32 +549,41 @@ class LocalBackend:
     ) -> int:
         """This user's claims of ``kernel_id`` (or the claim ``name``) were active now, and a
         cell runs (``busy``): the ledger keeps it for reclaim under pressure, which takes only
-        claims whose activity is reported. Not a Keep. How many claims it recorded."""
+        claims whose activity is reported. Not a Keep. How many claims it recorded. A Jupyter
+        server's backend (no user: it acts for its users) records any user's claims."""
         with self.ledger.transaction() as conn:
-            records = [
-                r
-                for r in Ledger.claims(conn)
-                if (r.name == name if name is not None else r.owner.kernel_id == kernel_id)
-            ]
-            for record in records:
-                if record.owner.user != self.owner.user:
-                    raise ForbiddenError(
-                        f"claim {record.name} belongs to user {record.owner.user}; "
-                        "only its owner can record activity on it"
-                    )
+            if name is not None:
+                records = [r for r in Ledger.claims(conn) if r.name == name]
+                for record in records:
+                    if not self._mine(record):
+                        raise ForbiddenError(
+                            f"claim {name} belongs to user {record.owner.user}; "
+                            "only its owner can record activity on it"
+                        )
+            else:
+                records = [
+                    r
+                    for r in Ledger.claims(conn)
+                    if r.owner.kernel_id == kernel_id and self._mine(r)
+                ]
             names = [r.name for r in records]
             return _notices.record_activity(conn, names, self.clock(), busy=busy)
 
+    def _mine(self, record: ClaimRecord) -> bool:
+        return not self.owner.user or record.owner.user == self.owner.user
+
     def notices(self) -> list[ReclaimNotice]:
-        """The warnings of reclaim under pressure in force on this user's claims, after a
-        turn (:func:`~dra_jupyter.local.pressure.turn`: a read where nobody waits; none
-        where another process holds the ledger's lock now: its turn, or the next, does it)."""
+        """The warnings of reclaim under pressure in force on this user's claims (a Jupyter
+        server's backend: every user's), after a turn (:func:`~dra_jupyter.local.pressure.turn`:
+        a read where nobody waits; none where another process holds the ledger's lock now:
+        its turn, or the next, does it)."""
         settings = self.reclaim or ReclaimSettings()
         now = self.clock()
         if self.reclaim is not None:
             with contextlib.suppress(LedgerBusyError):
                 pressure.turn(self, self.reclaim, now, wait=False)
-        return pressure.shown(self.ledger.reclaim_notices(), self.owner.user, settings, now)
+        shown = pressure.shown(self.ledger.reclaim_notices(), settings, now)
+        return [n for n, holder in shown if not self.owner.user or holder == self.owner.user]
 
     # --- what a Jupyter server does -----------------------------------------------------
 

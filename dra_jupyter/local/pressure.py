@@ -120,21 +120,23 @@ def keep(conn: sqlite3.Connection, name: str, settings: ReclaimSettings, now: fl
 
 
 def shown(
-    notices: Mapping[str, Notice], user: str, settings: ReclaimSettings, now: float
-) -> list[ReclaimNotice]:
-    """The warnings in force on ``user``'s claims, as the holder reads them."""
+    notices: Mapping[str, Notice], settings: ReclaimSettings, now: float
+) -> list[tuple[ReclaimNotice, str]]:
+    """The warnings in force as their holders read them, each with its holder's user."""
     return [
-        ReclaimNotice(
-            n.claim,
-            n.waiter,
-            n.what,
-            n.deadline,
-            max(0, settings.keeps - n.keeps),
-            n.message(now),
-            n.warned,
+        (
+            ReclaimNotice(
+                n.claim,
+                n.waiter,
+                n.what,
+                n.deadline,
+                max(0, settings.keeps - n.keeps),
+                n.message(now),
+                n.warned,
+            ),
+            n.holder,
         )
         for n in notices.values()
-        if n.holder == user
     ]
 
 

@@ -154,9 +154,11 @@ class DRAExtensionApp(ExtensionApp):
     reclaim_interval = Float(
         1.0,
         config=True,
-        help="""On the shared-machine service: seconds between reads of its reclaim warnings
-        (another user waits for an idle claim's devices: the reclaim_warning event), and
-        between checks of running cells to report (every 30 s each). 0: with each check.""",
+        help="""On the shared-machine service and the embedded ledger: seconds between reads
+        of the reclaim warnings (another user waits for an idle claim's devices: the
+        reclaim_warning event; on the embedded ledger each read takes a turn of reclaim
+        under pressure), and between checks of running cells to report (every 30 s each).
+        0: with each check.""",
     )
     release_on_stop = Bool(
         True,
