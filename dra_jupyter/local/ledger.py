@@ -459,7 +459,7 @@ class Ledger:
             return cur.rowcount > 0
 
     def under_pressure(self) -> bool:
-        """Whether a request waits or a warning of reclaim under pressure is in force
+        """Whether a request waits, for reclaim under pressure
         (:func:`~dra_jupyter.local.notices.pending`): a read, without the write lock."""
         with self._reading() as conn:
             return _notices.pending(conn)
@@ -536,6 +536,7 @@ class Ledger:
                 alive = False
             if not alive:  # its place is the next one's: they may try now
                 conn.execute("DELETE FROM waiters WHERE id = ?", (row["id"],))
+                _notices.waiter_gone(conn, row["id"])
                 freed(conn)
         return released
 
@@ -616,8 +617,10 @@ class Ledger:
     @staticmethod
     def dequeue(conn: sqlite3.Connection, waiter: int) -> None:
         """Take a waiter out of the queue (served, or given up): the next of its shape goes
-        first from now on, so its commit wakes the waiters."""
+        first from now on, so its commit wakes the waiters. Nobody gives way to it any more:
+        the warnings for it are withdrawn."""
         conn.execute("DELETE FROM waiters WHERE id = ?", (waiter,))
+        _notices.waiter_gone(conn, waiter)
         freed(conn)
 
 

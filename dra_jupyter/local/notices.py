@@ -50,10 +50,14 @@ def reported(conn: sqlite3.Connection) -> dict[str, float | None]:
 
 
 def notices(conn: sqlite3.Connection) -> dict[str, Notice]:
-    """The warnings in force, by claim; a damaged row is left out (and withdrawn by the next
-    turn's plan: it is not there)."""
+    """The warnings in force, by claim: those whose waiter still waits (a damaged row is
+    left out; the next warning of its claim replaces it)."""
     out: dict[str, Notice] = {}
-    for row in conn.execute("SELECT * FROM reclaim_notices ORDER BY claim"):
+    rows = conn.execute(
+        "SELECT * FROM reclaim_notices AS n WHERE EXISTS "
+        "(SELECT 1 FROM waiters AS w WHERE w.id = n.waiter) ORDER BY claim"
+    )
+    for row in rows:
         try:
             devices = json.loads(row["devices"])
             notice = Notice(
@@ -99,6 +103,12 @@ def withdraw(conn: sqlite3.Connection, claim: str) -> None:
     conn.execute("DELETE FROM reclaim_notices WHERE claim = ?", (claim,))
 
 
+def waiter_gone(conn: sqlite3.Connection, waiter: int) -> None:
+    """The waiter ``waiter`` (its row in ``waiters``) was served or left: the warnings given
+    for it are withdrawn."""
+    conn.execute("DELETE FROM reclaim_notices WHERE waiter = ?", (waiter,))
+
+
 def forget(conn: sqlite3.Connection, claim: str) -> None:
     """``claim`` is released: its warning and its reported activity go with it (a later
     claim of the same name starts afresh)."""
@@ -107,9 +117,6 @@ def forget(conn: sqlite3.Connection, claim: str) -> None:
 
 
 def pending(conn: sqlite3.Connection) -> bool:
-    """Whether anything is to be done under pressure: a request waits, or a warning is in
-    force (a read: no lock)."""
-    row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM waiters) OR EXISTS (SELECT 1 FROM reclaim_notices)"
-    ).fetchone()
-    return bool(row[0])
+    """Whether anything is to be done under pressure: a request waits (a warning is in force
+    only while its waiter waits). A read: no lock."""
+    return conn.execute("SELECT 1 FROM waiters LIMIT 1").fetchone() is not None

@@ -5,8 +5,8 @@ that could free what it needs are warned, then released at the deadline, as the
 What to do is :func:`dra_jupyter.sharing.reclaim.plan`'s; :func:`turn` gathers what it
 needs from the ledger and acts on it, in one write transaction, so that two processes that
 take a turn at once (the waiting process while it waits, every Jupyter server at each
-reclaim check) do it once: the second finds the first's notices. Without a waiter (and
-no notice) a turn is one read and nothing else.
+reclaim check) do it once: the second finds the first's notices. Without a waiter a turn
+is one read and nothing else (a warning lives only while its waiter waits).
 
 - The holders: the live claims whose activity a Jupyter server reports
   (:mod:`~dra_jupyter.local.notices`: the server tells the ledger when its kernels' cells

@@ -28,11 +28,13 @@ SETTINGS = ReclaimSettings(grace=GRACE, idle_after=IDLE)
 INVENTORY = resolve_inventory("h200-8x")
 
 
-def press(path: Path, workers: list[WorkerProcess], timeout: float) -> WorkerProcess:
+def press(
+    path: Path, workers: list[WorkerProcess], timeout: float, grace: float = GRACE
+) -> WorkerProcess:
     """bob's request for one GPU, in a process of its own: waiting (up to ``timeout``) and
-    taking turns of reclaim under pressure while it waits."""
+    taking turns of reclaim under pressure while it waits (``grace``: its reclaim_grace)."""
     spec = json.dumps({"gpu": 1})
-    args = ("press", str(path), "h200-8x", spec, str(timeout), "bob", str(GRACE), str(IDLE))
+    args = ("press", str(path), "h200-8x", spec, str(timeout), "bob", str(grace), str(IDLE))
     bob = WorkerProcess(*args)
     workers.append(bob)
     event = bob.event(timeout=60)
@@ -64,7 +66,8 @@ def test_an_idle_holder_is_warned_kept_once_then_released_for_the_waiter(
     notice = warned(ledger, held.name)
     assert (notice.holder, notice.waiter, notice.what) == ("alice", "bob", "1× NVIDIA H200")
     assert notice.devices == tuple(held.device_keys) and notice.keeps == 0
-    [shown] = alice.notices()  # as alice's Jupyter server reads it
+    [shown] = alice.notices()  # as alice's Jupyter server reads it, after a turn of its own
+    assert ledger.reclaim_notices()[held.name] == notice  # the second turn warned nobody anew
     assert shown.claim == held.name and shown.keeps_left == 1
     assert shown.message.startswith(f"bob is waiting for 1× NVIDIA H200; your {held.name}, idle")
 
@@ -105,3 +108,23 @@ def test_a_busy_holder_and_one_nobody_reports_on_are_never_warned(
     assert ledger.reclaim_notices() == {}
     assert {r.name for r in ledger.read_claims()} == {busy.name, unknown.name}
     assert alice.notices() == []
+
+
+def test_a_warning_is_withdrawn_when_its_waiter_gives_up(
+    tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path)
+    alice = LocalBackend(INVENTORY, ledger, owner("alice"), reclaim=SETTINGS)
+    held = alice.allocate(claim_for(INVENTORY, {"gpu": 8}))
+    alice.activity(name=held.name, busy=False)
+
+    bob = press(path, workers, timeout=10, grace=3600)  # gives up long before the deadline
+    warned(ledger, held.name)
+    got = bob.event(timeout=60)
+    assert got["event"] == "failed", got
+    assert ledger.reclaim_notices() == {}  # nobody waits: nobody is warned
+    assert alice.notices() == []
+    assert alice.touch(held.name, time.time())  # an ordinary Keep, as many as wanted
+    assert alice.touch(held.name, time.time())
+    assert [r.name for r in ledger.read_claims()] == [held.name]

@@ -78,6 +78,10 @@ async def test_an_idle_kernel_is_warned_kept_once_then_released_for_a_waiter(
         gone = ledger.released(held.name)
         assert gone is not None and gone.reason == "fair-share"
         assert gone.message is not None and gone.message.startswith("released for bob, ")
+        # the claim's card, which polls it, reads why it went
+        gone_wire = json.loads((await jp_fetch("dra", "api", "claims", held.name)).body)
+        assert gone_wire["released"]["reason"] == "fair-share"
+        assert gone_wire["released"]["message"] == gone.message
         assert len(warnings) == 1  # told once, the Keep's new deadline included
 
 
