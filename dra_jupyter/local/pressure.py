@@ -80,13 +80,12 @@ def turn(backend: Devices, settings: ReclaimSettings, now: float, *, wait: bool 
     if not ledger.under_pressure():
         return  # without a waiter nothing is reclaimed
     with ledger.transaction(wait=wait) as conn:
-        Ledger.reclaim(conn, now)
         records = Ledger.claims(conn)
         activity = _notices.reported(conn)
-        holders = [
+        holders = [  # a gone holder's claim, an expired lease's: reclaimed as such, not here
             _holder(r, activity[r.name], now)
             for r in records
-            if r.owner.pid > 0 and r.name in activity
+            if r.name in activity and _lives(r, now)
         ]
         waiters: list[tuple[Waiter, Frees]] = []
         for key, shape, user, since in _heads(conn)[:MOST_WAITERS]:
@@ -161,6 +160,13 @@ def what(backend: Devices, shape: str) -> str:
     return shape_words(shape)
 
 
+def _lives(record: ClaimRecord, now: float) -> bool:
+    """Whether ``record`` is held by a live process (not by its lease alone) and its lease,
+    if any, runs."""
+    lease = record.lease_expires
+    return record.owner.pid > 0 and (lease is None or lease > now) and record.owner.is_alive()
+
+
 def _holder(record: ClaimRecord, busy_until: float | None, now: float) -> Holder:
     busy = busy_until is not None and busy_until > now
     return Holder(
@@ -175,16 +181,20 @@ def _holder(record: ClaimRecord, busy_until: float | None, now: float) -> Holder
 
 def _heads(conn: sqlite3.Connection) -> list[tuple[int, str, str, float]]:
     """The first waiter of each shape, in the line's order: ``(id, shape, user, since)``
-    (a damaged row is left out: the next reclaim drops it)."""
+    (a damaged row, a waiter whose process is gone: left out, for the next reclaim to
+    drop)."""
     heads: dict[str, tuple[int, str, str, float]] = {}
     for row in conn.execute("SELECT id, shape, owner, created FROM waiters ORDER BY id"):
         shape = str(row["shape"])
         if shape in heads:
             continue
         try:
-            user = owner_from(row["owner"]).user
+            owner = owner_from(row["owner"])
         except DamagedRowError:
             continue
+        if not owner.is_alive():
+            continue
+        user = owner.user
         since = row["created"]
         heads[shape] = (int(row["id"]), shape, user, float(since or 0))
     return list(heads.values())
