@@ -35,6 +35,7 @@ from dra_jupyter.errors import (
     AllocationError,
     BusyError,
     ForbiddenError,
+    InvalidInputError,
     NeverPossibleError,
 )
 from dra_jupyter.inventory.base import Inventory
@@ -551,6 +552,8 @@ class LocalBackend:
         cell runs (``busy``): the ledger keeps it for reclaim under pressure, which takes only
         claims whose activity is reported. Not a Keep. How many claims it recorded. A Jupyter
         server's backend (no user: it acts for its users) records any user's claims."""
+        if (kernel_id is None) == (name is None):
+            raise InvalidInputError("activity: name one claim (name) or one kernel (kernel_id)")
         with self.ledger.transaction() as conn:
             if name is not None:
                 records = [r for r in Ledger.claims(conn) if r.name == name]

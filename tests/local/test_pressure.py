@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_jupyter.errors import LimitError
+from dra_jupyter.errors import ForbiddenError, InvalidInputError, LimitError
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
@@ -128,3 +128,17 @@ def test_a_warning_is_withdrawn_when_its_waiter_gives_up(
     assert alice.touch(held.name, time.time())  # an ordinary Keep, as many as wanted
     assert alice.touch(held.name, time.time())
     assert [r.name for r in ledger.read_claims()] == [held.name]
+
+
+def test_activity_is_recorded_on_ones_own_claims_only(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    alice = LocalBackend(INVENTORY, ledger, owner("alice"), reclaim=SETTINGS)
+    held = alice.allocate(claim_for(INVENTORY, {"gpu": 1}))
+    bob = alice.with_owner(owner("bob"))
+    with pytest.raises(ForbiddenError, match=f"claim {held.name} belongs to user alice"):
+        bob.activity(name=held.name)
+    assert bob.activity(kernel_id="k1") == 0  # bob's claims of that kernel: none
+    server = alice.with_owner(owner(""))  # a Jupyter server's: it acts for its users
+    assert server.activity(name=held.name, busy=True) == 1
+    with pytest.raises(InvalidInputError, match="name one claim"):
+        alice.activity()
