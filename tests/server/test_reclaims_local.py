@@ -31,12 +31,16 @@ IDLE = 1  # reclaim_idle: seconds without activity before a holder counts as idl
 
 
 @pytest.fixture
-def dra_config(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def dra_config() -> dict[str, Any]:
     """The server (and its kernels) on the embedded ledger, with a short grace and idle
     time; its reclaim checks often."""
-    monkeypatch.setenv("DRA_JUPYTER_RECLAIM_GRACE", str(GRACE))
-    monkeypatch.setenv("DRA_JUPYTER_RECLAIM_IDLE", str(IDLE))
-    return {"idle_timeout": 3600.0, "check_interval": 0.2, "reclaim_interval": 0.2}
+    return {
+        "idle_timeout": 3600.0,
+        "check_interval": 0.2,
+        "reclaim_interval": 0.2,
+        "reclaim_grace": GRACE,
+        "reclaim_idle": IDLE,
+    }
 
 
 async def test_an_idle_kernel_is_warned_kept_once_then_released_for_a_waiter(
