@@ -80,12 +80,14 @@ def turn(backend: Devices, settings: ReclaimSettings, now: float, *, wait: bool 
     if not ledger.under_pressure():
         return  # without a waiter nothing is reclaimed
     with ledger.transaction(wait=wait) as conn:
-        records = Ledger.claims(conn)
+        # a gone holder's claim, an expired lease's: the waiter's next try reclaims them as
+        # such (their devices count as free here), never under pressure
+        records = [r for r in Ledger.claims(conn) if _lives(r, now)]
         activity = _notices.reported(conn)
-        holders = [  # a gone holder's claim, an expired lease's: reclaimed as such, not here
+        holders = [
             _holder(r, activity[r.name], now)
             for r in records
-            if r.name in activity and _lives(r, now)
+            if r.name in activity and r.owner.pid > 0
         ]
         waiters: list[tuple[Waiter, Frees]] = []
         for key, shape, user, since in _heads(conn)[:MOST_WAITERS]:
@@ -161,10 +163,10 @@ def what(backend: Devices, shape: str) -> str:
 
 
 def _lives(record: ClaimRecord, now: float) -> bool:
-    """Whether ``record`` is held by a live process (not by its lease alone) and its lease,
-    if any, runs."""
+    """Whether ``record`` is not to be reclaimed: its lease, if any, runs and its holder
+    lives (the ledger's own rules, :meth:`~dra_jupyter.local.ledger.Ledger.reclaim`)."""
     lease = record.lease_expires
-    return record.owner.pid > 0 and (lease is None or lease > now) and record.owner.is_alive()
+    return (lease is None or lease > now) and record.owner.is_alive()
 
 
 def _holder(record: ClaimRecord, busy_until: float | None, now: float) -> Holder:
