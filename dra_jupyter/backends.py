@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings, service_installed
+from dra_jupyter.sharing.reclaim import ReclaimSettings
 
 if TYPE_CHECKING:
     from dra_jupyter.inventory.base import Inventory
@@ -52,6 +53,18 @@ def open_backend(settings: Settings, owner: Owner, inventory: Inventory | None =
         strategy=settings.strategy,
         poll_interval=settings.poll_interval,
         namespace=settings.namespace,
+        reclaim=reclaim_settings(settings),
+    )
+
+
+def reclaim_settings(settings: Settings) -> ReclaimSettings | None:
+    """The embedded ledger's reclaim under pressure as ``settings`` have it (None: off)."""
+    if not settings.reclaim:
+        return None
+    return ReclaimSettings(
+        grace=settings.reclaim_grace,
+        keeps=settings.keeps_under_pressure,
+        idle_after=settings.reclaim_idle,
     )
 
 

@@ -1,52 +1,60 @@
 """Settings of the Python API and the CLI: one dataclass, read from the environment.
 
-================================  ===========================================================
-variable                          meaning (default)
-================================  ===========================================================
-``DRA_JUPYTER_LEDGER``            the ledger file; a shared path makes one ledger for every
-                                  user of the machine (``$XDG_STATE_HOME/dra-jupyter/
-                                  ledger.sqlite``, per user)
-``DRA_JUPYTER_INVENTORY``         ``auto`` (NVML when it finds GPUs, else the simulated
-                                  ``h200-8x``), ``nvml``, a bundled simulated inventory
-                                  name, or a YAML file of ResourceSlices
-``DRA_JUPYTER_STRATEGY``          ``topology`` or ``first-fit`` (``topology``)
-``DRA_JUPYTER_POLL_INTERVAL``     seconds between attempts while a request waits (0.5)
-``DRA_JUPYTER_IDLE_TIMEOUT``      seconds without a cell after which the Jupyter server
-                                  releases this kernel's claims (set by the server
-                                  extension; 0: no idle release known)
-``DRA_JUPYTER_BACKEND``           ``local`` (this machine, the ledger), ``service`` (the
-                                  machine's ``dra-jupyter service``, over its socket),
-                                  ``kubernetes`` (ResourceClaims in a cluster) or ``auto``:
-                                  kubernetes when running in a pod with a service account,
-                                  else service where it is installed, else local (unset:
-                                  service where it is installed, else local). The service
-                                  is installed where its socket or its policy file exists:
-                                  then it is used whether it answers or not (a session
-                                  never falls back to a private ledger)
-``DRA_JUPYTER_SOCKET``            the service's Unix socket (``/run/dra-jupyter/socket``)
-``DRA_JUPYTER_SERVICE_CONFIG``    the service's policy file, whose presence says that the
-                                  service is installed (``/etc/dra-jupyter/service.toml``)
-``DRA_JUPYTER_NAMESPACE``         the namespace of the Kubernetes backend's claims and
-                                  pods (the pod's own, else the kubeconfig context's,
-                                  else ``default``)
-``DRA_JUPYTER_IMAGE``             the image of ``dra.run`` pods (the notebook pod's own)
-``DRA_JUPYTER_KUEUE_QUEUE``       the Kueue LocalQueue of ``dra.run``'s Jobs when the call
-                                  names none (a hub sets it from ``dra_kueue_queue``)
-``DRA_JUPYTER_KUBECONFIG``        a kubeconfig file for the Kubernetes backend, used before
-                                  the pod's service account (none: in-cluster, then
-                                  ``$KUBECONFIG``, then ``~/.kube/config``)
-``DRA_JUPYTER_SERVER_ID``         the Jupyter server whose kernel this is: its claims are
-                                  labelled ``dra-jupyter/server`` with it (set by the
-                                  server extension)
-``DRA_JUPYTER_RERUN_RELEASES``    ``1``: when a notebook cell runs again, the claims its
-                                  previous run made are released before its new requests;
-                                  ``0`` keeps them (``1``)
-``DRA_JUPYTER_KUBE_RETRIES``      attempts at an unreachable API server before giving up (4)
-``DRA_JUPYTER_KUBE_BACKOFF``      seconds before the first retry, doubled each time (0.5)
-``DRA_JUPYTER_HEALTH_GRACE``      seconds a claim keeps a GPU the health watcher took out
-                                  with NoExecute, to save work, before it is released; a
-                                  GPU lost: none (300; ``dra-jupyter health --watch``)
-================================  ===========================================================
+====================================  ===========================================================
+variable                              meaning (default)
+====================================  ===========================================================
+``DRA_JUPYTER_LEDGER``                the ledger file; a shared path makes one ledger for every
+                                      user of the machine (``$XDG_STATE_HOME/dra-jupyter/
+                                      ledger.sqlite``, per user)
+``DRA_JUPYTER_INVENTORY``             ``auto`` (NVML when it finds GPUs, else the simulated
+                                      ``h200-8x``), ``nvml``, a bundled simulated inventory
+                                      name, or a YAML file of ResourceSlices
+``DRA_JUPYTER_STRATEGY``              ``topology`` or ``first-fit`` (``topology``)
+``DRA_JUPYTER_POLL_INTERVAL``         seconds between attempts while a request waits (0.5)
+``DRA_JUPYTER_IDLE_TIMEOUT``          seconds without a cell after which the Jupyter server
+                                      releases this kernel's claims (set by the server
+                                      extension; 0: no idle release known)
+``DRA_JUPYTER_BACKEND``               ``local`` (this machine, the ledger), ``service`` (the
+                                      machine's ``dra-jupyter service``, over its socket),
+                                      ``kubernetes`` (ResourceClaims in a cluster) or ``auto``:
+                                      kubernetes when running in a pod with a service account,
+                                      else service where it is installed, else local (unset:
+                                      service where it is installed, else local). The service
+                                      is installed where its socket or its policy file exists:
+                                      then it is used whether it answers or not (a session
+                                      never falls back to a private ledger)
+``DRA_JUPYTER_SOCKET``                the service's Unix socket (``/run/dra-jupyter/socket``)
+``DRA_JUPYTER_SERVICE_CONFIG``        the service's policy file, whose presence says that the
+                                      service is installed (``/etc/dra-jupyter/service.toml``)
+``DRA_JUPYTER_NAMESPACE``             the namespace of the Kubernetes backend's claims and
+                                      pods (the pod's own, else the kubeconfig context's,
+                                      else ``default``)
+``DRA_JUPYTER_IMAGE``                 the image of ``dra.run`` pods (the notebook pod's own)
+``DRA_JUPYTER_KUEUE_QUEUE``           the Kueue LocalQueue of ``dra.run``'s Jobs when the call
+                                      names none (a hub sets it from ``dra_kueue_queue``)
+``DRA_JUPYTER_KUBECONFIG``            a kubeconfig file for the Kubernetes backend, used before
+                                      the pod's service account (none: in-cluster, then
+                                      ``$KUBECONFIG``, then ``~/.kube/config``)
+``DRA_JUPYTER_SERVER_ID``             the Jupyter server whose kernel this is: its claims are
+                                      labelled ``dra-jupyter/server`` with it (set by the
+                                      server extension)
+``DRA_JUPYTER_RERUN_RELEASES``        ``1``: when a notebook cell runs again, the claims its
+                                      previous run made are released before its new requests;
+                                      ``0`` keeps them (``1``)
+``DRA_JUPYTER_KUBE_RETRIES``          attempts at an unreachable API server before giving up (4)
+``DRA_JUPYTER_KUBE_BACKOFF``          seconds before the first retry, doubled each time (0.5)
+``DRA_JUPYTER_HEALTH_GRACE``          seconds a claim keeps a GPU the health watcher took out
+                                      with NoExecute, to save work, before it is released; a
+                                      GPU lost: none (300; ``dra-jupyter health --watch``)
+``DRA_JUPYTER_RECLAIM``               ``1``: on the embedded ledger, while a request waits, idle
+                                      holders that could free what it needs are warned, then
+                                      released (reclaim under pressure); ``0``: only their
+                                      idle timeout (``1``)
+``DRA_JUPYTER_RECLAIM_GRACE``         seconds from that warning to the release (300)
+``DRA_JUPYTER_KEEPS_UNDER_PRESSURE``  Keeps a warned holder may use while someone waits (1)
+``DRA_JUPYTER_RECLAIM_IDLE``          seconds without activity before a holder counts as idle
+                                      for reclaim under pressure (600)
+====================================  ===========================================================
 """
 
 from __future__ import annotations
@@ -118,6 +126,12 @@ class Settings:
     socket: Path = DEFAULT_SOCKET  # the dra-jupyter service's Unix socket
     service_config: Path = DEFAULT_SERVICE_CONFIG  # its policy file (where it is installed)
     health_grace: float = 300.0  # seconds before a NoExecute health taint releases holders
+    # reclaim under pressure on the embedded ledger: the service's names and defaults
+    # (dra_jupyter.sharing.reclaim.ReclaimSettings)
+    reclaim: bool = True
+    reclaim_grace: float = 300.0
+    keeps_under_pressure: int = 1
+    reclaim_idle: float = 600.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -152,6 +166,22 @@ class Settings:
             raise InvalidInputError(
                 f"DRA_JUPYTER_RERUN_RELEASES={shown(rerun)} is not known; use 1 or 0"
             )
+        reclaim = env.get("DRA_JUPYTER_RECLAIM", "1").strip().lower()
+        if reclaim not in ("1", "0", "true", "false", "yes", "no", ""):
+            raise InvalidInputError(
+                f"DRA_JUPYTER_RECLAIM={shown(reclaim)} is not known; use 1 or 0"
+            )
+        for name, default in (("RECLAIM_GRACE", 300), ("RECLAIM_IDLE", 600)):
+            if _seconds(env, f"DRA_JUPYTER_{name}", default) < 0:
+                raise InvalidInputError(
+                    f"DRA_JUPYTER_{name} must be 0 or more seconds, not "
+                    f"{shown(env[f'DRA_JUPYTER_{name}'])}"
+                )
+        keeps = _seconds(env, "DRA_JUPYTER_KEEPS_UNDER_PRESSURE", 1)
+        if keeps < 0 or keeps != int(keeps):
+            raise InvalidInputError(
+                f"DRA_JUPYTER_KEEPS_UNDER_PRESSURE must be a whole number, 0 or more, not {keeps:g}"
+            )
         server_id = env.get("DRA_JUPYTER_SERVER_ID", "")
         if server_id:
             check_server_id(server_id, "DRA_JUPYTER_SERVER_ID")
@@ -173,6 +203,10 @@ class Settings:
             idle_timeout=_seconds(env, "DRA_JUPYTER_IDLE_TIMEOUT", 0),
             rerun_releases=rerun in ("1", "true", "yes", ""),
             health_grace=_seconds(env, "DRA_JUPYTER_HEALTH_GRACE", 300),
+            reclaim=reclaim in ("1", "true", "yes", ""),
+            reclaim_grace=_seconds(env, "DRA_JUPYTER_RECLAIM_GRACE", 300),
+            keeps_under_pressure=int(keeps),
+            reclaim_idle=_seconds(env, "DRA_JUPYTER_RECLAIM_IDLE", 600),
         )
 
 

@@ -9,10 +9,11 @@ import pytest
 
 import dra_jupyter as dra
 from dra_jupyter.api import Session
-from dra_jupyter.backends import in_pod, resolve_backend
+from dra_jupyter.backends import in_pod, reclaim_settings, resolve_backend
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.settings import Settings
+from dra_jupyter.sharing.reclaim import ReclaimSettings
 
 
 def test_defaults_keep_the_local_backend() -> None:
@@ -40,6 +41,19 @@ def test_kubernetes_settings_are_read() -> None:
     assert (settings.kube_retries, settings.kube_backoff) == (2, 0.01)
 
 
+def test_reclaim_under_pressure_has_the_services_names_and_defaults() -> None:
+    assert reclaim_settings(Settings.from_env({})) == ReclaimSettings()
+    settings = Settings.from_env(
+        {
+            "DRA_JUPYTER_RECLAIM_GRACE": "30",
+            "DRA_JUPYTER_KEEPS_UNDER_PRESSURE": "2",
+            "DRA_JUPYTER_RECLAIM_IDLE": "60",
+        }
+    )
+    assert reclaim_settings(settings) == ReclaimSettings(grace=30, keeps=2, idle_after=60)
+    assert reclaim_settings(Settings.from_env({"DRA_JUPYTER_RECLAIM": "0"})) is None
+
+
 def test_the_health_grace_is_read() -> None:
     assert Settings.from_env({}).health_grace == 300
     assert Settings.from_env({"DRA_JUPYTER_HEALTH_GRACE": "0"}).health_grace == 0
@@ -52,6 +66,9 @@ def test_the_health_grace_is_read() -> None:
         ({"DRA_JUPYTER_KUBE_RETRIES": "0"}, "DRA_JUPYTER_KUBE_RETRIES must be a whole number"),
         ({"DRA_JUPYTER_KUBE_BACKOFF": "soon"}, "DRA_JUPYTER_KUBE_BACKOFF must be a number"),
         ({"DRA_JUPYTER_HEALTH_GRACE": "-1"}, "DRA_JUPYTER_HEALTH_GRACE must be 0 or more"),
+        ({"DRA_JUPYTER_RECLAIM": "maybe"}, "DRA_JUPYTER_RECLAIM='maybe' is not known; use 1"),
+        ({"DRA_JUPYTER_RECLAIM_GRACE": "-5"}, "DRA_JUPYTER_RECLAIM_GRACE must be 0 or more"),
+        ({"DRA_JUPYTER_KEEPS_UNDER_PRESSURE": "1.5"}, "must be a whole number, 0 or more"),
     ],
 )
 def test_bad_values_are_one_line(env: dict[str, str], message: str) -> None:

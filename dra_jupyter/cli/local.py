@@ -208,9 +208,10 @@ def run_waiting(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _report_notices(session: Session, err: TextIO) -> None:
-    """On the service: each warning of reclaim under pressure on the caller's claims, one
-    line on standard error (someone waits; the claim goes at the deadline)."""
-    notices = getattr(session.backend, "notices", None)  # the service's backend alone
+    """On the service and the embedded ledger: each warning of reclaim under pressure on the
+    caller's claims, one line on standard error (someone waits; the claim goes at the
+    deadline)."""
+    notices = getattr(session.backend, "notices", None)  # the service's and the ledger's
     if notices is None:
         return
     for notice in notices():

@@ -7,11 +7,15 @@ claim. A request that cannot be met now either fails at once or waits in a FIFO 
 per request shape; a request that could not be met even on an idle machine fails at
 once with the allocator's explanation. A waiting request tries again when another process
 frees devices or the line moves (woken by :mod:`~dra_jupyter.local.wakeup`), and at the
-latest every poll interval, or when the first lease of the claims held runs out.
+latest every poll interval, or when the first lease of the claims held runs out. While it
+waits it takes turns of reclaim under pressure (:mod:`~dra_jupyter.local.pressure`, where
+the backend has its settings): idle holders whose release would let it in are warned, then
+released at their deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -31,15 +35,19 @@ from dra_jupyter.errors import (
     AllocationError,
     BusyError,
     ForbiddenError,
+    InvalidInputError,
     NeverPossibleError,
 )
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.local import notices as _notices
+from dra_jupyter.local import pressure
 from dra_jupyter.local import taints as _taints
 from dra_jupyter.local.ledger import Ledger, LedgerBusyError
 from dra_jupyter.local.shapes import shape_words
 from dra_jupyter.local.wakeup import Listener
 from dra_jupyter.model.admintaints import check_key, check_taint
 from dra_jupyter.model.objects import Wire
+from dra_jupyter.sharing.reclaim import ReclaimSettings
 from dra_jupyter.types import (
     Capabilities,
     ClaimRecord,
@@ -48,6 +56,7 @@ from dra_jupyter.types import (
     HealthEvent,
     OnWait,
     Owner,
+    ReclaimNotice,
     Select,
     Sweep,
     Waiter,
@@ -69,6 +78,7 @@ CAPABILITIES = Capabilities(
 )
 
 _POSSIBLE_MOST = 1024  # shapes remembered as possible
+TURN_EVERY = 1.0  # seconds between a waiting request's turns of reclaim under pressure
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
@@ -140,6 +150,7 @@ class LocalBackend:
         clock: Clock = time.time,
         sleep: Sleep = time.sleep,
         wakeup: bool = True,
+        reclaim: ReclaimSettings | None = None,
     ) -> None:
         self.devices = inventory
         self.namespace = namespace or "default"
@@ -152,6 +163,8 @@ class LocalBackend:
         # Waits sleep on a wake-up socket (woken by releases of any process on the ledger),
         # except with an injected ``sleep``: a test's fake time is its own clock.
         self.wakeup = wakeup and sleep is time.sleep
+        # reclaim under pressure (None: off): the settings of the turns this process takes
+        self.reclaim = reclaim
         # What the allocator learns of the inventory (which never changes here) is kept
         # across calls: on the claims held (``_cache``, which also keeps the parsed held
         # claims while they are the same objects: ``_wires``) and on idle devices
@@ -226,6 +239,7 @@ class LocalBackend:
             clock=self.clock,
             sleep=self.sleep,
             wakeup=self.wakeup,
+            reclaim=self.reclaim,
         )
         # the inventory is the same: so is what was learnt of it
         twin._cache, twin._idle, twin._wires = self._cache, self._idle, self._wires
@@ -351,6 +365,7 @@ class LocalBackend:
         start = self.clock()
         waiter: int | None = None
         listener: Listener | None = None
+        turned = start - TURN_EVERY  # when it last took a turn of reclaim under pressure
         try:
             while True:
                 record, position, held = self._attempt(claim, shape, waiter, lease)
@@ -373,6 +388,9 @@ class LocalBackend:
                             continue  # a release before it listened would not wake it
                 if on_wait is not None:
                     on_wait(Waiting(position, waited, timeout))
+                if self.reclaim is not None and now - turned >= TURN_EVERY:
+                    turned = now
+                    pressure.turn(self, self.reclaim, now)
                 pause = self._pause(held, now)
                 if listener is not None:
                     listener.wait(pause)
@@ -516,7 +534,59 @@ class LocalBackend:
         """None: the caller reads the inventory's own source."""
 
     def touch(self, name: str, now: float) -> bool:
-        return self.ledger.touch(name, now)
+        """A Keep: activity on the claim (its idle countdown starts again). A claim warned
+        under pressure is postponed instead, ``keeps_under_pressure`` times; then LimitError
+        in one line (:func:`~dra_jupyter.local.pressure.keep`)."""
+        with self.ledger.transaction() as conn:
+            if pressure.keep(conn, name, self.reclaim or ReclaimSettings(), now):
+                return True
+            cur = conn.execute("UPDATE claims SET last_activity = ? WHERE name = ?", (now, name))
+            return cur.rowcount > 0
+
+    # --- reclaim under pressure (a Jupyter server's part: dra_jupyter.server.reclaims) -------
+
+    def activity(
+        self, *, kernel_id: str | None = None, name: str | None = None, busy: bool = False
+    ) -> int:
+        """This user's claims of ``kernel_id`` (or the claim ``name``) were active now, and a
+        cell runs (``busy``): the ledger keeps it for reclaim under pressure, which takes only
+        claims whose activity is reported. Not a Keep. How many claims it recorded. A Jupyter
+        server's backend (no user: it acts for its users) records any user's claims."""
+        if (kernel_id is None) == (name is None):
+            raise InvalidInputError("activity: name one claim (name) or one kernel (kernel_id)")
+        with self.ledger.transaction() as conn:
+            if name is not None:
+                records = [r for r in Ledger.claims(conn) if r.name == name]
+                for record in records:
+                    if not self._mine(record):
+                        raise ForbiddenError(
+                            f"claim {name} belongs to user {record.owner.user}; "
+                            "only its owner can record activity on it"
+                        )
+            else:
+                records = [
+                    r
+                    for r in Ledger.claims(conn)
+                    if r.owner.kernel_id == kernel_id and self._mine(r)
+                ]
+            names = [r.name for r in records]
+            return _notices.record_activity(conn, names, self.clock(), busy=busy)
+
+    def _mine(self, record: ClaimRecord) -> bool:
+        return not self.owner.user or record.owner.user == self.owner.user
+
+    def notices(self) -> list[ReclaimNotice]:
+        """The warnings of reclaim under pressure in force on this user's claims (a Jupyter
+        server's backend: every user's), after a turn (:func:`~dra_jupyter.local.pressure.turn`:
+        a read where nobody waits; none where another process holds the ledger's lock now:
+        its turn, or the next, does it)."""
+        settings = self.reclaim or ReclaimSettings()
+        now = self.clock()
+        if self.reclaim is not None:
+            with contextlib.suppress(LedgerBusyError):
+                pressure.turn(self, self.reclaim, now, wait=False)
+        shown = pressure.shown(self.ledger.reclaim_notices(), settings, now)
+        return [n for n, holder in shown if not self.owner.user or holder == self.owner.user]
 
     # --- what a Jupyter server does -----------------------------------------------------
 

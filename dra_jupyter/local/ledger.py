@@ -14,7 +14,9 @@ with what message claims ended), ``meta`` (schema version, name sequence),
 :mod:`~dra_jupyter.local.book`), ``taints`` (since schema version 4: taints admins put on
 devices by hand, and those they took off, :mod:`~dra_jupyter.local.taints`),
 ``health_events`` (since schema version 5: GPUs the health watcher took out, with the
-claims that held them, :mod:`~dra_jupyter.local.health`).
+claims that held them, :mod:`~dra_jupyter.local.health`), ``claim_activity`` and
+``reclaim_notices`` (since schema version 7: reclaim under pressure,
+:mod:`~dra_jupyter.local.notices`).
 
 What can go wrong, and what each raises or does:
 
@@ -52,6 +54,7 @@ from dra_jupyter.errors import LedgerError
 from dra_jupyter.local import book as _book
 from dra_jupyter.local import claims as _claims
 from dra_jupyter.local import health as _health
+from dra_jupyter.local import notices as _notices
 from dra_jupyter.local import releases as _releases
 from dra_jupyter.local import schema
 from dra_jupyter.local import taints as _taints
@@ -60,6 +63,7 @@ from dra_jupyter.local.releases import Release
 from dra_jupyter.local.schema import NEW_LEDGER, SCHEMA_VERSION
 from dra_jupyter.local.wakeup import Bell
 from dra_jupyter.model.health import HealthTaint
+from dra_jupyter.sharing.reclaim import Notice
 from dra_jupyter.types import ClaimRecord, DeviceTaint, HealthEvent, Owner
 
 # One sampler's report of a claim: its name, seconds active, idle and unknown since the last
@@ -421,9 +425,11 @@ class Ledger:
         now: float | None = None,
         message: str | None = None,
     ) -> None:
-        """Release a claim (:func:`~dra_jupyter.local.releases.delete`); its devices are
-        free once the transaction commits, which wakes the waiters."""
+        """Release a claim (:func:`~dra_jupyter.local.releases.delete`), with its warning
+        under pressure and its reported activity (:func:`~dra_jupyter.local.notices.forget`);
+        its devices are free once the transaction commits, which wakes the waiters."""
         _releases.delete(conn, record, reason, now, message)
+        _notices.forget(conn, record.name)
         freed(conn)
 
     def read_claims(self) -> list[ClaimRecord]:
@@ -451,6 +457,17 @@ class Ledger:
                 (time.time() if now is None else now, name),
             )
             return cur.rowcount > 0
+
+    def under_pressure(self) -> bool:
+        """Whether a request waits, for reclaim under pressure
+        (:func:`~dra_jupyter.local.notices.pending`): a read, without the write lock."""
+        with self._reading() as conn:
+            return _notices.pending(conn)
+
+    def reclaim_notices(self) -> dict[str, Notice]:
+        """The warnings of reclaim under pressure in force, by claim."""
+        with self._reading() as conn:
+            return _notices.notices(conn)
 
     def releases(self, limit: int = 100) -> list[Release]:
         """The latest releases, newest first; damaged rows of the history are left out."""
@@ -519,6 +536,7 @@ class Ledger:
                 alive = False
             if not alive:  # its place is the next one's: they may try now
                 conn.execute("DELETE FROM waiters WHERE id = ?", (row["id"],))
+                _notices.waiter_gone(conn, row["id"])
                 freed(conn)
         return released
 
@@ -599,8 +617,10 @@ class Ledger:
     @staticmethod
     def dequeue(conn: sqlite3.Connection, waiter: int) -> None:
         """Take a waiter out of the queue (served, or given up): the next of its shape goes
-        first from now on, so its commit wakes the waiters."""
+        first from now on, so its commit wakes the waiters. Nobody gives way to it any more:
+        the warnings for it are withdrawn."""
         conn.execute("DELETE FROM waiters WHERE id = ?", (waiter,))
+        _notices.waiter_gone(conn, waiter)
         freed(conn)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dra_jupyter.errors import LedgerError, shown
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # The schema as a new ledger gets it (the latest version). An older ledger is brought up to
 # it by MIGRATIONS, one version at a time, all in one transaction (:func:`prepare`).
 SCHEMA = """
@@ -120,6 +120,23 @@ CREATE TABLE IF NOT EXISTS health_events (
     claims TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS health_by_device ON health_events (device, id);
+CREATE TABLE IF NOT EXISTS claim_activity (
+    claim TEXT PRIMARY KEY,
+    reported REAL NOT NULL,
+    busy_until REAL
+);
+CREATE TABLE IF NOT EXISTS reclaim_notices (
+    claim TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    devices TEXT NOT NULL,
+    waiter INTEGER NOT NULL,
+    waiter_user TEXT NOT NULL,
+    what TEXT NOT NULL,
+    why TEXT NOT NULL,
+    warned REAL NOT NULL,
+    deadline REAL NOT NULL,
+    keeps INTEGER NOT NULL DEFAULT 0
+);
 """
 
 # Version n to n + 1, by n. Each step only adds (columns, indexes, tables): what an older
@@ -146,6 +163,11 @@ CREATE INDEX IF NOT EXISTS health_by_device ON health_events (device, id);
 # and a taint's value (``taints.value``: the watcher's, e.g. the XID ``79``). An older
 # ledger had no watcher: no events, and its taints' values are their reasons where those
 # are label values, as before (NULL).
+# 6 to 7: reclaim under pressure on the embedded ledger (:mod:`dra_jupyter.local.pressure`):
+# the claims whose activity a Jupyter server reports, and whether a cell runs
+# (``claim_activity``), and the warnings in force (``reclaim_notices``: a holder's claim,
+# the waiter it gives way to, the deadline, the Keeps used). An older ledger had neither:
+# nobody reported, nobody was warned.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "ALTER TABLE releases ADD COLUMN claim TEXT",
@@ -236,6 +258,29 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             if "health_events" in s and s.strip().startswith("CREATE")  # the table and index
         ),
     ),
+    6: (  # the tables as version 7 made them
+        """
+        CREATE TABLE IF NOT EXISTS claim_activity (
+            claim TEXT PRIMARY KEY,
+            reported REAL NOT NULL,
+            busy_until REAL
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS reclaim_notices (
+            claim TEXT PRIMARY KEY,
+            holder TEXT NOT NULL,
+            devices TEXT NOT NULL,
+            waiter INTEGER NOT NULL,
+            waiter_user TEXT NOT NULL,
+            what TEXT NOT NULL,
+            why TEXT NOT NULL,
+            warned REAL NOT NULL,
+            deadline REAL NOT NULL,
+            keeps INTEGER NOT NULL DEFAULT 0
+        )
+        """,
+    ),
 }
 TABLES = {
     "meta",
@@ -247,6 +292,8 @@ TABLES = {
     "taints",
     "runs",
     "health_events",
+    "claim_activity",
+    "reclaim_notices",
     "sqlite_sequence",
 }
 

@@ -155,9 +155,33 @@ class DRAExtensionApp(ExtensionApp):
     reclaim_interval = Float(
         1.0,
         config=True,
-        help="""On the shared-machine service: seconds between reads of its reclaim warnings
-        (another user waits for an idle claim's devices: the reclaim_warning event), and
-        between checks of running cells to report (every 30 s each). 0: with each check.""",
+        help="""On the shared-machine service and the embedded ledger: seconds between reads
+        of the reclaim warnings (another user waits for an idle claim's devices: the
+        reclaim_warning event; on the embedded ledger each read takes a turn of reclaim
+        under pressure), and between checks of running cells to report (every 30 s each).
+        0: with each check.""",
+    )
+    reclaim = Bool(
+        config=True,
+        help="""On the embedded ledger: reclaim under pressure (while a request waits, idle
+        holders whose release would let it in are warned, then released), given to the
+        kernels too. Default: $DRA_JUPYTER_RECLAIM, else True.""",
+    )
+    reclaim_grace = Float(
+        config=True,
+        help="""On the embedded ledger: seconds from a reclaim warning to the release, given
+        to the kernels too. Default: $DRA_JUPYTER_RECLAIM_GRACE, else 300.""",
+    )
+    keeps_under_pressure = Int(
+        config=True,
+        help="""On the embedded ledger: Keeps a warned holder may use while someone waits,
+        given to the kernels too. Default: $DRA_JUPYTER_KEEPS_UNDER_PRESSURE, else 1.""",
+    )
+    reclaim_idle = Float(
+        config=True,
+        help="""On the embedded ledger: seconds without activity (a cell, a Keep) before a
+        holder counts as idle for reclaim under pressure, given to the kernels too.
+        Default: $DRA_JUPYTER_RECLAIM_IDLE, else 600.""",
     )
     release_on_stop = Bool(
         True,
@@ -282,6 +306,22 @@ class DRAExtensionApp(ExtensionApp):
     def _default_ledger(self) -> str:
         return str(Settings.from_env().ledger)
 
+    @default("reclaim")
+    def _default_reclaim(self) -> bool:
+        return Settings.from_env().reclaim
+
+    @default("reclaim_grace")
+    def _default_reclaim_grace(self) -> float:
+        return Settings.from_env().reclaim_grace
+
+    @default("keeps_under_pressure")
+    def _default_keeps_under_pressure(self) -> int:
+        return Settings.from_env().keeps_under_pressure
+
+    @default("reclaim_idle")
+    def _default_reclaim_idle(self) -> float:
+        return Settings.from_env().reclaim_idle
+
     @default("startup_request")
     def _default_startup_request(self) -> str:
         return os.environ.get(startup.REQUEST_ENV, "")
@@ -322,6 +362,10 @@ class DRAExtensionApp(ExtensionApp):
             if self.kubeconfig
             else None,
             server_id=self.server_id,
+            reclaim=self.reclaim,
+            reclaim_grace=self.reclaim_grace,
+            keeps_under_pressure=self.keeps_under_pressure,
+            reclaim_idle=self.reclaim_idle,
         )
         self.service = ClaimService(
             settings,

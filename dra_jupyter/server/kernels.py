@@ -73,6 +73,12 @@ def kernel_env(kernel_id: str, settings: Settings, idle_timeout: float = 0) -> d
     else:
         env[LEDGER_ENV] = str(settings.ledger)
         env[INVENTORY_ENV] = settings.inventory
+        env.update(  # reclaim under pressure: a kernel that waits takes turns as the server
+            DRA_JUPYTER_RECLAIM="1" if settings.reclaim else "0",
+            DRA_JUPYTER_RECLAIM_GRACE=f"{settings.reclaim_grace:g}",
+            DRA_JUPYTER_KEEPS_UNDER_PRESSURE=str(settings.keeps_under_pressure),
+            DRA_JUPYTER_RECLAIM_IDLE=f"{settings.reclaim_idle:g}",
+        )
     if idle_timeout > 0:
         env[IDLE_TIMEOUT_ENV] = f"{idle_timeout:g}"
     return env

@@ -1,5 +1,7 @@
 """Reclaim under pressure, as a Jupyter server on the shared-machine service takes part in
-it (:mod:`dra_jupyter.service.pressure` decides; this tells it and tells the user).
+it (:mod:`dra_jupyter.service.pressure` decides; this tells it and tells the user). On the
+embedded ledger the same calls go to the ledger (:mod:`dra_jupyter.local.pressure`): the
+activity is recorded there, and each read of the warnings takes a turn of the policy.
 
 **Activity.** The service judges a holder idle by what it hears of it: its claim's
 creation, a Keep, its GPU. A kernel busy on its CPU (or on a machine without NVML) would

@@ -19,6 +19,7 @@ from tests.local.ledger_v2 import write_v2
 from tests.local.ledger_v3 import write_v3
 from tests.local.ledger_v4 import write_v4
 from tests.local.ledger_v5 import write_v5
+from tests.local.ledger_v6 import write_v6
 from tests.local.test_ledger import INVENTORY, claim, owner, record
 from tests.local.worker import WorkerProcess
 
@@ -30,6 +31,7 @@ BUILDERS: dict[int, Callable[..., None]] = {
     3: write_v3,
     4: write_v4,
     5: write_v5,
+    6: write_v6,
 }
 
 
@@ -225,3 +227,22 @@ def test_a_version_4_ledger_keeps_its_taints_and_gets_an_empty_health_record(
     assert (kept.device, kept.reason, kept.user) == ("gpu.nvidia.com/node-1/gpu-7", "fan", "root")
     assert ledger.health_events() == []
     assert "claims" in columns(path, "health_events")
+
+
+def test_a_version_6_ledger_is_under_no_pressure_and_keeps_what_reclaim_needs(
+    tmp_path: Path,
+) -> None:
+    """Version 7's step: nobody was reported or warned before; after it, a claim's
+    reported activity and its warning are kept, and go with its release."""
+    path = tmp_path / "ledger.sqlite"
+    old_ledger(path, 6)
+    ledger = Ledger(path)
+    assert ledger.reclaim_notices() == {}
+    assert ledger.under_pressure()  # bob's request of version 6 still waits
+    assert "busy_until" in columns(path, "claim_activity")
+    assert "keeps" in columns(path, "reclaim_notices")
+    alice = LocalBackend(INVENTORY, ledger, owner("alice"))
+    assert alice.activity(name="alice-1", busy=True) == 1
+    assert stored(path, "SELECT claim FROM claim_activity") == [("alice-1",)]
+    assert alice.release("alice-1")
+    assert stored(path, "SELECT claim FROM claim_activity") == []

@@ -11,6 +11,9 @@ that share one ledger file:
 * ``queue LEDGER INVENTORY SPEC TIMEOUT POLL``: as ``hold``, trying again every ``POLL``
   seconds while it waits (and when woken), and printing ``{"event": "waiting", ...}`` first
   once it waits in line (and listens for wake-ups).
+* ``press LEDGER INVENTORY SPEC TIMEOUT USER GRACE IDLE``: as ``queue``, as ``USER`` (this
+  process under another user name), taking turns of reclaim under pressure while it waits
+  (``reclaim_grace`` GRACE, ``reclaim_idle`` IDLE, one Keep), trying again every 0.1 s.
 * ``half LEDGER``: open a ledger transaction, insert a claim row, print
   ``{"event": "inserted"}`` and sleep before the commit (to be killed there).
 * ``migrate LEDGER``: open an older ledger, print ``{"event": "migrated"}`` once every
@@ -24,6 +27,7 @@ Every loop is bounded in count and in time.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -44,9 +48,11 @@ from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import AllocationError
 from dra_jupyter.inventory import mig, nvidia
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.model.quantity import Quantity
+from dra_jupyter.sharing.reclaim import ReclaimSettings
 from dra_jupyter.types import ClaimRecord, Owner, Waiting
 
 Wire = dict[str, Any]
@@ -147,7 +153,9 @@ def partitionable_inventory(gpus: int = 8, node: str = "p1") -> Inventory:
 
 
 def inventory_named(name: str) -> Inventory:
-    return {"gpu": gpu_inventory, "partitionable": partitionable_inventory}[name]()
+    """``gpu``, ``partitionable``, else a bundled simulated inventory (``h200-8x``)."""
+    made = {"gpu": gpu_inventory, "partitionable": partitionable_inventory}.get(name)
+    return made() if made is not None else resolve_inventory(name)
 
 
 def claim_for(inventory: Inventory, spec: Mapping[str, Any], name: str = "") -> Wire:
@@ -320,9 +328,14 @@ def hold(
     poll: float = 0.02,
     *,
     tell_waiting: bool = False,
+    user: str | None = None,
+    reclaim: ReclaimSettings | None = None,
 ) -> int:
     inventory = inventory_named(inventory_name)
-    backend = LocalBackend(inventory, Ledger(ledger_path), Owner.current(), poll_interval=poll)
+    owner = Owner.current() if user is None else dataclasses.replace(Owner.current(), user=user)
+    backend = LocalBackend(
+        inventory, Ledger(ledger_path), owner, poll_interval=poll, reclaim=reclaim
+    )
     said: list[int] = []
 
     def waiting(w: Waiting) -> None:
@@ -410,6 +423,19 @@ def main(argv: Sequence[str]) -> int:
     if mode == "queue":
         spec = json.loads(rest[1])
         return hold(Path(path), rest[0], spec, float(rest[2]), float(rest[3]), tell_waiting=True)
+    if mode == "press":
+        spec = json.loads(rest[1])
+        settings = ReclaimSettings(grace=float(rest[4]), idle_after=float(rest[5]))
+        return hold(
+            Path(path),
+            rest[0],
+            spec,
+            float(rest[2]),
+            0.1,
+            tell_waiting=True,
+            user=rest[3],
+            reclaim=settings,
+        )
     if mode == "half":
         return half(Path(path))
     if mode == "migrate":

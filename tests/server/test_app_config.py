@@ -36,3 +36,21 @@ def test_the_server_id_is_the_host_name_as_a_label(monkeypatch: pytest.MonkeyPat
     assert DRAExtensionApp().server_id == "nb-7"
     with pytest.raises(InvalidInputError, match=r"server_id='a b' is not a Kubernetes label"):
         DRAExtensionApp(server_id="a b")
+
+
+def test_reclaim_under_pressure_defaults_to_the_environments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("RECLAIM", "RECLAIM_GRACE", "KEEPS_UNDER_PRESSURE", "RECLAIM_IDLE"):
+        monkeypatch.delenv(f"DRA_JUPYTER_{name}", raising=False)
+    app = DRAExtensionApp()
+    assert (app.reclaim, app.reclaim_grace, app.keeps_under_pressure, app.reclaim_idle) == (
+        True,
+        300,
+        1,
+        600,
+    )
+    monkeypatch.setenv("DRA_JUPYTER_RECLAIM_GRACE", "30")
+    monkeypatch.setenv("DRA_JUPYTER_KEEPS_UNDER_PRESSURE", "0")
+    app = DRAExtensionApp()
+    assert (app.reclaim_grace, app.keeps_under_pressure) == (30, 0)
