@@ -380,9 +380,16 @@ class JobRun:
                     self._backend.api,
                     resource.read_namespaced_resource_claim(name, self._backend.namespace),
                 )
-                return explain_claim(self._backend, claim)
+                explained = explain_claim(self._backend, claim)
             except (ApiException, urllib3.exceptions.HTTPError, ClusterError):
                 return ""
+            keys = together_on(pod)
+            if keys:
+                explained += (
+                    f"\n(it weighs devices only: the scheduler also keeps the run's pods on "
+                    f"nodes that share {', '.join(keys)}, as same= asked)"
+                )
+            return explained
         return ""
 
     def cancel(self) -> None:
@@ -468,6 +475,15 @@ def explain_claim(backend: ClusterAccess, claim: Wire) -> str:
         return f"devices are free now on node {explanation.node}; kube-scheduler will retry"
     lines = ["not now: the devices it needs are held by others"]
     return "\n".join(lines + explanation.summary(named=False).splitlines())
+
+
+def together_on(pod: Wire) -> list[str]:
+    """The topology keys of the pod's required pod affinity (``same=`` of a run's nodes)."""
+    affinity = (pod.get("spec") or {}).get("affinity") or {}
+    terms = (affinity.get("podAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or ()
+    return [str(t["topologyKey"]) for t in terms if t.get("topologyKey")]
 
 
 def _stopped_line(pod: str, why: str) -> str:
