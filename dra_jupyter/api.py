@@ -667,13 +667,13 @@ class Session:
         same = self._same(spec)
         if same.nodes and (cluster is None or (nodes is None and not queue)):
             where = (
-                f"{self.backend.capabilities.where} runs one process"
+                f"{self.backend.capabilities.where} runs one process: leave it out"
                 if cluster is None
-                else "without nodes= this run is one pod: give nodes=N (a Job)"
+                else "without nodes= this run is one pod: give nodes=N (a Job), or leave it out"
             )
             raise InvalidInputError(
                 f"dra.run: same={shown(spec['same'])} keeps the pods of a multi-node run on "
-                f"nodes that share {', '.join(same.nodes)}; {where}, or leave it out"
+                f"nodes that share {', '.join(same.nodes)}; {where}"
             )
         if cluster is None:
             nodes = 1 if nodes is None else _nodes(nodes)  # a cluster's Job checks its own
