@@ -34,7 +34,7 @@ from dra_jupyter.kube.jobstatus import run_status
 from dra_jupyter.kube.publish import Publisher
 from dra_jupyter.kube.simulate import SimulatedCluster, node_object, slice_for_node
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.runstatus import Run
+from dra_jupyter.runstatus import Run, RunStatus
 from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
 from tests.k8s import testenv
 from tests.k8s.conftest import INVENTORY, wait_for
@@ -769,7 +769,7 @@ def test_same_zone_keeps_the_ranks_in_one_zone_or_says_why_not(
         with pod_runner.serving(namespace):
             alice = session(kubeconfig, namespace, image=IMAGE)
             run = alice.run(
-                [sys.executable, "-c", "print('ok')"],
+                [sys.executable, "-c", "import time; time.sleep(600)"],
                 gpu=4,
                 nodes=2,
                 same=["numaNode", "zone"],
@@ -778,8 +778,14 @@ def test_same_zone_keeps_the_ranks_in_one_zone_or_says_why_not(
             assert isinstance(run, JobRun)
             said = "same numaNode per pod, all pods in one topology.kubernetes.io/zone"
             assert f"2 pods; {said})" in capsys.readouterr().err
-            assert run.wait(timeout=90).phase == "Succeeded"
-            status = run.status
+
+            def running() -> RunStatus | None:  # the devices read while the pods hold them
+                status = run.status
+                rows = status.processes
+                placed = len(rows) == 2 and all(p.phase == "Running" and p.devices for p in rows)
+                return status if placed else None
+
+            status = wait_for("both ranks running with their devices", running)
             assert status.launcher == f"Indexed Job (JobSet not installed); {said}"
             nodes = [p.node for p in status.processes]
             assert len(nodes) == 2 and set(nodes) <= set(ZONES), nodes
