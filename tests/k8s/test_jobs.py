@@ -823,3 +823,6 @@ def test_same_zone_keeps_the_ranks_in_one_zone_or_says_why_not(
             )
     finally:  # the session's cluster is shared: its nodes are the published fixture's only
         unpublish(api, set(ZONES))
+    left = {to_wire(api, n)["metadata"]["name"] for n in core.list_node().items}
+    pools = {to_wire(api, s)["spec"]["pool"]["name"] for s in resource.list_resource_slice().items}
+    assert not (left | pools) & set(ZONES), (left, pools)
