@@ -29,7 +29,15 @@ import yaml
 from dra_jupyter import runstatus
 from dra_jupyter.allocator import STRATEGIES, Explanation
 from dra_jupyter.backends import open_backend, open_runs
-from dra_jupyter.claimspec import CLAIM_KEYS, REQUEST_KEYS, RUN_KEYS, build_claim, unknown_keyword
+from dra_jupyter.claimspec import (
+    CLAIM_KEYS,
+    REQUEST_KEYS,
+    RUN_KEYS,
+    Same,
+    build_claim,
+    parse_same,
+    unknown_keyword,
+)
 from dra_jupyter.devicehistory import device_history, resolve_device
 from dra_jupyter.durations import parse_duration, parse_lease, parse_timeout
 from dra_jupyter.environment import ProcessEnvironment, accelerator_runtime_loaded, environment_for
@@ -656,6 +664,17 @@ class Session:
         if unknown:
             raise unknown_keyword("dra.run", unknown[0], RUN_KEYS)
         cluster = self.backend.cluster
+        same = self._same(spec)
+        if same.nodes and (cluster is None or (nodes is None and not queue)):
+            where = (
+                f"{self.backend.capabilities.where} runs one process: leave it out"
+                if cluster is None
+                else "without nodes= this run is one pod: give nodes=N (a Job), or leave it out"
+            )
+            raise InvalidInputError(
+                f"dra.run: same={shown(spec['same'])} keeps the pods of a multi-node run on "
+                f"nodes that share {', '.join(same.nodes)}; {where}"
+            )
         if cluster is None:
             nodes = 1 if nodes is None else _nodes(nodes)  # a cluster's Job checks its own
             pod = {
@@ -685,8 +704,12 @@ class Session:
         )
         queue = self.settings.kueue_queue if queue is None else queue
         if nodes is not None or queue:
-            claim_spec = self.build(spec, "", RUN_KEYS)
-            self.check_possible(spec, claim_spec, what="dra.run")
+            # same=: device attributes in each pod's claim, node labels among the pods
+            per_pod = {k: v for k, v in spec.items() if k != "same"}
+            if same.devices:
+                per_pod["same"] = list(same.devices)
+            claim_spec = self.build(per_pod, "", RUN_KEYS)
+            self.check_possible(per_pod, claim_spec, what="dra.run")
             return cluster.submit(
                 plan,
                 claim_spec["spec"],
@@ -694,10 +717,19 @@ class Session:
                 queue=queue,
                 lease=parse_lease(lease),
                 retries=retries,
+                same_nodes=same.nodes,
                 follow=place_s if wait else None,
             )
         claim = self.request(apply_env=False, **spec)
         return cluster.launch(plan, claim, timeout=place_s, start_timeout=start_wait)
+
+    def _same(self, spec: Mapping[str, Any]) -> Same:
+        """``same=`` of a run split into device attributes and node labels
+        (:func:`dra_jupyter.claimspec.parse_same`; the cluster's drivers name attributes)."""
+        if spec.get("same") is None:
+            return Same()
+        drivers = {str(s["spec"]["driver"]) for s in self.inventory.slices}
+        return parse_same(spec["same"], where="dra.run", drivers=drivers)
 
     def _run_here(  # dra.run's keywords, passed on
         self,

@@ -16,7 +16,11 @@ keyword                   ResourceClaim
 ``share="20Gi"``          ``capacity.requests.memory``: a share of a device that allows
                           multiple allocations
 ``same="pcieRoot"``       constraint ``matchAttribute`` (``pcieRoot``, ``numaNode``,
-                          ``parentUUID`` or any fully qualified attribute)
+                          ``parentUUID`` or any fully qualified attribute): the
+                          devices of one claim share it (of each pod, in a Job)
+``same="zone"``           a Job's pods (``dra.run(..., nodes=N)``) on nodes that share
+                          a label: ``zone``, ``region``, ``nvlink`` or
+                          ``"node:<label key>"`` (see :func:`parse_same`); a Job only
 ``distinct=...``          constraint ``distinctAttribute``
 ``alternatives=[...]``    ``firstAvailable``: the first list entry that can be met wins
 ``device_class="..."``    any DeviceClass by name
@@ -27,11 +31,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from dra_jupyter.errors import InvalidInputError, shown
-from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH
+from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH, label_name_problem
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.model.quantity import Quantity
 
@@ -84,7 +89,7 @@ class ClaimKeywords(DeviceKeywords, total=False):
     """The keywords of a whole claim (:data:`CLAIM_KEYS`): its devices, the constraints
     between them, or alternatives."""
 
-    same: str
+    same: str | Sequence[str]
     distinct: str
     alternatives: Sequence[DeviceKeywords]
 
@@ -200,15 +205,142 @@ def _lower_ascii(text: str) -> str:
     return "".join(c.lower() if c.isascii() else c for c in text)
 
 
-def _attribute(name: str, what: str) -> str:
+def _attribute(name: str, what: str, where: str = "dra.request") -> str:
     full = SHORT_ATTRIBUTES.get(name, name)
     if "/" not in full:
         known = ", ".join(SHORT_ATTRIBUTES)
+        nodes = (
+            f" (or, for the pods of a multi-node run, {', '.join(NODE_TOPOLOGY)} or "
+            f"{NODE_PREFIX}<node label key>)"
+        ) * (what == "same")
         raise InvalidInputError(
-            f"dra.request: {what}={shown(name)} is not an attribute; use one of {known} "
-            "or a fully qualified name such as gpu.nvidia.com/parentUUID"
+            f"{where}: {what}={shown(name)} is not an attribute; use one of {known} "
+            f"or a fully qualified name such as gpu.nvidia.com/parentUUID{nodes}"
         )
     return full
+
+
+# --- same= across the pods of a Job: their nodes' labels ------------------------------------
+
+NODE_PREFIX = "node:"  # same="node:<label key>": the pods' nodes share that label's value
+# Short names of node labels that say where a node is (well-known labels; nvidia.com/gpu.clique
+# is GPU Feature Discovery's label of a node's NVLink domain, which ComputeDomains use).
+NODE_TOPOLOGY = {
+    "zone": "topology.kubernetes.io/zone",
+    "region": "topology.kubernetes.io/region",
+    "nvlink": "nvidia.com/gpu.clique",
+}
+# Device attributes a driver takes from a node label, so that the label says the same of the
+# pod's node: Google's TPU driver publishes GKE's accelerator and topology labels.
+ATTRIBUTE_NODE_LABELS = {
+    "tpu.google.com/accelerator": "cloud.google.com/gke-tpu-accelerator",
+    "tpu.google.com/topology": "cloud.google.com/gke-tpu-topology",
+}
+# Domains of device attributes (the drivers', the standard one): not node labels.
+DEVICE_DOMAINS = (
+    "resource.kubernetes.io",
+    *GPU_CLASSES,
+    TPU_CLASS,
+    "compute-domain.nvidia.com",
+    "gpu.intel.com",
+    "gpu.example.com",
+)
+
+
+@dataclass(frozen=True)
+class Same:
+    """``same=`` split by where it applies: ``devices``, attributes the devices of one claim
+    (each pod's, in a Job) share, as ``matchAttribute``; ``nodes``, node label keys the
+    nodes of a Job's pods share (required pod affinity among them on that key)."""
+
+    devices: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+
+
+def _node_label_looking(name: str, drivers: Collection[str]) -> bool:
+    """A well-known node label written without ``node:``: it names no device attribute."""
+    domain, sep, _ = name.rpartition("/")
+    if not sep or domain in drivers or domain in DEVICE_DOMAINS:
+        return False
+    return (
+        domain == "nvidia.com"
+        or domain.endswith("kubernetes.io")
+        or domain in ("cloud.google.com", "eks.amazonaws.com", "karpenter.sh")
+    )
+
+
+def _device_attribute(name: str, drivers: Collection[str]) -> bool:
+    """``name`` names a device attribute (a short name, or a driver's domain)."""
+    domain, sep, _ = name.rpartition("/")
+    return name in SHORT_ATTRIBUTES or (
+        bool(sep) and (domain in DEVICE_DOMAINS or domain in drivers)
+    )
+
+
+def _same_one(name: object, where: str, drivers: Collection[str]) -> tuple[bool, str]:
+    """One name of ``same=``: (whether it is about nodes, the attribute or label key)."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInputError(
+            f"{where}: same={shown(name)} is not an attribute; use one of "
+            f"{', '.join(SHORT_ATTRIBUTES)}, a fully qualified attribute, or, for the pods of "
+            f"a multi-node run, {', '.join(NODE_TOPOLOGY)} or {NODE_PREFIX}<node label key>"
+        )
+    if name in NODE_TOPOLOGY:
+        return True, NODE_TOPOLOGY[name]
+    if name.startswith(NODE_PREFIX):
+        key = name.removeprefix(NODE_PREFIX)
+        if key in NODE_TOPOLOGY:
+            return True, NODE_TOPOLOGY[key]
+        if key in ATTRIBUTE_NODE_LABELS:
+            return True, ATTRIBUTE_NODE_LABELS[key]
+        if _device_attribute(key, drivers):
+            plain = key.rpartition("/")[2]
+            raise InvalidInputError(
+                f"{where}: same={shown(name)}: {plain} is a device attribute, which Kubernetes "
+                "makes equal only among the devices of one claim (one pod), not across the "
+                f"pods' nodes; use same={shown(key)} (the devices of each pod share it), or a "
+                f"node label: same='zone' or same='{NODE_PREFIX}<node label key>'"
+            )
+        problem = label_name_problem(key)
+        if problem is not None:
+            raise InvalidInputError(
+                f"{where}: same={shown(name)}: {problem}; after {NODE_PREFIX} give a node "
+                "label key, such as topology.kubernetes.io/zone"
+            )
+        return True, key
+    if _node_label_looking(name, drivers):
+        raise InvalidInputError(
+            f"{where}: same={shown(name)} is a node label, not a device attribute; write "
+            f"same={shown(NODE_PREFIX + name)} to keep the pods of a multi-node run on nodes "
+            "that share its value"
+        )
+    return False, _attribute(name, "same", where)
+
+
+def parse_same(value: object, *, where: str = "dra.request", drivers: Collection[str] = ()) -> Same:
+    """``same=`` (a name or a list of names) split into device attributes and node label
+    keys (:class:`Same`), or InvalidInputError in one line. A name is a device attribute
+    (``pcieRoot``, ``numaNode``, ``pciBusID``, ``parentUUID``, ``<domain>/<name>``), or a
+    node's: ``zone``, ``region``, ``nvlink`` (:data:`NODE_TOPOLOGY`), or
+    ``node:<label key>``; a device attribute after ``node:`` is refused (devices of
+    different pods cannot be made to share one) unless its driver takes it from a node
+    label (:data:`ATTRIBUTE_NODE_LABELS`). ``drivers``: the cluster's, whose domains are
+    device attributes too."""
+    if value is None:
+        return Same()
+    names = [value] if isinstance(value, str) or not isinstance(value, list | tuple) else value
+    if not names:
+        raise InvalidInputError(
+            f"{where}: same=[] names nothing; give an attribute (pcieRoot) or leave it out"
+        )
+    devices: list[str] = []
+    nodes: list[str] = []
+    for name in names:
+        about_nodes, key = _same_one(name, where, drivers)
+        chosen = nodes if about_nodes else devices
+        if key not in chosen:
+            chosen.append(key)
+    return Same(tuple(devices), tuple(nodes))
 
 
 def _attribute_string(value: Any, key: str, what: str) -> str:
@@ -330,10 +462,18 @@ def build_claim(
     else:
         kind, body = device_request(device_spec, classes)
         request = {"name": "devices" if kind == "device_class" else kind, "exactly": body}
-    constraints = []
-    for key, field in (("same", "matchAttribute"), ("distinct", "distinctAttribute")):
-        if spec.get(key) is not None:
-            constraints.append({field: _attribute(str(spec[key]), key)})
+    constraints: list[Wire] = []
+    same = parse_same(spec.get("same"))
+    if same.nodes:
+        raise InvalidInputError(
+            f"dra.request: same={shown(spec['same'])} asks the nodes of several pods to share "
+            f"{', '.join(same.nodes)}, which only a multi-node run can (dra.run(..., nodes=N) "
+            "on Kubernetes); one claim's devices are on one node: leave it out, or name a "
+            "device attribute (same='pcieRoot')"
+        )
+    constraints += [{"matchAttribute": attribute} for attribute in same.devices]
+    if spec.get("distinct") is not None:
+        constraints.append({"distinctAttribute": _attribute(str(spec["distinct"]), "distinct")})
     devices: Wire = {"requests": [request]}
     if constraints:
         devices["constraints"] = constraints

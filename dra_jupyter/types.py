@@ -326,9 +326,11 @@ class ClusterOps(Protocol):
         queue: str = "",
         lease: float | None = None,
         retries: int = 0,
+        same_nodes: Sequence[str] = (),
         follow: float | None = None,
     ) -> runstatus.Run:
-        """Start ``plan`` as a Job of ``nodes`` pods, each with a claim of ``claim_spec``;
+        """Start ``plan`` as a Job of ``nodes`` pods, each with a claim of ``claim_spec``,
+        all on nodes that share the value of each label key of ``same_nodes``;
         returns at once, or with ``follow`` (seconds to wait for every pod to be placed)
         once it ended, its logs followed on the way (AllocationError with the scheduler's
         reason when it was not placed in time; cancelled then, and on an interrupt).

@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 
 from dra_jupyter.allocator import Allocator
-from dra_jupyter.claimspec import build_claim, requested_devices
+from dra_jupyter.claimspec import Same, build_claim, parse_same, requested_devices
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory import simulated
 from dra_jupyter.selectors import compile_selector, device_view
@@ -635,3 +635,82 @@ def test_huge_values_are_refused_in_one_short_line(spec: Mapping[str, Any], word
         build_claim("x", spec)
     assert words in str(caught.value)
     assert len(str(caught.value)) < 300
+
+
+@pytest.mark.parametrize(
+    ("value", "devices", "nodes"),
+    [
+        ("pcieRoot", ("resource.kubernetes.io/pcieRoot",), ()),
+        ("gpu.nvidia.com/partition2", ("gpu.nvidia.com/partition2",), ()),
+        ("zone", (), ("topology.kubernetes.io/zone",)),
+        ("region", (), ("topology.kubernetes.io/region",)),
+        ("nvlink", (), ("nvidia.com/gpu.clique",)),
+        ("node:zone", (), ("topology.kubernetes.io/zone",)),
+        ("node:example.com/rack", (), ("example.com/rack",)),
+        ("node:kubernetes.io/hostname", (), ("kubernetes.io/hostname",)),
+        # a device attribute its driver takes from a node label: that label
+        ("node:tpu.google.com/accelerator", (), ("cloud.google.com/gke-tpu-accelerator",)),
+        (
+            ["pcieRoot", "zone", "resource.kubernetes.io/pcieRoot"],
+            ("resource.kubernetes.io/pcieRoot",),
+            ("topology.kubernetes.io/zone",),
+        ),
+    ],
+)
+def test_same_is_split_into_device_attributes_and_node_labels(
+    value: object, devices: tuple[str, ...], nodes: tuple[str, ...]
+) -> None:
+    assert parse_same(value, where="dra.run") == Same(devices, nodes)
+
+
+@pytest.mark.parametrize(
+    ("value", "drivers", "message"),
+    [
+        (
+            "node:pcieRoot",
+            (),
+            "dra.run: same='node:pcieRoot': pcieRoot is a device attribute, which Kubernetes "
+            "makes equal only among the devices of one claim (one pod), not across the pods' "
+            "nodes; use same='pcieRoot' (the devices of each pod share it), or a node label: "
+            "same='zone' or same='node:<node label key>'",
+        ),
+        ("node:gpu.nvidia.com/productName", (), "productName is a device attribute"),
+        ("node:acme.dev/board", ("acme.dev",), "board is a device attribute"),  # a driver's
+        (
+            "topology.kubernetes.io/zone",
+            (),
+            "dra.run: same='topology.kubernetes.io/zone' is a node label, not a device "
+            "attribute; write same='node:topology.kubernetes.io/zone' to keep the pods of a "
+            "multi-node run on nodes that share its value",
+        ),
+        ("nvidia.com/gpu.clique", (), "write same='node:nvidia.com/gpu.clique'"),
+        ("node:bad key!", (), "dra.run: same='node:bad key!': 'bad key!' is not a qualified"),
+        ("rack", (), "or, for the pods of a multi-node run, zone, region, nvlink or node:"),
+        ([], (), "dra.run: same=[] names nothing"),
+        ([3], (), "dra.run: same=3 is not an attribute"),
+    ],
+)
+def test_same_that_neither_claims_nor_nodes_express_is_one_line(
+    value: object, drivers: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        parse_same(value, where="dra.run", drivers=drivers)
+    text = str(caught.value)
+    assert message in text and "\n" not in text, text
+
+
+def test_a_claim_takes_device_attributes_only() -> None:
+    """One claim's devices are on one node: a node label is for a multi-node run."""
+    claim = build_claim("c", {"gpu": 2, "same": ["pcieRoot", "numaNode"]})
+    assert claim["spec"]["devices"]["constraints"] == [
+        {"matchAttribute": "resource.kubernetes.io/pcieRoot"},
+        {"matchAttribute": "resource.kubernetes.io/numaNode"},
+    ]
+    with pytest.raises(InvalidInputError) as caught:
+        build_claim("c", {"gpu": 2, "same": "zone"})
+    assert str(caught.value) == (
+        "dra.request: same='zone' asks the nodes of several pods to share "
+        "topology.kubernetes.io/zone, which only a multi-node run can (dra.run(..., nodes=N) "
+        "on Kubernetes); one claim's devices are on one node: leave it out, or name a device "
+        "attribute (same='pcieRoot')"
+    )

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import secrets
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from dra_jupyter.kube import jobrun, podrun, reserve, run
 from dra_jupyter.kube.access import ClusterAccess
 from dra_jupyter.kube.claims import ClaimClient
-from dra_jupyter.kube.jobs import JobSpec, check_name, check_nodes, check_retries
+from dra_jupyter.kube.jobs import JobSpec, check_name, check_nodes, check_retries, placement
 from dra_jupyter.types import ClaimRecord, Command, HeldClaim, RunPlan, claim_prefix
 
 
@@ -68,13 +68,15 @@ class KubeCluster:
         queue: str = "",
         lease: float | None = None,
         retries: int = 0,
+        same_nodes: Sequence[str] = (),
         follow: float | None = None,
     ) -> jobrun.JobRun:
         """Start ``plan`` as a Job of ``nodes`` pods, each with a claim of ``claim_spec``
         (see :mod:`.jobs`); refused in one line, with nothing made, for ``nodes`` below 1,
-        a bad name, or a ``queue`` the cluster does not have. Returns at once, or with
-        ``follow`` (seconds to be placed) once it ended, its logs followed (cancelled when
-        it is not placed in time, and on an interrupt)."""
+        a bad name, or a ``queue`` the cluster does not have; ``same_nodes``: node label
+        keys whose value all its pods' nodes share (:func:`.jobs.pod_affinity`). Returns
+        at once, or with ``follow`` (seconds to be placed) once it ended, its logs followed
+        (cancelled when it is not placed in time, and on an interrupt)."""
         backend = self.backend
         nodes = check_nodes(nodes)
         retries = check_retries(retries)
@@ -91,11 +93,14 @@ class KubeCluster:
             lease=lease,
             retries=retries,
             node_selector=plan.node_selector,
+            same_nodes=tuple(same_nodes),
         )
         spec = jobrun.prepare(backend, spec)
         made = jobrun.submit(backend, spec, self.out)
+        placed = placement(spec)
         print(
-            f"dra.run: run {name} created ({spec.launcher}, {nodes} pod{'s' * (nodes > 1)})",
+            f"dra.run: run {name} created ({spec.launcher}, {nodes} pod{'s' * (nodes > 1)}"
+            f"{'; ' * bool(placed)}{placed})",
             file=sys.stderr,
         )
         if follow is not None:

@@ -331,7 +331,7 @@ class JobRun:
             expected = len(status.processes) >= self._expected()
             if job_done or (expected and not waiting):
                 return status
-            reason = status.message
+            reason = _waiting_reason(status)
             if reason and reason != reported:
                 reported = reason
                 print(f"dra.run: run {self.name}: {reason}", file=sys.stderr)
@@ -344,7 +344,8 @@ class JobRun:
         return int(((job or {}).get("spec") or {}).get("parallelism") or 1)
 
     def _not_placed(self, status: RunStatus, timeout: float) -> AllocationError:
-        why = f": {status.message}" if status.message else " (no answer from the scheduler yet)"
+        reason = _waiting_reason(status)
+        why = f": {reason}" if reason else " (no answer from the scheduler yet)"
         message = f"dra.run: run {self.name} was not placed within {timeout:g} s{why}"
         explained = self.explain()
         if explained:
@@ -366,9 +367,16 @@ class JobRun:
                     self._backend.api,
                     resource.read_namespaced_resource_claim(name, self._backend.namespace),
                 )
-                return explain_claim(self._backend, claim)
+                explained = explain_claim(self._backend, claim)
             except (ApiException, urllib3.exceptions.HTTPError, ClusterError):
                 return ""
+            keys = together_on(pod)
+            if keys:
+                explained += (
+                    f"\n(it weighs devices only: the scheduler also keeps the run's pods on "
+                    f"nodes that share {', '.join(keys)}, as same= asked)"
+                )
+            return explained
         return ""
 
     def cancel(self) -> None:
@@ -454,6 +462,22 @@ def explain_claim(backend: ClusterAccess, claim: Wire) -> str:
         return f"devices are free now on node {explanation.node}; kube-scheduler will retry"
     lines = ["not now: the devices it needs are held by others"]
     return "\n".join(lines + explanation.summary(named=False).splitlines())
+
+
+def _waiting_reason(status: RunStatus) -> str:
+    """Why the run is not placed: the scheduler's reason on a pod it has not placed (the
+    run's message says it only while no pod runs), else the run's message."""
+    waiting = [r.reason for r in status.processes if not r.node and r.reason]
+    return waiting[0] if waiting else status.message
+
+
+def together_on(pod: Wire) -> list[str]:
+    """The topology keys of the pod's required pod affinity (``same=`` of a run's nodes)."""
+    affinity = (pod.get("spec") or {}).get("affinity") or {}
+    terms = (affinity.get("podAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or ()
+    return [str(t["topologyKey"]) for t in terms if t.get("topologyKey")]
 
 
 def _stopped_line(pod: str, why: str) -> str:

@@ -21,6 +21,14 @@ A run is three objects of one name in the user's namespace:
   ``<run>-<rank>.<run>`` resolves to each pod in the cluster's DNS, before the pods are
   ready (``publishNotReadyAddresses``), which a rendezvous needs.
 
+``same=`` places them (:func:`placement`, said in the run's status): a device attribute
+(``same="pcieRoot"``) is a ``matchAttribute`` constraint of the template's claim, so it
+holds **per pod**, among the devices of each pod; a node label (``same="zone"``,
+``same="node:<label key>"``) puts **all the pods** on nodes that share its value, as a
+required pod affinity among the run's pods on that topology key. There is no gang
+scheduling: the first pod placed chooses the zone, and the others wait when it has no room
+for them (Kueue's topology-aware scheduling places a Job as a whole).
+
 The template and the Service are owned by the Job, so that deleting it (or its TTL) deletes
 them too. JobSet (``jobset.x-k8s.io``) is detected and reported, not used: one replicated
 Job is what a JobSet of one would make.
@@ -34,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dra_jupyter.claimspec import SHORT_ATTRIBUTES
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import USER_ANNOTATION, USER_LABEL, label_value
@@ -45,6 +54,7 @@ RUN_LABEL = "dra-jupyter/run"  # the run's name, on its Job, pods, template, cla
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 LAUNCHER_ANNOTATION = "dra-jupyter/launcher"  # what ran it, as the status shows it
+PLACEMENT_ANNOTATION = "dra-jupyter/placement"  # what same= asked, as the status shows it
 POD_CLAIM = "devices"  # spec.resourceClaims[].name of a pod's devices
 CONTAINER = "work"
 MASTER_PORT = 29500  # torchrun's default
@@ -111,6 +121,7 @@ class JobSpec:
     lease: float | None = None  # seconds: activeDeadlineSeconds
     retries: int = 0  # 0: a non-zero exit fails the Job; else exit codes retried so often
     node_selector: Mapping[str, str] | None = None
+    same_nodes: Sequence[str] = ()  # node label keys whose value all the pods' nodes share
     launcher: str = "Job"
 
     @property
@@ -191,6 +202,29 @@ def rank_env(spec: JobSpec) -> list[Wire]:
     return env
 
 
+def placement(spec: JobSpec) -> str:
+    """What ``same=`` asked, in the user's words: ``same pcieRoot per pod, all pods in one
+    topology.kubernetes.io/zone`` ("" when nothing)."""
+    short = {full: name for name, full in SHORT_ATTRIBUTES.items()}
+    constraints = (spec.claim_spec.get("devices") or {}).get("constraints") or ()
+    parts = [
+        f"same {short.get(c['matchAttribute'], c['matchAttribute'])} per pod"
+        for c in constraints
+        if c.get("matchAttribute")
+    ]
+    parts += [f"all pods in one {key}" for key in spec.same_nodes]
+    return ", ".join(parts)
+
+
+def pod_affinity(spec: JobSpec) -> Wire | None:
+    """The run's pods together on each of ``same_nodes``' topology keys (None: no key)."""
+    if not spec.same_nodes:
+        return None
+    together = {"matchLabels": {COMPONENT_LABEL: COMPONENT, RUN_LABEL: spec.name}}
+    terms = [{"labelSelector": together, "topologyKey": key} for key in spec.same_nodes]
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}}
+
+
 def failure_policy(retries: int) -> Wire:
     """Disruptions retried and not counted; a non-zero exit fails the Job unless
     ``retries``."""
@@ -229,6 +263,9 @@ def job(spec: JobSpec) -> Wire:
         pod["subdomain"] = spec.name
     if spec.node_selector:
         pod["nodeSelector"] = dict(spec.node_selector)
+    affinity = pod_affinity(spec)
+    if affinity is not None:
+        pod["affinity"] = affinity
     job_spec: Wire = {
         "completions": spec.nodes,
         "parallelism": spec.nodes,
@@ -242,6 +279,9 @@ def job(spec: JobSpec) -> Wire:
         job_spec["activeDeadlineSeconds"] = max(1, math.ceil(spec.lease))
     metadata = _meta(spec)
     metadata["annotations"][LAUNCHER_ANNOTATION] = spec.launcher
+    placed = placement(spec)
+    if placed:
+        metadata["annotations"][PLACEMENT_ANNOTATION] = placed
     if spec.queue:
         metadata["labels"][KUEUE_LABEL] = spec.queue
         job_spec["suspend"] = True  # Kueue admits it (as its webhook would make it)

@@ -14,7 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import cast
 
-from dra_jupyter.kube.jobs import INDEX_ANNOTATION, KUEUE_LABEL, LAUNCHER_ANNOTATION, POD_CLAIM
+from dra_jupyter.kube.jobs import (
+    INDEX_ANNOTATION,
+    KUEUE_LABEL,
+    LAUNCHER_ANNOTATION,
+    PLACEMENT_ANNOTATION,
+    POD_CLAIM,
+)
 from dra_jupyter.kube.pods import scheduler_reason
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.runstatus import ENDED, Phase, RunProcess, RunStatus
@@ -146,6 +152,10 @@ def run_status(
         reason = waiting[0] if waiting else ""
     said = stopped([r for r in rows if r.name not in seen or r.name in stopped_for])
     message = "; ".join(part for part in (reason, said) if part)
+    annotations = meta.get("annotations") or {}
+    launcher = str(annotations.get(LAUNCHER_ANNOTATION) or "Job")
+    if annotations.get(PLACEMENT_ANNOTATION):
+        launcher += f"; {annotations[PLACEMENT_ANNOTATION]}"
     devices: list[str] = []
     for row in rows:
         devices += [d for d in row.devices if d not in devices]
@@ -161,5 +171,5 @@ def run_status(
         claims=tuple(sorted(claims)),
         message=message,
         where=f"namespace {meta.get('namespace', '')}",
-        launcher=str((meta.get("annotations") or {}).get(LAUNCHER_ANNOTATION) or "Job"),
+        launcher=launcher,
     )

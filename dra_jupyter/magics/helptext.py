@@ -90,7 +90,9 @@ Keywords (as in dra.request()):
                         selector='device.attributes["gpu.nvidia.com"].architecture == "Hopper"'
     share=20Gi          a share of a device that allows several allocations
     same=pcieRoot       all devices share this attribute (numaNode, parentUUID, pciBusID, or
-                        a fully qualified name); distinct=... for the opposite
+                        a fully qualified name); distinct=... for the opposite. In a Job
+                        (nodes=N): the devices of each pod; same=zone (region, nvlink, or
+                        node:LABEL-KEY) puts all its pods on nodes that share that label
     device_class=NAME   any DeviceClass of the inventory
     alternatives=LIST   a Python list of dicts; the first one that can be met wins:
                         alternatives="[{'gpu': 1, 'model': 'H200'}, {'gpu': 2}]"

@@ -6,6 +6,7 @@ the runs found again from a new session."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.api import Session
 from dra_jupyter.errors import AllocationError, InvalidInputError
+from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.connect import api_client, to_wire
 from dra_jupyter.kube.jobrun import JobRun
 from dra_jupyter.kube.jobs import (
@@ -25,18 +27,21 @@ from dra_jupyter.kube.jobs import (
     devices_per_pod,
     failure_policy,
     job,
+    placement,
     rendezvous_service,
 )
 from dra_jupyter.kube.jobstatus import run_status
-from dra_jupyter.kube.simulate import SimulatedCluster
+from dra_jupyter.kube.publish import Publisher
+from dra_jupyter.kube.simulate import SimulatedCluster, node_object, slice_for_node
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.runstatus import Run
+from dra_jupyter.runstatus import Run, RunStatus
 from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
 from tests.k8s import testenv
-from tests.k8s.conftest import wait_for
+from tests.k8s.conftest import INVENTORY, wait_for
 from tests.k8s.podrunner import PodRunner
 from tests.k8s.test_backend import session
 from tests.k8s.test_pods import IMAGE, ON_SIMULATED
+from tests.k8s.test_publish import unpublish
 
 CLAIM = {
     "devices": {
@@ -115,6 +120,51 @@ def test_disruptions_are_retried_and_exit_codes_fail_the_job_unless_retries() ->
     assert single["spec"]["completionMode"] == "NonIndexed"
     assert "subdomain" not in single["spec"]["template"]["spec"]
     assert "suspend" not in single["spec"]
+
+
+@pytest.mark.pure
+def test_same_holds_per_pod_for_devices_and_among_the_pods_for_node_labels() -> None:
+    """A device attribute is the template's matchAttribute (each pod's claim); a node label
+    is a required pod affinity among the run's pods on that topology key; the status says
+    which (its launcher annotation, then the placement)."""
+    per_pod = {
+        **CLAIM["devices"],
+        "constraints": [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}],
+    }
+    both = spec(claim_spec={"devices": per_pod}, same_nodes=("topology.kubernetes.io/zone",))
+    made = job(both)
+    pod = made["spec"]["template"]["spec"]
+    assert pod["affinity"] == {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchLabels": {"dra-jupyter/component": "run", "dra-jupyter/run": "train"}
+                    },
+                    "topologyKey": "topology.kubernetes.io/zone",
+                }
+            ]
+        }
+    }
+    # the pods carry the labels the selector asks for
+    labels = made["spec"]["template"]["metadata"]["labels"]
+    selector = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert selector[0]["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert claim_template(both)["spec"]["spec"]["devices"]["constraints"] == [
+        {"matchAttribute": "resource.kubernetes.io/pcieRoot"}
+    ]
+    said = "same pcieRoot per pod, all pods in one topology.kubernetes.io/zone"
+    assert placement(both) == said
+    assert made["metadata"]["annotations"]["dra-jupyter/placement"] == said
+    made["metadata"]["annotations"]["dra-jupyter/launcher"] = "Indexed Job"
+    status = run_status(made, [], {})
+    assert status.launcher == f"Indexed Job; {said}"
+    assert str(status).startswith(f"run train: Pending (Indexed Job; {said})")
+    # without same=: no affinity, nothing said
+    plain = job(spec())
+    assert "affinity" not in plain["spec"]["template"]["spec"]
+    assert "dra-jupyter/placement" not in plain["metadata"]["annotations"]
+    assert placement(spec()) == ""
 
 
 @pytest.mark.pure
@@ -238,7 +288,21 @@ def test_bad_runs_are_one_line_and_make_nothing(
         match=r"^dra\.run: queue='team' needs Kueue, which is not installed on this cluster",
     ):
         alice.run("true", gpu=1, queue="team")
+    with pytest.raises(
+        InvalidInputError,
+        match=r"^dra\.run: same='zone' keeps the pods of a multi-node run on nodes that share "
+        r"topology\.kubernetes\.io/zone; without nodes= this run is one pod: give nodes=N "
+        r"\(a Job\), or leave it out$",
+    ):
+        alice.run("true", gpu=1, same="zone")
+    with pytest.raises(
+        InvalidInputError,
+        match=r"^dra\.run: same='node:pcieRoot': pcieRoot is a device attribute, which "
+        r"Kubernetes makes equal only among the devices of one claim \(one pod\)",
+    ):
+        alice.run("true", gpu=1, nodes=2, same="node:pcieRoot")
     assert client.BatchV1Api(api).list_namespaced_job(namespace).items == []
+    assert client.CoreV1Api(api).list_namespaced_pod(namespace).items == []
     assert client.ResourceV1Api(api).list_namespaced_resource_claim_template(namespace).items == []
 
 
@@ -533,3 +597,104 @@ def test_an_unplaced_run_says_the_schedulers_reason_and_ours_then_leaves_nothing
             and not client.ResourceV1Api(api).list_namespaced_resource_claim(namespace).items
         ),
     )
+
+
+# Four simulated nodes of h200-8x for the zone test: one alone in each of two zones, two
+# together in a third (deleted after the test: the session's cluster is shared).
+ZONES = {
+    "zoned-node-a1": "zone-a",
+    "zoned-node-b1": "zone-b",
+    "zoned-node-c1": "zone-c",
+    "zoned-node-c2": "zone-c",
+}
+ZONE = "topology.kubernetes.io/zone"
+
+
+def _zoned_nodes() -> SimulatedCluster:
+    inventory = simulated.load(INVENTORY)
+    [old] = inventory.nodes
+    now = dt.datetime.now(dt.UTC)
+    nodes, slices = [], []
+    for name, zone in ZONES.items():
+        node = node_object(name, "h200-8x-zoned", now)
+        node["metadata"]["labels"][ZONE] = zone
+        nodes.append(node)
+        slices += [slice_for_node(s, old, name) for s in inventory.slices]
+    return SimulatedCluster(tuple(nodes), tuple(slices), inventory.device_classes)
+
+
+def test_same_zone_keeps_the_ranks_in_one_zone_or_says_why_not(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+    published: SimulatedCluster,
+    pod_runner: PodRunner,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Only the zoned nodes carry the zone label, so the ranks go there (no node_selector):
+    two ranks of 4 GPUs, each pod's on one NUMA node, share a zone; three ranks of 8 GPUs
+    cannot (no zone has three nodes, though the four have room), and the run says the
+    scheduler's reason."""
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    Publisher(api).publish(_zoned_nodes())
+    try:
+        with pod_runner.serving(namespace):
+            alice = session(kubeconfig, namespace, image=IMAGE)
+            run = alice.run(
+                [sys.executable, "-c", "import time; time.sleep(600)"],
+                gpu=4,
+                nodes=2,
+                same=["numaNode", "zone"],
+                name="zoned",
+            )
+            assert isinstance(run, JobRun)
+            said = "same numaNode per pod, all pods in one topology.kubernetes.io/zone"
+            assert f"2 pods; {said})" in capsys.readouterr().err
+
+            def running() -> RunStatus | None:  # the devices read while the pods hold them
+                status = run.status
+                rows = status.processes
+                placed = len(rows) == 2 and all(p.phase == "Running" and p.devices for p in rows)
+                return status if placed else None
+
+            status = wait_for("both ranks running with their devices", running)
+            assert status.launcher == f"Indexed Job (JobSet not installed); {said}"
+            nodes = [p.node for p in status.processes]
+            assert len(nodes) == 2 and set(nodes) <= set(ZONES), nodes
+            assert len({ZONES[n] for n in nodes}) == 1, nodes  # one zone
+            for row in status.processes:  # each pod's 4 GPUs on one NUMA node (0-3 or 4-7)
+                indices = {int(d.rsplit("-", 1)[1]) for d in row.devices}
+                assert len(indices) == 4 and len({i // 4 for i in indices}) == 1, row.devices
+            run.cancel()
+            with pytest.raises(AllocationError) as raised:
+                alice.run(
+                    [sys.executable, "-c", "import time; time.sleep(600)"],
+                    gpu=8,
+                    nodes=3,
+                    same="zone",
+                    name="zoned-3",
+                    wait=True,
+                    timeout=15,
+                )
+            message = str(raised.value)
+            assert re.match(
+                r"dra\.run: run zoned-3 was not placed within 15 s: 0/\d+ nodes are available: "
+                r".*\d+ node\(s\) didn't match pod affinity rules",
+                message,
+            ), message
+            assert (
+                "(it weighs devices only: the scheduler also keeps the run's pods on nodes that "
+                "share topology.kubernetes.io/zone, as same= asked)" in message
+            ), message
+            wait_for(
+                "the runs' pods and claims to be deleted",
+                lambda: (
+                    not core.list_namespaced_pod(namespace).items
+                    and not resource.list_namespaced_resource_claim(namespace).items
+                ),
+            )
+    finally:  # the session's cluster is shared: its nodes are the published fixture's only
+        unpublish(api, set(ZONES))
+    left = {to_wire(api, n)["metadata"]["name"] for n in core.list_node().items}
+    pools = {to_wire(api, s)["spec"]["pool"]["name"] for s in resource.list_resource_slice().items}
+    assert not (left | pools) & set(ZONES), (left, pools)

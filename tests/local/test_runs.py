@@ -208,6 +208,12 @@ def test_runs_from_a_fresh_process_finds_and_cancels_it(session: Session, tmp_pa
     [
         (["true"], {"nodes": 0}, "dra.run: nodes=0 is not a number of machines"),
         (["true"], {"nodes": 2}, "dra.run: nodes=2 spreads a run over several machines"),
+        (
+            ["true"],
+            {"same": "zone"},
+            "dra.run: same='zone' keeps the pods of a multi-node run on nodes that share "
+            "topology.kubernetes.io/zone; this machine runs one process: leave it out",
+        ),
         (lambda: None, {}, "dra.run: pass a named function (def ...), not a lambda"),
         (["python", 3], {}, "dra.run: item 1 of the command list is int 3, not a string"),
         (None, {}, "dra.run: give the command to run"),
