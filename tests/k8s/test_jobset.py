@@ -312,6 +312,15 @@ def test_a_two_node_run_is_a_jobset_with_ranks_logs_and_is_found_and_cancelled(
         ]
         assert status.started is not None and status.ended is not None
         assert all(p.name.startswith("ranks-node-0-") for p in status.processes)
+        # MASTER_ADDR is rank 0's DNS name: the hostname the Job controller gave its pod
+        # (JobSet's Job ranks-node-0, index 0) under the subdomain JobSet set (its Service)
+        rank0 = to_wire(
+            api, client.CoreV1Api(api).read_namespaced_pod(status.processes[0].name, namespace)
+        )
+        assert (rank0["spec"]["hostname"], rank0["spec"]["subdomain"]) == (
+            "ranks-node-0-0",
+            "ranks",
+        )
         logs = run.logs()
         for rank in (0, 1):
             assert f"[rank {rank}] rank {rank} node_rank {rank} of 2 local 2\n" in logs
@@ -415,5 +424,23 @@ def test_retries_restart_every_rank_together_and_the_run_then_succeeds(
         assert run.logs().splitlines() == ["[rank 0] attempt 2", "[rank 1] attempt 2"]
         (made,) = _jobsets(served.api, namespace)
         assert made["status"]["restarts"] == 1
+        run.cancel()
+        wait_for("the run's objects to be deleted", lambda: _nothing_left(served.api, namespace))
+
+
+def test_a_jobset_run_with_wait_is_placed_and_its_logs_streamed_with_ranks(
+    served: WithJobSet, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = "for i in range(3):\n    print('step', i, flush=True)\n"
+    with served.runner.serving(namespace):
+        alice = session(served.cluster.kubeconfig, namespace, image=IMAGE)
+        run = alice.run([sys.executable, "-c", script], gpu=1, nodes=2, name="steps", wait=True)
+        assert isinstance(run, JobRun)
+        assert (run.status.phase, run.status.launcher) == ("Succeeded", "JobSet")
+        lines = capsys.readouterr().out.splitlines()
+        for rank in (0, 1):
+            assert [line for line in lines if line.startswith(f"[rank {rank}]")] == [
+                f"[rank {rank}] step {i}" for i in range(3)
+            ]
         run.cancel()
         wait_for("the run's objects to be deleted", lambda: _nothing_left(served.api, namespace))
