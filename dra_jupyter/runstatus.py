@@ -65,7 +65,7 @@ class RunStatus:
     claims: tuple[str, ...] = ()
     message: str = ""
     where: str = ""  # "this machine", "namespace team-a": where the run lives
-    launcher: str = ""  # what runs it: "Job", "Indexed Job (JobSet not installed)", "Pod"
+    launcher: str = ""  # what runs it: "Job", "JobSet", "Indexed Job (JobSet not installed)", "Pod"
     command: tuple[str, ...] = field(default=(), repr=False)  # what it runs (argv)
 
     @property

@@ -1,11 +1,12 @@
-"""A run on the cluster (the objects of :mod:`.jobs`) and its life: made, read back as a
-status (:mod:`.jobstatus`), its pods' logs prefixed by rank (read, or followed until the
-run ends), waited for, cancelled, and found again by its labels from any process
-(:func:`list_runs`: a new kernel finds the runs of the one before).
+"""A run on the cluster (the objects of :mod:`.jobs`, or the JobSet of :mod:`.jobsets`) and
+its life: made, read back as a status (:mod:`.jobstatus`), its pods' logs prefixed by rank
+(read, or followed until the run ends), waited for, cancelled, and found again by its
+labels from any process (:func:`list_runs`: a new kernel finds the runs of the one before).
 
-Before anything is made, :func:`refusal` checks what the cluster offers: a ``queue``
-needs Kueue (its API group served) and its LocalQueue in the namespace; JobSet
-(``jobset.x-k8s.io``) is detected and reported in the run's launcher.
+Before anything is made, :func:`prepare` checks what the cluster offers: a ``queue``
+needs Kueue (its API group served) and its LocalQueue in the namespace; a run of more than
+one pod is a JobSet where the cluster serves JobSet's API (``jobset.x-k8s.io``), else an
+Indexed Job, and the run's launcher says which and why (:func:`launcher`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
-from dra_jupyter.kube import jobs, kueue
+from dra_jupyter.kube import jobs, jobsets, kueue
 from dra_jupyter.kube.claims import USER_LABEL, forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
 from dra_jupyter.kube.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
@@ -53,13 +54,20 @@ def _groups(api: client.ApiClient) -> dict[str, str]:
     }
 
 
-def launcher(groups: dict[str, str], nodes: int) -> str:
-    """What runs the pods, as the status reports it."""
+def launcher(groups: dict[str, str], nodes: int, queue: str = "", name: str = "") -> str:
+    """What runs the pods, as the status reports it: a Job of one pod; for more, JobSet
+    where its API is served, else an Indexed Job, saying why not JobSet."""
     if nodes == 1:
         return "Job"
-    if JOBSET in groups:
-        return "Indexed Job (JobSet installed, not used: one replicated Job is the same)"
-    return "Indexed Job (JobSet not installed)"
+    if JOBSET not in groups:
+        return "Indexed Job (JobSet not installed)"
+    if groups[JOBSET] != jobsets.VERSION:
+        return f"Indexed Job (JobSet serves {groups[JOBSET]}, not {jobsets.VERSION})"
+    if queue:
+        return "Indexed Job (JobSet installed, not used with a Kueue queue)"
+    if not jobsets.fits(name, nodes):
+        return "Indexed Job (JobSet installed, not used: the name is too long for its pod names)"
+    return jobs.JOBSET_LAUNCHER
 
 
 def check_queue(api: client.ApiClient, namespace: str, queue: str, groups: dict[str, str]) -> None:
@@ -94,7 +102,8 @@ def prepare(backend: ClusterAccess, spec: JobSpec) -> JobSpec:
         refused = kueue.refusal(f"dra.run {spec.name}", spec.queue, dict(spec.claim_spec))
         if refused:
             raise InvalidInputError(refused)
-    return JobSpec(**{**spec.__dict__, "launcher": launcher(groups, spec.nodes)})
+    chosen = launcher(groups, spec.nodes, spec.queue, spec.name)
+    return JobSpec(**{**spec.__dict__, "launcher": chosen})
 
 
 class JobRun:
@@ -102,10 +111,17 @@ class JobRun:
     :class:`dra_jupyter.runstatus.Run`, and :meth:`wait_placed` and :meth:`explain` besides."""
 
     def __init__(
-        self, backend: ClusterAccess, name: str, out: IO[str] | None = None, made: str = ""
+        self,
+        backend: ClusterAccess,
+        name: str,
+        out: IO[str] | None = None,
+        made: str = "",
+        *,
+        jobset: bool = False,
     ) -> None:
         self._name = name
         self.made = made  # when the Job was made, as the API says it ("": not read)
+        self.jobset = jobset  # a JobSet (:mod:`.jobsets`), not a Job of its own
         self._backend = backend
         self._out = out
         self._cancelled = False
@@ -130,6 +146,10 @@ class JobRun:
             raise cluster_error(error, action, backend.api) from error
 
     def _job(self) -> Wire | None:
+        """The run's Job as read (None: gone); a JobSet's as the Job its status reads
+        (:func:`.jobsets.status_view`)."""
+        if self.jobset:
+            return self._jobset()
         batch = client.BatchV1Api(self._backend.api)
         namespace = self._backend.namespace
 
@@ -143,6 +163,40 @@ class JobRun:
 
         found: Wire | None = self._call(f"dra.run: run {self.name}", "get", "jobs.batch", read)
         return found
+
+    def _jobset(self) -> Wire | None:
+        objects = client.CustomObjectsApi(self._backend.api)
+        namespace = self._backend.namespace
+
+        def read() -> Wire | None:
+            try:
+                found = objects.get_namespaced_custom_object(
+                    jobsets.GROUP, jobsets.VERSION, namespace, jobsets.PLURAL, self.name
+                )
+            except ApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+            return found if isinstance(found, dict) else None
+
+        action = f"dra.run: run {self.name}"
+        found = self._call(action, "get", "jobsets.jobset.x-k8s.io", read)
+        if found is None:
+            return None
+        return jobsets.status_view(found, self._child_jobs())
+
+    def _child_jobs(self) -> list[Wire]:
+        """The Jobs JobSet made for the run (by JobSet's label)."""
+        batch = client.BatchV1Api(self._backend.api)
+        listed = self._call(
+            f"dra.run: Jobs of run {self.name}",
+            "list",
+            "jobs.batch",
+            lambda: batch.list_namespaced_job(
+                self._backend.namespace, label_selector=f"{jobsets.NAME_LABEL}={self.name}"
+            ),
+        )
+        return [to_wire(self._backend.api, j) for j in listed.items]
 
     def _selector(self) -> str:
         return f"{COMPONENT_LABEL}={COMPONENT},{RUN_LABEL}={self.name}"
@@ -190,7 +244,8 @@ class JobRun:
         if job is None:
             if self._cancelled:
                 gone = tuple(self._stopped.gone(()))
-                return RunStatus(self.name, "Cancelled", 0.0, processes=gone, launcher="Job")
+                kind = jobs.JOBSET_LAUNCHER if self.jobset else "Job"
+                return RunStatus(self.name, "Cancelled", 0.0, processes=gone, launcher=kind)
             raise ClusterError(
                 f"dra.run: run {self.name} no longer exists in namespace "
                 f"{self._backend.namespace} (cancelled, or deleted {jobs.TTL_S // 3600} h "
@@ -380,18 +435,41 @@ class JobRun:
         return ""
 
     def cancel(self) -> None:
-        """Delete the Job, its pods and their claims, its Service and its template; what
-        is gone already is fine."""
+        """Delete the Job (a JobSet: it and its Jobs), its pods and their claims, its
+        Service and its template; what is gone already is fine."""
         api, namespace = self._backend.api, self._backend.namespace
         batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
         resource = client.ResourceV1Api(api)
-        calls: list[tuple[str, Callable[[], object]]] = [
-            (
-                "jobs.batch",
-                lambda: batch.delete_namespaced_job(
-                    self.name, namespace, propagation_policy="Background"
+        action = f"dra.run: cancelling run {self.name}"
+        if self.jobset:
+            # the JobSet first, so that it makes no Job again; then the Jobs it made
+            objects = client.CustomObjectsApi(api)
+            self._call(
+                action,
+                "delete",
+                "jobsets.jobset.x-k8s.io",
+                _gone_is_fine(
+                    lambda: objects.delete_namespaced_custom_object(
+                        jobsets.GROUP,
+                        jobsets.VERSION,
+                        namespace,
+                        jobsets.PLURAL,
+                        self.name,
+                        propagation_policy="Background",
+                    )
                 ),
-            ),
+            )
+        made = [j["metadata"]["name"] for j in self._child_jobs()] if self.jobset else [self.name]
+        calls: list[tuple[str, Callable[[], object]]] = [
+            *[
+                (
+                    "jobs.batch",
+                    lambda job=job: batch.delete_namespaced_job(
+                        job, namespace, propagation_policy="Background"
+                    ),
+                )
+                for job in made
+            ],
             *[
                 (
                     "pods",
@@ -415,15 +493,7 @@ class JobRun:
             ),
         ]
         for kind, call in calls:
-
-            def gone_is_fine(call: Callable[[], object] = call) -> None:
-                try:
-                    call()
-                except ApiException as error:
-                    if error.status != 404:
-                        raise
-
-            self._call(f"dra.run: cancelling run {self.name}", "delete", kind, gone_is_fine)
+            self._call(action, "delete", kind, _gone_is_fine(call))
         self._cancelled = True
 
     def __repr__(self) -> str:
@@ -433,6 +503,19 @@ class JobRun:
             return f"<Run {self.name} (not readable)>"
         pods = len(status.processes)
         return f"<Run {self.name}: {status.phase}, {pods} pod{'s' * (pods != 1)}>"
+
+
+def _gone_is_fine(call: Callable[[], object]) -> Callable[[], None]:
+    """``call`` (a delete) with 404 (gone already) as success."""
+
+    def deleted() -> None:
+        try:
+            call()
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    return deleted
 
 
 def explain_claim(backend: ClusterAccess, claim: Wire) -> str:
@@ -485,20 +568,31 @@ def _stopped_line(pod: str, why: str) -> str:
 
 
 def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) -> JobRun:
-    """Make the run's Job, then its template and (more than one pod) its Service, owned
-    by the Job; the Job is deleted (and with it what it owns) if a step fails."""
+    """Make the run's Job (or JobSet), then its template and (more than one pod, a Job) its
+    Service, owned by the Job (JobSet); the Job (JobSet) is deleted (and with it what it
+    owns) if a step fails."""
     api, namespace = backend.api, backend.namespace
-    run = JobRun(backend, spec.name, out)
+    run = JobRun(backend, spec.name, out, jobset=spec.jobset)
     action = f"dra.run: creating run {spec.name}"
-    created = run._call(
-        action,
-        "create",
-        "jobs.batch",
-        lambda: client.BatchV1Api(api).create_namespaced_job(
-            namespace, to_model(client.V1Job, jobs.job(spec))
-        ),
-    )
-    job = to_wire(api, created)
+    if spec.jobset:
+        job: Wire = run._call(
+            action,
+            "create",
+            "jobsets.jobset.x-k8s.io",
+            lambda: client.CustomObjectsApi(api).create_namespaced_custom_object(
+                jobsets.GROUP, jobsets.VERSION, namespace, jobsets.PLURAL, jobsets.jobset(spec)
+            ),
+        )
+    else:
+        created = run._call(
+            action,
+            "create",
+            "jobs.batch",
+            lambda: client.BatchV1Api(api).create_namespaced_job(
+                namespace, to_model(client.V1Job, jobs.job(spec))
+            ),
+        )
+        job = to_wire(api, created)
     try:
         template = jobs.owned_by(jobs.claim_template(spec), job)
         resource = client.ResourceV1Api(api)
@@ -510,7 +604,7 @@ def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) ->
                 namespace, to_model(client.V1ResourceClaimTemplate, template)
             ),
         )
-        if spec.indexed:
+        if spec.indexed and not spec.jobset:  # JobSet makes its own
             service = jobs.owned_by(jobs.rendezvous_service(spec), job)
             run._call(
                 action,
@@ -526,8 +620,31 @@ def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) ->
     return run
 
 
+def _listed_jobsets(backend: ClusterAccess, selector: str) -> list[Wire]:
+    """The namespace's JobSets of ``selector``; none where JobSet is not installed or RBAC
+    hides them (then no run of this user is one: making it needs the same rights)."""
+    objects = client.CustomObjectsApi(backend.api)
+    try:
+        listed = backend.retrying(
+            lambda: objects.list_namespaced_custom_object(
+                jobsets.GROUP,
+                jobsets.VERSION,
+                backend.namespace,
+                jobsets.PLURAL,
+                label_selector=selector,
+            )
+        )
+    except ApiException as error:
+        if error.status in (403, 404):
+            return []
+        raise cluster_error(error, "dra.runs", backend.api) from error
+    except urllib3.exceptions.HTTPError as error:
+        raise cluster_error(error, "dra.runs", backend.api) from error
+    return list(listed.get("items") or ()) if isinstance(listed, dict) else []
+
+
 def list_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[JobRun]:
-    """The user's runs in the namespace (by their labels), oldest first."""
+    """The user's runs in the namespace (by their labels: Jobs and JobSets), oldest first."""
     batch = client.BatchV1Api(backend.api)
     selector = f"{COMPONENT_LABEL}={COMPONENT},{USER_LABEL}={label_value(backend.owner.user)}"
     runner = JobRun(backend, "", out)
@@ -537,15 +654,24 @@ def list_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[JobRun
         "jobs.batch",
         lambda: batch.list_namespaced_job(backend.namespace, label_selector=selector),
     )
-    found = [to_wire(backend.api, j) for j in listed.items]
+    found = [(to_wire(backend.api, j), False) for j in listed.items]
+    found += [(j, True) for j in _listed_jobsets(backend, selector)]
     found = [
-        j
-        for j in found
+        (j, jobset)
+        for j, jobset in found
         if (j["metadata"].get("annotations") or {}).get(USER_ANNOTATION, backend.owner.user)
         == backend.owner.user
     ]
-    found.sort(key=lambda j: (j["metadata"].get("creationTimestamp") or "", j["metadata"]["name"]))
+    found.sort(
+        key=lambda f: (f[0]["metadata"].get("creationTimestamp") or "", f[0]["metadata"]["name"])
+    )
     return [
-        JobRun(backend, j["metadata"]["name"], out, j["metadata"].get("creationTimestamp") or "")
-        for j in found
+        JobRun(
+            backend,
+            j["metadata"]["name"],
+            out,
+            j["metadata"].get("creationTimestamp") or "",
+            jobset=jobset,
+        )
+        for j, jobset in found
     ]

@@ -30,8 +30,9 @@ scheduling: the first pod placed chooses the zone, and the others wait when it h
 for them (Kueue's topology-aware scheduling places a Job as a whole).
 
 The template and the Service are owned by the Job, so that deleting it (or its TTL) deletes
-them too. JobSet (``jobset.x-k8s.io``) is detected and reported, not used: one replicated
-Job is what a JobSet of one would make.
+them too. Where the cluster serves JobSet (``jobset.x-k8s.io``), a run of more than one pod
+is a JobSet around this Job instead (:mod:`.jobsets`): JobSet makes the Service, and
+``MASTER_ADDR`` follows its naming (:func:`master_addr`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 LAUNCHER_ANNOTATION = "dra-jupyter/launcher"  # what ran it, as the status shows it
 PLACEMENT_ANNOTATION = "dra-jupyter/placement"  # what same= asked, as the status shows it
+JOBSET_LAUNCHER = "JobSet"  # the launcher of a run made a JobSet (:mod:`.jobsets`)
+REPLICATED_JOB = "node"  # the JobSet's one replicated Job: its pods are <run>-node-0-<rank>
 POD_CLAIM = "devices"  # spec.resourceClaims[].name of a pod's devices
 CONTAINER = "work"
 MASTER_PORT = 29500  # torchrun's default
@@ -128,6 +131,11 @@ class JobSpec:
     def indexed(self) -> bool:
         return self.nodes > 1
 
+    @property
+    def jobset(self) -> bool:
+        """True when the run is a JobSet (:mod:`.jobsets`), not a Job of its own."""
+        return self.launcher == JOBSET_LAUNCHER
+
     def labels(self) -> dict[str, str]:
         return {
             USER_LABEL: label_value(self.user),
@@ -178,6 +186,17 @@ def rendezvous_service(spec: JobSpec) -> Wire:
     }
 
 
+def master_addr(spec: JobSpec) -> str:
+    """Rank 0's name in the cluster's DNS: ``<hostname>.<subdomain>``, the subdomain being the
+    headless Service's name (the run's); the Job controller names an Indexed Job's pod
+    ``<job>-<index>``, and JobSet's Job is ``<run>-<replicated job>-<job index>``."""
+    if not spec.indexed:
+        return "localhost"
+    if spec.jobset:
+        return f"{spec.name}-{REPLICATED_JOB}-0-0.{spec.name}"
+    return f"{spec.name}-0.{spec.name}"
+
+
 def rank_env(spec: JobSpec) -> list[Wire]:
     """The environment of torchrun, DeepSpeed and JAX (see the module)."""
     if spec.indexed:
@@ -186,12 +205,10 @@ def rank_env(spec: JobSpec) -> list[Wire]:
             {"name": "RANK", "valueFrom": index},
             {"name": "NODE_RANK", "valueFrom": index},
         ]
-        master = f"{spec.name}-0.{spec.name}"
     else:
         ranks = [{"name": "RANK", "value": "0"}, {"name": "NODE_RANK", "value": "0"}]
-        master = "localhost"
     env: list[Wire] = [
-        {"name": "MASTER_ADDR", "value": master},
+        {"name": "MASTER_ADDR", "value": master_addr(spec)},
         {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
         {"name": "WORLD_SIZE", "value": str(spec.nodes)},
         *ranks,
@@ -289,11 +306,11 @@ def job(spec: JobSpec) -> Wire:
 
 
 def owned_by(obj: Wire, job_object: Wire) -> Wire:
-    """``obj`` owned by the Job as created (its uid): deleted with it."""
+    """``obj`` owned by the Job (or JobSet) as created (its uid): deleted with it."""
     meta = job_object["metadata"]
     owner = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
+        "apiVersion": job_object.get("apiVersion") or "batch/v1",
+        "kind": job_object.get("kind") or "Job",
         "name": meta["name"],
         "uid": meta["uid"],
     }

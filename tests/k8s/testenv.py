@@ -539,10 +539,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            from tests.k8s import kueue  # noqa: PLC0415
+            from tests.k8s import jobset, kueue  # noqa: PLC0415
 
             build(force=args.force)
             kueue.build(force=args.force)
+            jobset.build(force=args.force)
             print(bin_dir())
         elif args.command == "start":
             build()

@@ -1,0 +1,124 @@
+"""``dra.run(..., nodes=N)`` through JobSet (``jobset.x-k8s.io``), when the cluster serves
+its API: the run's JobSet, and the view of it that :mod:`.jobstatus` reads (pure).
+
+The JobSet has one replicated Job (``replicas: 1``) named :data:`REPLICATED_JOB`, whose
+template is the Indexed Job of :func:`.jobs.job`: the same pods, ranks, per-pod
+ResourceClaimTemplate and rendezvous environment, except that
+
+* JobSet makes the headless Service itself (``network.enableDNSHostnames``; named after
+  the JobSet, which is the pods' subdomain), so ``MASTER_ADDR`` is rank 0's name under
+  JobSet's naming, ``<run>-node-0-0.<run>`` (:func:`.jobs.master_addr`);
+* ``retries`` restarts the whole JobSet, every rank together (``failurePolicy.maxRestarts``),
+  which a rendezvous needs; within one attempt a non-zero exit fails the Job at once and
+  disruptions are retried, as for a plain Job;
+* the JobSet carries the run's labels and launcher, and the TTL (``ttlSecondsAfterFinished``);
+  the Job JobSet makes from the template carries JobSet's labels only, so that the run is
+  found once, by its JobSet.
+
+A run with a Kueue ``queue`` stays a plain Indexed Job (Kueue's JobSet integration may be
+off where its Job integration is on); so does a run whose name would make pod names longer
+than a DNS label under JobSet's naming (:func:`fits`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from dra_jupyter.kube import jobs
+from dra_jupyter.kube.jobs import LAUNCHER_ANNOTATION, REPLICATED_JOB, TTL_S, JobSpec
+from dra_jupyter.model.objects import Wire
+
+GROUP = "jobset.x-k8s.io"
+VERSION = "v1alpha2"
+PLURAL = "jobsets"
+NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # JobSet's, on its Jobs and their pods
+DNS_LABEL_MAX = 63
+POD_SUFFIX = len("-abcde")  # the Job controller's random suffix of a pod's name
+
+
+def fits(name: str, nodes: int) -> bool:
+    """True when the pods JobSet makes for ``name`` have names that are DNS labels (JobSet's
+    webhook checks ``<run>-<replicated job>-<job index>-<pod index>-<5 random>``)."""
+    longest = f"{name}-{REPLICATED_JOB}-0-{nodes - 1}"
+    return len(longest) + POD_SUFFIX <= DNS_LABEL_MAX
+
+
+def jobset(spec: JobSpec) -> Wire:
+    """The JobSet of the run (see the module)."""
+    job = jobs.job(dataclasses.replace(spec, retries=0, queue=""))
+    job_spec = {k: v for k, v in job["spec"].items() if k != "ttlSecondsAfterFinished"}
+    metadata = job["metadata"]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "JobSet",
+        "metadata": {
+            **metadata,
+            "annotations": {**metadata["annotations"], LAUNCHER_ANNOTATION: spec.launcher},
+        },
+        "spec": {
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            "failurePolicy": {"maxRestarts": spec.retries},
+            "ttlSecondsAfterFinished": TTL_S,
+            "replicatedJobs": [
+                {"name": REPLICATED_JOB, "replicas": 1, "template": {"spec": job_spec}}
+            ],
+        },
+    }
+
+
+def parallelism(jobset_object: Wire) -> int:
+    """The number of pods the JobSet runs at once (its ranks)."""
+    total = 0
+    for replicated in (jobset_object.get("spec") or {}).get("replicatedJobs") or ():
+        job_spec = (replicated.get("template") or {}).get("spec") or {}
+        total += int(replicated.get("replicas") or 1) * int(job_spec.get("parallelism") or 1)
+    return total or 1
+
+
+def _condition(obj: Wire, kind: str) -> Wire | None:
+    for condition in (obj.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return dict(condition)
+    return None
+
+
+def status_view(jobset_object: Wire, child_jobs: Sequence[Wire]) -> Wire:
+    """The JobSet as the Job :func:`.jobstatus.run_status` reads: its metadata, ``suspend``,
+    ``Complete`` / ``Failed`` conditions from JobSet's ``Completed`` / ``Failed`` (the
+    failure said with the failed Job's own reason: which pod exited with what), the start
+    of its earliest Job and its end."""
+    status = jobset_object.get("status") or {}
+    conditions: list[Wire] = []
+    completion = None
+    done = _condition(jobset_object, "Completed")
+    if done is not None:
+        conditions.append({**done, "type": "Complete"})
+        completion = done.get("lastTransitionTime")
+    failed = _condition(jobset_object, "Failed")
+    if failed is not None:
+        why = [f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")]
+        for child in child_jobs:
+            job_failed = _condition(child, "Failed")
+            if job_failed is not None:
+                said = f"{job_failed.get('reason', '')}: {job_failed.get('message', '')}"
+                why.append(f"Job {child['metadata']['name']}: {said.strip(': ')}")
+        restarts = int(status.get("restarts") or 0)
+        if restarts:
+            why.append(f"after {restarts} restart{'s' * (restarts != 1)}")
+        conditions.append({**failed, "type": "Failed", "reason": "; ".join(why), "message": ""})
+        completion = failed.get("lastTransitionTime")
+    starts = sorted(
+        str(s) for s in ((c.get("status") or {}).get("startTime") for c in child_jobs) if s
+    )
+    view_status: Wire = {"conditions": conditions}
+    if starts:
+        view_status["startTime"] = starts[0]
+    if completion:
+        view_status["completionTime"] = completion
+    spec = jobset_object.get("spec") or {}
+    return {
+        "metadata": jobset_object["metadata"],
+        "spec": {"suspend": bool(spec.get("suspend")), "parallelism": parallelism(jobset_object)},
+        "status": view_status,
+    }
