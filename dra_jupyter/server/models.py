@@ -84,6 +84,7 @@ class ClaimModel(TypedDict):
     namespace: str
     user: str
     kernel_id: str | None
+    run: str | None  # the background run (dra.run on one machine) whose launcher holds it
     devices: list[str]  # driver/pool/device; none while a Kubernetes claim is pending
     env: dict[str, str]  # CUDA_VISIBLE_DEVICES and friends, for here (Kubernetes: none)
     created: float  # seconds since the epoch

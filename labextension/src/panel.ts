@@ -211,14 +211,16 @@ export class DevicesPanel extends Widget {
     const kernel = claim.kernel_id;
     const where = kernel
       ? (this.kernels.label(kernel) ?? 'a kernel not open in this page')
-      : 'no kernel (REST API)';
+      : claim.run
+        ? `run ${claim.run} (Your runs)`
+        : 'no kernel (REST API)';
     row.append(el('div', 'dra-claim-where', where));
     row.append(el('div', 'dra-dim dra-claim-keys', claim.devices.map(deviceName).join(', ')));
     row.append(el('div', 'dra-claim-times'));
     this._fillTimes(row, claim, this.model.now());
     const actions = el('div', 'dra-actions');
     actions.append(
-      button('Release', 'jp-mod-warn dra-release', `Give back ${claim.name} now`, () =>
+      button('Release', 'jp-mod-warn dra-release', releaseCaption(claim), () =>
         this._act(row, () => this.model.release(claim.name))
       )
     );
@@ -530,4 +532,11 @@ export class DevicesPanel extends Widget {
     restart?: string; // a kernel to offer the restart with the claim's devices
     pending?: boolean; // the claim's devices go to a pod (Kubernetes): the restart moves it
   } | null = null;
+}
+
+/** The Release button's tooltip: a run's claim goes with its run. */
+function releaseCaption(claim: Claim): string {
+  return claim.run
+    ? `Give back ${claim.name} now; run ${claim.run}, which holds it, stops`
+    : `Give back ${claim.name} now`;
 }

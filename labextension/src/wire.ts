@@ -58,6 +58,11 @@ export interface Claim {
   namespace: string;
   user: string;
   kernel_id: string | null;
+  /**
+   * the background run (dra.run on one machine, GET /runs) whose launcher holds
+   * it; releasing it stops the run. null for any other claim
+   */
+  run: string | null;
   /** driver/pool/device; empty while a Kubernetes claim is pending */
   devices: string[];
   /** CUDA_VISIBLE_DEVICES and friends, for a process here; empty on Kubernetes */
@@ -224,7 +229,7 @@ export interface Runs {
 
 export interface RunLogs {
   name: string;
-  /** the last lines, each ending in a newline */
+  /** the last lines (the last without its newline while the run writes it) */
   text: string;
   /** how many lines text has */
   lines: number;

@@ -27,6 +27,7 @@ export function claim(name: string, more: Partial<Claim> = {}): Claim {
     namespace: 'local',
     user: 'alice',
     kernel_id: 'k1',
+    run: null,
     devices: [],
     env: {},
     created: 1000,

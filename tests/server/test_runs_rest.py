@@ -96,6 +96,9 @@ async def test_each_user_lists_cancels_and_reads_their_own_runs_only(
     assert " -c 'import time\\nfor i in range(30)" in train["command"]
     [sweep] = answer(await call(jp_fetch, "bob", "GET"))["runs"]
     assert sweep["name"] == "sweep" and sweep["user"] == "bob"
+    # the run's claim says whose launcher holds it
+    claims = answer(await jp_fetch("dra", "api", "claims", headers=as_user("alice")))["claims"]
+    assert [(c["run"], c["devices"]) for c in claims] == [("train", train["devices"])]
 
     # bob reaches none of alice's: neither its output nor its cancel
     assert "no run train of yours" in error(
