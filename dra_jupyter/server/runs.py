@@ -16,15 +16,18 @@ handlers run these on threads.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from dra_jupyter.api import Session
 from dra_jupyter.errors import ForbiddenError, InvalidInputError, NotFoundError, shown
-from dra_jupyter.model.limits import dns_subdomain_problem
 from dra_jupyter.runstatus import Run, RunStatus, log_tail
 from dra_jupyter.server.claims import Caller, ClaimService
 from dra_jupyter.server.models import RunLogsResponse, RunModel, RunsResponse
 
+MAX_NAME = 253  # characters of a run's name (a Job's, a DNS subdomain)
+_RUN_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+MAX_SESSIONS = 256  # users whose sessions are kept (a server has a few)
 MAX_RUNS = 50  # the newest, in GET runs (a cluster's: a few API calls each)
 MAX_RUN_DEVICES = 64  # devices of a run in its row (a Job of many nodes has more)
 MAX_COMMAND = 200  # characters of its command
@@ -35,12 +38,14 @@ MAX_LOG_BYTES = 64 * 1024  # of output, the last
 
 
 def check_run_name(name: str) -> None:
-    """A run's name from a path: a DNS subdomain, as every run's is, else a 400."""
-    problem = dns_subdomain_problem(name)
-    if problem is not None:
+    """A run's name from a path: lower-case letters, digits, '-' and '.', starting and
+    ending with a letter or digit, at most 253 (what a run on one machine and a Job or pod
+    may be named), else a 400."""
+    if not _RUN_NAME.fullmatch(name) or len(name) > MAX_NAME:
         raise InvalidInputError(
-            f"run name {problem}; run names are DNS subdomains, "
-            "e.g. 'train-1' (GET /dra/api/runs lists yours)"
+            f"run name {shown(name)} is not one a run can have: lower-case letters, digits, "
+            "'-' and '.', starting and ending with a letter or digit, at most 253, e.g. "
+            "'train-1' (GET /dra/api/runs lists yours)"
         )
 
 
@@ -105,10 +110,18 @@ class RunService:
 
     def __init__(self, claims: ClaimService) -> None:
         self.claims = claims
+        self._sessions: dict[str, Session] = {}
 
     def session(self, user: str) -> Session:
-        """A session of ``user`` on the server's backend: where their runs are found."""
-        return Session(self.claims.session.settings, backend=self.claims.backend_for(user))
+        """A session of ``user`` on the server's backend: where their runs are found (kept:
+        the panel asks every few seconds)."""
+        found = self._sessions.get(user)
+        if found is None:
+            if len(self._sessions) >= MAX_SESSIONS:
+                self._sessions.clear()
+            backend = self.claims.backend_for(user)
+            found = self._sessions[user] = Session(self.claims.session.settings, backend=backend)
+        return found
 
     def runs(self, caller: Caller) -> RunsResponse:
         """The caller's runs, oldest first (an admin's: every user's of this machine)."""

@@ -415,7 +415,7 @@ def test_a_nested_selector_is_refused_in_words(api: Server) -> None:
         ("POST", "/dra/api/devices", 405, "answers GET only"),
         ("GET", "/dra/api/claims/%ff", 400, "is not a DNS subdomain"),
         ("PUT", "/dra/api/claims/x", 405, "answers GET and DELETE only"),
-        ("POST", "/dra/api/runs/Upper/cancel", 400, "DNS subdomain"),
+        ("POST", "/dra/api/runs/Upper/cancel", 400, "is not one a run can have"),
         ("POST", "/dra/api/runs/nope/cancel", 404, "no run nope of yours"),
         ("GET", "/dra/api/runs/nope/logs", 404, "no run nope of yours"),
         ("GET", "/dra/api/runs/nope/logs?tail=" + "9" * 5000, 400, "tail must be a whole"),

@@ -144,7 +144,7 @@ async def test_bad_input_is_a_4xx_in_one_line(jp_fetch: Fetch, runs: None) -> No
     assert "no run nope of yours" in error(
         await call(jp_fetch, "alice", "GET", "nope", "logs"), 404
     )
-    for bad in ("Upper", "a_b", "-x"):
+    for bad in ("Upper", "a_b", "-x", "x.", "a" * 254):
         assert "run name" in error(await call(jp_fetch, "alice", "POST", bad, "cancel"), 400)
         assert "run name" in error(await call(jp_fetch, "alice", "GET", bad, "logs"), 400)
     for tail in ("0", "x", "-1", "1001", "1.5", "0" * 5000, "9" * 5000):
