@@ -781,6 +781,13 @@ class Session:
             return list(cluster.runs())
         return list(self._runs.runs())
 
+    def every_users_runs(self) -> list[tuple[str, runstatus.Run]]:
+        """Every user's runs with their users, oldest first: those of this machine's book
+        (an admin's view in the lab panel); on a cluster this user's own."""
+        if self.backend.cluster is not None:
+            return [(self.owner.user, r) for r in self.runs()]
+        return list(self._runs.every_users())
+
     def find_run(self, name: str) -> runstatus.Run:
         """This user's run ``name`` (NotFoundError when there is none)."""
         if self.backend.cluster is None:

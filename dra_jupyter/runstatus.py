@@ -177,6 +177,32 @@ class Runs(Protocol):
     def runs(self) -> Sequence[Run]:
         """The user's runs, oldest first."""
 
+    def every_users(self) -> Sequence[tuple[str, Run]]:
+        """Every user's runs in the book, each with its user, oldest first (what an admin
+        sees in the lab panel)."""
+
+
+@runtime_checkable
+class TailedRun(Protocol):
+    """A run that reads the end of its output without the rest (one machine's: its log
+    file)."""
+
+    def log_tail(self, max_bytes: int) -> tuple[str, bool]:
+        """The last ``max_bytes`` of its output at most, and whether earlier output was
+        left out."""
+
+
+def log_tail(run: Run, max_bytes: int) -> tuple[str, bool]:
+    """The last ``max_bytes`` of ``run``'s output at most (a line cut at the start is left
+    out), and whether earlier output was left out: what a panel shows, however long the
+    output has grown (read from its end where the run can, else from all of it)."""
+    if isinstance(run, TailedRun):
+        return run.log_tail(max_bytes)
+    data = run.logs().encode()
+    if len(data) <= max_bytes:
+        return data.decode(errors="replace"), False
+    return data[-max_bytes:].decode(errors="replace").partition("\n")[2], True
+
 
 def wait_for_end(
     read: Callable[[], RunStatus], timeout: str | float | None, poll: float

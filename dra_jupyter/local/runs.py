@@ -224,6 +224,12 @@ class RunBook:
             found = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE name = ?", (name,)).fetchone()
         return None if found is None else _row(found)
 
+    def owners(self) -> list[tuple[str, str]]:
+        """Every run in the book by name, with its user, oldest first."""
+        with self.ledger._reading() as conn:
+            found = conn.execute("SELECT name, user FROM runs ORDER BY created, name")
+            return [(r[0], r[1]) for r in found]
+
     def rows(self, user: str) -> list[RunRow]:
         """``user``'s runs, oldest first, each settled."""
         with self.ledger._reading() as conn:
@@ -308,6 +314,22 @@ class LocalRun:
             if not chunk:
                 time.sleep(POLL_S)
 
+    def log_tail(self, max_bytes: int) -> tuple[str, bool]:
+        """The last ``max_bytes`` of its log at most (a line cut at the start is left out),
+        and whether earlier output was left out (:class:`~dra_jupyter.runstatus.TailedRun`)."""
+        path = self._row().log
+        try:
+            with path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - max_bytes))
+                data = f.read(max_bytes)
+        except FileNotFoundError:
+            return "", False
+        cut = size > max_bytes
+        if cut:
+            data = data[data.find(b"\n") + 1 :] if b"\n" in data else data
+        return data.decode(errors="replace"), cut
+
     def cancel(self) -> None:
         row = self._row()
         if row.phase in ENDED:
@@ -378,6 +400,11 @@ class LocalRuns:
 
     def runs(self) -> list[LocalRun]:
         return [LocalRun(self.book, r.name, self._release) for r in self.book.rows(self.user)]
+
+    def every_users(self) -> list[tuple[str, LocalRun]]:
+        return [
+            (user, LocalRun(self.book, name, self._release)) for name, user in self.book.owners()
+        ]
 
     def start(self, spec: Mapping[str, Any], name: str = "") -> LocalRun:
         """Record the run, start its launcher, and return once the launcher has its devices

@@ -44,6 +44,7 @@ from dra_jupyter.server.kernels import (
 )
 from dra_jupyter.server.moves import MOVED, Moves, PodDevices, checked_claim, pod_devices
 from dra_jupyter.server.reclaims import Reclaims
+from dra_jupyter.server.runs import RunService
 from dra_jupyter.server.sampling import MetricsSampler
 from dra_jupyter.server.strays import stray_events
 from dra_jupyter.server.terminals import put_scripts_on_terminal_path
@@ -372,6 +373,7 @@ class DRAExtensionApp(ExtensionApp):
             live_kernels=self.live_kernels,
             max_devices_per_user=self.max_devices_per_user,
         )
+        self.runs = RunService(self.service)
         self.watcher = ExecutionWatcher(
             on_cell_end=self._cell_ended,
             on_cell_start=self._cell_started,
@@ -557,6 +559,15 @@ class DRAExtensionApp(ExtensionApp):
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._readers, partial(fn, *args))
+        finally:
+            self.claim_events.emit_releases()
+
+    async def wait(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking call that may take seconds (a run's cancel waits for its end) on
+        a thread of its own: neither the writer nor the readers wait behind it."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, partial(fn, *args))
         finally:
             self.claim_events.emit_releases()
 

@@ -69,6 +69,7 @@ from dra_jupyter.types import (
     Select,
     Sweep,
     process_start_time,
+    run_of,
 )
 
 # Keywords of POST claims that are not claim keywords (dra.request's own arguments).
@@ -288,6 +289,7 @@ class ClaimService:
             namespace=record.namespace,
             user=record.owner.user,
             kernel_id=record.owner.kernel_id,
+            run=run_of(record),
             devices=record.device_keys,
             env=self.environment([record]),
             created=record.created,

@@ -58,6 +58,7 @@ from dra_jupyter.server.models import (
     check_claim_request,
     parse_json_body,
 )
+from dra_jupyter.server.runs import RunService, check_run_name, tail_lines
 from dra_jupyter.server.sampling import MetricsSampler
 from dra_jupyter.types import ClaimRecord
 
@@ -70,6 +71,9 @@ class DRAApp(Protocol):
 
     @property
     def service(self) -> ClaimService: ...
+
+    @property
+    def runs(self) -> RunService: ...
 
     @property
     def metrics(self) -> MetricsSampler: ...
@@ -89,6 +93,8 @@ class DRAApp(Protocol):
     async def call(self, fn: Callable[..., T], *args: Any) -> T: ...
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+    async def wait(self, fn: Callable[..., T], *args: Any) -> T: ...
 
     async def restart_with_claims(
         self, kernel_id: str
@@ -120,7 +126,7 @@ TOO_LARGE = (
 )
 ENDPOINTS = (
     "devices, metrics, metrics/prometheus, usage, claims, claims/NAME, claims/NAME/keep, "
-    "kernels/ID/claims, kernels/ID/restart-with-claims"
+    "kernels/ID/claims, kernels/ID/restart-with-claims, runs, runs/NAME/cancel, runs/NAME/logs"
 )
 MAX_MESSAGE = 1000  # characters of an error's message: one line, values in it already cut
 
@@ -433,6 +439,44 @@ class MoveHandler(_DRAHandler):
             )
 
 
+class RunsHandler(_DRAHandler):
+    """The caller's background runs (``dra.run``): the lab panel's Runs."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        caller = await self.caller()
+        with _handle_error():
+            self.reply(await self.dra.read(self.dra.runs.runs, caller))
+
+
+class RunCancelHandler(_DRAHandler):
+    """Cancel one of the caller's runs; answers once it ended (seconds, on its own thread)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        caller = await self.caller()
+        self.body()  # none is needed; a large one is refused all the same
+        with _handle_error():
+            check_run_name(name)
+            self.reply(await self.dra.wait(self.dra.runs.cancel, caller, name))
+
+
+class RunLogsHandler(_DRAHandler):
+    """The last lines of one of the caller's runs' output (``?tail=N``)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        caller = await self.caller()
+        raw = self.get_argument("tail", "")
+        with _handle_error():
+            check_run_name(name)
+            tail = tail_lines(raw)
+            self.reply(await self.dra.read(self.dra.runs.logs, caller, name, tail))
+
+
 def _sample_model(s: Sample) -> SampleModel:
     return SampleModel(
         time=s.time,
@@ -586,5 +630,8 @@ def routes() -> list[tuple[str, type[_DRAHandler]]]:
         (rf"/dra/api/claims/{_NAME}/move", MoveHandler),
         (rf"/dra/api/kernels/{_KERNEL}/claims", KernelClaimsHandler),
         (rf"/dra/api/kernels/{_KERNEL}/restart-with-claims", RestartWithClaimsHandler),
+        (r"/dra/api/runs", RunsHandler),
+        (rf"/dra/api/runs/{_NAME}/cancel", RunCancelHandler),
+        (rf"/dra/api/runs/{_NAME}/logs", RunLogsHandler),
         FALLBACK,
     ]

@@ -17,6 +17,7 @@ from typing import Literal, NotRequired, TypedDict, cast
 
 from dra_jupyter.errors import InvalidInputError, shown
 from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH, MAX_SUBREQUESTS
+from dra_jupyter.runstatus import Phase
 from dra_jupyter.selectors import MAX_EXPRESSION_LENGTH
 
 DeviceState = Literal["free", "held", "shared", "blocked", "tainted"]
@@ -83,6 +84,7 @@ class ClaimModel(TypedDict):
     namespace: str
     user: str
     kernel_id: str | None
+    run: str | None  # the background run (dra.run on one machine) whose launcher holds it
     devices: list[str]  # driver/pool/device; none while a Kubernetes claim is pending
     env: dict[str, str]  # CUDA_VISIBLE_DEVICES and friends, for here (Kubernetes: none)
     created: float  # seconds since the epoch
@@ -104,6 +106,43 @@ class RestartResponse(TypedDict):
     kernel_id: str
     env: dict[str, str]  # what the restarted kernel's environment got from its claims
     claims: list[ClaimModel]  # the kernel's claims, now held by the server for it
+
+
+RunPhase = Phase  # runstatus.PHASES
+
+
+class RunModel(TypedDict):
+    """A background run as it was when read (``GET runs``): the same on every backend."""
+
+    name: str
+    user: str
+    phase: RunPhase
+    where: str  # "this machine", "namespace team-a"
+    launcher: str  # "Job", "Pod", ...; empty on one machine
+    command: str  # what it runs, as a shell would say it, cut
+    devices: list[str]  # driver/pool/device, the first MAX_RUN_DEVICES
+    device_count: int
+    processes: int  # processes (one machine) or pods (a Job)
+    created: float
+    started: float | None
+    ended: float | None
+    exit_code: int | None  # the first that is not 0, else 0; None while none ended with one
+    message: str  # one line: why it is in its phase
+    cancellable: bool  # the caller's, and not ended
+
+
+class RunsResponse(TypedDict):
+    runs: list[RunModel]  # oldest first, the newest MAX_RUNS
+    more: int  # older runs left out
+
+
+class RunLogsResponse(TypedDict):
+    """``GET runs/{name}/logs``: the last lines of a run's output."""
+
+    name: str
+    text: str
+    lines: int
+    truncated: bool  # earlier output is left out
 
 
 class ClaimRequest(TypedDict, total=False):

@@ -6,6 +6,7 @@ import { type ISignal, Signal } from '@lumino/signaling';
 
 import { DraRequestError, type Requester } from './api';
 import { metricsByDevice, SPARK_SAMPLES } from './metrics';
+import { LOG_LINES } from './runs';
 import {
   type AllocatedEvent,
   type ClaimEvent,
@@ -25,6 +26,9 @@ import type {
   Devices,
   Metrics,
   Restart,
+  Run,
+  RunLogs,
+  Runs,
   Usage,
   Waiter
 } from './wire';
@@ -160,6 +164,19 @@ export class DraModel {
     return this._usage;
   }
 
+  /**
+   * The caller's background runs (GET /runs), read with the inventory while the panel is
+   * shown; null before, or when the last read failed ({@link runsError} says why).
+   */
+  get runs(): Runs | null {
+    return this._runs;
+  }
+
+  /** Why the last read of the runs failed; null when it went well. */
+  get runsError(): DraRequestError | null {
+    return this._runsError;
+  }
+
   /** Each device's metrics by its key (none when the server has no metrics source). */
   get metricsMap(): ReadonlyMap<string, DeviceMetrics> {
     return this._metricsMap;
@@ -260,6 +277,7 @@ export class DraModel {
       if (this._devicesWanted) {
         await this._readMetrics();
         await this._readUsage();
+        await this._readRuns();
       }
       const live = new Set(claims.map(c => c.name));
       vanished = this._claims.filter(c => !live.has(c.name) && !this._wasAnnounced(c));
@@ -386,6 +404,23 @@ export class DraModel {
     const answer = await this._request('POST /claims/{name}/move', { name });
     await this.refreshSoon();
     return answer;
+  }
+
+  /** Cancel one of the caller's runs; answers once it ended, with it as it is then. */
+  async cancelRun(name: string): Promise<Run> {
+    const run = await this._request('POST /runs/{name}/cancel', { name });
+    if (this._runs !== null) {
+      const runs = this._runs.runs.map(r => (r.name === name ? run : r));
+      this._runs = { ...this._runs, runs };
+    }
+    this._changed.emit();
+    await this.refreshSoon(); // its claim went: the devices' states changed
+    return run;
+  }
+
+  /** The last `tail` lines of one of the caller's runs' output. */
+  async runLogs(name: string, tail: number = LOG_LINES): Promise<RunLogs> {
+    return this._request('GET /runs/{name}/logs', { name, tail });
   }
 
   /** Allocate devices now (as dra.request with timeout 0). */
@@ -516,6 +551,17 @@ export class DraModel {
     }
   }
 
+  /** The runs, while the panel is shown; a failure says why in the Runs section. */
+  private async _readRuns(): Promise<void> {
+    try {
+      this._runs = await this._request('GET /runs');
+      this._runsError = null;
+    } catch (err) {
+      this._runs = null;
+      this._runsError = toError(err);
+    }
+  }
+
   private _setDevices(devices: Devices): void {
     this._devices = devices;
     this._deviceMap = new Map(devices.devices.map(d => [d.device, d]));
@@ -531,6 +577,8 @@ export class DraModel {
   private _metrics: Metrics | null = null;
   private _metricsMap = new Map<string, DeviceMetrics>();
   private _usage: Usage | null = null;
+  private _runs: Runs | null = null;
+  private _runsError: DraRequestError | null = null;
   private _usageRead = -Infinity; // this.now() of the last read
   private _error: DraRequestError | null = null;
   private _connected = false;

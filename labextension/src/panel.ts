@@ -1,6 +1,6 @@
 // The left sidebar's "Devices" panel: the caller's claims (with Release, Keep and
-// "Restart kernel with these devices"), a request form, and the devices by node and GPU
-// with MIG partitions under their parent.
+// "Restart kernel with these devices"), their background runs (runsview.ts), a request
+// form, and the devices by node and GPU with MIG partitions under their parent.
 
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
@@ -32,6 +32,7 @@ import {
 } from './metrics';
 import { type DraModel, toError } from './model';
 import { claimPending, POD_RESTART, restartWords } from './moves';
+import { RunsView } from './runsview';
 import type { Claim, ClaimRequest, Device } from './wire';
 
 /** What the views need to know of the page's kernels. */
@@ -63,6 +64,7 @@ export class DevicesPanel extends Widget {
     this.addClass('dra-DevicesPanel');
     this.title.icon = devicesIcon;
     this.title.caption = 'Devices: your GPU, MIG and TPU claims';
+    this._runs = new RunsView(model, () => this.render());
     model.changed.connect(this.render, this);
     this.render();
   }
@@ -92,6 +94,7 @@ export class DevicesPanel extends Widget {
         this._fillTimes(row, claim, now);
       }
     }
+    this._runs.tick(this.node);
   }
 
   render(): void {
@@ -113,6 +116,10 @@ export class DevicesPanel extends Widget {
     }
     if (model.connected || model.error === null) {
       root.append(this._claims());
+      const runs = this._runs.section();
+      if (runs !== null) {
+        root.append(runs);
+      }
       const usage = this._usage();
       if (usage !== null) {
         root.append(usage);
@@ -204,14 +211,16 @@ export class DevicesPanel extends Widget {
     const kernel = claim.kernel_id;
     const where = kernel
       ? (this.kernels.label(kernel) ?? 'a kernel not open in this page')
-      : 'no kernel (REST API)';
+      : claim.run
+        ? `run ${claim.run} (Your runs)`
+        : 'no kernel (REST API)';
     row.append(el('div', 'dra-claim-where', where));
     row.append(el('div', 'dra-dim dra-claim-keys', claim.devices.map(deviceName).join(', ')));
     row.append(el('div', 'dra-claim-times'));
     this._fillTimes(row, claim, this.model.now());
     const actions = el('div', 'dra-actions');
     actions.append(
-      button('Release', 'jp-mod-warn dra-release', `Give back ${claim.name} now`, () =>
+      button('Release', 'jp-mod-warn dra-release', releaseCaption(claim), () =>
         this._act(row, () => this.model.release(claim.name))
       )
     );
@@ -512,6 +521,7 @@ export class DevicesPanel extends Widget {
   }
 
   private _ticker = 0;
+  private _runs: RunsView;
   private _formOpen = false;
   private _attach = true;
   private _formValues: Partial<Record<string, string>> = {};
@@ -522,4 +532,11 @@ export class DevicesPanel extends Widget {
     restart?: string; // a kernel to offer the restart with the claim's devices
     pending?: boolean; // the claim's devices go to a pod (Kubernetes): the restart moves it
   } | null = null;
+}
+
+/** The Release button's tooltip: a run's claim goes with its run. */
+function releaseCaption(claim: Claim): string {
+  return claim.run
+    ? `Give back ${claim.name} now; run ${claim.run}, which holds it, stops`
+    : `Give back ${claim.name} now`;
 }

@@ -58,6 +58,11 @@ export interface Claim {
   namespace: string;
   user: string;
   kernel_id: string | null;
+  /**
+   * the background run (dra.run on one machine, GET /runs) whose launcher holds
+   * it; releasing it stops the run. null for any other claim
+   */
+  run: string | null;
   /** driver/pool/device; empty while a Kubernetes claim is pending */
   devices: string[];
   /** CUDA_VISIBLE_DEVICES and friends, for a process here; empty on Kubernetes */
@@ -183,6 +188,55 @@ export interface Restart {
   claims: Claim[];
 }
 
+/** A run as it was when read (dra_jupyter.runstatus.RunStatus), the same on every backend */
+export interface Run {
+  name: string;
+  user: string;
+  phase: "Pending" | "Running" | "Succeeded" | "Failed" | "Cancelled";
+  /** where it lives: this machine, namespace team-a */
+  where: string;
+  /** what runs it on Kubernetes: Job, Pod, ...; empty on one machine */
+  launcher: string;
+  /** what it runs, as a shell would say it, cut to 200 characters */
+  command: string;
+  /** driver/pool/device of all its processes (the first 64; device_count says how many) */
+  devices: string[];
+  device_count: number;
+  /** its processes (one machine) or pods (a Job) */
+  processes: number;
+  /** seconds since the epoch */
+  created: number;
+  /** seconds since the epoch; null until it runs */
+  started: number | null;
+  /** seconds since the epoch; null until it ends */
+  ended: number | null;
+  /**
+   * once its processes ended: the first that is not 0, else 0; negative when a
+   * signal ended it (-15 SIGTERM); null while none ended with a code
+   */
+  exit_code: number | null;
+  /** why it is in its phase, in one line (waiting in line, cancelled, the scheduler's reason) */
+  message: string;
+  /** the caller may cancel it: theirs, and not ended */
+  cancellable: boolean;
+}
+
+export interface Runs {
+  runs: Run[];
+  /** older runs left out */
+  more: number;
+}
+
+export interface RunLogs {
+  name: string;
+  /** the last lines (the last without its newline while the run writes it) */
+  text: string;
+  /** how many lines text has */
+  lines: number;
+  /** earlier output is left out */
+  truncated: boolean;
+}
+
 /**
  * The keywords of dra.request, plus kernel_id and timeout. Each field has the type
  * and at most the length given here (400 naming the field otherwise); the body at
@@ -297,5 +351,23 @@ export interface Operations {
     parameters: { kernel_id: string };
     body: null;
     answer: Restart;
+  };
+  /** The caller's background runs (dra.run), oldest first (the lab panel's Runs) */
+  "GET /runs": {
+    parameters: Record<string, never>;
+    body: null;
+    answer: Runs;
+  };
+  /** Cancel one of the caller's runs (as run.cancel()) */
+  "POST /runs/{name}/cancel": {
+    parameters: { name: string };
+    body: null;
+    answer: Run;
+  };
+  /** The last lines of one of the caller's runs' output (as run.logs()) */
+  "GET /runs/{name}/logs": {
+    parameters: { name: string; tail?: number };
+    body: null;
+    answer: RunLogs;
   };
 }

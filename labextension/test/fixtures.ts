@@ -2,7 +2,7 @@
 
 import type { MoveNotifier } from '../src/moves';
 import type { WarningAction } from '../src/warnings';
-import type { Claim, Device } from '../src/wire';
+import type { Claim, Device, Run } from '../src/wire';
 
 export function device(key: string, more: Partial<Device> = {}): Device {
   return {
@@ -27,6 +27,7 @@ export function claim(name: string, more: Partial<Claim> = {}): Claim {
     namespace: 'local',
     user: 'alice',
     kernel_id: 'k1',
+    run: null,
     devices: [],
     env: {},
     created: 1000,
@@ -65,4 +66,25 @@ export class Shown implements MoveNotifier {
   success(message: string): void {
     this.notes.push(`success: ${message}`);
   }
+}
+
+export function run(name: string, more: Partial<Run> = {}): Run {
+  return {
+    name,
+    user: 'alice',
+    phase: 'Running',
+    where: 'this machine',
+    launcher: '',
+    command: "python -c 'import time; time.sleep(120)'",
+    devices: [`${GPU}0`],
+    device_count: 1,
+    processes: 1,
+    created: 1000,
+    started: 1010,
+    ended: null,
+    exit_code: null,
+    message: '',
+    cancellable: true,
+    ...more
+  };
 }

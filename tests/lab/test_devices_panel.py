@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from dra_jupyter.api import Session
+from dra_jupyter.settings import Settings
 from tests.browser.conftest import (
     WAIT_MS,
     Lab,
@@ -284,6 +286,46 @@ def test_the_panel_shows_who_waits_in_line(lab: Lab, page: Any, released: None) 
             waiter.kill()
             waiter.wait()
         subprocess.run([*cli, "release", "in-line"], env=env, capture_output=True, check=False)
+
+
+def test_the_panel_lists_a_run_shows_its_output_and_cancels_it_when_asked_twice(
+    lab: Lab, page: Any, released: None, tmp_path: Path
+) -> None:
+    """A background run of this user (dra.run, started elsewhere): the panel's Your runs
+    shows it running on its GPU; Output shows its last lines; Cancel asks first, Keep it
+    running leaves it, Cancel run stops it, and its card says Cancelled."""
+    session = Session(Settings(ledger=lab.ledger, inventory="h200-8x", backend="local"))
+    command = ["python", "-c", "import time; print('ready', flush=True); time.sleep(300)"]
+    run = session.run(command, gpu=1, name="panel-run")
+    try:
+        open_lab(page, lab)
+        panel = open_panel(page)
+        card = panel.locator('section.dra-runs li.dra-run[data-run="panel-run"]')
+        card.wait_for(timeout=WAIT_MS)
+        until("the run's card says Running", lambda: "Running" in card.inner_text())
+        assert f"1{X} H200" in card.locator(".dra-run-devices").inner_text()
+        held = panel.locator("li.dra-claim .dra-claim-where")  # its claim, the run's
+        texts = held.all_inner_texts
+        until("its claim says its run", lambda: "run panel-run (Your runs)" in texts())
+        card.locator(".dra-run-output summary").click()
+        log = card.locator("pre.dra-run-log")
+        until("its output in the card", lambda: "ready" in (log.all_inner_texts() or [""])[0])
+        card.locator("button.dra-run-cancel").click()
+        question = card.locator(".dra-run-confirm")
+        question.wait_for(timeout=WAIT_MS)
+        assert "Cancel run panel-run?" in question.inner_text()
+        page.screenshot(path=str(screenshots_dir(tmp_path) / "devices-panel-runs.png"))
+        card.locator("button.dra-run-cancel-no").click()
+        question.wait_for(state="detached", timeout=WAIT_MS)
+        assert run.status.phase == "Running"
+        card.locator("button.dra-run-cancel").click()
+        card.locator("button.dra-run-cancel-yes").click()
+        until("the run's card says Cancelled", lambda: "Cancelled" in card.inner_text())
+        assert card.locator("button.dra-run-cancel").count() == 0
+        ended = run.status  # read again
+        assert ended.phase == "Cancelled"
+    finally:
+        run.cancel()
 
 
 def test_restart_with_claims_from_the_kernel_menu_keeps_the_devices(

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from IPython.lib.pretty import pretty
@@ -24,7 +24,7 @@ from dra_jupyter.errors import (
     NotFoundError,
 )
 from dra_jupyter.local.ledger import Ledger
-from dra_jupyter.runstatus import Run, RunStatus
+from dra_jupyter.runstatus import Run, RunStatus, TailedRun, log_tail
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import process_start_time
 
@@ -355,3 +355,27 @@ def test_a_status_reads_as_lines_with_clock_times(session: Session) -> None:
     assert f"started {started}, ended {ended}" in text and "exit code 0>" in text
     assert "created=" not in text and "." not in text.split("created ")[1].split(",")[0]
     assert pretty(status) == text  # type: ignore[no-untyped-call]  # IPython
+
+
+class WholeLogs:
+    """A run that reads its output only whole (as a cluster's pod logs): no log_tail."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def logs(self, follow: bool = False, rank: int | None = None) -> str:
+        return self.run.logs()
+
+
+def test_the_end_of_a_long_log_is_read_from_its_end_or_cut_from_all_of_it(
+    session: Session,
+) -> None:
+    run = start(session, ["python", "-c", "for i in range(5000): print('line', i)"], gpu=1)
+    assert run.wait(BOUND).phase == "Succeeded"
+    whole = run.logs()
+    assert isinstance(run, TailedRun)  # one machine's: read from the file's end
+    text, cut = log_tail(run, 100)
+    assert cut and whole.endswith(text) and len(text.encode()) <= 100
+    assert text.startswith("line ")  # whole lines: the one cut at the start is left out
+    assert log_tail(cast(Run, WholeLogs(run)), 100) == (text, True)
+    assert log_tail(run, len(whole)) == log_tail(cast(Run, WholeLogs(run)), 10**6) == (whole, False)

@@ -415,6 +415,12 @@ def test_a_nested_selector_is_refused_in_words(api: Server) -> None:
         ("POST", "/dra/api/devices", 405, "answers GET only"),
         ("GET", "/dra/api/claims/%ff", 400, "is not a DNS subdomain"),
         ("PUT", "/dra/api/claims/x", 405, "answers GET and DELETE only"),
+        ("POST", "/dra/api/runs/Upper/cancel", 400, "is not one a run can have"),
+        ("POST", "/dra/api/runs/nope/cancel", 404, "no run nope of yours"),
+        ("GET", "/dra/api/runs/nope/logs", 404, "no run nope of yours"),
+        ("GET", "/dra/api/runs/nope/logs?tail=" + "9" * 5000, 400, "tail must be a whole"),
+        ("DELETE", "/dra/api/runs", 405, "answers GET only"),
+        ("GET", "/dra/api/runs/nope/cancel", 405, "answers POST only"),
     ],
 )
 def test_everything_under_the_prefix_answers_json(
@@ -652,6 +658,9 @@ segments = st.one_of(
             ("GET", "/dra/api/{}"),
             ("GET", "/dra/api/metrics?history={}"),
             ("GET", "/dra/api/metrics?device={}"),
+            ("POST", "/dra/api/runs/{}/cancel"),
+            ("GET", "/dra/api/runs/{}/logs"),
+            ("GET", "/dra/api/runs/nope/logs?tail={}"),
         ]
     ),
 )

@@ -13,6 +13,7 @@ The widgets' JavaScript is checked against the same spec in tests/widgets/test_w
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import types
@@ -25,6 +26,7 @@ import jsonschema
 import pytest
 import yaml
 
+from dra_jupyter.api import Session
 from dra_jupyter.server import models
 from dra_jupyter.server.claims import Caller
 from dra_jupyter.server.models import (
@@ -40,6 +42,9 @@ from dra_jupyter.server.models import (
     MetricsResponse,
     ReleasedModel,
     RestartResponse,
+    RunLogsResponse,
+    RunModel,
+    RunsResponse,
     SampleModel,
     UsageResponse,
     WaiterModel,
@@ -69,6 +74,9 @@ SCHEMAS: dict[str, type] = {
     "Restart": RestartResponse,
     "ClaimRequest": ClaimRequest,
     "Usage": UsageResponse,
+    "Run": RunModel,
+    "Runs": RunsResponse,
+    "RunLogs": RunLogsResponse,
 }
 
 # Fields the spec gives an enum that the TypedDict types as plain ``str``, and why. The
@@ -316,6 +324,25 @@ async def every_error(api: Contract, mine: str, theirs: str) -> None:
     await api.call("POST", "/claims/Upper/move", status=400)
     await api.call("GET", "/kernels/no-such-kernel/claims", status=404)
     await api.call("POST", "/kernels/no-such-kernel/restart-with-claims", status=404)
+    await api.call("POST", "/runs/no-such-run/cancel", status=404)
+    await api.call("POST", "/runs/Upper/cancel", status=400)
+    await api.call("GET", "/runs/no-such-run/logs", status=404)
+    await api.call("GET", "/runs/no-such-run/logs", status=400, tail="0")
+
+
+async def a_run(api: Contract, app: Any) -> None:
+    """A background run of the server's user (dra.run, on the server's ledger): listed, its
+    output read, cancelled."""
+    session = Session(app.service.session.settings)
+    run = await asyncio.to_thread(session.run, ["sleep", "300"], gpu=1, name="contract")
+    try:
+        listed = await api.call("GET", "/runs", status=200)
+        assert [r["name"] for r in listed["runs"]] == ["contract"]
+        await api.call("GET", "/runs/contract/logs", status=200, tail="5")
+        cancelled = await api.call("POST", "/runs/contract/cancel", status=200)
+        assert cancelled["phase"] == "Cancelled"
+    finally:
+        await asyncio.to_thread(run.cancel)
 
 
 async def test_every_operation_answers_as_the_spec_says(jp_fetch: Fetch, jp_serverapp: Any) -> None:
@@ -354,6 +381,7 @@ async def test_every_operation_answers_as_the_spec_says(jp_fetch: Fetch, jp_serv
         [ours] = moved["claims"]  # the same again, the old one released
         await api.call("POST", f"/claims/{mine['name']}/move", status=400)  # of no kernel
         await api.call("DELETE", f"/claims/{mine['name']}", status=204)
+        await a_run(api, app)
 
         await every_error(api, mine["name"], theirs.name)
 
