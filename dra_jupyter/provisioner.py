@@ -223,11 +223,11 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             owner=Owner.current(self.kernel_id),
             queue=self.queue or settings.kueue_queue,
         )
-        if spec.queue and spec.has_devices:  # what the queue could never admit: said now
+        if spec.queue and spec.has_devices:  # what Kueue could never admit: said now
             refused = kueue.refusal(
                 f"kernel {self.kernel_id}", spec.queue, dict(kernel_claim(spec)["spec"])
             )
-            if refused:
+            if refused and kueue.served(pods.api):  # without Kueue, the label does nothing
                 raise InvalidInputError(refused)
         if not own_name or not spec.working_dir:  # a server in no pod: nothing to mount
             return spec

@@ -87,6 +87,15 @@ def word(workload: Wire, workloads: Iterable[Wire]) -> str:
     return f"waiting in Kueue's queue {queue}, {place} of {max(len(line), place)}: {why}"
 
 
+def served(api: client.ApiClient) -> bool:
+    """True when the cluster serves Kueue's API (discovery; False when it cannot be read)."""
+    try:
+        groups = client.ApisApi(api).get_api_versions(_request_timeout=TIMEOUT).groups
+    except (ApiException, urllib3.exceptions.HTTPError):
+        return False
+    return any(g.name == GROUP for g in groups or ())
+
+
 def namespace_workloads(api: client.ApiClient, namespace: str) -> list[Wire] | None:
     """The namespace's Workloads; None when Kueue is not there or RBAC hides them."""
     objects = client.CustomObjectsApi(api)
