@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -626,3 +627,28 @@ def test_a_keyword_given_twice_is_refused() -> None:
         "silently win)\n"
     )
     assert claims_json() == []
+
+
+def test_a_killed_cli_waiter_leaves_the_line(settings: Path) -> None:
+    """A ``request --timeout`` killed while it waits (SIGTERM: no clean-up of its own) gives
+    up its place: the CLI's claims live by their lease, not its pid, but its place in line
+    is the waiting process's. Before, the place stayed for good and a later request of the
+    same devices was refused as busy (number 2 in the queue) on a free machine."""
+    assert run("request", "gpu=all", "--lease", "1h").code == 0
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "dra_jupyter.cli", "request", "gpu=1", "--timeout", "10m"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "gpu=1" not in run("waiting").out:
+            assert time.monotonic() < deadline, "the CLI waiter never took its place"
+            time.sleep(0.1)
+    finally:
+        waiter.terminate()
+        waiter.wait(timeout=30)
+    assert run("release", "--all").code == 0
+    result = run("request", "gpu=1")  # the killed waiter's place is gone: served at once
+    assert result.code == 0, result.err
+    assert "gpu=1" not in run("waiting").out

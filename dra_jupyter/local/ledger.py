@@ -40,6 +40,7 @@ frees devices wakes the queue's waiters in every process (:mod:`~dra_jupyter.loc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
@@ -64,7 +65,7 @@ from dra_jupyter.local.schema import NEW_LEDGER, SCHEMA_VERSION
 from dra_jupyter.local.wakeup import Bell
 from dra_jupyter.model.health import HealthTaint
 from dra_jupyter.sharing.reclaim import Notice
-from dra_jupyter.types import ClaimRecord, DeviceTaint, HealthEvent, Owner
+from dra_jupyter.types import ClaimRecord, DeviceTaint, HealthEvent, Owner, process_start_time
 
 # One sampler's report of a claim: its name, seconds active, idle and unknown since the last
 # report, and joules (None: no energy counter).
@@ -579,6 +580,13 @@ class Ledger:
 
     @staticmethod
     def enqueue(conn: sqlite3.Connection, shape: str, owner: Owner, now: float) -> int:
+        """Take a place in line for ``owner``; the place lives while the process that waits
+        does: a detached owner's (the CLI's claims live by their lease, not its pid) is tied
+        to this process, which is the one waiting, so that a killed waiter leaves the line."""
+        if owner.pid <= 0:
+            owner = dataclasses.replace(
+                owner, pid=os.getpid(), start_time=process_start_time(os.getpid())
+            )
         cur = conn.execute(
             "INSERT INTO waiters (shape, owner, created) VALUES (?, ?, ?)",
             (shape, json.dumps(owner.to_dict()), now),
