@@ -59,6 +59,7 @@ variable                              meaning (default)
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -151,11 +152,6 @@ class Settings:
             raise InvalidInputError(
                 f"DRA_JUPYTER_BACKEND={shown(backend)} is not known; use {', '.join(BACKENDS)}"
             )
-        if _seconds(env, "DRA_JUPYTER_HEALTH_GRACE", 300) < 0:
-            raise InvalidInputError(
-                "DRA_JUPYTER_HEALTH_GRACE must be 0 or more seconds, not "
-                f"{shown(env['DRA_JUPYTER_HEALTH_GRACE'])}"
-            )
         retries = _seconds(env, "DRA_JUPYTER_KUBE_RETRIES", 4)
         if retries < 1 or retries != int(retries):
             raise InvalidInputError(
@@ -171,12 +167,6 @@ class Settings:
             raise InvalidInputError(
                 f"DRA_JUPYTER_RECLAIM={shown(reclaim)} is not known; use 1 or 0"
             )
-        for name, default in (("RECLAIM_GRACE", 300), ("RECLAIM_IDLE", 600)):
-            if _seconds(env, f"DRA_JUPYTER_{name}", default) < 0:
-                raise InvalidInputError(
-                    f"DRA_JUPYTER_{name} must be 0 or more seconds, not "
-                    f"{shown(env[f'DRA_JUPYTER_{name}'])}"
-                )
         keeps = _seconds(env, "DRA_JUPYTER_KEEPS_UNDER_PRESSURE", 1)
         if keeps < 0 or keeps != int(keeps):
             raise InvalidInputError(
@@ -217,9 +207,13 @@ def service_installed(socket: Path, config: Path) -> bool:
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number of 0 or more from the environment (NaN and infinities are no number)."""
     try:
-        return float(env.get(name, default))
-    except ValueError as err:
+        value = float(env.get(name, default))
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
         raise InvalidInputError(
-            f"{name} must be a number of seconds, not {shown(env[name])}"
-        ) from err
+            f"{name} must be a number of seconds, 0 or more, not {shown(env[name])}"
+        )
+    return value

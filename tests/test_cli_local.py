@@ -537,7 +537,7 @@ def test_a_setting_in_seconds_that_is_not_a_number(
     monkeypatch.setenv(name, "soon")
     result = run("claims")
     assert result.code == 2
-    assert result.err.strip() == f"error: {name} must be a number of seconds, not 'soon'"
+    assert result.err.strip() == f"error: {name} must be a number of seconds, 0 or more, not 'soon'"
 
 
 def test_a_ledger_that_cannot_be_read_is_exit_3(settings: Path) -> None:

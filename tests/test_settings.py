@@ -65,9 +65,15 @@ def test_the_health_grace_is_read() -> None:
         ({"DRA_JUPYTER_BACKEND": "slurm"}, "DRA_JUPYTER_BACKEND='slurm' is not known; use local"),
         ({"DRA_JUPYTER_KUBE_RETRIES": "0"}, "DRA_JUPYTER_KUBE_RETRIES must be a whole number"),
         ({"DRA_JUPYTER_KUBE_BACKOFF": "soon"}, "DRA_JUPYTER_KUBE_BACKOFF must be a number"),
-        ({"DRA_JUPYTER_HEALTH_GRACE": "-1"}, "DRA_JUPYTER_HEALTH_GRACE must be 0 or more"),
+        ({"DRA_JUPYTER_HEALTH_GRACE": "-1"}, "DRA_JUPYTER_HEALTH_GRACE must be a number of sec"),
         ({"DRA_JUPYTER_RECLAIM": "maybe"}, "DRA_JUPYTER_RECLAIM='maybe' is not known; use 1"),
-        ({"DRA_JUPYTER_RECLAIM_GRACE": "-5"}, "DRA_JUPYTER_RECLAIM_GRACE must be 0 or more"),
+        ({"DRA_JUPYTER_RECLAIM_GRACE": "-5"}, "DRA_JUPYTER_RECLAIM_GRACE must be a number of se"),
+        # NaN and the infinities are no number: before, nan crashed every command
+        ({"DRA_JUPYTER_KEEPS_UNDER_PRESSURE": "nan"}, "KEEPS_UNDER_PRESSURE must be a number"),
+        ({"DRA_JUPYTER_KEEPS_UNDER_PRESSURE": "1e400"}, "KEEPS_UNDER_PRESSURE must be a number"),
+        ({"DRA_JUPYTER_RECLAIM_IDLE": "inf"}, "DRA_JUPYTER_RECLAIM_IDLE must be a number of sec"),
+        ({"DRA_JUPYTER_POLL_INTERVAL": "inf"}, "DRA_JUPYTER_POLL_INTERVAL must be a number of s"),
+        ({"DRA_JUPYTER_POLL_INTERVAL": "-1"}, "DRA_JUPYTER_POLL_INTERVAL must be a number of s"),
         ({"DRA_JUPYTER_KEEPS_UNDER_PRESSURE": "1.5"}, "must be a whole number, 0 or more"),
     ],
 )
