@@ -37,6 +37,7 @@ from typing import IO, Any, Literal, overload
 
 from dra_jupyter.errors import (
     InvalidInputError,
+    LedgerError,
     NotFoundError,
     UnavailableError,
     outcome_of,
@@ -46,7 +47,8 @@ from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.runstatus import ENDED, Phase, RunProcess, RunStatus, wait_for_end
 from dra_jupyter.types import Owner, claim_prefix, process_start_time
 
-LOG_DIR = "runs"  # next to the ledger: runs/NAME.log
+LOG_DIR = "runs"  # next to the ledger: runs/USER/NAME.log (a folder per user: a ledger
+# that several users share has their runs side by side, each folder only its user's)
 POLL_S = 0.2  # seconds between reads of a run that is followed or waited for
 START_WAIT_S = 60.0  # how long dra.run waits for the launcher to claim or to be in line
 GRACE_S = 10.0  # a cancelled command's time to end after SIGTERM, before SIGKILL
@@ -148,6 +150,24 @@ class RunBook:
     def log_dir(self) -> Path:
         return self.ledger.path.parent / LOG_DIR
 
+    def _log_folder(self, user: str) -> Path:
+        """``runs/USER/``, made where missing: ``runs/`` open to every user of the ledger
+        (sticky, as /tmp: nobody removes another's folder), ``USER/`` to its user alone."""
+        folder = self.log_dir / claim_prefix(user)
+        try:
+            if not self.log_dir.is_dir():
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(PermissionError):  # made by another user meanwhile
+                    self.log_dir.chmod(0o1777)
+            folder.mkdir(mode=0o700, exist_ok=True)
+        except OSError as err:
+            raise LedgerError(
+                f"dra.run: cannot make the folder of your runs' logs, {folder} "
+                f"({err.strerror}); the folder {self.log_dir} next to the ledger must be "
+                "writable by every user of the ledger (chmod 1777 it)"
+            ) from None
+        return folder
+
     def create(self, user: str, spec: Mapping[str, Any], name: str = "") -> RunRow:
         """A new ``Pending`` run of ``user`` (named ``USER-run-N`` unless ``name``), with an
         empty log file only its user may read."""
@@ -156,12 +176,15 @@ class RunBook:
                 f"dra.run: name={shown(name)} is not a run name; use lower-case letters, "
                 "digits, '-' and '.', at most 63, e.g. name='train-1'"
             )
-        self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder = self._log_folder(user)
         with self.ledger.transaction() as conn:
-            taken = {r[0] for r in conn.execute("SELECT name FROM runs")}
+            taken = {r[0]: r[1] for r in conn.execute("SELECT name, user FROM runs")}
             if name and name in taken:
+                whose = (
+                    "" if taken[name] == user else ", another user's (run names are the ledger's)"
+                )
                 raise InvalidInputError(
-                    f"dra.run: a run named {name} exists already; choose another name "
+                    f"dra.run: a run named {name} exists already{whose}; choose another name "
                     "(dra.runs() lists yours)"
                 )
             if not name:
@@ -169,7 +192,7 @@ class RunBook:
                 while f"{claim_prefix(user)}-run-{n}" in taken:
                     n += 1
                 name = f"{claim_prefix(user)}-run-{n}"
-            log = self.log_dir / f"{name}.log"
+            log = folder / f"{name}.log"
             os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
             conn.execute(
                 "INSERT INTO runs (name, user, host, spec, phase, created, log) "

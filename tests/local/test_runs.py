@@ -379,3 +379,23 @@ def test_the_end_of_a_long_log_is_read_from_its_end_or_cut_from_all_of_it(
     assert text.startswith("line ")  # whole lines: the one cut at the start is left out
     assert log_tail(cast(Run, WholeLogs(run)), 100) == (text, True)
     assert log_tail(run, len(whole)) == log_tail(cast(Run, WholeLogs(run)), 10**6) == (whole, False)
+
+
+def test_each_users_logs_have_a_folder_of_their_own_and_names_say_whose(tmp_path: Path) -> None:
+    """A ledger several users share: ``runs/`` is open to all (sticky), each user's logs in
+    a folder only they may open; a run name another user took says so (before: one 0700
+    ``runs/`` of whoever came first, so the second user's run failed with a traceback)."""
+    from dra_jupyter.local.ledger import Ledger  # noqa: PLC0415
+    from dra_jupyter.local.runs import RunBook  # noqa: PLC0415
+
+    book = RunBook(Ledger(tmp_path / "ledger.sqlite"))
+    alice = book.create("alice", {"argv": ["true"]}, name="train")
+    bob = book.create("bob", {"argv": ["true"]})
+    assert alice.log == tmp_path / "runs" / "alice" / "train.log"
+    assert bob.log.parent == tmp_path / "runs" / "bob"
+    assert (tmp_path / "runs").stat().st_mode & 0o7777 == 0o1777
+    assert {(tmp_path / "runs" / u).stat().st_mode & 0o777 for u in ("alice", "bob")} == {0o700}
+    with pytest.raises(InvalidInputError, match=r"^dra\.run: a run named train exists already, "):
+        book.create("bob", {"argv": ["true"]}, name="train")
+    with pytest.raises(InvalidInputError, match=r"^dra\.run: a run named train exists already; "):
+        book.create("alice", {"argv": ["true"]}, name="train")
