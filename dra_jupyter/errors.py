@@ -25,6 +25,7 @@ maps errors (the table below is checked against them by ``tests/test_public.py``
     │   ├── BusyError                     1         409   the devices are held by others (or
     │   │                                                  the wait in line ran out)
     │   ├── LimitError                    1         409   over the per-user device limit
+    │   │   └── KeepRefusedError          1         409   no Keep left while someone waits
     │   └── NeverPossibleError            1         422   could not be met even on idle devices
     ├── UnavailableError                  3         503   something we depend on failed
     │   ├── ClusterError                                   the Kubernetes API server could not
@@ -239,6 +240,13 @@ class LimitError(AllocationError):
     reason = "over the per-user limit"
 
 
+class KeepRefusedError(LimitError):
+    """A Keep of a claim warned for a waiting user, past the Keeps allowed while someone
+    waits (``keeps_under_pressure``)."""
+
+    reason = "no Keep left while someone waits"
+
+
 class NeverPossibleError(AllocationError):
     """The request could not be met even if every device were free."""
 
@@ -305,6 +313,7 @@ __all__ = [
     "DraJupyterWarning",
     "ForbiddenError",
     "InvalidInputError",
+    "KeepRefusedError",
     "KernelNotFoundError",
     "KernelRestartError",
     "LedgerError",

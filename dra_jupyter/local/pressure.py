@@ -36,7 +36,7 @@ from typing import Protocol
 
 from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.allocator import Allocator
-from dra_jupyter.errors import LimitError
+from dra_jupyter.errors import KeepRefusedError
 from dra_jupyter.local import notices as _notices
 from dra_jupyter.local.claims import DamagedRowError, owner_from
 from dra_jupyter.local.ledger import Ledger
@@ -109,13 +109,14 @@ def turn(backend: Devices, settings: ReclaimSettings, now: float, *, wait: bool 
 def keep(conn: sqlite3.Connection, name: str, settings: ReclaimSettings, now: float) -> bool:
     """A Keep of the claim ``name`` inside the caller's transaction: False where it is not
     warned (an ordinary Keep); True where it was, and is postponed (not touched: its holder
-    stays idle for the next warning); LimitError, in one line, past ``keeps_under_pressure``."""
+    stays idle for the next warning); KeepRefusedError, in one line, past
+    ``keeps_under_pressure``."""
     notice = _notices.notices(conn).get(name)
     if notice is None:
         return False
     kept = keep_verdict(notice, settings, now)
     if not kept.allowed:
-        raise LimitError(kept.message)
+        raise KeepRefusedError(kept.message)
     _notices.write(conn, kept.notice)
     return True
 

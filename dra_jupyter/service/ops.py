@@ -13,7 +13,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
-from dra_jupyter.errors import ForbiddenError, InvalidInputError, LimitError, shown
+from dra_jupyter.errors import (
+    ForbiddenError,
+    InvalidInputError,
+    KeepRefusedError,
+    LimitError,
+    shown,
+)
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.local.backend import LocalBackend, reclaim_reason, shape_summary
 from dra_jupyter.local.ledger import Ledger
@@ -186,7 +192,7 @@ class Ops:
         """Activity on a claim (its idle countdown starts again); False if it is gone (or
         another user's, hidden). A claim warned under pressure (someone waits for it) is
         kept ``keeps_under_pressure`` times, each postponing its release by at most
-        ``reclaim_grace``; the next Keep is refused (LimitError, one line)."""
+        ``reclaim_grace``; the next Keep is refused (KeepRefusedError, one line)."""
         record = self._find(conn, args)
         if record is None:
             return False
@@ -195,7 +201,7 @@ class Ops:
         kept = self.pressure.keep(record.name, now) if self.pressure is not None else None
         if kept is not None:
             if not kept.allowed:
-                raise LimitError(kept.message)
+                raise KeepRefusedError(kept.message)
             return True  # postponed, not touched: the holder stays idle for the next warning
         return self.local.touch(record.name, now)
 

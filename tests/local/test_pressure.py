@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_jupyter.errors import ForbiddenError, InvalidInputError, LimitError
+from dra_jupyter.errors import ForbiddenError, InvalidInputError, KeepRefusedError
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
@@ -73,7 +73,7 @@ def test_an_idle_holder_is_warned_kept_once_then_released_for_the_waiter(
 
     assert alice.touch(held.name, time.time())  # the Keep allowed while bob waits
     assert ledger.reclaim_notices()[held.name].keeps == 1
-    with pytest.raises(LimitError) as refused:
+    with pytest.raises(KeepRefusedError) as refused:
         alice.touch(held.name, time.time())
     message = str(refused.value)
     assert message.startswith(f"claim {held.name}: Keep refused: bob is waiting for 1× NVIDIA H200")

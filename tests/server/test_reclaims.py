@@ -107,7 +107,9 @@ async def keep_twice(jp_fetch: Fetch, name: str, waiter: str) -> None:
         await jp_fetch("dra", "api", "claims", name, "keep", method="POST", body="{}")
     assert second.value.code == 409
     assert second.value.response is not None
-    message = json.loads(second.value.response.body)["message"]
+    answer = json.loads(second.value.response.body)
+    message = answer["message"]
+    assert answer["reason"] == "no Keep left while someone waits"  # not a per-user limit
     assert message.startswith(f"claim {name}: Keep refused: {waiter} is waiting for ")
     assert "\n" not in message
 
