@@ -9,11 +9,17 @@ server's environment apply to the magics as to ``dra.request()``.
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from dra_jupyter.errors import ClaimNotFoundError, DraJupyterError, MagicError
+from dra_jupyter.errors import (
+    ClaimNotFoundError,
+    DraJupyterError,
+    DraJupyterWarning,
+    MagicError,
+)
 from dra_jupyter.magics.boundary import user_errors
 from dra_jupyter.magics.helptext import HELP
 from dra_jupyter.magics.parsing import Command, parse_cell_line, parse_line
@@ -88,13 +94,17 @@ class DraMagics(Magics):
         if "--all" in command.flags:
             if command.args:
                 raise MagicError("dra release: give claim names or --all, not both")
-            names = s.release_all()
+            with warnings.catch_warnings(record=True) as kept:  # said as a line of ours
+                warnings.simplefilter("always", DraJupyterWarning)
+                names = s.release_all()
             if names:
                 print(f"dra: released {', '.join(names)}")
-            elif any(run_of(r) for r in s.backend.claims()):  # kept, as the warning says
-                print("dra: released nothing: your claims are your runs'")
+            elif any(run_of(r) for r in s.backend.claims()):
+                print("dra: released nothing: the claims you hold belong to your runs")
             else:
                 print("dra: you hold no claims")
+            for warning in kept:
+                print(f"dra: {warning.message}", file=sys.stderr)
             return
         if not command.args:
             raise MagicError("dra release: name the claims to release, or pass --all")

@@ -61,8 +61,9 @@ def test_a_run_keeps_its_devices_while_its_kernel_restarts(kernel: Kernel, tmp_p
     assert kernel.complete("%dra logs tr")["matches"] == ["train"]  # run names complete
     assert kernel.ok("%dra logs train").stdout == "step 1\n"
     kept = kernel.ok("%dra release --all")  # only the run's claim is held: kept, and said so
-    assert kept.stdout == "dra: released nothing: your claims are your runs'\n"
-    assert f"kept claim {run_claim.name} of run train" in kept.stderr
+    assert kept.stdout == "dra: released nothing: the claims you hold belong to your runs\n"
+    assert kept.stderr.startswith(f"dra: kept claim {run_claim.name} of run train: ")
+    assert len(kept.stderr.splitlines()) == 1  # one line, no source line of IPython's
     assert kernel.ok("%dra cancel train").stdout == "dra: run train is cancelled\n"
     assert session.backend.claims() == []
     assert kernel.ok("import dra_jupyter as dra; print(dra.runs()[0].status.phase)").stdout == (
