@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 from dra_jupyter.api import Claim, Session, TextView, WaitReporter, default_session
 from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import DraJupyterError, DraJupyterWarning
 from dra_jupyter.kernelinfo import current_cell, execution_count, in_kernel
 from dra_jupyter.outofservice import Told, message, unhealthy
-from dra_jupyter.types import ClaimRecord, DeviceTaint, tainting_of
+from dra_jupyter.types import ClaimRecord, DeviceTaint, reclaiming_of, tainting_of
 from dra_jupyter.widgets.card import CardReporter, CardView, ClaimCard
 
 
@@ -88,6 +88,7 @@ class _Problems:
 
     last = ""
     told = Told()
+    warned: ClassVar[set[tuple[str, float]]] = set()  # reclaim warnings said: (claim, when)
 
 
 # what a kernel's user can do about a device taken out of service, from the notebook
@@ -100,8 +101,12 @@ IN_KERNEL = (
 def _sync_environment(info: Any = None) -> None:
     try:
         ProcessEnvironment.of_process().sync()
-        for line in taken_out_lines(ProcessEnvironment.of_process(), _Problems.told):
+        environment = ProcessEnvironment.of_process()
+        for line in taken_out_lines(environment, _Problems.told):
             print(line, flush=True)  # before the cell's own output, once
+        if environment.claims:
+            for line in reclaim_lines(environment, _Problems.warned):
+                print(line, flush=True)
     except DraJupyterError as err:  # e.g. the ledger is busy or gone: the cell still runs
         if str(err) != _Problems.last:
             _Problems.last = str(err)
@@ -125,6 +130,32 @@ def taken_out_lines(environment: ProcessEnvironment, told: Told) -> list[str]:
         if tainting is not None:
             events += unhealthy_events_said(records, tainting.taints())
     return [f"dra: {e['message']}" for e in told.new(events)]
+
+
+def reclaim_lines(environment: ProcessEnvironment, told: set[tuple[str, float]]) -> list[str]:
+    """What to say, once per warning, of this process's claims that are to be released for
+    someone who waits (reclaim under pressure: the service, a shared embedded ledger), so
+    that a notebook outside JupyterLab hears it too; ``told`` is updated in place."""
+    mine: dict[int, tuple[Any, set[str]]] = {}
+    for claim in environment.claims:
+        if isinstance(claim, Claim):
+            entry = mine.setdefault(id(claim.backend), (claim.backend, set()))
+            entry[1].add(claim.record.name)
+    lines, seen = [], set()
+    for backend, names in mine.values():
+        reclaiming = reclaiming_of(backend)
+        if reclaiming is None:
+            continue
+        for notice in reclaiming.notices():
+            if notice.claim not in names:
+                continue
+            key = (notice.claim, notice.warned)
+            seen.add(key)
+            if key not in told:
+                lines.append(f"dra: {notice.message}")
+    told.intersection_update(seen)  # a warning withdrawn and given again is said again
+    told.update(seen)
+    return lines
 
 
 def unhealthy_events_said(

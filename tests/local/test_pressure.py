@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from dra_jupyter.api import Claim, Session
+from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import ForbiddenError, InvalidInputError, KeepRefusedError
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.sharing.reclaim import Notice, ReclaimSettings
+from dra_jupyter.widgets.notebook import reclaim_lines
 from tests.local.test_ledger import owner
 from tests.local.worker import WorkerProcess, claim_for
 
@@ -40,6 +43,13 @@ def press(
     event = bob.event(timeout=60)
     assert event["event"] == "waiting", event
     return bob
+
+
+def session_of(backend: LocalBackend) -> Session:
+    """A session whose backend is ``backend`` (its claims' ``Claim`` objects need one)."""
+    session = Session.__new__(Session)
+    session.backend = backend
+    return session
 
 
 def warned(ledger: Ledger, name: str) -> Notice:
@@ -70,6 +80,12 @@ def test_an_idle_holder_is_warned_kept_once_then_released_for_the_waiter(
     assert ledger.reclaim_notices()[held.name] == notice  # the second turn warned nobody anew
     assert shown.claim == held.name and shown.keeps_left == 1
     assert shown.message.startswith(f"bob is waiting for 1× NVIDIA H200; your {held.name}, idle")
+    # the holder's kernel says it before its next cell, once (a notebook outside JupyterLab)
+    environment = ProcessEnvironment({})
+    environment.claims.append(Claim(session_of(alice), held))
+    told: set[tuple[str, float]] = set()
+    assert reclaim_lines(environment, told) == [f"dra: {shown.message}"]
+    assert reclaim_lines(environment, told) == []
 
     assert alice.touch(held.name, time.time())  # the Keep allowed while bob waits
     assert ledger.reclaim_notices()[held.name].keeps == 1
