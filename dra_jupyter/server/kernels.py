@@ -124,6 +124,7 @@ class Execution:
 class _Watch:
     stream: Any  # a ZMQStream on the kernel's IOPub channel
     execution: Execution
+    kernel: Any = None  # jupyter_server's kernel manager of it (its own execution_state)
 
 
 @dataclass
@@ -140,12 +141,22 @@ class ExecutionWatcher:
     on_restart_asked: Callable[[str, dict[str, Any]], None] | None = None
 
     def execution(self, kernel_id: str) -> Execution | None:
+        """What the kernel executed. A cell that started before our subscription to its
+        IOPub channel took (a SUB socket misses what is published while it joins: a cell
+        sent right after the kernel started) is known from jupyter_server's own
+        ``execution_state``, which it follows from the kernel's start on."""
         watch = self.watches.get(kernel_id)
-        return watch.execution if watch else None
+        if watch is None:
+            return None
+        execution = watch.execution
+        if not execution.busy and getattr(watch.kernel, "execution_state", None) == "busy":
+            # a view, not kept: the cell's end (its idle status, which we do get) is ours
+            return Execution(last_execute=self.clock(), busy=True)
+        return execution
 
     def busy(self) -> list[str]:
         """The kernels running a cell now."""
-        return [k for k, w in self.watches.items() if w.execution.busy]
+        return [k for k in list(self.watches) if (e := self.execution(k)) and e.busy]
 
     def attach(self, kernel_manager: Any, kernel_id: str) -> None:
         if kernel_id in self.watches:
@@ -186,13 +197,13 @@ class ExecutionWatcher:
             execution.last_execute = self.clock()
 
         stream.on_recv(on_recv)
-        self.watches[kernel_id] = _Watch(stream, execution)
+        self.watches[kernel_id] = _Watch(stream, execution, kernel)
 
     def restarted(self, kernel_id: str) -> None:
-        execution = self.execution(kernel_id)
-        if execution is not None:
-            execution.busy = False
-            execution.last_execute = self.clock()
+        watch = self.watches.get(kernel_id)
+        if watch is not None:
+            watch.execution.busy = False
+            watch.execution.last_execute = self.clock()
 
     def detach(self, kernel_id: str) -> None:
         watch = self.watches.pop(kernel_id, None)

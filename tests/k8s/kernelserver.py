@@ -294,6 +294,54 @@ def serving(server: Server, kernel: str, pod: str) -> None:
     log = server.root.parent / "server.log"
     line = f"kernel {kernel}: pod {pod} runs at "
     wait_for(f"the server to connect to pod {pod}", lambda: line in log.read_text())
+    # the provisioner logs that line before jupyter_server takes the new connection: on a
+    # loaded machine a websocket opened just after still gets the old ports. Answered
+    # kernel_info on a fresh websocket: the channels reach the kernel in its new pod.
+    wait_for(
+        f"the kernel in pod {pod} to answer",
+        lambda: asyncio.run(_answers(server, kernel)) or None,
+        timeout=DEADLINE,
+    )
+
+
+async def _answers(server: Server, kernel: str, within: float = 5.0) -> bool:
+    """Whether the kernel answers a kernel_info_request on a new websocket within ``within``."""
+    from tornado.httpclient import HTTPRequest  # noqa: PLC0415  # the test's client only
+    from tornado.websocket import websocket_connect  # noqa: PLC0415
+
+    url = server.url.replace("http://", "ws://") + f"/api/kernels/{kernel}/channels"
+    ws = await websocket_connect(
+        HTTPRequest(url, headers={"Authorization": f"token {server.token}"}, request_timeout=30)
+    )
+    msg_id = uuid.uuid4().hex
+    header = {
+        "msg_id": msg_id,
+        "msg_type": "kernel_info_request",
+        "username": "test",
+        "session": uuid.uuid4().hex,
+        "version": "5.3",
+        "date": "",
+    }
+    message = {"header": header, "parent_header": {}, "metadata": {}, "content": {}}
+    await ws.write_message(json.dumps({**message, "channel": "shell", "buffers": []}))
+    end = time.monotonic() + within
+    try:
+        while time.monotonic() < end:
+            try:
+                raw = await asyncio.wait_for(ws.read_message(), end - time.monotonic())
+            except TimeoutError:
+                return False
+            if raw is None:
+                return False
+            reply = json.loads(raw)
+            if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                return True
+        return False
+    finally:
+        ws.close()
+        stream = getattr(ws, "stream", None) or getattr(ws.protocol, "stream", None)
+        if stream is not None:
+            stream.close()
 
 
 def running_pod(api: client.ApiClient, namespace: str, kernel: str, not_: str) -> str | None:
