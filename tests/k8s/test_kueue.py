@@ -241,7 +241,16 @@ def test_a_run_beyond_the_queues_quota_waits_suspended_with_kueues_reason_then_r
         assert message.startswith("waiting in Kueue's queue gpus, 1 of 1: "), message
         assert "insufficient unused quota for nvidia.com/gpu" in message, message
         first.cancel()
-        wait_for("the second run to end", lambda: second.status.phase == "Succeeded")
+        ended: list[object] = []
+
+        def second_ended() -> bool:
+            ended[:] = [second.status]
+            return second.status.phase == "Succeeded"
+
+        try:
+            wait_for("the second run to end", second_ended, timeout=180)
+        except AssertionError as error:  # what it was at the end, said
+            raise AssertionError(f"{error}: {ended}") from None
         assert "second ran" in second.logs()
         second.cancel()
     with contextlib.suppress(ApiException):
