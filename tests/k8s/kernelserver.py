@@ -54,14 +54,14 @@ class Server:
     root: Path
     runtime: Path
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
+    def call(self, method: str, path: str, body: Any = None, *, timeout: float = DEADLINE) -> Any:
         request = urllib.request.Request(
             self.url + path,
             data=None if body is None else json.dumps(body).encode(),
             method=method,
             headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=DEADLINE) as answer:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
             text = answer.read()
         return json.loads(text) if text else None
 

@@ -170,8 +170,9 @@ def test_gpu_kernels_beyond_the_queues_quota_wait_in_kueue_and_say_its_reason_an
 
         def start_third() -> None:
             try:
+                # it waits in Kueue's line while the test goes on, its start timeout 300 s
                 third["kernel"] = server.call(
-                    "POST", "/api/kernels", {"name": "any-gpu", "path": "work"}
+                    "POST", "/api/kernels", {"name": "any-gpu", "path": "work"}, timeout=360
                 )["id"]
             except Exception as error:  # reported by the assertion below
                 third["error"] = error
@@ -201,7 +202,7 @@ def test_gpu_kernels_beyond_the_queues_quota_wait_in_kueue_and_say_its_reason_an
         ), message
         assert starting.is_alive()  # still waiting: the quota is in use
         server.call("DELETE", f"/api/kernels/{kernels[0]}")
-        starting.join(timeout=120)
+        starting.join(timeout=360)
         assert not starting.is_alive()
         assert "error" not in third, third
         (pod,) = kernel_pods(queued.api, namespace, third["kernel"])

@@ -95,7 +95,7 @@ def test_idle_claims_give_way_to_a_waiter_and_keep_is_bounded(
                 "ok": True
             }  # the one Keep under pressure
             refused = run_as(alice, env, lambda: keep(first))
-            assert refused["error"] == "LimitError"
+            assert refused["error"] == "KeepRefusedError"
             assert refused["message"].startswith(
                 f"claim {first}: Keep refused: {bob.name} is waiting for 1× NVIDIA H200, "
                 "and the 1 Keep allowed while someone waits is used (keeps_under_pressure); "
