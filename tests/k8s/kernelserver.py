@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -47,6 +48,22 @@ def entry_point_registered() -> bool:
     return any(e.name == "dra-kubernetes" for e in found)
 
 
+class RefusedError(Exception):
+    """The server answered an error: its status and body, read and its connection closed (an
+    ``HTTPError`` kept in a traceback or a thread's result holds its socket open until the
+    garbage collector finds it, and the ResourceWarning fails whichever test runs then)."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(f"HTTP {code}: {text}")
+        self.code = code
+        self.text = text
+
+    @property
+    def message(self) -> str:
+        """The JSON body's ``message`` (jupyter_server's and the extension's errors)."""
+        return str(json.loads(self.text)["message"])
+
+
 @dataclass
 class Server:
     url: str
@@ -61,8 +78,13 @@ class Server:
             method=method,
             headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            text = answer.read()
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                text = answer.read()
+        except urllib.error.HTTPError as error:
+            with error:
+                said = error.read().decode(errors="replace")
+            raise RefusedError(error.code, said) from None
         return json.loads(text) if text else None
 
 

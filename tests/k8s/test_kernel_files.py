@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import re
-import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from dra_jupyter.kube.volumes import (
 )
 from dra_jupyter.model.objects import Wire
 from tests.k8s.conftest import wait_for
-from tests.k8s.kernelserver import IMAGE, Server, execute, kernel_pods
+from tests.k8s.kernelserver import IMAGE, RefusedError, Server, execute, kernel_pods
 
 HOME = "/home/jovyan"
 TOKEN = {  # what the ServiceAccount admission adds to every pod: never the kernel's
@@ -459,10 +458,10 @@ def test_a_kernel_that_cannot_see_the_notebooks_folder_is_refused_before_anythin
         }
         for pod_name, line in expected.items():
             name = kernel_spec(server, f"files-{pod_name}", server_pod=pod_name)
-            with pytest.raises(urllib.error.HTTPError) as raised:
+            with pytest.raises(RefusedError) as raised:
                 server.call("POST", "/api/kernels", {"name": name, "path": "work"})
             assert raised.value.code == 400  # InvalidInputError's
-            message = json.loads(raised.value.read())["message"]
+            message = raised.value.message
             assert re.fullmatch(rf"kernel \S+: {re.escape(line)}", message), message
         log = (root.parent / "server.log").read_text()
         assert "starting pod" not in log  # refused before anything was made

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
-import urllib.error
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +19,15 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.kube.connect import to_model, to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
 from tests.k8s.conftest import wait_for
-from tests.k8s.kernelserver import IMAGE, Server, execute, gone, kernel_pods, running_pod
+from tests.k8s.kernelserver import (
+    IMAGE,
+    RefusedError,
+    Server,
+    execute,
+    gone,
+    kernel_pods,
+    running_pod,
+)
 
 UUID = re.compile(r"GPU-[0-9a-f-]+")
 
@@ -261,10 +267,10 @@ def test_restart_with_claims_of_a_kernel_without_devices_says_what_to_do(
     published: SimulatedCluster, server: Server
 ) -> None:
     kernel = start_cpu_kernel(server)
-    with pytest.raises(urllib.error.HTTPError) as raised:
+    with pytest.raises(RefusedError) as raised:
         server.call("POST", f"/dra/api/kernels/{kernel}/restart-with-claims")
     assert raised.value.code == 400
-    message = json.loads(raised.value.read())["message"]
+    message = raised.value.message
     assert message == (
         f"kernel {kernel}: it has no devices to restart with; request some first "
         "(dra.request(gpu=1, restart=True) in the notebook, or the Devices panel)"

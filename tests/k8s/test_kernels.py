@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import urllib.error
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,6 +33,7 @@ from dra_jupyter.types import Owner, label_value
 from tests.k8s.conftest import wait_for
 from tests.k8s.kernelserver import (
     IMAGE,
+    RefusedError,
     Server,
     execute,
     gone,
@@ -244,10 +243,10 @@ def test_a_kernel_that_cannot_be_placed_says_why_and_leaves_nothing(
         server.call("POST", "/api/kernels", {"name": "dra-h200-x8", "path": "work"})["id"]
         for _ in range(2)
     ]
-    with pytest.raises(urllib.error.HTTPError) as raised:
+    with pytest.raises(RefusedError) as raised:
         server.call("POST", "/api/kernels", {"name": "dra-busy", "path": "work"})
     assert raised.value.code == 409  # AllocationError's status: busy
-    message = json.loads(raised.value.read())["message"]
+    message = raised.value.message
     assert re.match(
         r"kernel pod kernel-\S+ was not scheduled within 10 s: 0/\d+ nodes are available", message
     ), message
