@@ -568,40 +568,62 @@ def _stopped_line(pod: str, why: str) -> str:
 
 
 def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) -> JobRun:
-    """Make the run's Job (or JobSet), then its template and (more than one pod, a Job) its
-    Service, owned by the Job (JobSet); the Job (JobSet) is deleted (and with it what it
-    owns) if a step fails."""
+    """Make the run's template, then its Job (or JobSet), which then owns the template, then
+    (more than one pod, a Job) its Service, owned by the Job (JobSet); what was made is deleted
+    if a step fails. The template before the Job: Kueue reads it as soon as the Job exists,
+    and a Job whose template is not there yet leaves its Workload marked inadmissible for
+    good (Kueue 0.17 never admits it, even once quota is free)."""
     api, namespace = backend.api, backend.namespace
     run = JobRun(backend, spec.name, out, jobset=spec.jobset)
     action = f"dra.run: creating run {spec.name}"
-    if spec.jobset:
-        job: Wire = run._call(
-            action,
-            "create",
-            "jobsets.jobset.x-k8s.io",
-            lambda: client.CustomObjectsApi(api).create_namespaced_custom_object(
-                jobsets.GROUP, jobsets.VERSION, namespace, jobsets.PLURAL, jobsets.jobset(spec)
-            ),
-        )
-    else:
-        created = run._call(
-            action,
-            "create",
-            "jobs.batch",
-            lambda: client.BatchV1Api(api).create_namespaced_job(
-                namespace, to_model(client.V1Job, jobs.job(spec))
-            ),
-        )
-        job = to_wire(api, created)
+    templates = "resourceclaimtemplates.resource.k8s.io"
+    resource = client.ResourceV1Api(api)
+    run._call(
+        action,
+        "create",
+        templates,
+        lambda: resource.create_namespaced_resource_claim_template(
+            namespace, to_model(client.V1ResourceClaimTemplate, jobs.claim_template(spec))
+        ),
+    )
     try:
-        template = jobs.owned_by(jobs.claim_template(spec), job)
-        resource = client.ResourceV1Api(api)
+        if spec.jobset:
+            job: Wire = run._call(
+                action,
+                "create",
+                "jobsets.jobset.x-k8s.io",
+                lambda: client.CustomObjectsApi(api).create_namespaced_custom_object(
+                    jobsets.GROUP, jobsets.VERSION, namespace, jobsets.PLURAL, jobsets.jobset(spec)
+                ),
+            )
+        else:
+            created = run._call(
+                action,
+                "create",
+                "jobs.batch",
+                lambda: client.BatchV1Api(api).create_namespaced_job(
+                    namespace, to_model(client.V1Job, jobs.job(spec))
+                ),
+            )
+            job = to_wire(api, created)
+    except BaseException:  # only the template was made: a Job of that name may be another's
         run._call(
             action,
-            "create",
-            "resourceclaimtemplates.resource.k8s.io",
-            lambda: resource.create_namespaced_resource_claim_template(
-                namespace, to_model(client.V1ResourceClaimTemplate, template)
+            "delete",
+            templates,
+            _gone_is_fine(
+                lambda: resource.delete_namespaced_resource_claim_template(spec.name, namespace)
+            ),
+        )
+        raise
+    try:
+        owner = jobs.owned_by({"metadata": {}}, job)["metadata"]
+        run._call(
+            action,
+            "patch",
+            templates,
+            lambda: resource.patch_namespaced_resource_claim_template(
+                spec.name, namespace, {"metadata": owner}
             ),
         )
         if spec.indexed and not spec.jobset:  # JobSet makes its own

@@ -18,10 +18,13 @@ Per kernel start, three objects of one name in the user's namespace:
 * the **Pod**: the kernel's argv under ``python3 -m dra_jupyter.kernelboot``, the server's
   image by default, the notebook's working directory, restartPolicy Never.
 
-The pod is made first; the template and the Secret are owned by it from the start (the
-garbage collector deletes them with it, whoever deletes the pod), so the server needs no
-right to change or delete a Secret; :meth:`KernelPods.delete` deletes the pod and the
-template.
+The template is made first, then the pod, which then owns it (one patch), then the Secret,
+owned by the pod from the start: the garbage collector deletes them with the pod, whoever
+deletes it, and the server needs no right to change or delete a Secret;
+:meth:`KernelPods.delete` deletes the pod and the template. The template before the pod:
+Kueue reads it as soon as the pod exists, and a pod whose template is not there yet leaves
+its Workload marked inadmissible for good (Kueue 0.17 never admits it, even once quota is
+free).
 Waiting for the pod reports kube-scheduler's reason while it cannot place it, and at the
 deadline that reason plus our own explain (as ``dra.run`` does); a pod that ends says why
 (:func:`ending`). Synchronous (the official client): the provisioner calls these in a thread.
@@ -333,33 +336,42 @@ class KernelPods:
         return node_refusal(cwd, files, describe(spec.request) if spec.request else "its claim")
 
     def create(self, spec: KernelPodSpec, connection: str) -> str:
-        """Create the Pod, then its template (when the kernel asks for devices) and its
-        Secret, both owned by the pod from the start (the resourceclaim controller and the
-        kubelet wait for them); the pod's uid. The pod is deleted if a step fails, and the
-        garbage collector deletes what it owned: nothing is patched, and the server needs no
-        right to change or delete Secrets."""
+        """Create the template (when the kernel asks for devices), the Pod, which then owns
+        the template, and the Secret, owned by the pod from the start (the resourceclaim
+        controller and the kubelet wait for them); the pod's uid. What was made is deleted if
+        a step fails (the pod, and with it what it owns, and the template); the server needs
+        no right to change or delete Secrets."""
         action = f"kernel pod {spec.name}"
-        pod = self._call(
-            action,
-            "create",
-            "pods",
-            self.core.create_namespaced_pod,
-            self.namespace,
-            to_model(client.V1Pod, kernel_pod(spec)),
-        )
-        uid = str(pod.metadata.uid)
-        owner = {"apiVersion": "v1", "kind": "Pod", "name": spec.name, "uid": uid}
+        templates = "resourceclaimtemplates.resource.k8s.io"
+        if spec.has_devices:
+            self._call(
+                action,
+                "create",
+                templates,
+                self.resource.create_namespaced_resource_claim_template,
+                self.namespace,
+                to_model(client.V1ResourceClaimTemplate, kernel_template(spec)),
+            )
         try:
+            pod = self._call(
+                action,
+                "create",
+                "pods",
+                self.core.create_namespaced_pod,
+                self.namespace,
+                to_model(client.V1Pod, kernel_pod(spec)),
+            )
+            uid = str(pod.metadata.uid)
+            owner = {"apiVersion": "v1", "kind": "Pod", "name": spec.name, "uid": uid}
             if spec.has_devices:
-                template = kernel_template(spec)
-                template["metadata"]["ownerReferences"] = [owner]
                 self._call(
                     action,
-                    "create",
-                    "resourceclaimtemplates.resource.k8s.io",
-                    self.resource.create_namespaced_resource_claim_template,
+                    "patch",
+                    templates,
+                    self.resource.patch_namespaced_resource_claim_template,
+                    spec.name,
                     self.namespace,
-                    to_model(client.V1ResourceClaimTemplate, template),
+                    {"metadata": {"ownerReferences": [owner]}},
                 )
             secret = connection_secret(spec, connection)
             secret["metadata"]["ownerReferences"] = [owner]

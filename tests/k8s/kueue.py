@@ -313,7 +313,8 @@ def start(cluster: Any, timeout: float = START_TIMEOUT_S) -> None:
         _spawn(
             cluster,
             "kueue",
-            [f"--config={config}", f"--kubeconfig={cluster.kubeconfig}"],
+            # its queue's decisions in logs/kueue.log, for a test that waits on one
+            [f"--config={config}", f"--kubeconfig={cluster.kubeconfig}", "--zap-log-level=4"],
             program=[str(binary())],
         )
 
