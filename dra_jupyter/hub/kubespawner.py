@@ -82,12 +82,12 @@ from dra_jupyter.hub.failures import SpawnFailure
 from dra_jupyter.hub.form import read_at_start, service_world
 from dra_jupyter.hub.pod import add_claim
 from dra_jupyter.hub.progress import DeviceProgress, Event, event, interleave, never_back
+from dra_jupyter.kube import kueue
 from dra_jupyter.kube.connect import api_client
 from dra_jupyter.kube.spawn import POD_CLAIM, ServerDevices, claim_template, generated_claim
 from dra_jupyter.settings import check_server_id, default_server_id
 from dra_jupyter.verdicts import describe
 
-KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 DRA_TRAITS = (
     "dra_request",
     "dra_lease",
@@ -363,7 +363,7 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         only: no claim and no deadline (the devices are the kernel pods')."""
         pod = await super().get_pod_manifest()
         lease = parse_lease(self.dra_lease, what="dra_lease")
-        labels = {KUEUE_LABEL: self.dra_kueue_queue} if self.dra_kueue_queue else {}
+        labels = {kueue.QUEUE_LABEL: self.dra_kueue_queue} if self.dra_kueue_queue else {}
         if self.dra_kernels_only and self.dra_request:
             [name] = self.dra_kernel_specs()
             text = f"GPU kernels only: {describe(dict(self.dra_request))} in kernel pods"
@@ -451,6 +451,9 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         claim = await asyncio.to_thread(dra.claim, name) if name else None
         now = time.monotonic()
         self._dra_events.extend(progress.update(pod, claim, now))
+        if self.dra_kueue_queue and kueue.gated(pod):  # in Kueue's line: its word
+            uid = str(pod.get("metadata", {}).get("uid") or "")
+            self._dra_events.extend(progress.queued(await asyncio.to_thread(dra.kueue_word, uid)))
         if fail and progress.wants_explanation(now, self.dra_explain_after):
             subject = claim or await asyncio.to_thread(dra.template, progress.template)
             if subject is not None and "devices" not in (subject.get("spec") or {}):
@@ -526,7 +529,7 @@ async def modify_pod_hook(spawner: Any, pod: Any) -> Any:
     )
     lease = parse_lease(getattr(spawner, "dra_lease", None), what="dra_lease")
     queue = getattr(spawner, "dra_kueue_queue", None)
-    labels = {KUEUE_LABEL: queue} if queue else {}
+    labels = {kueue.QUEUE_LABEL: queue} if queue else {}
     container = pod.spec.containers[0]
     env = list(container.env or [])
     names = {

@@ -1,9 +1,10 @@
 """What a hub user is told while the server's devices are found: the claim's states (made
-from the template and pending, allocated on a node with its devices, reserved by the
-pod), the pod bound to a node, and, when kube-scheduler cannot place the pod, its reason
-and our explanation. JupyterHub progress events (``{"progress", "message",
-"html_message"}``), each change once; and the interleaving of these with KubeSpawner's
-own (pure: pod and claim are wire dicts the spawner read).
+from the template and pending, allocated on a node with its devices, reserved by the pod),
+the pod bound to a node, Kueue's reason and place while the pod waits in its line, and, when
+kube-scheduler cannot place the pod, its reason and our explanation. JupyterHub progress
+events (``{"progress", "message", "html_message"}``), each change once; and the
+interleaving of these with KubeSpawner's own (pure: pod and claim are wire dicts the spawner
+read).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class DeviceProgress:
     unschedulable_since: float | None = None  # when the pod was first found unschedulable
     pending_since: float | None = None  # when the claim was first found unallocated
     explanation: str = ""  # our explain, once computed
+    queue_word: str = ""  # Kueue's last word shown
 
     def requested(self) -> Event:
         self.seen.add("requested")
@@ -147,6 +149,16 @@ class DeviceProgress:
         elif node:
             self.unschedulable_since = None
         return out
+
+    def queued(self, word: str) -> list[Event]:
+        """An event when Kueue's word on the waiting pod changed (:func:`.kueue.word`:
+        ``waiting in Kueue's queue gpus, 2 of 3: couldn't assign flavors …``); none for
+        "" (admitted, or not read)."""
+        if not word or word == self.queue_word:
+            return []
+        self.queue_word = word
+        text = f"The server is {word}"
+        return [event(None, text, f'<span class="text-warning">{html.escape(text)}</span>')]
 
     def wants_explanation(self, now: float, after: float) -> bool:
         """Whether to explain now: the pod is unschedulable, or its claim has been

@@ -81,8 +81,9 @@ def word(workload: Wire, workloads: Iterable[Wire]) -> str:
     reserved = _condition(workload, "QuotaReserved") or {}
     why = str(reserved.get("message") or reserved.get("reason") or "not yet considered")
     if "failed to get claim spec" in why and "not found" in why:
-        # the pod's ResourceClaimTemplate is made just after the pod (it is owned by it):
-        # Kueue's first look may come between; it looks again
+        # Kueue looked before the pod's (Job's) ResourceClaimTemplate existed: ours make
+        # the template first, so the object was made by another tool, or its template
+        # deleted
         why = "Kueue has not counted its devices yet"
     return f"waiting in Kueue's queue {queue}, {place} of {max(len(line), place)}: {why}"
 

@@ -33,6 +33,7 @@ from dra_jupyter.allocator import Allocator
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import ClusterError
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.kube import kueue
 from dra_jupyter.kube.backend import KubernetesBackend
 from dra_jupyter.kube.claims import SERVER_LABEL, forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
@@ -200,6 +201,11 @@ class ServerDevices:
         except urllib3.exceptions.HTTPError as error:
             raise self._error(error, "get", "pods", f"spawn: pod {name}") from error
         return to_wire(self.api, got)
+
+    def kueue_word(self, uid: str) -> str:
+        """Kueue's word on the pod ``uid`` while it waits in Kueue's line (its reason and
+        place, :func:`.kueue.word`); "" when it has no Workload or Kueue cannot be read."""
+        return kueue.word_for(self.api, self.namespace, uid)
 
     def claim(self, name: str) -> Wire | None:
         try:

@@ -91,6 +91,19 @@ def test_a_long_pending_claim_is_explained_without_a_scheduler_verdict() -> None
     assert progress.wants_explanation(8.0, after=8.0)
 
 
+def test_kueues_word_is_told_each_time_it_changes_and_not_when_there_is_none() -> None:
+    progress = DeviceProgress("gpu=1", "t")
+    word = "waiting in Kueue's queue gpus, 2 of 2: insufficient unused quota for <gpu>"
+    (told,) = progress.queued(word)
+    assert told["message"] == f"The server is {word}"
+    assert "progress" not in told  # the bar stays where it is while the pod waits
+    assert "&lt;gpu&gt;" in told["html_message"]
+    assert progress.queued(word) == []  # the same word: nothing new
+    assert progress.queued("") == []  # admitted, or Kueue not read
+    (moved,) = progress.queued(word.replace("2 of 2", "1 of 1"))
+    assert "1 of 1" in moved["message"]
+
+
 async def _items(items: list[Event], pause: float) -> AsyncIterator[Event]:
     for item in items:
         await asyncio.sleep(pause)

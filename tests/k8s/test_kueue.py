@@ -26,8 +26,12 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.cli import main as cli_main
 from dra_jupyter.errors import InvalidInputError
-from dra_jupyter.kube.connect import api_client
+from dra_jupyter.hub.progress import DeviceProgress
+from dra_jupyter.kube import kueue as kueue_words
+from dra_jupyter.kube.connect import api_client, to_wire
 from dra_jupyter.kube.jobrun import JobRun
+from dra_jupyter.kube.spawn import ServerDevices
+from tests.hub.test_kubespawner import service_account_kubeconfig
 from tests.k8s import kueue, testenv
 from tests.k8s.fixtures import INVENTORY, wait_for
 from tests.k8s.kernelserver import RefusedError, kernel_pods, running_server
@@ -206,6 +210,20 @@ def test_gpu_kernels_beyond_the_queues_quota_wait_in_kueue_and_say_its_reason_an
         )
         assert "Internal error" not in log.read_text()  # Kueue's look before the template
         assert _missed_templates(queued.api, namespace) == []
+        # a hub's spawn progress reads the same word, on the hub's own RBAC
+        pods = [to_wire(queued.api, p) for p in core.list_namespaced_pod(namespace).items]
+        (gated,) = [p for p in pods if kueue_words.gated(p)]
+        hub = service_account_kubeconfig(
+            queued.api, queued.cluster, namespace, "hub", tmp_path / "hub.kubeconfig"
+        )
+        with api_client(str(hub)) as hub_api:
+            word = ServerDevices(hub_api, namespace).kueue_word(gated["metadata"]["uid"])
+        (told,) = DeviceProgress("gpu=1", "t").queued(word)
+        assert re.fullmatch(
+            r"The server is waiting in Kueue's queue gpus, 1 of 1: couldn't assign flavors to "
+            r"pod set main: insufficient unused quota for nvidia.com/gpu.*",
+            told["message"],
+        ), told
         with pytest.raises(RefusedError) as raised:
             server.call("POST", "/api/kernels", {"name": "eight-gpus", "path": "work"})
         assert raised.value.code == 409
