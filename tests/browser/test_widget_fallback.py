@@ -35,8 +35,9 @@ def test_without_the_extension_the_widgets_ask_their_kernel(
     lab_without_extension: Lab, page: Any
 ) -> None:
     lab = lab_without_extension
-    with pytest.raises(urllib.error.HTTPError):
+    with pytest.raises(urllib.error.HTTPError) as refused:
         lab.api("GET", "/dra/api/devices")  # no extension: the widgets cannot poll it
+    refused.value.close()  # its socket, not left to the garbage collector
     open_notebook(page, lab, "plain.ipynb", CELLS)
     run_all_cells(page)
     board, card = page.locator(".dra-board"), page.locator(".dra-card")
