@@ -1,6 +1,7 @@
 """Add-on controllers for the test control plane (Kueue: :mod:`.kueue`; JobSet: :mod:`.jobset`),
 what they share: built from the Go module proxy at a pinned version, cached beside Kubernetes
-(:mod:`.k8sbuild`), and started against a running :class:`~tests.k8s.testenv.Cluster`.
+(:mod:`.k8sbuild`), started against a running :class:`~tests.k8s.testenv.Cluster`, and a
+control plane of a test module's own with one of them running.
 
 * :class:`GoAddon` says what to build. The add-on's module has no ``replace`` directive, so
   one throwaway module that requires it builds its command; its CRDs and webhook manifests
@@ -9,6 +10,8 @@ what they share: built from the Go module proxy at a pinned version, cached besi
   (``Cluster.stop`` stops it): its CRDs applied and established, its webhook server on
   127.0.0.1 with a certificate of the cluster's CA, and the webhook configurations of its
   manifests rewritten by the add-on's own rules to that URL (``url:``, not a Service).
+* :func:`own_cluster` starts a control plane with the add-on and a stand-in kubelet, for a
+  test module whose add-on would change what the session cluster's other tests see.
 """
 
 from __future__ import annotations
@@ -16,21 +19,28 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shutil
 import ssl
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
 from tests.k8s import k8sbuild, testenv
 from tests.k8s.k8sbuild import TestenvError, _Go, _tools_go, locked
+
+if TYPE_CHECKING:
+    import pytest
+    from kubernetes import client
+
+    from tests.k8s.podrunner import PodRunner
 
 START_TIMEOUT_S = 120.0
 Manifest = dict[str, Any]
@@ -256,3 +266,57 @@ def start(
             with contextlib.suppress(ApiException):
                 getattr(admission, f"delete_{kind}_webhook_configuration")(name)
             getattr(admission, f"create_{kind}_webhook_configuration")(configuration)
+
+
+# --- a control plane of a test module's own ---------------------------------------------------
+
+
+@dataclass
+class OwnCluster:
+    """A control plane with an add-on running: its admin's API client and the stand-in
+    kubelet (``with own.runner.serving(namespace):``)."""
+
+    cluster: testenv.Cluster
+    api: client.ApiClient
+    runner: PodRunner
+
+
+@contextlib.contextmanager
+def own_cluster(
+    tmp: pytest.TempPathFactory, addon: GoAddon, start: Callable[[testenv.Cluster], None]
+) -> Iterator[OwnCluster]:
+    """Build (once per machine) and start a control plane (in ``<name>-k8s``, killed with
+    this process), ``start`` the add-on on it, publish the session cluster's simulated
+    slices, and run the pods of the namespaces that ask (from ``<name>-pods``); the runner has
+    no problem at the end, and the control plane is stopped."""
+    from dra_jupyter.cli import main as cli_main  # noqa: PLC0415
+    from dra_jupyter.kube.connect import api_client  # noqa: PLC0415
+    from tests.k8s.fixtures import INVENTORY, NODES, ROOT  # noqa: PLC0415
+    from tests.k8s.podrunner import PodRunner  # noqa: PLC0415
+
+    testenv.build()
+    addon.build()
+    cluster = testenv.start(tmp.mktemp(f"{addon.name}-k8s"), die_with_parent=True)
+    try:
+        start(cluster)
+        argv = ["publish-slices", "--inventory", INVENTORY, "--nodes", str(NODES)]
+        assert cli_main([*argv, "--kubeconfig", str(cluster.kubeconfig)]) == 0
+        env = {
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "HOME": os.environ.get("HOME", "/root"),
+        }
+        with api_client(str(cluster.kubeconfig)) as api:
+            runner = PodRunner(
+                api,
+                tmp.mktemp(f"{addon.name}-pods"),
+                pki=cluster.state_dir / "pki",
+                namespaces=(),
+                base_env=env,
+                backoff_s=1.0,
+            )
+            with runner:
+                yield OwnCluster(cluster, api, runner)
+            assert not runner.problems, runner.problems
+    finally:
+        cluster.stop()
