@@ -28,7 +28,8 @@ from tests.k8s import jobset as jobset_env
 from tests.k8s.addon import OwnCluster, own_cluster
 from tests.k8s.fixtures import fresh_namespace, wait_for
 from tests.k8s.test_backend import session
-from tests.k8s.test_jobs import CLAIM, REPORT
+from tests.k8s.test_jobs import REPORT, assert_reported
+from tests.k8s.test_jobs import spec as job_spec
 from tests.k8s.test_pods import IMAGE
 
 GROUPS = {"jobset.x-k8s.io": "v1alpha2"}
@@ -59,17 +60,8 @@ MANIFESTS = (
 
 
 def spec(**kw: object) -> JobSpec:
-    fields: dict[str, object] = {
-        "name": "train",
-        "namespace": "team",
-        "user": "alice@example.com",
-        "image": "img",
-        "argv": ["python", "train.py"],
-        "claim_spec": CLAIM,
-        "nodes": 2,
-        "launcher": "JobSet",
-    }
-    return JobSpec(**{**fields, **kw})  # type: ignore[arg-type]
+    """test_jobs's two-node run, launched as a JobSet."""
+    return job_spec(**{"launcher": "JobSet", **kw})
 
 
 # --- pure ------------------------------------------------------------------------------------
@@ -269,16 +261,7 @@ def test_a_two_node_run_is_a_jobset_with_ranks_logs_and_is_found_and_cancelled(
             "ranks-node-0-0",
             "ranks",
         )
-        logs = run.logs()
-        for rank in (0, 1):
-            assert f"[rank {rank}] rank {rank} node_rank {rank} of 2 local 2\n" in logs
-            assert f"[rank {rank}] master ranks-node-0-0.ranks:29500\n" in logs
-            assert f"[rank {rank}] devices 2\n" in logs
-        assert run.logs(rank=1).splitlines() == [
-            "[rank 1] rank 1 node_rank 1 of 2 local 2",
-            "[rank 1] master ranks-node-0-0.ranks:29500",
-            "[rank 1] devices 2",
-        ]
+        assert_reported(run, "ranks-node-0-0.ranks")
         # JobSet's headless Service is the pods' subdomain; the Job is JobSet's
         service = to_wire(api, client.CoreV1Api(api).read_namespaced_service("ranks", namespace))
         assert service["spec"]["clusterIP"] == "None"
