@@ -76,6 +76,17 @@ def assert_reported(run: JobRun, master: str) -> str:
     return logs
 
 
+def wait_running(run: JobRun) -> None:
+    """Wait until both ranks of a two-node run run with their devices; the run says so."""
+
+    def running() -> bool:
+        pods = run.status.processes
+        return len(pods) == 2 and all(p.phase == "Running" and p.devices for p in pods)
+
+    wait_for("both ranks running with their devices", running)
+    assert run.status.phase == "Running"
+
+
 def spec(**kw: object) -> JobSpec:
     fields: dict[str, object] = {
         "name": "train",
@@ -472,13 +483,7 @@ def test_cancel_deletes_the_job_its_pods_claims_service_and_template(
                 node_selector=ON_SIMULATED,
             )
             assert isinstance(run, JobRun)
-
-            def running() -> bool:
-                pods = run.status.processes
-                return len(pods) == 2 and all(p.phase == "Running" and p.devices for p in pods)
-
-            wait_for("both ranks running with their devices", running)
-            assert run.status.phase == "Running"
+            wait_running(run)
             claims = resource.list_namespaced_resource_claim(namespace).items
             assert len(claims) == 2  # a claim per pod, from the template
             run.cancel()

@@ -28,7 +28,7 @@ from tests.k8s import jobset as jobset_env
 from tests.k8s.addon import OwnCluster, own_cluster
 from tests.k8s.fixtures import fresh_namespace, wait_for
 from tests.k8s.test_backend import session
-from tests.k8s.test_jobs import REPORT, assert_reported
+from tests.k8s.test_jobs import REPORT, assert_reported, wait_running
 from tests.k8s.test_jobs import spec as job_spec
 from tests.k8s.test_pods import IMAGE
 
@@ -318,13 +318,7 @@ def test_a_running_jobset_is_cancelled_with_its_pods_and_claims(
             [sys.executable, "-c", "import time; time.sleep(600)"], gpu=1, nodes=2, name="long"
         )
         assert isinstance(run, JobRun)
-
-        def running() -> bool:
-            pods = run.status.processes
-            return len(pods) == 2 and all(p.phase == "Running" and p.devices for p in pods)
-
-        wait_for("both ranks running with their devices", running)
-        assert run.status.phase == "Running"
+        wait_running(run)
         run.cancel()
         cancelled = run.status
         assert cancelled.phase == "Cancelled"
