@@ -7,6 +7,7 @@ would start two."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -101,9 +102,10 @@ def published(kubeconfig: Path) -> SimulatedCluster:
     return simulate(simulated.load(INVENTORY), NODES)
 
 
-@pytest.fixture
-def namespace(api: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace whose ``default`` service account exists (pods can be created)."""
+@contextlib.contextmanager
+def fresh_namespace(api: client.ApiClient) -> Iterator[str]:
+    """A new namespace whose ``default`` service account exists (pods can be created),
+    deleted at the end; on any control plane (``api``: its admin's client)."""
     core = client.CoreV1Api(api)
     name = f"test-{uuid.uuid4().hex[:8]}"
     core.create_namespace(body=client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
@@ -120,3 +122,10 @@ def namespace(api: client.ApiClient) -> Iterator[str]:
     wait_for(f"the default service account of {name}", service_account)
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace whose ``default`` service account exists (pods can be created)."""
+    with fresh_namespace(api) as name:
+        yield name

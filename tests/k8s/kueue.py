@@ -1,34 +1,29 @@
-"""Real Kueue for the test control plane: built from the Go module proxy at a pinned version,
-cached beside Kubernetes (:mod:`.k8sbuild`), and started against a running :class:`Cluster`.
+"""Real Kueue for the test control plane, an add-on of :mod:`.addon` (built from the Go module
+proxy at a pinned version, cached beside Kubernetes, started on loopback against a running
+:class:`Cluster`, ``Cluster.stop`` stops it); what is Kueue's own:
 
-``sigs.k8s.io/kueue`` has no ``replace`` directive, so one throwaway module that requires it
-builds ``cmd/kueue``; its CRDs and webhook manifests are copied from the module's download
-into the cache, so starting needs no network. :func:`start` runs the manager on loopback as
-one more component of the cluster (``Cluster.stop`` stops it):
-
-* the webhook server on 127.0.0.1 with a certificate of the cluster's CA, and the webhook
-  configurations of the manifests with their Service replaced by that URL, only those of the
-  integrations it runs (``batch/job``, ``pod``) and of Kueue's own kinds; the pod and Job
-  webhooks see only objects labelled with a queue (an object selector), so the other tests'
-  pods never pass through Kueue;
+* the build: ``cmd/kueue`` of ``sigs.k8s.io/kueue``, with its CRDs and webhook manifests;
+* the webhook configurations of the manifests kept only for the integrations it runs
+  (``batch/job``, ``pod``) and for Kueue's own kinds; the pod and Job webhooks see only
+  objects labelled with a queue (an object selector), so the other tests' pods never pass
+  through Kueue;
 * Kueue's DRA quota accounting on (feature gate ``DynamicResourceAllocation``), devices of
   the DeviceClass ``gpu.nvidia.com`` counted as :data:`GPU_RESOURCE`; the visibility API
   server off (it would need an aggregated APIService, which loopback cannot serve);
-* no leader election, no metrics, the admin's kubeconfig.
+* no leader election, no metrics (but a metrics certificate: :func:`metrics_certificate`),
+  the admin's kubeconfig, its namespace :data:`NAMESPACE`, its log at level 4.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.k8s.k8sbuild import TestenvError, _Go, _tools_go, locked
+from tests.k8s import addon
+from tests.k8s.addon import GoAddon, serving_certificate
+from tests.k8s.k8sbuild import TestenvError
 
 KUEUE_VERSION = "v0.17.0"  # the newest the Go module proxy serves (2026-12)
 GO_DIRECTIVE = "1.25.0"  # what sigs.k8s.io/kueue v0.17.0 declares
@@ -41,84 +36,17 @@ FRAMEWORKS = ("batch/job", "pod")
 # webhook paths kept: Kueue's own kinds and the integrations in FRAMEWORKS
 KEPT = ("kueue-x-k8s-io", "batch-v1-job", "--v1-pod")
 LABELLED = ("batch-v1-job", "--v1-pod")  # these see only objects with a queue label
-START_TIMEOUT_S = 120.0
 
 
-def cache_dir() -> Path:
-    from tests.k8s.k8sbuild import cache_dir as k8s_cache  # noqa: PLC0415
-
-    return k8s_cache().parent / f"kueue-{KUEUE_VERSION}"
-
-
-def binary() -> Path:
-    return cache_dir() / "bin" / "kueue"
-
-
-def is_built() -> bool:
-    stamp = cache_dir() / "stamp.json"
-    try:
-        built = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        return False
-    return (
-        built == {"kueue": KUEUE_VERSION}
-        and binary().is_file()
-        and (cache_dir() / "crds").is_dir()
-        and (cache_dir() / "webhooks.yaml").is_file()
-    )
-
-
-def build(*, force: bool = False, log: Any = None) -> Path:
-    """Build the manager and copy its CRDs and webhook manifests, unless done already."""
-    import sys  # noqa: PLC0415
-
-    out = log or sys.stderr
-    root = cache_dir()
-    with locked(root.parent / f"{root.name}.lock"):
-        if is_built() and not force:
-            return binary()
-        start = time.monotonic()
-        root.mkdir(parents=True, exist_ok=True)
-        log_path = root / "build.log"
-        log_path.write_text("")
-        out.write(
-            f"k8s-testenv: building Kueue {KUEUE_VERSION} into {root} (once per machine; "
-            f"a few minutes on 2 cores; log: {log_path})\n"
-        )
-        out.flush()
-        go = _Go(out, log_path)
-        module = root / "module"
-        module.mkdir(exist_ok=True)
-        (module / "go.mod").write_text(
-            f"module kueuetestenv\n\ngo {GO_DIRECTIVE}\n\n"
-            f"require sigs.k8s.io/kueue {KUEUE_VERSION}\n"
-        )
-        command = "sigs.k8s.io/kueue/cmd/kueue"
-        (module / "tools.go").write_text(_tools_go([command]))
-        info = json.loads(
-            go.run(
-                ["mod", "download", "-json", f"sigs.k8s.io/kueue@{KUEUE_VERSION}"],
-                module,
-                f"downloading sigs.k8s.io/kueue {KUEUE_VERSION}",
-            )
-        )
-        go.run(["mod", "tidy"], module, "resolving the Kueue modules (go mod tidy)")
-        (root / "bin").mkdir(exist_ok=True)
-        go.run(
-            ["build", "-ldflags", "-s -w", "-o", str(binary()), command],
-            module,
-            "building Kueue",
-        )
-        source = Path(info["Dir"]) / "config" / "components"
-        crds = root / "crds"
-        shutil.rmtree(crds, ignore_errors=True)
-        crds.mkdir()
-        for crd in sorted((source / "crd" / "bases").glob("*.yaml")):
-            shutil.copyfile(crd, crds / crd.name)
-        shutil.copyfile(source / "webhook" / "manifests.yaml", root / "webhooks.yaml")
-        (root / "stamp.json").write_text(json.dumps({"kueue": KUEUE_VERSION}))
-        out.write(f"k8s-testenv: built Kueue in {time.monotonic() - start:.0f} s\n")
-        return binary()
+ADDON = GoAddon(
+    name="kueue",
+    title="Kueue",
+    module="sigs.k8s.io/kueue",
+    version=KUEUE_VERSION,
+    go_directive=GO_DIRECTIVE,
+    package="sigs.k8s.io/kueue/cmd/kueue",
+)
+build, is_built, cache_dir = ADDON.build, ADDON.is_built, ADDON.cache_dir
 
 
 # --- configuration (pure) ---------------------------------------------------------------------
@@ -224,7 +152,7 @@ def metrics_certificate(pki: Path, certs: Path = METRICS_CERTS) -> None:
     if (certs / "tls.crt").is_file() and not (certs / OURS).is_file():
         return  # somebody else's: left as it is
     try:
-        _serving_certificate(pki, certs)
+        serving_certificate(pki, certs, "kueue-webhook")
         (certs / OURS).write_text("a throwaway certificate; Kueue's metrics server is off\n")
     except PermissionError as error:
         raise TestenvError(
@@ -234,116 +162,18 @@ def metrics_certificate(pki: Path, certs: Path = METRICS_CERTS) -> None:
         ) from None
 
 
-def _serving_certificate(pki: Path, certs: Path) -> None:
-    """``tls.crt`` and ``tls.key`` for 127.0.0.1, signed by the cluster's CA."""
-    from cryptography import x509  # noqa: PLC0415
-    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
-
-    from tests.k8s.pki import certificate, pem_key  # noqa: PLC0415
-
-    ca = (
-        x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes()),
-        serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None),
-    )
-    cert, key = certificate("kueue-webhook", issuer=ca, hosts=("127.0.0.1",))
-    certs.mkdir(parents=True, exist_ok=True)
-    (certs / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (certs / "tls.key").write_bytes(pem_key(key))
-
-
-def _create(call: Any, *args: Any) -> None:
-    """Create, or leave what exists (a second start on the same cluster)."""
-    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-    try:
-        call(*args)
-    except ApiException as error:
-        if error.status != 409:
-            raise
-
-
-def start(cluster: Any, timeout: float = START_TIMEOUT_S) -> None:
+def start(cluster: Any, timeout: float = addon.START_TIMEOUT_S) -> None:
     """Start Kueue against ``cluster`` (a :class:`tests.k8s.testenv.Cluster`) and return once
     its CRDs are established and its webhooks answer (see the module)."""
-    import base64  # noqa: PLC0415
-    import ssl  # noqa: PLC0415
-    import urllib.error  # noqa: PLC0415
-    import urllib.request  # noqa: PLC0415
-
-    from kubernetes import client  # noqa: PLC0415
-    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-    from dra_jupyter.kube.connect import api_client  # noqa: PLC0415
-    from tests.k8s.testenv import _spawn, _wait, free_port  # noqa: PLC0415
-
-    if not is_built():
-        raise TestenvError(
-            f"k8s-testenv: Kueue is not built in {cache_dir()}; run `scripts/k8s-testenv build`"
-        )
-    deadline = time.monotonic() + timeout
-    state = cluster.state_dir / "kueue"
-    pki = cluster.state_dir / "pki"
-    _serving_certificate(pki, state / "certs")
-    metrics_certificate(pki)
-    webhook_port, health_port = free_port(), free_port()
-    config = state / "config.yaml"
-    config.write_text(yaml.safe_dump(manager_config(webhook_port, health_port, state / "certs")))
-    with api_client(str(cluster.kubeconfig)) as api:
-        extensions = client.ApiextensionsV1Api(api)
-        names = []
-        for path in sorted((cache_dir() / "crds").glob("*.yaml")):
-            crd = yaml.safe_load(path.read_text())
-            names.append(crd["metadata"]["name"])
-            _create(extensions.create_custom_resource_definition, crd)
-
-        def established() -> tuple[bool, str]:
-            for name in names:
-                crd = extensions.read_custom_resource_definition(name)
-                listed = crd.status.conditions if crd.status else None
-                conditions = {c.type: c.status for c in listed or ()}
-                if conditions.get("Established") != "True":
-                    return False, f"CRD {name} not established"
-            return True, ""
-
-        _wait(cluster, "Kueue's CRDs", established, deadline)
-        _create(
-            client.CoreV1Api(api).create_namespace,
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)),
-        )
-        _spawn(
-            cluster,
-            "kueue",
-            # its queue's decisions in logs/kueue.log, for a test that waits on one
-            [f"--config={config}", f"--kubeconfig={cluster.kubeconfig}", "--zap-log-level=4"],
-            program=[str(binary())],
-        )
-
-        def ready() -> tuple[bool, str]:
-            with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/readyz", timeout=5) as r:
-                return r.status == 200, r.read().decode()
-
-        _wait(cluster, "Kueue's /readyz", ready, deadline)
-        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-
-        def webhooks() -> tuple[bool, str]:
-            # any answer over TLS with our CA (404 too): the webhook server serves
-            with contextlib.suppress(urllib.error.HTTPError):
-                urllib.request.urlopen(
-                    f"https://127.0.0.1:{webhook_port}/", timeout=5, context=context
-                ).close()
-            return True, ""
-
-        _wait(cluster, "Kueue's webhook server", webhooks, deadline)
-        bundle = base64.b64encode((pki / "ca.crt").read_bytes()).decode()
-        admission = client.AdmissionregistrationV1Api(api)
-        url = f"https://127.0.0.1:{webhook_port}"
-        for configuration in webhook_configurations(
-            (cache_dir() / "webhooks.yaml").read_text(), url, bundle
-        ):
-            mutating = configuration["kind"] == "MutatingWebhookConfiguration"
-            kind = "mutating" if mutating else "validating"
-            name = configuration["metadata"]["name"]
-            # a previous start's (on another port) goes first
-            with contextlib.suppress(ApiException):
-                getattr(admission, f"delete_{kind}_webhook_configuration")(name)
-            getattr(admission, f"create_{kind}_webhook_configuration")(configuration)
+    ADDON.require_built()
+    metrics_certificate(cluster.state_dir / "pki")
+    addon.start(
+        cluster,
+        ADDON,
+        manager_config,
+        webhook_configurations,
+        # its queue's decisions in logs/kueue.log, for a test that waits on one
+        flags=lambda health_port: ("--zap-log-level=4",),
+        namespace=NAMESPACE,
+        timeout=timeout,
+    )

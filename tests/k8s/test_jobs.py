@@ -59,6 +59,34 @@ REPORT = (
 )
 
 
+def assert_reported(run: JobRun, master: str) -> str:
+    """The logs of a two-node run of :data:`REPORT`, two devices a rank: each rank's lines,
+    prefixed with its rank, and rank 1's alone; ``master``: the rendezvous host. Returns
+    the logs."""
+    logs = run.logs()
+    for rank in (0, 1):
+        assert f"[rank {rank}] rank {rank} node_rank {rank} of 2 local 2\n" in logs
+        assert f"[rank {rank}] master {master}:29500\n" in logs
+        assert f"[rank {rank}] devices 2\n" in logs
+    assert run.logs(rank=1).splitlines() == [
+        "[rank 1] rank 1 node_rank 1 of 2 local 2",
+        f"[rank 1] master {master}:29500",
+        "[rank 1] devices 2",
+    ]
+    return logs
+
+
+def wait_running(run: JobRun) -> None:
+    """Wait until both ranks of a two-node run run with their devices; the run says so."""
+
+    def running() -> bool:
+        pods = run.status.processes
+        return len(pods) == 2 and all(p.phase == "Running" and p.devices for p in pods)
+
+    wait_for("both ranks running with their devices", running)
+    assert run.status.phase == "Running"
+
+
 def spec(**kw: object) -> JobSpec:
     fields: dict[str, object] = {
         "name": "train",
@@ -339,16 +367,7 @@ def test_a_two_node_run_reports_ranks_logs_devices_and_is_found_again(
         ]
         assert all(p.node in published.node_names for p in status.processes)
         assert status.started is not None and status.ended is not None
-        logs = run.logs()
-        for rank in (0, 1):
-            assert f"[rank {rank}] rank {rank} node_rank {rank} of 2 local 2\n" in logs
-            assert f"[rank {rank}] master ranks-0.ranks:29500\n" in logs
-            assert f"[rank {rank}] devices 2\n" in logs
-        assert run.logs(rank=1).splitlines() == [
-            "[rank 1] rank 1 node_rank 1 of 2 local 2",
-            "[rank 1] master ranks-0.ranks:29500",
-            "[rank 1] devices 2",
-        ]
+        logs = assert_reported(run, "ranks-0.ranks")
         # followed after the end: every line once, into the cell
         capsys.readouterr()
         assert run.logs(follow=True) is None  # on the screen already: not shown twice
@@ -464,13 +483,7 @@ def test_cancel_deletes_the_job_its_pods_claims_service_and_template(
                 node_selector=ON_SIMULATED,
             )
             assert isinstance(run, JobRun)
-
-            def running() -> bool:
-                pods = run.status.processes
-                return len(pods) == 2 and all(p.phase == "Running" and p.devices for p in pods)
-
-            wait_for("both ranks running with their devices", running)
-            assert run.status.phase == "Running"
+            wait_running(run)
             claims = resource.list_namespaced_resource_claim(namespace).items
             assert len(claims) == 2  # a claim per pod, from the template
             run.cancel()

@@ -10,34 +10,28 @@ that serves it, and the other tests expect Indexed Jobs."""
 
 from __future__ import annotations
 
-import os
 import sys
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from dra_jupyter.cli import main as cli_main
-from dra_jupyter.kube.connect import api_client, to_wire
+from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.jobrun import JobRun, launcher
 from dra_jupyter.kube.jobs import INDEX_ANNOTATION, JobSpec
 from dra_jupyter.kube.jobsets import fits, jobset, status_view
 from dra_jupyter.kube.jobstatus import run_status
 from dra_jupyter.model.objects import Wire
 from tests.k8s import jobset as jobset_env
-from tests.k8s import testenv
-from tests.k8s.fixtures import INVENTORY, wait_for
-from tests.k8s.podrunner import PodRunner
+from tests.k8s.addon import OwnCluster, own_cluster
+from tests.k8s.fixtures import fresh_namespace, wait_for
 from tests.k8s.test_backend import session
-from tests.k8s.test_jobs import CLAIM, REPORT
+from tests.k8s.test_jobs import REPORT, assert_reported, wait_running
+from tests.k8s.test_jobs import spec as job_spec
 from tests.k8s.test_pods import IMAGE
 
-ROOT = Path(__file__).resolve().parents[2]
 GROUPS = {"jobset.x-k8s.io": "v1alpha2"}
 
 
@@ -66,17 +60,8 @@ MANIFESTS = (
 
 
 def spec(**kw: object) -> JobSpec:
-    fields: dict[str, object] = {
-        "name": "train",
-        "namespace": "team",
-        "user": "alice@example.com",
-        "image": "img",
-        "argv": ["python", "train.py"],
-        "claim_spec": CLAIM,
-        "nodes": 2,
-        "launcher": "JobSet",
-    }
-    return JobSpec(**{**fields, **kw})  # type: ignore[arg-type]
+    """test_jobs's two-node run, launched as a JobSet."""
+    return job_spec(**{"launcher": "JobSet", **kw})
 
 
 # --- pure ------------------------------------------------------------------------------------
@@ -215,61 +200,16 @@ def test_the_test_environments_pod_webhooks_see_only_pods_of_jobsets() -> None:
 # --- on a control plane with JobSet ----------------------------------------------------------
 
 
-@dataclass
-class WithJobSet:
-    cluster: testenv.Cluster
-    api: client.ApiClient
-    runner: PodRunner
-
-
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WithJobSet]:
-    testenv.build()
-    jobset_env.build()
-    cluster = testenv.start(tmp_path_factory.mktemp("jobset-k8s"), die_with_parent=True)
-    try:
-        jobset_env.start(cluster)
-        argv = ["publish-slices", "--inventory", INVENTORY, "--nodes", "2"]
-        assert cli_main([*argv, "--kubeconfig", str(cluster.kubeconfig)]) == 0
-        env = {
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-            "HOME": os.environ.get("HOME", "/root"),
-        }
-        with api_client(str(cluster.kubeconfig)) as api:
-            runner = PodRunner(
-                api,
-                tmp_path_factory.mktemp("jobset-pods"),
-                pki=cluster.state_dir / "pki",
-                namespaces=(),
-                base_env=env,
-                backoff_s=1.0,
-            )
-            with runner:
-                yield WithJobSet(cluster, api, runner)
-            assert not runner.problems, runner.problems
-    finally:
-        cluster.stop()
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnCluster]:
+    with own_cluster(tmp_path_factory, jobset_env.ADDON, jobset_env.start) as own:
+        yield own
 
 
 @pytest.fixture
-def namespace(served: WithJobSet) -> Iterator[str]:
-    core = client.CoreV1Api(served.api)
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    core.create_namespace(body=client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-
-    def service_account() -> bool:
-        try:
-            core.read_namespaced_service_account("default", name)
-        except ApiException as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
-
-    wait_for(f"the default service account of {name}", service_account)
-    yield name
-    core.delete_namespace(name)
+def namespace(served: OwnCluster) -> Iterator[str]:
+    with fresh_namespace(served.api) as name:
+        yield name
 
 
 def _jobsets(api: client.ApiClient, namespace: str) -> list[Wire]:
@@ -294,7 +234,7 @@ def _nothing_left(api: client.ApiClient, namespace: str) -> bool:
 
 
 def test_a_two_node_run_is_a_jobset_with_ranks_logs_and_is_found_and_cancelled(
-    served: WithJobSet, namespace: str
+    served: OwnCluster, namespace: str
 ) -> None:
     api = served.api
     with served.runner.serving(namespace):
@@ -321,16 +261,7 @@ def test_a_two_node_run_is_a_jobset_with_ranks_logs_and_is_found_and_cancelled(
             "ranks-node-0-0",
             "ranks",
         )
-        logs = run.logs()
-        for rank in (0, 1):
-            assert f"[rank {rank}] rank {rank} node_rank {rank} of 2 local 2\n" in logs
-            assert f"[rank {rank}] master ranks-node-0-0.ranks:29500\n" in logs
-            assert f"[rank {rank}] devices 2\n" in logs
-        assert run.logs(rank=1).splitlines() == [
-            "[rank 1] rank 1 node_rank 1 of 2 local 2",
-            "[rank 1] master ranks-node-0-0.ranks:29500",
-            "[rank 1] devices 2",
-        ]
+        assert_reported(run, "ranks-node-0-0.ranks")
         # JobSet's headless Service is the pods' subdomain; the Job is JobSet's
         service = to_wire(api, client.CoreV1Api(api).read_namespaced_service("ranks", namespace))
         assert service["spec"]["clusterIP"] == "None"
@@ -356,7 +287,7 @@ def test_a_two_node_run_is_a_jobset_with_ranks_logs_and_is_found_and_cancelled(
 
 
 def test_a_rank_that_exits_1_fails_the_jobset_and_cancel_leaves_nothing(
-    served: WithJobSet, namespace: str
+    served: OwnCluster, namespace: str
 ) -> None:
     script = (
         "import os, sys, time\n"
@@ -379,7 +310,7 @@ def test_a_rank_that_exits_1_fails_the_jobset_and_cancel_leaves_nothing(
 
 
 def test_a_running_jobset_is_cancelled_with_its_pods_and_claims(
-    served: WithJobSet, namespace: str
+    served: OwnCluster, namespace: str
 ) -> None:
     with served.runner.serving(namespace):
         alice = session(served.cluster.kubeconfig, namespace, image=IMAGE)
@@ -387,13 +318,7 @@ def test_a_running_jobset_is_cancelled_with_its_pods_and_claims(
             [sys.executable, "-c", "import time; time.sleep(600)"], gpu=1, nodes=2, name="long"
         )
         assert isinstance(run, JobRun)
-
-        def running() -> bool:
-            pods = run.status.processes
-            return len(pods) == 2 and all(p.phase == "Running" and p.devices for p in pods)
-
-        wait_for("both ranks running with their devices", running)
-        assert run.status.phase == "Running"
+        wait_running(run)
         run.cancel()
         cancelled = run.status
         assert cancelled.phase == "Cancelled"
@@ -401,7 +326,7 @@ def test_a_running_jobset_is_cancelled_with_its_pods_and_claims(
 
 
 def test_retries_restart_every_rank_together_and_the_run_then_succeeds(
-    served: WithJobSet, namespace: str, tmp_path: Path
+    served: OwnCluster, namespace: str, tmp_path: Path
 ) -> None:
     """Rank 1 fails its first attempt only; with ``retries=1`` JobSet restarts the whole
     set (rank 0 too, which had been waiting) and the second attempt succeeds."""
@@ -429,7 +354,7 @@ def test_retries_restart_every_rank_together_and_the_run_then_succeeds(
 
 
 def test_a_jobset_run_with_wait_is_placed_and_its_logs_streamed_with_ranks(
-    served: WithJobSet, namespace: str, capsys: pytest.CaptureFixture[str]
+    served: OwnCluster, namespace: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     script = "for i in range(3):\n    print('step', i, flush=True)\n"
     with served.runner.serving(namespace):

@@ -10,13 +10,10 @@ the session's cluster see (``dra.run`` checks whether Kueue is installed)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +21,6 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_jupyter.cli import main as cli_main
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.hub.progress import DeviceProgress
 from dra_jupyter.kube import kueue as kueue_words
@@ -32,23 +28,15 @@ from dra_jupyter.kube.connect import api_client, to_wire
 from dra_jupyter.kube.jobrun import JobRun
 from dra_jupyter.kube.spawn import ServerDevices
 from tests.hub.test_kubespawner import service_account_kubeconfig
-from tests.k8s import kueue, testenv
-from tests.k8s.fixtures import INVENTORY, wait_for
+from tests.k8s import kueue
+from tests.k8s.addon import OwnCluster, own_cluster
+from tests.k8s.fixtures import fresh_namespace, wait_for
 from tests.k8s.kernelserver import RefusedError, kernel_pods, running_server
-from tests.k8s.podrunner import PodRunner
 from tests.k8s.test_backend import session
 from tests.k8s.test_pods import IMAGE
 
-ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "gpus"
 QUOTA = 2  # GPUs
-
-
-@dataclass
-class Queued:
-    cluster: testenv.Cluster
-    api: client.ApiClient
-    runner: PodRunner
 
 
 def _created(objects: client.CustomObjectsApi, plural: str, body: dict[str, Any]) -> bool:
@@ -65,66 +53,28 @@ def _created(objects: client.CustomObjectsApi, plural: str, body: dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queued]:
-    testenv.build()
-    kueue.build()
-    cluster = testenv.start(tmp_path_factory.mktemp("kueue-k8s"), die_with_parent=True)
-    try:
-        kueue.start(cluster)
-        argv = ["publish-slices", "--inventory", INVENTORY, "--nodes", "2"]
-        assert cli_main([*argv, "--kubeconfig", str(cluster.kubeconfig)]) == 0
-        env = {
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-            "HOME": os.environ.get("HOME", "/root"),
-        }
-        with api_client(str(cluster.kubeconfig)) as api:
-            objects = client.CustomObjectsApi(api)
-            wait_for(
-                "Kueue to take a ResourceFlavor",
-                lambda: _created(objects, "resourceflavors", kueue.resource_flavor()),
-            )
-            wait_for(
-                "Kueue to take the ClusterQueue",
-                lambda: _created(objects, "clusterqueues", kueue.cluster_queue(QUEUE, QUOTA)),
-            )
-            runner = PodRunner(
-                api,
-                tmp_path_factory.mktemp("kueue-pods"),
-                pki=cluster.state_dir / "pki",
-                namespaces=(),
-                base_env=env,
-                backoff_s=1.0,
-            )
-            with runner:
-                yield Queued(cluster, api, runner)
-            assert not runner.problems, runner.problems
-    finally:
-        cluster.stop()
+def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnCluster]:
+    with own_cluster(tmp_path_factory, kueue.ADDON, kueue.start) as own:
+        objects = client.CustomObjectsApi(own.api)
+        wait_for(
+            "Kueue to take a ResourceFlavor",
+            lambda: _created(objects, "resourceflavors", kueue.resource_flavor()),
+        )
+        wait_for(
+            "Kueue to take the ClusterQueue",
+            lambda: _created(objects, "clusterqueues", kueue.cluster_queue(QUEUE, QUOTA)),
+        )
+        yield own
 
 
 @pytest.fixture
-def namespace(queued: Queued) -> Iterator[str]:
+def namespace(queued: OwnCluster) -> Iterator[str]:
     """A fresh namespace with the LocalQueue ``gpus`` of the two-GPU ClusterQueue."""
-    core = client.CoreV1Api(queued.api)
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    core.create_namespace(body=client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-
-    def service_account() -> bool:
-        try:
-            core.read_namespaced_service_account("default", name)
-        except ApiException as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
-
-    wait_for(f"the default service account of {name}", service_account)
-    client.CustomObjectsApi(queued.api).create_namespaced_custom_object(
-        kueue.GROUP, "v1beta2", name, "localqueues", kueue.local_queue(QUEUE, name, QUEUE)
-    )
-    yield name
-    core.delete_namespace(name)
+    with fresh_namespace(queued.api) as name:
+        client.CustomObjectsApi(queued.api).create_namespaced_custom_object(
+            kueue.GROUP, "v1beta2", name, "localqueues", kueue.local_queue(QUEUE, name, QUEUE)
+        )
+        yield name
 
 
 def _missed_templates(api: client.ApiClient, namespace: str) -> list[str]:
@@ -150,7 +100,7 @@ def _log_has(path: Path, pattern: str) -> str | None:
 
 
 def test_gpu_kernels_beyond_the_queues_quota_wait_in_kueue_and_say_its_reason_and_place(
-    queued: Queued, namespace: str, tmp_path: Path
+    queued: OwnCluster, namespace: str, tmp_path: Path
 ) -> None:
     """Two one-GPU kernels fill the quota; a third waits in Kueue (its pod gated: the
     cluster has 14 GPUs free, so without Kueue it would run), and the server says why and
@@ -248,7 +198,7 @@ def test_gpu_kernels_beyond_the_queues_quota_wait_in_kueue_and_say_its_reason_an
 
 
 def test_a_run_beyond_the_queues_quota_waits_suspended_with_kueues_reason_then_runs(
-    queued: Queued, namespace: str
+    queued: OwnCluster, namespace: str
 ) -> None:
     """A two-GPU run fills the quota; a second run waits suspended in Kueue's line and its
     status says Kueue's reason and place; cancelling the first lets the second run."""
