@@ -27,7 +27,7 @@ started, and ended) and the server's log lines (milliseconds): the provisioner's
 released``.
 
 Beside it, what the stand-in's process costs by itself, on this machine, without
-Kubernetes: the pod's command (``python3 -m dra_jupyter.kernelboot python -m
+Kubernetes: the pod's command (``python3 -m dra_jupyter.kube.kernels.boot python -m
 ipykernel_launcher -f {connection_file}``) started as a plain process just before each
 kernel (the same load), to its ``kernel_info`` reply and to its first cell's result over
 ZeroMQ, and a bare ``python -c pass``. That is what a container's start costs anywhere. Ours
@@ -81,7 +81,7 @@ VENV_BIN = Path(sys.executable).parent
 INVENTORY, NODES = "h200-8x", 2
 KERNEL_SPEC = "dra-h200-x1"
 CODE = "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES'))"
-BOOT = ["python3", "-m", "dra_jupyter.kernelboot", "python", "-m", "ipykernel_launcher"]
+BOOT = ["python3", "-m", "dra_jupyter.kube.kernels.boot", "python", "-m", "ipykernel_launcher"]
 DEADLINE_S = 120.0  # for anything to happen; a benchmark that waits longer has failed
 START_TARGET_S = 5.0
 SLOW_PASS_S = 0.5  # a pass of the stand-in's loop longer than this is reported

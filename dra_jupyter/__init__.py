@@ -43,16 +43,16 @@ if TYPE_CHECKING:
 
     from dra_jupyter.api import Claim, Session
     from dra_jupyter.claimspec import RequestKeywords, RunKeywords
-    from dra_jupyter.runstatus import Run
     from dra_jupyter.tables import ClaimRow, DeviceRow, Table
     from dra_jupyter.types import Command, Waiter
+    from dra_jupyter.types.runs import Run
 
     __version__: str
 
 # Names made on first use, so that ``import dra_jupyter`` stays cheap (PEP 562).
 _LAZY = {
     "Claim": "dra_jupyter.api",
-    "Run": "dra_jupyter.runstatus",
+    "Run": "dra_jupyter.types.runs",
     "Session": "dra_jupyter.api",
     "Table": "dra_jupyter.tables",
 }
@@ -72,7 +72,7 @@ def __getattr__(name: str) -> Any:
 
 def _session() -> Session:
     """The default session; in a kernel shown through the notebook's view (claim cards)."""
-    from dra_jupyter.kernelinfo import in_kernel  # noqa: PLC0415  # keeps import cheap
+    from dra_jupyter.kernel.info import in_kernel  # noqa: PLC0415  # keeps import cheap
 
     if in_kernel():
         from dra_jupyter.widgets.notebook import notebook_session  # noqa: PLC0415
@@ -98,8 +98,8 @@ def request(**kwargs: Unpack[RequestKeywords]) -> Claim:
 def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run:
     """Run ``command`` (an argv list, a shell string, or a self-contained function) with
     devices: ``dra.run(["python", "train.py"], gpu=1)``. On Kubernetes in a pod (keywords
-    ``image``, ``start_timeout``, ``node_selector``; :mod:`dra_jupyter.kube.run`), or with
-    ``nodes=N`` (or ``queue``) a Job of N pods (``retries``; :mod:`dra_jupyter.kube.jobs`);
+    ``image``, ``start_timeout``, ``node_selector``; :mod:`dra_jupyter.kube.runs.run`), or with
+    ``nodes=N`` (or ``queue``) a Job of N pods (``retries``; :mod:`dra_jupyter.kube.runs.jobs`);
     on one machine in the background, as your own process holding its own claim
     (:mod:`dra_jupyter.runner`). Returned at once (``run.status``,
     ``run.logs(follow=True)``, ``run.cancel()``, ``run.wait()``), or followed to its end

@@ -25,8 +25,8 @@ from dra_jupyter.sharing.reclaim import ReclaimSettings
 
 if TYPE_CHECKING:
     from dra_jupyter.inventory.base import Inventory
-    from dra_jupyter.runstatus import Runs
     from dra_jupyter.types import Backend, Owner, Watching
+    from dra_jupyter.types.runs import Runs
 
 
 def open_backend(settings: Settings, owner: Owner, inventory: Inventory | None = None) -> Backend:

@@ -107,7 +107,7 @@ class RequestKeywords(ClaimKeywords, total=False):
 
 
 class RunKeywords(ClaimKeywords, total=False):
-    """:func:`run`'s keywords: the claim's, then the pod's (see :mod:`dra_jupyter.kube.run`),
+    """:func:`run`'s keywords: the claim's, then the pod's (see :mod:`dra_jupyter.kube.runs.run`),
     then the run's (``nodes``: machines; ``lease``: how long its claim may last)."""
 
     image: str | None

@@ -43,9 +43,9 @@ from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.local.runs import GRACE_S, POLL_S, RunBook, RunRow
 from dra_jupyter.local.wakeup import Listener
-from dra_jupyter.runstatus import Phase
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Backend, Owner, Waiting
+from dra_jupyter.types.runs import Phase
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 # Seconds between reads of the run's claim where no wake-up says it may be gone: the rings

@@ -13,10 +13,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from dra_jupyter.errors import ObjectError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.model.attributes import Version
 from dra_jupyter.model.objects import Device, ResourceSlice
@@ -25,26 +23,10 @@ from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.tables import human_bytes
 
 if TYPE_CHECKING:
-    from IPython.lib.pretty import RepresentationPrinter
-
-    from dra_jupyter.allocator import Explanation
-    from dra_jupyter.types import Backend
+    pass
 
 PROBE = "new-request"  # the name a claim is explained under before it has one
 NOTEBOOK_WAIT = "add timeout=10m to wait in line"
-
-
-class Asking(Protocol):
-    """Who asks (a :class:`dra_jupyter.api.Session` is one): the claim a request makes, and
-    the devices and claims it is weighed against."""
-
-    @property
-    def backend(self) -> Backend: ...
-
-    @property
-    def inventory(self) -> Inventory: ...
-
-    def build(self, spec: Mapping[str, Any], name: str = "") -> dict[str, Any]: ...
 
 
 def _value(device: Device, name: str) -> Any:
@@ -167,111 +149,3 @@ def impossible_hint(spec: Mapping[str, Any], inventory: Inventory) -> str | None
 def describe(spec: Mapping[str, Any]) -> str:
     """``gpu=2 same=pcieRoot``: a request as it was typed."""
     return " ".join(f"{k}={v}" for k, v in spec.items()) or "gpu=1"
-
-
-@dataclass
-class Verdict:
-    """Whether a request can be met now, later (when devices are released), or never here."""
-
-    request: str
-    answer: str  # "now", "later" or "never"
-    headline: str
-    explanation: Explanation | None
-    held_now: list[str] = field(default_factory=list)  # "claim (user): devices"
-    verbose: bool = False
-
-    def __str__(self) -> str:
-        lines = [self.headline]
-        if self.explanation is not None and self.answer != "now":
-            lines.extend(self.explanation.summary(named=False).splitlines())
-        if self.held_now:
-            lines.append("held now: " + "; ".join(self.held_now))
-        if self.verbose and self.explanation is not None:
-            lines.extend(["", self.explanation.to_text()])
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "request": self.request,
-            "answer": self.answer,
-            "headline": self.headline,
-            "held_now": self.held_now,
-            "explanation": self.explanation.to_dict() if self.explanation else None,
-        }
-
-    def _repr_pretty_(self, p: RepresentationPrinter, cycle: bool) -> None:
-        printer: Any = p  # IPython's printer is not typed
-        for i, line in enumerate(str(self).split("\n")):
-            if i:
-                printer.break_()
-            printer.text(line)
-
-
-def _devices(results: Any) -> str:
-    found = results[0].to_dict().get("devices", {}).get("results", [])
-    return ", ".join(r["device"] for r in found)
-
-
-def explain_request(
-    session: Asking,
-    spec: Mapping[str, Any],
-    *,
-    verbose: bool = False,
-    wait_hint: str = NOTEBOOK_WAIT,
-) -> Verdict:
-    """Say whether ``spec`` can be met: now (and on which devices), once others release
-    theirs (and who holds them), or never on this inventory (and why, in the user's terms)."""
-    what = describe(spec)
-    claim = session.build(spec, PROBE)
-    backend = session.backend
-    inv = session.inventory
-    where = inv.description + (" (simulated)" if inv.simulated else "")
-    idle = backend.allocator([])
-    # one machine's claims: their namespace means nothing there ("held by all8")
-    bare = claim["metadata"].get("namespace") if backend.cluster is None else None
-    try:
-        possible = idle.allocate([claim])
-    except ObjectError:  # the inventory lacks the DeviceClass (a TPU asked of a GPU machine)
-        hint = impossible_hint(spec, inv)
-        if hint is None:
-            raise
-        return Verdict(
-            what, "never", f"{what}: can never be met here: {hint}", None, verbose=verbose
-        )
-    if possible is None:
-        hint = impossible_hint(spec, inv)
-        return Verdict(
-            what,
-            "never",
-            f"{what}: can never be met here: {hint}"
-            if hint
-            else f"{what}: can never be met on {where}",
-            idle.explain([claim], bare_namespace=bare),
-            verbose=verbose,
-        )
-    held = backend.claims(all_users=True)
-    allocator = backend.allocator(held)
-    results = allocator.allocate([claim])
-    explanation = allocator.explain([claim], bare_namespace=bare)
-    if results is not None:
-        node = explanation.node or "this machine"
-        return Verdict(
-            what,
-            "now",
-            f"{what}: can be met now on {node}: {_devices(results)}",
-            explanation,
-            verbose=verbose,
-        )
-    holders = [
-        f"{r.name} ({r.owner.user}): "
-        + ", ".join(x["device"] for x in r.allocation.get("devices", {}).get("results", []))
-        for r in held
-    ]
-    return Verdict(
-        what,
-        "later",
-        f"{what}: cannot be met now, only once other claims release devices; {wait_hint}",
-        explanation,
-        holders,
-        verbose=verbose,
-    )

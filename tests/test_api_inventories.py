@@ -28,7 +28,6 @@ import yaml
 import dra_jupyter as dra
 from dra_jupyter import api
 from dra_jupyter.api import Claim, Session
-from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import (
     AllocationError,
     ClaimNotFoundError,
@@ -39,6 +38,7 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory import simulated
 from dra_jupyter.inventory.resolve import DEFAULT_SIMULATED, resolve_inventory
+from dra_jupyter.kernel.environment import ProcessEnvironment
 from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import DeviceRow
@@ -99,7 +99,7 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     for name in VISIBLE:  # recorded, so that monkeypatch restores them whatever a test sets
         monkeypatch.setenv(name, SENTINEL)
-    monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: None)
+    monkeypatch.setattr(api.claim, "accelerator_runtime_loaded", lambda: None)
     monkeypatch.setattr(api._Default, "session", None)
     # the process's device environment starts empty for each test (a claim a test leaves
     # held would name its devices in the next test's environment)
@@ -617,7 +617,7 @@ def test_apply_env_warning_points_at_the_users_call(
 ) -> None:
     """A notebook shows the warning's file and line: it must be the user's cell, not
     dra_jupyter/__init__.py (which ``dra.request`` passes through)."""
-    monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: "libcuda.so")
+    monkeypatch.setattr(api.claim, "accelerator_runtime_loaded", lambda: "libcuda.so")
     dra.configure(inventory="h200-8x", ledger=str(tmp_path / "l.sqlite"))
     with pytest.warns(DraJupyterWarning) as caught:
         dra.request(gpu=1)
@@ -627,7 +627,7 @@ def test_apply_env_warning_points_at_the_users_call(
 def test_apply_env_warns_when_cuda_is_already_loaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: "libcuda.so")
+    monkeypatch.setattr(api.claim, "accelerator_runtime_loaded", lambda: "libcuda.so")
     dra.configure(inventory="h200-8x", ledger=str(tmp_path / "l.sqlite"))
     with pytest.warns(DraJupyterWarning, match="libcuda.so is already loaded"):
         claim = dra.request(gpu=1)
@@ -777,7 +777,7 @@ def test_a_mig_profile_too_few_of_names_the_keyword(mig: Session) -> None:
 
 
 def test_explain_names_the_model_and_what_the_gpus_are(tmp_path: Path) -> None:
-    from dra_jupyter.verdicts import explain_request  # noqa: PLC0415
+    from dra_jupyter.api.verdict import explain_request  # noqa: PLC0415
 
     session = make_session(tmp_path, "h200-8x")
     lines = str(explain_request(session, {"gpu": 1, "model": "H100"})).splitlines()

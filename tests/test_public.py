@@ -10,8 +10,9 @@ import subprocess
 import sys
 
 import dra_jupyter
-from dra_jupyter import claimspec, errors, runstatus
+from dra_jupyter import claimspec, errors
 from dra_jupyter.api import Session
+from dra_jupyter.types import runs as runstatus
 
 # Besides the errors (every class of dra_jupyter.errors, checked below): what users call.
 PUBLIC = {

@@ -47,7 +47,7 @@ from typing import Any, ClassVar, TextIO
 
 import dra_jupyter.api
 import dra_jupyter.claimspec
-import dra_jupyter.environment
+import dra_jupyter.kernel.environment
 import dra_jupyter.service.client
 from dra_jupyter.backends import service_answers
 from dra_jupyter.errors import DraJupyterError
@@ -59,7 +59,7 @@ PRELOADED = (
     encodings.latin_1,
     encodings.utf_8,
     dra_jupyter.claimspec,
-    dra_jupyter.environment,
+    dra_jupyter.kernel.environment,
     dra_jupyter.service.client,
 )
 USERS = ("dra-demo-ada", "dra-demo-bo")

@@ -131,7 +131,7 @@ SHELL_WAIT = "pass --timeout 10m to wait in line"
 
 def explain_keywords(args: argparse.Namespace, out: TextIO) -> int:
     """``explain gpu=9``: what ``%dra explain gpu=9`` says, for this machine's devices."""
-    from dra_jupyter.verdicts import explain_request  # noqa: PLC0415
+    from dra_jupyter.api.verdict import explain_request  # noqa: PLC0415
 
     session = _session(args)
     if args.strategy:

@@ -57,7 +57,7 @@ __all__ = [
 NONE = "none"  # the slug of the choice without devices
 UNLIMITED = 2**31 - 1  # what "no GPU" has available: it asks for nothing
 TIMES = "\u00d7"  # the multiplication sign of "2x NVIDIA H200", as people write it
-KERNEL_PROVISIONER = "dra-kubernetes"  # dra_jupyter.provisioner's entry point
+KERNEL_PROVISIONER = "dra-kubernetes"  # dra_jupyter.kube.kernels.provisioner's entry point
 PYTHON_ARGV = ("python", "-m", "ipykernel_launcher", "-f", "{connection_file}")
 
 

@@ -32,8 +32,8 @@ released when idle (``dra_idle_timeout``; needs ``cmd``, as zero-to-jupyterhub s
 
 **GPU kernels only** (``dra_kernels_only``, per profile): the server pod gets no claim;
 its kernels get the profile's devices, each in a pod of its own (the ``dra-kubernetes``
-kernel provisioner, :mod:`dra_jupyter.provisioner`). The server is given the kernel spec
-that does so, as its default kernel (``$DRA_JUPYTER_KERNEL_SPECS`` and
+kernel provisioner, :mod:`dra_jupyter.kube.kernels.provisioner`). The server is given the
+kernel spec that does so, as its default kernel (``$DRA_JUPYTER_KERNEL_SPECS`` and
 ``$DRA_JUPYTER_DEFAULT_KERNEL``, written by its extension:
 :mod:`dra_jupyter.server.givenspecs`), named ``dra-<profile slug>`` and shown as
 ``Python 3 · <the profile's display name>``. Why: a server pod holds its claim for its whole

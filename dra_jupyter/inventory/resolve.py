@@ -6,6 +6,8 @@ from pathlib import Path
 
 from dra_jupyter.errors import DraJupyterError, InvalidInputError, shown
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.model.objects import ResourceSlice
+from dra_jupyter.model.parse import parse_many, parse_resource_slice
 
 DEFAULT_SIMULATED = "h200-8x"
 
@@ -51,3 +53,20 @@ def _exists(path: str) -> bool:
         return Path(path).exists()
     except (OSError, ValueError):  # a name too long for the file system, a NUL byte
         return False
+
+
+def resolve_device(inventory: Inventory, device: str, *, what: str = "dra.history") -> str:
+    """``driver/pool/device`` of a device named in full or by its name (``gpu-0``);
+    ``what`` begins the error's line."""
+    parsed = parse_many(inventory.patched_slices, parse_resource_slice, ResourceSlice)
+    keys = [f"{s.driver}/{s.pool}/{d.name}" for s in parsed for d in s.devices]
+    if device in keys:
+        return device
+    found = [k for k in keys if k.rsplit("/", 1)[-1] == device]
+    if len(found) == 1:
+        return found[0]
+    problem = "is ambiguous" if found else "is not a device of this inventory"
+    raise InvalidInputError(
+        f"{what}: {device!r} {problem}; use a name from dra.devices(), "
+        f"e.g. {keys[0] if keys else 'gpu-0'!r}"
+    )

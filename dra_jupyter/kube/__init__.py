@@ -14,10 +14,8 @@ imports this package only for the commands that talk to a cluster.
   kernel (the storage of the coming Kubernetes backend), RBAC refusals in one line;
 * :mod:`dra_jupyter.kube.pods`: a Pod that uses claims (what ``dra.run`` will launch) and
   waiting for kube-scheduler to place it, with its reason while it cannot;
-* :mod:`dra_jupyter.kube.run`, :mod:`dra_jupyter.kube.podrun`: ``dra.run`` in one pod with a
-  claim of the session; :mod:`dra_jupyter.kube.jobs`, :mod:`dra_jupyter.kube.jobrun`,
-  :mod:`dra_jupyter.kube.jobstatus`: a run as a Job of one or more pods. Both are
-  :class:`dra_jupyter.runstatus.Run`, found again by their labels;
-  :mod:`dra_jupyter.kube.stopped` says which device was taken out when a run's pod was
-  evicted for a device taint.
+* :mod:`dra_jupyter.kube.runs`: ``dra.run`` in one pod with a claim of the session, or as
+  a Job (a JobSet) of one or more pods, each a :class:`dra_jupyter.types.runs.Run`;
+* :mod:`dra_jupyter.kube.kernels`: GPU kernels, each in a pod of its own (the kernel
+  provisioner, the pod's objects and its first process).
 """

@@ -26,9 +26,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
-from dra_jupyter.devicehistory import resolve_device
 from dra_jupyter.errors import ClusterError, ForbiddenError, InvalidInputError, NeverPossibleError
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.inventory.resolve import resolve_device
 from dra_jupyter.kube import taints as _taints
 from dra_jupyter.kube.claims import (
     ACTIVITY_ANNOTATION,

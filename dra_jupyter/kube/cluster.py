@@ -10,10 +10,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from dra_jupyter.kube import jobrun, podrun, reserve, run
+from dra_jupyter.kube import reserve
 from dra_jupyter.kube.access import ClusterAccess
 from dra_jupyter.kube.claims import ClaimClient
-from dra_jupyter.kube.jobs import JobSpec, check_name, check_nodes, check_retries, placement
+from dra_jupyter.kube.runs import jobrun, podrun, run
+from dra_jupyter.kube.runs.jobs import JobSpec, check_name, check_nodes, check_retries, placement
 from dra_jupyter.types import ClaimRecord, Command, HeldClaim, RunPlan, claim_prefix
 
 

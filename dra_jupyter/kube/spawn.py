@@ -9,7 +9,7 @@ that pods reference (not of standalone claims). The template itself is deleted w
 server stops, and owned by the pod once the pod exists, so that it goes with the pod too
 when the hub is not there to delete it.
 
-The server's GPU kernels (:mod:`dra_jupyter.kube.kernelpods`) are pods the server made, not
+The server's GPU kernels (:mod:`dra_jupyter.kube.kernels.pods`) are pods the server made, not
 owned by its pod: the server deletes them as it shuts its kernels down, and the hub deletes
 what is left of them when it stops the server (:meth:`ServerDevices.delete_kernel_pods`),
 since a server killed before its kernels ended would leave their GPUs held by nobody's

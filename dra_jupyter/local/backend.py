@@ -29,7 +29,6 @@ from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.allocator import Allocator, Explanation, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.allocator.core import DEFAULT_MAX_STEPS
-from dra_jupyter.devicehistory import resolve_device
 from dra_jupyter.errors import (
     PYTHON_WAIT,
     AllocationError,
@@ -39,6 +38,7 @@ from dra_jupyter.errors import (
     NeverPossibleError,
 )
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.inventory.resolve import resolve_device
 from dra_jupyter.local import notices as _notices
 from dra_jupyter.local import pressure
 from dra_jupyter.local import taints as _taints

@@ -44,8 +44,8 @@ from dra_jupyter.errors import (
     shown,
 )
 from dra_jupyter.local.ledger import Ledger
-from dra_jupyter.runstatus import ENDED, Phase, RunProcess, RunStatus, wait_for_end
 from dra_jupyter.types import Owner, claim_prefix, process_start_time
+from dra_jupyter.types.runs import ENDED, Phase, RunProcess, RunStatus, wait_for_end
 
 LOG_DIR = "runs"  # next to the ledger: runs/USER/NAME.log (a folder per user: a ledger
 # that several users share has their runs side by side, each folder only its user's)
@@ -279,7 +279,7 @@ class RunBook:
 
 
 class LocalRun:
-    """A run on this machine (:class:`dra_jupyter.runstatus.Run`), read from its book."""
+    """A run on this machine (:class:`dra_jupyter.types.runs.Run`), read from its book."""
 
     def __init__(
         self, book: RunBook, name: str, release: Callable[[str], object], out: IO[str] | None = None
@@ -339,7 +339,7 @@ class LocalRun:
 
     def log_tail(self, max_bytes: int) -> tuple[str, bool]:
         """The last ``max_bytes`` of its log at most (a line cut at the start is left out),
-        and whether earlier output was left out (:class:`~dra_jupyter.runstatus.TailedRun`)."""
+        and whether earlier output was left out (:class:`~dra_jupyter.types.runs.TailedRun`)."""
         path = self._row().log
         try:
             with path.open("rb") as f:

@@ -2,7 +2,7 @@
 
 The claim is made before the cell runs (under a name chosen here, so that it can be
 released even when an interrupt lands while it is being made), its devices join the
-process's environment for the cell (:mod:`dra_jupyter.environment`) and leave it after,
+process's environment for the cell (:mod:`dra_jupyter.kernel.environment`) and leave it after,
 and the claim is released after the cell whatever happens: success, an exception,
 ``KeyboardInterrupt`` — and an interrupt during the release itself does not stop the
 release.

@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from dra_jupyter.api.verdict import Verdict, explain_request
 from dra_jupyter.durations import format_duration
-from dra_jupyter.environment import ProcessEnvironment, environment_for
+from dra_jupyter.kernel.environment import ProcessEnvironment, environment_for
 from dra_jupyter.tables import Table
 from dra_jupyter.types import ClaimRecord, Waiter, claim_prefix
-from dra_jupyter.verdicts import Verdict, explain_request
 
 if TYPE_CHECKING:
     from IPython.lib.pretty import RepresentationPrinter
 
     from dra_jupyter.api import Session
-    from dra_jupyter.runstatus import Run
+    from dra_jupyter.types.runs import Run
 
 __all__ = ["Verdict", "explain_request"]  # what %dra explain shows: dra_jupyter.verdicts
 

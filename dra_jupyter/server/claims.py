@@ -36,7 +36,6 @@ from dra_jupyter.accounting.book import Totals
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import requested_devices
 from dra_jupyter.durations import parse_lease, parse_timeout
-from dra_jupyter.environment import environment_for
 from dra_jupyter.errors import (
     AllocationError,
     ClaimNotFoundError,
@@ -49,6 +48,7 @@ from dra_jupyter.errors import (
     shown,
 )
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.kernel.environment import environment_for
 from dra_jupyter.server.models import (
     ClaimModel,
     DeviceModel,

@@ -22,7 +22,7 @@ subscribes to each kernel's IOPub channel itself and counts only messages whose 
 is an ``execute_request``: a cell that starts, prints or ends. Its ``status`` messages
 give busy/idle for running cells; comm traffic and REST polling never touch it.
 
-**Restarts a kernel asks for** (:mod:`dra_jupyter.restarts`) come on the same channel, in
+**Restarts a kernel asks for** (:mod:`dra_jupyter.kernel.restarts`) come on the same channel, in
 the metadata of a ``display_data``: the watcher reads display messages' metadata (small),
 never their content.
 """
@@ -40,7 +40,7 @@ from jupyter_client.session import Session as ZmqSession
 from tornado import web
 
 from dra_jupyter.errors import DraJupyterError
-from dra_jupyter.restarts import RESTART_ASKED
+from dra_jupyter.kernel.restarts import RESTART_ASKED
 from dra_jupyter.settings import Settings
 
 KERNEL_ID_ENV = "DRA_JUPYTER_KERNEL_ID"

@@ -17,8 +17,8 @@ from typing import Literal, NotRequired, TypedDict, cast
 
 from dra_jupyter.errors import InvalidInputError, shown
 from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH, MAX_SUBREQUESTS
-from dra_jupyter.runstatus import Phase
 from dra_jupyter.selectors import MAX_EXPRESSION_LENGTH
+from dra_jupyter.types.runs import Phase
 
 DeviceState = Literal["free", "held", "shared", "blocked", "tainted"]
 DeviceCount = int | Literal["all"]  # a number of devices, or every device that matches

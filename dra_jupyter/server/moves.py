@@ -11,7 +11,7 @@ or jupyter_client's local provisioner with a note), and then restarts it the usu
 jupyter_server's restart bookkeeping (its events, the websocket's nudge, activity watching)
 is the one every restart gets.
 
-A kernel moved back to the server runs ``python -m dra_jupyter.kernelnote``: an IPython
+A kernel moved back to the server runs ``python -m dra_jupyter.kernel.notes``: an IPython
 kernel that prints :data:`NOTE_ENV` once, at its first execution.
 """
 
@@ -31,11 +31,13 @@ from dra_jupyter.errors import (
     KernelRestartError,
 )
 from dra_jupyter.identity import current_user
-from dra_jupyter.kernelnote import NOTE_ENV
+from dra_jupyter.kernel.notes import NOTE_ENV
 from dra_jupyter.types import ClaimRecord
 
-POD_PROVISIONER = "dra-kubernetes"  # dra_jupyter.provisioner.NAME (not imported: no kube here)
-LOCAL_ARGV = [sys.executable, "-m", "dra_jupyter.kernelnote", "-f", "{connection_file}"]
+POD_PROVISIONER = (
+    "dra-kubernetes"  # dra_jupyter.kube.kernels.provisioner.NAME (not imported: no kube here)
+)
+LOCAL_ARGV = [sys.executable, "-m", "dra_jupyter.kernel.notes", "-f", "{connection_file}"]
 LOOPBACK = "127.0.0.1"
 MAX_CLAIM_BYTES = 64 * 1024  # a moving kernel's claim spec, as JSON
 ANSWER_S = 60.0  # for a restarted kernel to answer kernel_info

@@ -1,7 +1,7 @@
 """The caller's background runs (``dra.run``) for the REST API: listed, cancelled, and the
 last lines of their output; what the lab's Devices panel shows under the claims.
 
-The same on every backend: a run is a :class:`dra_jupyter.runstatus.Run`, found through a
+The same on every backend: a run is a :class:`dra_jupyter.types.runs.Run`, found through a
 :class:`~dra_jupyter.api.Session` of the caller (their book in the ledger on one machine,
 their Jobs and pods in the namespace on Kubernetes), as ``dra.runs()`` finds them in their
 notebook. A caller reaches their own runs only: another user's is not found (404). An admin
@@ -21,9 +21,9 @@ import shlex
 
 from dra_jupyter.api import Session
 from dra_jupyter.errors import ForbiddenError, InvalidInputError, NotFoundError, shown
-from dra_jupyter.runstatus import Run, RunStatus, log_tail
 from dra_jupyter.server.claims import Caller, ClaimService
 from dra_jupyter.server.models import RunLogsResponse, RunModel, RunsResponse
+from dra_jupyter.types.runs import Run, RunStatus, log_tail
 
 MAX_NAME = 253  # characters of a run's name (a Job's, a DNS subdomain)
 _RUN_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import traitlets
 
-from dra_jupyter.kernelinfo import execution_count
+from dra_jupyter.kernel.info import execution_count
 from dra_jupyter.widgets.assets import esm
 from dra_jupyter.widgets.base import DraWidget
 

@@ -15,9 +15,9 @@ import warnings
 from typing import Any, ClassVar
 
 from dra_jupyter.api import Claim, Session, TextView, WaitReporter, default_session
-from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import DraJupyterError, DraJupyterWarning
-from dra_jupyter.kernelinfo import current_cell, execution_count, in_kernel
+from dra_jupyter.kernel.environment import ProcessEnvironment
+from dra_jupyter.kernel.info import current_cell, execution_count, in_kernel
 from dra_jupyter.outofservice import Told, message, unhealthy
 from dra_jupyter.types import ClaimRecord, DeviceTaint, reclaiming_of, tainting_of
 from dra_jupyter.widgets.card import CardReporter, CardView, ClaimCard

@@ -577,7 +577,7 @@ def test_stopping_a_server_deletes_the_kernel_pods_it_left(
     """Without a hub: the kernel pods of a server that was killed before it could delete
     them are deleted by the hub's stop (ServerDevices.delete_kernel_pods), and only
     those."""
-    from dra_jupyter.kube.kernelpods import COMPONENT, COMPONENT_LABEL  # noqa: PLC0415
+    from dra_jupyter.kube.kernels.pods import COMPONENT, COMPONENT_LABEL  # noqa: PLC0415
     from dra_jupyter.kube.spawn import KERNEL_POD, ServerDevices  # noqa: PLC0415
 
     assert f"{COMPONENT_LABEL}={COMPONENT}" == KERNEL_POD  # the provisioner's labels

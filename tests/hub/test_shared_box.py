@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from dra_jupyter.environment import environment_for
+from dra_jupyter.kernel.environment import environment_for
 from dra_jupyter.service.client import ServiceBackend
 from dra_jupyter.types import ClaimRecord, Owner
 from tests.hub.access import reachable

@@ -13,7 +13,6 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from dra_jupyter import environment
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import DiscoveryError, DraJupyterError
 from dra_jupyter.inventory import mig, nvidia, nvml
@@ -26,6 +25,7 @@ from dra_jupyter.inventory.nvml import (
     pcie_root,
     semver3,
 )
+from dra_jupyter.kernel import environment
 from tests.fakes.fake_pynvml import FakeProcess, FakePynvml, load_capture, pynvml
 
 from .test_mig import allocate_in_turn, check, claim, devices

@@ -173,7 +173,7 @@ def running_server(
         (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: dra-jupyter-provisioner\n")
         (dist / "entry_points.txt").write_text(
             "[jupyter_client.kernel_provisioners]\n"
-            "dra-kubernetes = dra_jupyter.provisioner:DRAKernelProvisioner\n"
+            "dra-kubernetes = dra_jupyter.kube.kernels.provisioner:DRAKernelProvisioner\n"
         )
         paths.append(str(dist.parent))
     root = tmp_path / "notebooks"

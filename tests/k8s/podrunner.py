@@ -12,7 +12,7 @@ it serves (all, or those given), as ``scripts/k8s-testenv start --run-pods`` (or
   ``LANG`` and ``TMPDIR``, in its ``workingDir`` when that folder exists here;
 * **plus the device environment the DRA driver would inject** for the devices allocated to
   the claims the container uses (``resources.claims``), from the claims' allocation results
-  and the ResourceSlices' attributes, as :func:`dra_jupyter.environment.environment_for`
+  and the ResourceSlices' attributes, as :func:`dra_jupyter.kernel.environment.environment_for`
   names them: ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` list the GPU and MIG
   UUIDs. This is the one part that is simulated: the NVIDIA driver itself injects the
   devices' nodes through CDI (and ``NVIDIA_VISIBLE_DEVICES=void``), so that a container sees
@@ -60,7 +60,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_jupyter.environment import environment_for
+from dra_jupyter.kernel.environment import environment_for
 from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.simulate import SIMULATED_LABEL
 from dra_jupyter.model.objects import Wire

@@ -19,8 +19,9 @@ from dra_jupyter.api import Session
 from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.connect import api_client, to_wire
-from dra_jupyter.kube.jobrun import JobRun
-from dra_jupyter.kube.jobs import (
+from dra_jupyter.kube.publish import Publisher
+from dra_jupyter.kube.runs.jobrun import JobRun
+from dra_jupyter.kube.runs.jobs import (
     INDEX_ANNOTATION,
     JobSpec,
     claim_template,
@@ -30,11 +31,10 @@ from dra_jupyter.kube.jobs import (
     placement,
     rendezvous_service,
 )
-from dra_jupyter.kube.jobstatus import run_status
-from dra_jupyter.kube.publish import Publisher
+from dra_jupyter.kube.runs.jobstatus import run_status
 from dra_jupyter.kube.simulate import SimulatedCluster, node_object, slice_for_node
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.runstatus import Run, RunStatus
+from dra_jupyter.types.runs import Run, RunStatus
 from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
 from tests.k8s import testenv
 from tests.k8s.conftest import INVENTORY, wait_for
@@ -352,7 +352,7 @@ def test_a_two_node_run_reports_ranks_logs_devices_and_is_found_again(
             node_selector=ON_SIMULATED,
         )
         assert isinstance(run, JobRun)
-        assert isinstance(run, Run)  # one shape on every backend (dra_jupyter.runstatus)
+        assert isinstance(run, Run)  # one shape on every backend (dra_jupyter.types.runs)
         ended = run.wait(timeout=90)
         assert (ended.phase, ended.name, ended.where) == (
             "Succeeded",

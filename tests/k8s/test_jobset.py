@@ -1,6 +1,6 @@
 """``dra.run(..., nodes=N)`` through JobSet: where the cluster serves ``jobset.x-k8s.io`` a run
-of more than one pod is a JobSet (:mod:`dra_jupyter.kube.jobsets`) around the Indexed Job of
-:mod:`dra_jupyter.kube.jobs`. Pure tests of the object and of the status read from it, and
+of more than one pod is a JobSet (:mod:`dra_jupyter.kube.runs.jobsets`) around the Indexed Job of
+:mod:`dra_jupyter.kube.runs.jobs`. Pure tests of the object and of the status read from it, and
 real JobSet (built from the Go module proxy, :mod:`.jobset`) on a control plane of this
 module's own, whose pods the stand-in kubelet runs: the ranks' rendezvous environment under
 JobSet's naming, logs by rank, a failing rank, ``dra.runs()`` and cancel.
@@ -19,10 +19,10 @@ import yaml
 from kubernetes import client
 
 from dra_jupyter.kube.connect import to_wire
-from dra_jupyter.kube.jobrun import JobRun, launcher
-from dra_jupyter.kube.jobs import INDEX_ANNOTATION, JobSpec
-from dra_jupyter.kube.jobsets import fits, jobset, status_view
-from dra_jupyter.kube.jobstatus import run_status
+from dra_jupyter.kube.runs.jobrun import JobRun, launcher
+from dra_jupyter.kube.runs.jobs import INDEX_ANNOTATION, JobSpec
+from dra_jupyter.kube.runs.jobsets import fits, jobset, status_view
+from dra_jupyter.kube.runs.jobstatus import run_status
 from dra_jupyter.model.objects import Wire
 from tests.k8s import jobset as jobset_env
 from tests.k8s.addon import OwnCluster, own_cluster

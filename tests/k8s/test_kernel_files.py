@@ -1,5 +1,5 @@
 """The kernel's files: a GPU kernel in a pod of its own sees the notebook's folder through
-the server pod's volume that holds it (dra_jupyter/kube/volumes.py), mounted where the
+the server pod's volume that holds it (dra_jupyter/kube/kernels/volumes.py), mounted where the
 storage allows two pods (a ReadWriteMany claim anywhere, a ReadWriteOnce claim on the
 server's node), and a start that cannot see it is refused in one line before anything is
 made. The decision is pure (a table below); on the real control plane, a PersistentVolume
@@ -24,15 +24,15 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.connect import to_model
-from dra_jupyter.kube.kernelpods import KernelPodSpec, kernel_pod
-from dra_jupyter.kube.simulate import SimulatedCluster, simulate
-from dra_jupyter.kube.volumes import (
+from dra_jupyter.kube.kernels.pods import KernelPodSpec, kernel_pod
+from dra_jupyter.kube.kernels.volumes import (
     Files,
     Unshared,
     kernel_files,
     node_has_devices,
     node_refusal,
 )
+from dra_jupyter.kube.simulate import SimulatedCluster, simulate
 from dra_jupyter.model.objects import Wire
 from tests.k8s.conftest import wait_for
 from tests.k8s.kernelserver import IMAGE, RefusedError, Server, execute, kernel_pods

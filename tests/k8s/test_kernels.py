@@ -1,7 +1,7 @@
 """GPU kernels on Kubernetes: a real jupyter_server starts a kernel from a kernel spec whose
-provisioner is ``dra-kubernetes`` (dra_jupyter/provisioner.py), through its REST API. The
-kernel runs in a pod of its own with a claim made from a ResourceClaimTemplate, allocated by
-the real kube-scheduler and run by the test environment's stand-in kubelet (the
+provisioner is ``dra-kubernetes`` (dra_jupyter/kube/kernels/provisioner.py), through its REST
+API. The kernel runs in a pod of its own with a claim made from a ResourceClaimTemplate,
+allocated by the real kube-scheduler and run by the test environment's stand-in kubelet (the
 ``pod_runner`` fixture), which gives it the devices' environment as the DRA driver would; the
 server reaches it at the pod's IP. Shutting the kernel down deletes the pod, and with it the
 claim, the Secret of its connection and the template."""
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dra_jupyter import kernelboot
 from dra_jupyter.hub.choices import TIMES
 from dra_jupyter.kube.connect import to_wire
-from dra_jupyter.kube.kernelpods import (
+from dra_jupyter.kube.kernels import boot as kernelboot
+from dra_jupyter.kube.kernels.pods import (
     Ending,
     KernelPodSpec,
     connection_secret,
@@ -126,7 +126,7 @@ def test_the_kernel_pod_reads_its_connection_from_the_secret() -> None:
     pod = kernel_pod(spec)
     [container] = pod["spec"]["containers"]
     assert container["command"] == [
-        "python3", "-m", "dra_jupyter.kernelboot",
+        "python3", "-m", "dra_jupyter.kube.kernels.boot",
         "python", "-m", "ipykernel_launcher", "-f", "{connection_file}",
     ]  # fmt: skip
     assert container["env"] == [

@@ -25,7 +25,7 @@ from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.hub.progress import DeviceProgress
 from dra_jupyter.kube import kueue as kueue_words
 from dra_jupyter.kube.connect import api_client, to_wire
-from dra_jupyter.kube.jobrun import JobRun
+from dra_jupyter.kube.runs.jobrun import JobRun
 from dra_jupyter.kube.spawn import ServerDevices
 from tests.hub.test_kubespawner import service_account_kubeconfig
 from tests.k8s import kueue

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dra_jupyter.kube import kueue as words
-from dra_jupyter.kube.kernelpods import KernelPodSpec, kernel_pod
+from dra_jupyter.kube.kernels.pods import KernelPodSpec, kernel_pod
 from tests.k8s import kueue
 
 pytestmark = pytest.mark.pure

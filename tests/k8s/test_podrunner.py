@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_model, to_wire
-from dra_jupyter.kube.run import Run as PodRun
+from dra_jupyter.kube.runs.run import Run as PodRun
 from dra_jupyter.kube.simulate import SimulatedCluster
 from tests.k8s.conftest import wait_for
 from tests.k8s.podrunner import PodRunner, claim_names, device_results, expand, field_value

@@ -16,11 +16,11 @@ from dra_jupyter.api import Session
 from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_wire
-from dra_jupyter.kube.podrun import WAITING, PodRun
-from dra_jupyter.kube.run import pod_command
+from dra_jupyter.kube.runs.podrun import WAITING, PodRun
+from dra_jupyter.kube.runs.run import pod_command
 from dra_jupyter.kube.simulate import SimulatedCluster
-from dra_jupyter.runstatus import Run
 from dra_jupyter.settings import Settings
+from dra_jupyter.types.runs import Run
 from tests.k8s.conftest import wait_for
 from tests.k8s.test_backend import session
 from tests.k8s.test_pods import IMAGE, ON_SIMULATED

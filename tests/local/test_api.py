@@ -16,7 +16,6 @@ import yaml
 
 from dra_jupyter import api
 from dra_jupyter.api import Claim, Session
-from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import (
     AllocationError,
     ClaimNotFoundError,
@@ -26,6 +25,7 @@ from dra_jupyter.errors import (
     SelectorError,
 )
 from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.kernel.environment import ProcessEnvironment
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import ClaimRow, DeviceRow
 from dra_jupyter.types import Owner, claim_prefix
@@ -43,7 +43,7 @@ def environment(monkeypatch: pytest.MonkeyPatch) -> None:
     and a process without CUDA loaded, whatever the machine."""
     for name in ENV_NAMES:
         monkeypatch.setenv(name, SENTINEL)
-    monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: None)
+    monkeypatch.setattr(api.claim, "accelerator_runtime_loaded", lambda: None)
     # the process's device environment starts empty for each test (a claim a test leaves
     # held would name its devices in the next test's environment)
     monkeypatch.setattr(ProcessEnvironment, "_process", None)
@@ -191,7 +191,7 @@ def test_request_applies_env_to_this_process(session: Session) -> None:
 def test_runtime_already_loaded_is_a_warning(
     session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: "libcuda.so")
+    monkeypatch.setattr(api.claim, "accelerator_runtime_loaded", lambda: "libcuda.so")
     with pytest.warns(DraJupyterWarning, match="libcuda.so is already loaded in this process"):
         claim = session.request(gpu=1)
     assert len(claim.notes) == 1
@@ -201,7 +201,7 @@ def test_runtime_already_loaded_is_a_warning(
 def test_runtime_already_loaded_is_said_once_with_what_to_do(
     session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(api, "accelerator_runtime_loaded", lambda: "libcuda.so")
+    monkeypatch.setattr(api.claim, "accelerator_runtime_loaded", lambda: "libcuda.so")
     with pytest.warns(DraJupyterWarning) as caught:
         first = session.request(gpu=1)
     [warning] = caught

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from dra_jupyter.api import Claim, Session
-from dra_jupyter.environment import ProcessEnvironment
 from dra_jupyter.errors import ForbiddenError, InvalidInputError, KeepRefusedError
 from dra_jupyter.inventory.resolve import resolve_inventory
+from dra_jupyter.kernel.environment import ProcessEnvironment
 from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.sharing.reclaim import Notice, ReclaimSettings

@@ -24,9 +24,9 @@ from dra_jupyter.errors import (
     NotFoundError,
 )
 from dra_jupyter.local.ledger import Ledger
-from dra_jupyter.runstatus import Run, RunStatus, TailedRun, log_tail
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import process_start_time
+from dra_jupyter.types.runs import Run, RunStatus, TailedRun, log_tail
 
 INVENTORY = "h200-8x"
 BOUND = 60.0  # seconds: a bound for a stuck process, not a measured time
@@ -65,7 +65,7 @@ def gone(pid: int) -> bool:
 
 
 def start(session: Session, command: Any, **keywords: Any) -> Run:
-    """``session.run``, which on one machine is a :class:`Run` of dra_jupyter.runstatus."""
+    """``session.run``, which on one machine is a :class:`Run` of dra_jupyter.types.runs."""
     run = session.run(command, **keywords)
     assert isinstance(run, Run)
     return run

@@ -1,5 +1,5 @@
 """The kernel specs a kernel moves with (dra_jupyter/server/moves.py), and the note a
-kernel moved back prints once (dra_jupyter/kernelnote.py); the moves themselves run on the
+kernel moved back prints once (dra_jupyter/kernel/notes.py); the moves themselves run on the
 real control plane in tests/k8s/test_kernel_moves.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from jupyter_client.kernelspec import KernelSpec
 
 from dra_jupyter.errors import InvalidInputError
-from dra_jupyter.kernelnote import say_once
+from dra_jupyter.kernel.notes import say_once
 from dra_jupyter.server.moves import (
     LOCAL_ARGV,
     PodDevices,
@@ -65,7 +65,7 @@ def test_a_kernel_back_on_the_server_runs_the_note_kernel_without_a_provisioner(
     pod = in_pod_spec(CPU, PodDevices(request={"gpu": 1}))
     back = on_server_spec(pod)
     assert back.argv == LOCAL_ARGV
-    assert LOCAL_ARGV[1:3] == ["-m", "dra_jupyter.kernelnote"]
+    assert LOCAL_ARGV[1:3] == ["-m", "dra_jupyter.kernel.notes"]
     assert back.metadata == {"debugger": True}
 
 
@@ -131,7 +131,7 @@ def test_the_note_is_printed_before_the_next_cell_once(capsys: pytest.CaptureFix
 
 
 def test_restart_true_outside_a_servers_kernel_says_what_it_needs() -> None:
-    from dra_jupyter.restarts import ask_restart  # noqa: PLC0415
+    from dra_jupyter.kernel.restarts import ask_restart  # noqa: PLC0415
 
     with pytest.raises(InvalidInputError, match="needs a kernel started by a Jupyter server"):
         ask_restart(None, {"claims": ["c"]}, "restarting")

@@ -44,7 +44,7 @@ from typing import Any
 import dra_jupyter.api
 import dra_jupyter.claimspec
 import dra_jupyter.cli
-import dra_jupyter.environment
+import dra_jupyter.kernel.environment
 import dra_jupyter.service.client
 import dra_jupyter.tables
 from dra_jupyter.backends import service_answers

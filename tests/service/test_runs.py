@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from dra_jupyter.api import Session
-from dra_jupyter.runstatus import Run
 from dra_jupyter.settings import Settings
+from dra_jupyter.types.runs import Run
 from tests.hub.access import REPO, reachable
 from tests.service.accounts import User, cli, run_as, service, wait_for
 from tests.service.test_isolation import admin_policy, error_of, live, released

@@ -1,5 +1,5 @@
 """A run in one bare Pod (``dra.run`` without ``nodes=`` or a queue, :mod:`.run`), in the
-shape every backend's run has (:class:`dra_jupyter.runstatus.Run`): its status read from
+shape every backend's run has (:class:`dra_jupyter.types.runs.Run`): its status read from
 the pod and its claim, its logs, its end waited for, its cancel, and found again by its
 labels (:func:`list_pod_runs`: a new kernel finds the pods of the one before).
 
@@ -25,12 +25,12 @@ from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import ClusterError, InvalidInputError
 from dra_jupyter.kube.claims import USER_LABEL, ClaimClient
 from dra_jupyter.kube.connect import cluster_error, to_wire
-from dra_jupyter.kube.jobs import COMPONENT_LABEL, POD_CLAIM, POD_COMPONENT
-from dra_jupyter.kube.jobstatus import epoch, pod_row
 from dra_jupyter.kube.pods import POLL_S
-from dra_jupyter.kube.stopped import StoppedPods
-from dra_jupyter.runstatus import Phase, RunProcess, RunStatus
+from dra_jupyter.kube.runs.jobs import COMPONENT_LABEL, POD_CLAIM, POD_COMPONENT
+from dra_jupyter.kube.runs.jobstatus import epoch, pod_row
+from dra_jupyter.kube.runs.stopped import StoppedPods
 from dra_jupyter.types import HeldClaim, label_value
+from dra_jupyter.types.runs import Phase, RunProcess, RunStatus
 
 if TYPE_CHECKING:
     from dra_jupyter.kube.access import ClusterAccess

@@ -14,7 +14,7 @@ simulated node without a kubelet), :func:`launch` returns a :class:`Run` in the 
 ``waiting for the node to start the pod``: the claim stays held; ``run.logs(follow=True)``
 follows it later, ``run.wait()`` waits for its end (and releases the claim then),
 ``run.cancel()`` deletes the pod and releases the claim. The run is a
-:class:`dra_jupyter.runstatus.Run` as every backend's is (:mod:`.podrun`).
+:class:`dra_jupyter.types.runs.Run` as every backend's is (:mod:`.podrun`).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from kubernetes.client.exceptions import ApiException
 from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.claims import KERNEL_LABEL, USER_LABEL
 from dra_jupyter.kube.connect import to_wire
-from dra_jupyter.kube.jobs import COMPONENT_LABEL, POD_COMPONENT
-from dra_jupyter.kube.podrun import WAITING, PodRun, delete_pod
 from dra_jupyter.kube.pods import PodLauncher, workload_pod
+from dra_jupyter.kube.runs.jobs import COMPONENT_LABEL, POD_COMPONENT
+from dra_jupyter.kube.runs.podrun import WAITING, PodRun, delete_pod
 from dra_jupyter.types import Command, HeldClaim, RunPlan, label_value
 
 if TYPE_CHECKING:

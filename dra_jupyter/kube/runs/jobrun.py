@@ -23,15 +23,16 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
-from dra_jupyter.kube import jobs, jobsets, kueue
+from dra_jupyter.kube import kueue
 from dra_jupyter.kube.claims import USER_LABEL, forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
-from dra_jupyter.kube.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
-from dra_jupyter.kube.jobstatus import generated_claim, pod_row, run_status
-from dra_jupyter.kube.stopped import StoppedPods
+from dra_jupyter.kube.runs import jobs, jobsets
+from dra_jupyter.kube.runs.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
+from dra_jupyter.kube.runs.jobstatus import generated_claim, pod_row, run_status
+from dra_jupyter.kube.runs.stopped import StoppedPods
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.runstatus import RunStatus, wait_for_end
 from dra_jupyter.types import USER_ANNOTATION, label_value
+from dra_jupyter.types.runs import RunStatus, wait_for_end
 
 if TYPE_CHECKING:
     from dra_jupyter.kube.access import ClusterAccess
@@ -108,7 +109,7 @@ def prepare(backend: ClusterAccess, spec: JobSpec) -> JobSpec:
 
 class JobRun:
     """A run on the cluster, by its name (see the module): a
-    :class:`dra_jupyter.runstatus.Run`, and :meth:`wait_placed` and :meth:`explain` besides."""
+    :class:`dra_jupyter.types.runs.Run`, and :meth:`wait_placed` and :meth:`explain` besides."""
 
     def __init__(
         self,

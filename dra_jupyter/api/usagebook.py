@@ -10,7 +10,7 @@ and the Prometheus collector load only when asked for.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from dra_jupyter.accounting.book import Book, UsageRow, dimensions_of, window
 from dra_jupyter.errors import InvalidInputError
@@ -22,17 +22,6 @@ if TYPE_CHECKING:
     from dra_jupyter.accounting.prometheus import Snapshot
     from dra_jupyter.inventory.base import Inventory
     from dra_jupyter.types import Backend
-
-
-class Accounted(Protocol):
-    """Whose usage is read (a :class:`dra_jupyter.api.Session` is one): its backend, which
-    keeps the book or not, and its devices."""
-
-    @property
-    def backend(self) -> Backend: ...
-
-    @property
-    def inventory(self) -> Inventory: ...
 
 
 def book_for(backend: Backend, since: str | float = "7d", *, what: str = "dra.usage") -> Book:
@@ -65,15 +54,15 @@ def frame_for(backend: Backend, since: str | float = "7d", by: str = "user") -> 
     return to_frame(rows, dims)
 
 
-def snapshot_for(session: Accounted) -> Snapshot:
-    """What a Prometheus scrape reads: the whole book, the devices by model and state
-    (``held``: in a live claim, else ``free``), the requests waiting in line. The book is
-    read first: a backend without one reads no devices to say so."""
+def snapshot_for(book: Book, backend: Backend, inventory: Inventory) -> Snapshot:
+    """What a Prometheus scrape reads: the whole ``book`` (read first, by
+    :func:`book_for`: a backend without one reads no devices to say so), the devices by
+    model and state (``held``: in a live claim, else ``free``), the requests waiting in
+    line."""
     from dra_jupyter.accounting.prometheus import Snapshot  # noqa: PLC0415
     from dra_jupyter.accounting.weights import Weights  # noqa: PLC0415
 
-    book = book_for(session.backend, math.inf, what="metrics")
-    held = {key for r in session.backend.holders() for key in r.device_keys}
-    models = Weights(session.inventory).models()
+    held = {key for r in backend.holders() for key in r.device_keys}
+    models = Weights(inventory).models()
     devices = [(model, "held" if key in held else "free") for key, model in models.items()]
-    return Snapshot(book, devices, len(session.backend.waiting()))
+    return Snapshot(book, devices, len(backend.waiting()))

@@ -1,29 +1,17 @@
-"""The types every backend and every surface shares: who holds a claim (:class:`Owner`),
-a claim as the API sees it (:class:`ClaimRecord`), a request's place in line
-(:class:`Waiting`), what a backend offers (:class:`Backend`, :class:`Capabilities`), and
-what only a cluster backend does (:class:`ClusterOps`: ``reserve``, ``dra.run``'s pods).
-
-Both backends (:mod:`dra_jupyter.local`, :mod:`dra_jupyter.kube`) import this module and
-neither imports the other; :mod:`dra_jupyter.api` holds a :class:`Backend` and asks its
-:class:`Capabilities` instead of which kind it is.
-"""
+"""What a backend offers (:class:`Backend`, :class:`Capabilities` and its optional facets:
+accounting, health, taints, reclaim), and what only a cluster backend does
+(:class:`ClusterOps`: ``reserve``, ``dra.run``'s pods)."""
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from dra_jupyter import runstatus
 from dra_jupyter.accounting.book import Book
-from dra_jupyter.identity import current_user
 from dra_jupyter.model.objects import Wire
+from dra_jupyter.types import runs as runstatus
 
 if TYPE_CHECKING:  # annotations only: importing the API loads no metrics module
     from dra_jupyter.allocator import Allocator, Explanation
@@ -32,223 +20,8 @@ if TYPE_CHECKING:  # annotations only: importing the API loads no metrics module
     from dra_jupyter.metrics.base import MetricsSource
 
 
-# The labels of every claim dra-jupyter makes (a ResourceClaim's, and the ledger's copy).
-USER_LABEL = "dra-jupyter/user"  # the owner's user as a label value (label_value)
-USER_ANNOTATION = "dra-jupyter/user"  # the owner's user in full (a label keeps 63 characters)
-KERNEL_LABEL = "dra-jupyter/kernel"  # the Jupyter kernel that made it, if any
-SERVER_LABEL = "dra-jupyter/server"  # the Jupyter server of that kernel (or of its REST API)
-RUN_LABEL = "dra-jupyter/run"  # the background run (dra.run on one machine) that holds it
-
-
-def run_of(record: ClaimRecord) -> str | None:
-    """The run whose launcher holds the claim (``dra.run`` on one machine), or None: a
-    run's claim is stopped with its run (released elsewhere, the run's command stops)."""
-    labels = record.spec.get("metadata", {}).get("labels") or {}
-    run = labels.get(RUN_LABEL)
-    return run if isinstance(run, str) and run else None
-
-
-# --- owners --------------------------------------------------------------------------------
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    return stat[stat.rfind(")") + 2 :].split()
-
-
-_OWN: list[tuple[int, int | None]] = []  # (pid, start time) of this process, once read
-
-
-def _own_start_time() -> int | None:
-    """This process's start time, read once per process (a forked child reads its own)."""
-    pid = os.getpid()
-    if not _OWN or _OWN[0][0] != pid:
-        _OWN[:] = [(pid, process_start_time(pid))]
-    return _OWN[0][1]
-
-
-def process_start_time(pid: int) -> int | None:
-    """The start time of a process in clock ticks since boot (``/proc/<pid>/stat`` field 22).
-
-    Together with the pid it identifies a process even after the pid is reused.
-    None where /proc is not available or the process does not exist.
-    """
-    fields = _stat_fields(pid)
-    try:
-        return int(fields[19]) if fields else None
-    except (IndexError, ValueError):
-        return None
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The holder of a claim: a user, a process on a host, and a Jupyter kernel if any.
-
-    ``user`` is decided by :func:`dra_jupyter.identity.current_user` (JupyterHub's user,
-    else the OS user) for claims made in a process, by the REST API's identity provider
-    for claims made over REST. A Kubernetes claim's owner has no process (``pid`` 0)."""
-
-    user: str
-    host: str
-    pid: int
-    start_time: int | None = None
-    kernel_id: str | None = None
-
-    @classmethod
-    def current(cls, kernel_id: str | None = None) -> Owner:
-        pid = os.getpid()
-        return cls(
-            user=current_user(),
-            host=socket.gethostname(),
-            pid=pid,
-            start_time=process_start_time(pid),
-            kernel_id=kernel_id,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        # by hand: dataclasses.asdict copies deeply, and this runs for every ledger write
-        return {
-            "user": self.user,
-            "host": self.host,
-            "pid": self.pid,
-            "start_time": self.start_time,
-            "kernel_id": self.kernel_id,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Owner:
-        return cls(**data)
-
-    def is_alive(self) -> bool:
-        """False only when the owner is known to be gone: same host, and its process has
-        exited (or the pid now belongs to another process). A holder on another host
-        (a ledger on a shared file system) is assumed alive; leases bound its claims."""
-        if self.pid <= 0 or self.host != socket.gethostname():
-            return True  # not tied to a process (the CLI's claims live by their lease)
-        if self.pid == os.getpid() and self.start_time in (None, _own_start_time()):
-            return True  # this process (a server holding its REST claims): no system call
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # exists, owned by another user
-        fields = _stat_fields(self.pid)
-        if fields is None:
-            return True  # no /proc: trust kill(0)
-        if fields[0] in ("Z", "X"):
-            return False  # exited, not yet reaped by its parent
-        if self.start_time is None:
-            return True
-        try:
-            return int(fields[19]) == self.start_time
-        except (IndexError, ValueError):
-            return process_start_time(self.pid) == self.start_time
-
-
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-
-
-def label_value(text: str) -> str:
-    """A Kubernetes label value that stands for ``text``: ``text`` itself when it is one (at
-    most 63 characters of letters, digits, ``-_.``, alphanumeric at both ends), else a
-    readable cut of it and a hash of the whole (``alice-example.com-5e1f0c9a2b``), so that
-    two users never share one (JupyterHub allows ``alice@example.com``)."""
-    if len(text) <= 63 and _LABEL_VALUE.fullmatch(text):
-        return text
-    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
-    readable = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:52].strip("-_.")
-    return f"{readable}-{digest}" if readable else digest
-
-
-def claim_prefix(user: str) -> str:
-    """A DNS-safe name prefix for a user's claims."""
-    return re.sub(r"[^a-z0-9-]+", "-", user.lower()).strip("-")[:40] or "user"
-
-
-# --- claims --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ClaimRecord:
-    """A live claim: the ResourceClaim and its ``status.allocation`` (empty while a
-    Kubernetes claim waits for a pod), its owner, and its times (seconds since the epoch)."""
-
-    name: str
-    namespace: str
-    owner: Owner
-    spec: dict[str, Any]  # the ResourceClaim, without status
-    allocation: dict[str, Any]  # its status.allocation
-    created: float
-    last_activity: float
-    lease_expires: float | None = None
-
-    def to_object(self) -> dict[str, Any]:
-        """The full ResourceClaim wire object, with ``status.allocation``."""
-        return {**self.spec, "status": {"allocation": self.allocation}}
-
-    @property
-    def device_keys(self) -> list[str]:
-        """``driver/pool/device`` of each allocated device."""
-        return [
-            f"{r['driver']}/{r['pool']}/{r['device']}"
-            for r in self.allocation.get("devices", {}).get("results", [])
-        ]
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """Progress of a request that waits for devices."""
-
-    position: int  # 1 = next of its shape
-    waited: float  # seconds so far
-    timeout: float | None
-
-
-@dataclass(frozen=True)
-class Waiter:
-    """A request waiting in line (``dra.request(timeout=...)``, ``request --timeout``), as a
-    holder sees it: who, for what, since when."""
-
-    owner: Owner
-    what: str  # the request in short: "8 gpu.nvidia.com"
-    since: float  # seconds since the epoch
-    position: int = 0  # its place in the line, 1 first (0: the backend does not say)
-    why: str = ""  # why there: "behind carol, who has used less of their share (...)"
-
-
-@dataclass(frozen=True)
-class ReclaimNotice:
-    """A warning of reclaim under pressure on one of the caller's claims (the service's
-    ``notices``): ``waiter`` waits for ``what``; the claim is released at ``deadline``
-    (seconds since the epoch) unless the wait ends first; ``keeps_left`` Keeps may postpone
-    it; ``message`` says it all in one line; ``warned``: when the warning was given (a
-    warning's identity, with ``claim``)."""
-
-    claim: str
-    waiter: str
-    what: str
-    deadline: float
-    keeps_left: int
-    message: str
-    warned: float = 0.0
-
-
-@dataclass(frozen=True)
-class Ended:
-    """A claim that was released, as the backend remembers it: the claim as it was, why
-    (``user``, ``idle``, ``expired``, ...), when, and the words said to its user (None: the
-    reason says it)."""
-
-    record: ClaimRecord
-    reason: str
-    time: float
-    message: str | None = None
-
+from dra_jupyter.types.owner import Owner
+from dra_jupyter.types.records import ClaimRecord, Ended, ReclaimNotice, Waiter, Waiting
 
 # --- work on a cluster ---------------------------------------------------------------------
 

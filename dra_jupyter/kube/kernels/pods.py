@@ -1,5 +1,6 @@
 """A Jupyter kernel in a pod of its own that holds its devices (what the kernel provisioner
-of :mod:`dra_jupyter.provisioner` starts): the objects (pure) and their life on the cluster.
+of :mod:`dra_jupyter.kube.kernels.provisioner` starts): the objects (pure) and their life
+on the cluster.
 
 Per kernel start, three objects of one name in the user's namespace:
 
@@ -13,9 +14,9 @@ Per kernel start, three objects of one name in the user's namespace:
   idle release see it, and the extension does not take it for a gone kernel's while the
   kernel starts;
 * a **Secret** with the kernel's connection (ports and HMAC key), which the pod reads through
-  ``secretKeyRef`` (:mod:`dra_jupyter.kernelboot`): the key is in no pod spec, annotation or
+  ``secretKeyRef`` (:mod:`dra_jupyter.kube.kernels.boot`): the key is in no pod spec, annotation or
   log;
-* the **Pod**: the kernel's argv under ``python3 -m dra_jupyter.kernelboot``, the server's
+* the **Pod**: the kernel's argv under ``python3 -m dra_jupyter.kube.kernels.boot``, the server's
   image by default, the notebook's working directory, restartPolicy Never.
 
 The template is made first, then the pod, which then owns it (one patch), then the Secret,
@@ -43,7 +44,6 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import AllocationError, ClusterError
-from dra_jupyter.kernelboot import CONNECTION_ENV, POD_IP_ENV
 from dra_jupyter.kube import kueue
 from dra_jupyter.kube.claims import (
     HOLDER_ANNOTATION,
@@ -53,10 +53,8 @@ from dra_jupyter.kube.claims import (
     forbidden,
 )
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
-from dra_jupyter.kube.pods import scheduler_reason
-from dra_jupyter.kube.records import holder_annotation
-from dra_jupyter.kube.spawn import ServerDevices, explain_pending, generated_claim
-from dra_jupyter.kube.volumes import (
+from dra_jupyter.kube.kernels.boot import CONNECTION_ENV, POD_IP_ENV
+from dra_jupyter.kube.kernels.volumes import (
     Files,
     Unshared,
     claim_name,
@@ -64,6 +62,9 @@ from dra_jupyter.kube.volumes import (
     node_has_devices,
     node_refusal,
 )
+from dra_jupyter.kube.pods import scheduler_reason
+from dra_jupyter.kube.records import holder_annotation
+from dra_jupyter.kube.spawn import ServerDevices, explain_pending, generated_claim
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import USER_ANNOTATION, Owner, label_value
 from dra_jupyter.verdicts import describe
@@ -73,7 +74,7 @@ COMPONENT = "kernel"  # the value of COMPONENT_LABEL on a kernel pod and its obj
 POD_CLAIM = "dra"  # spec.resourceClaims[].name of the kernel's devices
 CONTAINER = "kernel"
 SECRET_KEY = "connection.json"
-BOOT = ("python3", "-m", "dra_jupyter.kernelboot")
+BOOT = ("python3", "-m", "dra_jupyter.kube.kernels.boot")
 TIMEOUT = (5, 15)  # seconds to connect and to read each answer
 # how often a starting kernel's pod is read: a kernel start waits on it (make bench-kernels:
 # at 0.5 s the wait was most of our part of the start)
@@ -314,11 +315,12 @@ class KernelPods:
 
     def files(self, spec: KernelPodSpec, server_pod: Wire) -> Files | Unshared:
         """What ``spec``'s pod mounts to see its working directory as ``server_pod`` (the
-        server's own) does, or why it cannot (:func:`~dra_jupyter.kube.volumes.kernel_files`,
-        on the claim of the folder's volume as read). When that puts the kernel on the
-        server's node, the cluster's slices say whether the node has its devices at all:
-        if not, it cannot run there ever, and that is said now, before anything is made
-        (slices hidden by RBAC: not checked; the scheduler will say)."""
+        server's own) does, or why it cannot
+        (:func:`~dra_jupyter.kube.kernels.volumes.kernel_files`, on the claim of the folder's
+        volume as read). When that puts the kernel on the server's node, the cluster's slices
+        say whether the node has its devices at all: if not, it cannot run there ever, and that
+        is said now, before anything is made (slices hidden by RBAC: not checked; the scheduler
+        will say)."""
         cwd = spec.working_dir or "/"
         name = claim_name(server_pod, cwd)
         files = kernel_files(server_pod, cwd, self.volume_claim(name) if name else None)

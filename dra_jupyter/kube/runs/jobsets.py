@@ -25,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from dra_jupyter.kube import jobs
-from dra_jupyter.kube.jobs import LAUNCHER_ANNOTATION, REPLICATED_JOB, TTL_S, JobSpec
+from dra_jupyter.kube.runs import jobs
+from dra_jupyter.kube.runs.jobs import LAUNCHER_ANNOTATION, REPLICATED_JOB, TTL_S, JobSpec
 from dra_jupyter.model.objects import Wire
 
 GROUP = "jobset.x-k8s.io"

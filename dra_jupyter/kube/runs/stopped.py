@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from dra_jupyter.kube.evictions import taken_out_now
 from dra_jupyter.model.takenout import HeldDevice, evicted_for_device_taint
-from dra_jupyter.runstatus import ENDED, RunProcess
+from dra_jupyter.types.runs import ENDED, RunProcess
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

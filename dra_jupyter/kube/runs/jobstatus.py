@@ -1,8 +1,8 @@
 """A run's status from its Job, pods and claims as read (pure), in the shape every backend's
-run has (:class:`dra_jupyter.runstatus.RunStatus`): the run's phase (``Pending``,
+run has (:class:`dra_jupyter.types.runs.RunStatus`): the run's phase (``Pending``,
 ``Running``, ``Succeeded``, ``Failed``, ``Cancelled``), when it was made, started and
 ended, why it failed or waits (``message``), and a row per pod
-(:class:`~dra_jupyter.runstatus.RunProcess`: rank, node, devices, phase, restarts, exit
+(:class:`~dra_jupyter.types.runs.RunProcess`: rank, node, devices, phase, restarts, exit
 code, and the scheduler's reason while it is not placed). Pods that are gone but were
 stopped for a reason the user should read (a device taken out) come as rows of their own
 (``gone``), since the Job's own status does not say it."""
@@ -14,16 +14,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import cast
 
-from dra_jupyter.kube.jobs import (
+from dra_jupyter.kube.pods import scheduler_reason
+from dra_jupyter.kube.runs.jobs import (
     INDEX_ANNOTATION,
     KUEUE_LABEL,
     LAUNCHER_ANNOTATION,
     PLACEMENT_ANNOTATION,
     POD_CLAIM,
 )
-from dra_jupyter.kube.pods import scheduler_reason
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.runstatus import ENDED, Phase, RunProcess, RunStatus
+from dra_jupyter.types.runs import ENDED, Phase, RunProcess, RunStatus
 
 POD_PHASES: frozenset[str] = frozenset({"Pending", "Running", "Succeeded", "Failed"})
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from dra_jupyter.durations import parse_duration
 from dra_jupyter.errors import InvalidInputError
-from dra_jupyter.tables import device_rows
+from dra_jupyter.inventory.resolve import resolve_device
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,38 +29,20 @@ if TYPE_CHECKING:
 HISTORY_STEP = 5.0  # seconds between the points of a simulated device's history
 
 
-class Recording(Protocol):
-    """Whose devices are read (a :class:`dra_jupyter.api.Session` is one): its backend, its
-    devices, and this process's recorder of their metrics (made on first use)."""
-
-    @property
-    def backend(self) -> Backend: ...
-
-    @property
-    def inventory(self) -> Inventory: ...
-
-    @property
-    def metrics(self) -> Recorder: ...
-
-
-def resolve_device(inventory: Inventory, device: str, *, what: str = "dra.history") -> str:
-    """``driver/pool/device`` of a device named in full or by its name (``gpu-0``);
-    ``what`` begins the error's line."""
-    keys = [r.device for r in device_rows(inventory.patched_slices, [])]
-    if device in keys:
-        return device
-    found = [k for k in keys if k.rsplit("/", 1)[-1] == device]
-    if len(found) == 1:
-        return found[0]
-    problem = "is ambiguous" if found else "is not a device of this inventory"
-    raise InvalidInputError(
-        f"{what}: {device!r} {problem}; use a name from dra.devices(), "
-        f"e.g. {keys[0] if keys else 'gpu-0'!r}"
-    )
+def here_only(backend: Backend) -> None:
+    """Refuse, before anything is read, where the devices are not this machine's."""
+    if not backend.capabilities.devices_here:
+        raise InvalidInputError(
+            "dra.history: device metrics come from this machine (NVML); the Kubernetes "
+            "backend's devices are on the cluster's nodes: use the cluster's monitoring "
+            "(e.g. the DCGM exporter)"
+        )
 
 
 def device_history(
-    session: Recording,
+    backend: Backend,
+    inventory: Inventory,
+    recorder: Recorder,
     devices: str | list[str],
     *,
     since: float | None = None,
@@ -69,20 +51,14 @@ def device_history(
 ) -> pd.DataFrame:
     """The devices' samples from ``since`` (else the last ``last``) to now, one row per
     device and time (``held``: device -> intervals a released claim held it, besides the
-    live claims'). Where the devices are not this machine's, one line says what to use."""
+    live claims'), read with ``recorder`` (this process's metrics of ``inventory``); where
+    the devices are not this machine's, :func:`here_only` refused first."""
     from dra_jupyter.metrics.history import to_frame  # noqa: PLC0415
 
-    backend = session.backend
-    if not backend.capabilities.devices_here:
-        raise InvalidInputError(
-            "dra.history: device metrics come from this machine (NVML); the Kubernetes "
-            "backend's devices are on the cluster's nodes: use the cluster's monitoring "
-            "(e.g. the DCGM exporter)"
-        )
+    here_only(backend)
     now = time.time()
     if since is None:
         since = now - (parse_duration(last, what="last") or 0)
-    inventory = session.inventory
     named = [devices] if isinstance(devices, str) else devices
     keys = [resolve_device(inventory, d) for d in named]
     spans: dict[str, list[tuple[float, float]]] = {k: list(v) for k, v in (held or {}).items()}
@@ -91,7 +67,6 @@ def device_history(
         for key in record.device_keys:
             spans.setdefault(key, []).append((record.created, math.inf))
             live.add(key)
-    recorder = session.metrics
     recorder.sample(live, now)
     samples = [
         s

@@ -1,4 +1,4 @@
-"""An IPython kernel that has something to tell its user: ``python -m dra_jupyter.kernelnote
+"""An IPython kernel that has something to tell its user: ``python -m dra_jupyter.kernel.notes
 -f CONNECTION_FILE`` runs ipykernel as ``ipykernel_launcher`` does and prints
 ``$DRA_JUPYTER_KERNEL_NOTE`` once, at the first execution, before the cell's own output.
 

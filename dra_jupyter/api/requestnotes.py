@@ -15,25 +15,14 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.durations import format_duration
 from dra_jupyter.errors import DraJupyterError
 
 if TYPE_CHECKING:
     from dra_jupyter.metrics.recorder import Recorder
-    from dra_jupyter.tables import DeviceRow, Table
     from dra_jupyter.types import Backend, ClaimRecord, Owner, Waiting
-
-
-class Given(Protocol):
-    """A claim just made (a :class:`dra_jupyter.api.Claim` is one)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def devices(self) -> Table[DeviceRow]: ...
 
 
 class QueueReporter:
@@ -64,7 +53,7 @@ class QueueReporter:
 
 def caller_level() -> int:
     """The ``stacklevel`` that points a warning at the first frame outside this package."""
-    package = str(Path(__file__).parent)
+    package = str(Path(__file__).parent.parent)  # dra_jupyter/, not only the API
     frame = inspect.currentframe()
     level = 0
     while frame is not None and frame.f_code.co_filename.startswith(package):
@@ -88,15 +77,14 @@ def waits_for_a_pod(name: str, spec: Mapping[str, Any]) -> str:
     )
 
 
-def others_on(metrics: Recorder, claim: Given) -> list[str]:
-    """What to say when the driver lists another user's process on a device the claim
-    was just given: a ledger that does not see that user's claims (each user's own
+def others_on(metrics: Recorder, claim: str, keys: set[str]) -> list[str]:
+    """What to say when the driver lists another user's process on a device (of ``keys``)
+    that ``claim`` was just given: a ledger that does not see that user's claims (each user's own
     embedded ledger) handed out a GPU in use. One line per device; none where NVML
     cannot tell."""
     from dra_jupyter.metrics.processes import read_process  # noqa: PLC0415  # on use
 
     listed = metrics.source.processes(time.time()) or []
-    keys = {row.device for row in claim.devices}
     mine = os.getuid()
     others: dict[str, list[str]] = {}
     for process in listed:
@@ -106,7 +94,7 @@ def others_on(metrics: Recorder, claim: Given) -> list[str]:
         if info is not None and info.uid != mine:
             others.setdefault(process.device, []).append(f"{info.user}'s pid {process.pid}")
     return [
-        f"claim {claim.name}: {device.rsplit('/', 1)[-1]} is in use by another user's "
+        f"claim {claim}: {device.rsplit('/', 1)[-1]} is in use by another user's "
         f"process ({', '.join(who)}) whose claim this session cannot see: the machine "
         "is shared without the service; `dra-jupyter doctor` says more"
         for device, who in others.items()

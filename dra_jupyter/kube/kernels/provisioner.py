@@ -10,7 +10,7 @@ A kernel spec names it and says what the kernel needs::
      "metadata": {"kernel_provisioner": {"provisioner_name": "dra-kubernetes",
                   "config": {"request": {"gpu": 1, "model": "H200"}}}}}
 
-Starting the kernel makes, in the user's namespace (:mod:`dra_jupyter.kube.kernelpods`), a
+Starting the kernel makes, in the user's namespace (:mod:`dra_jupyter.kube.kernels.pods`), a
 ResourceClaimTemplate from ``request`` (``dra.request`` keywords), a Secret with the
 connection (ports and key, chosen here as jupyter_client's own provisioner chooses them) and
 the Pod: the server's own image by default, its service account, the notebook's working
@@ -26,7 +26,7 @@ extension releases it (idle release, its user from the Devices panel) it stops t
 The kernel's files: the volume of the notebook's folder in the server's pod is mounted in
 the kernel's where the storage lets two pods share it (on the server's node for a
 ReadWriteOnce claim); where it cannot, the start is refused in one line before anything is
-made (:mod:`dra_jupyter.kube.volumes`; :attr:`DRAKernelProvisioner.files` ``"ignore"``
+made (:mod:`dra_jupyter.kube.kernels.volumes`; :attr:`DRAKernelProvisioner.files` ``"ignore"``
 starts it without).
 
 Signals cannot reach a process in another pod: kernel specs use ``interrupt_mode: message``;
@@ -51,12 +51,12 @@ from traitlets import Dict, Enum, Float, List, Unicode
 
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.identity import current_user
-from dra_jupyter.kernelnote import NOTE_ENV
+from dra_jupyter.kernel.notes import NOTE_ENV
 from dra_jupyter.kube import evictions, kueue
 from dra_jupyter.kube.backend import default_namespace
 from dra_jupyter.kube.connect import api_client
-from dra_jupyter.kube.kernelpods import Ending, KernelPods, KernelPodSpec, ending, kernel_claim
-from dra_jupyter.kube.volumes import Files, Unshared
+from dra_jupyter.kube.kernels.pods import Ending, KernelPods, KernelPodSpec, ending, kernel_claim
+from dra_jupyter.kube.kernels.volumes import Files, Unshared
 from dra_jupyter.model.takenout import HeldDevice, evicted_for_device_taint
 from dra_jupyter.settings import Settings, default_server_id
 from dra_jupyter.types import Owner
@@ -69,11 +69,11 @@ SHUTDOWN_WAIT_S = 2.0  # for the kernel to stop by itself before its pod is dele
 
 
 def saying(cmd: list[str]) -> list[str]:
-    """``cmd`` run by :mod:`dra_jupyter.kernelnote` (which prints its note once) where it is
+    """``cmd`` run by :mod:`dra_jupyter.kernel.notes` (which prints its note once) where it is
     ipykernel's launcher; else as it is."""
     if "ipykernel_launcher" not in cmd:
         return cmd
-    return ["dra_jupyter.kernelnote" if part == "ipykernel_launcher" else part for part in cmd]
+    return ["dra_jupyter.kernel.notes" if part == "ipykernel_launcher" else part for part in cmd]
 
 
 class DRAKernelProvisioner(KernelProvisionerBase):

@@ -1,15 +1,14 @@
-"""The first process of a kernel pod (``python3 -m dra_jupyter.kernelboot ARGV...``): it writes
-the kernel's connection file, then becomes the kernel.
+"""The first process of a kernel pod (``python3 -m dra_jupyter.kube.kernels.boot ARGV...``):
+it writes the kernel's connection file, then becomes the kernel.
 
-The Jupyter server's kernel provisioner (:mod:`dra_jupyter.provisioner`) gives the kernel its
-connection (ports, HMAC key) through a Secret that the pod's ``DRA_JUPYTER_CONNECTION``
-variable names (``secretKeyRef``: the key is never in the pod's spec, its annotations or a
-log) and the pod's IP through the downward API (``DRA_JUPYTER_POD_IP``). This writes the
-connection, with the kernel bound to that IP, to a file only its user can read, takes the
-variable out of the environment (the kernel's children do not inherit the key), puts the
-file's path in place of ``{connection_file}`` in ``ARGV`` and executes it (same process: the
+The Jupyter server's kernel provisioner (:mod:`dra_jupyter.kube.kernels.provisioner`) gives the
+kernel its connection (ports, HMAC key) through a Secret that the pod's
+``DRA_JUPYTER_CONNECTION`` variable names (``secretKeyRef``: the key is never in the pod's spec,
+its annotations or a log) and the pod's IP through the downward API (``DRA_JUPYTER_POD_IP``).
+This writes the connection, with the kernel bound to that IP, to a file only its user can read,
+takes the variable out of the environment (the kernel's children do not inherit the key), puts
+the file's path in place of ``{connection_file}`` in ``ARGV`` and executes it (same process: the
 pod ends when the kernel does, with its exit code).
-
 Only the standard library: the pod's image needs Python and the kernel, and this package.
 """
 
@@ -50,7 +49,7 @@ def kernel_argv(argv: Sequence[str], connection: Path) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
-        raise SystemExit("usage: python3 -m dra_jupyter.kernelboot KERNEL-ARGV...")
+        raise SystemExit("usage: python3 -m dra_jupyter.kube.kernels.boot KERNEL-ARGV...")
     folder = Path(tempfile.mkdtemp(prefix="dra-kernel-"))  # 0700, its user's
     command = kernel_argv(args, write_connection(os.environ, folder))
     os.execvp(command[0], command)

@@ -1,0 +1,93 @@
+"""The types every backend and every surface shares: who holds a claim (:mod:`.owner`:
+Owner and the labels), a claim as the API sees it and its place in line (:mod:`.records`:
+ClaimRecord, Waiting, Waiter), what a backend offers and what only a cluster backend does
+(:mod:`.backend`: Backend, Capabilities, ClusterOps), and a run with its status (:mod:`.runs`).
+
+Both backends (:mod:`dra_jupyter.local`, :mod:`dra_jupyter.kube`) import this package and
+neither imports the other; :mod:`dra_jupyter.api` holds a :class:`Backend` and asks its
+:class:`Capabilities` instead of which kind it is.
+"""
+
+from dra_jupyter.types.backend import (
+    Accounting,
+    ActivityBook,
+    Backend,
+    Capabilities,
+    ClusterOps,
+    Command,
+    DeviceTaint,
+    HealthEvent,
+    HealthRecord,
+    HeldClaim,
+    OnWait,
+    Reclaiming,
+    RunPlan,
+    Select,
+    Sweep,
+    Tainting,
+    Watching,
+    accounting_of,
+    activity_book_of,
+    health_record_of,
+    reclaiming_of,
+    tainting_of,
+)
+from dra_jupyter.types.owner import (
+    KERNEL_LABEL,
+    RUN_LABEL,
+    SERVER_LABEL,
+    USER_ANNOTATION,
+    USER_LABEL,
+    Owner,
+    claim_prefix,
+    label_value,
+    process_start_time,
+)
+from dra_jupyter.types.records import (
+    ClaimRecord,
+    Ended,
+    ReclaimNotice,
+    Waiter,
+    Waiting,
+    run_of,
+)
+
+__all__ = [
+    "KERNEL_LABEL",
+    "RUN_LABEL",
+    "SERVER_LABEL",
+    "USER_ANNOTATION",
+    "USER_LABEL",
+    "Accounting",
+    "ActivityBook",
+    "Backend",
+    "Capabilities",
+    "ClaimRecord",
+    "ClusterOps",
+    "Command",
+    "DeviceTaint",
+    "Ended",
+    "HealthEvent",
+    "HealthRecord",
+    "HeldClaim",
+    "OnWait",
+    "Owner",
+    "ReclaimNotice",
+    "Reclaiming",
+    "RunPlan",
+    "Select",
+    "Sweep",
+    "Tainting",
+    "Waiter",
+    "Waiting",
+    "Watching",
+    "accounting_of",
+    "activity_book_of",
+    "claim_prefix",
+    "health_record_of",
+    "label_value",
+    "process_start_time",
+    "reclaiming_of",
+    "run_of",
+    "tainting_of",
+]
