@@ -1,7 +1,7 @@
 """Reading and writing files of Kubernetes objects (multi-document YAML, JSON, or a List).
 
 A file is read within limits checked before the work they bound, so that no input can
-crash the reader or keep it busy for long (README, "The command line"):
+crash the reader or keep it busy for long (docs/cli.md):
 
 * at most :data:`MAX_FILE_BYTES` (16 MiB), checked before it is parsed;
 * UTF-8 text (UTF-16 with a byte-order mark too, as PowerShell's ``>`` writes it);

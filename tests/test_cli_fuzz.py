@@ -1,6 +1,6 @@
 """No input crashes the command line: every invalid file is exit 2 with one short line.
 
-The contract (README, "The command line"): ``allocate`` and ``explain`` answer 0 or 1 for
+The contract (docs/cli.md): ``allocate`` and ``explain`` answer 0 or 1 for
 input that parses, and 2 with one line on stderr (``error: ...``, values cut to a readable
 length) for anything invalid; never a traceback (exit 4 is only for bugs). Size and count
 limits are checked before the work they bound.
