@@ -13,15 +13,15 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { Debouncer } from '@lumino/polling';
 
 import { deviceSummary, releaseReason, settledBusy } from './format';
-import { DeviceHealth } from './health';
 import { DraModel, toError } from './model';
-import { KernelMoves, type MoveNotifier } from './moves';
-import { DevicesPanel, type Kernels } from './panel';
-import { ReclaimWarnings } from './reclaims';
+import { DeviceHealth } from './notifications/health';
+import { KernelMoves, type MoveNotifier } from './notifications/moves';
+import { ReclaimWarnings } from './notifications/reclaims';
+import { IdleWarnings, type Notifier } from './notifications/warnings';
 import { requestAPI } from './request';
-import { DeviceStatus } from './statusbar';
 import { DEFAULT_SETTINGS, PLUGIN_ID, type Settings } from './tokens';
-import { IdleWarnings, type Notifier } from './warnings';
+import { DevicesPanel, type Kernels } from './views/panel';
+import { DeviceStatus } from './views/statusbar';
 
 export const COMMANDS = {
   show: 'dra-jupyter:show-devices',

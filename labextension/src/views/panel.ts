@@ -5,8 +5,7 @@
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import type { DraRequestError } from './api';
-import { button, el, sparkline } from './dom';
+import type { DraRequestError } from '../api';
 import {
   claimCountdown,
   countdownText,
@@ -20,7 +19,7 @@ import {
   takenOut,
   usageSeries,
   usageText
-} from './format';
+} from '../format';
 import {
   memoryText,
   SPARK_HEIGHT,
@@ -29,11 +28,12 @@ import {
   sparklinePoints,
   utilizationSeries,
   utilizationText
-} from './metrics';
-import { type DraModel, toError } from './model';
-import { claimPending, POD_RESTART, restartWords } from './moves';
+} from '../metrics';
+import { type DraModel, toError } from '../model';
+import { claimPending, POD_RESTART, restartWords } from '../notifications/moves';
+import type { Claim, ClaimRequest, Device } from '../wire';
+import { button, el, sparkline } from './dom';
 import { RunsView } from './runsview';
-import type { Claim, ClaimRequest, Device } from './wire';
 
 /** What the views need to know of the page's kernels. */
 export interface Kernels {

@@ -4,8 +4,8 @@
 
 import { Widget } from '@lumino/widgets';
 
-import { requestWords, statusText } from './format';
-import type { DraModel } from './model';
+import { requestWords, statusText } from '../format';
+import type { DraModel } from '../model';
 import type { Kernels } from './panel';
 
 export class DeviceStatus extends Widget {
