@@ -114,7 +114,7 @@ export class KernelMoves {
   constructor(
     readonly model: DraModel,
     readonly notifier: MoveNotifier,
-    /** The page's kernels (panel.ts's Kernels): a kernel's notebook, and its restart. */
+    /** The page's kernels (tokens.ts's Kernels): a kernel's notebook, and its restart. */
     readonly kernels: {
       label(kernelId: string): string | null;
       restarted(kernelId: string): Promise<void>;

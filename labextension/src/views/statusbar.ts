@@ -6,7 +6,7 @@ import { Widget } from '@lumino/widgets';
 
 import { requestWords, statusText } from '../format';
 import type { DraModel } from '../model';
-import type { Kernels } from './panel';
+import type { Kernels } from '../tokens';
 
 export class DeviceStatus extends Widget {
   constructor(
