@@ -19,7 +19,8 @@ TIERS := pure kernel server service browser k8s gpu
 
 LAB_BUILD := dra_jupyter/labextension/static/style.js
 LAB_SOURCES := labextension/package.json labextension/yarn.lock \
-	$(wildcard labextension/src/*.ts labextension/schema/*.json labextension/style/*)
+	$(shell find labextension/src -name '*.ts') \
+	$(wildcard labextension/schema/*.json labextension/style/*)
 
 .PHONY: install check test unit lint typecheck layers pytest k8s-build fuzz fuzz-upstream demo lab \
 	labextension bench bench-latency bench-upstream bench-placement bench-load bench-service \

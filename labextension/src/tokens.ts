@@ -1,7 +1,13 @@
 // The contract of the extension with the server extension: the REST answers (wire.ts,
 // generated from specification/dra-rest-api.yml) and the events the server emits on
 // jupyter_server's event bus (dra_jupyter/server/events/*.json), as the page receives
-// them from /api/events/subscribe.
+// them from /api/events/subscribe. And what the extension's plugins share: the tokens of
+// the model, the page's kernels and the settings (plugins/).
+
+import { Token } from '@lumino/coreutils';
+import type { ISignal } from '@lumino/signaling';
+
+import type { DraModel } from './model';
 
 export type {
   Claim,
@@ -15,7 +21,7 @@ export type {
   Restart
 } from './wire';
 
-/** The plugin's id; also the settings' id (schema/plugin.json). */
+/** The settings plugin's id; also the settings' id (schema/plugin.json). */
 export const PLUGIN_ID = 'dra-jupyter-labextension:plugin';
 
 const EVENT_BASE = 'https://events.dra-jupyter.dev/dra_jupyter';
@@ -127,3 +133,41 @@ export interface Settings {
 }
 
 export const DEFAULT_SETTINGS: Settings = { refreshInterval: 5, notify: true };
+
+/** The extension's settings as they are now, and their changes (plugins/settings.ts). */
+export interface IDRASettings {
+  /** The settings now: the defaults until the user's are loaded. */
+  readonly current: Readonly<Settings>;
+  /** The user's settings were loaded, or changed. */
+  readonly changed: ISignal<IDRASettings, Readonly<Settings>>;
+}
+
+export const IDRASettings = new Token<IDRASettings>(
+  'dra-jupyter-labextension:IDRASettings',
+  'The settings of the Devices panel, the status bar item and the notifications.'
+);
+
+/** What the views and the notifications need to know of the page's kernels. */
+export interface Kernels {
+  /** Whether the kernel runs a cell now. */
+  busy(kernelId: string): boolean;
+  /** The notebook (or console) of a kernel, or null when none of the page's sessions has it. */
+  label(kernelId: string): string | null;
+  /** The kernel of the notebook in front, or null. */
+  current(): string | null;
+  /** The server restarted the kernel (with its devices): let the page's connection know. */
+  restarted(kernelId: string): Promise<void>;
+}
+
+/** The page's kernels (plugins/kernels.ts; kernels.ts reads them off the page). */
+export const IDRAKernels = new Token<Kernels>(
+  'dra-jupyter-labextension:IDRAKernels',
+  'The kernels of the page: whether one runs a cell, its notebook, the one in front.'
+);
+
+/** The model of the page (plugins/model.ts, the core plugin): the caller's claims, the
+ * devices and the server's events, which the views and the notifications show. */
+export const IDRAModel = new Token<DraModel>(
+  'dra-jupyter-labextension:IDRAModel',
+  "The caller's claims and the devices, refreshed, and the server's events of them."
+);

@@ -1,7 +1,7 @@
 // Builders of REST answers for the unit tests (the shapes of specification/dra-rest-api.yml).
 
-import type { MoveNotifier } from '../src/moves';
-import type { WarningAction } from '../src/warnings';
+import type { MoveNotifier } from '../src/notifications/moves';
+import type { WarningAction } from '../src/notifications/warnings';
 import type { Claim, Device, Run } from '../src/wire';
 
 export function device(key: string, more: Partial<Device> = {}): Device {

@@ -2,14 +2,14 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import type { Requester } from '../src/api';
+import { DraModel } from '../src/model';
 import {
   DeviceHealth,
   deviceName,
   movedText,
   NOTIFICATION_CHARS,
   unhealthyText
-} from '../src/health';
-import { DraModel } from '../src/model';
+} from '../src/notifications/health';
 import { type DeviceUnhealthyEvent, EVENTS } from '../src/tokens';
 import { claim, device, GPU, Shown } from './fixtures';
 

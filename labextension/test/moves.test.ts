@@ -11,7 +11,7 @@ import {
   POD_RESTART,
   restartedText,
   restartWords
-} from '../src/moves';
+} from '../src/notifications/moves';
 import { EVENTS, type KernelMovedEvent } from '../src/tokens';
 import { claim, device, GPU, Shown } from './fixtures';
 

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import type { Requester } from '../src/api';
 import { clockTime } from '../src/format';
 import { DraModel } from '../src/model';
-import { ReclaimWarnings, reclaimText } from '../src/reclaims';
+import { ReclaimWarnings, reclaimText } from '../src/notifications/reclaims';
 import { EVENTS, type ReclaimWarningEvent } from '../src/tokens';
 import { GPU, Shown } from './fixtures';
 

@@ -4,8 +4,8 @@ import { test } from 'node:test';
 import type { Requester } from '../src/api';
 import { clockTime } from '../src/format';
 import { DraModel } from '../src/model';
+import { IdleWarnings, type Notifier, type WarningAction } from '../src/notifications/warnings';
 import { EVENTS, type IdleWarningEvent } from '../src/tokens';
-import { IdleWarnings, type Notifier, type WarningAction } from '../src/warnings';
 import type { Claim } from '../src/wire';
 import { claim, GPU } from './fixtures';
 

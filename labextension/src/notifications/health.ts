@@ -4,10 +4,10 @@
 // actions: Move (the same again on an equivalent device, the kernel restarted on it) and
 // Release. Withdrawn once the claim goes (here or anywhere) or an action is taken.
 
-import { deviceSummary } from './format';
-import type { DraModel } from './model';
+import { deviceSummary } from '../format';
+import type { DraModel } from '../model';
+import type { DeviceUnhealthyEvent, Restart } from '../tokens';
 import type { MoveNotifier } from './moves';
-import type { DeviceUnhealthyEvent, Restart } from './tokens';
 import { NoticeSet, type WarningAction } from './warnings';
 
 /** The device's short name: `gpu-3` of `gpu.nvidia.com/node-1/gpu-3`. */

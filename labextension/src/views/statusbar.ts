@@ -4,9 +4,9 @@
 
 import { Widget } from '@lumino/widgets';
 
-import { requestWords, statusText } from './format';
-import type { DraModel } from './model';
-import type { Kernels } from './panel';
+import { requestWords, statusText } from '../format';
+import type { DraModel } from '../model';
+import type { Kernels } from '../tokens';
 
 export class DeviceStatus extends Widget {
   constructor(

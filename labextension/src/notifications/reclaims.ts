@@ -5,9 +5,9 @@
 // waits, for what, and the clock time of the deadline (no frozen countdown), with Keep
 // (while Keeps are left) and Release; withdrawn once the claim goes or is kept.
 
-import { clockTime, deviceSummary } from './format';
-import type { DraModel } from './model';
-import type { ReclaimWarningEvent } from './tokens';
+import { clockTime, deviceSummary } from '../format';
+import type { DraModel } from '../model';
+import type { ReclaimWarningEvent } from '../tokens';
 import { NoticeSet, type Notifier, type WarningAction } from './warnings';
 
 /** The notification's text: who waits for what, whose claim goes, when, and the Keeps. */

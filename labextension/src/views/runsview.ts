@@ -3,9 +3,8 @@
 // output on demand. What it says comes from runs.ts; this is its DOM and its state, kept
 // across the panel's renders (each refresh renders the panel again).
 
-import type { DraRequestError } from './api';
-import { button, el } from './dom';
-import { type DraModel, toError } from './model';
+import type { DraRequestError } from '../api';
+import { type DraModel, toError } from '../model';
 import {
   cancelQuestion,
   LOG_EVERY,
@@ -16,8 +15,9 @@ import {
   type RunRow,
   runAgeText,
   runRow
-} from './runs';
-import type { Run, RunLogs } from './wire';
+} from '../runs';
+import type { Run, RunLogs } from '../wire';
+import { button, el } from './dom';
 
 /** A run's output as last read, when, and whether a read is on its way. */
 interface Output {

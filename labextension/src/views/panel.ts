@@ -5,8 +5,7 @@
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import type { DraRequestError } from './api';
-import { button, el, sparkline } from './dom';
+import type { DraRequestError } from '../api';
 import {
   claimCountdown,
   countdownText,
@@ -20,7 +19,7 @@ import {
   takenOut,
   usageSeries,
   usageText
-} from './format';
+} from '../format';
 import {
   memoryText,
   SPARK_HEIGHT,
@@ -29,28 +28,21 @@ import {
   sparklinePoints,
   utilizationSeries,
   utilizationText
-} from './metrics';
-import { type DraModel, toError } from './model';
-import { claimPending, POD_RESTART, restartWords } from './moves';
+} from '../metrics';
+import { type DraModel, toError } from '../model';
+import { claimPending, POD_RESTART, restartWords } from '../notifications/moves';
+import type { Kernels } from '../tokens';
+import type { Claim, ClaimRequest, Device } from '../wire';
+import { button, el, sparkline } from './dom';
 import { RunsView } from './runsview';
-import type { Claim, ClaimRequest, Device } from './wire';
-
-/** What the views need to know of the page's kernels. */
-export interface Kernels {
-  /** Whether the kernel runs a cell now. */
-  busy(kernelId: string): boolean;
-  /** The notebook (or console) of a kernel, or null when none of the page's sessions has it. */
-  label(kernelId: string): string | null;
-  /** The kernel of the notebook in front, or null. */
-  current(): string | null;
-  /** The server restarted the kernel (with its devices): let the page's connection know. */
-  restarted(kernelId: string): Promise<void>;
-}
 
 const SVG =
   '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
   '<path class="jp-icon3" fill="#616161" d="M4 6h16v10H4zM2 18h20v2H2zM7 8v6h2V8zm4 0v6h2V8zm4 0v6h2V8z"/>' +
   '</svg>';
+
+/** The panel's id in the shell (what the Show devices command activates). */
+export const PANEL_ID = 'dra-jupyter-devices';
 
 export const devicesIcon = new LabIcon({ name: 'dra-jupyter:devices', svgstr: SVG });
 
@@ -60,7 +52,7 @@ export class DevicesPanel extends Widget {
     readonly kernels: Kernels
   ) {
     super();
-    this.id = 'dra-jupyter-devices';
+    this.id = PANEL_ID;
     this.addClass('dra-DevicesPanel');
     this.title.icon = devicesIcon;
     this.title.caption = 'Devices: your GPU, MIG and TPU claims';

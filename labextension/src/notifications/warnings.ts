@@ -3,9 +3,9 @@
 // withdrawn once they no longer hold: the claim released (here or anywhere), kept (a Keep
 // from the panel, a notebook's card or the notification), or its kernel running a cell.
 
-import { clockTime, deviceSummary } from './format';
-import type { DraModel } from './model';
-import type { IdleWarningEvent } from './tokens';
+import { clockTime, deviceSummary } from '../format';
+import type { DraModel } from '../model';
+import type { IdleWarningEvent } from '../tokens';
 
 /** A button of a notification. */
 export interface WarningAction {

@@ -4,11 +4,11 @@
 // starts it again in a pod with the devices it had, and the Devices panel's restart
 // button for a claim whose devices go to a pod.
 
-import { deviceSummary, requestedDevices } from './format';
-import type { DraModel } from './model';
-import type { KernelMovedEvent } from './tokens';
+import { deviceSummary, requestedDevices } from '../format';
+import type { DraModel } from '../model';
+import type { KernelMovedEvent } from '../tokens';
+import type { Claim, Device, Restart } from '../wire';
 import { NoticeSet, type Notifier, type WarningAction } from './warnings';
-import type { Claim, Device, Restart } from './wire';
 
 /** How long the note of a kernel moved into its pod shows (ms): nothing to do about it. */
 export const MOVED_INFO_MS = 8000;
@@ -114,7 +114,7 @@ export class KernelMoves {
   constructor(
     readonly model: DraModel,
     readonly notifier: MoveNotifier,
-    /** The page's kernels (panel.ts's Kernels): a kernel's notebook, and its restart. */
+    /** The page's kernels (tokens.ts's Kernels): a kernel's notebook, and its restart. */
     readonly kernels: {
       label(kernelId: string): string | null;
       restarted(kernelId: string): Promise<void>;

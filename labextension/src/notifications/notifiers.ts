@@ -1,0 +1,41 @@
+// The notifications as JupyterLab shows them (its Notification): the warnings that stay
+// until withdrawn, the notes that go, and an action that failed.
+
+import { Notification } from '@jupyterlab/apputils';
+
+import { toError } from '../model';
+import type { MoveNotifier } from './moves';
+import type { Notifier } from './warnings';
+
+/** The idle warnings as JupyterLab's notifications (they stay until withdrawn). */
+export const notifier: Notifier = {
+  warn: (message, actions) =>
+    Notification.warning(message, {
+      autoClose: false,
+      actions: actions.map(a => ({
+        label: a.label,
+        caption: a.caption,
+        displayType: a.kind,
+        callback: a.callback
+      }))
+    }),
+  update: (id, message) => Notification.update({ id, message, type: 'warning' }),
+  dismiss: id => Notification.dismiss(id)
+};
+
+/** The kernel moves as JupyterLab's notifications (a kernel back on the server: a warning
+ * that stays, with its restart; one into its pod, and a restart done: notes that go). */
+export const moveNotifier: MoveNotifier = {
+  ...notifier,
+  info: (message, ms) => {
+    Notification.info(message, { autoClose: ms });
+  },
+  success: message => {
+    Notification.success(message, { autoClose: 5000 });
+  }
+};
+
+/** An action that failed (a Keep, a Release, a restart): its message, until closed. */
+export function fail(err: unknown): void {
+  Notification.error(toError(err).message, { autoClose: false });
+}
