@@ -129,7 +129,7 @@ def _from_environment(kind: type[TraitType[Any, Any]]) -> Any:
     return type(kind.__name__, (_FromEnvironment, kind), {"__module__": __name__})
 
 
-# The traits of the types of Settings fields (bool before int: a bool is an int)
+# The trait of each type of a Settings field
 _KINDS: dict[type, Any] = {
     bool: _from_environment(Bool),
     int: _from_environment(Int),
