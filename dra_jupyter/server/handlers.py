@@ -43,6 +43,7 @@ from dra_jupyter.model.limits import dns_subdomain_problem
 from dra_jupyter.server.claim_events import ClaimEvents
 from dra_jupyter.server.claims import Caller, ClaimService, Released, release_message
 from dra_jupyter.server.idling import Idling
+from dra_jupyter.server.kernelactions import KernelActions
 from dra_jupyter.server.models import (
     MAX_BODY_BYTES,
     ClaimModel,
@@ -60,7 +61,6 @@ from dra_jupyter.server.models import (
 )
 from dra_jupyter.server.runs import RunService, check_run_name, tail_lines
 from dra_jupyter.server.sampling import MetricsSampler
-from dra_jupyter.types import ClaimRecord
 
 T = TypeVar("T")
 
@@ -96,13 +96,8 @@ class DRAApp(Protocol):
 
     async def wait(self, fn: Callable[..., T], *args: Any) -> T: ...
 
-    async def restart_with_claims(
-        self, kernel_id: str
-    ) -> tuple[list[ClaimRecord], dict[str, str]]: ...
-
-    async def move_claim(
-        self, caller: Caller, name: str
-    ) -> tuple[str, list[ClaimRecord], dict[str, str]]: ...
+    @property
+    def kernel_actions(self) -> KernelActions: ...
 
     @property
     def idling(self) -> Idling: ...
@@ -408,7 +403,7 @@ class RestartWithClaimsHandler(_DRAHandler):
             raise web.HTTPError(403, "restarting kernels is not allowed for this user")
         self.body()  # none is needed; a large one is refused all the same
         with _handle_error():
-            records, env = await self.dra.restart_with_claims(kernel_id)
+            records, env = await self.dra.kernel_actions.restart_with_claims(kernel_id)
             self.reply(
                 RestartResponse(
                     kernel_id=kernel_id, env=env, claims=[self.claim_model(r) for r in records]
@@ -431,7 +426,7 @@ class MoveHandler(_DRAHandler):
         self.body()  # none is needed; a large one is refused all the same
         with _handle_error():
             check_claim_name(name)
-            kernel_id, records, env = await self.dra.move_claim(caller, name)
+            kernel_id, records, env = await self.dra.kernel_actions.move_claim(caller, name)
             self.reply(
                 RestartResponse(
                     kernel_id=kernel_id, env=env, claims=[self.claim_model(r) for r in records]

@@ -3,7 +3,7 @@
 from :class:`~dra_jupyter.server.kernels.ExecutionWatcher`) and of each claim's GPU (its
 activity, from :class:`~dra_jupyter.server.sampling.MetricsSampler`).
 
-The app's check (:meth:`DRAExtensionApp.check <dra_jupyter.server.app.DRAExtensionApp>`)
+The server's check of its claims (:meth:`Checks.check <dra_jupyter.server.checks.Checks>`)
 asks it which claims go and why (:meth:`Idling.idle_or`), which warnings go out
 (:meth:`Idling.maybe_warn`) and when the next is due (:meth:`Idling.moments`); the REST API
 what to show of a claim's idle release (:meth:`Idling.idle_state`).

@@ -170,7 +170,8 @@ def checked_claim(spec: Any, where: str) -> dict[str, Any]:
 
 
 class Host(Protocol):
-    """What a move needs of the server extension (:class:`~dra_jupyter.server.app.DRAExtension`)."""
+    """What a move needs of the server extension
+    (:class:`~dra_jupyter.server.app.DRAExtensionApp`)."""
 
     keeping: dict[str, int]
 

@@ -17,6 +17,9 @@ claim is refused does not start.
 from __future__ import annotations
 
 import json
+import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +81,40 @@ def failed(err: DraJupyterError) -> dict[str, Any]:
     line = " ".join(part.strip() for part in str(err).splitlines() if part.strip())
     line = line.removeprefix("dra.request: ")
     return {"ok": False, "type": type(err).__name__, "message": line}
+
+
+@dataclass
+class Held:
+    """The claim made at start, while it lives."""
+
+    name: str
+    kept: float  # when its activity was last recorded
+
+
+def claim_for_server(
+    service: ClaimService, text: str, lease: str, report_to: str, log: Any
+) -> tuple[Held, dict[str, str]]:
+    """The claim of ``startup_request`` (``text``), made now: its environment becomes this
+    server's (and its kernels', which the caller sees to), what came of it is written to
+    ``report_to`` (unless empty), and a refusal stops the server."""
+    try:
+        request = parse_request(text)
+        record, env = claim_at_start(service, request, lease or None)
+    except DraJupyterError as err:
+        outcome = failed(err)
+        _report(report_to, outcome, log)
+        log.error("dra_jupyter: the devices asked for at start: %s", outcome["message"])
+        raise SystemExit(1) from err
+    os.environ.update(env)  # the server's own processes (terminals) too
+    held = Held(record.name, time.time())
+    _report(report_to, succeeded(record, env), log)
+    log.info("dra_jupyter: claim %s at start: %s", record.name, ", ".join(record.device_keys))
+    return held, env
+
+
+def _report(path: str, outcome: dict[str, Any], log: Any) -> None:
+    if path:
+        try:
+            report(path, outcome)
+        except OSError as err:
+            log.warning("dra_jupyter: %s cannot be written: %s", path, err)
