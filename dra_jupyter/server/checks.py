@@ -150,8 +150,8 @@ class Checks:
         for record in await self.host.call(
             self.service.live_claims, self.idling.idle_or(select, now), now
         ):
-            if record.owner.kernel_id not in live:
-                continue
+            if record.owner.kernel_id not in live or self.claim_events.released_since(record):
+                continue  # another kernel's; or released since this pass read it
             if record.name not in self.claim_events.seen and record.owner.pid != (
                 self.service.server_owner.pid
             ):

@@ -25,6 +25,7 @@ GPU_PROCESS = f"{EVENT_BASE}/gpu_process/v1"
 KERNEL_MOVED = f"{EVENT_BASE}/kernel_moved/v1"
 DEVICE_UNHEALTHY = f"{EVENT_BASE}/device_unhealthy/v1"
 RECLAIM_WARNING = f"{EVENT_BASE}/reclaim_warning/v1"
+ENDED_KEPT = 1000  # released claims remembered, so that a stale read never announces one
 
 
 def register_schemas(logger: EventLogger) -> None:
@@ -55,6 +56,14 @@ class ClaimEvents:
         self.warned: dict[str, float] = {}  # claim -> the idle deadline it was warned of
         self.gpu_warned: dict[str, float] = {}  # claim -> the GPU-idle deadline warned of
         self.strays: set[tuple[int, float | None, str]] = set()  # (pid, start, device) said
+        # claims announced released -> their creation time: a check pass that read the
+        # live claims before a release (passes overlap; the writer ran them back to back)
+        # goes on with that read, and must not announce or warn of such a claim again
+        self.ended: dict[str, float] = {}
+
+    def released_since(self, record: ClaimRecord) -> bool:
+        """Whether ``record`` (as read, maybe before its release) was announced released."""
+        return self.ended.get(record.name) == record.created
 
     def _emit(self, schema_id: str, data: dict[str, Any]) -> None:
         self._logger.emit(schema_id=schema_id, data=data)
@@ -105,6 +114,10 @@ class ClaimEvents:
             except queue.Empty:
                 return
             self.seen.discard(record.name)
+            self.ended.pop(record.name, None)  # the newest last, the oldest first out
+            self.ended[record.name] = record.created
+            while len(self.ended) > ENDED_KEPT:
+                del self.ended[next(iter(self.ended))]
             self.warned.pop(record.name, None)
             self.gpu_warned.pop(record.name, None)
             self._emit(RELEASED, {**_claim_data(record), "reason": reason})

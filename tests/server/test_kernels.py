@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -111,6 +112,44 @@ async def kernel_made_claim_goes_with_it(
     assert [r.reason for r in ledger.releases() if r.name == name] == ["kernel-shutdown"]
     assert ("claim_released", "kernel-shutdown") in [(k, d.get("reason")) for k, d in events]
     assert ledger.read_claims() == []
+
+
+async def test_a_check_pass_that_read_a_claim_before_its_release_does_not_announce_it_again(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger, events: Events, monkeypatch: Any
+) -> None:
+    """Check passes overlap (the timer's, a cell's end, a deadline's): one read the live
+    claims, then the claim was released and that announced, before the pass went on. It
+    must not announce the claim again (CI saw claim_allocated and idle_warning after
+    claim_released: a notification of a claim that is gone)."""
+    app = extension(jp_serverapp)
+    await start_extensions(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        await kernel.run(REQUEST)
+        (record,) = ledger.read_claims()
+        name = record.name
+        await eventually(lambda: any(d.get("claim") == name for _, d in events))
+        real_call = app.call
+        stale: list[Any] = []
+
+        async def released_meanwhile(fn: Any, *args: Any) -> Any:
+            result = await real_call(fn, *args)
+            if fn == app.service.live_claims and not stale:  # this pass read it live
+                stale.append(result)
+                await jp_fetch("dra", "api", "claims", name, method="DELETE")
+                app.claim_events.emit_releases()
+                await eventually(lambda: release_announced(events, name))
+            return result
+
+        monkeypatch.setattr(app, "call", released_meanwhile)
+        await app.checks.check()
+        monkeypatch.setattr(app, "call", real_call)
+        assert stale, "the pass read the live claims"
+        for _ in range(20):  # the event listeners run as tasks of the loop: let them run
+            await asyncio.sleep(0)
+        assert [k for k, d in events if d.get("claim") == name] == [
+            "claim_allocated",
+            "claim_released",
+        ]
 
 
 async def test_a_rest_claim_for_a_kernel_is_released_with_it(
