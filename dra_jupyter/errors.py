@@ -40,13 +40,13 @@ A class without figures of its own has its parent's.
 An error names its caller once, as data: its message is written without it, and the
 API sets its ``caller`` (``dra.request``, ``dra.run``) with :meth:`DraJupyterError.said_by`
 where the call's own words are checked. ``str(err)`` is ``caller: message`` (what the
-Python API and the command line show); the REST API and a spawner's report show
-``err.message``, the line of a ``%dra`` magic puts the form the user typed in the caller's
+Python API and the command line show); the REST API and the server's startup report show
+``err.message``; the line of a ``%dra`` magic puts the form the user typed in the caller's
 place (``dra request gpu=9: ...``). No code reads an error's text to tell who said it.
 
 Warnings: :class:`DraJupyterWarning` (something to know that does not stop the work).
 
-In IPython a ``DraJupyterError`` shows as its message alone, in red (its
+In IPython a ``DraJupyterError`` shows as its text alone (``str``), in red (its
 ``_render_traceback_``): a user error is not a bug, so no traceback; ``%tb`` afterwards
 shows its full traceback (the hook steps aside for IPython's ``%tb``). Anything else keeps
 its traceback.
