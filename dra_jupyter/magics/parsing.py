@@ -71,7 +71,8 @@ class Command:
 
     @property
     def where(self) -> str:
-        """How the user wrote it, for error messages: ``dra request`` or ``%%dra``."""
+        """How the user wrote it, the caller its refusals name (``said_by``): ``dra request``
+        or ``%%dra``."""
         if self.name in ("cell", "run"):
             return "%%dra" if self.name == "cell" else "%%dra run"
         return f"dra {self.name}"
