@@ -35,7 +35,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from dra_jupyter.errors import InvalidInputError, shown
+from dra_jupyter.errors import InvalidInputError, said_by, shown
 from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH, label_name_problem
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.model.quantity import Quantity
@@ -124,16 +124,23 @@ class RunKeywords(ClaimKeywords, total=False):
 
 REQUEST_KEYS = tuple(RequestKeywords.__annotations__)  # dra.request's, in the order shown
 RUN_KEYS = tuple(RunKeywords.__annotations__)
+REQUEST = "dra.request"  # the caller a request's refusals name (DraJupyterError.said_by)
+RUN = "dra.run"  # the caller a run's refusals name
 
 
-def unknown_keyword(what: str, key: object, allowed: Sequence[str]) -> InvalidInputError:
+def unknown_keyword(key: object, allowed: Sequence[str], *, at: str = "") -> InvalidInputError:
     """The one-line refusal of a keyword not in ``allowed``, with the nearest one it may
-    be a typo of: ``dra.request: unknown keyword 'gpuu' (did you mean gpu?); use gpu, ...``."""
+    be a typo of: ``unknown keyword 'gpuu' (did you mean gpu?); use gpu, ...``; ``at``:
+    where in the call (``alternatives[1]``). The caller says it as its own
+    (:meth:`~dra_jupyter.errors.DraJupyterError.said_by`)."""
     near = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
     hint = f" (did you mean {near[0]}?)" if near else ""
-    return InvalidInputError(
-        f"{what}: unknown keyword {shown(key)}{hint}; use {', '.join(allowed)}"
-    )
+    return refused(at, f"unknown keyword {shown(key)}{hint}; use {', '.join(allowed)}")
+
+
+def refused(at: str, text: str) -> InvalidInputError:
+    """``text`` refused, after ``at`` (where in the call: ``alternatives[1]``) if any."""
+    return InvalidInputError(f"{at}: {text}" if at else text)
 
 
 def class_driver(device_class: str) -> str:
@@ -141,34 +148,35 @@ def class_driver(device_class: str) -> str:
     return "gpu.nvidia.com" if device_class == MIG_CLASS else device_class
 
 
-def _count(value: Any, key: str, what: str) -> int | str:
+def _count(value: Any, key: str, at: str) -> int | str:
     if value == "all":
         return "all"
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInputError(
-            f"{what}: {key} must be a positive number of devices (or 'all'), not {shown(value)}"
+        raise refused(
+            at, f"{key} must be a positive number of devices (or 'all'), not {shown(value)}"
         )
     if value > 32:
-        raise InvalidInputError(
-            f"{what}: {key}={shown(value)} exceeds the limit of 32 devices per claim; "
-            "split the work over several claims"
+        raise refused(
+            at,
+            f"{key}={shown(value)} exceeds the limit of 32 devices per claim; "
+            "split the work over several claims",
         )
     return value
 
 
-def _quantity(value: Any, key: str, what: str) -> str:
+def _quantity(value: Any, key: str, at: str) -> str:
     try:
         q = Quantity.parse(value)
     except (ValueError, TypeError) as err:
-        raise InvalidInputError(
-            f"{what}: {key}={shown(value)} is not a quantity; write e.g. '80Gi' or '40G'"
+        raise refused(
+            at, f"{key}={shown(value)} is not a quantity; write e.g. '80Gi' or '40G'"
         ) from err
     if q.value <= 0:
-        raise InvalidInputError(f"{what}: {key}={shown(value)} must be more than zero")
+        raise refused(at, f"{key}={shown(value)} must be more than zero")
     if q.value < MEBIBYTE and _unitless(value):
         # "80" is 80 bytes, which any device has: surely a missing unit
-        raise InvalidInputError(
-            f"{what}: {key}={shown(value)} is {value} bytes (no unit); write e.g. '80Gi' or '40G'"
+        raise refused(
+            at, f"{key}={shown(value)} is {value} bytes (no unit); write e.g. '80Gi' or '40G'"
         )
     return str(q)
 
@@ -205,16 +213,16 @@ def _lower_ascii(text: str) -> str:
     return "".join(c.lower() if c.isascii() else c for c in text)
 
 
-def _attribute(name: str, what: str, where: str = "dra.request") -> str:
+def _attribute(name: str, keyword: str) -> str:
     full = SHORT_ATTRIBUTES.get(name, name)
     if "/" not in full:
         known = ", ".join(SHORT_ATTRIBUTES)
         nodes = (
             f" (or, for the pods of a multi-node run, {', '.join(NODE_TOPOLOGY)} or "
             f"{NODE_PREFIX}<node label key>)"
-        ) * (what == "same")
+        ) * (keyword == "same")
         raise InvalidInputError(
-            f"{where}: {what}={shown(name)} is not an attribute; use one of {known} "
+            f"{keyword}={shown(name)} is not an attribute; use one of {known} "
             f"or a fully qualified name such as gpu.nvidia.com/parentUUID{nodes}"
         )
     return full
@@ -277,11 +285,11 @@ def _device_attribute(name: str, drivers: Collection[str]) -> bool:
     )
 
 
-def _same_one(name: object, where: str, drivers: Collection[str]) -> tuple[bool, str]:
+def _same_one(name: object, drivers: Collection[str]) -> tuple[bool, str]:
     """One name of ``same=``: (whether it is about nodes, the attribute or label key)."""
     if not isinstance(name, str) or not name.strip():
         raise InvalidInputError(
-            f"{where}: same={shown(name)} is not an attribute; use one of "
+            f"same={shown(name)} is not an attribute; use one of "
             f"{', '.join(SHORT_ATTRIBUTES)}, a fully qualified attribute, or, for the pods of "
             f"a multi-node run, {', '.join(NODE_TOPOLOGY)} or {NODE_PREFIX}<node label key>"
         )
@@ -296,7 +304,7 @@ def _same_one(name: object, where: str, drivers: Collection[str]) -> tuple[bool,
         if _device_attribute(key, drivers):
             plain = key.rpartition("/")[2]
             raise InvalidInputError(
-                f"{where}: same={shown(name)}: {plain} is a device attribute, which Kubernetes "
+                f"same={shown(name)}: {plain} is a device attribute, which Kubernetes "
                 "makes equal only among the devices of one claim (one pod), not across the "
                 f"pods' nodes; use same={shown(key)} (the devices of each pod share it), or a "
                 f"node label: same='zone' or same='{NODE_PREFIX}<node label key>'"
@@ -304,20 +312,20 @@ def _same_one(name: object, where: str, drivers: Collection[str]) -> tuple[bool,
         problem = label_name_problem(key)
         if problem is not None:
             raise InvalidInputError(
-                f"{where}: same={shown(name)}: {problem}; after {NODE_PREFIX} give a node "
+                f"same={shown(name)}: {problem}; after {NODE_PREFIX} give a node "
                 "label key, such as topology.kubernetes.io/zone"
             )
         return True, key
     if _node_label_looking(name, drivers):
         raise InvalidInputError(
-            f"{where}: same={shown(name)} is a node label, not a device attribute; write "
+            f"same={shown(name)} is a node label, not a device attribute; write "
             f"same={shown(NODE_PREFIX + name)} to keep the pods of a multi-node run on nodes "
             "that share its value"
         )
-    return False, _attribute(name, "same", where)
+    return False, _attribute(name, "same")
 
 
-def parse_same(value: object, *, where: str = "dra.request", drivers: Collection[str] = ()) -> Same:
+def parse_same(value: object, *, where: str = REQUEST, drivers: Collection[str] = ()) -> Same:
     """``same=`` (a name or a list of names) split into device attributes and node label
     keys (:class:`Same`), or InvalidInputError in one line. A name is a device attribute
     (``pcieRoot``, ``numaNode``, ``pciBusID``, ``parentUUID``, ``<domain>/<name>``), or a
@@ -325,48 +333,54 @@ def parse_same(value: object, *, where: str = "dra.request", drivers: Collection
     ``node:<label key>``; a device attribute after ``node:`` is refused (devices of
     different pods cannot be made to share one) unless its driver takes it from a node
     label (:data:`ATTRIBUTE_NODE_LABELS`). ``drivers``: the cluster's, whose domains are
-    device attributes too."""
+    device attributes too; ``where``: the caller, whose refusals they are."""
+    with said_by(where):
+        return _same(value, drivers)
+
+
+def _same(value: object, drivers: Collection[str]) -> Same:
     if value is None:
         return Same()
     names = [value] if isinstance(value, str) or not isinstance(value, list | tuple) else value
     if not names:
         raise InvalidInputError(
-            f"{where}: same=[] names nothing; give an attribute (pcieRoot) or leave it out"
+            "same=[] names nothing; give an attribute (pcieRoot) or leave it out"
         )
     devices: list[str] = []
     nodes: list[str] = []
     for name in names:
-        about_nodes, key = _same_one(name, where, drivers)
+        about_nodes, key = _same_one(name, drivers)
         chosen = nodes if about_nodes else devices
         if key not in chosen:
             chosen.append(key)
     return Same(tuple(devices), tuple(nodes))
 
 
-def _attribute_string(value: Any, key: str, what: str) -> str:
+def _attribute_string(value: Any, key: str, at: str) -> str:
     """``value`` as text compared with a device attribute: at most as long as one can be
     (a longer one could never match, and would only cost time)."""
     text = str(value)
     if len(text) > MAX_ATTRIBUTE_STRING_LENGTH:
-        raise InvalidInputError(
-            f"{what}: {key}: at most {MAX_ATTRIBUTE_STRING_LENGTH} characters (a device "
-            f"attribute's string is at most that), not {shown(text)}"
+        raise refused(
+            at,
+            f"{key}: at most {MAX_ATTRIBUTE_STRING_LENGTH} characters (a device "
+            f"attribute's string is at most that), not {shown(text)}",
         )
     return text
 
 
-def _selectors(spec: Mapping[str, Any], cls: str, what: str) -> list[str]:
+def _selectors(spec: Mapping[str, Any], cls: str, at: str) -> list[str]:
     """CEL for ``memory``, ``model`` and ``selector``, in the class's driver domain."""
     driver = _literal(class_driver(cls))
     out = []
     if spec.get("memory") is not None:
-        amount = _literal(_quantity(spec["memory"], "memory", what))
+        amount = _literal(_quantity(spec["memory"], "memory", at))
         out.append(
             f"'memory' in device.capacity[{driver}] && "
             f"device.capacity[{driver}].memory.compareTo(quantity({amount})) >= 0"
         )
     if spec.get("model") is not None:
-        model = _literal(_lower_ascii(_attribute_string(spec["model"], "model", what)))
+        model = _literal(_lower_ascii(_attribute_string(spec["model"], "model", at)))
         attr = "tpuGen" if cls == TPU_CLASS else "productName"
         out.append(
             f"'{attr}' in device.attributes[{driver}] && "
@@ -374,21 +388,22 @@ def _selectors(spec: Mapping[str, Any], cls: str, what: str) -> list[str]:
         )
     if spec.get("selector") is not None:
         if not isinstance(spec["selector"], str) or not spec["selector"].strip():
-            raise InvalidInputError(f"{what}: selector must be a CEL expression (a string)")
+            raise refused(at, "selector must be a CEL expression (a string)")
         out.append(spec["selector"])
     return out
 
 
 def device_request(
-    spec: Mapping[str, Any], classes: Sequence[str], *, what: str = "dra.request"
+    spec: Mapping[str, Any], classes: Sequence[str], *, at: str = ""
 ) -> tuple[str, Wire]:
-    """The kind of device (``gpu``, ``tpu``, ``mig`` or a class) and the ``exactly`` body."""
+    """The kind of device (``gpu``, ``tpu``, ``mig`` or a class) and the ``exactly`` body;
+    ``at``: where in the call, before each refusal (``alternatives[1]``)."""
     unknown = sorted(set(spec) - set(DEVICE_KEYS))
     if unknown:
-        raise unknown_keyword(what, unknown[0], DEVICE_KEYS)
+        raise unknown_keyword(unknown[0], DEVICE_KEYS, at=at)
     kinds = [k for k in ("gpu", "tpu", "mig", "device_class") if spec.get(k) is not None]
     if len(kinds) > 1:
-        raise InvalidInputError(f"{what}: give one of gpu, tpu, mig, device_class, not {kinds}")
+        raise refused(at, f"give one of gpu, tpu, mig, device_class, not {kinds}")
     kind = kinds[0] if kinds else "gpu"
     selectors: list[str] = []
     count: int | str = 1
@@ -398,23 +413,23 @@ def device_request(
         else:
             cls = next((c for c in GPU_CLASSES if c in classes), GPU_CLASSES[0])
         if spec.get(kind) is not None:
-            count = _count(spec[kind], kind, what)
+            count = _count(spec[kind], kind, at)
             if spec.get("count") is not None and spec["count"] != spec[kind]:
-                raise InvalidInputError(f"{what}: give the number once ({kind}=N), not count too")
+                raise refused(at, f"give the number once ({kind}=N), not count too")
         elif spec.get("count") is not None:
-            count = _count(spec["count"], "count", what)
+            count = _count(spec["count"], "count", at)
     elif kind == "mig":
         cls = MIG_CLASS
         profile = spec["mig"]
         if not isinstance(profile, str) or not profile:
-            raise InvalidInputError(f"{what}: mig must be a profile name such as '3g.71gb'")
-        _attribute_string(profile, "mig", what)
+            raise refused(at, "mig must be a profile name such as '3g.71gb'")
+        _attribute_string(profile, "mig", at)
         selectors.append(f"device.attributes['gpu.nvidia.com'].profile == {_literal(profile)}")
-        count = _count(spec.get("count", 1), "count", what)
+        count = _count(spec.get("count", 1), "count", at)
     else:
         cls = str(spec["device_class"])
-        count = _count(spec.get("count", 1), "count", what)
-    selectors.extend(_selectors(spec, cls, what))
+        count = _count(spec.get("count", 1), "count", at)
+    selectors.extend(_selectors(spec, cls, at))
     body: Wire = {"deviceClassName": cls}
     if count == "all":
         body["allocationMode"] = "All"
@@ -423,7 +438,7 @@ def device_request(
     if selectors:
         body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
     if spec.get("share") is not None:
-        body["capacity"] = {"requests": {"memory": _quantity(spec["share"], "share", what)}}
+        body["capacity"] = {"requests": {"memory": _quantity(spec["share"], "share", at)}}
     return kind, body
 
 
@@ -435,28 +450,43 @@ def build_claim(
     classes: Sequence[str] = (),
     labels: Mapping[str, str] | None = None,
     keywords: Sequence[str] = CLAIM_KEYS,
+    caller: str = REQUEST,
 ) -> Wire:
     """The ResourceClaim for one ``dra.request(...)`` call. ``keywords``: what the caller
-    takes in all (its own and the claim's), listed when a keyword is unknown."""
+    takes in all (its own and the claim's), listed when a keyword is unknown; ``caller``:
+    whose refusals they are (``dra.run``'s for a run's claim)."""
+    with said_by(caller):
+        devices = _devices(spec, classes, keywords)
+    metadata: Wire = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": metadata,
+        "spec": {"devices": devices},
+    }
+
+
+def _devices(spec: Mapping[str, Any], classes: Sequence[str], keywords: Sequence[str]) -> Wire:
+    """A claim's ``spec.devices``: its request and the constraints between its devices."""
     unknown = sorted(set(spec) - set(CLAIM_KEYS))
     if unknown:
-        raise unknown_keyword("dra.request", unknown[0], keywords)
+        raise unknown_keyword(unknown[0], keywords)
     alternatives = spec.get("alternatives")
     device_spec = {k: v for k, v in spec.items() if k in DEVICE_KEYS}
     if alternatives is not None:
         if device_spec:
-            raise InvalidInputError(
-                "dra.request: with alternatives, put gpu/memory/... inside each alternative"
-            )
+            raise InvalidInputError("with alternatives, put gpu/memory/... inside each alternative")
         if not isinstance(alternatives, list | tuple) or not alternatives:
-            raise InvalidInputError("dra.request: alternatives must be a non-empty list of dicts")
+            raise InvalidInputError("alternatives must be a non-empty list of dicts")
         if len(alternatives) > 8:
-            raise InvalidInputError("dra.request: at most 8 alternatives (a DRA limit)")
+            raise InvalidInputError("at most 8 alternatives (a DRA limit)")
         subs = []
         for i, alt in enumerate(alternatives):
             if not isinstance(alt, Mapping):
-                raise InvalidInputError(f"dra.request: alternatives[{i}] must be a dict")
-            _kind, body = device_request(alt, classes, what=f"dra.request alternatives[{i}]")
+                raise InvalidInputError(f"alternatives[{i}] must be a dict")
+            _kind, body = device_request(alt, classes, at=f"alternatives[{i}]")
             subs.append({"name": f"option-{i + 1}", **body})
         request: Wire = {"name": "devices", "firstAvailable": subs}
     else:
@@ -466,7 +496,7 @@ def build_claim(
     same = parse_same(spec.get("same"))
     if same.nodes:
         raise InvalidInputError(
-            f"dra.request: same={shown(spec['same'])} asks the nodes of several pods to share "
+            f"same={shown(spec['same'])} asks the nodes of several pods to share "
             f"{', '.join(same.nodes)}, which only a multi-node run can (dra.run(..., nodes=N) "
             "on Kubernetes); one claim's devices are on one node: leave it out, or name a "
             "device attribute (same='pcieRoot')"
@@ -477,15 +507,7 @@ def build_claim(
     devices: Wire = {"requests": [request]}
     if constraints:
         devices["constraints"] = constraints
-    metadata: Wire = {"name": name, "namespace": namespace}
-    if labels:
-        metadata["labels"] = dict(labels)
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": metadata,
-        "spec": {"devices": devices},
-    }
+    return devices
 
 
 def requested_devices(claim: Mapping[str, Any]) -> int | None:

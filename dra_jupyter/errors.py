@@ -37,9 +37,16 @@ maps errors (the table below is checked against them by ``tests/test_public.py``
 
 A class without figures of its own has its parent's.
 
+An error names its caller once, as data: its message is written without it, and the
+API sets its ``caller`` (``dra.request``, ``dra.run``) with :meth:`DraJupyterError.said_by`
+where the call's own words are checked. ``str(err)`` is ``caller: message`` (what the
+Python API and the command line show); the REST API and the server's startup report show
+``err.message``; the line of a ``%dra`` magic puts the form the user typed in the caller's
+place (``dra request gpu=9: ...``). No code reads an error's text to tell who said it.
+
 Warnings: :class:`DraJupyterWarning` (something to know that does not stop the work).
 
-In IPython a ``DraJupyterError`` shows as its message alone, in red (its
+In IPython a ``DraJupyterError`` shows as its text alone (``str``), in red (its
 ``_render_traceback_``): a user error is not a bug, so no traceback; ``%tb`` afterwards
 shows its full traceback (the hook steps aside for IPython's ``%tb``). Anything else keeps
 its traceback.
@@ -49,7 +56,9 @@ from __future__ import annotations
 
 import reprlib
 import sys
-from typing import Any, ClassVar, Protocol
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar, Protocol, Self
 
 _RED, _RESET = "\x1b[31m", "\x1b[0m"
 
@@ -118,6 +127,20 @@ class DraJupyterError(Exception):
     exit_code: ClassVar[int] = EXIT_INVALID  # the command line's exit code
     http_status: ClassVar[int] = 503  # the REST API's status (and the hub's spawn error's)
     reason: ClassVar[str] = "dra-jupyter unavailable"  # the REST API's reason phrase
+    caller = ""  # who was called (``dra.request``): str() puts it before the message
+
+    @property
+    def message(self) -> str:
+        """What is wrong and what to do, without the caller: what the REST API shows."""
+        return super().__str__()
+
+    def said_by(self, caller: str) -> Self:
+        """This error, as ``caller``'s (``dra.request``, or a magic's ``dra request``)."""
+        self.caller = caller
+        return self
+
+    def __str__(self) -> str:
+        return f"{self.caller}: {self.message}" if self.caller else self.message
 
     @property
     def _render_traceback_(self) -> Any:
@@ -287,6 +310,17 @@ class KernelRestartError(UnavailableError):
 class MagicError(DraJupyterError):
     """What a ``%dra`` line met, as one line prefixed with the form typed: its own usage
     errors, and every other :class:`DraJupyterError` (the original is its ``__cause__``)."""
+
+
+@contextmanager
+def said_by(caller: str) -> Iterator[None]:
+    """The package's errors raised inside, as ``caller``'s: around a part whose every
+    refusal is the caller's (the checks of its own keywords)."""
+    try:
+        yield
+    except DraJupyterError as err:
+        err.said_by(caller)
+        raise
 
 
 def outcome_of(name: str) -> type[DraJupyterError]:

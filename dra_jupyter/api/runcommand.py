@@ -29,45 +29,42 @@ def local_argv(command: Command) -> list[str]:
     """The argv of ``command`` on this machine; InvalidInputError, in one line, for what
     cannot be run (nothing, a lambda, a function without source or with arguments it must
     be given, a list with an item that is not a string, anything else: a number, bytes, a
-    mapping)."""
+    mapping). Said without the caller: ``dra.run`` says them as its own."""
     if command is None:
         raise InvalidInputError(
-            "dra.run: give the command to run: an argv list (['python', 'train.py']), a "
+            "give the command to run: an argv list (['python', 'train.py']), a "
             "shell string, or a function; on this machine there is no image to run"
         )
     if isinstance(command, str):
         if not command.strip():
-            raise InvalidInputError("dra.run: the command is an empty string; give one to run")
+            raise InvalidInputError("the command is an empty string; give one to run")
         return ["sh", "-c", command]
     if callable(command):
         name = getattr(command, "__name__", "")
         if not name.isidentifier():
             raise InvalidInputError(
-                "dra.run: pass a named function (def ...), not a lambda, or a command list"
+                "pass a named function (def ...), not a lambda, or a command list"
             )
         _called_bare(command)
         try:
             source = textwrap.dedent(inspect.getsource(command))
         except (OSError, TypeError) as error:
             raise InvalidInputError(
-                f"dra.run: the source of {name} is not available ({error}); pass a function "
+                f"the source of {name} is not available ({error}); pass a function "
                 "defined in a cell or a file, or a command list"
             ) from error
         return [sys.executable, "-c", f"{source}\n{name}()\n"]
     if not isinstance(command, list | tuple):  # bytes, a mapping, a number, a set, ...
         raise InvalidInputError(
-            f"dra.run: the command is {type(command).__name__} {shown(command)}; "
-            f"{WHAT_A_COMMAND_IS}"
+            f"the command is {type(command).__name__} {shown(command)}; {WHAT_A_COMMAND_IS}"
         )
     argv = list(command)
     if not argv:
-        raise InvalidInputError(
-            "dra.run: the command list is empty; give a program and its arguments"
-        )
+        raise InvalidInputError("the command list is empty; give a program and its arguments")
     for i, part in enumerate(argv):
         if not isinstance(part, str):
             raise InvalidInputError(
-                f"dra.run: item {i} of the command list is {type(part).__name__} "
+                f"item {i} of the command list is {type(part).__name__} "
                 f"{shown(part)}, not a string; write every argument as a string, e.g. "
                 f"str({shown(part)})"
             )
@@ -75,7 +72,7 @@ def local_argv(command: Command) -> list[str]:
         argv[0] = sys.executable
     elif shutil.which(argv[0]) is None:
         raise InvalidInputError(
-            f"dra.run: the program {shown(argv[0])} is not found (on PATH, or as a path to an "
+            f"the program {shown(argv[0])} is not found (on PATH, or as a path to an "
             "executable file); give its path, or 'python' for this Python"
         )
     return argv
@@ -96,7 +93,7 @@ def _called_bare(function: object) -> None:
     ]
     if required:
         raise InvalidInputError(
-            f"dra.run: {name}() is called without arguments, but it needs "
+            f"{name}() is called without arguments, but it needs "
             f"{', '.join(required)}; give them defaults, or pass a function without arguments "
             f"(def main(): {name}(...))"
         )

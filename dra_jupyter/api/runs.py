@@ -17,6 +17,7 @@ from dra_jupyter.backends import open_runs
 from dra_jupyter.claimspec import (
     CLAIM_KEYS,
     REQUEST_KEYS,
+    RUN,
     RUN_KEYS,
     Same,
     parse_same,
@@ -26,6 +27,7 @@ from dra_jupyter.durations import parse_duration, parse_lease, parse_timeout
 from dra_jupyter.errors import (
     InvalidInputError,
     NotFoundError,
+    said_by,
     shown,
 )
 from dra_jupyter.types import (
@@ -76,7 +78,7 @@ class Launcher:
         :class:`dra_jupyter.types.runs.Run` (``status``, ``logs``, ``cancel``, ``wait``)."""
         unknown = sorted(set(spec) - set(CLAIM_KEYS))
         if unknown:
-            raise unknown_keyword("dra.run", unknown[0], RUN_KEYS)
+            raise unknown_keyword(unknown[0], RUN_KEYS).said_by(RUN)
         cluster = self._session.backend.cluster
         same = self._same(spec)
         if same.nodes and (cluster is None or (nodes is None and not queue)):
@@ -86,9 +88,9 @@ class Launcher:
                 else "without nodes= this run is one pod: give nodes=N (a Job), or leave it out"
             )
             raise InvalidInputError(
-                f"dra.run: same={shown(spec['same'])} keeps the pods of a multi-node run on "
-                f"nodes that share {', '.join(same.nodes)}; {where}"
-            )
+                f"same={shown(spec['same'])} keeps the pods of a multi-node run on nodes that "
+                f"share {', '.join(same.nodes)}; {where}"
+            ).said_by(RUN)
         if cluster is None:
             nodes = 1 if nodes is None else _nodes(nodes)  # a cluster's Job checks its own
             pod = {
@@ -99,9 +101,9 @@ class Launcher:
             }
             if retries:
                 raise InvalidInputError(
-                    f"dra.run: retries= applies to Jobs on Kubernetes; on "
+                    "retries= applies to Jobs on Kubernetes; on "
                     f"{self._session.backend.capabilities.where} a run is one process: leave it out"
-                )
+                ).said_by(RUN)
             run = self._run_here(command, spec, name, timeout, lease, nodes, pod)
             if wait:
                 run.logs(follow=True)
@@ -123,7 +125,7 @@ class Launcher:
             if same.devices:
                 per_pod["same"] = list(same.devices)
             claim_spec = self._session.build(per_pod, "", RUN_KEYS)
-            self._session.check_possible(per_pod, claim_spec, what="dra.run")
+            self._session.check_possible(per_pod, claim_spec, RUN)
             return cluster.submit(
                 plan,
                 claim_spec["spec"],
@@ -143,7 +145,7 @@ class Launcher:
         if spec.get("same") is None:
             return Same()
         drivers = {str(s["spec"]["driver"]) for s in self._session.inventory.slices}
-        return parse_same(spec["same"], where="dra.run", drivers=drivers)
+        return parse_same(spec["same"], where=RUN, drivers=drivers)
 
     def _run_here(  # dra.run's keywords, passed on
         self,
@@ -160,26 +162,22 @@ class Launcher:
         where = self._session.backend.capabilities.where
         if nodes > 1:
             raise InvalidInputError(
-                f"dra.run: nodes={nodes} spreads a run over several machines, which needs the "
+                f"nodes={nodes} spreads a run over several machines, which needs the "
                 f"Kubernetes backend; {where} runs one process: use nodes=1"
-            )
+            ).said_by(RUN)
         for key, value in pod.items():
             if value:
                 raise InvalidInputError(
-                    f"dra.run: {key}= applies to pods on Kubernetes; on {where} the command "
-                    "runs as your own process: leave it out"
-                )
-        argv = local_argv(command)
+                    f"{key}= applies to pods on Kubernetes; on {where} the command runs as "
+                    "your own process: leave it out"
+                ).said_by(RUN)
+        with said_by(RUN):
+            argv = local_argv(command)
         parse_timeout(timeout)
         if parse_lease(lease) is not None and not self._session.backend.capabilities.leases:
-            raise InvalidInputError(f"dra.run: lease= does not apply on {where}")
-        try:
-            claim = self._session.build(spec, "", REQUEST_KEYS)
-        except InvalidInputError as err:  # the claim's keywords, said as dra.run's
-            if type(err) is not InvalidInputError or not str(err).startswith("dra.request"):
-                raise
-            raise InvalidInputError(f"dra.run{str(err).removeprefix('dra.request')}") from None
-        self._session.check_possible(spec, claim, what="dra.run")
+            raise InvalidInputError(f"lease= does not apply on {where}").said_by(RUN)
+        claim = self._session.build(spec, "", REQUEST_KEYS, RUN)  # its keywords, as dra.run's
+        self._session.check_possible(spec, claim, RUN)
         wanted = {"argv": argv, "claim": spec, "timeout": timeout, "lease": lease}
         return self._runs.start({**wanted, "cwd": str(Path.cwd())}, name or "")
 
@@ -221,7 +219,7 @@ def _nodes(nodes: object) -> int:
     """``nodes=``: a whole number of at least 1 (machines, or pods on a cluster)."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise InvalidInputError(
-            f"dra.run: nodes={shown(nodes)} is not a number of machines; use a whole "
-            "number of at least 1 (nodes=1: one machine)"
-        )
+            f"nodes={shown(nodes)} is not a number of machines; use a whole number of at "
+            "least 1 (nodes=1: one machine)"
+        ).said_by(RUN)
     return nodes

@@ -41,6 +41,7 @@ from dra_jupyter.api.usagebook import book_for, frame_for, report_for, snapshot_
 from dra_jupyter.backends import open_backend
 from dra_jupyter.claimspec import (
     CLAIM_KEYS,
+    REQUEST,
     REQUEST_KEYS,
     build_claim,
 )
@@ -220,12 +221,17 @@ class Session:
         return [c["metadata"]["name"] for c in self.inventory.device_classes]
 
     def build(
-        self, spec: Mapping[str, Any], name: str = "", keywords: Sequence[str] = CLAIM_KEYS
+        self,
+        spec: Mapping[str, Any],
+        name: str = "",
+        keywords: Sequence[str] = CLAIM_KEYS,
+        caller: str = REQUEST,
     ) -> dict[str, Any]:
         """The ResourceClaim of ``spec``, labelled with its user, kernel and Jupyter server
         (those of a server's kernel, or of its REST API: ``settings.server_id``) or run (a
         run's launcher: ``dra.claims()`` says ``run NAME``, ``release_all`` leaves it);
-        ``keywords``: the caller's, listed when one in ``spec`` is unknown."""
+        ``keywords``: the caller's, listed when one in ``spec`` is unknown; ``caller``: whose
+        refusals they are."""
         labels = {USER_LABEL: label_value(self.owner.user)}
         if self.owner.kernel_id:
             labels[KERNEL_LABEL] = label_value(self.owner.kernel_id)
@@ -240,6 +246,7 @@ class Session:
             classes=self.class_names(),
             labels=labels,
             keywords=keywords,
+            caller=caller,
         )
 
     def request(
@@ -266,17 +273,17 @@ class Session:
             self._restart_in_pod(spec, name, reserve=reserve)
         if reserve and cluster is None:
             raise InvalidInputError(
-                "dra.request: reserve=True applies to the Kubernetes backend, where a "
-                f"scheduler allocates claims later; {caps.where} allocates at once anyway"
-            )
+                "reserve=True applies to the Kubernetes backend, where a scheduler allocates "
+                f"claims later; {caps.where} allocates at once anyway"
+            ).said_by(REQUEST)
         ProcessEnvironment.of_process().sync()  # claims released elsewhere leave it first
         wait = parse_timeout(timeout)
         lease_s = parse_lease(lease)
         if lease_s is not None and not caps.leases:
             raise InvalidInputError(
-                f"dra.request: lease={shown(lease)} does not apply on {caps.where}, whose "
-                "claims end when released; release the claim when done (or use a with block)"
-            )
+                f"lease={shown(lease)} does not apply on {caps.where}, whose claims end when "
+                "released; release the claim when done (or use a with block)"
+            ).said_by(REQUEST)
         claim = self.build(spec, name, REQUEST_KEYS)
         self.check_possible(spec, claim)
         origin = self.view.origin() if self.settings.rerun_releases else None
@@ -346,9 +353,9 @@ class Session:
         these devices; the request is checked here first (never possible: said now)."""
         if reserve:
             raise InvalidInputError(
-                "dra.request: restart=True moves this kernel into a pod that holds the "
-                "devices, and reserve=True reserves them for a pod of yours: choose one"
-            )
+                "restart=True moves this kernel into a pod that holds the devices, and "
+                "reserve=True reserves them for a pod of yours: choose one"
+            ).said_by(REQUEST)
         claim = self.build(spec, name, REQUEST_KEYS)
         self.check_possible(spec, claim)
         ask_restart(
@@ -359,11 +366,11 @@ class Session:
         )
 
     def check_possible(
-        self, spec: Mapping[str, Any], claim: dict[str, Any], what: str = "dra.request"
+        self, spec: Mapping[str, Any], claim: dict[str, Any], caller: str = REQUEST
     ) -> None:
         """Raise :class:`NeverPossibleError`, in the user's terms where we can (``no device
-        with memory >= 200Gi; the largest is ...``), when the claim could never be met;
-        ``what``: the caller, as the message names it."""
+        with memory >= 200Gi; the largest is ...``, said by ``caller``), when the claim
+        could never be met."""
         try:
             self.backend.check_possible(claim)
         except (AllocationError, ObjectError) as err:
@@ -372,7 +379,7 @@ class Session:
             if hint is None:
                 raise
             explanation = err.explanation if isinstance(err, AllocationError) else None
-            raise NeverPossibleError(f"{what}: {hint}", explanation) from None
+            raise NeverPossibleError(hint, explanation).said_by(caller) from None
 
     @cached_property
     def _launcher(self) -> Launcher:

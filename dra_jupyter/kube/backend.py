@@ -158,7 +158,8 @@ class KubernetesBackend:
                 if error.status != 0 or "cannot reach" not in str(error):
                     raise
                 if attempt == attempts:
-                    raise ClusterError(f"{error} ({attempts} attempts)") from error
+                    again = f"{error.message} ({attempts} attempts)"
+                    raise ClusterError(again).said_by(error.caller) from error
                 self.sleep(self.settings.kube_backoff * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # pragma: no cover
 

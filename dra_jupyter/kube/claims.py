@@ -17,8 +17,9 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_jupyter.claimspec import REQUEST
 from dra_jupyter.errors import ClusterError
-from dra_jupyter.kube.connect import cluster_error, server_message, to_model, to_wire
+from dra_jupyter.kube.connect import cluster_error, doing, server_message, to_model, to_wire
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import KERNEL_LABEL, SERVER_LABEL, USER_LABEL
 
@@ -54,20 +55,24 @@ class ClaimClient:
             message = server_message(error.body)
             if "exceeded quota" in message:
                 return ClusterError(
-                    f"{action}: a ResourceQuota of namespace {self.namespace} refuses it "
-                    f"({message.split('forbidden: ', 1)[-1]}); release claims you no longer "
-                    "need or ask for a larger quota",
+                    doing(
+                        action,
+                        f"a ResourceQuota of namespace {self.namespace} refuses it "
+                        f"({message.split('forbidden: ', 1)[-1]}); release claims you no "
+                        "longer need or ask for a larger quota",
+                    ),
                     403,
                 )
             return forbidden(error, verb, RESOURCE, self.namespace, action)
         return cluster_error(error, action, self.api)
 
-    def create(self, claim: Wire, action: str = "dra.request") -> Wire:
+    def create(self, claim: Wire, caller: str = REQUEST) -> Wire:
+        """The claim made; a refusal is ``caller``'s (:meth:`ClusterError.said_by`)."""
         body = to_model(client.ResourceV1ResourceClaim, claim)
         try:
             created = self.resource.create_namespaced_resource_claim(self.namespace, body=body)
         except (ApiException, urllib3.exceptions.HTTPError) as error:
-            raise self._error(error, "create", action) from error
+            raise self._error(error, "create", "").said_by(caller) from error
         return to_wire(self.api, created)
 
     def get(self, name: str, action: str = "dra") -> Wire | None:
@@ -133,7 +138,10 @@ def forbidden(
     match = re.search(r'User "([^"]*)"', server_message(error.body))
     who = f' for User "{match.group(1)}"' if match else ""
     return ClusterError(
-        f"{action}: RBAC forbids {verb} on {resource} in namespace {namespace}{who}; "
-        "ask a cluster admin for a Role that allows it",
+        doing(
+            action,
+            f"RBAC forbids {verb} on {resource} in namespace {namespace}{who}; ask a "
+            "cluster admin for a Role that allows it",
+        ),
         403,
     )

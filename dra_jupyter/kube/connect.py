@@ -84,6 +84,11 @@ def server_message(body: Any) -> str:
     return text.strip()[:MAX_MESSAGE]
 
 
+def doing(action: str, text: str) -> str:
+    """``text`` after the action it was met doing (none: ``text`` alone)."""
+    return f"{action}: {text}" if action else text
+
+
 def cluster_error(error: Exception, action: str, api: client.ApiClient) -> ClusterError:
     """``error`` from the client, while doing ``action``, as one clear line."""
     host = api.configuration.host
@@ -94,11 +99,14 @@ def cluster_error(error: Exception, action: str, api: client.ApiClient) -> Clust
             401: "; the credentials were not accepted: check --kubeconfig",
             403: "; a cluster admin must allow it (RBAC)",
         }.get(status, "")
-        return ClusterError(f"{action}: {host} answered {status}: {message}{remedy}", status)
+        return ClusterError(doing(action, f"{host} answered {status}: {message}{remedy}"), status)
     if isinstance(error, urllib3.exceptions.HTTPError):
         reason = getattr(error, "reason", None) or error
         return ClusterError(
-            f"{action}: cannot reach the API server at {host} ({_first_line(reason)}); check "
-            "that it runs and that --kubeconfig points at it"
+            doing(
+                action,
+                f"cannot reach the API server at {host} ({_first_line(reason)}); check "
+                "that it runs and that --kubeconfig points at it",
+            )
         )
     raise error

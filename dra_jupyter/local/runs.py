@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, overload
 
+from dra_jupyter.claimspec import RUN
 from dra_jupyter.errors import (
     InvalidInputError,
     LedgerError,
@@ -173,9 +174,9 @@ class RunBook:
         empty log file only its user may read."""
         if name and not _NAME.fullmatch(name):
             raise InvalidInputError(
-                f"dra.run: name={shown(name)} is not a run name; use lower-case letters, "
+                f"name={shown(name)} is not a run name; use lower-case letters, "
                 "digits, '-' and '.', at most 63, e.g. name='train-1'"
-            )
+            ).said_by(RUN)
         folder = self._log_folder(user)
         with self.ledger.transaction() as conn:
             taken = {r[0]: r[1] for r in conn.execute("SELECT name, user FROM runs")}
@@ -184,9 +185,9 @@ class RunBook:
                     "" if taken[name] == user else ", another user's (run names are the ledger's)"
                 )
                 raise InvalidInputError(
-                    f"dra.run: a run named {name} exists already{whose}; choose another name "
+                    f"a run named {name} exists already{whose}; choose another name "
                     "(dra.runs() lists yours)"
-                )
+                ).said_by(RUN)
             if not name:
                 n = sum(1 for t in taken if t.startswith(f"{claim_prefix(user)}-run-")) + 1
                 while f"{claim_prefix(user)}-run-{n}" in taken:

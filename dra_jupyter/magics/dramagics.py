@@ -43,7 +43,7 @@ class DraMagics(Magics):
     @line_cell_magic
     def dra(self, line: str, cell: str | None = None) -> Any:
         if cell is not None:
-            with user_errors("%%dra"):
+            with user_errors("%%dra", typed=True):
                 command = parse_cell_line(line)
             if command.name == "run":  # in a pod (Kubernetes), in the background (one machine)
                 with user_errors(command.doing):
@@ -53,7 +53,7 @@ class DraMagics(Magics):
 
                 run_with_claim(self.shell, session(), command.spec, cell)
             return None
-        with user_errors("dra"):
+        with user_errors("dra", typed=True):
             command = parse_line(line)
         with user_errors(command.doing):
             return getattr(self, f"_{command.name}")(command)

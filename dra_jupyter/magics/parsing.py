@@ -71,7 +71,8 @@ class Command:
 
     @property
     def where(self) -> str:
-        """How the user wrote it, for error messages: ``dra request`` or ``%%dra``."""
+        """How the user wrote it, the caller its refusals name (``said_by``): ``dra request``
+        or ``%%dra``."""
         if self.name in ("cell", "run"):
             return "%%dra" if self.name == "cell" else "%%dra run"
         return f"dra {self.name}"
@@ -88,7 +89,9 @@ def split(line: str, where: str) -> list[str]:
     try:
         return shlex.split(line)
     except ValueError as err:  # an unclosed quote
-        raise InvalidInputError(f"{where}: {err} in {line.strip()!r}; close the quote") from None
+        raise InvalidInputError(f"{err} in {line.strip()!r}; close the quote").said_by(
+            where
+        ) from None
 
 
 def _value(key: str, text: str, where: str) -> Any:
@@ -99,23 +102,23 @@ def _value(key: str, text: str, where: str) -> Any:
             return int(text)
         except ValueError:
             raise InvalidInputError(
-                f"{where}: {key}={text!r} is not a whole number; write e.g. {key}=2"
-            ) from None
+                f"{key}={text!r} is not a whole number; write e.g. {key}=2"
+            ).said_by(where) from None
     if key == "alternatives":
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
             raise InvalidInputError(
-                f"{where}: alternatives must be a list of dicts, e.g. "
+                "alternatives must be a list of dicts, e.g. "
                 "alternatives=\"[{'gpu': 1, 'model': 'H200'}, {'gpu': 2}]\""
-            ) from None
+            ).said_by(where) from None
         return value
     if key in ("apply_env", "restart", "wait"):
         if text.lower() in _TRUE:
             return True
         if text.lower() in _FALSE:
             return False
-        raise InvalidInputError(f"{where}: {key}={text!r} must be true or false")
+        raise InvalidInputError(f"{key}={text!r} must be true or false").said_by(where)
     return text
 
 
@@ -126,12 +129,12 @@ def keywords(tokens: list[str], command: Command) -> None:
         key, sep, text = token.partition("=")
         if not sep or not key:
             raise InvalidInputError(
-                f"{command.where}: {token!r} is not key=value; write e.g. gpu=2 or mig=3g.71gb"
-            )
+                f"{token!r} is not key=value; write e.g. gpu=2 or mig=3g.71gb"
+            ).said_by(command.where)
         if key not in allowed:
-            raise unknown_keyword(command.where, key, allowed)
+            raise unknown_keyword(key, allowed).said_by(command.where)
         if key in command.spec:
-            raise InvalidInputError(f"{command.where}: {key} is given twice")
+            raise InvalidInputError(f"{key} is given twice").said_by(command.where)
         command.spec[key] = _value(key, text, command.where)
 
 
@@ -144,16 +147,16 @@ def parse_line(line: str) -> Command:
     if name not in COMMANDS:
         if name == "run":
             raise InvalidInputError(
-                "dra: run is a cell magic: write %%dra run gpu=1 on a cell's first line and "
+                "run is a cell magic: write %%dra run gpu=1 on a cell's first line and "
                 "the cell's Python code below it (it runs in a pod)"
-            )
+            ).said_by("dra")
         if "=" in name:
             raise InvalidInputError(
-                f"dra: {name!r} is not a command; to hold devices write %dra request {line.strip()}"
-            )
+                f"{name!r} is not a command; to hold devices write %dra request {line.strip()}"
+            ).said_by("dra")
         raise InvalidInputError(
-            f"dra: unknown command {name!r}; use {', '.join(COMMANDS)} (%dra help shows examples)"
-        )
+            f"unknown command {name!r}; use {', '.join(COMMANDS)} (%dra help shows examples)"
+        ).said_by("dra")
     command = Command(name)
     if name == "usage":
         return _usage(rest, command)
@@ -163,8 +166,8 @@ def parse_line(line: str) -> Command:
         if token.startswith("-") and "=" not in token:
             if flag not in COMMANDS[name]:
                 takes = ", ".join(COMMANDS[name]) or "no flags"
-                raise InvalidInputError(
-                    f"{command.where}: unknown flag {token!r}; it takes {takes}"
+                raise InvalidInputError(f"unknown flag {token!r}; it takes {takes}").said_by(
+                    command.where
                 )
             command.flags.add(flag)
         else:
@@ -176,12 +179,13 @@ def parse_line(line: str) -> Command:
     elif name in ("logs", "cancel"):
         if len(words) != 1:
             raise InvalidInputError(
-                f"{command.where}: name one run, e.g. %{command.where} alice-run-1 "
-                "(%dra runs lists yours)"
-            )
+                f"name one run, e.g. %{command.where} alice-run-1 (%dra runs lists yours)"
+            ).said_by(command.where)
         command.args = words
     elif words:
-        raise InvalidInputError(f"{command.where}: takes no arguments, got {' '.join(words)!r}")
+        raise InvalidInputError(f"takes no arguments, got {' '.join(words)!r}").said_by(
+            command.where
+        )
     return command
 
 
@@ -193,15 +197,16 @@ def _usage(tokens: list[str], command: Command) -> Command:
         key, sep, value = token.lstrip("-").partition("=")
         if key not in ("since", "by"):
             raise InvalidInputError(
-                f"{command.where}: {token!r} is not known; write e.g. %dra usage --since 7d "
-                "--by group"
-            )
+                f"{token!r} is not known; write e.g. %dra usage --since 7d --by group"
+            ).said_by(command.where)
         if not sep:
             if not rest:
-                raise InvalidInputError(f"{command.where}: --{key} needs a value, e.g. --since 7d")
+                raise InvalidInputError(f"--{key} needs a value, e.g. --since 7d").said_by(
+                    command.where
+                )
             value = rest.pop(0)
         if key in command.spec:
-            raise InvalidInputError(f"{command.where}: {key} is given twice")
+            raise InvalidInputError(f"{key} is given twice").said_by(command.where)
         command.spec[key] = value
     return command
 

@@ -399,7 +399,7 @@ class ClaimService:
         try:
             session.check_possible(spec, claim)
         except NeverPossibleError as err:
-            raise NeverPossibleError(str(err), err.explanation) from None
+            raise NeverPossibleError(err.message, err.explanation).said_by(err.caller) from None
 
     def _devices_held(self, user: str) -> int:
         """What the user's claims count (locally every claim of the machine's ledger, on

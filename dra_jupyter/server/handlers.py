@@ -130,14 +130,9 @@ def _exc_info(err: BaseException) -> tuple[type[BaseException], BaseException, N
     return type(err), err, None
 
 
-API_PREFIX = "dra.request: "  # the Python API's name, not what a form's user called
-
-
 def one_line(text: str) -> str:
     """An error message as one line of at most :data:`MAX_MESSAGE` characters (an
-    explanation of many lines, e.g. per node, is joined with '; ', or a space after a ':'),
-    without the Python API's name in front (the lab's forms show it to their users)."""
-    text = text.removeprefix(API_PREFIX)
+    explanation of many lines, e.g. per node, is joined with '; ', or a space after a ':')."""
     line = ""
     for part in filter(None, (p.strip() for p in text.splitlines())):
         line += ("" if not line else " " if line.endswith(":") else "; ") + part
@@ -146,12 +141,14 @@ def one_line(text: str) -> str:
 
 @contextmanager
 def _handle_error() -> Iterator[None]:
-    """Translate a domain error into an HTTP error with its message, in one line; anything
-    else is a bug and stays a 500 with a logged traceback."""
+    """Translate a domain error into an HTTP error with its message, in one line, without
+    the Python API's name in front (``dra.request``: not what a form's user called; the
+    lab's forms show the message to their users); anything else is a bug and stays a 500
+    with a logged traceback."""
     try:
         yield
     except DraJupyterError as err:  # its class says the status (dra_jupyter.errors)
-        raise web.HTTPError(err.http_status, one_line(str(err)), reason=err.reason) from err
+        raise web.HTTPError(err.http_status, one_line(err.message), reason=err.reason) from err
 
 
 def check_claim_name(name: str) -> None:

@@ -77,9 +77,8 @@ def succeeded(record: ClaimRecord, env: dict[str, str]) -> dict[str, Any]:
 
 
 def failed(err: DraJupyterError) -> dict[str, Any]:
-    """The refusal in one line, without the Python API's name in front."""
-    line = " ".join(part.strip() for part in str(err).splitlines() if part.strip())
-    line = line.removeprefix("dra.request: ")
+    """The refusal in one line, without the Python API's name in front (its message)."""
+    line = " ".join(part.strip() for part in err.message.splitlines() if part.strip())
     return {"ok": False, "type": type(err).__name__, "message": line}
 
 

@@ -22,6 +22,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
+from dra_jupyter.claimspec import RUN
 from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
 from dra_jupyter.kube import kueue
 from dra_jupyter.kube.claims import USER_LABEL, forbidden
@@ -76,18 +77,18 @@ def check_queue(api: client.ApiClient, namespace: str, queue: str, groups: dict[
     (or Kueue is not installed); a LocalQueue RBAC hides is left to Kueue to judge."""
     if KUEUE not in groups:
         raise InvalidInputError(
-            f"dra.run: queue={queue!r} needs Kueue, which is not installed on this cluster "
+            f"queue={queue!r} needs Kueue, which is not installed on this cluster "
             f"(it serves no {KUEUE} API); leave queue out"
-        )
+        ).said_by(RUN)
     objects = client.CustomObjectsApi(api)
     try:
         objects.get_namespaced_custom_object(KUEUE, groups[KUEUE], namespace, "localqueues", queue)
     except ApiException as error:
         if error.status == 404:
             raise InvalidInputError(
-                f"dra.run: no Kueue LocalQueue {queue!r} in namespace {namespace}; "
+                f"no Kueue LocalQueue {queue!r} in namespace {namespace}; "
                 f"`kubectl get localqueues -n {namespace}` lists those you may use"
-            ) from None
+            ).said_by(RUN) from None
         if error.status != 403:
             raise cluster_error(error, f"dra.run: LocalQueue {queue}", api) from error
     except urllib3.exceptions.HTTPError as error:

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dra_jupyter.claimspec import SHORT_ATTRIBUTES
+from dra_jupyter.claimspec import RUN, SHORT_ATTRIBUTES
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import USER_ANNOTATION, USER_LABEL, label_value
@@ -71,9 +71,9 @@ def check_name(name: str) -> str:
     """``name`` as a run's name, or InvalidInputError in one line."""
     if len(name) > MAX_NAME or not _NAME.fullmatch(name):
         raise InvalidInputError(
-            f"dra.run: name={name!r} cannot name a Job and its Service; use at most "
+            f"name={name!r} cannot name a Job and its Service; use at most "
             f"{MAX_NAME} lowercase letters, digits and '-', beginning with a letter"
-        )
+        ).said_by(RUN)
     return name
 
 
@@ -81,18 +81,18 @@ def check_nodes(nodes: object) -> int:
     """``nodes`` as a number of pods (at least 1), or InvalidInputError in one line."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise InvalidInputError(
-            f"dra.run: nodes={nodes!r} is not a number of pods; use a whole number of at "
+            f"nodes={nodes!r} is not a number of pods; use a whole number of at "
             "least 1 (nodes=2: two pods, each with the devices asked for)"
-        )
+        ).said_by(RUN)
     return nodes
 
 
 def check_retries(retries: object) -> int:
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise InvalidInputError(
-            f"dra.run: retries={retries!r} is not a number of retries; use 0 (a failed "
+            f"retries={retries!r} is not a number of retries; use 0 (a failed "
             "container fails the run) or more"
-        )
+        ).said_by(RUN)
     return retries
 
 

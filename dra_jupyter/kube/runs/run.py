@@ -30,6 +30,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_jupyter.claimspec import RUN
 from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.claims import KERNEL_LABEL, USER_LABEL
 from dra_jupyter.kube.connect import to_wire
@@ -56,14 +57,14 @@ def pod_command(command: Command) -> list[str]:
             source = textwrap.dedent(inspect.getsource(command))
         except (OSError, TypeError) as error:
             raise InvalidInputError(
-                f"dra.run: the source of {command!r} is not available ({error}); pass a "
+                f"the source of {command!r} is not available ({error}); pass a "
                 "function defined in a cell or a file, or a command string"
-            ) from error
+            ).said_by(RUN) from error
         name = getattr(command, "__name__", "")
         if not name.isidentifier():
             raise InvalidInputError(
-                "dra.run: pass a named function (def ...), not a lambda, or a command string"
-            )
+                "pass a named function (def ...), not a lambda, or a command string"
+            ).said_by(RUN)
         return ["python", "-c", f"{source}\n{name}()\n"]
     return [str(part) for part in command]
 
@@ -95,9 +96,9 @@ def plan(
     image = image or own_image(backend)
     if not image:
         raise InvalidInputError(
-            "dra.run: no image for the pod; pass image='...' or set DRA_JUPYTER_IMAGE "
+            "no image for the pod; pass image='...' or set DRA_JUPYTER_IMAGE "
             "(in a notebook pod, its own image is the default)"
-        )
+        ).said_by(RUN)
     return RunPlan(argv, image, name, dict(node_selector) if node_selector else None)
 
 
