@@ -109,10 +109,15 @@ class LedgerBusyError(LedgerError):
 
 class Connections:
     """The connections of the ledger file at ``path``: each thread keeps one between calls
-    (:meth:`_connection`); a commit that freed devices rings ``bell``."""
+    (:meth:`_connection`); a commit that freed devices rings ``bell``. ``synchronous``:
+    SQLite's synchronous mode of the WAL connections (``FULL``: a commit survives a power
+    loss; ``NORMAL``: a crash of the process only, the daemon's choice)."""
 
-    def __init__(self, path: Path, busy_timeout: float, bell: Bell) -> None:
+    def __init__(
+        self, path: Path, busy_timeout: float, bell: Bell, *, synchronous: str = "FULL"
+    ) -> None:
         self.path = path
+        self.synchronous = synchronous
         self._shm = Path(f"{self.path}-shm")  # made once: stat() at every call
         self.busy_timeout = busy_timeout
         self._kept = threading.local()
@@ -143,7 +148,7 @@ class Connections:
                 conn.row_factory = sqlite3.Row
                 if wal:
                     self._wal(conn)
-                    conn.execute("PRAGMA synchronous=FULL")
+                    conn.execute(f"PRAGMA synchronous={self.synchronous}")
         except BaseException:
             conn.close()
             raise

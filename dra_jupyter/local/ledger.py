@@ -78,11 +78,14 @@ class Ledger:
     (:class:`~dra_jupyter.local.connections.Connections`: fork-safe, reopened when the file
     is replaced)."""
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout: float = 30.0, synchronous: str = "FULL"
+    ) -> None:
         self.path = Path(path)
         self.busy_timeout = busy_timeout
         self.bell = Bell(self.path)  # wakes the waiters of every process on this ledger
-        self.connections = Connections(self.path, busy_timeout, self.bell)
+        # the file's connections (synchronous: FULL but in the daemon, DaemonLedger)
+        self.connections = Connections(self.path, busy_timeout, self.bell, synchronous=synchronous)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
