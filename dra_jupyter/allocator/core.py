@@ -334,7 +334,7 @@ class Allocator:
     def _compile(expression: str, where: str) -> CompiledSelector:
         return compile_selector(expression, where=where)
 
-    # --- selectors (:class:`~dra_jupyter.allocator.matching.SelectorResults`) ------------------
+    # --- selectors: SelectorResults (matching) -----------------------------------------------
 
     def scan_test(
         self,
