@@ -32,9 +32,9 @@ What can go wrong, and what each raises or does:
 What the ledger holds is in modules of its own: :mod:`~dra_jupyter.local.schema` (the
 tables, the migrations from older versions, the checks that a file is a ledger),
 :mod:`~dra_jupyter.local.claims` (the live claims' rows) and
-:mod:`~dra_jupyter.local.releases` (the history); its connections, transactions and batches
-are :mod:`~dra_jupyter.local.connections`'. This module opens the file, reclaims, and keeps
-the queue; what frees devices wakes the queue's waiters in every process
+:mod:`~dra_jupyter.local.releases` (the history), and so are its connections, transactions
+and batches (:mod:`~dra_jupyter.local.connections`). This module opens the file, reclaims,
+and keeps the queue; what frees devices wakes the queue's waiters in every process
 (:mod:`~dra_jupyter.local.wakeup`).
 """
 
