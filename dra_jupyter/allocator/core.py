@@ -3,34 +3,18 @@
 from __future__ import annotations
 
 import uuid
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from dra_jupyter.allocator.cache import (
-    AllocatorCache,
-    Listed,
-    Shape,
-    claims_shape,
-    request_shape,
-)
-from dra_jupyter.allocator.capacity import CapacityProblem, consumed_capacity
+from dra_jupyter.allocator.cache import AllocatorCache, Listed, claims_shape
 from dra_jupyter.allocator.explain import Explanation, explain
+from dra_jupyter.allocator.listing import Listing
+from dra_jupyter.allocator.matching import SelectorResults
 from dra_jupyter.allocator.pools import Pool
 from dra_jupyter.allocator.prefilter import NodeFilter
-from dra_jupyter.allocator.reads import read_values
 from dra_jupyter.allocator.results import allocation_result
-from dra_jupyter.allocator.scan import Test, shared_by_values, slice_tests
-from dra_jupyter.allocator.search import (
-    Candidate,
-    RequestData,
-    Search,
-    SearchBudgetError,
-    capacity_error,
-    request_path,
-    selectable,
-    taint_prevents,
-)
+from dra_jupyter.allocator.scan import Test
+from dra_jupyter.allocator.search import RequestData, Search, SearchBudgetError
 from dra_jupyter.allocator.topology import (
     LazyOrder,
     NodeCapacity,
@@ -40,11 +24,9 @@ from dra_jupyter.allocator.topology import (
     node_key,
     node_order,
     node_runs,
-    order_candidates,
 )
-from dra_jupyter.errors import InvalidInputError, ObjectError, SelectorError
+from dra_jupyter.errors import InvalidInputError, ObjectError
 from dra_jupyter.model.limits import MAX_RESULTS_PER_CLAIM
-from dra_jupyter.model.nodes import selection_matches
 from dra_jupyter.model.objects import (
     AllocationResult,
     Device,
@@ -56,13 +38,7 @@ from dra_jupyter.model.objects import (
     ResourceSlice,
 )
 from dra_jupyter.model.parse import parse_many, parse_resource_claim
-from dra_jupyter.selectors import (
-    CelEvaluationError,
-    CompiledSelector,
-    DeviceView,
-    compile_selector,
-    device_view,
-)
+from dra_jupyter.selectors import CompiledSelector, compile_selector
 
 Strategy = Literal["first-fit", "topology"]
 
@@ -132,11 +108,12 @@ class Allocator:
         self.state = self.holdings.state
         self.share_id_factory = share_id_factory or (lambda: str(uuid.uuid4()))
         self.max_steps = max_steps
-        self._views: dict[int, DeviceView] = self.catalog.views
-        self._matches: dict[tuple[str, int], bool | str] = self.catalog.results
-        self._compiled: dict[str, CompiledSelector] = self.catalog.compiled
         self.scan_after = scan_after
-        self._list_tests: dict[Shape, tuple[Test, ...]] = {}  # per shape: _list's selectors
+        self.selectors = SelectorResults(self.catalog)  # the selectors' results on devices
+        # per request, the devices that could serve it: what the search is given
+        self.listing = Listing(
+            self.catalog, self.holdings, self.selectors, ordered=strategy == "topology"
+        )
         self.node_filter = NodeFilter(self)  # the nodes ruled out before they are searched
 
     # --- public ------------------------------------------------------------------------------
@@ -236,30 +213,6 @@ class Allocator:
             return self.node_filter.scan_too_few(claims, name)
 
         return order.names(key, keep, drop)
-
-    def scan_test(
-        self,
-        expression: str,
-        owner: DeviceClass | ResourceClaim,
-        request: ExactRequest | None,
-        index: int,
-    ) -> Test:
-        """The test of one selector of a class (``request`` None) or of a request, as the
-        scan and the lists run it on a device, shared by devices of the same values read."""
-        compiled = self._compiled.get(expression)
-        if compiled is None:
-            where = _selector_path(owner, request, index)
-            compiled = self._compiled[expression] = compile_selector(expression, where=where)
-
-        mine = weakref.ref(self)  # the test is kept by this allocator: no cycle through it
-
-        def test(device: Device, driver: str, pool: str) -> bool | str:
-            dev_id = DeviceID(driver, pool, device.name)
-            allocator = mine()
-            assert allocator is not None
-            return allocator._result(expression, device, dev_id, owner, request, index)
-
-        return shared_by_values(compiled.reads, test)
 
     def node_order(self, claims: list[ResourceClaim], node: str | None) -> list[str | None]:
         """The nodes to try, in the strategy's order."""
@@ -381,19 +334,18 @@ class Allocator:
     def _compile(expression: str, where: str) -> CompiledSelector:
         return compile_selector(expression, where=where)
 
-    # --- selectors ---------------------------------------------------------------------------
+    # --- selectors: SelectorResults (matching) -----------------------------------------------
 
-    def _view(self, device: Device, driver: str) -> DeviceView:
-        view = self._views.get(id(device))
-        if view is None:
-            view = device_view(
-                driver,
-                device.attributes,
-                {k: c.value for k, c in device.capacity.items()},
-                device.allow_multiple_allocations,
-            )
-            self._views[id(device)] = view
-        return view
+    def scan_test(
+        self,
+        expression: str,
+        owner: DeviceClass | ResourceClaim,
+        request: ExactRequest | None,
+        index: int,
+    ) -> Test:
+        """The test of one selector of a class (``request`` None) or of a request, as the
+        scan and the lists run it on a device, shared by devices of the same values read."""
+        return self.selectors.scan_test(expression, owner, request, index)
 
     def selector_holds(
         self,
@@ -404,63 +356,9 @@ class Allocator:
         request: ExactRequest | None,
         index: int,
     ) -> bool:
-        """Whether selector ``index`` of a class (or of a claim's request) holds for a device.
-
-        Results are cached per expression and device. A CEL runtime error raises
-        :class:`SelectorError` naming the selector's object, field and the device.
-        """
-        result = self._result(expression, device, dev_id, owner, request, index)
-        if isinstance(result, str):
-            raise SelectorError(
-                f"{_selector_path(owner, request, index)}, on device {dev_id}",
-                f"CEL runtime error: {result}",
-                "guard optional attributes with has(...) or 'name' in device.attributes[...]",
-            )
-        return result
-
-    def _result(
-        self,
-        expression: str,
-        device: Device,
-        dev_id: DeviceID,
-        owner: DeviceClass | ResourceClaim,
-        request: ExactRequest | None,
-        index: int,
-    ) -> bool | str:
-        """The selector's result on the device, or the problem of its CEL runtime error."""
-        key = (expression, id(device))
-        result = self._matches.get(key)
-        if result is not None:
-            return result
-        compiled = self._compiled.get(expression)
-        if compiled is None:
-            where = _selector_path(owner, request, index)
-            compiled = self._compiled[expression] = compile_selector(expression, where=where)
-        reads = compiled.reads
-        if reads is not None:  # devices that agree on what the selector reads share a result
-            by_values = self.catalog.by_values
-            values = (expression, *read_values(reads, dev_id.driver, device))
-            result = by_values.get(values)
-            if result is None:
-                found: bool | str | None
-                try:
-                    found = compiled.matches_fast(
-                        dev_id.driver,
-                        device.attributes,
-                        {k: c.value for k, c in device.capacity.items()},
-                        device.allow_multiple_allocations,
-                    )
-                except CelEvaluationError as err:
-                    found = err.problem
-                if found is not None:
-                    result = by_values[values] = found
-        if result is None:
-            try:
-                result = compiled.matches(self._view(device, dev_id.driver))
-            except CelEvaluationError as err:
-                result = err.problem
-        self._matches[key] = result
-        return result
+        """Whether selector ``index`` of a class (or of a claim's request) holds for a device;
+        a CEL runtime error raises :class:`SelectorError`."""
+        return self.selectors.selector_holds(expression, device, dev_id, owner, request, index)
 
     def matches(
         self,
@@ -470,13 +368,8 @@ class Allocator:
         device: Device,
         dev_id: DeviceID,
     ) -> bool:
-        for i, expr in enumerate(cls.selectors):
-            if not self.selector_holds(expr, device, dev_id, cls, None, i):
-                return False
-        for i, expr in enumerate(request.selectors):
-            if not self.selector_holds(expr, device, dev_id, claim, request, i):
-                return False
-        return True
+        """Whether every selector of the class and of the request holds for the device."""
+        return self.selectors.matches(cls, request, claim, device, dev_id)
 
     # --- one node ----------------------------------------------------------------------------
 
@@ -504,182 +397,13 @@ class Allocator:
         ordered: bool = True,
     ) -> dict[tuple[int, int, int], RequestData]:
         """Per request and alternative, the devices that could serve it, in the order the
-        search tries them (upstream's order unless ``ordered`` and the strategy says else)."""
-        data: dict[tuple[int, int, int], RequestData] = {}
-        for ci, claim in enumerate(claims):
-            for ri, request in enumerate(claim.requests):
-                parent = request if request.exactly is None else None
-                for si, alt in enumerate(request.alternatives):
-                    rd = RequestData(alt, parent, self.classes[alt.device_class_name], alt.count)
-                    if alt.allocation_mode == "All":
-                        rd.all_devices = self._all_devices(rd, claim, pools, node)
-                        rd.num_devices = len(rd.all_devices)
-                    elif ordered and self.strategy == "topology":
-                        rd.candidates = self._ordered_candidates(rd, claim, node)
-                    else:
-                        rd.candidates = self._candidates(rd, claim, node)
-                    data[(ci, ri, si)] = rd
-        return data
-
-    def _ordered_candidates(
-        self, rd: RequestData, claim: ResourceClaim, node: Node | None
-    ) -> list[Candidate]:
-        """``topology``'s order of the request's candidates, kept per request shape, count and
-        node while the allocations are the same (not when a candidate carries a CEL error,
-        which names this claim)."""
-        name = node.name if node is not None else None
-        key = (request_shape(rd.request), rd.num_devices, name)
-        found = self.holdings.ordered.get(key)
-        if found is None:
-            rd.candidates = self._candidates(rd, claim, node)
-            found = order_candidates(rd, self.state)
-            if not self.listed(rd.request, claim, name).errors:
-                self.holdings.ordered[key] = found
-        return found
+        search tries them (upstream's order unless ``ordered`` and the strategy says else:
+        :class:`~dra_jupyter.allocator.listing.Listing`)."""
+        return self.listing.request_data(claims, pools, node, ordered=ordered)
 
     def listed(self, request: ExactRequest, claim: ResourceClaim, name: str | None) -> Listed:
         """The node's devices that could ever serve requests of this shape (cached)."""
-        shape = request_shape(request)
-        listed = self.catalog.listed.get((shape, name))
-        if listed is None:
-            listed = self._list(shape, request, claim, name)
-            self.catalog.remember(shape, name, listed)
-        return listed
-
-    def _list(
-        self, shape: Shape, request: ExactRequest, claim: ResourceClaim, name: str | None
-    ) -> Listed:
-        node = self.node(name)
-        out = Listed([], [])
-        tests = self._list_tests.get(shape)
-        if tests is None:
-            cls = self.classes[request.device_class_name]
-            tests = self._list_tests[shape] = tuple(
-                self.scan_test(expr, owner, None if owner is cls else request, i)
-                for owner, selectors in ((cls, cls.selectors), (claim, request.selectors))
-                for i, expr in enumerate(selectors)
-            )
-        # a device that the scan of its pool left out has a selector that is false: skipped
-        # without asking the selectors again
-        scanned = self.catalog.pool_scans.get(shape)
-        for pool in self.catalog.own_pools(name):
-            if not pool.usable:
-                continue
-            kept = scanned.known(pool.id) if scanned is not None else None
-            for slice_ in pool.slices:
-                driver, pool_name = slice_.driver, slice_.pool
-                # devices that agree on what a selector reads share its result (the scan's
-                # tests), and a slice whose devices all agree asks it once
-                asked, whole = slice_tests(slice_, tests)
-                if whole is False:
-                    continue
-                for device in slice_.devices:
-                    dev_id = None
-                    if kept is not None:
-                        dev_id = DeviceID(driver, pool_name, device.name)
-                        if dev_id not in kept.ids:
-                            continue
-                    result: bool | str = True
-                    for test in asked:
-                        result = test(device, driver, pool_name)
-                        if result is not True:
-                            break
-                    if result is False:
-                        continue
-                    if dev_id is None:
-                        dev_id = DeviceID(driver, pool_name, device.name)
-                    if result is True:
-                        if slice_.per_device_node_selection and not (
-                            device.node_selection is not None
-                            and selection_matches(device.node_selection, node)
-                        ):
-                            continue
-                        try:
-                            consumed = consumed_capacity(request.capacity_requests, device)
-                        except CapacityProblem:
-                            # an error the search raises if it reaches the device, naming
-                            # the claim (:meth:`_candidates`); before the taint, as upstream
-                            out.candidates.append(Candidate(dev_id, device, slice_, pool))
-                            out.failed.append(True)
-                            continue
-                        if consumed is None or taint_prevents(device, request):
-                            continue
-                        shared = consumed if device.allow_multiple_allocations else None
-                        out.candidates.append(Candidate(dev_id, device, slice_, pool, shared))
-                    else:
-                        out.candidates.append(Candidate(dev_id, device, slice_, pool))
-                    out.failed.append(result is not True)
-        return out
-
-    def _candidates(
-        self, rd: RequestData, claim: ResourceClaim, node: Node | None
-    ) -> list[Candidate]:
-        """The devices that could serve the request now, in upstream's order: the listed
-        ones less those held whole; a device whose selector fails with a CEL error carries
-        the error (naming this claim), raised only if the search reaches it."""
-        request = rd.request
-        listed = self.listed(request, claim, node.name if node is not None else None)
-        dedicated = self.state.dedicated
-        admin = request.admin_access
-        out: list[Candidate] = []
-        for cand, failed in zip(listed.candidates, listed.failed, strict=True):
-            if not admin and cand.id in dedicated:
-                continue
-            if not failed:
-                out.append(cand)
-                continue
-            fresh = Candidate(cand.id, cand.device, cand.slice, cand.pool)
-            try:
-                selectable(rd, claim, cand.slice, cand.device, cand.id, node, self.matches)
-                consumed_capacity(request.capacity_requests, cand.device)
-            except InvalidInputError as err:
-                fresh.error = err
-            except CapacityProblem as problem:
-                fresh.error = capacity_error(claim, rd, cand.id, problem)
-            out.append(fresh)
-        return out
-
-    def _all_devices(
-        self, rd: RequestData, claim: ResourceClaim, pools: list[Pool], node: Node | None
-    ) -> list[Candidate]:
-        out: list[Candidate] = []
-        for pool in pools:
-            state = (
-                "is currently being updated"
-                if pool.incomplete
-                else "is invalid"
-                if pool.invalid
-                else ""
-            )
-            if state:
-                raise InvalidInputError(
-                    f"claim {claim.key}, request {rd.name}: asks for all devices, but resource "
-                    f"pool {pool.id} {state}; try again when its driver has published it whole"
-                )
-            for slice_ in pool.slices:
-                for device in slice_.devices:
-                    dev_id = DeviceID(slice_.driver, slice_.pool, device.name)
-                    if not selectable(rd, claim, slice_, device, dev_id, node, self.matches):
-                        continue
-                    # only the device's own capacity decides (1.37): one whose capacity
-                    # is used up by other claims stays in the set, and the request fails;
-                    # a request that is negative or out of a range's reach stops it all
-                    try:
-                        consumed = consumed_capacity(rd.request.capacity_requests, device)
-                    except CapacityProblem as problem:
-                        raise capacity_error(claim, rd, dev_id, problem) from None
-                    if consumed is None:
-                        continue
-                    out.append(
-                        Candidate(
-                            dev_id,
-                            device,
-                            slice_,
-                            pool,
-                            consumed if device.allow_multiple_allocations else None,
-                        )
-                    )
-        return out
+        return self.listing.listed(request, claim, name)
 
     def _allocate_on(
         self, claims: list[ResourceClaim], node_name: str | None
@@ -713,11 +437,3 @@ def exact_counts(claims: Sequence[ResourceClaim]) -> bool:
         for request in claim.requests
         for alt in request.alternatives
     )
-
-
-def _selector_path(
-    owner: DeviceClass | ResourceClaim, request: ExactRequest | None, index: int
-) -> str:
-    if isinstance(owner, DeviceClass) or request is None:
-        return f"DeviceClass {owner.name}, spec.selectors[{index}]"
-    return f"ResourceClaim {owner.key}, {request_path(owner, request)}.selectors[{index}]"

@@ -4,47 +4,38 @@ kept in the ledger.
 ``allocate`` runs one ledger transaction per attempt: reclaim what dead owners and
 expired leases hold, read every live claim, allocate on top of them, write the new
 claim. A request that cannot be met now either fails at once or waits in a FIFO queue
-per request shape; a request that could not be met even on an idle machine fails at
-once with the allocator's explanation. A waiting request tries again when another process
-frees devices or the line moves (woken by :mod:`~dra_jupyter.local.wakeup`), and at the
-latest every poll interval, or when the first lease of the claims held runs out. While it
-waits it takes turns of reclaim under pressure (:mod:`~dra_jupyter.local.pressure`, where
-the backend has its settings): idle holders whose release would let it in are warned, then
-released at their deadline.
+per request shape (:mod:`~dra_jupyter.local.waits`); a request that could not be met even
+on an idle machine fails at once with the allocator's explanation. While it waits it takes
+turns of reclaim under pressure (:mod:`~dra_jupyter.local.pressure`, where the backend has
+its settings). A Jupyter server's sweeps and adoptions of claims are
+:mod:`~dra_jupyter.local.sweeps`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dra_jupyter.accounting.book import Book
 from dra_jupyter.accounting.weights import Weights
-from dra_jupyter.allocator import Allocator, Explanation, Strategy
+from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.allocator.core import DEFAULT_MAX_STEPS
-from dra_jupyter.errors import (
-    PYTHON_WAIT,
-    AllocationError,
-    BusyError,
-    ForbiddenError,
-    InvalidInputError,
-    NeverPossibleError,
-)
+from dra_jupyter.errors import ForbiddenError, InvalidInputError, NeverPossibleError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_device
 from dra_jupyter.local import notices as _notices
-from dra_jupyter.local import pressure
+from dra_jupyter.local import pressure, sweeps, waits
 from dra_jupyter.local import taints as _taints
 from dra_jupyter.local.ledger import Ledger, LedgerBusyError
-from dra_jupyter.local.shapes import shape_words
-from dra_jupyter.local.wakeup import Listener
+from dra_jupyter.local.shapes import shape_of, shape_summary, shape_words
+from dra_jupyter.local.sweeps import reclaim_reason
+from dra_jupyter.local.waits import busy_error
 from dra_jupyter.model.admintaints import check_key, check_taint
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.sharing.reclaim import ReclaimSettings
@@ -60,8 +51,6 @@ from dra_jupyter.types import (
     Select,
     Sweep,
     Waiter,
-    Waiting,
-    claim_prefix,
 )
 
 if TYPE_CHECKING:  # annotations only: importing the API loads no metrics module
@@ -78,58 +67,8 @@ CAPABILITIES = Capabilities(
 )
 
 _POSSIBLE_MOST = 1024  # shapes remembered as possible
-TURN_EVERY = 1.0  # seconds between a waiting request's turns of reclaim under pressure
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
-
-
-def busy_error(
-    explanation: Explanation,
-    held: list[ClaimRecord],
-    position: int,
-    waited: float,
-    *,
-    named: bool = True,
-) -> BusyError:
-    """The refusal of a request that found the devices busy: how long it waited and its
-    place in line, why the allocator could not serve it, and who holds claims now (those
-    in ``held``: all of them here, what the asker may see in the service). ``named``: the
-    claim has a name of the user's, said in the explanation."""
-    waited_text = f" after waiting {waited:.0f}s" if waited >= 1 else ""
-    place = f" (number {position} in the queue)" if position > 1 else ""
-    holders = ", ".join(f"{r.name} ({r.owner.user})" for r in held) or "nobody"
-    return BusyError(
-        f"the devices are busy{waited_text}{place}; {PYTHON_WAIT} to wait in line, "
-        "or release claims you no longer need:\n"
-        + explanation.summary(named=named)
-        + f"\nclaims held now: {holders}",
-        explanation,
-    )
-
-
-def shape_of(claim: Wire) -> str:
-    """Requests of the same shape wait in one FIFO queue: the claim's spec, canonically."""
-    return json.dumps(claim.get("spec", {}), sort_keys=True, separators=(",", ":"))
-
-
-def shape_summary(shape: str) -> str:
-    """A queue's shape (:func:`shape_of`) in short, for who sees it wait: ``8
-    gpu.nvidia.com``, ``1 mig-3g.71gb.nvidia.com + selectors``."""
-    try:
-        requests = json.loads(shape).get("devices", {}).get("requests", [])
-    except (ValueError, AttributeError):
-        return "devices"
-    parts = []
-    for request in requests if isinstance(requests, list) else []:
-        exactly: Any = request.get("exactly") or next(iter(request.get("firstAvailable") or []), {})
-        if not isinstance(exactly, dict):
-            continue
-        count = "all" if exactly.get("allocationMode") == "All" else exactly.get("count", 1)
-        text = f"{count} {exactly.get('deviceClassName', 'devices')}"
-        if exactly.get("selectors"):
-            text += " + selectors"
-        parts.append(text)
-    return ", ".join(parts) or "devices"
 
 
 class LocalBackend:
@@ -356,111 +295,12 @@ class LocalBackend:
         ``timeout``: 0 fails at once when the devices are busy, None waits without limit.
         A waiting request keeps its place in the FIFO queue of its shape and tries again
         when woken (a release of any process on the ledger), at the latest every
-        ``poll_interval`` or when the first lease held runs out: the wake-up only shortens
-        the sleep between tries, the tries decide.
+        ``poll_interval`` or when the first lease held runs out
+        (:func:`~dra_jupyter.local.waits.allocate`).
         """
         if not checked:
             self.check_possible(claim)
-        shape = shape_of(claim)
-        start = self.clock()
-        waiter: int | None = None
-        listener: Listener | None = None
-        turned = start - TURN_EVERY  # when it last took a turn of reclaim under pressure
-        try:
-            while True:
-                record, position, held = self._attempt(claim, shape, waiter, lease)
-                if record is not None:
-                    waiter = None  # dequeued in the same transaction
-                    return record
-                now = self.clock()
-                waited = now - start
-                if timeout is not None and waited >= timeout:
-                    raise self._busy(claim, position, waited, held)
-                if waiter is None:
-                    with self.ledger.transaction() as conn:
-                        waiter = Ledger.enqueue(conn, shape, self.owner, now)
-                        position = Ledger.position(conn, shape, waiter)
-                    # a sleep of its own (a test's fake clock, set after the start) keeps
-                    # its time: only a backend that really sleeps listens
-                    if self.wakeup and self.sleep is time.sleep:
-                        listener = self.ledger.bell.listen()
-                        if listener is not None:
-                            continue  # a release before it listened would not wake it
-                if on_wait is not None:
-                    on_wait(Waiting(position, waited, timeout))
-                if self.reclaim is not None and now - turned >= TURN_EVERY:
-                    turned = now
-                    pressure.turn(self, self.reclaim, now)
-                pause = self._pause(held, now)
-                if listener is not None:
-                    listener.wait(pause)
-                else:
-                    self.sleep(pause)
-        finally:
-            if listener is not None:
-                listener.close()
-            if waiter is not None:
-                with self.ledger.transaction() as conn:
-                    Ledger.dequeue(conn, waiter)
-
-    def _pause(self, held: list[ClaimRecord] | None, now: float) -> float:
-        """How long a waiting request sleeps before it tries again (unless woken): the poll
-        interval, less where a lease of the claims ``held`` runs out first (nobody rings
-        for a lease: the next try reclaims it)."""
-        leases = [r.lease_expires for r in held or () if r.lease_expires is not None]
-        return min([self.poll_interval, *(max(0.0, t - now) for t in leases)])
-
-    def _attempt(
-        self, claim: Wire, shape: str, waiter: int | None, lease: float | None
-    ) -> tuple[ClaimRecord | None, int, list[ClaimRecord] | None]:
-        """One try: the new claim (or None), the place in line, and the claims held then
-        (None when earlier requests of the same shape go first: not read)."""
-        with self.ledger.transaction() as conn:
-            now = self.clock()
-            Ledger.reclaim(conn, now)
-            position = Ledger.position(conn, shape, waiter)
-            if position > 1:
-                return None, position, None  # earlier requests of the same shape go first
-            held = Ledger.claims(conn)
-            meta = dict(claim["metadata"])
-            if meta.get("name") and any(r.name == meta["name"] for r in held):
-                raise AllocationError(
-                    f"claim {meta['name']} exists already; release it first or use another name"
-                )
-            probe = {**claim, "metadata": {**meta, "name": meta.get("name") or "new-request"}}
-            results = self.allocator(held).allocate([probe])
-            if results is None:
-                return None, position, held
-            if not meta.get("name"):  # named only once it is allocated
-                meta["name"] = Ledger.next_name(conn, claim_prefix(self.owner.user))
-            named = {**claim, "metadata": meta}
-            record = ClaimRecord(
-                name=meta["name"],
-                namespace=meta.get("namespace", "default"),
-                owner=self.owner,
-                spec=named,
-                allocation=results[0].to_dict(),
-                created=now,
-                last_activity=now,
-                lease_expires=now + lease if lease is not None else None,
-            )
-            Ledger.insert(conn, record, self.weights.parts(record.allocation))
-            if waiter is not None:
-                Ledger.dequeue(conn, waiter)
-            return record, position, held
-
-    def _busy(
-        self, claim: Wire, position: int, waited: float, held: list[ClaimRecord] | None = None
-    ) -> BusyError:
-        """Why the claim cannot be allocated now, on the claims ``held`` by the attempt that
-        failed (read again when it did not read them)."""
-        if held is None:
-            held = self.ledger.read_claims()
-        name = claim["metadata"].get("name") or "new-request"
-        probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
-        explanation = self.allocator(held).explain([probe], bare_namespace=self.namespace)
-        named = bool(claim["metadata"].get("name"))
-        return busy_error(explanation, held, position, waited, named=named)
+        return waits.allocate(self, claim, timeout=timeout, lease=lease, on_wait=on_wait)
 
     def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
         """Release a claim; False if it did not exist. Only the owner's user may release it
@@ -600,82 +440,28 @@ class LocalBackend:
         message: Callable[[ClaimRecord, str], str | None] | None = None,
     ) -> Sweep:
         """Every live claim of the ledger, after one transaction that releases those for
-        which ``select`` names a reason, and those the ledger would reclaim: an expired
-        lease (``expired``), a holder process that is gone (``kernel-shutdown`` for a
-        kernel's claim, else ``reclaimed``). Each holder is checked once, so a kernel that
-        dies during the transaction cannot be recorded under another reason. Waiters of
-        dead processes are left to the allocating processes (:meth:`allocate` reclaims).
-        ``live_kernels`` is not needed: the ledger is shared with other servers of the
-        machine, whose kernels this one does not know; their processes tell. The result is
-        ``complete``: the ledger holds every claim of the machine.
-
-        The ledger is read first without its write lock; the transaction runs only when
-        something is to be released. ``wait=False`` (a read, which must not wait behind
-        a writer): if another connection holds the write lock then, nothing is released
-        now, and the claims to release are left out of ``kept`` (the next sweep or
-        allocation releases them). ``message``: the words the ledger keeps for a release's
-        user, by claim and reason (None: the reason says it)."""
-        swept = self._judge(self.ledger.read_claims(), select, now)
-        if not swept.released:
-            return swept
-        try:
-            with self.ledger.transaction(wait=wait) as conn:
-                swept = self._judge(Ledger.claims(conn), select, now)
-                for record, reason in swept.released:
-                    words = message(record, reason) if message is not None else None
-                    Ledger.delete(conn, record, reason, now, words)
-        except LedgerBusyError:
-            return Sweep(kept=swept.kept, complete=True)
-        return swept
-
-    @staticmethod
-    def _judge(held: list[ClaimRecord], select: Select | None, now: float) -> Sweep:
-        """Which of ``held`` :meth:`sweep` keeps, and which it releases and why."""
-        swept = Sweep(complete=True)
-        for record in held:
-            reason = select(record) if select is not None else None
-            if reason is None:
-                reason = reclaim_reason(record, now)
-            if reason is None:
-                swept.kept.append(record)
-            else:
-                swept.released.append((record, reason))
-        return swept
+        which ``select`` names a reason, and those the ledger would reclaim
+        (:func:`~dra_jupyter.local.sweeps.sweep`). ``live_kernels`` is not needed: the
+        ledger is shared with other servers of the machine, whose kernels this one does not
+        know; their processes tell."""
+        return sweeps.sweep(self.ledger, select, now, wait=wait, message=message)
 
     def batch(self) -> AbstractContextManager[None]:
         """One ledger transaction for every write of this thread inside (:meth:`Ledger.batch`)."""
         return self.ledger.batch()
 
     def adopt(self, kernel_id: str, holder: Owner, now: float) -> Sweep:
-        """Make ``holder`` hold every claim of ``kernel_id``, in one ledger transaction.
-
-        A claim made by ``dra.request()`` in the kernel is held by the kernel's process,
-        and any process on the ledger reclaims it once that process is gone, which a
-        restart makes happen; re-owning after the restart would race with those reclaims.
-        A claim whose holder is already gone is released (as :meth:`sweep` would)."""
-        swept = Sweep()
-        with self.ledger.transaction() as conn:
-            for record in Ledger.claims(conn):
-                if record.owner.kernel_id != kernel_id:
-                    continue
-                reason = reclaim_reason(record, now)
-                if reason is not None:
-                    Ledger.delete(conn, record, reason, now)
-                    swept.released.append((record, reason))
-                    continue
-                owner = replace(holder, user=record.owner.user, kernel_id=kernel_id)
-                if owner != record.owner:
-                    Ledger.set_owner(conn, record.name, owner)
-                    record = replace(record, owner=owner)  # noqa: PLW2901
-                swept.kept.append(record)
-        return swept
+        """Make ``holder`` hold every claim of ``kernel_id``, in one ledger transaction
+        (:func:`~dra_jupyter.local.sweeps.adopt`)."""
+        return sweeps.adopt(self.ledger, kernel_id, holder, now)
 
 
-def reclaim_reason(record: ClaimRecord, now: float) -> str | None:
-    """Why the ledger would reclaim this claim (``Ledger.reclaim``'s rules), naming a
-    kernel's end ``kernel-shutdown``."""
-    if record.lease_expires is not None and record.lease_expires <= now:
-        return "expired"
-    if not record.owner.is_alive():
-        return "kernel-shutdown" if record.owner.kernel_id else "reclaimed"
-    return None
+# what the service imports from here too, at home in shapes, sweeps and waits
+__all__ = [
+    "CAPABILITIES",
+    "LocalBackend",
+    "busy_error",
+    "reclaim_reason",
+    "shape_of",
+    "shape_summary",
+]

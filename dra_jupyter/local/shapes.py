@@ -1,5 +1,6 @@
-"""A waiting request's shape (the claim's spec, :func:`~dra_jupyter.local.backend.shape_of`)
-back in the words of ``dra.request``, for ``dra-jupyter waiting``: ``gpu=2,
+"""A waiting request's shape (the claim's spec, :func:`shape_of`: requests of one shape wait
+in one FIFO queue), in short (:func:`shape_summary`) and back in the words of
+``dra.request``, for ``dra-jupyter waiting`` (:func:`shape_words`): ``gpu=2,
 memory='80Gi'``, not ``2 gpu.nvidia.com + selectors``.
 
 The ledger keeps only the shape, so the keywords are read back from what
@@ -16,11 +17,37 @@ import re
 from typing import Any
 
 from dra_jupyter.claimspec import GPU_CLASSES, MIG_CLASS, TPU_CLASS
+from dra_jupyter.model.objects import Wire
 
 _MEMORY = re.compile(r"\.memory\.compareTo\(quantity\('([^']*)'\)\) >= 0$")
 _MODEL = re.compile(r"\.(?:productName|tpuGen)\.lowerAscii\(\)\.contains\('([^']*)'\)$")
 _PROFILE = re.compile(r"^device\.attributes\['gpu\.nvidia\.com'\]\.profile == '([^']*)'$")
 _STANDARD = "resource.kubernetes.io/"
+
+
+def shape_of(claim: Wire) -> str:
+    """Requests of the same shape wait in one FIFO queue: the claim's spec, canonically."""
+    return json.dumps(claim.get("spec", {}), sort_keys=True, separators=(",", ":"))
+
+
+def shape_summary(shape: str) -> str:
+    """A queue's shape (:func:`shape_of`) in short, for who sees it wait: ``8
+    gpu.nvidia.com``, ``1 mig-3g.71gb.nvidia.com + selectors``."""
+    try:
+        requests = json.loads(shape).get("devices", {}).get("requests", [])
+    except (ValueError, AttributeError):
+        return "devices"
+    parts = []
+    for request in requests if isinstance(requests, list) else []:
+        exactly: Any = request.get("exactly") or next(iter(request.get("firstAvailable") or []), {})
+        if not isinstance(exactly, dict):
+            continue
+        count = "all" if exactly.get("allocationMode") == "All" else exactly.get("count", 1)
+        text = f"{count} {exactly.get('deviceClassName', 'devices')}"
+        if exactly.get("selectors"):
+            text += " + selectors"
+        parts.append(text)
+    return ", ".join(parts) or "devices"
 
 
 def shape_words(shape: str) -> str:

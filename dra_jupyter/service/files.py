@@ -53,13 +53,7 @@ class DaemonLedger(Ledger):
 
     def __init__(self, path: Path, *, synchronous: str = "normal") -> None:
         self.synchronous = "FULL" if synchronous == "full" else "NORMAL"
-        super().__init__(path)
-
-    def _connect(self, *, wal: bool = True) -> sqlite3.Connection:
-        conn = super()._connect(wal=wal)
-        if wal:
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
-        return conn
+        super().__init__(path, synchronous=self.synchronous)
 
 
 def bind_socket(path: Path) -> socket.socket:

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from dra_jupyter.cli import main
 from dra_jupyter.errors import DraJupyterWarning, LedgerError
+from dra_jupyter.local.connections import Connections
 from dra_jupyter.local.ledger import Ledger
 from tests.fuzzing import fuzz_settings
 from tests.local.test_ledger import backend, claim, owner, record
@@ -99,15 +100,15 @@ def held_open(path: Path) -> Iterator[None]:
 def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every connection of the ledger may use no more pages than the file has now: SQLite
     answers 'database or disk is full' (SQLITE_FULL), as on a full disk."""
-    connect = Ledger._connect
+    connect = Connections._connect
 
-    def connect_full(self: Ledger, *, wal: bool = True) -> sqlite3.Connection:
+    def connect_full(self: Connections, *, wal: bool = True) -> sqlite3.Connection:
         conn = connect(self, wal=wal)
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         conn.execute(f"PRAGMA max_page_count = {pages}")
         return conn
 
-    monkeypatch.setattr(Ledger, "_connect", connect_full)
+    monkeypatch.setattr(Connections, "_connect", connect_full)
 
 
 def read_only(monkeypatch: pytest.MonkeyPatch) -> None:
