@@ -31,8 +31,8 @@ from dra_jupyter.api import Session
 from dra_jupyter.cli import main
 from dra_jupyter.cli.main import COMMANDS
 from dra_jupyter.inventory import simulated
-from dra_jupyter.local.backend import shape_of
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.local.shapes import shape_of
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
 

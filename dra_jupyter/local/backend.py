@@ -33,9 +33,7 @@ from dra_jupyter.local import notices as _notices
 from dra_jupyter.local import pressure, sweeps, waits
 from dra_jupyter.local import taints as _taints
 from dra_jupyter.local.ledger import Ledger, LedgerBusyError
-from dra_jupyter.local.shapes import shape_of, shape_summary, shape_words
-from dra_jupyter.local.sweeps import reclaim_reason
-from dra_jupyter.local.waits import busy_error
+from dra_jupyter.local.shapes import shape_of, shape_words
 from dra_jupyter.model.admintaints import check_key, check_taint
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.sharing.reclaim import ReclaimSettings
@@ -454,14 +452,3 @@ class LocalBackend:
         """Make ``holder`` hold every claim of ``kernel_id``, in one ledger transaction
         (:func:`~dra_jupyter.local.sweeps.adopt`)."""
         return sweeps.adopt(self.ledger, kernel_id, holder, now)
-
-
-# what the service imports from here too, at home in shapes, sweeps and waits
-__all__ = [
-    "CAPABILITIES",
-    "LocalBackend",
-    "busy_error",
-    "reclaim_reason",
-    "shape_of",
-    "shape_summary",
-]

@@ -39,8 +39,9 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_inventory
-from dra_jupyter.local.backend import LocalBackend, reclaim_reason
+from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.local.sweeps import reclaim_reason
 from dra_jupyter.local.watcher import HealthWatcher
 from dra_jupyter.service import protocol
 from dra_jupyter.service.access import Access

@@ -31,8 +31,10 @@ from dra_jupyter.errors import (
     LimitError,
     TooCostlyError,
 )
-from dra_jupyter.local.backend import LocalBackend, busy_error, shape_of
+from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.local.shapes import shape_of
+from dra_jupyter.local.waits import busy_error
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.service import protocol
 from dra_jupyter.service.access import Access

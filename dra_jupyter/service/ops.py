@@ -21,8 +21,10 @@ from dra_jupyter.errors import (
     shown,
 )
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.local.backend import LocalBackend, reclaim_reason, shape_summary
+from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.local.shapes import shape_summary
+from dra_jupyter.local.sweeps import reclaim_reason
 from dra_jupyter.metrics import MetricsSource, Sample, source_for
 from dra_jupyter.service import protocol
 from dra_jupyter.service.access import Access

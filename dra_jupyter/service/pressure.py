@@ -31,8 +31,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.errors import LedgerError
-from dra_jupyter.local.backend import LocalBackend, shape_summary
+from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.local.shapes import shape_summary
 from dra_jupyter.metrics.activity import GpuState
 from dra_jupyter.service.access import Access
 from dra_jupyter.service.args import probe

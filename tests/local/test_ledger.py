@@ -24,8 +24,9 @@ import pytest
 
 from dra_jupyter.errors import AllocationError, DraJupyterError, ForbiddenError, LedgerError
 from dra_jupyter.inventory.base import Inventory
-from dra_jupyter.local.backend import LocalBackend, shape_of
+from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import SCHEMA_VERSION, Ledger, Release, record_from_row
+from dra_jupyter.local.shapes import shape_of
 from dra_jupyter.types import ClaimRecord, Owner, Waiting, claim_prefix, process_start_time
 from tests.local.worker import WorkerProcess, claim_for, gpu_inventory
 
