@@ -12,34 +12,19 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import yaml
 
 from dra_jupyter.allocator import Explanation
-from dra_jupyter.api.requestnotes import (
-    QueueReporter,
-)
-from dra_jupyter.errors import (
-    InvalidInputError,
-)
+from dra_jupyter.api.requestnotes import QueueReporter
+from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.kernel.environment import (
     ProcessEnvironment,
     accelerator_runtime_loaded,
     environment_for,
 )
-from dra_jupyter.tables import (
-    DEVICE_COLUMNS,
-    DeviceRow,
-    Table,
-    device_rows,
-)
-from dra_jupyter.types import (
-    Backend,
-    ClaimRecord,
-    Waiting,
-)
+from dra_jupyter.tables import DEVICE_COLUMNS, DeviceRow, Table, device_rows
+from dra_jupyter.types import Backend, ClaimRecord, Waiting
 
 if TYPE_CHECKING:
     import pandas as pd
 
-
-if TYPE_CHECKING:
     from dra_jupyter.api.session import Session
 
 

@@ -5,18 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dra_jupyter.allocator import STRATEGIES
 from dra_jupyter.api.session import Session
-from dra_jupyter.errors import (
-    InvalidInputError,
-)
+from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.settings import BACKENDS, Settings
-
-if TYPE_CHECKING:
-    pass
 
 
 class _Default:

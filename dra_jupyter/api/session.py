@@ -39,12 +39,7 @@ from dra_jupyter.api.requestnotes import (
 from dra_jupyter.api.runs import Launcher
 from dra_jupyter.api.usagebook import book_for, frame_for, report_for, snapshot_for
 from dra_jupyter.backends import open_backend
-from dra_jupyter.claimspec import (
-    CLAIM_KEYS,
-    REQUEST,
-    REQUEST_KEYS,
-    build_claim,
-)
+from dra_jupyter.claimspec import CLAIM_KEYS, REQUEST, REQUEST_KEYS, build_claim
 from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.errors import (
     AllocationError,
@@ -58,9 +53,7 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_device
-from dra_jupyter.kernel.environment import (
-    ProcessEnvironment,
-)
+from dra_jupyter.kernel.environment import ProcessEnvironment
 from dra_jupyter.kernel.restarts import ask_restart, in_servers_kernel
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import (

@@ -9,13 +9,9 @@ import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dra_jupyter.identity import current_user
-
-if TYPE_CHECKING:  # annotations only: importing the API loads no metrics module
-    pass
-
 
 # The labels of every claim dra-jupyter makes (a ResourceClaim's, and the ledger's copy).
 USER_LABEL = "dra-jupyter/user"  # the owner's user as a label value (label_value)

@@ -4,11 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # annotations only: importing the API loads no metrics module
-    pass
-
+from typing import Any
 
 from dra_jupyter.types.owner import RUN_LABEL, Owner
 
