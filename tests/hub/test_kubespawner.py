@@ -37,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.kube.connect import api_client, to_model, to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
+from tests.helpers import free_port
 from tests.k8s import testenv
 from tests.k8s.fixtures import wait_for
 from tests.k8s.podrunner import PodRunner
@@ -347,7 +348,7 @@ def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, proces
         api, cluster, namespace, "dra-singleuser", tmp / "singleuser.kubeconfig"
     )
     wait_for("the hub's Role to take effect", lambda: _rbac_in_effect(hub_config, namespace))
-    ports = {k: testenv.free_port() for k in ("proxy", "proxy-api", "hub", "singleuser")}
+    ports = {k: free_port() for k in ("proxy", "proxy-api", "hub", "singleuser")}
     token = secrets.token_hex(16)
     (tmp / "jupyterhub_config.py").write_text(
         _config(tmp, namespace, ports, token, singleuser_config, spawner)

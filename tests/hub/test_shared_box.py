@@ -21,7 +21,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ import pytest
 from dra_jupyter.environment import environment_for
 from dra_jupyter.service.client import ServiceBackend
 from dra_jupyter.types import ClaimRecord, Owner
+from tests.helpers import free_port
 from tests.hub.access import reachable
 from tests.service.accounts import DEADLINE, Service, User, service, unix_users, wait_for
 
@@ -47,13 +47,6 @@ PROXY = REPO / "hub" / "proxy" / "node_modules" / ".bin" / "configurable-http-pr
 PASSWORD = secrets.token_hex(8)
 TOKEN = secrets.token_hex(16)
 POLICY = "[limits]\ngpus = 2\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.hub.kernelspecs import cluster_kernel_specs, write_kernel_specs
 from dra_jupyter.kube.connect import api_client, to_wire
+from tests.helpers import free_port
 from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
 from tests.k8s import testenv
 from tests.k8s.fixtures import wait_for
@@ -178,7 +179,7 @@ def running_server(
         paths.append(str(dist.parent))
     root = tmp_path / "notebooks"
     (root / "work").mkdir(parents=True)
-    port, token = testenv.free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "jupyter_server_config.py").write_text(
         "c = get_config()  # noqa\n"

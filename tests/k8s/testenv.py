@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import free_port
 from tests.k8s.k8sbuild import (
     ETCD_VERSION,
     KUBERNETES_VERSION,
@@ -54,7 +54,6 @@ __all__ = [
     "TestenvError",
     "build",
     "cache_dir",
-    "free_port",
     "is_built",
     "main",
     "start",
@@ -68,12 +67,6 @@ STOP_TIMEOUT_S = 30.0
 
 
 # --- running ----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start_time(pid: int) -> str | None:
