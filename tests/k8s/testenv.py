@@ -33,7 +33,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ __all__ = [
     "is_built",
     "main",
     "start",
+    "started",
     "stop",
 ]
 
@@ -478,6 +479,19 @@ def stop(state_dir: Path) -> bool:
         return False
     cluster.stop()
     return True
+
+
+@contextlib.contextmanager
+def started(state_dir: Path) -> Iterator[Cluster]:
+    """A control plane for a block of tests: built (a no-op once built), started in
+    ``state_dir`` and killed with this process (a test run stopped with SIGKILL leaves no
+    control plane), stopped at the end of the block."""
+    build()
+    cluster = start(state_dir, die_with_parent=True)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 # --- command line -----------------------------------------------------------------------------
