@@ -122,6 +122,18 @@ def apply_rbac(api: client.ApiClient, namespace: str) -> list[tuple[str, str]]:
     return cluster_wide
 
 
+def delete_rbac(api: client.ApiClient, cluster_wide: list[tuple[str, str]]) -> None:
+    """Delete the cluster-wide objects that :func:`apply_rbac` made (those already gone
+    too); the namespaced ones go with their namespace."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    for kind, name in cluster_wide:
+        with contextlib.suppress(ApiException):
+            if kind == "ClusterRoleBinding":
+                rbac.delete_cluster_role_binding(name)
+            else:
+                rbac.delete_cluster_role(name)
+
+
 @dataclass
 class Hub:
     url: str
@@ -330,7 +342,7 @@ def stock_hub(
 
 
 @contextlib.contextmanager
-def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, process, kubelet
+def running_hub(  # one hub: its namespace, RBAC, proxy, process, kubelet
     cluster: testenv.Cluster,
     api: client.ApiClient,
     tmp_path_factory: pytest.TempPathFactory,
@@ -403,13 +415,7 @@ def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, proces
         log.close()
         with contextlib.suppress(ProcessLookupError, FileNotFoundError, ValueError):
             os.kill(int((tmp / "proxy.pid").read_text()), signal.SIGTERM)
-        rbac = client.RbacAuthorizationV1Api(api)
-        for kind, name in cluster_wide:
-            with contextlib.suppress(ApiException):
-                if kind == "ClusterRoleBinding":
-                    rbac.delete_cluster_role_binding(name)
-                else:
-                    rbac.delete_cluster_role(name)
+        delete_rbac(api, cluster_wide)
         core.delete_namespace(namespace)
         shutil.rmtree(tmp / "singleuser", ignore_errors=True)
 

@@ -32,7 +32,7 @@ from dra_jupyter.hub.kernelspecs import cluster_kernel_specs, write_kernel_specs
 from dra_jupyter.kube.connect import api_client, to_wire
 from tests import kernelws
 from tests.helpers import free_port
-from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
+from tests.hub.test_kubespawner import apply_rbac, delete_rbac, service_account_kubeconfig
 from tests.k8s import testenv
 from tests.k8s.fixtures import wait_for
 from tests.k8s.podrunner import PodRunner
@@ -234,13 +234,7 @@ def running_server(
             process.kill()
             process.wait(timeout=10)
         log.close()
-        rbac = client.RbacAuthorizationV1Api(api)
-        for kind, name in cluster_wide:
-            with contextlib.suppress(ApiException):
-                if kind == "ClusterRoleBinding":
-                    rbac.delete_cluster_role_binding(name)
-                else:
-                    rbac.delete_cluster_role(name)
+        delete_rbac(api, cluster_wide)
 
 
 async def execute(server: Server, kernel: str, code: str, *, answer: bool = True) -> str:
