@@ -34,6 +34,7 @@ TIER_NAMES = ("pure", "kernel", "server", "service", "browser", "k8s", "gpu")
 # Paths relative to tests/: a module's entry wins over its folder's. No entry for the root
 # folder, so that a new folder or a new module at the top must be given a tier here.
 TIERS = {
+    "accounting": "pure",  # the usage book: its arithmetic, a local ledger's, its Prometheus text
     "allocator": "pure",
     # binder/ built in a fresh virtualenv (pip, jlpm), then the quickstart in its kernel
     # and JupyterLab through binder/start
@@ -50,7 +51,6 @@ TIERS = {
     "hub/test_kubespawner.py": "k8s",  # a real JupyterHub with DRAKubeSpawner on tests/k8s
     "hub/test_spawn_progress.py": "pure",  # the spawn's device events, the pod edit
     "local": "pure",  # ledgers on temporary files, worker processes of plain Python
-    "usage": "pure",  # the usage book: its arithmetic, a local ledger's, its Prometheus text
     "magics": "kernel",
     "magics/test_parsing.py": "pure",
     "metrics": "pure",

@@ -1,19 +1,35 @@
-"""Small helpers shared by test modules (and the benchmarks: :func:`running`)."""
+"""Small helpers shared by test modules (and the benchmarks: :func:`running`).
+
+Import-light: the standard library only at import time (scripts/k8s-testenv runs
+tests/k8s/testenv.py, which takes :func:`free_port` from here, without dra_jupyter)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dra_jupyter.api import Session
-from dra_jupyter.local.backend import LocalBackend
+if TYPE_CHECKING:
+    from dra_jupyter.api import Session
+    from dra_jupyter.local.backend import LocalBackend
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (another process may take it
+    before the caller binds it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def local(session: Session) -> LocalBackend:
     """The session's local backend (its clock, sleep and ledger are the tests' to set)."""
+    from dra_jupyter.local.backend import LocalBackend  # noqa: PLC0415  # import-light
+
     backend = session.backend
     assert isinstance(backend, LocalBackend), type(backend)
     return backend

@@ -19,12 +19,10 @@ import shutil
 import subprocess
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 
 from dra_jupyter.api import Session
@@ -35,6 +33,7 @@ from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.local.shapes import shape_of
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
+from tests.test_claimspec import validate
 
 Wire = dict[str, Any]
 
@@ -94,16 +93,6 @@ def claims_json(*argv: str) -> list[Wire]:
     assert result.code == 0, result.err
     rows: list[Wire] = json.loads(result.out)
     return rows
-
-
-def validate(obj: Wire) -> None:
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore",
-            category=DeprecationWarning,
-            module=r"(kubernetes_validate|jsonschema|referencing)(\.|$)",
-        )
-        kubernetes_validate.validate(obj, "1.36.0", strict=True)  # raises if invalid
 
 
 # --- devices ---------------------------------------------------------------------------------

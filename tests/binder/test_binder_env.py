@@ -26,7 +26,6 @@ import platform
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 import tomllib
@@ -41,6 +40,7 @@ import nbformat
 import pytest
 
 from tests.examples.notebooks import html, text
+from tests.helpers import free_port
 from tests.k8s.k8sbuild import locked  # one run at a time makes a wheelhouse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -291,13 +291,6 @@ def test_the_other_examples_run(binder: BinderEnv, notebook: str) -> None:
     nb = binder.execute(notebook)
     assert failed(nb) == []
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def get(url: str, token: str) -> Any:

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import secrets
-import socket
 import sys
 import urllib.error
 import urllib.request
@@ -25,7 +24,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from tests.helpers import running
+from tests.helpers import free_port, running
 
 CHROMIUM = os.environ.get("DRA_JUPYTER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -59,13 +58,6 @@ class Lab:
         with urllib.request.urlopen(req, timeout=30) as reply:
             text = reply.read().decode()
         return json.loads(text) if text else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextmanager

@@ -37,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.kube.connect import api_client, to_model, to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
+from tests.helpers import free_port
 from tests.k8s import testenv
 from tests.k8s.fixtures import wait_for
 from tests.k8s.podrunner import PodRunner
@@ -119,6 +120,18 @@ def apply_rbac(api: client.ApiClient, namespace: str) -> list[tuple[str, str]]:
         else:
             raise AssertionError(f"{RBAC}: unexpected kind {kind}")
     return cluster_wide
+
+
+def delete_rbac(api: client.ApiClient, cluster_wide: list[tuple[str, str]]) -> None:
+    """Delete the cluster-wide objects that :func:`apply_rbac` made (those already gone
+    too); the namespaced ones go with their namespace."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    for kind, name in cluster_wide:
+        with contextlib.suppress(ApiException):
+            if kind == "ClusterRoleBinding":
+                rbac.delete_cluster_role_binding(name)
+            else:
+                rbac.delete_cluster_role(name)
 
 
 @dataclass
@@ -329,7 +342,7 @@ def stock_hub(
 
 
 @contextlib.contextmanager
-def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, process, kubelet
+def running_hub(  # one hub: its namespace, RBAC, proxy, process, kubelet
     cluster: testenv.Cluster,
     api: client.ApiClient,
     tmp_path_factory: pytest.TempPathFactory,
@@ -347,7 +360,7 @@ def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, proces
         api, cluster, namespace, "dra-singleuser", tmp / "singleuser.kubeconfig"
     )
     wait_for("the hub's Role to take effect", lambda: _rbac_in_effect(hub_config, namespace))
-    ports = {k: testenv.free_port() for k in ("proxy", "proxy-api", "hub", "singleuser")}
+    ports = {k: free_port() for k in ("proxy", "proxy-api", "hub", "singleuser")}
     token = secrets.token_hex(16)
     (tmp / "jupyterhub_config.py").write_text(
         _config(tmp, namespace, ports, token, singleuser_config, spawner)
@@ -402,13 +415,7 @@ def running_hub(  # noqa: PLR0915  # one hub: its namespace, RBAC, proxy, proces
         log.close()
         with contextlib.suppress(ProcessLookupError, FileNotFoundError, ValueError):
             os.kill(int((tmp / "proxy.pid").read_text()), signal.SIGTERM)
-        rbac = client.RbacAuthorizationV1Api(api)
-        for kind, name in cluster_wide:
-            with contextlib.suppress(ApiException):
-                if kind == "ClusterRoleBinding":
-                    rbac.delete_cluster_role_binding(name)
-                else:
-                    rbac.delete_cluster_role(name)
+        delete_rbac(api, cluster_wide)
         core.delete_namespace(namespace)
         shutil.rmtree(tmp / "singleuser", ignore_errors=True)
 

@@ -21,14 +21,11 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +36,8 @@ import pytest
 from dra_jupyter.kernel.environment import environment_for
 from dra_jupyter.service.client import ServiceBackend
 from dra_jupyter.types import ClaimRecord, Owner
+from tests import kernelws
+from tests.helpers import free_port
 from tests.hub.access import reachable
 from tests.service.accounts import DEADLINE, Service, User, service, unix_users, wait_for
 
@@ -47,13 +46,6 @@ PROXY = REPO / "hub" / "proxy" / "node_modules" / ".bin" / "configurable-http-pr
 PASSWORD = secrets.token_hex(8)
 TOKEN = secrets.token_hex(16)
 POLICY = "[limits]\ngpus = 2\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -247,52 +239,8 @@ def in_kernel(hub: Hub, user: User, code: str) -> str:
     )
     with urllib.request.urlopen(request, timeout=DEADLINE) as r:
         kernel = json.loads(r.read())["id"]
-    return asyncio.run(_execute(hub, f"{base}/{kernel}/channels", code))
-
-
-async def _execute(hub: Hub, path: str, code: str) -> str:
-    from tornado.httpclient import HTTPRequest  # noqa: PLC0415  # the test's client only
-    from tornado.websocket import websocket_connect  # noqa: PLC0415
-
-    url = hub.url.replace("http://", "ws://") + path
-    ws = await websocket_connect(
-        HTTPRequest(url, headers={"Authorization": f"token {TOKEN}"}, request_timeout=DEADLINE)
-    )
-    msg_id = uuid.uuid4().hex
-    header = {
-        "msg_id": msg_id,
-        "msg_type": "execute_request",
-        "username": "test",
-        "session": uuid.uuid4().hex,
-        "version": "5.3",
-        "date": "",
-    }
-    content = {"code": code, "silent": False, "store_history": False, "user_expressions": {}}
-    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
-    await ws.write_message(json.dumps({**message, "channel": "shell", "buffers": []}))
-    printed = []
-    end = time.monotonic() + DEADLINE
-    try:
-        while time.monotonic() < end:
-            raw = await asyncio.wait_for(ws.read_message(), DEADLINE)
-            assert raw is not None, "the kernel's websocket closed"
-            reply = json.loads(raw)
-            if reply.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            kind = reply["header"]["msg_type"]
-            if kind == "stream":
-                printed.append(reply["content"]["text"])
-            elif kind == "error":
-                raise AssertionError(f"the kernel failed: {reply['content']}")
-            elif kind == "status" and reply["content"]["execution_state"] == "idle":
-                return "".join(printed)
-        raise AssertionError(f"no answer from the kernel in {DEADLINE}s")
-    finally:
-        ws.close()
-        # the close handshake is not waited for: the connection goes with this loop
-        stream = getattr(ws, "stream", None) or getattr(ws.protocol, "stream", None)
-        if stream is not None:
-            stream.close()
+    url = hub.url.replace("http://", "ws://") + f"{base}/{kernel}/channels"
+    return asyncio.run(kernelws.execute(url, TOKEN, code, deadline=DEADLINE))
 
 
 @pytest.fixture(scope="module")

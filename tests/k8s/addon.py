@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from tests.helpers import free_port
 from tests.k8s import k8sbuild, testenv
 from tests.k8s.k8sbuild import TestenvError, _Go, _tools_go, locked
 
@@ -199,7 +200,7 @@ def start(
     state = cluster.state_dir / addon.name
     pki = cluster.state_dir / "pki"
     serving_certificate(pki, state / "certs", f"{addon.name}-webhook")
-    webhook_port, health_port = testenv.free_port(), testenv.free_port()
+    webhook_port, health_port = free_port(), free_port()
     config_file = state / "config.yaml"
     config_file.write_text(yaml.safe_dump(config(webhook_port, health_port, state / "certs")))
     with api_client(str(cluster.kubeconfig)) as api:
@@ -294,10 +295,8 @@ def own_cluster(
     from tests.k8s.fixtures import INVENTORY, NODES, ROOT  # noqa: PLC0415
     from tests.k8s.podrunner import PodRunner  # noqa: PLC0415
 
-    testenv.build()
     addon.build()
-    cluster = testenv.start(tmp.mktemp(f"{addon.name}-k8s"), die_with_parent=True)
-    try:
+    with testenv.started(tmp.mktemp(f"{addon.name}-k8s")) as cluster:
         start(cluster)
         argv = ["publish-slices", "--inventory", INVENTORY, "--nodes", str(NODES)]
         assert cli_main([*argv, "--kubeconfig", str(cluster.kubeconfig)]) == 0
@@ -318,5 +317,3 @@ def own_cluster(
             with runner:
                 yield OwnCluster(cluster, api, runner)
             assert not runner.problems, runner.problems
-    finally:
-        cluster.stop()

@@ -47,13 +47,8 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_S) 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testenv.Cluster]:
-    testenv.build()  # a no-op once built
-    # killed with this process: a test run stopped with SIGKILL leaves no control plane
-    running = testenv.start(tmp_path_factory.mktemp("k8s"), die_with_parent=True)
-    try:
+    with testenv.started(tmp_path_factory.mktemp("k8s")) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(scope="session")

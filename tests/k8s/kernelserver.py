@@ -17,10 +17,8 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +30,9 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.hub.kernelspecs import cluster_kernel_specs, write_kernel_specs
 from dra_jupyter.kube.connect import api_client, to_wire
-from tests.hub.test_kubespawner import apply_rbac, service_account_kubeconfig
+from tests import kernelws
+from tests.helpers import free_port
+from tests.hub.test_kubespawner import apply_rbac, delete_rbac, service_account_kubeconfig
 from tests.k8s import testenv
 from tests.k8s.fixtures import wait_for
 from tests.k8s.podrunner import PodRunner
@@ -178,7 +178,7 @@ def running_server(
         paths.append(str(dist.parent))
     root = tmp_path / "notebooks"
     (root / "work").mkdir(parents=True)
-    port, token = testenv.free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "jupyter_server_config.py").write_text(
         "c = get_config()  # noqa\n"
@@ -234,62 +234,13 @@ def running_server(
             process.kill()
             process.wait(timeout=10)
         log.close()
-        rbac = client.RbacAuthorizationV1Api(api)
-        for kind, name in cluster_wide:
-            with contextlib.suppress(ApiException):
-                if kind == "ClusterRoleBinding":
-                    rbac.delete_cluster_role_binding(name)
-                else:
-                    rbac.delete_cluster_role(name)
+        delete_rbac(api, cluster_wide)
 
 
 async def execute(server: Server, kernel: str, code: str, *, answer: bool = True) -> str:
     """What ``code`` prints in the kernel (nothing, without waiting, unless ``answer``)."""
-    from tornado.httpclient import HTTPRequest  # noqa: PLC0415  # the test's client only
-    from tornado.websocket import websocket_connect  # noqa: PLC0415
-
     url = server.url.replace("http://", "ws://") + f"/api/kernels/{kernel}/channels"
-    ws = await websocket_connect(
-        HTTPRequest(
-            url, headers={"Authorization": f"token {server.token}"}, request_timeout=DEADLINE
-        )
-    )
-    msg_id = uuid.uuid4().hex
-    header = {
-        "msg_id": msg_id,
-        "msg_type": "execute_request",
-        "username": "test",
-        "session": uuid.uuid4().hex,
-        "version": "5.3",
-        "date": "",
-    }
-    content = {"code": code, "silent": False, "store_history": False, "user_expressions": {}}
-    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
-    await ws.write_message(json.dumps({**message, "channel": "shell", "buffers": []}))
-    printed = []
-    end = time.monotonic() + DEADLINE
-    try:
-        if not answer:
-            return ""
-        while time.monotonic() < end:
-            raw = await asyncio.wait_for(ws.read_message(), DEADLINE)
-            assert raw is not None, "the kernel's websocket closed"
-            reply = json.loads(raw)
-            if reply.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            kind = reply["header"]["msg_type"]
-            if kind == "stream":
-                printed.append(reply["content"]["text"])
-            elif kind == "error":
-                raise AssertionError(f"the kernel failed: {reply['content']}")
-            elif kind == "status" and reply["content"]["execution_state"] == "idle":
-                return "".join(printed)
-        raise AssertionError(f"no answer from the kernel in {DEADLINE}s")
-    finally:
-        ws.close()
-        stream = getattr(ws, "stream", None) or getattr(ws.protocol, "stream", None)
-        if stream is not None:
-            stream.close()
+    return await kernelws.execute(url, server.token, code, deadline=DEADLINE, answer=answer)
 
 
 def kernel_pods(api: client.ApiClient, namespace: str, kernel: str) -> list[dict[str, Any]]:
@@ -326,44 +277,10 @@ def serving(server: Server, kernel: str, pod: str) -> None:
     )
 
 
-async def _answers(server: Server, kernel: str, within: float = 5.0) -> bool:
-    """Whether the kernel answers a kernel_info_request on a new websocket within ``within``."""
-    from tornado.httpclient import HTTPRequest  # noqa: PLC0415  # the test's client only
-    from tornado.websocket import websocket_connect  # noqa: PLC0415
-
+async def _answers(server: Server, kernel: str) -> bool:
+    """Whether the kernel answers a kernel_info_request on a new websocket within 5 s."""
     url = server.url.replace("http://", "ws://") + f"/api/kernels/{kernel}/channels"
-    ws = await websocket_connect(
-        HTTPRequest(url, headers={"Authorization": f"token {server.token}"}, request_timeout=30)
-    )
-    msg_id = uuid.uuid4().hex
-    header = {
-        "msg_id": msg_id,
-        "msg_type": "kernel_info_request",
-        "username": "test",
-        "session": uuid.uuid4().hex,
-        "version": "5.3",
-        "date": "",
-    }
-    message = {"header": header, "parent_header": {}, "metadata": {}, "content": {}}
-    await ws.write_message(json.dumps({**message, "channel": "shell", "buffers": []}))
-    end = time.monotonic() + within
-    try:
-        while time.monotonic() < end:
-            try:
-                raw = await asyncio.wait_for(ws.read_message(), end - time.monotonic())
-            except TimeoutError:
-                return False
-            if raw is None:
-                return False
-            reply = json.loads(raw)
-            if reply.get("parent_header", {}).get("msg_id") == msg_id:
-                return True
-        return False
-    finally:
-        ws.close()
-        stream = getattr(ws, "stream", None) or getattr(ws.protocol, "stream", None)
-        if stream is not None:
-            stream.close()
+    return await kernelws.answers(url, server.token)
 
 
 def running_pod(api: client.ApiClient, namespace: str, kernel: str, not_: str) -> str | None:

@@ -20,6 +20,7 @@ from dra_jupyter.kube.pods import PodLauncher, workload_pod
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.settings import Settings
 from dra_jupyter.types import Owner
+from tests.helpers import free_port
 from tests.k8s import testenv
 from tests.k8s.conftest import wait_for
 from tests.k8s.test_pods import IMAGE, ON_SIMULATED
@@ -209,7 +210,7 @@ def test_a_restricted_service_account_gets_the_forbidden_line(
 
 def test_an_unreachable_server_is_retried_then_one_line(kubeconfig: Path, tmp_path: Path) -> None:
     config = yaml.safe_load(kubeconfig.read_text())
-    port = testenv.free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
     closed = tmp_path / "kubeconfig"
     closed.write_text(yaml.safe_dump(config))

@@ -10,20 +10,19 @@ allocator sees the cluster's slices, classes and allocated claims as listed just
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.cli import main as cli_main
 from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.connect import to_model, to_wire
 from tests.k8s.conftest import wait_for
+from tests.k8s.test_publish import unpublish
 from tests.k8s.test_scheduling import Cluster, pod, template
 
 Wire = dict[str, Any]
@@ -71,17 +70,7 @@ def inventories(kubeconfig: Path, api: client.ApiClient) -> Iterator[None]:
         argv = ["publish-slices", "--inventory", name, "--kubeconfig", str(kubeconfig)]
         assert cli_main(argv) == 0
     yield
-    nodes = {case[1] for case in [*CASES, *HELD]}
-    resource, core = client.ResourceV1Api(api), client.CoreV1Api(api)
-    for item in resource.list_resource_slice().items:
-        wire = to_wire(api, item)
-        spec = wire["spec"]
-        if spec.get("nodeName") in nodes or spec["pool"]["name"] in nodes:
-            with contextlib.suppress(ApiException):
-                resource.delete_resource_slice(str(wire["metadata"]["name"]))
-    for node in nodes:
-        with contextlib.suppress(ApiException):
-            core.delete_node(node)
+    unpublish(api, {case[1] for case in [*CASES, *HELD]})
 
 
 def pick(allocation: Wire | None) -> Pick | None:

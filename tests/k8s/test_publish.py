@@ -16,8 +16,8 @@ from dra_jupyter.cli import main as cli_main
 from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster, simulate
+from tests.helpers import free_port
 from tests.k8s import testenv
-from tests.k8s.testenv import free_port
 
 
 def run(*argv: str) -> tuple[int, str, str]:

@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -34,11 +33,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import free_port
 from tests.k8s.k8sbuild import (
     ETCD_VERSION,
     KUBERNETES_VERSION,
@@ -54,10 +54,10 @@ __all__ = [
     "TestenvError",
     "build",
     "cache_dir",
-    "free_port",
     "is_built",
     "main",
     "start",
+    "started",
     "stop",
 ]
 
@@ -68,12 +68,6 @@ STOP_TIMEOUT_S = 30.0
 
 
 # --- running ----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start_time(pid: int) -> str | None:
@@ -485,6 +479,19 @@ def stop(state_dir: Path) -> bool:
         return False
     cluster.stop()
     return True
+
+
+@contextlib.contextmanager
+def started(state_dir: Path) -> Iterator[Cluster]:
+    """A control plane for a block of tests: built (a no-op once built), started in
+    ``state_dir`` and killed with this process (a test run stopped with SIGKILL leaves no
+    control plane), stopped at the end of the block."""
+    build()
+    cluster = start(state_dir, die_with_parent=True)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 # --- command line -----------------------------------------------------------------------------

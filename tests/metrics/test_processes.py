@@ -4,27 +4,12 @@ from __future__ import annotations
 
 import getpass
 import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from dra_jupyter.metrics.base import DeviceProcess
 from dra_jupyter.metrics.processes import Holder, attribute, pids_of, read_process
 
 GPU0, GPU1, GPU2 = "gpu.nvidia.com/n/gpu-0", "gpu.nvidia.com/n/gpu-1", "gpu.nvidia.com/n/gpu-2"
-
-
-@pytest.fixture
-def child() -> Iterator[int]:
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        yield process.pid
-    finally:
-        process.kill()
-        process.wait()
 
 
 def test_proc_says_parent_owner_command_and_start(child: int) -> None:

@@ -4,9 +4,6 @@ the ring buffer, and the recorder's history."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -109,17 +106,6 @@ def test_nvml_mig_devices(sysfs: Path) -> None:
     fake.overrides["nvmlDeviceGetMemoryInfo"] = memory
     by_device = {s.device: s for s in source.sample(held=(), now=NOW)}
     assert {by_device[k].memory_used for k in mig_keys} == {1 << 30}
-
-
-@pytest.fixture
-def child() -> Iterator[int]:
-    """The pid of a real process (a sleeping Python), as a kernel on a GPU would be."""
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        yield process.pid
-    finally:
-        process.kill()
-        process.wait()
 
 
 def test_nvml_lists_the_processes_on_each_gpu(sysfs: Path, child: int) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import socket
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -22,17 +21,12 @@ import dra_jupyter.accounting.frame  # noqa: F401  # the same
 from dra_jupyter.api import Session
 from dra_jupyter.inventory import mig, nvidia
 from dra_jupyter.settings import Settings
+from tests.helpers import free_port
 from tests.service.accounts import User, cli, run_as, service
 from tests.service.test_isolation import admin_policy
 from tests.service.test_limits import detached
 
 MIG_GPUS = 16 / 140  # an H200's 1g.18gb: 16 GiB of its 140 GiB
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def hold_and_release(spec: dict[str, Any]) -> str:
