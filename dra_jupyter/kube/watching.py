@@ -15,10 +15,10 @@ and answers reads from there: no API call per read. It follows client-go's refle
 * nothing lists again on a timer.
 
 Its counters (:class:`WatchStats`: lists, relists, watches, restarts, errors, objects) are
-plain numbers for a metrics collector. Changes reach handlers (:meth:`Reflector.add_handler`)
-as ``ADDED``, ``MODIFIED`` or ``DELETED`` with the object. What this process wrote itself
-shows at once (:meth:`Reflector.applied`, :meth:`Reflector.deleted`), before its watch
-event arrives: read-your-writes.
+plain numbers for a metrics collector. Its objects are a :class:`View`: changes reach
+handlers (:meth:`View.add_handler`) as ``ADDED``, ``MODIFIED`` or ``DELETED`` with the
+object, and what this process wrote itself shows at once (:meth:`View.applied`,
+:meth:`View.deleted`), before its watch event arrives: read-your-writes.
 
 :func:`shared` gives one reflector per API client, kind, namespace and selector in a process,
 started on first use and stopped at exit (:func:`stop_all`).
@@ -55,6 +55,7 @@ __all__ = [
     "Handler",
     "Kind",
     "Reflector",
+    "View",
     "WatchStats",
     "shared",
     "stop_all",
@@ -156,58 +157,26 @@ def _newer(ours: object, theirs: object) -> bool:
     return a is not None and b is not None and a > b
 
 
-class Reflector:
-    """The objects of one kind (one namespace, one label selector, when given), kept by
-    listing once and then watching; reads are served from memory and are thread-safe.
+class View:
+    """Objects of one kind kept in memory, keyed by namespace and name, thread-safe: what a
+    :class:`Reflector` fills from the API server, with this process's own writes on top
+    until the server's news catch up with them, and the handlers that hear each change.
 
     Objects are the API's JSON as dicts, shared with every reader: read them, never change
-    them. :meth:`start` starts its thread (a daemon); :meth:`stop` ends it and its watch.
+    them.
     """
 
-    def __init__(
-        self,
-        api: ApiClient,
-        kind: str | Kind,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        watch_timeout: float = WATCH_TIMEOUT_S,
-        first_backoff: float = FIRST_BACKOFF_S,
-        max_backoff: float = MAX_BACKOFF_S,
-    ) -> None:
-        self.api = api
-        self.kind = KINDS[kind] if isinstance(kind, str) else kind
+    def __init__(self, what: str, namespace: str | None = None) -> None:
+        self.what = what  # in words, for logs: "resourceclaims in namespace team-a"
         self.namespace = namespace
-        self.label_selector = label_selector
-        self.watch_timeout = watch_timeout
-        self.first_backoff = first_backoff
-        self.max_backoff = max_backoff
-        self._list_func = self.kind.lister(api, namespace)
         self._lock = threading.Condition()
         self._items: dict[str, Wire] = {}
         # this process's own writes, newer than what the server sent so far: key ->
         # (resourceVersion, the object or None for a deletion)
         self._local: dict[str, tuple[str, Wire | None]] = {}
-        self._rv: str | None = None  # where the next watch starts; None: list first
+        self._rv: str | None = None  # of the data held; None: nothing listed yet
         self._synced = False
-        self._error: str | None = None
         self._handlers: list[Handler] = []
-        self._stats = dict.fromkeys(("lists", "relists", "watches", "errors"), 0)
-        self._progress = False  # the current watch brought an event (the backoff starts over)
-        self._stopping = threading.Event()
-        self._resume_from: str | None = None  # restart(): the resourceVersion to watch from
-        self._resumed = threading.Event()
-        self._watch: _RawWatch | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def what(self) -> str:
-        """The view in words: ``resourceclaims in namespace team-a (dra-jupyter/user)``."""
-        where = f" in namespace {self.namespace}" if self.namespace else ""
-        selected = f" ({self.label_selector})" if self.label_selector else ""
-        return f"{self.kind.resource}{where}{selected}"
-
-    # --- reads -------------------------------------------------------------------------------
 
     def list(self, labels: Mapping[str, str] | None = None) -> list[Wire]:
         """The objects held now (those whose labels include ``labels``), by namespace and
@@ -219,38 +188,20 @@ class Reflector:
         return [o for o in items if _has_labels(o, labels)]
 
     def get(self, name: str, namespace: str | None = None) -> Wire | None:
-        """The object ``name`` (in ``namespace``, else the reflector's), or None."""
+        """The object ``name`` (in ``namespace``, else the view's), or None."""
         with self._lock:
-            return self._items.get(self._key(namespace or self.namespace, name))
+            return self._items.get(_key(namespace or self.namespace, name))
 
     @property
     def synced(self) -> bool:
-        """Whether the first list arrived (it stays so through later errors: see ``error``)."""
+        """Whether the first list arrived (it stays so through later errors)."""
         with self._lock:
             return self._synced
-
-    def wait_synced(self, timeout: float | None = None) -> bool:
-        """Wait until the first list arrived (True), or ``timeout`` passed (False)."""
-        with self._lock:
-            return self._lock.wait_for(lambda: self._synced, timeout)
-
-    @property
-    def error(self) -> str | None:
-        """The last error, in one line, until a request succeeds again; None while well."""
-        with self._lock:
-            return self._error
 
     @property
     def resource_version(self) -> str | None:
         with self._lock:
             return self._rv
-
-    def stats(self) -> WatchStats:
-        with self._lock:
-            restarts = max(0, self._stats["watches"] - 1)
-            return WatchStats(**self._stats, restarts=restarts, objects=len(self._items))
-
-    # --- changes -----------------------------------------------------------------------------
 
     def add_handler(self, handler: Handler) -> Callable[[], None]:
         """Call ``handler(event, obj)`` on each change of the view (on the reflector's thread,
@@ -270,7 +221,7 @@ class Reflector:
         """This process created or changed ``obj`` (the server's answer): show it now, until
         the watch brings it or something newer."""
         meta = obj.get("metadata") or {}
-        key = self._key(meta.get("namespace"), str(meta.get("name")))
+        key = _key(meta.get("namespace"), str(meta.get("name")))
         with self._lock:
             held = self._items.get(key)
             if held is not None and _newer(_rv_of(held), _rv_of(obj)):
@@ -284,7 +235,7 @@ class Reflector:
         """This process deleted ``name``: hide it now. Events older than the object held
         are ignored until the watch says it is gone; a newer one shows it again (a
         finalizer keeps it while its ``deletionTimestamp`` is set)."""
-        key = self._key(namespace or self.namespace, name)
+        key = _key(namespace or self.namespace, name)
         with self._lock:
             held = self._items.pop(key, None)
             if held is None:
@@ -292,6 +243,70 @@ class Reflector:
             self._local[key] = (_rv_of(held), None)
             events = [("DELETED", held)]
         self._fire(events)
+
+    def _replace(self, fresh: dict[str, Wire], rv: str) -> None:
+        """A list's objects (at ``rv``) become the view; handlers hear what changed."""
+        events: Events = []
+        with self._lock:
+            for key in list(self._local):
+                if self._stale(key, fresh.get(key), rv):
+                    local = self._local[key][1]
+                    if local is None:
+                        fresh.pop(key, None)
+                    else:
+                        fresh[key] = local
+                else:
+                    del self._local[key]
+            events.extend(("DELETED", o) for k, o in self._items.items() if k not in fresh)
+            for key, obj in fresh.items():
+                was = self._items.get(key)
+                if was is None:
+                    events.append(("ADDED", obj))
+                elif _rv_of(was) != _rv_of(obj):
+                    events.append(("MODIFIED", obj))
+            self._items = fresh
+            self._rv = rv
+            self._synced = True
+            self._lock.notify_all()
+        self._fire(events)
+
+    def _apply(self, kind: str, obj: Wire) -> None:
+        """A watch event: ``ADDED``, ``MODIFIED``, ``DELETED`` or ``BOOKMARK``."""
+        rv = _rv_of(obj)
+        events: Events = []
+        with self._lock:
+            if rv:
+                self._rv = rv
+            if kind == "BOOKMARK":
+                return
+            meta = obj.get("metadata") or {}
+            key = _key(meta.get("namespace"), str(meta.get("name")))
+            if key in self._local:
+                if self._stale(key, obj, None):
+                    return  # older than this process's own write (a DELETED is newer)
+                del self._local[key]
+            if kind == "DELETED":
+                held = self._items.pop(key, None)
+                if held is not None:
+                    events.append(("DELETED", obj))
+            else:
+                held = self._items.get(key)
+                if held is None or _rv_of(held) != rv:
+                    self._items[key] = obj
+                    events.append(("ADDED" if held is None else "MODIFIED", obj))
+        self._fire(events)
+
+    def _stale(self, key: str, theirs: Wire | None, listed_at: str | None) -> bool:
+        """Whether what the server sent of ``key`` (``theirs``, None: not in the list made
+        at ``listed_at``) is older than this process's own write of it. A deletion here
+        outdates the version it deleted and older ones; a write, older versions, and an
+        object missing from a list made before it."""
+        local_rv, local = self._local[key]
+        if theirs is None:
+            return local is not None and _newer(local_rv, listed_at)
+        if local is None:
+            return _rv_of(theirs) == local_rv or _newer(local_rv, _rv_of(theirs))
+        return _newer(local_rv, _rv_of(theirs))
 
     def _fire(self, events: Events) -> None:
         with self._lock:
@@ -308,6 +323,59 @@ class Reflector:
                         type(error).__name__,
                         error,
                     )
+
+
+class Reflector(View):
+    """The :class:`View` of one kind (one namespace, one label selector, when given), kept
+    by listing once and then watching in a daemon thread (:meth:`start`, :meth:`stop`)."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        kind: str | Kind,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        watch_timeout: float = WATCH_TIMEOUT_S,
+        first_backoff: float = FIRST_BACKOFF_S,
+        max_backoff: float = MAX_BACKOFF_S,
+    ) -> None:
+        self.kind = KINDS[kind] if isinstance(kind, str) else kind
+        where = f" in namespace {namespace}" if namespace else ""
+        selected = f" ({label_selector})" if label_selector else ""
+        super().__init__(f"{self.kind.resource}{where}{selected}", namespace)
+        self.api = api
+        self.label_selector = label_selector
+        self.watch_timeout = watch_timeout
+        self.first_backoff = first_backoff
+        self.max_backoff = max_backoff
+        self._list_func = self.kind.lister(api, namespace)
+        self._error: str | None = None
+        self._stats = dict.fromkeys(("lists", "relists", "watches", "errors"), 0)
+        self._progress = False  # the current watch brought an event (the backoff starts over)
+        self._stopping = threading.Event()
+        self._resume_from: str | None = None  # restart(): the resourceVersion to watch from
+        self._resumed = threading.Event()
+        self._watch: _RawWatch | None = None
+        self._thread: threading.Thread | None = None
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """Wait until the first list arrived (True), or failed, or ``timeout`` passed (False;
+        a failed list is tried again in the background, see ``error``)."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._synced or self._error is not None, timeout)
+            return self._synced
+
+    @property
+    def error(self) -> str | None:
+        """The last error, in one line, until a request succeeds again; None while well."""
+        with self._lock:
+            return self._error
+
+    def stats(self) -> WatchStats:
+        with self._lock:
+            restarts = max(0, self._stats["watches"] - 1)
+            return WatchStats(**self._stats, restarts=restarts, objects=len(self._items))
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -401,6 +469,7 @@ class Reflector:
         with self._lock:
             self._stats["errors"] += 1
             repeated, self._error = self._error == line, line
+            self._lock.notify_all()
         if repeated:
             log.debug("dra_jupyter: %s (again)", line)
         else:
@@ -443,34 +512,9 @@ class Reflector:
             item.setdefault("kind", kind)  # a list's items leave them out; a GET has them
             item.setdefault("apiVersion", listing.get("apiVersion"))
             meta = item.get("metadata") or {}
-            fresh[self._key(meta.get("namespace"), str(meta.get("name")))] = item
+            fresh[_key(meta.get("namespace"), str(meta.get("name")))] = item
         self._replace(fresh, rv)
         self._recovered()
-
-    def _replace(self, fresh: dict[str, Wire], rv: str) -> None:
-        events: Events = []
-        with self._lock:
-            for key in list(self._local):
-                if self._stale(key, fresh.get(key), rv):
-                    local = self._local[key][1]
-                    if local is None:
-                        fresh.pop(key, None)
-                    else:
-                        fresh[key] = local
-                else:
-                    del self._local[key]
-            events.extend(("DELETED", o) for k, o in self._items.items() if k not in fresh)
-            for key, obj in fresh.items():
-                was = self._items.get(key)
-                if was is None:
-                    events.append(("ADDED", obj))
-                elif _rv_of(was) != _rv_of(obj):
-                    events.append(("MODIFIED", obj))
-            self._items = fresh
-            self._rv = rv
-            self._synced = True
-            self._lock.notify_all()
-        self._fire(events)
 
     def _watch_once(self) -> None:
         """One WATCH from the last resourceVersion, until the server ends it (returns), a 410
@@ -491,7 +535,8 @@ class Reflector:
         try:
             for event in _events(stream):
                 seen += 1
-                self._apply(event)
+                self._progress = True
+                self._apply(*_event(event))
                 if seen == 1:
                     self._recovered()  # the watch is open and well
                 if self._stopping.is_set() or self._resume_from is not None:
@@ -508,49 +553,9 @@ class Reflector:
             raise _BrokenError("the API server ended the watch at once, with no event")
         self._recovered()
 
-    def _apply(self, event: Mapping[str, Any]) -> None:
-        kind, obj = event.get("type"), event.get("object")
-        if not isinstance(obj, dict) or kind not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
-            raise _BrokenError(f"the watch sent no event ({str(kind)[:40]})")
-        rv = _rv_of(obj)
-        events: Events = []
-        self._progress = True
-        with self._lock:
-            if rv:
-                self._rv = rv
-            if kind == "BOOKMARK":
-                return
-            meta = obj.get("metadata") or {}
-            key = self._key(meta.get("namespace"), str(meta.get("name")))
-            if key in self._local:
-                if self._stale(key, obj, None):
-                    return  # older than this process's own write (a DELETED is newer)
-                del self._local[key]
-            if kind == "DELETED":
-                held = self._items.pop(key, None)
-                if held is not None:
-                    events.append(("DELETED", obj))
-            else:
-                held = self._items.get(key)
-                if held is None or _rv_of(held) != rv:
-                    self._items[key] = obj
-                    events.append(("ADDED" if held is None else "MODIFIED", obj))
-        self._fire(events)
 
-    def _stale(self, key: str, theirs: Wire | None, listed_at: str | None) -> bool:
-        """Whether what the server sent of ``key`` (``theirs``, None: not in the list made
-        at ``listed_at``) is older than this process's own write of it. A deletion here
-        outdates the version it deleted and older ones; a write, older versions, and an
-        object missing from a list made before it."""
-        local_rv, local = self._local[key]
-        if theirs is None:
-            return local is not None and _newer(local_rv, listed_at)
-        if local is None:
-            return _rv_of(theirs) == local_rv or _newer(local_rv, _rv_of(theirs))
-        return _newer(local_rv, _rv_of(theirs))
-
-    def _key(self, namespace: object, name: str) -> str:
-        return f"{namespace}/{name}" if namespace else name
+def _key(namespace: object, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name
 
 
 def _rv_of(obj: Mapping[str, Any]) -> str:
@@ -575,6 +580,14 @@ def _events(stream: Iterator[Any]) -> Iterator[Mapping[str, Any]]:
         if not isinstance(event, dict):
             raise _BrokenError("the watch sent a line that is no JSON object")
         yield event
+
+
+def _event(event: Mapping[str, Any]) -> tuple[str, Wire]:
+    """The type and object of a watch event (one we do not know is ``_BrokenError``)."""
+    kind, obj = event.get("type"), event.get("object")
+    if not isinstance(obj, dict) or kind not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
+        raise _BrokenError(f"the watch sent no event ({str(kind)[:40]})")
+    return str(kind), obj
 
 
 # --- one reflector per view in a process ------------------------------------------------------

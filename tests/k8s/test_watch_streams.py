@@ -294,13 +294,13 @@ def test_its_own_writes_show_at_once_and_older_events_do_not_undo_them(
         view.deleted("a")
         assert [o["metadata"]["name"] for o in view.list()] == ["new"]
         # the watch then brings what came before those writes: no change
-        view._apply({"type": "MODIFIED", "object": thing("a", 5)})
-        view._apply({"type": "ADDED", "object": thing("new", 11)})
+        view._apply("MODIFIED", thing("a", 5))
+        view._apply("ADDED", thing("new", 11))
         assert view.get("a") is None
         assert view.get("new") == thing("new", 12)
         # and what came after: it wins (a finalizer kept "a", a newer change of "new")
-        view._apply({"type": "MODIFIED", "object": thing("a", 13)})
-        view._apply({"type": "MODIFIED", "object": thing("new", 14)})
+        view._apply("MODIFIED", thing("a", 13))
+        view._apply("MODIFIED", thing("new", 14))
         assert view.get("a") == thing("a", 13)
         assert view.get("new") == thing("new", 14)
 

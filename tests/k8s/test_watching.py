@@ -10,6 +10,7 @@ import functools
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,11 +18,14 @@ from kubernetes import client
 
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.inventory import simulated
+from dra_jupyter.kube import watching
+from dra_jupyter.kube.backend import KubernetesBackend
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import api_client
 from dra_jupyter.kube.watching import Reflector
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.types import USER_LABEL
+from dra_jupyter.settings import Settings
+from dra_jupyter.types import USER_LABEL, Owner
 from tests.k8s import testenv
 from tests.k8s.apimetrics import open_watches, requests
 from tests.k8s.fixtures import wait_for
@@ -43,7 +47,7 @@ def lists(cluster: testenv.Cluster, **labels: str) -> int:
 
 
 @contextlib.contextmanager
-def watching(api: client.ApiClient, namespace: str, **options: Any) -> Iterator[Reflector]:
+def watched(api: client.ApiClient, namespace: str, **options: Any) -> Iterator[Reflector]:
     view = Reflector(api, CLAIMS, namespace=namespace, label_selector=USER_LABEL, **options)
     try:
         yield view.start()
@@ -62,7 +66,7 @@ def test_changes_show_and_fire_handlers_with_one_list_in_all(
     claims.create(claim("before", namespace))
     listed = lists(cluster)
     heard: list[tuple[str, str]] = []
-    with watching(api, namespace) as view:
+    with watched(api, namespace) as view:
         view.add_handler(lambda kind, obj: heard.append((kind, obj["metadata"]["name"])))
         assert view.wait_synced(WAIT_S)
         assert names(view) == ["before"]
@@ -106,8 +110,8 @@ def test_a_watch_the_server_ends_resumes_without_a_list(
 ) -> None:
     claims = ClaimClient(api, namespace)
     listed = lists(cluster)
-    watched = requests(cluster, "WATCH", CLAIMS, scope="namespace")
-    with watching(api, namespace, watch_timeout=2) as view:
+    ended = requests(cluster, "WATCH", CLAIMS, scope="namespace")
+    with watched(api, namespace, watch_timeout=2) as view:
         assert view.wait_synced(WAIT_S)
         wait_for("a second watch", lambda: view.stats().watches >= 2)
         claims.create(claim("after-a-restart", namespace))
@@ -119,7 +123,7 @@ def test_a_watch_the_server_ends_resumes_without_a_list(
         assert names(view) == ["after-a-restart"]
     wait_for(
         "the ended watches counted",
-        lambda: requests(cluster, "WATCH", CLAIMS, scope="namespace") - watched >= 3,
+        lambda: requests(cluster, "WATCH", CLAIMS, scope="namespace") - ended >= 3,
     )
     assert lists(cluster) == listed + 1
 
@@ -131,7 +135,7 @@ def test_a_too_old_resource_version_lists_once_more(
     claims.create(claim("kept", namespace))
     claims.create(claim("gone-meanwhile", namespace))
     listed = lists(cluster)
-    with watching(api, namespace) as view:
+    with watched(api, namespace) as view:
         assert view.wait_synced(WAIT_S)
         wait_for("the watch", lambda: open_watches(cluster, CLAIMS, scope="namespace") == 1)
         # what a watch from a resourceVersion etcd compacted away meets: 410 Gone
@@ -156,7 +160,7 @@ def test_a_user_rbac_refuses_gets_one_error_line_and_bounded_retries(
     with (
         caplog.at_level(logging.DEBUG, logger="dra_jupyter"),
         api_client(str(kubeconfig)) as api,
-        watching(api, namespace) as view,
+        watched(api, namespace) as view,
     ):
         wait_for("two tries", lambda: view.stats().errors >= 2)
         time.sleep(4.0)  # how often it tries in 4 s is the point
@@ -173,3 +177,37 @@ def test_a_user_rbac_refuses_gets_one_error_line_and_bounded_retries(
     warned = [r for r in ours if r.levelno >= logging.WARNING]
     assert len(warned) == 1
     assert not any(r.exc_info for r in caplog.records)
+
+
+def test_a_watching_backend_reads_its_claims_from_the_view_and_its_own_writes_at_once(
+    cluster: testenv.Cluster, kubeconfig: Path, api: client.ApiClient, namespace: str
+) -> None:
+    settings = Settings(
+        ledger=Path("/nonexistent/unused.sqlite"),
+        backend="kubernetes",
+        kubeconfig=str(kubeconfig),
+        namespace=namespace,
+        watch=True,
+    )
+    alice = KubernetesBackend(settings, Owner(user="alice", host="nb", pid=1, kernel_id="k-1"))
+    bob = alice.with_owner(Owner(user="bob", host="nb", pid=1))
+    listed = lists(cluster)
+    try:
+        assert alice.claims() == []
+        made = alice.allocate(claim("mine", namespace), checked=True)
+        assert [r.name for r in alice.claims()] == ["mine"]  # no wait for the watch
+        assert alice.state("mine") == "pending"
+        assert bob.claims() == []
+        theirs = bob.allocate(claim("theirs", namespace, user="bob"), checked=True)
+        assert [r.name for r in alice.claims(all_users=True)] == ["mine", "theirs"]
+        assert alice.release(made.name) is True
+        assert alice.claims() == []  # no wait for the watch either
+        ClaimClient(api, namespace).delete(theirs.name)  # by someone else: the watch says
+        wait_for("theirs gone", lambda: bob.claims() == [])
+        for _ in range(100):
+            assert alice.claims(all_users=True) == []
+        wait_for("the API server's count", lambda: lists(cluster) == listed + 1)
+        assert lists(cluster) == listed + 1
+    finally:
+        watching.stop_all()
+        alice.api.close()  # type: ignore[no-untyped-call]

@@ -8,16 +8,26 @@ pytest-jupyter's fixtures are imported here, for this folder only (as in tests/s
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pytest_jupyter.jupyter_server import *  # noqa: F403  # the jp_* fixtures, for this folder only
 
+from dra_jupyter.kube import watching
 from dra_jupyter.kube.simulate import SimulatedCluster
 from tests.server.conftest import events  # noqa: F401  # the fixture
 
 WAIT_TRIES = 600  # pauses of 0.1 s: what a loaded 2-core machine needs, bounded
+
+
+@pytest.fixture(autouse=True)
+def views_stopped() -> Iterator[None]:
+    """A server's watched views (:mod:`dra_jupyter.kube.watching`) last as long as its
+    process; here, as long as its test (set up first, so stopped after the server)."""
+    yield
+    watching.stop_all()
 
 
 @pytest.fixture
