@@ -32,6 +32,7 @@ model building sets).
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import random
@@ -78,25 +79,38 @@ Events = list[tuple[str, Wire]]
 @dataclass(frozen=True)
 class Kind:
     """A kind the reflector can keep: its plural name, its API group's client class, and the
-    methods that list it in one namespace (None: cluster-scoped) and in all."""
+    methods that list it in one namespace (None: cluster-scoped) and in all; ``custom``: a
+    custom resource's group and version (its methods take them, and the plural, first)."""
 
     resource: str
     api: Callable[[ApiClient], Any]
     namespaced: str | None
     cluster: str
+    custom: tuple[str, str] | None = None
+
+    @classmethod
+    def custom_resource(
+        cls, group: str, version: str, plural: str, *, namespaced: bool = True
+    ) -> Kind:
+        """A CRD's resource (a JobSet, a Kueue Workload), through ``CustomObjectsApi``."""
+        return cls(
+            plural,
+            client.CustomObjectsApi,
+            "list_namespaced_custom_object" if namespaced else None,
+            "list_cluster_custom_object",
+            (group, version),
+        )
 
     def lister(self, api: ApiClient, namespace: str | None) -> Callable[..., Any]:
+        """The method that lists (and, with ``watch=True``, watches) the view's objects."""
         group = self.api(api)
+        plural = (self.resource,) if self.custom else ()
         if namespace is None:
-            return getattr(group, self.cluster)  # type: ignore[no-any-return]
+            return functools.partial(getattr(group, self.cluster), *(self.custom or ()), *plural)
         if self.namespaced is None:
             raise ValueError(f"{self.resource} are not namespaced; watch them with no namespace")
         method = getattr(group, self.namespaced)
-
-        def in_namespace(**kwargs: Any) -> Any:
-            return method(namespace, **kwargs)
-
-        return in_namespace
+        return functools.partial(method, *(self.custom or ()), namespace, *plural)
 
 
 KINDS = {
