@@ -42,7 +42,7 @@ from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
 from dra_jupyter.kube.events import ClaimEvents
 from dra_jupyter.kube.records import claim_state, holder_annotation, to_record
 from dra_jupyter.kube.taints import read_taint_rules
-from dra_jupyter.kube.watching import Reflector, shared
+from dra_jupyter.kube.watching import Reflector, running, shared
 from dra_jupyter.model.admintaints import check_key, check_taint
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings
@@ -77,6 +77,7 @@ CAPABILITIES = Capabilities(
 T = TypeVar("T")
 Sleep = Callable[[float], None]
 SYNC_WAIT_S = 10.0  # the first read of a watched view waits this long for its first list
+WATCHED = "resourceclaims"  # the kind of the watched view of claims (kube.watching.KINDS)
 log = logging.getLogger("dra_jupyter")
 
 
@@ -141,17 +142,20 @@ class KubernetesBackend:
 
     @property
     def claim_client(self) -> ClaimClient:
-        return ClaimClient(self.api, self.namespace, self._claims_view())
+        """The namespace's claims; what it writes shows at once in the watched view, if one
+        runs (a write starts none)."""
+        view = None
+        if self.settings.watch:
+            view = running(self.api, WATCHED, namespace=self.namespace, label_selector=USER_LABEL)
+        return ClaimClient(self.api, self.namespace, view)
 
     def _claims_view(self) -> Reflector | None:
         """The namespace's dra-jupyter claims kept by watching (one per process and API
-        client, :mod:`.watching`), where ``settings.watch`` asks for it; None: read them
-        from the API server each time."""
+        client, :mod:`.watching`, started on first use), where ``settings.watch`` asks for
+        it; None: read them from the API server each time."""
         if not self.settings.watch:
             return None
-        return shared(
-            self.api, "resourceclaims", namespace=self.namespace, label_selector=USER_LABEL
-        )
+        return shared(self.api, WATCHED, namespace=self.namespace, label_selector=USER_LABEL)
 
     def _listed_claims(self, user: str | None) -> list[Wire]:
         """The namespace's dra-jupyter claims (``user``'s label, if given): from the watched

@@ -58,6 +58,7 @@ __all__ = [
     "Reflector",
     "View",
     "WatchStats",
+    "running",
     "shared",
     "stop_all",
 ]
@@ -626,6 +627,18 @@ def shared(
             found = Reflector(api, kind, namespace=namespace, label_selector=label_selector)
             _shared[key] = found.start()
         return found
+
+
+def running(
+    api: ApiClient,
+    kind: str,
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+) -> Reflector | None:
+    """The shared reflector of that view if one runs (what a write tells), else None."""
+    with _shared_lock:
+        return _shared.get((api, kind, namespace, label_selector))
 
 
 def stop_all(timeout: float = 5.0) -> None:

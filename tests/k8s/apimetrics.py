@@ -88,7 +88,8 @@ def _flow_schema(name: str, user: str, verb: str, group: str, resource: str) -> 
 
 def _digested(flow: client.FlowcontrolApiserverV1Api, name: str) -> bool:
     """Whether the API server's flow control took the FlowSchema in (it writes the status)."""
-    conditions = flow.read_flow_schema(name).status.conditions or []
+    status = flow.read_flow_schema(name).status
+    conditions = (status.conditions if status else None) or []
     return any(c.type == "Dangling" and c.status == "False" for c in conditions)
 
 

@@ -163,7 +163,8 @@ def widgets(api: client.ApiClient) -> Iterator[Kind]:
 
     def established() -> bool:
         status = extensions.read_custom_resource_definition(f"widgets.{GROUP}").status
-        return any(c.type == "Established" and c.status == "True" for c in status.conditions or [])
+        conditions = (status.conditions if status else None) or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
 
     try:
         wait_for("the CRD established", established)

@@ -22,14 +22,6 @@ from tests.server.conftest import events  # noqa: F401  # the fixture
 WAIT_TRIES = 600  # pauses of 0.1 s: what a loaded 2-core machine needs, bounded
 
 
-@pytest.fixture(autouse=True)
-def views_stopped() -> Iterator[None]:
-    """A server's watched views (:mod:`dra_jupyter.kube.watching`) last as long as its
-    process; here, as long as its test (set up first, so stopped after the server)."""
-    yield
-    watching.stop_all()
-
-
 @pytest.fixture
 def server_id() -> str:
     return f"nb-{uuid.uuid4().hex[:8]}"
@@ -48,8 +40,11 @@ def jp_server_config(
     published: SimulatedCluster,
     server_id: str,
     dra_config: dict[str, Any],
-) -> dict[str, Any]:
-    return {
+) -> Iterator[dict[str, Any]]:
+    """The server's configuration. A server's watched views (:mod:`dra_jupyter.kube.watching`)
+    last as long as its process; here, as long as its test: stopped after the server, whose
+    fixture asks for this one."""
+    yield {
         "ServerApp": {"jpserver_extensions": {"dra_jupyter": True}},
         "DRAExtensionApp": {
             "backend": "kubernetes",
@@ -60,3 +55,4 @@ def jp_server_config(
             **dra_config,
         },
     }
+    watching.stop_all()
