@@ -123,6 +123,9 @@ class Settings:
     kube_retries: int = 4  # attempts at an unreachable API server
     kube_backoff: float = 0.5  # seconds before the first retry, doubled each time
     server_id: str = ""  # the Jupyter server whose kernel or REST API makes the claims
+    # keep views of the cluster by watching it (dra_jupyter.kube.watching): a long-lived
+    # process sets it (the Jupyter server); a kernel or a command reads when asked
+    watch: bool = False
     rerun_releases: bool = True  # a cell run again releases its previous run's claims first
     socket: Path = DEFAULT_SOCKET  # the dra-jupyter service's Unix socket
     service_config: Path = DEFAULT_SERVICE_CONFIG  # its policy file (where it is installed)

@@ -12,6 +12,8 @@ imports this package only for the commands that talk to a cluster.
   of simulated nodes;
 * :mod:`dra_jupyter.kube.claims`: ResourceClaims in a namespace, labelled per owner and
   kernel (the storage of the coming Kubernetes backend), RBAC refusals in one line;
+* :mod:`dra_jupyter.kube.watching`: views of the cluster kept by listing once and then
+  watching (a reflector per kind, namespace and selector, shared in a process);
 * :mod:`dra_jupyter.kube.pods`: a Pod that uses claims (what ``dra.run`` will launch) and
   waiting for kube-scheduler to place it, with its reason while it cannot;
 * :mod:`dra_jupyter.kube.runs`: ``dra.run`` in one pod with a claim of the session, or as

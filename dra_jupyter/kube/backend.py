@@ -42,11 +42,13 @@ from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
 from dra_jupyter.kube.events import ClaimEvents
 from dra_jupyter.kube.records import claim_state, holder_annotation, to_record
 from dra_jupyter.kube.taints import read_taint_rules
+from dra_jupyter.kube.watching import Reflector, running, shared
 from dra_jupyter.model.admintaints import check_key, check_taint
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings
 from dra_jupyter.types import (
     USER_ANNOTATION,
+    USER_LABEL,
     Capabilities,
     ClaimRecord,
     DeviceTaint,
@@ -74,6 +76,8 @@ CAPABILITIES = Capabilities(
 
 T = TypeVar("T")
 Sleep = Callable[[float], None]
+SYNC_WAIT_S = 10.0  # the first read of a watched view waits this long for its first list
+WATCHED = "resourceclaims"  # the kind of the watched view of claims (kube.watching.KINDS)
 log = logging.getLogger("dra_jupyter")
 
 
@@ -138,7 +142,29 @@ class KubernetesBackend:
 
     @property
     def claim_client(self) -> ClaimClient:
-        return ClaimClient(self.api, self.namespace)
+        """The namespace's claims; what it writes shows at once in the watched view, if one
+        runs (a write starts none)."""
+        view = None
+        if self.settings.watch:
+            view = running(self.api, WATCHED, namespace=self.namespace, label_selector=USER_LABEL)
+        return ClaimClient(self.api, self.namespace, view)
+
+    def _claims_view(self) -> Reflector | None:
+        """The namespace's dra-jupyter claims kept by watching (one per process and API
+        client, :mod:`.watching`, started on first use), where ``settings.watch`` asks for
+        it; None: read them from the API server each time."""
+        if not self.settings.watch:
+            return None
+        return shared(self.api, WATCHED, namespace=self.namespace, label_selector=USER_LABEL)
+
+    def _listed_claims(self, user: str | None) -> list[Wire]:
+        """The namespace's dra-jupyter claims (``user``'s label, if given): from the watched
+        view while it is synced and well, else listed now (with today's retries and errors:
+        a view never answers stale)."""
+        view = self._claims_view()
+        if view is not None and view.wait_synced(SYNC_WAIT_S) and view.error is None:
+            return view.list(None if user is None else {USER_LABEL: user})
+        return self.retrying(lambda: self.claim_client.list(user=user))
 
     @property
     def events(self) -> ClaimEvents:
@@ -339,7 +365,7 @@ class KubernetesBackend:
 
     def claims_with_state(self, *, all_users: bool = False) -> list[tuple[ClaimRecord, str]]:
         user = None if all_users else label_value(self.owner.user)
-        listed = self.retrying(lambda: self.claim_client.list(user=user))
+        listed = self._listed_claims(user)
         found = [(to_record(c), claim_state(c)) for c in listed]
         # the label selects; the full name in the annotation decides (types.label_value)
         return [(r, state) for r, state in found if all_users or r.owner.user == self.owner.user]

@@ -12,6 +12,7 @@ verb, the resource and the namespace, and who was refused::
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import urllib3
 from kubernetes import client
@@ -22,6 +23,9 @@ from dra_jupyter.errors import ClusterError
 from dra_jupyter.kube.connect import cluster_error, doing, server_message, to_model, to_wire
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import KERNEL_LABEL, SERVER_LABEL, USER_LABEL
+
+if TYPE_CHECKING:
+    from dra_jupyter.kube.watching import Reflector
 
 __all__ = [
     "ACTIVITY_ANNOTATION",
@@ -43,12 +47,16 @@ HOLDER_ANNOTATION = "dra-jupyter/holder"
 
 
 class ClaimClient:
-    """The claims of one namespace, through one API client."""
+    """The claims of one namespace, through one API client; what it writes shows at once in
+    ``view`` (the namespace's claims kept by watching, :mod:`.watching`), if given."""
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+    def __init__(
+        self, api: client.ApiClient, namespace: str, view: Reflector | None = None
+    ) -> None:
         self.api = api
         self.namespace = namespace
         self.resource = client.ResourceV1Api(api)
+        self.view = view
 
     def _error(self, error: Exception, verb: str, action: str) -> ClusterError:
         if isinstance(error, ApiException) and error.status == 403:
@@ -73,7 +81,10 @@ class ClaimClient:
             created = self.resource.create_namespaced_resource_claim(self.namespace, body=body)
         except (ApiException, urllib3.exceptions.HTTPError) as error:
             raise self._error(error, "create", "").said_by(caller) from error
-        return to_wire(self.api, created)
+        wire = to_wire(self.api, created)
+        if self.view is not None:
+            self.view.applied(wire)
+        return wire
 
     def get(self, name: str, action: str = "dra") -> Wire | None:
         """The claim, or None when it is gone (deleted by someone else, or released)."""
@@ -109,25 +120,36 @@ class ClaimClient:
         """Merge ``annotations`` into the claim's; False if it is gone."""
         body = {"metadata": {"annotations": annotations}}
         try:
-            self.resource.patch_namespaced_resource_claim(name, self.namespace, body=body)
+            patched = self.resource.patch_namespaced_resource_claim(name, self.namespace, body=body)
         except ApiException as error:
             if error.status == 404:
                 return False
             raise self._error(error, "patch", action) from error
         except urllib3.exceptions.HTTPError as error:
             raise self._error(error, "patch", action) from error
+        if self.view is not None:
+            self.view.applied(to_wire(self.api, patched))
         return True
 
     def delete(self, name: str, action: str = "release") -> bool:
         """Delete the claim; False if it was already gone."""
         try:
-            self.resource.delete_namespaced_resource_claim(name, self.namespace)
+            answer = self.resource.delete_namespaced_resource_claim(name, self.namespace)
         except ApiException as error:
             if error.status == 404:
+                if self.view is not None:
+                    self.view.deleted(name, self.namespace)
                 return False
             raise self._error(error, "delete", action) from error
         except urllib3.exceptions.HTTPError as error:
             raise self._error(error, "delete", action) from error
+        if self.view is not None:
+            last = to_wire(self.api, answer)
+            meta = last.get("metadata") or {}
+            if meta.get("deletionTimestamp") and meta.get("finalizers"):
+                self.view.applied(last)  # a finalizer keeps it a while (a pod uses it)
+            else:
+                self.view.deleted(name, self.namespace)
         return True
 
 

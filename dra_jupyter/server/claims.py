@@ -164,7 +164,8 @@ class ClaimService:
         self.server_owner = Owner(
             user="", host=socket.gethostname(), pid=pid, start_time=process_start_time(pid)
         )
-        self.session = Session(settings, owner=self.server_owner)
+        # a long-lived process: on Kubernetes, the namespace's claims are kept by watching
+        self.session = Session(replace(settings, watch=True), owner=self.server_owner)
         self.live_kernels = live_kernels
         self.max_devices_per_user = max_devices_per_user
         # what this service released, and why; the app emits the events on its loop

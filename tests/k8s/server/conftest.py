@@ -8,12 +8,14 @@ pytest-jupyter's fixtures are imported here, for this folder only (as in tests/s
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pytest_jupyter.jupyter_server import *  # noqa: F403  # the jp_* fixtures, for this folder only
 
+from dra_jupyter.kube import watching
 from dra_jupyter.kube.simulate import SimulatedCluster
 from tests.server.conftest import events  # noqa: F401  # the fixture
 
@@ -38,8 +40,11 @@ def jp_server_config(
     published: SimulatedCluster,
     server_id: str,
     dra_config: dict[str, Any],
-) -> dict[str, Any]:
-    return {
+) -> Iterator[dict[str, Any]]:
+    """The server's configuration. A server's watched views (:mod:`dra_jupyter.kube.watching`)
+    last as long as its process; here, as long as its test: stopped after the server, whose
+    fixture asks for this one."""
+    yield {
         "ServerApp": {"jpserver_extensions": {"dra_jupyter": True}},
         "DRAExtensionApp": {
             "backend": "kubernetes",
@@ -50,3 +55,4 @@ def jp_server_config(
             **dra_config,
         },
     }
+    watching.stop_all()
