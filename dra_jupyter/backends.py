@@ -116,11 +116,13 @@ def open_runs(settings: Settings, backend: Backend) -> Runs[Any]:
 
     kind = resolve_backend(settings)
     local = ledger_backend(backend)
-    ledger = local.ledger if local is not None else Ledger(settings.ledger)
-    env = runner_env(settings, kind, ledger.path)
-    return LocalRuns(
-        RunBook(ledger), backend.owner.user, backend.release, env, backend.capabilities
-    )
+    path = local.ledger.path if local is not None else Path(settings.ledger)
+
+    def book() -> RunBook:  # the user's ledger opened on first use (made where missing)
+        return RunBook(local.ledger if local is not None else Ledger(path))
+
+    env = runner_env(settings, kind, path)
+    return LocalRuns(book, backend.owner.user, backend.release, env, backend.capabilities)
 
 
 def ledger_backend(backend: Backend) -> LocalBackend | None:

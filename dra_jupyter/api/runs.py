@@ -67,6 +67,7 @@ class Launcher:
         unknown = sorted(set(spec) - set(CLAIM_KEYS))
         if unknown:
             raise unknown_keyword("dra.run", unknown[0], RUN_KEYS)
+        runs = self._runs  # the backend is opened before the keywords are read further
         same = self._same(spec)
         request = RunRequest(
             command,
@@ -84,7 +85,7 @@ class Launcher:
             retries=retries,
             wait=wait,
         )
-        return self._runs.start(self._runs.plan(request, _SessionClaims(self._session)))
+        return runs.start(runs.plan(request, _SessionClaims(self._session)))
 
     def _same(self, spec: Mapping[str, Any]) -> Same:
         """``same=`` of a run split into device attributes and node labels

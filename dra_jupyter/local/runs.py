@@ -35,6 +35,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, Literal, overload
 
@@ -431,17 +432,21 @@ class LocalRuns:
 
     def __init__(
         self,
-        book: RunBook,
+        book: Callable[[], RunBook],
         user: str,
         release: Callable[[str], object],
         runner_env: Mapping[str, str],
         capabilities: Capabilities,
     ) -> None:
-        self.book = book
+        self._open_book = book  # on first use: a run refused by its plan opens no ledger
         self.user = user
         self._release = release
         self._env = dict(runner_env)
         self._caps = capabilities
+
+    @cached_property
+    def book(self) -> RunBook:
+        return self._open_book()
 
     def plan(self, request: RunRequest, claims: RunClaims) -> LocalPlan:
         """``dra.run`` on one machine: everything is checked (the command, the keywords,
