@@ -9,7 +9,8 @@ service where it is installed (its socket or its policy file exists: whether it 
 not, so that a session started while the daemon restarts is refused rather than given a
 private ledger), else local. Each is imported only when it is chosen: the
 Kubernetes client loads only for the Kubernetes backend. What a backend offers is
-:class:`dra_jupyter.types.Backend`.
+:class:`dra_jupyter.types.Backend`; its runs are :func:`open_runs`; the local backend, where
+a caller needs its embedded ledger, is :func:`ledger_backend`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dra_jupyter.inventory.resolve import resolve_inventory
 from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings, service_installed
@@ -25,6 +26,7 @@ from dra_jupyter.sharing.reclaim import ReclaimSettings
 
 if TYPE_CHECKING:
     from dra_jupyter.inventory.base import Inventory
+    from dra_jupyter.local.backend import LocalBackend
     from dra_jupyter.types import Backend, Owner, Watching
     from dra_jupyter.types.runs import Runs
 
@@ -97,18 +99,39 @@ def resolve_backend(settings: Settings, service_account: Path = SERVICE_ACCOUNT_
     return settings.backend
 
 
-def open_runs(settings: Settings, backend: Backend) -> Runs:
-    """The background runs of ``backend``'s user on one machine (local or service): their
-    book in the user's ledger (the local backend's own), their launchers started with the
-    settings of this session (:func:`runner_env`)."""
-    from dra_jupyter.local.backend import LocalBackend  # noqa: PLC0415  # on use
-    from dra_jupyter.local.ledger import Ledger  # noqa: PLC0415
+def open_runs(settings: Settings, backend: Backend) -> Runs[Any]:
+    """``backend``'s runs (``dra.run``): on a cluster its pods, Jobs and JobSets
+    (:mod:`dra_jupyter.kube.runs.facet`; ``settings``: the image and Kueue queue of a run
+    that names none); on one machine (local, service) the background runs of its user,
+    their book in the user's ledger (the local backend's own), their launchers started with
+    the settings of this session (:func:`runner_env`)."""
+    if backend.cluster is not None:  # only the Kubernetes backend has a cluster facet
+        from dra_jupyter.kube.backend import KubernetesBackend  # noqa: PLC0415  # loaded
+        from dra_jupyter.kube.runs.facet import KubeRuns  # noqa: PLC0415
+
+        assert isinstance(backend, KubernetesBackend)
+        return KubeRuns(backend, image=settings.image, queue=settings.kueue_queue)
+    from dra_jupyter.local.ledger import Ledger  # noqa: PLC0415  # on use
     from dra_jupyter.local.runs import LocalRuns, RunBook  # noqa: PLC0415
 
     kind = resolve_backend(settings)
-    ledger = backend.ledger if isinstance(backend, LocalBackend) else Ledger(settings.ledger)
-    env = runner_env(settings, kind, ledger.path)
-    return LocalRuns(RunBook(ledger), backend.owner.user, backend.release, env)
+    local = ledger_backend(backend)
+    path = local.ledger.path if local is not None else Path(settings.ledger)
+
+    def book() -> RunBook:  # the user's ledger opened on first use (made where missing)
+        return RunBook(local.ledger if local is not None else Ledger(path))
+
+    env = runner_env(settings, kind, path)
+    return LocalRuns(book, backend.owner.user, backend.release, env, backend.capabilities)
+
+
+def ledger_backend(backend: Backend) -> LocalBackend | None:
+    """``backend`` where it is the local one, whose ledger is embedded in this process (what
+    ``dra-jupyter health --watch`` watches, what a run's launcher hears ring); None
+    elsewhere (the service's daemon keeps its own, a cluster has none)."""
+    from dra_jupyter.local.backend import LocalBackend  # noqa: PLC0415  # on use
+
+    return backend if isinstance(backend, LocalBackend) else None
 
 
 def open_health_watcher(backend: Backend, grace: float) -> Watching | None:
@@ -116,13 +139,12 @@ def open_health_watcher(backend: Backend, grace: float) -> Watching | None:
     does not watch them itself: the embedded ledger on NVML devices, when no other watcher
     runs for the ledger (:func:`dra_jupyter.local.watcher.watch_ledger`). None elsewhere:
     the service runs its own; simulated devices and a cluster have nothing to watch."""
-    from dra_jupyter.local.backend import LocalBackend  # noqa: PLC0415
-
-    if not isinstance(backend, LocalBackend):
+    local = ledger_backend(backend)
+    if local is None:
         return None
     from dra_jupyter.local.watcher import watch_ledger  # noqa: PLC0415  # NVML on use
 
-    return watch_ledger(backend, grace)
+    return watch_ledger(local, grace)
 
 
 def runner_env(settings: Settings, kind: str, ledger: Path) -> dict[str, str]:

@@ -37,9 +37,9 @@ from types import FrameType
 from typing import Any
 
 from dra_jupyter.api import Session
+from dra_jupyter.backends import ledger_backend
 from dra_jupyter.durations import format_duration, parse_lease
 from dra_jupyter.errors import DraJupyterError
-from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.local.runs import GRACE_S, POLL_S, RunBook, RunRow
 from dra_jupyter.local.wakeup import Listener
@@ -75,7 +75,8 @@ class ClaimWatch:
     def __init__(self, backend: Backend, claim: str) -> None:
         self.backend = backend
         self.claim = claim
-        self.ledger = backend.ledger if isinstance(backend, LocalBackend) else None
+        local = ledger_backend(backend)  # the embedded ledger rings; the service's does not
+        self.ledger = local.ledger if local is not None else None
         self.listener: Listener | None = None
         if self.ledger is not None:
             self.listener = self.ledger.bell.listen()

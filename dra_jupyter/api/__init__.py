@@ -6,7 +6,7 @@ A :class:`Session` (:mod:`.session`) ties settings, an owner and a
 the package does nothing). A :class:`Claim` (:mod:`.claim`) is what a request returns;
 ``dra.run`` is :mod:`.runs`. What serves only the API is beside it: a request's notes
 (:mod:`.requestnotes`), a device's history (:mod:`.devicehistory`), the usage book as a
-session reads it (:mod:`.usagebook`), a run's command on one machine (:mod:`.runcommand`).
+session reads it (:mod:`.usagebook`).
 
 This package knows neither widgets nor which backend it holds: it asks the backend's
 :class:`~dra_jupyter.types.Capabilities`, and shows claims through the session's
@@ -16,8 +16,9 @@ cards).
 
 from dra_jupyter.api.claim import Claim, ClaimView, TextView, WaitReporter
 from dra_jupyter.api.defaults import _Default, configure, default_session
-from dra_jupyter.api.runs import START_TIMEOUT, Launcher
+from dra_jupyter.api.runs import Launcher
 from dra_jupyter.api.session import KERNEL_ID_ENV, Session
+from dra_jupyter.types.runs import START_TIMEOUT
 
 # what a user sees (help, repr of the class): the API's public names, not its modules
 Claim.__module__ = Session.__module__ = __name__

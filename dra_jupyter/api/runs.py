@@ -1,18 +1,16 @@
-"""``dra.run`` and a user's runs, for a :class:`~dra_jupyter.api.session.Session`: checked
-before anything is made, then started on the backend (a cluster's pods or Job, or this
-machine's launcher, :mod:`dra_jupyter.runner`)."""
+"""``dra.run`` and a user's runs, for a :class:`~dra_jupyter.api.session.Session`: its
+keywords read once (:class:`~dra_jupyter.types.runs.RunRequest`), then planned by the
+backend's runs (:func:`dra_jupyter.backends.open_runs`), which refuse what they cannot do
+before anything is made, then started there (a cluster's pods or Job, or this machine's
+launcher, :mod:`dra_jupyter.runner`)."""
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from functools import cached_property
-from pathlib import Path
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
-from dra_jupyter.api.runcommand import local_argv
 from dra_jupyter.backends import open_runs
 from dra_jupyter.claimspec import (
     CLAIM_KEYS,
@@ -23,25 +21,13 @@ from dra_jupyter.claimspec import (
     parse_same,
     unknown_keyword,
 )
-from dra_jupyter.durations import parse_duration, parse_lease, parse_timeout
-from dra_jupyter.errors import (
-    InvalidInputError,
-    NotFoundError,
-    said_by,
-    shown,
-)
-from dra_jupyter.types import (
-    Command,
-)
+from dra_jupyter.types import Command
 from dra_jupyter.types import runs as runstatus
+from dra_jupyter.types.runs import RunRequest
 
 if TYPE_CHECKING:
-    pass
-
-if TYPE_CHECKING:
+    from dra_jupyter.api.claim import Claim
     from dra_jupyter.api.session import Session
-
-START_TIMEOUT = "5m"  # dra.run's start_timeout where not given: a pod's time to start
 
 
 class Launcher:
@@ -79,65 +65,25 @@ class Launcher:
         unknown = sorted(set(spec) - set(CLAIM_KEYS))
         if unknown:
             raise unknown_keyword(unknown[0], RUN_KEYS).said_by(RUN)
-        cluster = self._session.backend.cluster
+        runs = self._runs  # the backend is opened before the keywords are read further
         same = self._same(spec)
-        if same.nodes and (cluster is None or (nodes is None and not queue)):
-            where = (
-                f"{self._session.backend.capabilities.where} runs one process: leave it out"
-                if cluster is None
-                else "without nodes= this run is one pod: give nodes=N (a Job), or leave it out"
-            )
-            raise InvalidInputError(
-                f"same={shown(spec['same'])} keeps the pods of a multi-node run on nodes that "
-                f"share {', '.join(same.nodes)}; {where}"
-            ).said_by(RUN)
-        if cluster is None:
-            nodes = 1 if nodes is None else _nodes(nodes)  # a cluster's Job checks its own
-            pod = {
-                "image": image,
-                "start_timeout": start_timeout is not ...,  # any value given: refused
-                "node_selector": node_selector,
-                "queue": queue,
-            }
-            if retries:
-                raise InvalidInputError(
-                    "retries= applies to Jobs on Kubernetes; on "
-                    f"{self._session.backend.capabilities.where} a run is one process: leave it out"
-                ).said_by(RUN)
-            run = self._run_here(command, spec, name, timeout, lease, nodes, pod)
-            if wait:
-                run.logs(follow=True)
-            return run
-        place_s = _or_forever(parse_duration(timeout, what="timeout"))
-        start_wait = parse_duration(
-            START_TIMEOUT if start_timeout is ... else start_timeout, what="start_timeout"
-        )
-        plan = cluster.plan_run(
+        request = RunRequest(
             command,
-            image=image or self._session.settings.image or None,
+            claim=spec,
+            same_devices=same.devices,
+            same_nodes=same.nodes,
+            image=image,
             name=name,
+            timeout=timeout,
+            start_timeout=start_timeout,
             node_selector=node_selector,
+            nodes=nodes,
+            queue=queue,
+            lease=lease,
+            retries=retries,
+            wait=wait,
         )
-        queue = self._session.settings.kueue_queue if queue is None else queue
-        if nodes is not None or queue:
-            # same=: device attributes in each pod's claim, node labels among the pods
-            per_pod = {k: v for k, v in spec.items() if k != "same"}
-            if same.devices:
-                per_pod["same"] = list(same.devices)
-            claim_spec = self._session.build(per_pod, "", RUN_KEYS)
-            self._session.check_possible(per_pod, claim_spec, RUN)
-            return cluster.submit(
-                plan,
-                claim_spec["spec"],
-                nodes=nodes if nodes is not None else 1,
-                queue=queue,
-                lease=parse_lease(lease),
-                retries=retries,
-                same_nodes=same.nodes,
-                follow=place_s if wait else None,
-            )
-        claim = self._session.request(apply_env=False, **spec)
-        return cluster.launch(plan, claim, timeout=place_s, start_timeout=start_wait)
+        return runs.start(runs.plan(request, _SessionClaims(self._session)))
 
     def _same(self, spec: Mapping[str, Any]) -> Same:
         """``same=`` of a run split into device attributes and node labels
@@ -147,79 +93,46 @@ class Launcher:
         drivers = {str(s["spec"]["driver"]) for s in self._session.inventory.slices}
         return parse_same(spec["same"], where=RUN, drivers=drivers)
 
-    def _run_here(  # dra.run's keywords, passed on
-        self,
-        command: Command,
-        spec: dict[str, Any],
-        name: str | None,
-        timeout: str | float | None,
-        lease: str | float | None,
-        nodes: int,
-        pod: Mapping[str, Any],
-    ) -> runstatus.Run:
-        """``dra.run`` on one machine: everything is checked (the command, the keywords,
-        that the claim could ever be met) before the run is recorded and started."""
-        where = self._session.backend.capabilities.where
-        if nodes > 1:
-            raise InvalidInputError(
-                f"nodes={nodes} spreads a run over several machines, which needs the "
-                f"Kubernetes backend; {where} runs one process: use nodes=1"
-            ).said_by(RUN)
-        for key, value in pod.items():
-            if value:
-                raise InvalidInputError(
-                    f"{key}= applies to pods on Kubernetes; on {where} the command runs as "
-                    "your own process: leave it out"
-                ).said_by(RUN)
-        with said_by(RUN):
-            argv = local_argv(command)
-        parse_timeout(timeout)
-        if parse_lease(lease) is not None and not self._session.backend.capabilities.leases:
-            raise InvalidInputError(f"lease= does not apply on {where}").said_by(RUN)
-        claim = self._session.build(spec, "", REQUEST_KEYS, RUN)  # its keywords, as dra.run's
-        self._session.check_possible(spec, claim, RUN)
-        wanted = {"argv": argv, "claim": spec, "timeout": timeout, "lease": lease}
-        return self._runs.start({**wanted, "cwd": str(Path.cwd())}, name or "")
-
     @cached_property
-    def _runs(self) -> runstatus.Runs:
+    def _runs(self) -> runstatus.Runs[Any]:
         return open_runs(self._session.settings, self._session.backend)
 
     def runs(self) -> list[runstatus.Run]:
-        """This user's runs, oldest first: a cluster's (``cluster.runs()``), else those of
-        the user's ledger on this machine (also those started from another kernel)."""
-        cluster = self._session.backend.cluster
-        if cluster is not None:
-            return list(cluster.runs())
+        """This user's runs, oldest first: a cluster's, else those of the user's ledger on
+        this machine (also those started from another kernel)."""
         return list(self._runs.runs())
 
     def every_users_runs(self) -> list[tuple[str, runstatus.Run]]:
         """Every user's runs with their users, oldest first: those of this machine's book
         (an admin's view in the lab panel); on a cluster this user's own."""
-        if self._session.backend.cluster is not None:
-            return [(self._session.owner.user, r) for r in self.runs()]
         return list(self._runs.every_users())
 
     def find_run(self, name: str) -> runstatus.Run:
         """This user's run ``name`` (NotFoundError when there is none)."""
-        if self._session.backend.cluster is None:
-            return self._runs.run(name)
-        for found in self.runs():
-            if found.name == name:
-                return found
-        plain = name if re.fullmatch(r"[\w.-]{1,253}", name) else shown(name)
-        raise NotFoundError(f"no run {plain}; dra.runs() lists yours")
+        return self._runs.run(name)
 
 
-def _or_forever(seconds: float | None) -> float:
-    return math.inf if seconds is None else seconds
+class _SessionClaims:
+    """A run's claim as its session checks, builds or makes it
+    (:class:`~dra_jupyter.types.runs.RunClaims`)."""
 
+    def __init__(self, session: Session) -> None:
+        self._session = session
 
-def _nodes(nodes: object) -> int:
-    """``nodes=``: a whole number of at least 1 (machines, or pods on a cluster)."""
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise InvalidInputError(
-            f"nodes={shown(nodes)} is not a number of machines; use a whole number of at "
-            "least 1 (nodes=1: one machine)"
-        ).said_by(RUN)
-    return nodes
+    def check(self, spec: Mapping[str, Any]) -> None:
+        """The claim of a run on one machine, whose launcher makes it: checked now, its
+        errors said by ``dra.run``."""
+        claim = self._session.build(spec, "", REQUEST_KEYS, RUN)  # its keywords, as dra.run's
+        self._session.check_possible(spec, claim, RUN)
+
+    def build(self, spec: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The spec of each pod's claim of a Job."""
+        claim = self._session.build(spec, "", RUN_KEYS)
+        self._session.check_possible(spec, claim, RUN)
+        spec_of: Mapping[str, Any] = claim["spec"]
+        return spec_of
+
+    def request(self, spec: Mapping[str, Any]) -> Claim:
+        """A bare pod's claim, made now as ``dra.request`` makes one (its environment is
+        the pod's, not this process's)."""
+        return self._session.request(apply_env=False, **spec)

@@ -14,10 +14,10 @@ import time
 from typing import Any, TextIO
 
 from dra_jupyter.api import Session
+from dra_jupyter.backends import ledger_backend
 from dra_jupyter.cli.command import Runner, Subparsers
 from dra_jupyter.cli.local import _session
 from dra_jupyter.errors import InvalidInputError
-from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.local.watcher import HealthWatcher, lock_for
 from dra_jupyter.types import HealthEvent
 
@@ -90,10 +90,10 @@ def _row(e: HealthEvent) -> list[str]:
 
 
 def _watch(args: argparse.Namespace, session: Session, out: TextIO) -> int:
-    backend = session.backend
-    if not isinstance(backend, LocalBackend):
+    backend = ledger_backend(session.backend)
+    if backend is None:
         raise InvalidInputError(
-            f"health --watch: {backend.capabilities.where} watches its devices itself (the "
+            f"health --watch: {session.backend.capabilities.where} watches its devices itself (the "
             "service runs the machine's watcher); --watch is for the embedded ledger "
             "(DRA_JUPYTER_BACKEND=local)"
         )

@@ -1,4 +1,4 @@
-"""What the cluster operations (:mod:`.cluster`, :mod:`.run`, :mod:`.reserve`) read of the
+"""What the cluster operations (:mod:`.cluster`, :mod:`.runs`, :mod:`.reserve`) read of the
 Kubernetes backend: its API client, namespace, owner and settings, the cluster's slices and
 who holds devices. A protocol, so that they sit below :mod:`.backend`, which they serve."""
 

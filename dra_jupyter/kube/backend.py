@@ -136,8 +136,8 @@ class KubernetesBackend:
 
     @property
     def cluster(self) -> KubeCluster:
-        """What only a cluster does: ``reserve`` and ``dra.run``'s pods (:mod:`.cluster`);
-        made on each use (it holds nothing but this backend, which does not hold it)."""
+        """What only a cluster does: ``reserve`` (:mod:`.cluster`); made on each use (it
+        holds nothing but this backend, which does not hold it)."""
         return KubeCluster(self)
 
     @property

@@ -1,5 +1,8 @@
 """Background runs on one machine: their book in the ledger (the ``runs`` table, schema 5),
-their log files next to it, and :class:`LocalRun`, what ``dra.run`` returns there.
+their log files next to it, :class:`LocalRun`, what ``dra.run`` returns there, and
+:class:`LocalRuns`, the runs facet of the local backend and of the service: a run is
+planned first (its command, :mod:`.runcommand`, its keywords and its claim checked, nothing
+made), then recorded and started.
 
 A run is a launcher process, ``python -m dra_jupyter.runner NAME`` (:mod:`dra_jupyter.runner`),
 started in a session of its own, so that neither a kernel's restart, its interrupt nor its
@@ -32,21 +35,33 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, Literal, overload
 
 from dra_jupyter.claimspec import RUN
+from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.errors import (
     InvalidInputError,
     LedgerError,
     NotFoundError,
     UnavailableError,
     outcome_of,
+    said_by,
     shown,
 )
 from dra_jupyter.local.ledger import Ledger
-from dra_jupyter.types import Owner, claim_prefix, process_start_time
-from dra_jupyter.types.runs import ENDED, Phase, RunProcess, RunStatus, wait_for_end
+from dra_jupyter.local.runcommand import local_argv
+from dra_jupyter.types import Capabilities, Owner, claim_prefix, process_start_time
+from dra_jupyter.types.runs import (
+    ENDED,
+    Phase,
+    RunClaims,
+    RunProcess,
+    RunRequest,
+    RunStatus,
+    wait_for_end,
+)
 
 LOG_DIR = "runs"  # next to the ledger: runs/USER/NAME.log (a folder per user: a ledger
 # that several users share has their runs side by side, each folder only its user's)
@@ -401,20 +416,90 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
 
 
+@dataclass(frozen=True)
+class LocalPlan:
+    """A run on this machine, checked (:meth:`LocalRuns.plan`): what its launcher is given
+    (``argv``, the claim's keywords, ``timeout``, ``lease``), its name (empty: the next
+    ``USER-run-N``), and whether ``dra.run`` follows it until it ends."""
+
+    spec: Mapping[str, Any]
+    name: str = ""
+    wait: bool = False
+
+
 class LocalRuns:
-    """The runs of one user on this machine: start one, find one, list them."""
+    """The runs of one user on this machine (the local backend's, or the service's: a
+    launcher process of the user holds each run's claim): plan one, start it, find one,
+    list them (:class:`dra_jupyter.types.runs.Runs`)."""
 
     def __init__(
         self,
-        book: RunBook,
+        book: Callable[[], RunBook],
         user: str,
         release: Callable[[str], object],
         runner_env: Mapping[str, str],
+        capabilities: Capabilities,
     ) -> None:
-        self.book = book
+        self._open_book = book  # on first use: a run refused by its plan opens no ledger
         self.user = user
         self._release = release
         self._env = dict(runner_env)
+        self._caps = capabilities
+
+    @cached_property
+    def book(self) -> RunBook:
+        return self._open_book()
+
+    def plan(self, request: RunRequest, claims: RunClaims) -> LocalPlan:
+        """``dra.run`` on one machine: everything is checked (the command, the keywords,
+        that the claim could ever be met) before the run is recorded and started."""
+        where = self._caps.where
+        if request.same_nodes:
+            raise request.same_nodes_refused(f"{where} runs one process: leave it out")
+        nodes = 1 if request.nodes is None else _nodes(request.nodes)
+        if request.retries:
+            raise InvalidInputError(
+                f"retries= applies to Jobs on Kubernetes; on {where} a run is one process: "
+                "leave it out"
+            ).said_by(RUN)
+        if nodes > 1:
+            raise InvalidInputError(
+                f"nodes={nodes} spreads a run over several machines, which needs the "
+                f"Kubernetes backend; {where} runs one process: use nodes=1"
+            ).said_by(RUN)
+        pod = {
+            "image": request.image,
+            "start_timeout": request.start_timeout is not ...,  # any value given: refused
+            "node_selector": request.node_selector,
+            "queue": request.queue,
+        }
+        for key, value in pod.items():
+            if value:
+                raise InvalidInputError(
+                    f"{key}= applies to pods on Kubernetes; on {where} the command runs as "
+                    "your own process: leave it out"
+                ).said_by(RUN)
+        with said_by(RUN):
+            argv = local_argv(request.command)
+        parse_timeout(request.timeout)
+        if parse_lease(request.lease) is not None and not self._caps.leases:
+            raise InvalidInputError(f"lease= does not apply on {where}").said_by(RUN)
+        claims.check(request.claim)
+        spec = {
+            "argv": argv,
+            "claim": dict(request.claim),
+            "timeout": request.timeout,
+            "lease": request.lease,
+        }
+        return LocalPlan(spec, request.name or "", request.wait)
+
+    def start(self, plan: LocalPlan) -> LocalRun:
+        """Start the planned run (:meth:`launch`); with ``wait``, its log followed until it
+        ends."""
+        run = self.launch({**plan.spec, "cwd": str(Path.cwd())}, plan.name)
+        if plan.wait:
+            run.logs(follow=True)
+        return run
 
     def run(self, name: str) -> LocalRun:
         row = self.book.row(name)
@@ -430,7 +515,7 @@ class LocalRuns:
             (user, LocalRun(self.book, name, self._release)) for name, user in self.book.owners()
         ]
 
-    def start(self, spec: Mapping[str, Any], name: str = "") -> LocalRun:
+    def launch(self, spec: Mapping[str, Any], name: str = "") -> LocalRun:
         """Record the run, start its launcher, and return once the launcher has its devices
         or waits in line for them (at most :data:`START_WAIT_S`). A request refused at once
         (busy with ``timeout=0``, over a limit) is raised here, as ``dra.request`` raises it;
@@ -472,3 +557,13 @@ class LocalRuns:
                 break
             time.sleep(POLL_S / 2)
         return run
+
+
+def _nodes(nodes: object) -> int:
+    """``nodes=``: a whole number of at least 1 (machines, or pods on a cluster)."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise InvalidInputError(
+            f"nodes={shown(nodes)} is not a number of machines; use a whole number of at "
+            "least 1 (nodes=1: one machine)"
+        ).said_by(RUN)
+    return nodes

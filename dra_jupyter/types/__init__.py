@@ -1,7 +1,8 @@
 """The types every backend and every surface shares: who holds a claim (:mod:`.owner`:
 Owner and the labels), a claim as the API sees it and its place in line (:mod:`.records`:
 ClaimRecord, Waiting, Waiter), what a backend offers and what only a cluster backend does
-(:mod:`.backend`: Backend, Capabilities, ClusterOps), and a run with its status (:mod:`.runs`).
+(:mod:`.backend`: Backend, Capabilities, ClusterOps), and ``dra.run`` on every backend: its
+request, a backend's runs, a run with its status (:mod:`.runs`).
 
 Both backends (:mod:`dra_jupyter.local`, :mod:`dra_jupyter.kube`) import this package and
 neither imports the other; :mod:`dra_jupyter.api` holds a :class:`Backend` and asks its
@@ -14,14 +15,11 @@ from dra_jupyter.types.backend import (
     Backend,
     Capabilities,
     ClusterOps,
-    Command,
     DeviceTaint,
     HealthEvent,
     HealthRecord,
-    HeldClaim,
     OnWait,
     Reclaiming,
-    RunPlan,
     Select,
     Sweep,
     Tainting,
@@ -51,6 +49,7 @@ from dra_jupyter.types.records import (
     Waiting,
     run_of,
 )
+from dra_jupyter.types.runs import Command, HeldClaim
 
 __all__ = [
     "KERNEL_LABEL",
@@ -74,7 +73,6 @@ __all__ = [
     "Owner",
     "ReclaimNotice",
     "Reclaiming",
-    "RunPlan",
     "Select",
     "Sweep",
     "Tainting",

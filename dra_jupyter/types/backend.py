@@ -1,20 +1,20 @@
 """What a backend offers (:class:`Backend`, :class:`Capabilities` and its optional facets:
 accounting, health, taints, reclaim), and what only a cluster backend does
-(:class:`ClusterOps`: ``reserve``, ``dra.run``'s pods)."""
+(:class:`ClusterOps`: ``reserve``). Its runs are a facet of their own, every backend's
+(:class:`dra_jupyter.types.runs.Runs`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dra_jupyter.accounting.book import Book
 from dra_jupyter.model.objects import Wire
-from dra_jupyter.types import runs as runstatus
 
 if TYPE_CHECKING:  # annotations only: importing the API loads no metrics module
-    from dra_jupyter.allocator import Allocator, Explanation
+    from dra_jupyter.allocator import Allocator
     from dra_jupyter.inventory.base import Inventory
     from dra_jupyter.metrics.activity import GpuReport
     from dra_jupyter.metrics.base import MetricsSource
@@ -23,96 +23,17 @@ if TYPE_CHECKING:  # annotations only: importing the API loads no metrics module
 from dra_jupyter.types.owner import Owner
 from dra_jupyter.types.records import ClaimRecord, Ended, ReclaimNotice, Waiter, Waiting
 
-# --- work on a cluster ---------------------------------------------------------------------
-
-# What ``dra.run`` runs: a string under ``sh -c``, a list as it is, a function as ``python
-# -c`` (its source, then a call), None: the image's own command.
-Command = str | Sequence[str] | Callable[[], Any] | None
-
-
-class HeldClaim(Protocol):
-    """A claim that a run holds, as the run sees it (:class:`dra_jupyter.api.Claim` is one):
-    its name and state, why it could not be met, and its release."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def state(self) -> str: ...
-
-    def explain(self) -> Explanation: ...
-
-    def release(self) -> bool: ...
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """A ``dra.run`` pod before its claim exists: what it runs and from which image, what
-    it is called (None: after its claim) and where it may go. Made by
-    :meth:`ClusterOps.plan_run`, which refuses what could not start, so that no claim is
-    made for it."""
-
-    argv: list[str]
-    image: str
-    name: str | None = None
-    node_selector: Mapping[str, str] | None = None
+# --- what only a cluster does --------------------------------------------------------------
 
 
 class ClusterOps(Protocol):
     """What a cluster backend does beyond the :class:`Backend` every kind has
-    (``backend.cluster``): allocate a made claim now, and run work in pods that use one."""
+    (``backend.cluster``): allocate a made claim now. Its runs are a facet every backend
+    has (:class:`~dra_jupyter.types.runs.Runs`, :func:`dra_jupyter.backends.open_runs`)."""
 
     def reserve(self, record: ClaimRecord) -> ClaimRecord:
         """Allocate a made claim now with our allocator (``dra.request(reserve=True)``); the
         claim is deleted if that fails."""
-
-    def plan_run(
-        self,
-        command: Command,
-        *,
-        image: str | None,
-        name: str | None = None,
-        node_selector: Mapping[str, str] | None = None,
-    ) -> RunPlan:
-        """The pod of ``dra.run``, checked before its claim is made (InvalidInputError for a
-        command that cannot be run, or no image: ``image``, else the notebook pod's own)."""
-
-    def launch(
-        self,
-        plan: RunPlan,
-        claim: HeldClaim,
-        *,
-        timeout: float,
-        start_timeout: float | None,
-    ) -> runstatus.Run:
-        """Start ``plan``'s pod with ``claim``, wait up to ``timeout`` for it to be placed and
-        up to ``start_timeout`` for it to start, then follow its logs until it ends. The
-        claim is released when the pod cannot be placed, on an interrupt, and on any error
-        before the run is returned (the pod deleted first, where it was made)."""
-
-    def submit(
-        self,
-        plan: RunPlan,
-        claim_spec: Mapping[str, Any],
-        *,
-        nodes: int = 1,
-        queue: str = "",
-        lease: float | None = None,
-        retries: int = 0,
-        same_nodes: Sequence[str] = (),
-        follow: float | None = None,
-    ) -> runstatus.Run:
-        """Start ``plan`` as a Job of ``nodes`` pods, each with a claim of ``claim_spec``,
-        all on nodes that share the value of each label key of ``same_nodes``;
-        returns at once, or with ``follow`` (seconds to wait for every pod to be placed)
-        once it ended, its logs followed on the way (AllocationError with the scheduler's
-        reason when it was not placed in time; cancelled then, and on an interrupt).
-        Refused in one line, with nothing made, for ``nodes`` below 1 or a ``queue`` the
-        cluster does not have."""
-
-    def runs(self) -> Sequence[runstatus.Run]:
-        """The user's runs, Jobs and bare pods, found by their labels (from any process),
-        oldest first."""
 
 
 # --- backends ------------------------------------------------------------------------------
@@ -317,8 +238,8 @@ class Backend(Protocol):
 
     @property
     def cluster(self) -> ClusterOps | None:
-        """What only a cluster does (claims allocated now by our allocator, work in pods
-        that use a claim); None where the devices are one machine's (local, service)."""
+        """What only a cluster does (claims allocated now by our allocator); None where the
+        devices are one machine's (local, service)."""
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """The devices (read again from their source with ``refresh``)."""

@@ -1,13 +1,12 @@
-"""What ``dra.run`` returns on every backend: a :class:`Run` and its :class:`RunStatus`.
+"""What ``dra.run`` is on every backend: the request (:class:`RunRequest`), each backend's
+runs (:class:`Runs`: a run planned, then started; found and listed), and what it returns,
+a :class:`Run` and its :class:`RunStatus`.
 
 One shape for a background run on one machine (:mod:`dra_jupyter.local.runs`: a process of
-the user, its claim held by the run's own launcher) and for a Job on a cluster
-(:mod:`dra_jupyter.kube`): a notebook, the magics and the lab panel read a run the same way
-wherever it runs. A status is a value read at one moment (frozen): ask ``run.status`` again
-for the state now.
-
-The module is named for the status, not ``runs``: a module ``dra_jupyter.runs`` would be
-bound on the package when imported and hide the function ``dra.runs()``.
+the user, its claim held by the run's own launcher) and for pods, Jobs and JobSets on a
+cluster (:mod:`dra_jupyter.kube.runs`): a notebook, the magics and the lab panel read a run
+the same way wherever it runs. A status is a value read at one moment (frozen): ask
+``run.status`` again for the state now.
 """
 
 from __future__ import annotations
@@ -15,9 +14,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, overload, runtime_checkable
+from types import EllipsisType
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from dra_jupyter.durations import parse_duration
+from dra_jupyter.errors import InvalidInputError, shown
+
+if TYPE_CHECKING:  # annotations only
+    from dra_jupyter.allocator import Explanation
+
+# What ``dra.run`` runs: a string under ``sh -c``, a list as it is, a function as ``python
+# -c`` (its source, then a call), None: the image's own command.
+Command = str | Sequence[str] | Callable[[], Any] | None
+
+START_TIMEOUT = "5m"  # dra.run's start_timeout where not given: a pod's time to start
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
 PHASES: tuple[Phase, ...] = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
@@ -163,13 +173,88 @@ class Run(Protocol):
         ``Running``: ``status.done`` is False); the run goes on."""
 
 
-class Runs(Protocol):
-    """Where a session's runs are started, found and listed on one machine (the book in the
-    user's ledger: :mod:`dra_jupyter.local.runs`); a cluster lists its own."""
+@dataclass(frozen=True)
+class RunRequest:
+    """``dra.run``'s keywords, read once whatever the backend
+    (:meth:`dra_jupyter.api.runs.Launcher.run`): the command as given, the claim's keywords
+    (``gpu=``, ``memory=``, ``same=`` ...: none unknown), ``same=`` split into device
+    attributes and node label keys, and the run's own keywords as given, which each
+    backend's :meth:`Runs.plan` reads (or refuses) in its own terms.
+    ``start_timeout``: ``...`` when not given (:data:`START_TIMEOUT` on a cluster)."""
 
-    def start(self, spec: Mapping[str, Any], name: str = "") -> Run:
-        """Start a run of ``spec`` (``argv``, ``claim`` keywords, ``timeout``, ``lease``,
-        ``cwd``); the request's own error when it is refused at once."""
+    command: Command
+    claim: Mapping[str, Any] = field(default_factory=dict)
+    same_devices: tuple[str, ...] = ()
+    same_nodes: tuple[str, ...] = ()
+    image: str | None = None
+    name: str | None = None
+    timeout: str | float | None = "5m"
+    start_timeout: str | float | EllipsisType | None = ...
+    node_selector: Mapping[str, str] | None = None
+    nodes: int | None = None
+    queue: str | None = None
+    lease: str | float | None = None
+    retries: int = 0
+    wait: bool = False
+
+    def same_nodes_refused(self, why: str) -> InvalidInputError:
+        """The refusal of ``same=`` naming node labels where the run has no pods to keep
+        together; ``why``: the backend's words."""
+        return InvalidInputError(
+            f"same={shown(self.claim['same'])} keeps the pods of a multi-node run on nodes "
+            f"that share {', '.join(self.same_nodes)}; {why}"
+        ).said_by("dra.run")
+
+
+class HeldClaim(Protocol):
+    """A claim that a run holds, as the run sees it (:class:`dra_jupyter.api.Claim` is one):
+    its name and state, why it could not be met, and its release."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    def explain(self) -> Explanation: ...
+
+    def release(self) -> bool: ...
+
+
+class RunClaims(Protocol):
+    """What a backend's runs ask of the session that starts them (its labels, its devices'
+    classes, ``dra.request``'s rules): a run's claim checked, built or made."""
+
+    def check(self, spec: Mapping[str, Any]) -> None:
+        """Refuse the claim of the keywords ``spec`` now, in one line, where it is wrong or
+        could never be met (a run on one machine, whose launcher makes it)."""
+
+    def build(self, spec: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The ``spec`` of the claim of the keywords ``spec``, checked that it could ever be
+        met (the template of each pod's claim in a Job)."""
+
+    def request(self, spec: Mapping[str, Any]) -> HeldClaim:
+        """The claim of the keywords ``spec``, made now as ``dra.request`` makes it (a bare
+        pod's)."""
+
+
+PlanT = TypeVar("PlanT")
+
+
+class Runs(Protocol[PlanT]):
+    """A backend's runs, its facet for ``dra.run`` (every backend has one, opened by
+    :func:`dra_jupyter.backends.open_runs`): a run is planned, which refuses in one line what
+    this backend cannot do before anything is made, then started; and the user's runs are
+    found and listed (also those started from another kernel)."""
+
+    def plan(self, request: RunRequest, claims: RunClaims) -> PlanT:
+        """``request`` checked and made ready to start here (InvalidInputError,
+        NeverPossibleError, ... in one line, with nothing made); ``claims``: how its claim is
+        checked, built or made."""
+
+    def start(self, plan: PlanT) -> Run:
+        """Start the planned run; returned at once, or, where it asked ``wait=True``, followed
+        until it ends."""
 
     def run(self, name: str) -> Run:
         """The user's run ``name`` (NotFoundError when there is none)."""
@@ -178,8 +263,8 @@ class Runs(Protocol):
         """The user's runs, oldest first."""
 
     def every_users(self) -> Sequence[tuple[str, Run]]:
-        """Every user's runs in the book, each with its user, oldest first (what an admin
-        sees in the lab panel)."""
+        """Every user's runs that this backend shows, each with its user, oldest first (what
+        an admin sees in the lab panel; a cluster: the user's own)."""
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.api import Session
+from dra_jupyter.backends import open_runs
 from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.connect import api_client, to_wire
@@ -385,12 +386,10 @@ def test_a_two_node_run_reports_ranks_logs_devices_and_is_found_again(
         assert service["metadata"]["ownerReferences"][0]["kind"] == "Job"
         # a new session (a new kernel) finds the run by its labels
         again = session(kubeconfig, namespace, image=IMAGE)
-        assert again.backend.cluster is not None
-        assert [r.name for r in again.backend.cluster.runs()] == ["ranks"]
+        assert [r.name for r in open_runs(again.settings, again.backend).runs()] == ["ranks"]
         assert [r.name for r in again.runs()] == ["ranks"]  # dra.runs()
         bob = session(kubeconfig, namespace, user="bob", image=IMAGE)
-        assert bob.backend.cluster is not None
-        assert bob.backend.cluster.runs() == []
+        assert open_runs(bob.settings, bob.backend).runs() == []
 
 
 def test_logs_are_streamed_with_ranks_while_the_run_runs(
@@ -500,8 +499,7 @@ def test_cancel_deletes_the_job_its_pods_claims_service_and_template(
                 )
 
             wait_for("the run's objects to be deleted", gone)
-            assert alice.backend.cluster is not None
-            assert alice.backend.cluster.runs() == []
+            assert open_runs(alice.settings, alice.backend).runs() == []
     finally:
         rbac = client.RbacAuthorizationV1Api(api)
         for kind, name in cluster_wide:

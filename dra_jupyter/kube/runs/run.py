@@ -1,13 +1,14 @@
 """``dra.run(...)``: work in a Pod that uses a claim of this session.
 
 The pod is planned first (:func:`plan`: its command and image, refused before any claim is
-made), then the session makes the claim (``dra.request`` rules, refused at once when it
-could never be met) and :func:`launch` a Pod with ``spec.resourceClaims`` and the
-container's ``resources.claims``. We wait for kube-scheduler to place it (its reason on
-stderr while it cannot; at the deadline its reason and our own ``explain`` against the
-cluster's slices), report the devices the claim got, then wait for the node to start the
-container and stream its logs until it ends. The claim is released when the pod ends, when
-it cannot be placed, and on an interrupt (the pod deleted).
+made; :mod:`.facet` plans and starts every run), then the session makes the claim
+(``dra.request`` rules, refused at once when it could never be met) and :func:`launch` a
+Pod with ``spec.resourceClaims`` and the container's ``resources.claims``. We wait for
+kube-scheduler to place it (its reason on stderr while it cannot; at the deadline its
+reason and our own ``explain`` against the cluster's slices), report the devices the claim
+got, then wait for the node to start the container and stream its logs until it ends. The
+claim is released when the pod ends, when it cannot be placed, and on an interrupt (the
+pod deleted).
 
 Placed but not started within ``start_timeout`` (a node still pulling the image, or a
 simulated node without a kubelet), :func:`launch` returns a :class:`Run` in the state
@@ -24,6 +25,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 import urllib3
@@ -37,12 +39,24 @@ from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.pods import PodLauncher, workload_pod
 from dra_jupyter.kube.runs.jobs import COMPONENT_LABEL, POD_COMPONENT
 from dra_jupyter.kube.runs.podrun import WAITING, PodRun, delete_pod
-from dra_jupyter.types import Command, HeldClaim, RunPlan, label_value
+from dra_jupyter.types import Command, HeldClaim, label_value
 
 if TYPE_CHECKING:
     from dra_jupyter.kube.access import ClusterAccess
 
 Run = PodRun  # what dra.run returns for a bare pod
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a ``dra.run`` pod runs before its claim exists: its command and image, what it
+    is called (None: after its claim; a Job's: generated) and where it may go. Made by
+    :func:`plan`, which refuses what could not start, so that no claim is made for it."""
+
+    argv: list[str]
+    image: str
+    name: str | None = None
+    node_selector: Mapping[str, str] | None = None
 
 
 def pod_command(command: Command) -> list[str]:
@@ -89,7 +103,7 @@ def plan(
     image: str | None,
     name: str | None = None,
     node_selector: Mapping[str, str] | None = None,
-) -> RunPlan:
+) -> Workload:
     """The pod of ``command``, or InvalidInputError before any claim is made: a command that
     cannot be run, or no image (``image``, else the notebook pod's own)."""
     argv = pod_command(command)
@@ -99,12 +113,12 @@ def plan(
             "no image for the pod; pass image='...' or set DRA_JUPYTER_IMAGE "
             "(in a notebook pod, its own image is the default)"
         ).said_by(RUN)
-    return RunPlan(argv, image, name, dict(node_selector) if node_selector else None)
+    return Workload(argv, image, name, dict(node_selector) if node_selector else None)
 
 
 def launch(
     backend: ClusterAccess,
-    plan: RunPlan,
+    plan: Workload,
     claim: HeldClaim,
     *,
     timeout: float,
