@@ -188,7 +188,7 @@ export interface Restart {
   claims: Claim[];
 }
 
-/** A run as it was when read (dra_jupyter.runstatus.RunStatus), the same on every backend */
+/** A run as it was when read (dra_jupyter.types.runs.RunStatus), the same on every backend */
 export interface Run {
   name: string;
   user: string;
