@@ -339,7 +339,12 @@ class PodRunner:
                         "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
                     }
                 }
-                self.core.patch_node_status(name, patch)
+                try:
+                    self.core.patch_node_status(name, patch)
+                except ApiException as error:
+                    if error.status != 404:
+                        raise
+                    names.discard(name)  # deleted since the list (a test unpublished it)
         self._nodes = names
         self._nodes_read = time.monotonic()
 
