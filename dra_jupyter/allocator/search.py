@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
 
+from dra_jupyter.allocator.bounds import room
 from dra_jupyter.allocator.capacity import CapacityProblem, Consumed, consumed_capacity, fits
 from dra_jupyter.allocator.constraints import (
     ConstraintState,
@@ -385,7 +386,39 @@ class Search:
         and enough unused values for ``distinctAttribute``. It only cuts branches without
         a solution, so it never changes which solution is found first.
         """
-        return all(self._bound_constraint(state, ci, ri) for state in self.constraints[ci])
+        return self._bound_counters(ci, ri) and all(
+            self._bound_constraint(state, ci, ri) for state in self.constraints[ci]
+        )
+
+    def _bound_counters(self, ci: int, ri: int) -> bool:
+        """Whether the counters left could hold the devices requests ``ri`` onwards still
+        need (:mod:`~dra_jupyter.allocator.bounds`); True where no bound applies."""
+        claim = self.claims[ci]
+        need = 0
+        devices: dict[DeviceID, Candidate] = {}
+        for rj in range(ri, len(claim.requests)):
+            alts = [self.data[(ci, rj, s)] for s in range(len(claim.requests[rj].alternatives))]
+            for rd in alts:
+                if rd.all_devices is not None or rd.request.admin_access:
+                    return True
+                for cand in rd.candidates:
+                    if cand.error is not None or cand.device.allow_multiple_allocations:
+                        return True  # upstream may reach the error; a shared device serves many
+                    if cand.id not in devices and not self.in_use(cand.id):
+                        devices[cand.id] = cand
+            need += min(rd.num_devices for rd in alts)
+        if need == 0 or len(self.results[ci]) + need > MAX_RESULTS_PER_CLAIM:
+            return True  # nothing to bound, or upstream's own error about the size comes first
+        if len(devices) < need:
+            return False
+        return (
+            room(
+                ((c.id, c.device, c.pool) for c in devices.values()),
+                self._available,
+                self.consumed_counters,
+            )
+            >= need
+        )
 
     def _bound_constraint(self, state: ConstraintState, ci: int, ri: int) -> bool:
         """The bound of one constraint (True when it cannot rule the branch out)."""

@@ -176,12 +176,9 @@ def test_a_user_has_one_costly_request_worked_out_at_a_time(users: dict[str, Use
         assert spent["error"]["type"] == "TooCostlyError"
 
 
-def test_a_wide_search_is_worked_out_off_the_loop_too(users: dict[str, User]) -> None:
-    """Cheap selectors, but a search the loop gives up on (20 MIG slices on one PCIe root of
-    an H200 MIG machine: thousands of steps): worked out off the loop, with the full search,
-    and answered as on the embedded backend (it can never be met)."""
-    alice = users["alice"]
-    wide = {
+def mig_claim(requests: int, constraint: dict[str, str]) -> dict[str, Any]:
+    """``requests`` requests of one MIG slice each, under one constraint."""
+    return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"namespace": "default"},
@@ -189,13 +186,23 @@ def test_a_wide_search_is_worked_out_off_the_loop_too(users: dict[str, User]) ->
             "devices": {
                 "requests": [
                     {"name": f"r{i}", "exactly": {"deviceClassName": "mig.nvidia.com"}}
-                    for i in range(20)
+                    for i in range(requests)
                 ],
-                "constraints": [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}],
+                "constraints": [constraint],
             }
         },
     }
-    with service(admin_policy(users), inventory="h200-mig") as svc:
+
+
+def test_a_wide_search_is_worked_out_off_the_loop_too(users: dict[str, User]) -> None:
+    """Cheap selectors, but a search the loop gives up on (five MIG slices of five profiles
+    on one H200: thousands of steps, no bound cuts them): worked out off the loop, with the
+    full search, and answered as on the embedded backend (it can never be met). The budget
+    is ample: whether the search fits the default one depends on the machine's speed (a
+    slower CI machine once spent it), and the budget has tests of its own above."""
+    alice = users["alice"]
+    wide = mig_claim(5, {"distinctAttribute": "gpu.nvidia.com/profile"})
+    with service(admin_policy(users, "request_cpu = 120\n"), inventory="h200-mig") as svc:
 
         def both() -> list[dict[str, Any]]:
             return [
@@ -210,3 +217,27 @@ def test_a_wide_search_is_worked_out_off_the_loop_too(users: dict[str, User]) ->
         assert explained["ok"] is True and explained["result"]["satisfiable"] is False
         assert "gave up" not in str(explained["result"])  # the full search, not the loop's
         assert svc.log.read_text().count("worked out off the loop") >= 1
+
+
+def test_more_mig_slices_than_fit_are_refused_on_the_loop(users: dict[str, User]) -> None:
+    """Twenty MIG slices on one PCIe root of an H200 (seven fit): the counters' bound of the
+    search says so at once, so the loop answers (never possible) with no job and no budget
+    spent. Before the bound it took the search seconds of CPU, near the default budget of
+    5 s: on a slower machine the answer was TooCostlyError."""
+    alice = users["alice"]
+    wide = mig_claim(20, {"matchAttribute": "resource.kubernetes.io/pcieRoot"})
+    with service(admin_policy(users), inventory="h200-mig") as svc:
+
+        def both() -> list[dict[str, Any]]:
+            return [
+                ask(svc.socket, "request", {"claim": wide, "timeout": 0}),
+                ask(svc.socket, "explain", {"claim": wide}),
+            ]
+
+        answer = run_as(alice, svc.env(), both)
+        assert "ok" in answer, answer
+        request, explained = answer["ok"]
+        assert request["error"]["type"] == "NeverPossibleError", request
+        assert explained["ok"] is True and explained["result"]["satisfiable"] is False
+        assert "gave up" not in str(explained["result"])
+        assert "worked out off the loop" not in svc.log.read_text()
