@@ -23,7 +23,7 @@ SIMULATED_LABEL = "dra-jupyter/simulated"
 INVENTORY_LABEL = "dra-jupyter/inventory"
 # What a simulated node offers pods besides its devices (an HGX host's order of magnitude).
 NODE_CAPACITY = {"cpu": "96", "memory": "2Ti", "pods": "110", "ephemeral-storage": "1Ti"}
-MAX_NODES = 500
+MAX_NODES = 5000  # the node count Kubernetes is tested at (its scalability envelope)
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,7 @@ def test_missing_credentials_are_one_line(tmp_path: Path) -> None:
     [
         (["--inventory", "nvml"], "give a simulated inventory or a file"),
         (["--inventory", "h200-9x"], "inventory 'h200-9x' is not known"),
-        (["--inventory", "h200-8x", "--nodes", "0"], "--nodes must be between 1 and 500"),
+        (["--inventory", "h200-8x", "--nodes", "0"], "--nodes must be between 1 and 5000"),
     ],
 )
 @pytest.mark.pure

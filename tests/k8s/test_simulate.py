@@ -55,10 +55,21 @@ def test_a_single_node_keeps_the_inventory_as_it_is() -> None:
     assert list(cluster.device_classes) == list(inventory.device_classes)
 
 
+def test_a_hub_sized_cluster_is_simulated() -> None:
+    """A thousand nodes of 8 H200s (issue 38 measures at that size; the cap was 500)."""
+    cluster = simulate(simulated.load("h200-8x"), 1000)
+    names = cluster.node_names
+    assert len(names) == len(set(names)) == 1000
+    assert names[0] == "gpu-node-1" and names[-1] == "gpu-node-1000"
+    assert len({s["metadata"]["name"] for s in cluster.slices}) == len(cluster.slices) >= 1000
+    assert {s["spec"]["nodeName"] for s in cluster.slices} == set(names)
+
+
 @pytest.mark.parametrize(
     ("nodes", "slices", "message"),
     [
-        (0, None, "--nodes must be between 1 and 500, not 0"),
+        (0, None, "--nodes must be between 1 and 5000, not 0"),
+        (5001, None, "--nodes must be between 1 and 5000, not 5001"),
         (2, "two-nodes", "already spans 2 nodes (a, b); --nodes repeats a one-node inventory"),
         (1, "no-node", "has no node-local ResourceSlice"),
     ],
