@@ -418,14 +418,55 @@ def test_bad_timeout_holds_nothing() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv",
-    [("request",), ("request", "gpu=1", "-o", "yaml"), ("claims", "--bogus"), ("nonsense",)],
-    ids=["no KEY=VALUE", "bad output", "unknown flag", "unknown command"],
+    ("argv", "line"),
+    [
+        (
+            ("request",),
+            "error: dra-jupyter request: missing KEY=VALUE; see 'dra-jupyter request --help'",
+        ),
+        (
+            ("request", "gpu=1", "-o", "yaml"),
+            "error: dra-jupyter request: -o/--output 'yaml' is not one of text, json; "
+            "see 'dra-jupyter request --help'",
+        ),
+        (
+            ("claims", "--bogus"),
+            "error: dra-jupyter claims: no option --bogus; see 'dra-jupyter claims --help'",
+        ),
+        (("nonsense",), "error: dra-jupyter: no command 'nonsense'; see 'dra-jupyter --help'"),
+        (
+            ("reqest", "gpu=1"),
+            "error: dra-jupyter: no command 'reqest'; did you mean 'request'? "
+            "(see 'dra-jupyter --help')",
+        ),
+        (
+            ("allocate",),
+            "error: dra-jupyter allocate: missing -f/--filename; see 'dra-jupyter allocate --help'",
+        ),
+        (
+            ("allocate", "-f", "x.yaml", "--strategy", "topolgy"),
+            "error: dra-jupyter allocate: --strategy 'topolgy' is not one of first-fit, topology; "
+            "did you mean 'topology'? (see 'dra-jupyter allocate --help')",
+        ),
+    ],
+    ids=[
+        "no KEY=VALUE",
+        "bad output",
+        "unknown flag",
+        "unknown command",
+        "a typo",
+        "no -f",
+        "a choice",
+    ],
 )
-def test_usage_errors_are_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_errors_are_one_line_and_exit_2(
+    argv: tuple[str, ...], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse's refusals as every other error: one line with the fix, not its usage
+    wrapped over three lines and then the problem (issue 42, item 17)."""
     result = run(*argv, capsys=capsys)
     assert result.code == 2
-    assert "usage: dra-jupyter" in result.err
+    assert result.err == line + "\n"
 
 
 # --- flags override the environment ----------------------------------------------------------

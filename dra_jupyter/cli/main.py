@@ -5,16 +5,19 @@ and one line (see :mod:`dra_jupyter.cli`)."""
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from dra_jupyter.cli import demo, doctor, health, kube, local, objects, service, taints
 from dra_jupyter.cli.command import Runner
 from dra_jupyter.errors import (
     EXIT_INTERNAL,
+    EXIT_INVALID,
     EXIT_UNSATISFIABLE,
     DraJupyterError,
     DraJupyterWarning,
@@ -47,8 +50,74 @@ def _show_warning(err: TextIO) -> Callable[..., None]:
     return show
 
 
+class UsageError(Exception):
+    """What argparse refused on the command line, and the command it was given to."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose refusals are raised (as :class:`UsageError`) instead of printed with
+    the usage on several lines; the subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self.prog, message)
+
+
+_CHOICE = re.compile(
+    r"argument (?P<arg>\S+): invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)"
+)
+
+
+def usage_line(error: UsageError) -> str:
+    """One line: what was refused, in words, and where the help is (``dra-jupyter reqest``
+    → ``no command 'reqest'; did you mean 'request'?``)."""
+    message, hint = error.message, f"see '{error.prog} --help'"
+    choice = _CHOICE.fullmatch(message)
+    if choice is not None:
+        value = choice["value"]
+        choices = [c.strip().strip("'") for c in choice["choices"].split(",")]
+        close = difflib.get_close_matches(value, choices, n=1)
+        if choice["arg"] == "command":
+            message = f"no command '{value}'"
+        else:
+            message = f"{choice['arg']} '{value}' is not one of {', '.join(choices)}"
+        if close:
+            hint = f"did you mean '{close[0]}'? ({hint})"
+    elif message.startswith("the following arguments are required: "):
+        message = "missing " + message.removeprefix("the following arguments are required: ")
+    return _line(f"error: {error.prog}: {message}; {hint}")
+
+
+def _of_command(
+    error: UsageError, parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> UsageError:
+    """An unknown option is refused by the top parser, after the command's own: said as the
+    command's, with its closest option (``claims --al`` → ``did you mean --all?``)."""
+    unknown = "unrecognized arguments: "
+    if error.prog != parser.prog or not error.message.startswith(unknown):
+        return error
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    command = next((t for t in tokens if t in COMMANDS), None)
+    if command is None:
+        return error
+    sub = next(
+        a.choices[command]
+        for a in parser._actions  # argparse has no public walk of its parsers
+        if isinstance(a, argparse._SubParsersAction)
+    )
+    options = [o for a in sub._actions for o in a.option_strings]
+    first = error.message.removeprefix(unknown).split()[0]
+    message = f"no option {first}" if first.startswith("-") else error.message
+    close = difflib.get_close_matches(first, options, n=1)
+    return UsageError(sub.prog, message + (f" (did you mean {close[0]}?)" if close else ""))
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dra-jupyter",
         description="Allocate DRA devices (resource.k8s.io/v1) offline, as Kubernetes would.",
     )
@@ -96,8 +165,11 @@ def main(
     parser = _parser()
     try:
         args = parser.parse_args(_dash_values(sys.argv[1:] if argv is None else argv, parser))
-    except SystemExit as exit_:  # argparse printed the usage and the problem
+    except SystemExit as exit_:  # --help, printed
         return int(exit_.code or 0)
+    except UsageError as error:
+        err.write(usage_line(_of_command(error, parser, argv)) + "\n")
+        return EXIT_INVALID
     with warnings.catch_warnings():
         warnings.simplefilter("default", DraJupyterWarning)  # each one once, as one line
         warnings.showwarning = _show_warning(err)
