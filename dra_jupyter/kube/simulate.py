@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -91,13 +92,31 @@ def _rename(text: str, old: str, new: str) -> str:
     return text.replace(old, new) if old in text else f"{new}-{text}"
 
 
+UUID_ATTRIBUTES = ("uuid", "parentUUID")  # a device's own, and a MIG device's GPU's
+
+
+def node_uuid(uuid: str, node: str) -> str:
+    """``uuid`` of a device copied onto ``node``: stable, unique per node, with the same
+    prefix (``GPU-``, ``MIG-``, ``tpu-``), so that two nodes never show the same GPU."""
+    prefix = uuid.split("-", 1)[0]
+    h = hashlib.sha256(f"{node}/{uuid}".encode()).hexdigest()
+    return f"{prefix}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
 def slice_for_node(slice_: Wire, old: str, new: str) -> Wire:
-    """A copy of a node-local slice of node ``old``, published for node ``new``."""
+    """A copy of a node-local slice of node ``old``, published for node ``new``: its
+    devices' UUIDs made anew for that node (:func:`node_uuid`)."""
     out = copy.deepcopy(slice_)
     if old == new:
         return out
     out["metadata"]["name"] = _rename(out["metadata"]["name"], old, new)
     out["spec"]["nodeName"] = new
+    for device in out["spec"].get("devices") or ():
+        attributes = device.get("attributes") or {}
+        for name in UUID_ATTRIBUTES:
+            value = attributes.get(name)
+            if isinstance(value, dict) and isinstance(value.get("string"), str):
+                value["string"] = node_uuid(value["string"], new)
     pool = out["spec"]["pool"]
     pool["name"] = _rename(pool["name"], old, new)
     return out

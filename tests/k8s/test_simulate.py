@@ -65,6 +65,33 @@ def test_a_hub_sized_cluster_is_simulated() -> None:
     assert {s["spec"]["nodeName"] for s in cluster.slices} == set(names)
 
 
+@pytest.mark.parametrize("inventory", ["h200-8x", "h200-mig", "tpu-v5e-8"])
+def test_no_two_nodes_show_the_same_device(inventory: str) -> None:
+    """Each node's devices have UUIDs of their own (issue 42, item 14: gpu-node-1/gpu-0 and
+    gpu-node-2/gpu-0 were both GPU-184c0883-…, so two ranks printed the same
+    CUDA_VISIBLE_DEVICES); the first node keeps the inventory's, and a MIG slice's
+    parentUUID is its GPU's on the same node."""
+    original = simulated.load(inventory)
+    cluster = simulate(original, 3)
+
+    def uuids(slices: Any, attribute: str) -> list[str]:
+        return [
+            d["attributes"][attribute]["string"]
+            for s in slices
+            for d in s["spec"].get("devices") or ()
+            if attribute in d.get("attributes", {})
+        ]
+
+    own = uuids(cluster.slices, "uuid")
+    assert own and len(own) == len(set(own))
+    assert set(uuids(original.slices, "uuid")) <= set(own)
+    by_node: dict[str, set[str]] = {}
+    for s in cluster.slices:
+        by_node.setdefault(s["spec"]["nodeName"], set()).update(uuids([s], "uuid"))
+    for s in cluster.slices:
+        assert set(uuids([s], "parentUUID")) <= by_node[s["spec"]["nodeName"]]
+
+
 @pytest.mark.parametrize(
     ("nodes", "slices", "message"),
     [
