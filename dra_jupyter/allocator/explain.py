@@ -119,20 +119,24 @@ class Explanation:
         return asdict(self)
 
     def summary(self, *, named: bool = True) -> str:
-        """One line per request that failed on the best node: what the CLI prints on stderr.
+        """One line per reason a node refused, nodes with the same reasons in one line: what
+        the CLI prints on stderr.
         ``named=False`` leaves the claim's name out: a claim the user did not name (one
         made to ask whether a request could be met) is only its requests."""
         if self.satisfiable:
             return f"allocatable on node {self.node}"
-        lines = []
+        said: dict[tuple[str, ...], list[str | None]] = {}  # the same reasons: one entry
         for report in self.nodes:
-            where = f"node {report.node}" if report.node else "no node"
-            for reason in report.reasons:
-                lines.append(f"{where}: {reason if named else _CLAIM.sub('', reason, 1)}")
+            reasons = [reason if named else _CLAIM.sub("", reason, 1) for reason in report.reasons]
             for req in report.requests:
-                for reason in req.reasons:
-                    claim = f"claim {req.claim}, " if named else ""
-                    lines.append(f"{where}: {claim}request {req.request}: {reason}")
+                claim = f"claim {req.claim}, " if named else ""
+                reasons += [f"{claim}request {req.request}: {reason}" for reason in req.reasons]
+            said.setdefault(tuple(reasons), []).append(report.node)
+        lines = [
+            f"{_nodes_text(nodes)}: {reason}"
+            for reasons, nodes in said.items()
+            for reason in reasons
+        ]
         return "\n".join(lines) or "no allocation exists"
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
@@ -752,3 +756,18 @@ def _competition(claims: list[ResourceClaim], data: dict[tuple[int, int, int], R
 def _few(names: set[str]) -> str:
     shown = sorted(names)
     return ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
+
+
+NODES_NAMED = 3  # nodes named in one line of a summary; more are counted
+
+
+def _nodes_text(nodes: list[str | None]) -> str:
+    """``node a``, ``nodes a, b and c``, ``1000 nodes (a, b, c and 997 more)``: the nodes
+    whose reasons are the same, said once (a refusal on 1,000 alike nodes is one line)."""
+    names = [n or "(any)" for n in nodes]
+    if len(names) == 1:
+        return f"node {names[0]}" if nodes[0] else "no node"
+    if len(names) <= NODES_NAMED:
+        return f"nodes {', '.join(names[:-1])} and {names[-1]}"
+    more = len(names) - NODES_NAMED
+    return f"{len(names)} nodes ({', '.join(names[:NODES_NAMED])} and {more} more)"

@@ -486,9 +486,9 @@ def test_no_node_fits() -> None:
         funnel(4, 4, 4, 2, 2, 2, 2),
         funnel(4, 4, 4, 4, 4, 4, 4),
     ]
-    assert explanation.summary().splitlines() == [
-        f"node {name}: claim default/c, request req: only 4 devices of class gpu here, 5 needed"
-        for name in ("node-a", "node-b", "node-c")
+    assert explanation.summary().splitlines() == [  # the same reason on each: one line
+        "nodes node-a, node-b and node-c: claim default/c, request req: "
+        "only 4 devices of class gpu here, 5 needed"
     ]
 
 
@@ -778,3 +778,37 @@ def test_all_mode_that_matches_nothing_needs_at_least_one() -> None:
     assert reason == (
         'model="b200" matches none of the 2 GPUs (they are NVIDIA H200), at least one needed'
     )
+
+
+def test_alike_nodes_are_said_once() -> None:
+    """A refusal on nodes that all refuse for the same reasons is one line naming them, not
+    one line per node (issue 42, item 13: N+1 lines on N nodes); a node with reasons of its
+    own keeps its line."""
+    from dra_jupyter.inventory import simulated  # noqa: PLC0415
+    from dra_jupyter.kube.simulate import simulate  # noqa: PLC0415
+
+    def summary(nodes: int, count: int) -> str:
+        cluster = simulate(simulated.load("h200-8x"), nodes)
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"namespace": "default", "name": "big"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpus",
+                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
+                        }
+                    ]
+                }
+            },
+        }
+        allocator = Allocator(list(cluster.slices), list(cluster.device_classes))
+        return allocator.explain([claim]).summary()
+
+    reason = "claim default/big, request gpus: only 8 GPUs here (class gpu.nvidia.com), 9 needed"
+    assert summary(1, 9) == f"node gpu-node-1: {reason}"
+    assert summary(3, 9) == f"nodes gpu-node-1, gpu-node-2 and gpu-node-3: {reason}"
+    named = "gpu-node-1, gpu-node-10, gpu-node-11"  # in the order explain lists the nodes
+    assert summary(40, 9) == f"40 nodes ({named} and 37 more): {reason}"
