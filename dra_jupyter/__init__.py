@@ -36,6 +36,7 @@ from dra_jupyter.errors import (
     SelectorError,
     TooCostlyError,
     UnavailableError,
+    install_script_hook,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from dra_jupyter.types.runs import Run
 
     __version__: str
+
+install_script_hook()  # a script's user error is one line, as in IPython and the CLI
 
 # Names made on first use, so that ``import dra_jupyter`` stays cheap (PEP 562).
 _LAZY = {

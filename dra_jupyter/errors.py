@@ -56,8 +56,9 @@ from __future__ import annotations
 
 import reprlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import TracebackType
 from typing import Any, ClassVar, Protocol, Self
 
 _RED, _RESET = "\x1b[31m", "\x1b[0m"
@@ -360,3 +361,42 @@ __all__ = [
     "TooCostlyError",
     "UnavailableError",
 ]
+
+
+# --- plain scripts -------------------------------------------------------------------------
+
+_PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
+
+
+def _script_line(error: DraJupyterError, tb: TracebackType | None) -> str:
+    """``train.py:12: ClusterError: dra.run: no kubeconfig: …``: the user's line that
+    called us (the innermost frame outside this package), the error's class and its text."""
+    where = ""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not code.co_filename.startswith(_PACKAGE_DIR):
+            where = f"{code.co_filename}:{tb.tb_lineno}: "
+        tb = tb.tb_next
+    return f"{where}{type(error).__name__}: {error}"
+
+
+def _script_hook(
+    previous: Callable[[type[BaseException], BaseException, TracebackType | None], Any],
+) -> Callable[[type[BaseException], BaseException, TracebackType | None], None]:
+    def hook(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
+        if isinstance(error, DraJupyterError) and not sys.flags.dev_mode:
+            sys.stderr.write(_script_line(error, tb) + "\n")
+            return
+        previous(kind, error, tb)
+
+    hook.dra_jupyter = True  # type: ignore[attr-defined]  # installed once
+    return hook
+
+
+def install_script_hook() -> None:
+    """A plain script's uncaught user error (a :class:`DraJupyterError`) ends it with one
+    line, as in IPython and the CLI, not a traceback with the chained causes of the
+    libraries below; ``python -X dev`` shows the traceback. Anything else keeps its
+    traceback. IPython does not use this hook (its ``_render_traceback_`` is above)."""
+    if not getattr(sys.excepthook, "dra_jupyter", False):
+        sys.excepthook = _script_hook(sys.excepthook)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any, Protocol, Self, TypeVar
 
 import urllib3
@@ -48,8 +49,15 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
 
     Close it when done (``with api_client(...) as api:``).
     """
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    no_file = not os.environ.get("KUBECONFIG") and not Path("~/.kube/config").expanduser().exists()
+    if kubeconfig is None and not in_cluster and no_file:
+        raise ClusterError(
+            "no kubeconfig: KUBECONFIG is unset and ~/.kube/config does not exist; set "
+            "KUBECONFIG or DRA_JUPYTER_KUBECONFIG (the CLI: --kubeconfig PATH)"
+        )
     try:
-        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if kubeconfig is None and in_cluster:
             configuration = client.Configuration()
             config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration
@@ -62,8 +70,8 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
     except (config.ConfigException, OSError, ValueError) as error:
         source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise ClusterError(
-            f"no usable Kubernetes credentials in {source}: {_first_line(error)}; pass "
-            "--kubeconfig PATH or set KUBECONFIG"
+            f"no usable Kubernetes credentials in {source}: {_first_line(error)}; fix it, or "
+            "set KUBECONFIG or DRA_JUPYTER_KUBECONFIG (the CLI: --kubeconfig PATH)"
         ) from error
 
 

@@ -139,7 +139,9 @@ def test_missing_credentials_are_one_line(tmp_path: Path) -> None:
     code, _, err = run("--inventory", "h200-8x", "--kubeconfig", str(missing))
     assert code == 3
     assert err.startswith(f"error: no usable Kubernetes credentials in {missing}: ")
-    assert err.endswith("; pass --kubeconfig PATH or set KUBECONFIG\n")
+    assert err.endswith(
+        "; fix it, or set KUBECONFIG or DRA_JUPYTER_KUBECONFIG (the CLI: --kubeconfig PATH)\n"
+    )
 
 
 @pytest.mark.parametrize(
