@@ -45,6 +45,13 @@ from dra_jupyter.service.peer import HOST
 from dra_jupyter.service.work import INLINE_STEPS, Bounded, costly
 from dra_jupyter.types import ClaimRecord, Owner
 
+# The reasons of the releases the service or an admin makes: an admin's, a lease's end, a
+# dead holder's, a failed device's, fair share's and a limit's. A user may not give one for
+# his own release: the usage book would then read as if the service or an admin had.
+SERVICE_REASONS: Final = frozenset(
+    {"admin", "expired", "reclaimed", "device-failed", "fair-share", "limit"}
+)
+
 if TYPE_CHECKING:
     from dra_jupyter.service.gpus import GpuSampler
     from dra_jupyter.service.pressure import Pressure
@@ -254,6 +261,11 @@ class Ops:
                 "lower-case letters and '-'"
             )
         peer = conn.peer
+        if reason in SERVICE_REASONS and not self.access.admin(peer):
+            raise ForbiddenError(
+                f"release: reason '{reason}' is what the service or an admin says of a "
+                "release; give your own reason, or none ('user')"
+            )
         message = None
         with self.ledger.transaction() as tx:
             record = self.access.named(peer, name_arg(args), Ledger.claims(tx))

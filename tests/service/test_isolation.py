@@ -193,6 +193,43 @@ def test_an_admin_sees_and_releases_every_claim(users: dict[str, User]) -> None:
         assert released(svc) == {name: "admin"}  # the owner is told who: carol
 
 
+def test_a_user_cannot_release_with_the_services_reasons(users: dict[str, User]) -> None:
+    """A non-admin's release that says ``admin`` (or ``expired``, ``device-failed``, …) is
+    refused and the claim kept: the usage book would read as if an admin or the service had
+    released it (issue 42, item 18). His own words pass; an admin may say any."""
+    from tests.service.test_costly import ask  # noqa: PLC0415
+
+    alice, carol = users["alice"], users["carol"]
+    with service(admin_policy(users)) as svc:
+        names = [f"{alice.name}-r{i}" for i in range(2)]
+
+        def made_and_refused() -> list[Any]:
+            for name in names:
+                assert cli(["request", "gpu=1", "--name", name])["code"] == 0
+            return [
+                ask(svc.socket, "release", {"name": names[0], "reason": reason})
+                for reason in ("admin", "device-failed", "expired", "kernel-shutdown")
+            ]
+
+        answer = run_as(alice, svc.env(), made_and_refused)
+        assert "ok" in answer, answer
+        admin, failed, expired, own = answer["ok"]
+        assert admin["error"] == {
+            "type": "ForbiddenError",
+            "message": "release: reason 'admin' is what the service or an admin says of a "
+            "release; give your own reason, or none ('user')",
+        }
+        assert failed["error"]["type"] == expired["error"]["type"] == "ForbiddenError"
+        assert own["ok"] is True and own["result"] is True
+        by_admin = run_as(
+            carol,
+            svc.env(),
+            lambda: ask(svc.socket, "release", {"name": names[1], "reason": "device-failed"}),
+        )
+        assert by_admin["ok"]["ok"] is True, by_admin
+        assert released(svc) == {names[0]: "kernel-shutdown", names[1]: "device-failed"}
+
+
 def test_the_claims_of_a_killed_process_are_reclaimed(users: dict[str, User]) -> None:
     alice = users["alice"]
     with service(admin_policy(users)) as svc:
