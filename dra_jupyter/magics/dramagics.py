@@ -145,6 +145,9 @@ class DraMagics(Magics):
         run = session().find_run(command.args[0])
         run.cancel()
         status = run.status
+        if status.phase in ("Succeeded", "Failed"):  # it had ended: cancel cleaned it up
+            print(f"dra: run {run.name} had {status.phase.lower()}; cleaned up")
+            return
         print(
             f"dra: run {run.name} is {status.phase.lower()}"
             + (f" ({status.message})" if status.message and status.phase != "Cancelled" else "")

@@ -444,6 +444,7 @@ def test_a_rank_that_exits_1_fails_the_run_without_a_retry(
         assert [(p.phase, p.exit_code) for p in failed] == [("Failed", 1)]  # one pod: no retry
         assert "[rank 1] bad data\n" in run.logs(rank=1)
         run.cancel()
+        assert run.status.phase == "Failed"  # cancel cleans up a finished run: its outcome stays
         # the pod the Job stopped (rank 0) leaves no claim holding its device
         resource = client.ResourceV1Api(api_client(str(kubeconfig)))
         wait_for(
@@ -568,6 +569,13 @@ def test_a_disrupted_pod_is_retried_and_not_counted(
         job = to_wire(api, client.BatchV1Api(api).read_namespaced_job("evicted", namespace))
         assert job["status"].get("failed", 0) == 0  # ignored, not counted
         run.cancel()
+        # cancel is the clean-up of a finished Job: it stays Succeeded (issue 42, item 9:
+        # it read "Cancelled (Job)"), and the Job is gone
+        assert run.status.phase == "Succeeded"
+        assert run.status.ended is not None
+        wait_for(
+            "the Job to go", lambda: not client.BatchV1Api(api).list_namespaced_job(namespace).items
+        )
 
 
 def test_an_unplaced_run_says_the_schedulers_reason_and_ours_then_leaves_nothing(

@@ -145,7 +145,18 @@ def test_a_job_run_cell_is_listed_followed_and_cancelled_by_the_line_magics(
             "[rank 0] rank 0 of 2",
             "[rank 1] rank 1 of 2",
         ]
-        assert kube_kernel.ok("%dra cancel cell-pod").stdout == "dra: run cell-pod is cancelled\n"
-        assert kube_kernel.ok("%dra cancel cell-job").stdout == "dra: run cell-job is cancelled\n"
+        core = client.CoreV1Api(api)
+        wait_for(
+            "the pod's run to end",
+            lambda: core.read_namespaced_pod("cell-pod", namespace).status.phase == "Succeeded",
+        )
+        assert (  # it had ended: cancel cleans it up and says so (issue 42, item 9)
+            kube_kernel.ok("%dra cancel cell-pod").stdout
+            == "dra: run cell-pod had succeeded; cleaned up\n"
+        )
+        assert (
+            kube_kernel.ok("%dra cancel cell-job").stdout
+            == "dra: run cell-job had succeeded; cleaned up\n"
+        )
         wait_for("the runs' pods to go", lambda: not pod_exists(api, namespace, "cell-pod"))
         wait_for("the claims to go", lambda: ClaimClient(api, namespace).list() == [])

@@ -127,6 +127,7 @@ class JobRun:
         self._backend = backend
         self._out = out
         self._cancelled = False
+        self._final: RunStatus | None = None  # its outcome, kept when cancel cleans up
         self._stopped = StoppedPods(backend.api)  # pods stopped for a device taken out
 
     @property
@@ -242,6 +243,8 @@ class JobRun:
     def status(self) -> RunStatus:
         """The run as it is now (see :mod:`.jobstatus`); a pod stopped because a device of
         it was taken out says so (:mod:`.stopped`), also once the Job retried it."""
+        if self._final is not None:
+            return self._final  # ended, then cleaned up by cancel: its outcome stays
         job = self._job()
         if job is None:
             if self._cancelled:
@@ -438,7 +441,10 @@ class JobRun:
 
     def cancel(self) -> None:
         """Delete the Job (a JobSet: it and its Jobs), its pods and their claims, its
-        Service and its template; what is gone already is fine."""
+        Service and its template; what is gone already is fine. A run that had ended keeps
+        its outcome (cancel is the documented clean-up of a finished Job); only one still
+        going reads ``Cancelled``."""
+        self._final = self._ended()
         api, namespace = self._backend.api, self._backend.namespace
         batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
         resource = client.ResourceV1Api(api)
@@ -497,6 +503,14 @@ class JobRun:
         for kind, call in calls:
             self._call(action, "delete", kind, _gone_is_fine(call))
         self._cancelled = True
+
+    def _ended(self) -> RunStatus | None:
+        """Its status if the run has ended (succeeded or failed), else None."""
+        try:
+            status = self.status
+        except ClusterError:
+            return None  # unreadable or gone: cancel it all the same
+        return status if status.phase in ("Succeeded", "Failed") else None
 
     def __repr__(self) -> str:
         try:

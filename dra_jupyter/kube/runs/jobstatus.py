@@ -130,8 +130,8 @@ def run_status(
     end = epoch(status.get("completionTime"))
     reason = ""
     phase: Phase
-    if meta.get("deletionTimestamp"):
-        phase, end = "Cancelled", end or epoch(meta["deletionTimestamp"])
+    if meta.get("deletionTimestamp") and failed is None and done is None:
+        phase, end = "Cancelled", end or epoch(meta["deletionTimestamp"])  # stopped going
     elif failed is not None:
         phase = "Failed"
         end = end or epoch(failed.get("lastTransitionTime"))

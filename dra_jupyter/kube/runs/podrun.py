@@ -125,6 +125,7 @@ class PodRun:
         self._backend = backend
         self._out = out
         self._stopped = StoppedPods(backend.api)
+        self._final: RunStatus | None = None  # its outcome, kept when cancel cleans up
 
     @property
     def name(self) -> str:
@@ -146,6 +147,8 @@ class PodRun:
     def status(self) -> RunStatus:
         """The run now: its pod's phase, node, devices, exit code and reason; a pod stopped
         because a device of it was taken out says so (:mod:`.stopped`)."""
+        if self._final is not None and self.state != "cancelled":
+            return self._final  # ended, then cleaned up by cancel: its outcome stays
         pod = read_pod(self._backend, self.pod)
         claims = self._claims()
         rows: dict[str, RunProcess] = {}
@@ -273,12 +276,23 @@ class PodRun:
 
     def cancel(self) -> None:
         """Delete the pod and release the claim (released even when the pod's deletion
-        fails: the error then says why the pod may still be there)."""
+        fails: the error then says why the pod may still be there). A run that had ended
+        keeps its outcome (cancel is the clean-up of a finished run): only one still going
+        reads ``cancelled``."""
+        ended = self._final = self._ended()
         try:
             delete_pod(self._backend, self.pod)
         finally:
             self._release()
-        self.state = "cancelled"
+        self.state = ended.phase.lower() if ended is not None else "cancelled"
+
+    def _ended(self) -> RunStatus | None:
+        """Its status if the run has ended (succeeded or failed), else None."""
+        try:
+            status = self.status
+        except ClusterError:
+            return None  # unreadable: cancel it all the same
+        return status if status.phase in ("Succeeded", "Failed") else None
 
     def __repr__(self) -> str:
         where = f" on {self.node}" if self.node else ""
