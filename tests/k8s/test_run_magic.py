@@ -148,7 +148,10 @@ def test_a_job_run_cell_is_listed_followed_and_cancelled_by_the_line_magics(
         core = client.CoreV1Api(api)
         wait_for(
             "the pod's run to end",
-            lambda: core.read_namespaced_pod("cell-pod", namespace).status.phase == "Succeeded",
+            lambda: (
+                to_wire(api, core.read_namespaced_pod("cell-pod", namespace))["status"].get("phase")
+                == "Succeeded"
+            ),
         )
         assert (  # it had ended: cancel cleans it up and says so (issue 42, item 9)
             kube_kernel.ok("%dra cancel cell-pod").stdout
