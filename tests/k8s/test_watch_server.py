@@ -1,10 +1,11 @@
 """A real ``jupyter server`` on the Kubernetes backend (the ``dra-singleuser`` account of
-deploy/hub-rbac.yaml) reads its namespace from watched views in steady state
+deploy/hub-rbac.yaml) reads the cluster from watched views in steady state
 (:mod:`dra_jupyter.kube.views`, issue #38): once they synced, the REST reads the JupyterLab
 extension polls (labextension/src/model.ts), its periodic checks and sweeps make no LIST,
-of any kind, and it holds at most 3 watches, all of its namespace; a claim made or released
-through it shows in its reads at once. Every count is the API server's own, of that
-account's requests (:func:`tests.k8s.apimetrics.counted_account`)."""
+of any kind; it holds 3 watches of its namespace and, for the Devices panel, 4 of the
+cluster; a claim made or released, and a run cancelled, through it show in its reads at
+once. Every count is the API server's own, of that account's requests
+(:func:`tests.k8s.apimetrics.counted_account`)."""
 
 from __future__ import annotations
 
@@ -124,6 +125,11 @@ def test_a_servers_reads_and_checks_make_no_list_once_its_views_synced(
         assert claim_names(server) == [kept["name"]]
         released = server.call("GET", f"/dra/api/claims/{made['name']}")
         assert released["released"] is not None
+
+        # and a run cancelled through it is gone from GET runs at once
+        cancelled = server.call("POST", "/dra/api/runs/train-1/cancel")
+        assert (cancelled["name"], cancelled["phase"]) == ("train-1", "Cancelled")
+        assert server.call("GET", "/dra/api/runs")["runs"] == []
 
         # what the API server dispatched of the account's requests meanwhile
         new_lists = counted.count("list") - lists
