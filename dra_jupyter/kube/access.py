@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
     from dra_jupyter.inventory.base import Inventory
+    from dra_jupyter.kube.watching import View
     from dra_jupyter.settings import Settings
     from dra_jupyter.types import ClaimRecord, Owner
 
@@ -36,6 +37,11 @@ class ClusterAccess(Protocol):
 
     def holders(self, *, cluster_wide: bool = False) -> list[ClaimRecord]:
         """Every claim that holds devices (in every namespace with ``cluster_wide``)."""
+
+    def watched(self, kind: str) -> View | None:
+        """The namespace's watched view of ``kind`` (``resourceclaims``, ``pods``, ``jobs``
+        of dra-jupyter's labels: :mod:`.views`) while it is synced and well; None: read
+        from the API server."""
 
     def retrying(self, call: Callable[[], T]) -> T:
         """``call``, retried while the API server cannot be reached."""

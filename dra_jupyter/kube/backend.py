@@ -42,11 +42,13 @@ from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
 from dra_jupyter.kube.events import ClaimEvents
 from dra_jupyter.kube.records import claim_state, holder_annotation, to_record
 from dra_jupyter.kube.taints import read_taint_rules
-from dra_jupyter.kube.watching import Reflector, running, shared
+from dra_jupyter.kube.views import CLAIMS, RULES, NamespaceViews
+from dra_jupyter.kube.watching import Reflector
 from dra_jupyter.model.admintaints import check_key, check_taint
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.settings import SERVICE_ACCOUNT_DIR, Settings
 from dra_jupyter.types import (
+    SERVER_LABEL,
     USER_ANNOTATION,
     USER_LABEL,
     Capabilities,
@@ -76,8 +78,6 @@ CAPABILITIES = Capabilities(
 
 T = TypeVar("T")
 Sleep = Callable[[float], None]
-SYNC_WAIT_S = 10.0  # the first read of a watched view waits this long for its first list
-WATCHED = "resourceclaims"  # the kind of the watched view of claims (kube.watching.KINDS)
 log = logging.getLogger("dra_jupyter")
 
 
@@ -116,6 +116,8 @@ class KubernetesBackend:
         self._inventory: Inventory | None = None
         self.slices_readable = True  # False: RBAC hides the slices, nothing is checked here
         self._events: ClaimEvents | None = None
+        # the namespace's watched views, where settings.watch asks (:mod:`.views`)
+        self.views = NamespaceViews(lambda: self.api, self.namespace, enabled=settings.watch)
 
     def with_owner(self, owner: Owner) -> KubernetesBackend:
         """The same cluster, namespace and API client for another owner (the server's
@@ -126,6 +128,7 @@ class KubernetesBackend:
         twin._inventory = self._inventory
         twin.slices_readable = self.slices_readable
         twin._events = self.events
+        twin.views = self.views
         return twin
 
     @property
@@ -144,27 +147,30 @@ class KubernetesBackend:
     def claim_client(self) -> ClaimClient:
         """The namespace's claims; what it writes shows at once in the watched view, if one
         runs (a write starts none)."""
-        view = None
-        if self.settings.watch:
-            view = running(self.api, WATCHED, namespace=self.namespace, label_selector=USER_LABEL)
-        return ClaimClient(self.api, self.namespace, view)
+        return ClaimClient(self.api, self.namespace, self.views.running(CLAIMS))
 
-    def _claims_view(self) -> Reflector | None:
-        """The namespace's dra-jupyter claims kept by watching (one per process and API
-        client, :mod:`.watching`, started on first use), where ``settings.watch`` asks for
-        it; None: read them from the API server each time."""
-        if not self.settings.watch:
-            return None
-        return shared(self.api, WATCHED, namespace=self.namespace, label_selector=USER_LABEL)
+    def watched(self, kind: str) -> Reflector | None:
+        """The namespace's watched view of ``kind`` (``resourceclaims``, ``pods``, ``jobs``
+        of dra-jupyter: :data:`.views.SELECTORS`) while it is synced and well, where
+        ``settings.watch`` asks; None: read from the API server (:mod:`.views`)."""
+        return self.views.view(kind)
 
-    def _listed_claims(self, user: str | None) -> list[Wire]:
-        """The namespace's dra-jupyter claims (``user``'s label, if given): from the watched
-        view while it is synced and well, else listed now (with today's retries and errors:
-        a view never answers stale)."""
-        view = self._claims_view()
-        if view is not None and view.wait_synced(SYNC_WAIT_S) and view.error is None:
-            return view.list(None if user is None else {USER_LABEL: user})
-        return self.retrying(lambda: self.claim_client.list(user=user))
+    def close(self) -> None:
+        """Stop the watched views of this backend's API client (its twins' too); reads
+        after it go to the API server."""
+        self.views.close()
+
+    def _listed_claims(self, user: str | None = None, server: str | None = None) -> list[Wire]:
+        """The namespace's dra-jupyter claims (of ``user``'s and ``server``'s labels, if
+        given): from the watched view while it is synced and well, else listed now (with
+        today's retries and errors: a view never answers stale)."""
+        view = self.watched(CLAIMS)
+        if view is not None:
+            labels = {USER_LABEL: user} if user is not None else {}
+            if server is not None:
+                labels[SERVER_LABEL] = server
+            return view.list(labels)
+        return self.retrying(lambda: self.claim_client.list(user=user, server=server))
 
     @property
     def events(self) -> ClaimEvents:
@@ -192,8 +198,14 @@ class KubernetesBackend:
     # --- the cluster's devices ---------------------------------------------------------------
 
     def inventory(self, *, refresh: bool = False) -> Inventory:
-        """The cluster's ResourceSlices, DeviceClasses and DeviceTaintRules: read on first
-        use, and again with ``refresh``."""
+        """The cluster's ResourceSlices, DeviceClasses and DeviceTaintRules: from the
+        cluster's watched views where they answer (:mod:`.views`), else read on first use,
+        and again with ``refresh``."""
+        watched = self.views.inventory()  # where the cluster's views answer: as they are now
+        if watched is not None:
+            self.slices_readable = True
+            self._inventory = watched
+            return watched
         if self._inventory is not None and not refresh:
             return self._inventory
         resource = client.ResourceV1Api(self.api)
@@ -270,6 +282,9 @@ class KubernetesBackend:
     def taints(self, *, history: bool = False) -> list[DeviceTaint]:
         """The cluster's DeviceTaintRules as taints, every one (dra-jupyter's or not); a
         cluster keeps no history of deleted ones (``history`` changes nothing)."""
+        view = self.views.cluster(RULES)
+        if view is not None:
+            return [_taints.taint_of(r) for r in view.list()]
         rules = self.retrying(lambda: read_taint_rules(self.api))
         return [_taints.taint_of(r) for r in rules]
 
@@ -301,7 +316,11 @@ class KubernetesBackend:
 
     def holders(self, *, cluster_wide: bool = False) -> list[ClaimRecord]:
         """Every allocated claim the user may see: cluster-wide, else (unless
-        ``cluster_wide``) in the namespace."""
+        ``cluster_wide``) in the namespace; from the cluster's view of claims where it
+        answers."""
+        view = self.views.cluster(CLAIMS)
+        if view is not None:
+            return [to_record(c) for c in view.list() if claim_state(c) != "pending"]
         resource = client.ResourceV1Api(self.api)
 
         def read() -> list[Wire]:
@@ -351,6 +370,11 @@ class KubernetesBackend:
         return to_record(created)
 
     def get(self, name: str) -> Wire | None:
+        """The claim (None: gone); from the watched view where one answers (which holds
+        dra-jupyter's claims only: another claim is not found there)."""
+        view = self.watched(CLAIMS)
+        if view is not None:
+            return view.get(name)
         return self.retrying(lambda: self.claim_client.get(name))
 
     def record(self, name: str) -> ClaimRecord | None:
@@ -410,7 +434,7 @@ class KubernetesBackend:
         what a restarted server finds of its previous kernels. Claims being deleted
         already (a pod still uses them) are neither kept nor released again."""
         server = self.settings.server_id or None
-        listed = self.retrying(lambda: self.claim_client.list(server=server))
+        listed = self._listed_claims(server=server)
         live = set(live_kernels)
         swept = Sweep()
         for claim in listed:

@@ -25,7 +25,7 @@ from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import KERNEL_LABEL, SERVER_LABEL, USER_LABEL
 
 if TYPE_CHECKING:
-    from dra_jupyter.kube.watching import Reflector
+    from dra_jupyter.kube.watching import View
 
 __all__ = [
     "ACTIVITY_ANNOTATION",
@@ -50,9 +50,7 @@ class ClaimClient:
     """The claims of one namespace, through one API client; what it writes shows at once in
     ``view`` (the namespace's claims kept by watching, :mod:`.watching`), if given."""
 
-    def __init__(
-        self, api: client.ApiClient, namespace: str, view: Reflector | None = None
-    ) -> None:
+    def __init__(self, api: client.ApiClient, namespace: str, view: View | None = None) -> None:
         self.api = api
         self.namespace = namespace
         self.resource = client.ResourceV1Api(api)

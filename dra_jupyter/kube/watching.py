@@ -641,11 +641,12 @@ def running(
         return _shared.get((api, kind, namespace, label_selector))
 
 
-def stop_all(timeout: float = 5.0) -> None:
-    """Stop every shared reflector (at exit, and in tests)."""
+def stop_all(timeout: float = 5.0, *, api: ApiClient | None = None) -> None:
+    """Stop every shared reflector (at exit, and in tests), or those through ``api``
+    (a backend's ``close``)."""
     with _shared_lock:
-        stopping = list(_shared.values())
-        _shared.clear()
+        keys = [k for k in _shared if api is None or k[0] is api]
+        stopping = [_shared.pop(k) for k in keys]
     for reflector in stopping:
         reflector.stop(timeout)
 

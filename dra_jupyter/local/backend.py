@@ -444,6 +444,9 @@ class LocalBackend:
         know; their processes tell."""
         return sweeps.sweep(self.ledger, select, now, wait=wait, message=message)
 
+    def close(self) -> None:
+        """Nothing to let go of: no view is kept running."""
+
     def batch(self) -> AbstractContextManager[None]:
         """One ledger transaction for every write of this thread inside (:meth:`Ledger.batch`)."""
         return self.ledger.batch()

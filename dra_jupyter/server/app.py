@@ -389,6 +389,7 @@ class DRAExtensionApp(ExtensionApp):
                 self.log.warning("dra_jupyter: releasing claims at stop failed: %s", err)
         self._writer.shutdown()
         self._readers.shutdown(wait=True)
+        self.service.backend.close()  # its watched views (Kubernetes), after the last read
 
     # --- what the handlers and the parts call -------------------------------------------------
 

@@ -434,6 +434,9 @@ class ServiceBackend:
                 swept.kept.append(record)
         return swept
 
+    def close(self) -> None:
+        """Nothing to let go of: no view is kept running."""
+
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """Nothing to group: each call is one transaction of the daemon."""
         return contextlib.nullcontext()

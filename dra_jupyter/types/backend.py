@@ -322,6 +322,11 @@ class Backend(Protocol):
         wait for another writer; what cannot be released at once is left out of ``kept``
         and released by a later sweep."""
 
+    def close(self) -> None:
+        """Let go of what the backend keeps running for a long-lived process (Kubernetes:
+        its watched views, :mod:`dra_jupyter.kube.views`; elsewhere nothing); the server
+        calls it as it stops. A read after it still answers (from the store itself)."""
+
     def batch(self) -> AbstractContextManager[None]:
         """Group the writes made inside (on this thread) into one durable commit at the
         end (local: one ledger transaction, a savepoint per call); nothing done inside is

@@ -135,3 +135,71 @@ def counted_user(
         for name in schemas.values():
             with contextlib.suppress(ApiException):
                 flow.delete_flow_schema(name)
+
+
+SCOPES = ("namespace", "cluster")  # a request in one namespace; one of no namespace or all
+
+
+@dataclass
+class Everything:
+    """A service account whose requests of some verbs, on any resource, the API server counts
+    apart, by scope: ``namespace`` (in one namespace), ``cluster`` (a cluster-scoped kind,
+    or every namespace)."""
+
+    cluster: testenv.Cluster
+    schemas: dict[tuple[str, str], str]  # (verb, scope) -> its FlowSchema
+
+    def count(self, verb: str, scope: str | None = None) -> int:
+        """How many ``verb`` requests (of ``scope``; None: both) were dispatched so far."""
+        metric = "apiserver_flowcontrol_dispatched_requests_total"
+        return sum(
+            int(sample(self.cluster, metric, flow_schema=name))
+            for (v, s), name in self.schemas.items()
+            if v == verb and scope in (None, s)
+        )
+
+
+@contextlib.contextmanager
+def counted_account(
+    cluster: testenv.Cluster,
+    admin: client.ApiClient,
+    namespace: str,
+    account: str,
+    *,
+    verbs: Sequence[str] = ("list", "watch"),
+) -> Iterator[Everything]:
+    """FlowSchemas that count every ``verbs`` request of the service account ``account`` of
+    ``namespace`` (any API group and resource), by scope (:class:`Everything`); deleted
+    after."""
+    flow = client.FlowcontrolApiserverV1Api(admin)
+    subject = {
+        "kind": "ServiceAccount",
+        "serviceAccount": {"name": account, "namespace": namespace},
+    }
+    schemas = {(v, s): f"all-{namespace}-{v}-{s}" for v in verbs for s in SCOPES}
+    for (verb, scope), name in schemas.items():
+        rule: dict[str, Any] = {"verbs": [verb], "apiGroups": ["*"], "resources": ["*"]}
+        if scope == "namespace":
+            rule["namespaces"] = ["*"]
+        else:
+            rule["clusterScope"] = True
+        body = {
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+            "kind": "FlowSchema",
+            "metadata": {"name": name},
+            "spec": {
+                "priorityLevelConfiguration": {"name": "workload-low"},
+                "matchingPrecedence": PRECEDENCE,
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": [{"subjects": [subject], "resourceRules": [rule]}],
+            },
+        }
+        flow.create_flow_schema(body=to_model(client.V1FlowSchema, body))
+    try:
+        for name in schemas.values():
+            wait_for(f"FlowSchema {name} in effect", functools.partial(_digested, flow, name))
+        yield Everything(cluster, schemas)
+    finally:
+        for name in schemas.values():
+            with contextlib.suppress(ApiException):
+                flow.delete_flow_schema(name)

@@ -31,6 +31,7 @@ from dra_jupyter.kube.runs import jobs, jobsets
 from dra_jupyter.kube.runs.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
 from dra_jupyter.kube.runs.jobstatus import generated_claim, pod_row, run_status
 from dra_jupyter.kube.runs.stopped import StoppedPods
+from dra_jupyter.kube.views import CLAIMS, JOBS, PODS
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import USER_ANNOTATION, label_value
 from dra_jupyter.types.runs import RunStatus, wait_for_end
@@ -153,6 +154,9 @@ class JobRun:
         (:func:`.jobsets.status_view`)."""
         if self.jobset:
             return self._jobset()
+        view = None if self._cancelled else self._backend.watched(JOBS)
+        if view is not None:
+            return view.get(self.name)
         batch = client.BatchV1Api(self._backend.api)
         namespace = self._backend.namespace
 
@@ -205,6 +209,9 @@ class JobRun:
         return f"{COMPONENT_LABEL}={COMPONENT},{RUN_LABEL}={self.name}"
 
     def _pods(self) -> list[Wire]:
+        view = self._backend.watched(PODS)
+        if view is not None:
+            return view.list({COMPONENT_LABEL: COMPONENT, RUN_LABEL: self.name})
         core = client.CoreV1Api(self._backend.api)
         listed = self._call(
             f"dra.run: pods of run {self.name}",
@@ -222,6 +229,10 @@ class JobRun:
         return [p["metadata"]["name"] for p in self._pods()]
 
     def _claims(self) -> dict[str, Wire]:
+        view = self._backend.watched(CLAIMS)
+        if view is not None:
+            found = view.list({COMPONENT_LABEL: COMPONENT, RUN_LABEL: self.name})
+            return {c["metadata"]["name"]: c for c in found}
         resource = client.ResourceV1Api(self._backend.api)
         try:
             listed = self._backend.retrying(
@@ -468,6 +479,7 @@ class JobRun:
                 ),
             )
         made = [j["metadata"]["name"] for j in self._child_jobs()] if self.jobset else [self.name]
+        pods, claims = self._pod_names(), list(self._claims())
         calls: list[tuple[str, Callable[[], object]]] = [
             *[
                 (
@@ -483,7 +495,7 @@ class JobRun:
                     "pods",
                     lambda pod=pod: core.delete_namespaced_pod(pod, namespace),
                 )
-                for pod in self._pod_names()
+                for pod in pods
             ],
             # their claims too: a claim whose pod is gone goes with it only once the
             # garbage collector gets to it (a pod the Job stopped can leave it allocated)
@@ -492,7 +504,7 @@ class JobRun:
                     "resourceclaims.resource.k8s.io",
                     lambda claim=claim: resource.delete_namespaced_resource_claim(claim, namespace),
                 )
-                for claim in self._claims()
+                for claim in claims
             ],
             ("services", lambda: core.delete_namespaced_service(self.name, namespace)),
             (
@@ -503,6 +515,11 @@ class JobRun:
         for kind, call in calls:
             self._call(action, "delete", kind, _gone_is_fine(call))
         self._cancelled = True
+        for watched, names in ((JOBS, made), (PODS, pods), (CLAIMS, claims)):
+            view = self._backend.watched(watched)  # read-your-writes: gone from the views now
+            if view is not None:
+                for name in names:
+                    view.deleted(name, namespace)
 
     def _ended(self) -> RunStatus | None:
         """Its status if the run has ended (succeeded or failed), else None."""
@@ -660,7 +677,11 @@ def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) ->
 
 def _listed_jobsets(backend: ClusterAccess, selector: str) -> list[Wire]:
     """The namespace's JobSets of ``selector``; none where JobSet is not installed or RBAC
-    hides them (then no run of this user is one: making it needs the same rights)."""
+    hides them (then no run of this user is one: making it needs the same rights). A
+    watching process asks discovery first (:func:`.jobsets.served`): no LIST where JobSet
+    is not installed."""
+    if backend.settings.watch and not jobsets.served(backend.api):
+        return []
     objects = client.CustomObjectsApi(backend.api)
     try:
         listed = backend.retrying(
@@ -685,14 +706,18 @@ def list_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[JobRun
     """The user's runs in the namespace (by their labels: Jobs and JobSets), oldest first."""
     batch = client.BatchV1Api(backend.api)
     selector = f"{COMPONENT_LABEL}={COMPONENT},{USER_LABEL}={label_value(backend.owner.user)}"
-    runner = JobRun(backend, "", out)
-    listed = runner._call(
-        "dra.runs",
-        "list",
-        "jobs.batch",
-        lambda: batch.list_namespaced_job(backend.namespace, label_selector=selector),
-    )
-    found = [(to_wire(backend.api, j), False) for j in listed.items]
+    view = backend.watched(JOBS)
+    if view is not None:
+        labels = {COMPONENT_LABEL: COMPONENT, USER_LABEL: label_value(backend.owner.user)}
+        found = [(j, False) for j in view.list(labels)]
+    else:
+        listed = JobRun(backend, "", out)._call(
+            "dra.runs",
+            "list",
+            "jobs.batch",
+            lambda: batch.list_namespaced_job(backend.namespace, label_selector=selector),
+        )
+        found = [(to_wire(backend.api, j), False) for j in listed.items]
     found += [(j, True) for j in _listed_jobsets(backend, selector)]
     found = [
         (j, jobset)

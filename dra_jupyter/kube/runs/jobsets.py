@@ -23,7 +23,14 @@ than a DNS label under JobSet's naming (:func:`fits`).
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
+import weakref
 from collections.abc import Sequence
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.kube.runs import jobs
 from dra_jupyter.kube.runs.jobs import LAUNCHER_ANNOTATION, REPLICATED_JOB, TTL_S, JobSpec
@@ -122,3 +129,30 @@ def status_view(jobset_object: Wire, child_jobs: Sequence[Wire]) -> Wire:
         "spec": {"suspend": bool(spec.get("suspend")), "parallelism": parallelism(jobset_object)},
         "status": view_status,
     }
+
+
+SERVED_FOR_S = 300.0  # how long a watching process trusts discovery's word on JobSet
+DISCOVERY_TIMEOUT_S = 10.0
+_served: weakref.WeakKeyDictionary[client.ApiClient, tuple[float, bool]] = (
+    weakref.WeakKeyDictionary()
+)
+_served_lock = threading.Lock()
+
+
+def served(api: client.ApiClient) -> bool:
+    """Whether the cluster serves JobSet's API: discovery (a GET of ``/apis``, no LIST),
+    asked again after :data:`SERVED_FOR_S` (a JobSet installed later is seen then);
+    False when it cannot be read."""
+    now = time.monotonic()
+    with _served_lock:
+        known = _served.get(api)
+    if known is not None and now - known[0] < SERVED_FOR_S:
+        return known[1]
+    try:
+        groups = client.ApisApi(api).get_api_versions(_request_timeout=DISCOVERY_TIMEOUT_S).groups
+    except (ApiException, urllib3.exceptions.HTTPError):
+        return False
+    found = any(g.name == GROUP for g in groups or ())
+    with _served_lock:
+        _served[api] = (now, found)
+    return found

@@ -29,6 +29,7 @@ from dra_jupyter.kube.pods import POLL_S
 from dra_jupyter.kube.runs.jobs import COMPONENT_LABEL, POD_CLAIM, POD_COMPONENT
 from dra_jupyter.kube.runs.jobstatus import epoch, pod_row
 from dra_jupyter.kube.runs.stopped import StoppedPods
+from dra_jupyter.kube.views import CLAIMS, PODS
 from dra_jupyter.types import HeldClaim, label_value
 from dra_jupyter.types.runs import Phase, RunProcess, RunStatus
 
@@ -52,7 +53,11 @@ def delete_pod(backend: ClusterAccess, name: str) -> None:
 
 
 def read_pod(backend: ClusterAccess, name: str) -> Wire | None:
-    """The pod in wire form (None when it is gone)."""
+    """The pod in wire form (None when it is gone); from the watched view where one
+    answers."""
+    view = backend.watched(PODS)
+    if view is not None:
+        return view.get(name)
     core = client.CoreV1Api(backend.api)
     try:
         return to_wire(backend.api, core.read_namespaced_pod(name, backend.namespace))
@@ -138,7 +143,11 @@ class PodRun:
         if not self.claim_name:
             return {}
         try:
-            claim = ClaimClient(self._backend.api, self._backend.namespace).get(self.claim_name)
+            view = self._backend.watched(CLAIMS)
+            if view is not None:
+                claim = view.get(self.claim_name)
+            else:
+                claim = ClaimClient(self._backend.api, self._backend.namespace).get(self.claim_name)
         except ClusterError:  # best effort: the devices column stays empty
             return {}
         return {self.claim_name: claim} if claim is not None else {}
@@ -272,7 +281,8 @@ class PodRun:
         if self.claim is not None:
             self.claim.release()
         elif self.claim_name:
-            ClaimClient(self._backend.api, self._backend.namespace).delete(self.claim_name)
+            view = self._backend.watched(CLAIMS)  # read-your-writes, where watched
+            ClaimClient(self._backend.api, self._backend.namespace, view).delete(self.claim_name)
 
     def cancel(self) -> None:
         """Delete the pod and release the claim (released even when the pod's deletion
@@ -285,6 +295,9 @@ class PodRun:
         finally:
             self._release()
         self.state = ended.phase.lower() if ended is not None else "cancelled"
+        view = self._backend.watched(PODS)  # read-your-writes: gone from the view now
+        if view is not None:
+            view.deleted(self.pod, self._backend.namespace)
 
     def _ended(self) -> RunStatus | None:
         """Its status if the run has ended (succeeded or failed), else None."""
@@ -324,13 +337,19 @@ def list_pod_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[Po
     """The user's bare-pod runs in the namespace (by their labels), oldest first."""
     core = client.CoreV1Api(backend.api)
     selector = f"{COMPONENT_LABEL}={POD_COMPONENT},{USER_LABEL}={label_value(backend.owner.user)}"
-    try:
-        listed = backend.retrying(
-            lambda: core.list_namespaced_pod(backend.namespace, label_selector=selector)
+    view = backend.watched(PODS)
+    if view is not None:
+        pods = view.list(
+            {COMPONENT_LABEL: POD_COMPONENT, USER_LABEL: label_value(backend.owner.user)}
         )
-    except (ApiException, urllib3.exceptions.HTTPError) as error:
-        raise cluster_error(error, "dra.runs: listing pods", backend.api) from error
-    pods = [to_wire(backend.api, p) for p in listed.items]
+    else:
+        try:
+            listed = backend.retrying(
+                lambda: core.list_namespaced_pod(backend.namespace, label_selector=selector)
+            )
+        except (ApiException, urllib3.exceptions.HTTPError) as error:
+            raise cluster_error(error, "dra.runs: listing pods", backend.api) from error
+        pods = [to_wire(backend.api, p) for p in listed.items]
     pods.sort(key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))
     runs = []
     for pod in pods:

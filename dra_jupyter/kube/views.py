@@ -1,0 +1,130 @@
+"""The watched views a long-lived process reads (``settings.watch``: the Jupyter server):
+of its namespace, dra-jupyter's claims, its pods (kernels' and runs') and its runs' Jobs,
+selected by our labels; of the cluster, for the Devices panel, the ResourceSlices,
+DeviceClasses and DeviceTaintRules and every namespace's claims (who holds devices). Each is
+one shared :class:`~dra_jupyter.kube.watching.Reflector` of the process (list once, then
+watch). What the server reads of them in steady state (its REST reads, its checks and sweep,
+``GET /dra/api/runs``, ``GET /dra/api/devices``) is answered from memory.
+
+A view answers once its first list arrived and while it is well; before that (10 s at
+most) or in error, :meth:`NamespaceViews.view` says None and the caller reads from the API
+server as it did before: a view never answers stale. Once :meth:`NamespaceViews.close`
+stopped them, none is started again (a read after it lists).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from dra_jupyter.inventory.base import Inventory
+from dra_jupyter.kube import watching
+from dra_jupyter.kube.watching import Reflector
+from dra_jupyter.types import USER_LABEL
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+__all__ = [
+    "CLAIMS",
+    "CLASSES",
+    "JOBS",
+    "PODS",
+    "RULES",
+    "SELECTORS",
+    "SLICES",
+    "SYNC_WAIT_S",
+    "NamespaceViews",
+]
+
+SYNC_WAIT_S = 10.0  # the first read of a view waits this long for its first list
+CLAIMS, PODS, JOBS = "resourceclaims", "pods", "jobs"
+SLICES, CLASSES, RULES = "resourceslices", "deviceclasses", "devicetaintrules"
+# the labels of kube.runs.jobs and kube.kernels.pods (which read these views: not imported)
+COMPONENT_LABEL, RUN_COMPONENT = "dra-jupyter/component", "run"
+# what each view of the namespace holds: dra-jupyter's claims (every user's, every run's),
+# its pods (a kernel's, a run's: both carry the component label), its runs' Jobs
+SELECTORS = {
+    CLAIMS: USER_LABEL,
+    PODS: COMPONENT_LABEL,
+    JOBS: f"{COMPONENT_LABEL}={RUN_COMPONENT}",
+}
+
+
+class NamespaceViews:
+    """The views of one namespace through one API client, where ``enabled``; shared by a
+    backend and its twins for other owners (``with_owner``)."""
+
+    def __init__(self, api: Callable[[], ApiClient], namespace: str, *, enabled: bool) -> None:
+        self._api = api  # the backend's client, made on first use
+        self.namespace = namespace
+        self.enabled = enabled
+        self.closed = False
+        self.started = False  # a view was asked for (close has something to stop)
+        # the inventory made of the cluster's views, and their resourceVersions then
+        self._inventory: tuple[tuple[str | None, ...], Inventory] | None = None
+
+    def view(self, kind: str) -> Reflector | None:
+        """The namespace's view of ``kind`` (:data:`SELECTORS`), started on first use, once
+        synced and while well; None: read from the API server (not watching, closed, not
+        synced within :data:`SYNC_WAIT_S`, or in error)."""
+        if not self.enabled or self.closed:
+            return None
+        self.started = True
+        found = watching.shared(
+            self._api(), kind, namespace=self.namespace, label_selector=SELECTORS[kind]
+        )
+        if found.wait_synced(SYNC_WAIT_S) and found.error is None:
+            return found
+        return None
+
+    def cluster(self, kind: str) -> Reflector | None:
+        """The cluster's view of every object of ``kind`` (every namespace's, for claims),
+        as :meth:`view` says it."""
+        if not self.enabled or self.closed:
+            return None
+        self.started = True
+        found = watching.shared(self._api(), kind)
+        if found.wait_synced(SYNC_WAIT_S) and found.error is None:
+            return found
+        return None
+
+    def inventory(self) -> Inventory | None:
+        """The cluster's slices, classes and taint rules from their views (made again only
+        when one of them changed); None where one does not answer (:meth:`view`)."""
+        views = [self.cluster(kind) for kind in (SLICES, CLASSES, RULES)]
+        if any(v is None for v in views):
+            return None
+        slices, classes, rules = [v for v in views if v is not None]
+        versions = tuple(v.resource_version for v in (slices, classes, rules))
+        made = self._inventory
+        if made is not None and made[0] == versions:
+            return made[1]
+        host = self._api().configuration.host
+        inventory = Inventory(
+            name="kubernetes",
+            description=f"the cluster at {host}",
+            slices=tuple(slices.list()),
+            device_classes=tuple(classes.list()),
+            simulated=False,
+            source=f"kubernetes:{host}",
+            taint_rules=tuple(rules.list()),
+        )
+        self._inventory = (versions, inventory)
+        return inventory
+
+    def running(self, kind: str) -> Reflector | None:
+        """The view of ``kind`` if one runs (what a write tells: read-your-writes); a write
+        starts none."""
+        if not self.started:
+            return None
+        return watching.running(
+            self._api(), kind, namespace=self.namespace, label_selector=SELECTORS[kind]
+        )
+
+    def close(self) -> None:
+        """Stop every view of this API client (of the namespace and of the cluster); none
+        starts again."""
+        self.closed = True
+        if self.started:
+            watching.stop_all(api=self._api())
