@@ -525,6 +525,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if name == "start":
             p.add_argument(
+                "--node",
+                action="store_true",
+                help="also a real node: containerd, the kubelet, a CNI bridge and the simulated "
+                "GPU driver (root; tests/k8s/node.py)",
+            )
+            p.add_argument(
                 "--run-pods",
                 action="store_true",
                 help="also run the pods of every namespace as local processes (run-pods)",
@@ -544,6 +550,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     sub.add_parser("where", help="print the cache directory")
     args = parser.parse_args(argv)
+    from tests.k8s import images, node, nodebuild  # noqa: PLC0415
+
     try:
         if args.command == "build":
             from tests.k8s import jobset, kueue  # noqa: PLC0415
@@ -551,10 +559,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             build(force=args.force)
             kueue.build(force=args.force)
             jobset.build(force=args.force)
+            if os.geteuid() == 0:
+                nodebuild.build(force=args.force)
+            else:
+                sys.stderr.write(
+                    "k8s-testenv: the real node is not built (it needs root for apt-get, "
+                    "mounts, cgroups and iptables); the k8s tier's real-node tests skip\n"
+                )
             print(bin_dir())
         elif args.command == "start":
             build()
+            if args.node:
+                nodebuild.build()
             cluster = start(args.state_dir, run_pods=args.run_pods)
+            if args.node:
+                try:
+                    real = node.start(cluster, args.state_dir / "node")
+                except BaseException:
+                    cluster.stop()
+                    raise
+                sys.stderr.write(
+                    f"k8s-testenv: node {real.name} ({real.ip}) Ready in "
+                    f"{real.timings['start_s']:.0f} s; images {images.BUSYBOX} and "
+                    f"{images.PAUSE} (imagePullPolicy: Never)\n"
+                )
             print(cluster.kubeconfig)
             sys.stderr.write(
                 f"k8s-testenv: API server {cluster.server}; "
@@ -563,6 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "run-pods":
             run_pods(args.state_dir, args.namespace, args.restart_backoff)
         elif args.command == "stop":
+            node.stop_saved(args.state_dir.resolve() / "node")
             if not stop(args.state_dir):
                 sys.stderr.write(f"k8s-testenv: nothing runs from {args.state_dir}\n")
         else:

@@ -110,8 +110,13 @@ func loadResources(path, driverName string) (resourceslice.DriverResources, map[
 
 var unsafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]`)
 
+// specPath is where the CDI spec of a claim's request goes; request "*" gives the glob of
+// all the claim's specs.
 func (p *plugin) specPath(claimUID types.UID, request string) string {
-	name := fmt.Sprintf("%s_%s_%s.json", strings.ReplaceAll(cdiKind, "/", "-"), claimUID, unsafe.ReplaceAllString(request, "_"))
+	if request != "*" {
+		request = unsafe.ReplaceAllString(request, "_")
+	}
+	name := fmt.Sprintf("%s_%s_%s.json", strings.ReplaceAll(cdiKind, "/", "-"), claimUID, request)
 	return filepath.Join(p.cdiDir, name)
 }
 
