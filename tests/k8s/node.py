@@ -27,6 +27,7 @@ the pods. State lives under ``state_dir``; what cannot (the kubelet's iptables c
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -35,7 +36,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tests.helpers import free_port
 from tests.k8s import images, nodebuild, testenv
@@ -47,10 +48,12 @@ DRIVER = "gpu.nvidia.com"
 BRIDGE = "drajup0"
 POD_SUBNET = "10.244.0.0/24"  # private; no route or masquerade off this machine
 START_TIMEOUT_S = 120.0
+LOCK_WAIT_S = 600.0  # one node on a machine at a time: another test run's waits this long
 STOP_TIMEOUT_S = 60.0
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_NAMES = ("kubepods", "k8s.io")
 # Host paths a kubelet or containerd uses whatever their configured directories
+LOG_DIRS = ("/var/log/pods", "/var/log/containers")  # the kubelet's, whatever its root dir
 HOST_PATHS = (
     "/run/containerd",
     "/run/netns",
@@ -126,6 +129,7 @@ class Before:
     cgroups: list[str]
     host_paths: list[str]  # those of HOST_PATHS that existed
     bridge: bool
+    log_entries: list[str]  # what LOG_DIRS held
 
     @classmethod
     def now(cls) -> Before:
@@ -135,7 +139,12 @@ class Before:
             cgroups=_cgroups(),
             host_paths=[p for p in HOST_PATHS if os.path.lexists(p)],
             bridge=Path(f"/sys/class/net/{BRIDGE}").exists(),
+            log_entries=_log_entries(),
         )
+
+
+def _log_entries() -> list[str]:
+    return sorted(str(p) for d in LOG_DIRS if Path(d).is_dir() for p in Path(d).iterdir())
 
 
 def _mounts_under(*roots: str) -> list[str]:
@@ -181,6 +190,7 @@ def leftovers(before: Before, state_dir: Path | None = None) -> list[str]:
     left += [f"cgroup {c}" for c in new_cgroups]
     left += [f"process {p} in a node's cgroup" for p in _cgroup_processes(new_cgroups)]
     left += [f"path {p}" for p in now.host_paths if p not in before.host_paths]
+    left += [f"path {p}" for p in now.log_entries if p not in before.log_entries]
     if now.bridge and not before.bridge:
         left.append(f"network interface {BRIDGE}")
     left += [f"process {p} of {nodebuild.bin_dir()}" for p in _processes_of(nodebuild.bin_dir())]
@@ -338,6 +348,7 @@ class Node:
     procs: testenv.Cluster
     cluster: testenv.Cluster
     timings: dict[str, float] = field(default_factory=dict)
+    lock: TextIO | None = None  # held while the node runs (:func:`_lock`)
 
     @property
     def containerd_socket(self) -> Path:
@@ -377,12 +388,13 @@ def start(
             "`scripts/k8s-testenv build` (or `make k8s-build`) first"
         )
     started = time.monotonic()
+    lock = _lock(LOCK_WAIT_S)
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     procs = testenv.Cluster(
         state_dir, cluster.server, cluster.kubeconfig, die_with_parent=cluster.die_with_parent
     )
-    node = Node(name, node_ip(), state_dir, Before.now(), procs, cluster)
+    node = Node(name, node_ip(), state_dir, Before.now(), procs, cluster, lock=lock)
     node.save()
     try:
         _start(node, inventory, time.monotonic() + timeout)
@@ -391,6 +403,29 @@ def start(
         raise
     node.timings["start_s"] = time.monotonic() - started
     return node
+
+
+def _lock(timeout: float) -> TextIO:
+    """The machine's node lock (a file of the build cache), taken: the bridge, the node's
+    cgroups and what :func:`stop_machine` kills are one node's at a time. A second test run
+    waits for the first's node to stop."""
+    path = nodebuild.cache_dir().parent / "node-running.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.open("w")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                raise TestenvError(
+                    f"k8s-testenv node: another real node ran on this machine for {timeout:.0f} s "
+                    f"(lock {path})"
+                ) from None
+            time.sleep(1.0)
+        else:
+            return lock
 
 
 def _pki(node: Node) -> Path:
@@ -633,8 +668,13 @@ def stop(node: Node, timeout: float = STOP_TIMEOUT_S) -> None:
     if kubelet_running:
         with contextlib.suppress(Exception):  # best effort: what is left is killed below
             _drain(node, timeout / 2)
-    node.procs.stop()  # the plugin, the kubelet, containerd: newest first
-    stop_machine(node.state_dir, node.before)
+    try:
+        node.procs.stop()  # the plugin, the kubelet, containerd: newest first
+        stop_machine(node.state_dir, node.before)
+    finally:
+        if node.lock is not None:
+            node.lock.close()  # releases the lock
+            node.lock = None
     node.timings["stop_s"] = time.monotonic() - started
 
 
@@ -669,9 +709,10 @@ def stop_machine(state_dir: Path, before: Before) -> None:
     for name, value in before.sysctls.items():
         if value and _read(f"/proc/sys/{name}") != value:
             Path(f"/proc/sys/{name}").write_text(value + "\n")
-    for path in HOST_PATHS:
-        if path not in before.host_paths and os.path.lexists(path):
-            _run("rm", "-rf", "--one-file-system", path, check=False)
+    new_paths = [p for p in HOST_PATHS if p not in before.host_paths and os.path.lexists(p)]
+    new_paths += [p for p in _log_entries() if p not in before.log_entries]
+    for path in new_paths:
+        _run("rm", "-rf", "--one-file-system", path, check=False)
     with contextlib.suppress(FileNotFoundError):
         (state_dir / "node.json").unlink()
 
