@@ -628,6 +628,20 @@ def _drain(node: Node, timeout: float) -> None:
             time.sleep(0.5)
 
 
+def _forget(node: Node) -> None:
+    """Delete the Node object and the driver's slices of it: with its kubelet gone, a node
+    started again under the same name would otherwise look Ready and published at once."""
+    from kubernetes import client  # noqa: PLC0415
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    with _api(node.cluster) as api:
+        resource: Any = client.ResourceV1Api(api)
+        with contextlib.suppress(ApiException):
+            resource.delete_collection_resource_slice(field_selector=f"spec.nodeName={node.name}")
+        with contextlib.suppress(ApiException):
+            client.CoreV1Api(api).delete_node(node.name)
+
+
 def _kill_all(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -671,6 +685,8 @@ def stop(node: Node, timeout: float = STOP_TIMEOUT_S) -> None:
     try:
         node.procs.stop()  # the plugin, the kubelet, containerd: newest first
         stop_machine(node.state_dir, node.before)
+        with contextlib.suppress(Exception):  # best effort: the control plane may be gone
+            _forget(node)
     finally:
         if node.lock is not None:
             node.lock.close()  # releases the lock
