@@ -3,7 +3,7 @@ and kube-scheduler, built from the Go module proxy at pinned versions (:mod:`.k8
 run on loopback.
 
     scripts/k8s-testenv build                 # once per machine; later calls reuse the cache
-    scripts/k8s-testenv start [--state-dir D] [--run-pods]  # prints the admin kubeconfig's path
+    scripts/k8s-testenv start [--state-dir D] [--node] [--run-pods]  # prints the kubeconfig
     scripts/k8s-testenv run-pods [--state-dir D] [--namespace NS]   # the stand-in kubelet
     scripts/k8s-testenv stop  [--state-dir D]
 
@@ -14,7 +14,8 @@ controller is off, so simulated Node objects (``dra-jupyter publish-slices``) st
 untainted and the scheduler binds pods to them. There the pods stay Pending, unless the
 stand-in kubelet of :mod:`.podrunner` runs them (``start --run-pods`` starts it with the
 control plane, as one more component that ``stop`` stops; the tests' ``pod_runner`` fixture
-runs one for the namespaces that ask).
+runs one for the namespaces that ask). ``start --node`` also starts a real node beside it
+(:mod:`.node`: containerd, the kubelet, a CNI bridge and the simulated GPU driver; as root).
 """
 
 from __future__ import annotations
