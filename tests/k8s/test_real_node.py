@@ -118,6 +118,54 @@ def device_uuids(node: real_node.Node) -> dict[str, str]:
     }
 
 
+@pytest.mark.pure
+def test_an_image_archive_is_an_oci_layout_naming_its_image(tmp_path: Path) -> None:
+    program = tmp_path / "program"
+    program.write_bytes(b"\x7fELF not really")
+    first = images.write_archive(
+        tmp_path / "a.tar", "example.test/x:1", [images.Entry("bin/x", program)], ["/bin/x"]
+    )
+    again = images.write_archive(
+        tmp_path / "b.tar", "example.test/x:1", [images.Entry("bin/x", program)], ["/bin/x"]
+    )
+    assert first.read_bytes() == again.read_bytes()  # the same files, the same bytes
+    with tarfile.open(first) as tar:
+        index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
+        (manifest_ref,) = index["manifests"]
+        assert manifest_ref["annotations"]["io.containerd.image.name"] == "example.test/x:1"
+        blob = f"blobs/sha256/{manifest_ref['digest'].removeprefix('sha256:')}"
+        manifest = json.load(tar.extractfile(blob))  # type: ignore[arg-type]
+        (layer_ref,) = manifest["layers"]
+        layer = tar.extractfile(f"blobs/sha256/{layer_ref['digest'].removeprefix('sha256:')}")
+        with tarfile.open(fileobj=layer) as files:
+            assert files.getnames() == ["bin", "bin/x"]
+            assert files.extractfile("bin/x").read() == program.read_bytes()  # type: ignore[union-attr]
+
+
+@pytest.mark.pure
+def test_the_driver_publishes_the_simulated_inventory_for_the_real_node() -> None:
+    resources, classes = real_node.plugin_resources("node-x")
+    (pool,) = resources["pools"]
+    assert pool == "node-x"  # the simulated node's pool, renamed after the real one
+    (slice_,) = resources["pools"][pool]["slices"]
+    uuids = [d["attributes"]["uuid"]["string"] for d in slice_["devices"]]
+    assert len(uuids) == 8
+    assert len(set(uuids)) == 8
+    assert all(u.startswith("GPU-") for u in uuids)
+    assert real_node.DRIVER in {c["metadata"]["name"] for c in classes}
+
+
+@pytest.mark.pure
+def test_the_pod_network_stays_on_this_machine() -> None:
+    (bridge,) = real_node.cni_conflist(Path("/ipam"))["plugins"]
+    assert bridge["ipMasq"] is False  # no masquerade: nothing leaves through the host
+    assert ipaddress.ip_network(real_node.POD_SUBNET).is_private
+    config = real_node.kubelet_config(Path("/pki"), "192.0.2.2", 1, 2, "/run/x.sock")
+    assert config["resolvConf"] == ""  # no DNS server for the pods
+    assert config["failCgroupV1"] is False
+    assert config["cgroupDriver"] == "cgroupfs"
+
+
 @needs_root
 def test_a_pod_with_a_claim_runs_on_the_real_node_with_the_drivers_environment(
     node: real_node.Node, node_api: client.ApiClient, node_namespace: str
@@ -225,27 +273,3 @@ def test_stopping_the_node_leaves_nothing_behind(
     STATE["stopped"] = True
     assert real_node.leftovers(node.before, node.state_dir) == []
     assert node.timings["stop_s"] < real_node.STOP_TIMEOUT_S
-
-
-@pytest.mark.pure
-def test_an_image_archive_is_an_oci_layout_naming_its_image(tmp_path: Path) -> None:
-    program = tmp_path / "program"
-    program.write_bytes(b"\x7fELF not really")
-    first = images.write_archive(
-        tmp_path / "a.tar", "example.test/x:1", [images.Entry("bin/x", program)], ["/bin/x"]
-    )
-    again = images.write_archive(
-        tmp_path / "b.tar", "example.test/x:1", [images.Entry("bin/x", program)], ["/bin/x"]
-    )
-    assert first.read_bytes() == again.read_bytes()  # the same files, the same bytes
-    with tarfile.open(first) as tar:
-        index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
-        (manifest_ref,) = index["manifests"]
-        assert manifest_ref["annotations"]["io.containerd.image.name"] == "example.test/x:1"
-        blob = f"blobs/sha256/{manifest_ref['digest'].removeprefix('sha256:')}"
-        manifest = json.load(tar.extractfile(blob))  # type: ignore[arg-type]
-        (layer_ref,) = manifest["layers"]
-        layer = tar.extractfile(f"blobs/sha256/{layer_ref['digest'].removeprefix('sha256:')}")
-        with tarfile.open(fileobj=layer) as files:
-            assert files.getnames() == ["bin", "bin/x"]
-            assert files.extractfile("bin/x").read() == program.read_bytes()  # type: ignore[union-attr]
