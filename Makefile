@@ -82,8 +82,9 @@ $(HUB_PROXY): hub/proxy/package.json hub/proxy/package-lock.json | $(NODE)
 	cd hub/proxy && npm ci --no-audit --no-fund --loglevel=error
 	touch $(HUB_PROXY)
 
-# Kubernetes for tests/k8s and tests/hub, and the real allocator for tests/upstream: built
-# from the Go module proxy once, then cached outside the repository
+# Kubernetes for tests/k8s and tests/hub (as root also a real node: kubelet, containerd,
+# the simulated GPU driver, Debian's runc and CNI plugins), and the real allocator for
+# tests/upstream: built from the Go module proxy once, then cached outside the repository
 k8s-build: install
 	$(BIN)/python scripts/k8s-testenv build
 	$(BIN)/python scripts/upstream-allocator build

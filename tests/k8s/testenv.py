@@ -3,7 +3,7 @@ and kube-scheduler, built from the Go module proxy at pinned versions (:mod:`.k8
 run on loopback.
 
     scripts/k8s-testenv build                 # once per machine; later calls reuse the cache
-    scripts/k8s-testenv start [--state-dir D] [--run-pods]  # prints the admin kubeconfig's path
+    scripts/k8s-testenv start [--state-dir D] [--node] [--run-pods]  # prints the kubeconfig
     scripts/k8s-testenv run-pods [--state-dir D] [--namespace NS]   # the stand-in kubelet
     scripts/k8s-testenv stop  [--state-dir D]
 
@@ -14,7 +14,8 @@ controller is off, so simulated Node objects (``dra-jupyter publish-slices``) st
 untainted and the scheduler binds pods to them. There the pods stay Pending, unless the
 stand-in kubelet of :mod:`.podrunner` runs them (``start --run-pods`` starts it with the
 control plane, as one more component that ``stop`` stops; the tests' ``pod_runner`` fixture
-runs one for the namespaces that ask).
+runs one for the namespaces that ask). ``start --node`` also starts a real node beside it
+(:mod:`.node`: containerd, the kubelet, a CNI bridge and the simulated GPU driver; as root).
 """
 
 from __future__ import annotations
@@ -525,6 +526,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if name == "start":
             p.add_argument(
+                "--node",
+                action="store_true",
+                help="also a real node: containerd, the kubelet, a CNI bridge and the simulated "
+                "GPU driver (root; tests/k8s/node.py)",
+            )
+            p.add_argument(
                 "--run-pods",
                 action="store_true",
                 help="also run the pods of every namespace as local processes (run-pods)",
@@ -544,6 +551,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     sub.add_parser("where", help="print the cache directory")
     args = parser.parse_args(argv)
+    from tests.k8s import images, node, nodebuild  # noqa: PLC0415
+
     try:
         if args.command == "build":
             from tests.k8s import jobset, kueue  # noqa: PLC0415
@@ -551,10 +560,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             build(force=args.force)
             kueue.build(force=args.force)
             jobset.build(force=args.force)
+            if os.geteuid() == 0:
+                nodebuild.build(force=args.force)
+            else:
+                sys.stderr.write(
+                    "k8s-testenv: the real node is not built (it needs root for apt-get, "
+                    "mounts, cgroups and iptables); the k8s tier's real-node tests skip\n"
+                )
             print(bin_dir())
         elif args.command == "start":
             build()
+            if args.node:
+                nodebuild.build()
             cluster = start(args.state_dir, run_pods=args.run_pods)
+            if args.node:
+                try:
+                    real = node.start(cluster, args.state_dir / "node")
+                except BaseException:
+                    cluster.stop()
+                    raise
+                sys.stderr.write(
+                    f"k8s-testenv: node {real.name} ({real.ip}) Ready in "
+                    f"{real.timings['start_s']:.0f} s; images {images.BUSYBOX} and "
+                    f"{images.PAUSE} (imagePullPolicy: Never)\n"
+                )
             print(cluster.kubeconfig)
             sys.stderr.write(
                 f"k8s-testenv: API server {cluster.server}; "
@@ -563,6 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "run-pods":
             run_pods(args.state_dir, args.namespace, args.restart_backoff)
         elif args.command == "stop":
+            node.stop_saved(args.state_dir.resolve() / "node")
             if not stop(args.state_dir):
                 sys.stderr.write(f"k8s-testenv: nothing runs from {args.state_dir}\n")
         else:
