@@ -194,6 +194,21 @@ def mig_claim(requests: int, constraint: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def request_and_explain(svc: Any, user: User, claim: dict[str, Any]) -> list[dict[str, Any]]:
+    """``user``'s request of ``claim`` (not waiting), then its explanation: the answers."""
+
+    def both() -> list[dict[str, Any]]:
+        return [
+            ask(svc.socket, "request", {"claim": claim, "timeout": 0}),
+            ask(svc.socket, "explain", {"claim": claim}),
+        ]
+
+    answer = run_as(user, svc.env(), both)
+    assert "ok" in answer, answer
+    answers: list[dict[str, Any]] = answer["ok"]
+    return answers
+
+
 def test_a_wide_search_is_worked_out_off_the_loop_too(users: dict[str, User]) -> None:
     """Cheap selectors, but a search the loop gives up on (five MIG slices of five profiles
     on one H200: thousands of steps, no bound cuts them): worked out off the loop, with the
@@ -203,16 +218,7 @@ def test_a_wide_search_is_worked_out_off_the_loop_too(users: dict[str, User]) ->
     alice = users["alice"]
     wide = mig_claim(5, {"distinctAttribute": "gpu.nvidia.com/profile"})
     with service(admin_policy(users, "request_cpu = 120\n"), inventory="h200-mig") as svc:
-
-        def both() -> list[dict[str, Any]]:
-            return [
-                ask(svc.socket, "request", {"claim": wide, "timeout": 0}),
-                ask(svc.socket, "explain", {"claim": wide}),
-            ]
-
-        answer = run_as(alice, svc.env(), both)
-        assert "ok" in answer, answer
-        request, explained = answer["ok"]
+        request, explained = request_and_explain(svc, alice, wide)
         assert request["error"]["type"] == "NeverPossibleError", request
         assert explained["ok"] is True and explained["result"]["satisfiable"] is False
         assert "gave up" not in str(explained["result"])  # the full search, not the loop's
@@ -227,16 +233,7 @@ def test_more_mig_slices_than_fit_are_refused_on_the_loop(users: dict[str, User]
     alice = users["alice"]
     wide = mig_claim(20, {"matchAttribute": "resource.kubernetes.io/pcieRoot"})
     with service(admin_policy(users), inventory="h200-mig") as svc:
-
-        def both() -> list[dict[str, Any]]:
-            return [
-                ask(svc.socket, "request", {"claim": wide, "timeout": 0}),
-                ask(svc.socket, "explain", {"claim": wide}),
-            ]
-
-        answer = run_as(alice, svc.env(), both)
-        assert "ok" in answer, answer
-        request, explained = answer["ok"]
+        request, explained = request_and_explain(svc, alice, wide)
         assert request["error"]["type"] == "NeverPossibleError", request
         assert explained["ok"] is True and explained["result"]["satisfiable"] is False
         assert "gave up" not in str(explained["result"])
