@@ -69,8 +69,8 @@ class Counted:
         return int(sample(self.cluster, metric, flow_schema=self.schemas[verb]))
 
 
-def _flow_schema(name: str, user: str, verb: str, group: str, resource: str) -> dict[str, Any]:
-    rule = {"verbs": [verb], "apiGroups": [group], "resources": [resource], "namespaces": ["*"]}
+def _flow_schema(name: str, subject: dict[str, Any], rule: dict[str, Any]) -> dict[str, Any]:
+    """A FlowSchema that sorts ``subject``'s requests matching ``rule`` into its own flow."""
     return {
         "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
         "kind": "FlowSchema",
@@ -79,9 +79,7 @@ def _flow_schema(name: str, user: str, verb: str, group: str, resource: str) -> 
             "priorityLevelConfiguration": {"name": "workload-low"},
             "matchingPrecedence": PRECEDENCE,
             "distinguisherMethod": {"type": "ByUser"},
-            "rules": [
-                {"subjects": [{"kind": "User", "user": {"name": user}}], "resourceRules": [rule]}
-            ],
+            "rules": [{"subjects": [subject], "resourceRules": [rule]}],
         },
     }
 
@@ -123,7 +121,9 @@ def counted_user(
     flow = client.FlowcontrolApiserverV1Api(admin)
     schemas = {verb: f"{user}-{verb}" for verb in verbs}
     for verb, name in schemas.items():
-        body = _flow_schema(name, user, verb, group, resource)
+        subject = {"kind": "User", "user": {"name": user}}
+        rule = {"verbs": [verb], "apiGroups": [group], "resources": [resource], "namespaces": ["*"]}
+        body = _flow_schema(name, subject, rule)
         flow.create_flow_schema(body=to_model(client.V1FlowSchema, body))
     try:
         for name in schemas.values():
@@ -183,17 +183,7 @@ def counted_account(
             rule["namespaces"] = ["*"]
         else:
             rule["clusterScope"] = True
-        body = {
-            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-            "kind": "FlowSchema",
-            "metadata": {"name": name},
-            "spec": {
-                "priorityLevelConfiguration": {"name": "workload-low"},
-                "matchingPrecedence": PRECEDENCE,
-                "distinguisherMethod": {"type": "ByUser"},
-                "rules": [{"subjects": [subject], "resourceRules": [rule]}],
-            },
-        }
+        body = _flow_schema(name, subject, rule)
         flow.create_flow_schema(body=to_model(client.V1FlowSchema, body))
     try:
         for name in schemas.values():
