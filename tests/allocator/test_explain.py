@@ -789,23 +789,9 @@ def test_alike_nodes_are_said_once() -> None:
 
     def summary(nodes: int, count: int) -> str:
         cluster = simulate(simulated.load("h200-8x"), nodes)
-        claim = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"namespace": "default", "name": "big"},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpus",
-                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
-                        }
-                    ]
-                }
-            },
-        }
         allocator = Allocator(list(cluster.slices), list(cluster.device_classes))
-        return allocator.explain([claim]).summary()
+        wanted = claim("big", request("gpus", "gpu.nvidia.com", count))
+        return allocator.explain([wanted]).summary()
 
     reason = "claim default/big, request gpus: only 8 GPUs here (class gpu.nvidia.com), 9 needed"
     assert summary(1, 9) == f"node gpu-node-1: {reason}"
