@@ -56,17 +56,28 @@ def _exists(path: str) -> bool:
 
 
 def resolve_device(inventory: Inventory, device: str, *, what: str = "dra.history") -> str:
-    """``driver/pool/device`` of a device named in full or by its name (``gpu-0``);
-    ``what`` begins the error's line."""
+    """``driver/pool/device`` of a device named in full, by its pool and name
+    (``gpu-node-1/gpu-3``) or by its name alone where that is unique (``gpu-3``); ``what``
+    begins the error's line, which names the devices a name could mean."""
     parsed = parse_many(inventory.patched_slices, parse_resource_slice, ResourceSlice)
     keys = [f"{s.driver}/{s.pool}/{d.name}" for s in parsed for d in s.devices]
     if device in keys:
         return device
-    found = [k for k in keys if k.rsplit("/", 1)[-1] == device]
+    found = [k for k in keys if k.endswith(f"/{device}")]
     if len(found) == 1:
         return found[0]
-    problem = "is ambiguous" if found else "is not a device of this inventory"
+    if found:
+        named = ", ".join(found[:AMBIGUOUS_NAMED])
+        more = len(found) - AMBIGUOUS_NAMED
+        raise InvalidInputError(
+            f"{what}: {device!r} is ambiguous: it is {named}"
+            + (f" and {more} more" if more > 0 else "")
+            + f"; name one with its pool, e.g. {found[0].split('/', 1)[1]!r}"
+        )
     raise InvalidInputError(
-        f"{what}: {device!r} {problem}; use a name from dra.devices(), "
-        f"e.g. {keys[0] if keys else 'gpu-0'!r}"
+        f"{what}: {device!r} is not a device of this inventory; use a name from "
+        f"dra.devices(), e.g. {keys[0] if keys else 'gpu-0'!r}"
     )
+
+
+AMBIGUOUS_NAMED = 3  # devices an ambiguous name's error names; more are counted
