@@ -155,6 +155,9 @@ class KubernetesBackend:
         ``settings.watch`` asks; None: read from the API server (:mod:`.views`)."""
         return self.views.view(kind)
 
+    def where(self) -> str:
+        return f"namespace {self.namespace} of the cluster at {self.api.configuration.host}"
+
     def close(self) -> None:
         """Stop the watched views of this backend's API client (its twins' too); reads
         after it go to the API server."""

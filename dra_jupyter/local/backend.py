@@ -444,6 +444,9 @@ class LocalBackend:
         know; their processes tell."""
         return sweeps.sweep(self.ledger, select, now, wait=wait, message=message)
 
+    def where(self) -> str:
+        return f"the ledger {self.ledger.path} ({self.devices.description})"
+
     def close(self) -> None:
         """Nothing to let go of: no view is kept running."""
 

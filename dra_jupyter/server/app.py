@@ -349,6 +349,9 @@ class DRAExtensionApp(ExtensionApp):
         self.handlers.extend(routes())
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        # once, so that a log read later says which claims this server answers for (a
+        # server left running across a restart of the cluster talks to the old address)
+        self.log.info("dra_jupyter: claims are kept in %s", self.service.backend.where())
         await self.checks.check()  # reconcile the ledger with the live kernels at once
         if self.health_watch:
             grace = self.service.session.settings.health_grace

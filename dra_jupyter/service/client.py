@@ -434,6 +434,9 @@ class ServiceBackend:
                 swept.kept.append(record)
         return swept
 
+    def where(self) -> str:
+        return f"the service at {self.socket_path}"
+
     def close(self) -> None:
         """Nothing to let go of: no view is kept running."""
 

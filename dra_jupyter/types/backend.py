@@ -322,6 +322,12 @@ class Backend(Protocol):
         wait for another writer; what cannot be released at once is left out of ``kept``
         and released by a later sweep."""
 
+    def where(self) -> str:
+        """Where its claims are kept, in one phrase for a log line: ``the ledger
+        ~/.local/state/dra-jupyter/ledger.sqlite (8x NVIDIA H200 …)``, ``the service at
+        /run/dra-jupyter/socket``, ``namespace alice of the cluster at https://…``."""
+        ...
+
     def close(self) -> None:
         """Let go of what the backend keeps running for a long-lived process (Kubernetes:
         its watched views, :mod:`dra_jupyter.kube.views`; elsewhere nothing); the server

@@ -670,3 +670,11 @@ def test_path_segments(server: Server, segment: str, route: tuple[str, str]) -> 
     reply = server.call(method, template.format(segment), body)
     assert reply.status != 200 or method == "GET", reply
     check_answer(server, reply)
+
+
+def test_the_log_says_once_where_the_claims_are_kept(server: Server) -> None:
+    """The server's log says which backend its claims live in, once at start (issue 42,
+    item 15: it never said which backend, namespace and cluster the extension uses)."""
+    log = server.log.read_text()
+    line = f"dra_jupyter: claims are kept in the ledger {server.ledger} (8x NVIDIA H200"
+    assert log.count(line) == 1, log[-2000:]
