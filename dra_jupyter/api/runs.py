@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from dra_jupyter.backends import open_runs
 from dra_jupyter.claimspec import (
     CLAIM_KEYS,
+    REQUEST,
     REQUEST_KEYS,
     RUN,
     RUN_KEYS,
@@ -21,6 +22,7 @@ from dra_jupyter.claimspec import (
     parse_same,
     unknown_keyword,
 )
+from dra_jupyter.errors import DraJupyterError
 from dra_jupyter.types import Command
 from dra_jupyter.types import runs as runstatus
 from dra_jupyter.types.runs import RunRequest
@@ -83,7 +85,12 @@ class Launcher:
             retries=retries,
             wait=wait,
         )
-        return runs.start(runs.plan(request, _SessionClaims(self._session)))
+        try:
+            return runs.start(runs.plan(request, _SessionClaims(self._session)))
+        except DraJupyterError as err:
+            if err.caller == REQUEST:  # its claim's refusal: the user called dra.run
+                err.said_by(RUN)
+            raise
 
     def _same(self, spec: Mapping[str, Any]) -> Same:
         """``same=`` of a run split into device attributes and node labels

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Protocol, Self, TypeVar
 
@@ -20,6 +21,7 @@ from dra_jupyter.errors import ClusterError
 from dra_jupyter.model.objects import Wire
 
 MAX_MESSAGE = 300  # characters of the server's message kept in ours
+_NO_NAMESPACE = re.compile(r'namespaces "(?P<namespace>[^"]+)" not found')
 
 
 class _Model(Protocol):
@@ -107,6 +109,17 @@ def cluster_error(error: Exception, action: str, api: client.ApiClient) -> Clust
             401: "; the credentials were not accepted: check --kubeconfig",
             403: "; a cluster admin must allow it (RBAC)",
         }.get(status, "")
+        missing = _NO_NAMESPACE.fullmatch(message) if status == 404 else None
+        if missing is not None:  # a wrong namespace: say which, and where it is chosen
+            return ClusterError(
+                doing(
+                    action,
+                    f"namespace {missing['namespace']!r} does not exist on the cluster at "
+                    f"{host}; set DRA_JUPYTER_NAMESPACE to one that does (or unset it: the "
+                    "kubeconfig context's namespace, else 'default')",
+                ),
+                status,
+            )
         return ClusterError(doing(action, f"{host} answered {status}: {message}{remedy}"), status)
     if isinstance(error, urllib3.exceptions.HTTPError):
         reason = getattr(error, "reason", None) or error

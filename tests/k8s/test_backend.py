@@ -280,3 +280,22 @@ def test_a_resource_quota_refusal_names_the_quota(
     )
     assert message.endswith("; release claims you no longer need or ask for a larger quota")
     assert [r.claim for r in alice.claims()] == ["first"]
+
+
+def test_a_namespace_that_does_not_exist_is_said_as_such(
+    kubeconfig: Path, published: SimulatedCluster
+) -> None:
+    """A wrong DRA_JUPYTER_NAMESPACE: the request says the namespace does not exist and
+    where it is set (issue 42, item 12: `… answered 404: namespaces "nosuch" not found`)."""
+    alice = session(kubeconfig, "nosuch")
+    with pytest.raises(ClusterError) as raised:
+        alice.request(gpu=1, name="one")
+    assert re.fullmatch(
+        r"dra\.request: namespace 'nosuch' does not exist on the cluster at https://127\.0\.0\.1:"
+        r"\d+; set DRA_JUPYTER_NAMESPACE to one that does \(or unset it: the kubeconfig "
+        r"context's namespace, else 'default'\)",
+        str(raised.value),
+    ), str(raised.value)
+    with pytest.raises(ClusterError) as ran:
+        session(kubeconfig, "nosuch", image="busybox").run("true", gpu=1, name="r")
+    assert str(ran.value).startswith("dra.run: namespace 'nosuch' does not exist"), str(ran.value)
