@@ -79,10 +79,12 @@ from dra_jupyter.types import (
     Owner,
     Tainting,
     Waiter,
+    accounting_of,
     health_record_of,
     label_value,
     run_of,
     tainting_of,
+    watched_views_of,
 )
 from dra_jupyter.types import runs as runstatus
 from dra_jupyter.verdicts import impossible_hint
@@ -512,6 +514,14 @@ class Session:
 
     def usage_snapshot(self) -> Snapshot:
         """What a Prometheus scrape reads: the whole book, the devices by model and state
-        (``held``: in a live claim, else ``free``), the requests waiting in line."""
+        (``held``: in a live claim, else ``free``), the requests waiting in line; and the
+        counters of the backend's watched views, where it has some. A backend that keeps no
+        book (Kubernetes) but watches: its views' counters only."""
+        watched = watched_views_of(self.backend)
+        views = watched.watch_stats() if watched is not None else []
+        if watched is not None and accounting_of(self.backend) is None:
+            from dra_jupyter.accounting.prometheus import Snapshot  # noqa: PLC0415
+
+            return Snapshot(None, (), 0, views)
         book = book_for(self.backend, math.inf, what="metrics")
-        return snapshot_for(book, self.backend, self.inventory)
+        return replace(snapshot_for(book, self.backend, self.inventory), views=views)

@@ -67,6 +67,8 @@ from dra_jupyter.types import (
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
+    from dra_jupyter.accounting.prometheus import ViewCounts
+
 CAPABILITIES = Capabilities(
     where="the Kubernetes backend",
     devices_here=False,
@@ -157,6 +159,10 @@ class KubernetesBackend:
 
     def where(self) -> str:
         return f"namespace {self.namespace} of the cluster at {self.api.configuration.host}"
+
+    def watch_stats(self) -> list[ViewCounts]:
+        """The counters of the watched views running now (:meth:`.views.NamespaceViews.stats`)."""
+        return self.views.stats()
 
     def close(self) -> None:
         """Stop the watched views of this backend's API client (its twins' too); reads

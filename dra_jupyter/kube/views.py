@@ -25,6 +25,8 @@ from dra_jupyter.types import USER_LABEL
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
+    from dra_jupyter.accounting.prometheus import ViewCounts
+
 __all__ = [
     "CLAIMS",
     "CLASSES",
@@ -121,6 +123,30 @@ class NamespaceViews:
         return watching.running(
             self._api(), kind, namespace=self.namespace, label_selector=SELECTORS[kind]
         )
+
+    def stats(self) -> list[ViewCounts]:
+        """The counters of every view of this API client running now (of the namespace
+        and of the cluster), by resource and scope, as plain data; starts none."""
+        if not self.started:
+            return []
+        from dra_jupyter.accounting.prometheus import ViewCounts  # noqa: PLC0415
+
+        counted = []
+        for reflector in watching.of_api(self._api()):
+            stats = reflector.stats()
+            counted.append(
+                ViewCounts(
+                    resource=reflector.kind.resource,
+                    scope="namespace" if reflector.namespace else "cluster",
+                    lists=stats.lists,
+                    relists=stats.relists,
+                    watches=stats.watches,
+                    restarts=stats.restarts,
+                    errors=stats.errors,
+                    objects=stats.objects,
+                )
+            )
+        return counted
 
     def close(self) -> None:
         """Stop every view of this API client (of the namespace and of the cluster); none

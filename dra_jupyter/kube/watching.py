@@ -641,6 +641,12 @@ def running(
         return _shared.get((api, kind, namespace, label_selector))
 
 
+def of_api(api: ApiClient) -> list[Reflector]:
+    """The shared reflectors running through ``api`` now (for their counters)."""
+    with _shared_lock:
+        return [r for k, r in _shared.items() if k[0] is api]
+
+
 def stop_all(timeout: float = 5.0, *, api: ApiClient | None = None) -> None:
     """Stop every shared reflector (at exit, and in tests), or those through ``api``
     (a backend's ``close``)."""

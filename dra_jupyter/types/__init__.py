@@ -23,12 +23,14 @@ from dra_jupyter.types.backend import (
     Select,
     Sweep,
     Tainting,
+    WatchedViews,
     Watching,
     accounting_of,
     activity_book_of,
     health_record_of,
     reclaiming_of,
     tainting_of,
+    watched_views_of,
 )
 from dra_jupyter.types.owner import (
     KERNEL_LABEL,
@@ -78,6 +80,7 @@ __all__ = [
     "Tainting",
     "Waiter",
     "Waiting",
+    "WatchedViews",
     "Watching",
     "accounting_of",
     "activity_book_of",
@@ -88,4 +91,5 @@ __all__ = [
     "reclaiming_of",
     "run_of",
     "tainting_of",
+    "watched_views_of",
 ]

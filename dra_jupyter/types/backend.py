@@ -14,6 +14,7 @@ from dra_jupyter.accounting.book import Book
 from dra_jupyter.model.objects import Wire
 
 if TYPE_CHECKING:  # annotations only: importing the API loads no metrics module
+    from dra_jupyter.accounting.prometheus import ViewCounts
     from dra_jupyter.allocator import Allocator
     from dra_jupyter.inventory.base import Inventory
     from dra_jupyter.metrics.activity import GpuReport
@@ -216,6 +217,21 @@ class Reclaiming(Protocol):
 
 def reclaiming_of(backend: object) -> Reclaiming | None:
     return backend if isinstance(backend, Reclaiming) else None
+
+
+@runtime_checkable
+class WatchedViews(Protocol):
+    """A backend that keeps views of the cluster by watching (Kubernetes, where
+    ``settings.watch`` asks): ``watched_views_of(backend)`` is it, else None (the local
+    ledger and the service watch nothing)."""
+
+    def watch_stats(self) -> list[ViewCounts]:
+        """The counters of each view running now (lists, relists, watches, restarts,
+        errors, objects held), as plain data; starts none."""
+
+
+def watched_views_of(backend: object) -> WatchedViews | None:
+    return backend if isinstance(backend, WatchedViews) else None
 
 
 class Backend(Protocol):
