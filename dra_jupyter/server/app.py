@@ -28,7 +28,7 @@ from jupyter_server.serverapp import ServerApp
 from tornado.ioloop import IOLoop
 from traitlets import Bool, Float, Int, Unicode, default, validate
 
-from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.errors import DraJupyterError, UnavailableError
 from dra_jupyter.metrics.activity import ActivitySettings
 from dra_jupyter.server import givenspecs, startup
 from dra_jupyter.server.checks import Checks
@@ -404,6 +404,8 @@ class DRAExtensionApp(ExtensionApp):
         the answer comes once its batch is committed)."""
         try:
             return await asyncio.wrap_future(self._writer.submit(partial(fn, *args)))
+        except RuntimeError as error:
+            raise self._stopping(error) from error
         finally:
             self.claim_events.emit_releases()
 
@@ -412,8 +414,18 @@ class DRAExtensionApp(ExtensionApp):
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._readers, partial(fn, *args))
+        except RuntimeError as error:
+            raise self._stopping(error) from error
         finally:
             self.claim_events.emit_releases()
+
+    def _stopping(self, error: RuntimeError) -> Exception:
+        """A request that came after the threads stopped (the lab polls while the server
+        stops): a 503 in one line, not a 500 with a traceback; any other error as it is."""
+        said = str(error)  # the executor's, the writer's
+        if self.stopped and ("after shutdown" in said or "is shut down" in said):
+            return UnavailableError("the Jupyter server is stopping; try again once it is back")
+        return error
 
     async def wait(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking call that may take seconds (a run's cancel waits for its end) on
