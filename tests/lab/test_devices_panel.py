@@ -199,7 +199,9 @@ def test_the_usage_section_shows_your_gpu_hours_of_the_week(
     line = panel.locator("section.dra-usage .dra-usage-line")
     line.wait_for(timeout=WAIT_MS)
     assert re.fullmatch(
-        r"\d+(\.\d)? GPU-hours in 7 days, GPU use not known", line.inner_text().strip()
+        r"(\d+(\.\d)? GPU-hours|\d+ GPU-minutes?|under a GPU-minute) in 7 days, GPU use not "
+        r"known",
+        line.inner_text().strip(),
     ), line.inner_text()
     assert line.locator("svg.dra-spark").get_attribute("aria-label") == (
         "your GPU-hours per day, the last 7 days"
