@@ -45,6 +45,7 @@ from dra_jupyter.server.kernels import (
     kernel_env,
     uninstall_kernel_env,
 )
+from dra_jupyter.server.pushes import Pushes
 from dra_jupyter.server.reclaims import Reclaims
 from dra_jupyter.server.runs import RunService
 from dra_jupyter.server.sampling import MetricsSampler
@@ -282,6 +283,8 @@ class DRAExtensionApp(ExtensionApp):
         self._readers = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="dra-read")
         self._watcher: Watching | None = None  # the machine's health watcher, when run here
         self.stopped = False
+        self.pushes = Pushes(lambda: self.service.backend, self.events.emit)  # to the lab
+        self.pushes.listen()
         self.metrics = MetricsSampler(
             self.service,
             length=self.metrics_history,
@@ -349,6 +352,7 @@ class DRAExtensionApp(ExtensionApp):
         self.handlers.extend(routes())
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        self.pushes.start()
         # once, so that a log read later says which claims this server answers for (a
         # server left running across a restart of the cluster talks to the old address)
         self.log.info("dra_jupyter: claims are kept in %s", self.service.backend.where())
@@ -369,6 +373,7 @@ class DRAExtensionApp(ExtensionApp):
             return
         self.stopped = True
         self.checks.stop()
+        self.pushes.stop()
         if self._watcher is not None:
             self._watcher.stop()
         await self.metrics.stop()

@@ -180,6 +180,13 @@ export interface Usage {
 
 export interface Claims {
   claims: Claim[];
+  /**
+   * whether the server pushes changes of the claims, runs and devices as `changed`
+   * events (https://events.dra-jupyter.dev/dra_jupyter/changed/v1) on jupyter_server's
+   * event stream (Kubernetes, where the server watches): a client then reads again
+   * when one comes, and polls only slowly, for a lost connection
+   */
+  pushed: boolean;
 }
 
 export interface Restart {
