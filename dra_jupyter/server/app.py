@@ -135,6 +135,14 @@ class DRAExtensionApp(ExtensionApp):
         help="""Most devices one user may hold through the REST API (counting every claim
         of that user in the ledger); 0 means no limit.""",
     )
+    unattached_lease = Float(
+        8 * 3600.0,
+        config=True,
+        help="""Seconds of lease a claim made through the REST API for no kernel gets when it
+        asks for none (the Devices panel's form with its notebook unticked): it is released
+        then, as dra.request(lease=...) would be, instead of being held until the server
+        stops. 0: no lease. Not on Kubernetes, whose claims have no lease.""",
+    )
     terminal_path = Bool(
         True,
         config=True,
@@ -255,6 +263,7 @@ class DRAExtensionApp(ExtensionApp):
             settings,
             live_kernels=self.live_kernels,
             max_devices_per_user=self.max_devices_per_user,
+            unattached_lease=self.unattached_lease,
         )
         self.runs = RunService(self.service)
         self.watcher = ExecutionWatcher()  # told of cells and restarts asked: below
