@@ -175,12 +175,12 @@ def test_an_ended_pod_run_is_kept_a_jobs_ttl_then_deleted_with_its_claim(
         run = alice.run("true", gpu=1, name="run-ttl", start_timeout=0, node_selector=ON_SIMULATED)
         assert isinstance(run, PodRun)
         core = client.CoreV1Api(api)
-        wait_for(
-            "the pod to succeed",
-            lambda: (
-                core.read_namespaced_pod("run-ttl", namespace).status.phase == "Succeeded" or None
-            ),
-        )
+
+        def succeeded() -> bool:
+            status = core.read_namespaced_pod("run-ttl", namespace).status
+            return status is not None and status.phase == "Succeeded"
+
+        wait_for("the pod to succeed", lambda: succeeded() or None)
         # within the TTL: listed, with its pod (so its logs)
         [kept] = session(kubeconfig, namespace, image=IMAGE).runs()
         assert (kept.name, kept.status.phase) == ("run-ttl", "Succeeded")
