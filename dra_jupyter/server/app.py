@@ -135,6 +135,14 @@ class DRAExtensionApp(ExtensionApp):
         help="""Most devices one user may hold through the REST API (counting every claim
         of that user in the ledger); 0 means no limit.""",
     )
+    watch = Bool(
+        True,
+        config=True,
+        help="""Kubernetes backend: keep this server's views of the cluster by listing once
+        and then watching (its namespace's claims, pods and runs' Jobs; the cluster's devices
+        for the Devices panel), and push their changes to JupyterLab. False reads from the API
+        server on every read and pushes nothing: for comparison only (a LIST per read).""",
+    )
     unattached_lease = Float(
         8 * 3600.0,
         config=True,
@@ -264,6 +272,7 @@ class DRAExtensionApp(ExtensionApp):
             live_kernels=self.live_kernels,
             max_devices_per_user=self.max_devices_per_user,
             unattached_lease=self.unattached_lease,
+            watch=self.watch,
         )
         self.runs = RunService(self.service)
         self.watcher = ExecutionWatcher()  # told of cells and restarts asked: below

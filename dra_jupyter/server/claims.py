@@ -160,13 +160,14 @@ class ClaimService:
         live_kernels: Callable[[], Collection[str]],
         max_devices_per_user: int = 0,
         unattached_lease: float = 0.0,
+        watch: bool = True,
     ) -> None:
         pid = os.getpid()
         self.server_owner = Owner(
             user="", host=socket.gethostname(), pid=pid, start_time=process_start_time(pid)
         )
         # a long-lived process: on Kubernetes, the namespace's claims are kept by watching
-        self.session = Session(replace(settings, watch=True), owner=self.server_owner)
+        self.session = Session(replace(settings, watch=watch), owner=self.server_owner)
         self.live_kernels = live_kernels
         self.max_devices_per_user = max_devices_per_user
         self.unattached_lease = unattached_lease  # of a claim for no kernel that asks none

@@ -70,6 +70,7 @@ class Server:
     token: str
     root: Path
     runtime: Path
+    pid: int = 0  # the jupyter-server process's
 
     def call(self, method: str, path: str, body: Any = None, *, timeout: float = DEADLINE) -> Any:
         request = urllib.request.Request(
@@ -150,15 +151,17 @@ def running_server(
     api: client.ApiClient,
     namespace: str,
     tmp_path: Path,
-    pod_runner: PodRunner,
+    pod_runner: PodRunner | None,
     *,
     idle_timeout: float,
     check_interval: float = 1.0,
     env: dict[str, str] | None = None,
     configs: dict[str, dict[str, Any]] | None = None,
+    config: str = "",
 ) -> Iterator[Server]:
     """The server (see :func:`server`); ``configs``: more kernel specs, by name, each the
-    one-H200 spec with this provisioner config instead."""
+    one-H200 spec with this provisioner config instead; ``config``: more lines of its
+    jupyter_server_config.py."""
     cluster_wide = apply_rbac(api, namespace)
     kubeconfig = service_account_kubeconfig(
         api, cluster, namespace, "dra-singleuser", tmp_path / "singleuser.kubeconfig"
@@ -186,7 +189,7 @@ def running_server(
         f"c.DRAExtensionApp.namespace = {namespace!r}\n"
         f"c.DRAExtensionApp.kubeconfig = {str(kubeconfig)!r}\n"
         f"c.DRAExtensionApp.idle_timeout = {idle_timeout}\n"
-        f"c.DRAExtensionApp.check_interval = {check_interval}\n"
+        f"c.DRAExtensionApp.check_interval = {check_interval}\n" + config
     )
     env = {
         **os.environ,
@@ -214,7 +217,7 @@ def running_server(
     process = subprocess.Popen(
         argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
     )
-    running = Server(f"http://127.0.0.1:{port}", token, root, tmp_path / "runtime")
+    running = Server(f"http://127.0.0.1:{port}", token, root, tmp_path / "runtime", process.pid)
 
     def up() -> bool:
         assert process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
@@ -223,7 +226,8 @@ def running_server(
         return False
 
     try:
-        with pod_runner.serving(namespace):
+        serving = pod_runner.serving(namespace) if pod_runner else contextlib.nullcontext()
+        with serving:  # None: no pod runs (a benchmark of reads)
             wait_for("the server to answer", up)
             yield running
     finally:
