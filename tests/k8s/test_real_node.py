@@ -302,6 +302,25 @@ def test_an_mps_claims_limits_reach_the_container_through_the_drivers_cdi_spec(
 
 
 @needs_root
+def test_a_time_sliced_claims_interval_reaches_the_container_as_the_simulated_variable(
+    node: real_node.Node, node_api: client.ApiClient, node_namespace: str
+) -> None:
+    """The real driver sets a time slice with nvidia-smi, which no container sees; the
+    simulated one says what it was told in variables of its own (documented as simulated)."""
+    core, resource = _apis(node_api)
+    keywords = {"gpu": 1, "share": "time-slicing", "interval": "short"}
+    made = build_claim("ts", keywords, namespace=node_namespace, classes=[real_node.DRIVER])
+    resource.create_namespaced_resource_claim(node_namespace, made)
+    core.create_namespaced_pod(
+        node_namespace, busybox_pod("ts", "ts", "env | sort; echo READY; sleep 600")
+    )
+    env = logged_env(core, "ts", node_namespace)
+    assert env["DRA_SIM_SHARING_STRATEGY"] == "TimeSlicing"
+    assert env["DRA_SIM_TIMESLICE_INTERVAL"] == "Short"
+    assert not {k for k in env if k.startswith("CUDA_MPS_")}  # no MPS for a time-sliced GPU
+
+
+@needs_root
 def test_a_claim_with_an_unknown_gpuconfig_field_fails_the_start_with_the_drivers_reason(
     node: real_node.Node, node_api: client.ApiClient, node_namespace: str
 ) -> None:
