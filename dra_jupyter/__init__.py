@@ -90,10 +90,12 @@ def request(**kwargs: Unpack[RequestKeywords]) -> Claim:
     """Get devices: ``request(gpu=2, memory="80Gi", same="pcieRoot", timeout="5m")``.
 
     Keywords: ``gpu``, ``tpu``, ``mig``, ``count``, ``memory``, ``model``, ``selector``,
-    ``share``, ``same``, ``distinct``, ``alternatives``, ``device_class`` (see
-    :mod:`dra_jupyter.claimspec`), and ``timeout`` (0: fail at once when busy; '5m': wait
-    in line), ``lease`` (release after this long), ``name``, ``apply_env`` (set
-    CUDA_VISIBLE_DEVICES and friends in this process, default True).
+    ``share`` (a quantity, or ``"mps"``/``"time-slicing"`` on a cluster, with ``threads``,
+    ``pinned_memory``, ``interval``: :mod:`dra_jupyter.sharing.gpushare`), ``same``,
+    ``distinct``, ``alternatives``, ``device_class`` (see :mod:`dra_jupyter.claimspec`), and
+    ``timeout`` (0: fail at once when busy; '5m': wait in line), ``lease`` (release after
+    this long), ``name``, ``apply_env`` (set CUDA_VISIBLE_DEVICES and friends in this
+    process, default True).
     """
     return _session().request(**kwargs)
 

@@ -15,6 +15,10 @@ keyword                   ResourceClaim
 ``selector="<CEL>"``      a CEL selector of your own
 ``share="20Gi"``          ``capacity.requests.memory``: a share of a device that allows
                           multiple allocations
+``share="mps"``           the devices shared by their driver (``share="time-slicing"``
+                          too), with ``threads=``, ``pinned_memory=`` or ``interval=``:
+                          the request's opaque ``config`` (see
+                          :mod:`dra_jupyter.sharing.gpushare`)
 ``same="pcieRoot"``       constraint ``matchAttribute`` (``pcieRoot``, ``numaNode``,
                           ``parentUUID`` or any fully qualified attribute): the
                           devices of one claim share it (of each pod, in a Job)
@@ -39,6 +43,14 @@ from dra_jupyter.errors import InvalidInputError, said_by, shown
 from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH, label_name_problem
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.model.quantity import Quantity
+from dra_jupyter.sharing.gpushare import (
+    SHARING_KEYS,
+    GpuSharing,
+    names_a_strategy,
+    parse_sharing,
+    strategy_name,
+    unknown_strategy,
+)
 
 if TYPE_CHECKING:
     from dra_jupyter.types import OnWait
@@ -62,6 +74,7 @@ DEVICE_KEYS = (
     "model",
     "selector",
     "share",
+    *SHARING_KEYS,
     "device_class",
 )
 CLAIM_KEYS = (*DEVICE_KEYS, "same", "distinct", "alternatives")
@@ -82,6 +95,9 @@ class DeviceKeywords(TypedDict, total=False):
     model: str
     selector: str
     share: str | int
+    interval: str
+    threads: int | str
+    pinned_memory: str | int
     device_class: str
 
 
@@ -437,9 +453,21 @@ def device_request(
         body["count"] = count
     if selectors:
         body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
-    if spec.get("share") is not None:
-        body["capacity"] = {"requests": {"memory": _quantity(spec["share"], "share", at)}}
+    share = spec.get("share")
+    if share is not None and strategy_name(share) is None:
+        if names_a_strategy(share):
+            raise unknown_strategy(share, at)
+        body["capacity"] = {"requests": {"memory": _quantity(share, "share", at)}}
     return kind, body
+
+
+def request_sharing(
+    spec: Mapping[str, Any], body: Mapping[str, Any], at: str = ""
+) -> GpuSharing | None:
+    """How the devices of the request ``body`` (made of ``spec`` by :func:`device_request`)
+    are shared by their driver (``share="mps"``, ...), or None."""
+    cls = str(body["deviceClassName"])
+    return parse_sharing(spec, device_class=cls, mig=cls == MIG_CLASS, at=at)
 
 
 def build_claim(
@@ -475,6 +503,7 @@ def _devices(spec: Mapping[str, Any], classes: Sequence[str], keywords: Sequence
         raise unknown_keyword(unknown[0], keywords)
     alternatives = spec.get("alternatives")
     device_spec = {k: v for k, v in spec.items() if k in DEVICE_KEYS}
+    configs: list[Wire] = []  # the driver's config of each shared request
     if alternatives is not None:
         if device_spec:
             raise InvalidInputError("with alternatives, put gpu/memory/... inside each alternative")
@@ -486,12 +515,19 @@ def _devices(spec: Mapping[str, Any], classes: Sequence[str], keywords: Sequence
         for i, alt in enumerate(alternatives):
             if not isinstance(alt, Mapping):
                 raise InvalidInputError(f"alternatives[{i}] must be a dict")
-            _kind, body = device_request(alt, classes, at=f"alternatives[{i}]")
+            at = f"alternatives[{i}]"
+            _kind, body = device_request(alt, classes, at=at)
             subs.append({"name": f"option-{i + 1}", **body})
+            sharing = request_sharing(alt, body, at)
+            if sharing is not None:
+                configs.append(sharing.config([f"devices/option-{i + 1}"]))
         request: Wire = {"name": "devices", "firstAvailable": subs}
     else:
         kind, body = device_request(device_spec, classes)
         request = {"name": "devices" if kind == "device_class" else kind, "exactly": body}
+        sharing = request_sharing(device_spec, body)
+        if sharing is not None:
+            configs.append(sharing.config([request["name"]]))
     constraints: list[Wire] = []
     same = parse_same(spec.get("same"))
     if same.nodes:
@@ -507,6 +543,8 @@ def _devices(spec: Mapping[str, Any], classes: Sequence[str], keywords: Sequence
     devices: Wire = {"requests": [request]}
     if constraints:
         devices["constraints"] = constraints
+    if configs:
+        devices["config"] = configs
     return devices
 
 

@@ -20,6 +20,7 @@ from dra_jupyter.model.attributes import Version
 from dra_jupyter.model.objects import Device, ResourceSlice
 from dra_jupyter.model.parse import parse_many, parse_resource_slice
 from dra_jupyter.model.quantity import Quantity
+from dra_jupyter.sharing.gpushare import GpuSharing, pinned_memory_problem
 from dra_jupyter.tables import human_bytes
 
 if TYPE_CHECKING:
@@ -143,6 +144,34 @@ def impossible_hint(spec: Mapping[str, Any], inventory: Inventory) -> str | None
     count = spec.get(kind) if kind != "mig" else spec.get("count", 1)
     if isinstance(count, int) and count > len(devices):
         return f"asks for {count} {kind.upper()} devices; {where} has {len(devices)}"
+    return None
+
+
+def sharing_hint(spec: Mapping[str, Any], inventory: Inventory) -> str | None:
+    """Why a shared GPU's limit can never be met here: ``pinned_memory=`` above the memory
+    of every device the request (or an alternative) may get (of its kind, and its MIG
+    profile); None where it fits, or where the inventory knows no such device (the
+    allocator then says why)."""
+    for alt in spec.get("alternatives") or (spec,):
+        if not isinstance(alt, Mapping) or alt.get("pinned_memory") is None:
+            continue
+        kind = "mig" if alt.get("mig") else "gpu"
+        devices = [
+            d
+            for _name, d in _devices_of_kind(inventory, kind)
+            if kind != "mig" or _value(d, "profile") == alt["mig"]
+        ]
+        sizes = [int(m.value) for d in devices if (m := d.capacity.get("memory")) is not None]
+        if not sizes:
+            continue
+        limit = str(Quantity.parse(alt["pinned_memory"]))  # checked by the claim's build
+        what = f"MIG {alt['mig']} partition" if kind == "mig" else "GPU"
+        where = inventory.description + (" (simulated)" if inventory.simulated else "")
+        problem = pinned_memory_problem(
+            GpuSharing("mps", pinned_memory=limit), max(sizes), f"{what} on {where}"
+        )
+        if problem is not None:
+            return problem
     return None
 
 

@@ -43,7 +43,7 @@ CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
 CONTAINERD_COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr")
 BINARIES = ("kubelet", *CONTAINERD_COMMANDS, "pause")
 PLUGIN_SOURCE = Path(__file__).resolve().parents[2] / "tools" / "dra-sim-plugin"
-PLUGIN_FILES = ("go.mod", "go.sum", "main.go")
+PLUGIN_FILES = ("go.mod", "go.sum", "main.go", "sharing.go")
 PLUGIN = "dra-sim-plugin"
 # Debian packages a node needs: the program each must put on this machine
 DEBIAN_PACKAGES = {

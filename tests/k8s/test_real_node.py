@@ -22,6 +22,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_jupyter.claimspec import build_claim
 from dra_jupyter.kube.connect import api_client
 from tests.k8s import images, nodebuild, testenv
 from tests.k8s import node as real_node
@@ -251,6 +252,110 @@ def test_a_pods_failure_and_exit_code_are_the_kubelets(
     (status,) = pod_obj.status.container_statuses
     assert status.state.terminated.exit_code == 3
     assert core.read_namespaced_pod_log("fails", node_namespace) == "about to fail\n"
+
+
+def logged_env(core: Any, pod: str, namespace: str) -> dict[str, str]:
+    """The environment a pod of ``env | sort; echo READY; ...`` printed."""
+
+    def running() -> bool:
+        phase = core.read_namespaced_pod(pod, namespace).status.phase
+        if phase in ("Failed", "Succeeded"):
+            raise AssertionError(f"pod {pod} ended: {phase}")
+        return bool(phase == "Running")
+
+    def logged() -> str | None:
+        text: str | None = core.read_namespaced_pod_log(pod, namespace)
+        return text if text is not None and "READY" in text else None
+
+    wait_for(f"pod {pod} Running on the real node", running, timeout=120)
+    lines = wait_for(f"the log of pod {pod}", logged).splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+@needs_root
+def test_an_mps_claims_limits_reach_the_container_through_the_drivers_cdi_spec(
+    node: real_node.Node, node_api: client.ApiClient, node_namespace: str
+) -> None:
+    """``dra.request``'s MPS keywords, in the claim as built for the cluster, decoded by the
+    driver on the node (strictly, as NVIDIA's) and handed to the container as NVIDIA's MPS
+    variables, through the CDI spec of the claim."""
+    core, resource = _apis(node_api)
+    keywords = {"gpu": 1, "share": "mps", "threads": 25, "pinned_memory": "10Gi"}
+    made = build_claim("mps", keywords, namespace=node_namespace, classes=[real_node.DRIVER])
+    resource.create_namespaced_resource_claim(node_namespace, made)
+    core.create_namespaced_pod(
+        node_namespace, busybox_pod("mps", "mps", "env | sort; echo READY; sleep 600")
+    )
+    env = logged_env(core, "mps", node_namespace)
+    allocation = resource.read_namespaced_resource_claim("mps", node_namespace).status.allocation
+    (result,) = allocation.devices.results
+    uuid = device_uuids(node)[f"{result.pool}/{result.device}"]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"  # NVIDIA's driver's
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{uuid}=10240M"  # whole MiB
+    assert env["DRA_SIM_SHARING_STRATEGY"] == "MPS"
+    assert "DRA_SIM_TIMESLICE_INTERVAL" not in env
+    uid = resource.read_namespaced_resource_claim("mps", node_namespace).metadata.uid
+    (cdi,) = node.cdi_dir.glob(f"*{uid}*.json")
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in cdi.read_text()
+
+
+@needs_root
+def test_a_time_sliced_claims_interval_reaches_the_container_as_the_simulated_variable(
+    node: real_node.Node, node_api: client.ApiClient, node_namespace: str
+) -> None:
+    """The real driver sets a time slice with nvidia-smi, which no container sees; the
+    simulated one says what it was told in variables of its own (documented as simulated)."""
+    core, resource = _apis(node_api)
+    keywords = {"gpu": 1, "share": "time-slicing", "interval": "short"}
+    made = build_claim("ts", keywords, namespace=node_namespace, classes=[real_node.DRIVER])
+    resource.create_namespaced_resource_claim(node_namespace, made)
+    core.create_namespaced_pod(
+        node_namespace, busybox_pod("ts", "ts", "env | sort; echo READY; sleep 600")
+    )
+    env = logged_env(core, "ts", node_namespace)
+    assert env["DRA_SIM_SHARING_STRATEGY"] == "TimeSlicing"
+    assert env["DRA_SIM_TIMESLICE_INTERVAL"] == "Short"
+    assert not {k for k in env if k.startswith("CUDA_MPS_")}  # no MPS for a time-sliced GPU
+
+
+@needs_root
+def test_a_claim_with_an_unknown_gpuconfig_field_fails_the_start_with_the_drivers_reason(
+    node: real_node.Node, node_api: client.ApiClient, node_namespace: str
+) -> None:
+    """NVIDIA's driver decodes its config strictly; so does the simulated one: a misspelt
+    field fails the prepare, the pod never starts, and the driver's reason is in the pod's
+    events (the kubelet's FailedPrepareDynamicResources)."""
+    core, resource = _apis(node_api)
+    bad = claim("typo")
+    parameters = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercent": 50}},
+    }
+    bad["spec"]["devices"]["config"] = [
+        {"requests": ["gpu"], "opaque": {"driver": real_node.DRIVER, "parameters": parameters}}
+    ]
+    resource.create_namespaced_resource_claim(node_namespace, bad)
+    core.create_namespaced_pod(node_namespace, busybox_pod("typo", "typo", "echo started"))
+
+    def refused() -> str | None:
+        events = core.list_namespaced_event(
+            node_namespace, field_selector="involvedObject.name=typo"
+        ).items
+        said = [f"{e.reason}: {e.message}" for e in events if e.type == "Warning"]
+        return next((m for m in said if "unknown field" in m), None)
+
+    reason = wait_for("the driver's refusal in the pod's events", refused, timeout=120)
+    assert reason.startswith("FailedPrepareDynamicResources: "), reason
+    assert 'unknown field "sharing.mpsConfig.defaultActiveThreadPercent"' in reason, reason
+    assert "error decoding config parameters" in reason, reason
+    pod = core.read_namespaced_pod("typo", node_namespace)
+    assert pod.status.phase == "Pending"  # never started
+    assert all(c.state.running is None for c in pod.status.container_statuses or ())
+    uid = str(resource.read_namespaced_resource_claim("typo", node_namespace).metadata.uid)
+    assert not any(uid in spec.name for spec in node.cdi_dir.glob("*.json"))  # nothing prepared
 
 
 @needs_root

@@ -348,15 +348,15 @@ GPU_CASES: list[tuple[Wire, type[Exception], str]] = [
         {"gpu": 1, "colour": "red"},
         InvalidInputError,
         "dra.request: unknown keyword 'colour'; use gpu, tpu, mig, count, memory, model, "
-        "selector, share, device_class, same, distinct, alternatives, timeout, lease, name, "
-        "apply_env, on_wait, reserve, restart",
+        "selector, share, interval, threads, pinned_memory, device_class, same, distinct, "
+        "alternatives, timeout, lease, name, apply_env, on_wait, reserve, restart",
     ),
     (
         {"gpuu": 1},
         InvalidInputError,
         "dra.request: unknown keyword 'gpuu' (did you mean gpu?); use gpu, tpu, mig, count, "
-        "memory, model, selector, share, device_class, same, distinct, alternatives, timeout, "
-        "lease, name, apply_env, on_wait, reserve, restart",
+        "memory, model, selector, share, interval, threads, pinned_memory, device_class, same, "
+        "distinct, alternatives, timeout, lease, name, apply_env, on_wait, reserve, restart",
     ),
     (
         {"gpu": 1, "timeout": "soon"},

@@ -25,8 +25,8 @@ def one_line(outcome: Outcome) -> str:
         (
             "%dra request gpux=1",
             "dra request: unknown keyword 'gpux' (did you mean gpu?); use gpu, tpu, mig, count, "
-            "memory, model, selector, share, device_class, same, distinct, alternatives, "
-            "timeout, lease, name, apply_env, restart",
+            "memory, model, selector, share, interval, threads, pinned_memory, device_class, same, "
+            "distinct, alternatives, timeout, lease, name, apply_env, restart",
         ),
         (
             "%dra request gpu=99",
@@ -70,8 +70,8 @@ def one_line(outcome: Outcome) -> str:
         (
             "%dra yaml gpu=1 lease=2h",
             "dra yaml: unknown keyword 'lease'; use gpu, tpu, mig, "
-            "count, memory, model, selector, share, device_class, same, distinct, alternatives, "
-            "name",
+            "count, memory, model, selector, share, interval, threads, pinned_memory, "
+            "device_class, same, distinct, alternatives, name",
         ),
         (
             "%dra request alternatives=gpu",

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.magics.completion import current_word
 from dra_jupyter.magics.parsing import Command, parse_cell_line, parse_line
@@ -30,6 +31,22 @@ def test_request_values_are_typed() -> None:
     )
     assert parse_line("request gpu=all").spec == {"gpu": "all"}
     assert parse_line("request mig=3g.71gb count=2").spec == {"mig": "3g.71gb", "count": 2}
+
+
+def test_a_shared_gpus_keywords_reach_the_claim_as_the_api_takes_them() -> None:
+    command = parse_line("request gpu=1 share=mps threads=25% pinned_memory=10Gi")
+    assert command.spec == {"gpu": 1, "share": "mps", "threads": "25%", "pinned_memory": "10Gi"}
+    made = build_claim("c", command.spec, classes=("gpu.nvidia.com",))
+    (config,) = made["spec"]["devices"]["config"]
+    assert config["opaque"]["parameters"]["sharing"] == {
+        "strategy": "MPS",
+        "mpsConfig": {
+            "defaultActiveThreadPercentage": 25,
+            "defaultPinnedDeviceMemoryLimit": "10Gi",
+        },
+    }
+    sliced = parse_line("request share=time-slicing interval=short").spec
+    assert sliced == {"share": "time-slicing", "interval": "short"}
 
 
 def test_quotes_group_words() -> None:

@@ -9,6 +9,12 @@
 // and CUDA_VISIBLE_DEVICES to the allocated devices' UUIDs (their "uuid" attribute). The GPU
 // hardware is the only simulated part: no device nodes are injected.
 //
+// A claim's opaque config for this driver (NVIDIA's GpuConfig or MigDeviceConfig,
+// resource.nvidia.com/v1beta1; see sharing.go) is decoded strictly, as the real driver
+// does: an unknown field, a wrong kind or a value out of range fails the prepare with the
+// reason, which the kubelet shows in the pod's events. Its sharing settings become the
+// variables the container sees (sharing.go says which are NVIDIA's and which simulated).
+//
 //	dra-sim-plugin --kubeconfig K --node-name N --resources R.json --cdi-dir D \
 //	    --plugin-dir P --registrar-dir G [--driver-name gpu.nvidia.com]
 //
@@ -71,24 +77,26 @@ type plugin struct {
 	driverName string
 	cdiDir     string
 	uuids      map[string]string // "<pool>/<device>" -> the device's uuid attribute
+	types      map[string]string // "<pool>/<device>" -> the device's type attribute (gpu, mig)
 	mutex      sync.Mutex
 }
 
 var _ kubeletplugin.DRAPlugin = &plugin{}
 
-func loadResources(path, driverName string) (resourceslice.DriverResources, map[string]string, error) {
+func loadResources(path, driverName string) (resourceslice.DriverResources, map[string]string, map[string]string, error) {
 	var file resourcesFile
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return resourceslice.DriverResources{}, nil, err
+		return resourceslice.DriverResources{}, nil, nil, err
 	}
 	decoder := json.NewDecoder(strings.NewReader(string(data)))
 	decoder.DisallowUnknownFields()
 	if err := decoder.Decode(&file); err != nil {
-		return resourceslice.DriverResources{}, nil, fmt.Errorf("%s: %w", path, err)
+		return resourceslice.DriverResources{}, nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	resources := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 	uuids := map[string]string{}
+	types := map[string]string{}
 	for poolName, pool := range file.Pools {
 		var slices []resourceslice.Slice
 		for _, s := range pool.Slices {
@@ -101,11 +109,15 @@ func loadResources(path, driverName string) (resourceslice.DriverResources, map[
 				if ok && uuid.StringValue != nil {
 					uuids[poolName+"/"+device.Name] = *uuid.StringValue
 				}
+				kind, ok := device.Attributes["type"]
+				if ok && kind.StringValue != nil {
+					types[poolName+"/"+device.Name] = *kind.StringValue
+				}
 			}
 		}
 		resources.Pools[poolName] = resourceslice.Pool{Slices: slices}
 	}
-	return resources, uuids, nil
+	return resources, uuids, types, nil
 }
 
 var unsafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]`)
@@ -128,6 +140,7 @@ func (p *plugin) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 	type group struct {
 		results []resourceapi.DeviceRequestAllocationResult
 		uuids   []string
+		types   []string
 	}
 	var order []string
 	groups := map[string]*group{}
@@ -148,13 +161,19 @@ func (p *plugin) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 		}
 		g.results = append(g.results, result)
 		g.uuids = append(g.uuids, uuid)
+		g.types = append(g.types, p.types[result.Pool+"/"+result.Device])
 	}
 	var devices []kubeletplugin.Device
 	for _, request := range order {
 		g := groups[request]
 		visible := strings.Join(g.uuids, ",")
+		sharing, err := p.requestSharing(claim, g.results, g.types)
+		if err != nil {
+			return nil, fmt.Errorf("claim %s/%s, request %s: %w", claim.Namespace, claim.Name, request, err)
+		}
 		device := cdiDevice{Name: fmt.Sprintf("%s-%s", claim.UID, unsafe.ReplaceAllString(request, "_"))}
 		device.ContainerEdits.Env = []string{"NVIDIA_VISIBLE_DEVICES=" + visible, "CUDA_VISIBLE_DEVICES=" + visible}
+		device.ContainerEdits.Env = append(device.ContainerEdits.Env, sharingEnv(sharing, g.uuids)...)
 		sort.Strings(device.ContainerEdits.Env)
 		spec := cdiSpec{CDIVersion: "0.6.0", Kind: cdiKind, Devices: []cdiDevice{device}}
 		data, err := json.Marshal(spec)
@@ -252,7 +271,7 @@ func run(kubeconfig, nodeName, driverName, resourcesPath, cdiDir, pluginDir, reg
 	if err != nil {
 		return err
 	}
-	resources, uuids, err := loadResources(resourcesPath, driverName)
+	resources, uuids, types, err := loadResources(resourcesPath, driverName)
 	if err != nil {
 		return fmt.Errorf("resources: %w", err)
 	}
@@ -264,7 +283,7 @@ func run(kubeconfig, nodeName, driverName, resourcesPath, cdiDir, pluginDir, reg
 			return err
 		}
 	}
-	p := &plugin{driverName: driverName, cdiDir: cdiDir, uuids: uuids}
+	p := &plugin{driverName: driverName, cdiDir: cdiDir, uuids: uuids, types: types}
 	helper, err := kubeletplugin.Start(ctx, p,
 		kubeletplugin.DriverName(driverName),
 		kubeletplugin.NodeName(nodeName),
