@@ -102,6 +102,12 @@ export interface DeviceUnhealthyEvent {
   /** what happened, in the taint's words ('' when none was given) */
   reason: string;
   tainted_by: string;
+  /**
+   * NoExecute on this machine: when the claim is released (seconds since the epoch), unless
+   * moved or released before; null: NoSchedule (the claim keeps it), or a cluster (its
+   * pods are evicted)
+   */
+  release_at: number | null;
   /** the server's one line: which device, what happened, what it means, what to do */
   message: string;
 }
