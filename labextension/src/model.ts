@@ -192,6 +192,16 @@ export class DraModel {
     return this._error;
   }
 
+  /** When (by {@link now}) the refresh that last read the devices started; 0 before. */
+  get devicesRead(): number {
+    return this._devicesRead;
+  }
+
+  /** Read the devices with the next refresh (their taints, say), not only when needed. */
+  readDevicesNext(): void {
+    this._devicesStale = true;
+  }
+
   /** Whether the server extension answered at least once. */
   get connected(): boolean {
     return this._connected;
@@ -273,6 +283,7 @@ export class DraModel {
       if (stale || this._devicesWanted || this.waitingWanted() || missing || !this._devices) {
         this._devicesStale = false;
         this._setDevices(await this._request('GET /devices'));
+        this._devicesRead = started;
       }
       if (this._devicesWanted) {
         await this._readMetrics();
@@ -600,6 +611,7 @@ export class DraModel {
   private _deviceUnhealthy = new Signal<this, DeviceUnhealthyEvent>(this);
   private _reclaimWarning = new Signal<this, ReclaimWarningEvent>(this);
   private _devicesStale = false;
+  private _devicesRead = 0;
 }
 
 /** Any failure of a call as a DraRequestError (a bug in the page keeps its message). */

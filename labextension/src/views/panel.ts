@@ -8,6 +8,7 @@ import { Widget } from '@lumino/widgets';
 import type { DraRequestError } from '../api';
 import {
   claimCountdown,
+  claimTakenOutText,
   countdownText,
   deviceName,
   deviceSummary,
@@ -210,12 +211,41 @@ export class DevicesPanel extends Widget {
     row.append(el('div', 'dra-dim dra-claim-keys', claim.devices.map(deviceName).join(', ')));
     row.append(el('div', 'dra-claim-times'));
     this._fillTimes(row, claim, this.model.now());
+    // a device taken out of service: said, and neither Keep nor a restart with it offered
+    const outText = claimTakenOutText(claim, this.model.deviceMap);
+    if (outText) {
+      const line = el('div', 'dra-claim-takenout', outText);
+      line.title = claim.devices
+        .map(k => this.model.deviceMap.get(k))
+        .filter(d => d?.taints)
+        .map(d => `${deviceName(d?.device ?? '')}: ${d?.taints}`)
+        .join('\n');
+      row.append(line);
+    }
     const actions = el('div', 'dra-actions');
     actions.append(
       button('Release', 'jp-mod-warn dra-release', releaseCaption(claim), () =>
         this._act(row, () => this.model.release(claim.name))
       )
     );
+    if (outText) {
+      if (kernel) {
+        actions.append(
+          button(
+            'Move',
+            'jp-mod-accept dra-move',
+            'Ask for an equivalent device and restart the kernel on it (its variables are ' +
+              'lost); this claim is released',
+            () =>
+              this._act(row, () =>
+                this.model.move(claim.name).then(() => this.kernels.restarted(kernel))
+              )
+          )
+        );
+      }
+      row.append(actions);
+      return row;
+    }
     if (claim.idle_deadline !== null) {
       actions.append(
         button('Keep', 'jp-mod-accept dra-keep', 'Start the idle countdown again', () =>
