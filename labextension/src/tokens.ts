@@ -24,6 +24,9 @@ export type {
 /** The settings plugin's id; also the settings' id (schema/plugin.json). */
 export const PLUGIN_ID = 'dra-jupyter-labextension:plugin';
 
+/** The command that opens the Devices panel on a run's output (args: `{ name }`). */
+export const RUN_OUTPUT = 'dra-jupyter:show-run-output';
+
 const EVENT_BASE = 'https://events.dra-jupyter.dev/dra_jupyter';
 export const EVENTS = {
   allocated: `${EVENT_BASE}/claim_allocated/v1`,

@@ -78,6 +78,13 @@ export class DevicesPanel extends Widget {
     super.dispose();
   }
 
+  /** Show a run's output in Your runs (a run's end notification's Output). */
+  showRunOutput(name: string): void {
+    this._runs.openOutput(name);
+    this.render();
+    this.node.querySelector(`[data-run="${CSS.escape(name)}"]`)?.scrollIntoView();
+  }
+
   /** Once a second while shown: the countdowns and ages. */
   tick(): void {
     const now = this.model.now();
