@@ -140,8 +140,8 @@ class LocalBackend:
     ) -> DeviceTaint:
         """Taint ``device`` (``driver/pool/device``, or its name) in the ledger: no new
         claim gets it (``NoSchedule``, ``NoExecute``); who (``by``, else this process's
-        user) and when are recorded. Claims that hold it now keep it (reported by ``taint
-        --list``, not ended)."""
+        user) and when are recorded. Claims that hold it now keep it (``NoSchedule``), or
+        until the grace of ``NoExecute`` is over (:meth:`release_taken_out`)."""
         check_taint("taint", effect, key, reason)
         full = self._device(device, "taint")
         return self.ledger.taint(full, key, effect, reason, self.clock(), by=by)
