@@ -55,7 +55,7 @@ CLAIM_CHECK_S = 1.0
 RELEASED_BY = {
     "user": "its user",
     "admin": "an admin",
-    "device-failed": "the health watcher, as its GPU failed and was taken out of service",
+    "device-failed": "its device's NoExecute taint, when the grace ran out",
     "device-moved": "a move off a device taken out of service",
     "fair-share": "the service's fair share, as another user waited while it was idle",
     "expired": "the end of its lease",

@@ -43,9 +43,9 @@ variable                              meaning (default)
                                       ``0`` keeps them (``1``)
 ``DRA_JUPYTER_KUBE_RETRIES``          attempts at an unreachable API server before giving up (4)
 ``DRA_JUPYTER_KUBE_BACKOFF``          seconds before the first retry, doubled each time (0.5)
-``DRA_JUPYTER_HEALTH_GRACE``          seconds a claim keeps a GPU the health watcher took out
-                                      with NoExecute, to save work, before it is released; a
-                                      GPU lost: none (300; ``dra-jupyter health --watch``)
+``DRA_JUPYTER_HEALTH_GRACE``          seconds a claim keeps a device taken out with NoExecute
+                                      (the health watcher's, an admin's taint), to save work,
+                                      before it is released; a GPU lost: none (300)
 ``DRA_JUPYTER_RECLAIM``               ``1``: on the embedded ledger, while a request waits, idle
                                       holders that could free what it needs are warned, then
                                       released (reclaim under pressure); ``0``: only their
@@ -129,7 +129,7 @@ class Settings:
     rerun_releases: bool = True  # a cell run again releases its previous run's claims first
     socket: Path = DEFAULT_SOCKET  # the dra-jupyter service's Unix socket
     service_config: Path = DEFAULT_SERVICE_CONFIG  # its policy file (where it is installed)
-    health_grace: float = 300.0  # seconds before a NoExecute health taint releases holders
+    health_grace: float = 300.0  # seconds before a NoExecute taint releases its holders
     # reclaim under pressure on the embedded ledger: the service's names and defaults
     # (dra_jupyter.sharing.reclaim.ReclaimSettings)
     reclaim: bool = True

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_jupyter.outofservice import clock
 from tests.test_cli_local import run
 
 GPU0 = "gpu.nvidia.com/gpu-node-1/gpu-0"
@@ -34,7 +35,10 @@ def test_taint_explain_untaint(tmp_path: Path) -> None:
     assert made.out.startswith(
         f"tainted {GPU0}: dra-jupyter/admin:NoSchedule ('fan failing') by {ME}"
     )
-    assert "held now by claim big" in made.out  # reported; the claim keeps the device
+    assert (
+        f"held now by claim big ({ME}): work on it may fail, and no new claim gets it; "
+        "the claim keeps it until moved or released\n"
+    ) in made.out
     assert run("release", "big").code == 0
     listed = json.loads(run("taint", "--list", "-o", "json").out)
     assert [(t["device"], t["effect"], t["reason"], t["user"]) for t in listed] == [
@@ -57,6 +61,24 @@ def test_taint_explain_untaint(tmp_path: Path) -> None:
     history = run("taint", "--list", "--history")
     assert "removed_by" in history.out and "fan failing" in history.out
     assert run("request", "gpu=8").code == 0
+
+
+def test_noexecute_tells_the_holder_when_its_claim_is_released(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the CLI says of a NoExecute taint's holders is what happens (the grace, then a
+    release) and what JupyterLab and the notebook say: the same words, the same clock time."""
+    monkeypatch.setenv("DRA_JUPYTER_HEALTH_GRACE", "600")
+    assert run("request", "gpu=8", "--name", "big").code == 0
+    made = run("taint", "gpu-0", "--effect", "NoExecute", "--reason", "test")
+    assert made.code == 0, made.err
+    [taint] = json.loads(run("taint", "--list", "-o", "json").out)
+    at = clock(taint["added"] + 600)
+    assert made.out.endswith(
+        f"held now by claim big ({ME}): it cannot be used: save what you can now, the claim "
+        f"will be released at {at}\n"
+    )
+    assert "keeps the device" not in made.out
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from dra_jupyter.cli.command import Runner, Subparsers
 from dra_jupyter.cli.local import _session
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.model.admintaints import DEFAULT_KEY, EFFECTS, partitions_of
+from dra_jupyter.outofservice import means, release_at
 from dra_jupyter.types import DeviceTaint
 
 
@@ -31,8 +32,10 @@ def add_commands(sub: Subparsers) -> None:
         "taint",
         help='keep new claims off a device: taint gpu-3 --effect NoSchedule --reason "fan"',
         description="Taint a device by hand, as a DeviceTaintRule would: no new claim gets "
-        "it (NoSchedule; NoExecute also evicts a cluster's pods that use it). Claims that "
-        "hold it now are named, not ended. Recorded with who and when. --list shows the taints.",
+        "it (NoSchedule: claims that hold it now keep it until moved or released; NoExecute: "
+        "on this machine they are released after the grace, DRA_JUPYTER_HEALTH_GRACE, 300 s, "
+        "on a cluster its pods are evicted). Recorded with who and when. --list shows the "
+        "taints.",
     )
     p.add_argument("device", nargs="?", metavar="DEVICE", help="as dra-jupyter devices names it")
     p.add_argument("--effect", choices=EFFECTS, help="NoSchedule or NoExecute")
@@ -99,8 +102,11 @@ def run_taint(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"(DeviceTaintRule {made.rule}); new claims do not get "
         f"{'them' if parts else 'it'}\n"
     )
+    # what the holders read in JupyterLab, the notebook and the server's log, the same words
+    grace = session.settings.health_grace if session.backend.capabilities.devices_here else None
+    said = means(made, release_at(made, grace))
     for r in holders:
-        out.write(f"held now by claim {r.name} ({r.owner.user}): it keeps the device\n")
+        out.write(f"held now by claim {r.name} ({r.owner.user}): {said}\n")
     return 0
 
 

@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from dra_jupyter import outofservice
 from dra_jupyter.accounting.book import Book
 from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.allocator import Allocator, Strategy
@@ -50,6 +51,8 @@ from dra_jupyter.types import (
     Sweep,
     Waiter,
 )
+
+TAKEN_OUT = outofservice.RELEASED  # the reason of a release off a device taken out
 
 if TYPE_CHECKING:  # annotations only: importing the API loads no metrics module
     from dra_jupyter.metrics.activity import GpuReport
@@ -137,8 +140,8 @@ class LocalBackend:
     ) -> DeviceTaint:
         """Taint ``device`` (``driver/pool/device``, or its name) in the ledger: no new
         claim gets it (``NoSchedule``, ``NoExecute``); who (``by``, else this process's
-        user) and when are recorded. Claims that hold it now keep it (reported by ``taint
-        --list``, not ended)."""
+        user) and when are recorded. Claims that hold it now keep it (``NoSchedule``), or
+        until the grace of ``NoExecute`` is over (:meth:`release_taken_out`)."""
         check_taint("taint", effect, key, reason)
         full = self._device(device, "taint")
         return self.ledger.taint(full, key, effect, reason, self.clock(), by=by)
@@ -152,6 +155,28 @@ class LocalBackend:
     def taints(self, *, history: bool = False) -> list[DeviceTaint]:
         """The taints admins put by hand (``history``: and took off), oldest first."""
         return self.ledger.taints(history=history)
+
+    def release_taken_out(
+        self, grace: float, now: float | None = None
+    ) -> list[tuple[ClaimRecord, str]]:
+        """Release the claims on devices tainted ``NoExecute`` ``grace`` seconds ago or more,
+        whoever tainted them (:func:`~dra_jupyter.outofservice.due`), in one sweep: reason
+        ``device-failed``, with words that name the device and the taint."""
+        now = self.clock() if now is None else now
+        due = outofservice.due(self.ledger.taints(), grace, now)
+        if not due:
+            return []
+
+        def select(record: ClaimRecord) -> str | None:
+            return TAKEN_OUT if due.keys() & set(record.device_keys) else None
+
+        def message(record: ClaimRecord, reason: str) -> str | None:
+            if reason != TAKEN_OUT:
+                return None
+            return outofservice.released_words(next(due[k] for k in record.device_keys if k in due))
+
+        swept = sweeps.sweep(self.ledger, select, now, message=message)
+        return [(r, why) for r, why in swept.released if why == TAKEN_OUT]
 
     # --- health -------------------------------------------------------------------------------
 

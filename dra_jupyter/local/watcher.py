@@ -35,12 +35,13 @@ from pathlib import Path
 from dra_jupyter.errors import UnavailableError
 from dra_jupyter.inventory.nvmlhealth import NvmlHealth, Signal
 from dra_jupyter.local.backend import LocalBackend
-from dra_jupyter.model.health import LOST_KEY, WATCHER, gpu_devices, gpu_name
+from dra_jupyter.model.health import gpu_devices, gpu_name
+from dra_jupyter.outofservice import RELEASED, released_words
 from dra_jupyter.types import ClaimRecord, DeviceTaint, HealthEvent
 
 log = logging.getLogger("dra_jupyter.health")
 
-FAILED = "device-failed"  # the release reason of a claim on a GPU taken out
+FAILED = RELEASED  # the release reason of a claim on a GPU taken out
 
 
 class HealthWatcher:
@@ -139,40 +140,18 @@ class HealthWatcher:
         return out
 
     def enforce(self, now: float | None = None) -> list[tuple[ClaimRecord, str]]:
-        """Release the claims on GPUs tainted NoExecute by the watcher whose grace is over
-        (see the module docstring); what was released, with the reason."""
-        now = self.backend.clock() if now is None else now
-        due = {
-            t.device: t
-            for t in self.backend.taints()
-            if t.user == WATCHER
-            and t.effect == "NoExecute"
-            and t.added is not None
-            and now >= t.added + (0.0 if t.key == LOST_KEY else self.grace)
-        }
-        if not due:
-            return []
-
-        def select(record: ClaimRecord) -> str | None:
-            return FAILED if due.keys() & set(record.device_keys) else None
-
-        def message(record: ClaimRecord, reason: str) -> str | None:
-            if reason != FAILED:
-                return None
-            taint = next(due[k] for k in record.device_keys if k in due)
-            return self.words(taint)
-
-        released = self.backend.sweep(select, now, (), message=message).released
+        """Release the claims on GPUs tainted NoExecute whose grace is over, whoever tainted
+        them (:meth:`~dra_jupyter.local.backend.LocalBackend.release_taken_out`; see the
+        module docstring); what was released, with the reason."""
+        released = self.backend.release_taken_out(self.grace, now)
         for record, reason in released:
-            if reason == FAILED:
-                log.warning("claim %s of %s released: %s", record.name, record.owner.user, reason)
+            log.warning("claim %s of %s released: %s", record.name, record.owner.user, reason)
         return released
 
     @staticmethod
     def words(taint: DeviceTaint) -> str:
         """``gpu-3 was taken out (gpu.nvidia.com/xid=79: the GPU fell off the bus)``."""
-        what = f"{taint.key}={taint.value}" if taint.value else taint.key
-        return f"{gpu_name(taint.device)} was taken out ({what}: {taint.reason})"
+        return released_words(taint)
 
 
 @contextlib.contextmanager

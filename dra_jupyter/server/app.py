@@ -375,11 +375,12 @@ class DRAExtensionApp(ExtensionApp):
         # server left running across a restart of the cluster talks to the old address)
         self.log.info("dra_jupyter: claims are kept in %s", self.service.backend.where())
         await self.checks.check()  # reconcile the ledger with the live kernels at once
+        grace = self.service.session.settings.health_grace
         if self.health_watch:
-            grace = self.service.session.settings.health_grace
             self._watcher = start_watcher(self.service.backend, grace, self.log)
         self.checks.start(
             self._watcher,
+            health_grace=grace,
             check_interval=self.check_interval,
             health_interval=self.health_interval,
             reclaim_interval=self.reclaim_interval,

@@ -78,6 +78,9 @@ class Checks:
         self.deadlines = Deadlines(self.check)
         self.health = Told()
         self.health_watcher: Watching | None = None  # the machine's, run by this server
+        # seconds a NoExecute taint leaves the claims on a device of this machine before
+        # they are released (None: on a cluster, whose pods are evicted instead)
+        self.grace: float | None = None
         self._checker: PeriodicCallback | None = None
         self._health_checker: PeriodicCallback | None = None
         self._reclaim_checker: PeriodicCallback | None = None
@@ -90,9 +93,12 @@ class Checks:
         check_interval: float,
         health_interval: float,
         reclaim_interval: float,
+        health_grace: float = 300.0,
     ) -> None:
         """The periodic checks, each every so many seconds (0: none of its own)."""
         self.health_watcher = health_watcher
+        if self.service.backend.capabilities.devices_here:
+            self.grace = health_grace
         if check_interval > 0:
             self._checker = PeriodicCallback(self.check, check_interval * 1000)
             self._checker.start()
@@ -165,13 +171,18 @@ class Checks:
             await self.reclaims.tick()
 
     async def check_health(self) -> None:
-        """Tell the holders of devices taken out of service, once each
-        (:mod:`dra_jupyter.outofservice`)."""
+        """Tell the holders of devices taken out of service, once each, with the clock time
+        of the release of a ``NoExecute`` taint; release them once its grace is over, on
+        every backend of this machine, simulated devices too, with or without the health
+        watcher (:mod:`dra_jupyter.outofservice`)."""
         tainting = tainting_of(self.service.backend)
         if self.host.stopped or tainting is None:
             return
-        if self.health_watcher is not None:
-            await self.host.call(self.health_watcher.enforce)
+        if self.grace is not None:
+            try:
+                await self.host.call(self.service.release_taken_out, self.grace)
+            except DraJupyterError as err:
+                self.host.log.debug("dra_jupyter: releasing off taken-out devices: %s", err)
         live = set(self.host.live_kernels())
         try:
             records = await self.host.read(partial(self.service.live_claims, wait=False))
@@ -180,7 +191,7 @@ class Checks:
         except DraJupyterError as err:
             self.host.log.debug("dra_jupyter: reading taints failed: %s", err)
             return
-        for event in self.health.new(unhealthy_events(held, taints)):
+        for event in self.health.new(unhealthy_events(held, taints, self.grace)):
             self.host.log.warning(
                 "dra_jupyter: kernel %s: %s", event["kernel_id"], event["message"]
             )

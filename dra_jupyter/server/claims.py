@@ -70,6 +70,7 @@ from dra_jupyter.types import (
     Sweep,
     process_start_time,
     run_of,
+    taking_out_of,
 )
 
 # Keywords of POST claims that are not claim keywords (dra.request's own arguments).
@@ -91,7 +92,9 @@ _REASONS = {
     "server-stop": "the Jupyter server stopped",
     "limit": "over the per-user device limit",
     "moved": "its kernel moved into a pod with these devices, whose own claim holds them now",
-    "device-failed": "its GPU failed and was taken out of service (dra-jupyter health says how)",
+    "device-failed": "its device was taken out of service (NoExecute: a GPU that failed, or "
+    "an admin's taint) and its grace ran out (dra-jupyter taint --list, dra-jupyter health "
+    "say why)",
     "device-moved": "its kernel moved to an equivalent device, off one taken out of service",
     "fair-share": "another user waited for its devices while it was idle (reclaim under "
     "pressure: dra-jupyter claims shows the warning, dra-jupyter waiting the line)",
@@ -492,6 +495,19 @@ class ClaimService:
         after releasing those for which ``select`` names a reason and those the backend
         reclaims by itself. Releases go to :attr:`released`. ``wait=False`` for a read."""
         return self._sweep(select, now, wait=wait).kept
+
+    def release_taken_out(self, grace: float) -> list[tuple[ClaimRecord, str]]:
+        """Release the claims on devices tainted ``NoExecute`` whose grace is over, where
+        the backend does that (:class:`~dra_jupyter.types.TakingOut`: this machine's
+        ledger); announced as every release (:attr:`released`)."""
+        taking = taking_out_of(self.backend)
+        if taking is None:
+            return []
+        now = time.time()
+        released = taking.release_taken_out(grace, now)
+        for record, reason in released:
+            self._note_release(record, reason, now)
+        return released
 
     def _sweep(
         self, select: Select | None = None, now: float | None = None, *, wait: bool = True

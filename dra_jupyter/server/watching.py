@@ -6,8 +6,9 @@ server that finds one running (``dra-jupyter health --watch``, another server) l
 work to it. The service runs its own watcher; a simulated inventory and Kubernetes have
 nothing to watch.
 
-The server calls :meth:`~dra_jupyter.types.Watching.enforce` with each health check (on
-its writer thread): a GPU tainted ``NoExecute`` releases its holders after ``grace``.
+A GPU tainted ``NoExecute`` releases its holders after ``grace``, with or without the
+watcher: the server's health check does it on every backend of this machine
+(:meth:`~dra_jupyter.server.checks.Checks.check_health`).
 """
 
 from __future__ import annotations

@@ -314,12 +314,15 @@ class Daemon:
         log.info("health watcher on %d GPUs", len(watcher.nvml.gpus) if watcher.nvml else 0)
 
     def _health_tick(self) -> None:
-        """Release the claims whose GPU the watcher took out NoExecute and whose grace is
-        over; the devices they free go to the line."""
-        if self.health is None:
-            return
-        self.health.grace = self.policy.health_grace  # as reloaded
-        if self.health.enforce(time.time()):
+        """Release the claims on devices tainted NoExecute (by the watcher or an admin, on
+        NVML or simulated devices) whose grace is over; the devices they free go to the
+        line."""
+        if self.health is not None:
+            self.health.grace = self.policy.health_grace  # as reloaded
+            released = self.health.enforce(time.time())
+        else:
+            released = self.local.release_taken_out(self.policy.health_grace, time.time())
+        if released:
             self.line.serve()
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ from dra_jupyter.types.backend import (
     Select,
     Sweep,
     Tainting,
+    TakingOut,
     WatchedViews,
     Watching,
     accounting_of,
@@ -30,6 +31,7 @@ from dra_jupyter.types.backend import (
     health_record_of,
     reclaiming_of,
     tainting_of,
+    taking_out_of,
     watched_views_of,
 )
 from dra_jupyter.types.owner import (
@@ -78,6 +80,7 @@ __all__ = [
     "Select",
     "Sweep",
     "Tainting",
+    "TakingOut",
     "Waiter",
     "Waiting",
     "WatchedViews",
@@ -91,5 +94,6 @@ __all__ = [
     "reclaiming_of",
     "run_of",
     "tainting_of",
+    "taking_out_of",
     "watched_views_of",
 ]

@@ -198,6 +198,25 @@ def tainting_of(backend: object) -> Tainting | None:
 
 
 @runtime_checkable
+class TakingOut(Protocol):
+    """A backend of this machine that releases the claims on devices tainted ``NoExecute``
+    once their grace is over (the local ledger; :mod:`dra_jupyter.outofservice`):
+    ``taking_out_of(backend)`` is it, else None (the service's daemon does it itself, a
+    cluster evicts pods instead)."""
+
+    def release_taken_out(
+        self, grace: float, now: float | None = None
+    ) -> list[tuple[ClaimRecord, str]]:
+        """Release (reason ``device-failed``, with words naming the device and the taint)
+        the claims on a device tainted ``NoExecute`` at least ``grace`` seconds ago (none
+        for a GPU lost); what was released. Errors: the ledger's, as a release's."""
+
+
+def taking_out_of(backend: object) -> TakingOut | None:
+    return backend if isinstance(backend, TakingOut) else None
+
+
+@runtime_checkable
 class Reclaiming(Protocol):
     """A backend that reclaims idle claims for users who wait (the shared-machine
     service's reclaim under pressure): ``reclaiming_of(backend)`` is the backend where it

@@ -19,6 +19,7 @@ from dra_jupyter.errors import DraJupyterError, DraJupyterWarning
 from dra_jupyter.kernel.environment import ProcessEnvironment
 from dra_jupyter.kernel.info import current_cell, execution_count, in_kernel
 from dra_jupyter.outofservice import Told, message, unhealthy
+from dra_jupyter.settings import Settings
 from dra_jupyter.types import ClaimRecord, DeviceTaint, reclaiming_of, tainting_of
 from dra_jupyter.widgets.card import CardReporter, CardView, ClaimCard
 
@@ -128,7 +129,10 @@ def taken_out_lines(environment: ProcessEnvironment, told: Told) -> list[str]:
     for backend, records in by_backend.values():
         tainting = tainting_of(backend)
         if tainting is not None:
-            events += unhealthy_events_said(records, tainting.taints())
+            # this machine's grace, as its Jupyter server's (None: a cluster evicts pods)
+            here = backend.capabilities.devices_here
+            grace = Settings.from_env().health_grace if here else None
+            events += unhealthy_events_said(records, tainting.taints(), grace)
     return [f"dra: {e['message']}" for e in told.new(events)]
 
 
@@ -159,7 +163,7 @@ def reclaim_lines(environment: ProcessEnvironment, told: set[tuple[str, float]])
 
 
 def unhealthy_events_said(
-    records: list[ClaimRecord], taints: list[DeviceTaint]
+    records: list[ClaimRecord], taints: list[DeviceTaint], grace: float | None = None
 ) -> list[dict[str, Any]]:
     """The events of :func:`~dra_jupyter.outofservice.unhealthy`, in the kernel's words."""
     return [
@@ -167,7 +171,7 @@ def unhealthy_events_said(
             "claim": record.name,
             "device": device,
             "key": taint.key,
-            "message": message(record, device, taint, IN_KERNEL.format(claim=record.name)),
+            "message": message(record, device, taint, IN_KERNEL.format(claim=record.name), grace),
         }
         for record, device, taint in unhealthy(records, taints)
     ]

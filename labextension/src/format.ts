@@ -239,9 +239,33 @@ export function statusText(
   return tail ? `${summary} · ${tail}` : summary;
 }
 
+/** Whether a device carries the taint `key` (its taints: `key=value:Effect, ...`). */
+export function hasTaint(device: Device, key: string): boolean {
+  return device.taints
+    .split(',')
+    .map(t => t.trim())
+    .some(t => t.startsWith(`${key}=`) || t.startsWith(`${key}:`));
+}
+
 /** Whether a device's taints take it out of service (NoSchedule or NoExecute). */
 export function takenOut(device: Device | undefined): boolean {
   return /:(NoSchedule|NoExecute)\b/.test(device?.taints ?? '');
+}
+
+/**
+ * A claim's devices taken out of service, for its card in the panel: `gpu-3 taken out of
+ * service (NoExecute): save your work, the claim will be released`; empty when none is.
+ */
+export function claimTakenOutText(claim: Claim, devices: ReadonlyMap<string, Device>): string {
+  const out = claim.devices.filter(key => takenOut(devices.get(key)));
+  if (out.length === 0) {
+    return '';
+  }
+  const noExecute = out.some(key => /:NoExecute\b/.test(devices.get(key)?.taints ?? ''));
+  const names = out.map(deviceName).join(', ');
+  return noExecute
+    ? `${names} taken out of service (NoExecute): save your work, the claim will be released`
+    : `${names} taken out of service (NoSchedule): work on it may fail`;
 }
 
 /**
@@ -293,7 +317,7 @@ export function releaseReason(reason: string): string {
     case 'device-moved':
       return 'its kernel moved to an equivalent device, off one taken out of service';
     case 'device-failed':
-      return 'its device failed and was taken out of service';
+      return 'its device was taken out of service and its grace ran out';
     case 'fair-share':
       return 'another user waited for its devices while it was idle (fair share)';
     case 'admin':

@@ -136,6 +136,15 @@ export class DraModel {
     return this._released;
   }
 
+  /**
+   * One of the caller's background runs ended (Succeeded, Failed, Cancelled) that this page
+   * saw running, or that was made since the page's first refresh and ended before a read
+   * saw it run; not one the page cancelled (its answer says so). Once each.
+   */
+  get runEnded(): ISignal<this, Run> {
+    return this._runEnded;
+  }
+
   /** The caller's live claims, as of the last refresh. */
   get claims(): readonly Claim[] {
     return this._claims;
@@ -194,6 +203,16 @@ export class DraModel {
   /** The error of the last refresh, null when it went well. */
   get error(): DraRequestError | null {
     return this._error;
+  }
+
+  /** When (by {@link now}) the refresh that last read the devices started; 0 before. */
+  get devicesRead(): number {
+    return this._devicesRead;
+  }
+
+  /** Read the devices with the next refresh (their taints, say), not only when needed. */
+  readDevicesNext(): void {
+    this._devicesStale = true;
   }
 
   /** Whether the server extension answered at least once. */
@@ -287,6 +306,7 @@ export class DraModel {
 
   private async _read(): Promise<void> {
     const started = this.now();
+    this._since ??= started;
     let vanished: Claim[] = [];
     try {
       const { claims, pushed } = await this._request('GET /claims');
@@ -299,11 +319,14 @@ export class DraModel {
       if (stale || this._devicesWanted || this.waitingWanted() || missing || !this._devices) {
         this._devicesStale = false;
         this._setDevices(await this._request('GET /devices'));
+        this._devicesRead = started;
       }
       if (this._devicesWanted) {
         await this._readMetrics();
         await this._readUsage();
-        await this._readRuns();
+      }
+      if (this._devicesWanted || this._runsWatched(claims)) {
+        await this._readRuns(); // the panel shows them, or a run of the caller may end
       }
       const live = new Set(claims.map(c => c.name));
       vanished = this._claims.filter(c => !live.has(c.name) && !this._wasAnnounced(c));
@@ -439,6 +462,7 @@ export class DraModel {
   /** Cancel one of the caller's runs; answers once it ended, with it as it is then. */
   async cancelRun(name: string): Promise<Run> {
     const run = await this._request('POST /runs/{name}/cancel', { name });
+    this._cancelled.add(name); // the caller's own cancel: not news
     if (this._runs !== null) {
       const runs = this._runs.runs.map(r => (r.name === name ? run : r));
       this._runs = { ...this._runs, runs };
@@ -590,10 +614,37 @@ export class DraModel {
   }
 
   /** The runs, while the panel is shown; a failure says why in the Runs section. */
+  /** Whether a run of the caller may end: a run's claim is live, or a run read ran. */
+  private _runsWatched(claims: readonly Claim[]): boolean {
+    return (
+      claims.some(c => c.run) ||
+      [...this._runPhases.values()].some(p => p === 'Pending' || p === 'Running')
+    );
+  }
+
+  /** Note the runs' phases; a run that ended since it was seen running is announced. */
+  private _noteRuns(runs: readonly Run[]): void {
+    for (const run of runs) {
+      const before = this._runPhases.get(run.name);
+      this._runPhases.set(run.name, run.phase);
+      if (run.phase === 'Pending' || run.phase === 'Running' || this._cancelled.has(run.name)) {
+        continue;
+      }
+      const news =
+        before === undefined
+          ? this._since !== null && run.created >= this._since
+          : before === 'Pending' || before === 'Running';
+      if (news) {
+        this._runEnded.emit(run);
+      }
+    }
+  }
+
   private async _readRuns(): Promise<void> {
     try {
       this._runs = await this._request('GET /runs');
       this._runsError = null;
+      this._noteRuns(this._runs.runs);
     } catch (err) {
       this._runs = null;
       this._runsError = toError(err);
@@ -639,6 +690,11 @@ export class DraModel {
   private _deviceUnhealthy = new Signal<this, DeviceUnhealthyEvent>(this);
   private _reclaimWarning = new Signal<this, ReclaimWarningEvent>(this);
   private _devicesStale = false;
+  private _devicesRead = 0;
+  private _runEnded = new Signal<this, Run>(this);
+  private _runPhases = new Map<string, Run['phase']>(); // the runs read: name -> phase
+  private _since: number | null = null; // this.now() of the first refresh
+  private _cancelled = new Set<string>(); // runs cancelled from this page
 }
 
 /** Any failure of a call as a DraRequestError (a bug in the page keeps its message). */

@@ -24,6 +24,9 @@ export type {
 /** The settings plugin's id; also the settings' id (schema/plugin.json). */
 export const PLUGIN_ID = 'dra-jupyter-labextension:plugin';
 
+/** The command that opens the Devices panel on a run's output (args: `{ name }`). */
+export const RUN_OUTPUT = 'dra-jupyter:show-run-output';
+
 const EVENT_BASE = 'https://events.dra-jupyter.dev/dra_jupyter';
 export const EVENTS = {
   allocated: `${EVENT_BASE}/claim_allocated/v1`,
@@ -110,6 +113,12 @@ export interface DeviceUnhealthyEvent {
   /** what happened, in the taint's words ('' when none was given) */
   reason: string;
   tainted_by: string;
+  /**
+   * NoExecute on this machine: when the claim is released (seconds since the epoch), unless
+   * moved or released before; null: NoSchedule (the claim keeps it), or a cluster (its
+   * pods are evicted)
+   */
+  release_at: number | null;
   /** the server's one line: which device, what happened, what it means, what to do */
   message: string;
 }

@@ -3,6 +3,7 @@ import { test } from 'node:test';
 
 import {
   claimCountdown,
+  claimTakenOutText,
   countdown,
   deviceSummary,
   duration,
@@ -10,6 +11,7 @@ import {
   gpuTime,
   groupDevices,
   groupState,
+  hasTaint,
   migParent,
   nearest,
   queueLines,
@@ -264,4 +266,24 @@ test('settledBusy: a kernel busy for less than 2 s does not pause the countdown 
   assert.equal(settledBusy(since, 'k', true, 5000), false); // the next cell starts afresh
   assert.equal(settledBusy(since, 'k', true, 7000), true); // 2 s in: "busy" from now on
   assert.equal(settledBusy(since, 'other', true, 7000), false); // each kernel its own
+});
+
+test('a claim card says which of its devices are taken out, and what that means', () => {
+  const held = claim('c1', { devices: [`${GPU}0`, `${GPU}1`] });
+  const map = (t0: string, t1: string) =>
+    new Map([
+      [`${GPU}0`, device(`${GPU}0`, { taints: t0 })],
+      [`${GPU}1`, device(`${GPU}1`, { taints: t1 })]
+    ]);
+  assert.equal(claimTakenOutText(held, map('', 'marks.example.com/x:None')), '');
+  assert.equal(
+    claimTakenOutText(held, map('dra-jupyter/admin=fan:NoSchedule', '')),
+    'gpu-0 taken out of service (NoSchedule): work on it may fail'
+  );
+  assert.equal(
+    claimTakenOutText(held, map('dra-jupyter/admin=fan:NoSchedule', 'a/b=test:NoExecute')),
+    'gpu-0, gpu-1 taken out of service (NoExecute): save your work, the claim will be released'
+  );
+  assert.ok(hasTaint(device('d', { taints: 'a/b=x:NoExecute, c/d:None' }), 'c/d'));
+  assert.ok(!hasTaint(device('d', { taints: 'a/b=x:NoExecute' }), 'a/bc'));
 });

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import type { Requester } from '../src/api';
+import { clockTime } from '../src/format';
 import { DraModel } from '../src/model';
 import {
   DeviceHealth,
@@ -24,6 +25,7 @@ function unhealthy(more: Partial<DeviceUnhealthyEvent> = {}): DeviceUnhealthyEve
     effect: 'NoExecute',
     reason: 'XID 79: the GPU fell off the bus',
     tainted_by: 'health watcher',
+    release_at: 1300,
     message: 'gpu-3 of claim c1 was taken out of service by health watcher: …',
     ...more
   };
@@ -31,6 +33,7 @@ function unhealthy(more: Partial<DeviceUnhealthyEvent> = {}): DeviceUnhealthyEve
 
 function setup() {
   const calls: string[] = [];
+  const taints = { now: '' }; // gpu-3's, as GET /devices says them
   const request = (async (operation: string, parameters?: Record<string, string>) => {
     calls.push(`${operation} ${parameters?.name ?? ''}`.trim());
     switch (operation) {
@@ -41,7 +44,11 @@ function setup() {
       case 'GET /claims':
         return { claims: [] };
       case 'GET /devices':
-        return { inventory: 'h200-8x', simulated: true, devices: [device(`${GPU}5`)] };
+        return {
+          inventory: 'h200-8x',
+          simulated: true,
+          devices: [device(`${GPU}3`, { state: 'held', taints: taints.now }), device(`${GPU}5`)]
+        };
       default:
         throw new Error(`not in the fake: ${operation}`);
     }
@@ -57,7 +64,7 @@ function setup() {
     }
   };
   const health = new DeviceHealth(model, shown, kernels, err => failed.push(String(err)));
-  return { health, shown, calls, restarted, failed, model };
+  return { health, shown, calls, restarted, failed, model, taints };
 }
 
 async function settled(): Promise<void> {
@@ -70,16 +77,22 @@ test('the text says which device, whose, what happened and what it means, first'
   assert.equal(deviceName(`${GPU}3`), 'gpu-3');
   assert.equal(
     unhealthyText(unhealthy(), 'train.ipynb'),
-    'gpu-3 of train.ipynb was taken out of service, it cannot be used: save your work now: ' +
-      'XID 79: the GPU fell off the bus'
+    'gpu-3 of train.ipynb was taken out of service: save your work now, the claim will be ' +
+      `released at ${clockTime(1300)} (XID 79: the GPU fell off the bus)`
   );
   assert.equal(
-    unhealthyText(unhealthy({ effect: 'NoSchedule', reason: '' }), null),
-    'gpu-3 (claim c1) was taken out of service, work on it may fail: gpu.nvidia.com/xid'
+    unhealthyText(unhealthy({ effect: 'NoSchedule', release_at: null, reason: '' }), null),
+    'gpu-3 (claim c1) was taken out of service: work on it may fail (gpu.nvidia.com/xid)'
+  );
+  assert.equal(
+    unhealthyText(unhealthy({ release_at: null }), null),
+    'gpu-3 (claim c1) was taken out of service: save your work now, its pods are evicted ' +
+      '(XID 79: the GPU fell off the bus)'
   );
   const long = unhealthyText(unhealthy(), 'a-long-notebook-name-for-training.ipynb');
   assert.ok(long.length <= NOTIFICATION_CHARS); // JupyterLab cuts there: we cut first
   assert.match(long, /^gpu-3 of a-long-notebook-name-for-training\.ipynb was taken out .*…$/);
+  assert.ok(long.includes(`released at ${clockTime(1300)}`)); // the deadline is never cut
 });
 
 test('Move makes the claim again, restarts the kernel, says where, and withdraws', async () => {
@@ -125,6 +138,21 @@ test('Release gives the claim back; one notification per claim; none to Move wit
     only.actions.map(a => a.label),
     ['Release']
   );
+});
+
+test('withdrawn once the taint is gone from its device (untaint), not before', async () => {
+  const { health, shown, model, taints, calls } = setup();
+  taints.now = 'gpu.nvidia.com/xid=79:NoExecute, other.example.com/x:NoSchedule';
+  health.show(unhealthy());
+  await model.refresh(); // the devices read after it showed: the taint is there
+  assert.equal(shown.open.size, 1);
+  taints.now = 'other.example.com/x:NoSchedule'; // untaint of its key; another stays
+  await model.refresh(); // while it shows, each refresh reads the devices
+  assert.equal(shown.open.size, 0);
+  assert.deepEqual(health.claims, []);
+  assert.equal(calls.filter(c => c === 'GET /devices').length, 2);
+  await model.refresh(); // none shows: the devices are not read for it any more
+  assert.equal(calls.filter(c => c === 'GET /devices').length, 2);
 });
 
 test("the model passes on the events of the caller's claims only", () => {

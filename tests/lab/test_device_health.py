@@ -10,8 +10,18 @@ import time
 from typing import Any
 
 from dra_jupyter.local.ledger import Ledger
+from dra_jupyter.settings import Settings
 from tests.browser.conftest import Lab, run_all_cells
-from tests.lab.test_devices_panel import TOAST, X, claims, notebook, released, toast, until
+from tests.lab.test_devices_panel import (
+    TOAST,
+    X,
+    claims,
+    notebook,
+    open_panel,
+    released,
+    toast,
+    until,
+)
 
 __all__ = ["released"]  # the fixture: each test starts and ends with no claim held
 
@@ -31,8 +41,8 @@ def test_a_gpu_taken_out_offers_move_and_move_restarts_the_notebook_elsewhere(
     try:
         warning = toast(page, f"{name} of failing.ipynb was taken out of service")
         assert warning.inner_text().startswith(
-            f"{name} of failing.ipynb was taken out of service, work on it may fail: "
-            "XID 94: contained ECC error"
+            f"{name} of failing.ipynb was taken out of service: work on it may fail "
+            "(XID 94: contained ECC error)"
         )
         assert warning.get_by_role("button", name="Release").count() == 1
         # the status bar says it too (its refresh reads the device's taints)
@@ -48,3 +58,52 @@ def test_a_gpu_taken_out_offers_move_and_move_restarts_the_notebook_elsewhere(
         assert after["devices"] != [device]
     finally:
         ledger.untaint(device, KEY, time.time())
+
+
+CLOCK = """s => {
+  const d = new Date(s * 1000);
+  return [d.getHours(), d.getMinutes(), d.getSeconds()]
+    .map(n => String(n).padStart(2, '0')).join(':');
+}"""
+
+
+def test_noexecute_says_when_its_card_shows_it_and_untaint_withdraws_it(
+    lab: Lab, page: Any, released: None
+) -> None:
+    """An admin's NoExecute (``dra-jupyter taint gpu-N --effect NoExecute``): the toast
+    gives the clock time of the release the server makes after the grace (the server's
+    log, the notebook and the CLI say the same), the claim's card says the device is taken
+    out and offers Move and Release instead of Keep and a restart with it; an ``untaint``
+    withdraws the toast, and the card offers Keep again."""
+    notebook(page, lab, "noexec.ipynb", ["import dra_jupyter as dra\nclaim = dra.request(gpu=1)"])
+    run_all_cells(page)
+    [claim] = until("the notebook's claim", lambda: claims(lab))
+    [device] = claim["devices"]
+    name = device.rsplit("/", 1)[-1]
+    ledger = Ledger(lab.ledger)
+    ledger.taint(device, KEY, "NoExecute", "test", time.time())
+    try:
+        [taint] = ledger.taints()
+        assert taint.added is not None
+        at = page.evaluate(CLOCK, taint.added + Settings.from_env().health_grace)
+        warning = toast(page, f"{name} of noexec.ipynb was taken out of service")
+        assert warning.inner_text().startswith(
+            f"{name} of noexec.ipynb was taken out of service: save your work now, the claim "
+            f"will be released at {at} (test)"
+        )
+        panel = open_panel(page)
+        card = panel.locator(f'.dra-claim[data-claim="{claim["name"]}"]')
+        until(
+            "the card to say the device is taken out",
+            lambda: f"{name} taken out of service (NoExecute)" in card.inner_text(),
+        )
+        assert card.locator("button.dra-keep").count() == 0
+        assert card.locator("button.dra-restart").count() == 0
+        assert card.locator("button.dra-move").count() == 1
+    finally:
+        ledger.untaint(device, KEY, time.time())
+    shown = page.locator(TOAST).filter(has_text="was taken out of service")
+    until("the notification withdrawn after the untaint", lambda: shown.count() == 0)
+    until("the card to offer Keep again", lambda: card.locator("button.dra-keep").count() == 1)
+    assert "taken out" not in card.inner_text()
+    assert [c["name"] for c in claims(lab)] == [claim["name"]]  # within the grace: kept

@@ -289,13 +289,13 @@ def test_a_device_failure_release_fails_the_run_saying_why(session: Session) -> 
     run = start(session, SLEEPER, gpu=1)
     until(lambda: run.logs() == "started\n", "the command started")
     [claim] = run.status.claims
-    assert session.backend.release(claim, "device-failed", any_owner=True)  # the watcher's
+    assert session.backend.release(claim, "device-failed", any_owner=True)  # after the grace
     until(lambda: run.status.done, "the run ends once its claim is gone")
     status = run.status
     assert status.phase == "Failed"
     assert status.message.startswith(
-        f"run {run.name}: its claim {claim} was released by the health watcher, as its GPU "
-        "failed and was taken out of service (device-failed); the command was stopped"
+        f"run {run.name}: its claim {claim} was released by its device's NoExecute taint, "
+        "when the grace ran out (device-failed); the command was stopped"
     )
     assert gone(child_pid(status))
 

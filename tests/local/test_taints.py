@@ -69,6 +69,39 @@ def test_noexecute_keeps_new_claims_off_and_leaves_the_holder(tmp_path: Path) ->
     }
 
 
+def test_an_admins_noexecute_releases_the_holder_after_the_grace_on_simulated_devices(
+    tmp_path: Path,
+) -> None:
+    """No NVML, no health watcher: the backend itself releases the claims on a device an
+    admin tainted NoExecute once the grace is over (what the Jupyter server's health check
+    and the service's tick call), with words naming the device and the taint."""
+    admin = backend(tmp_path / "l.sqlite")
+    holder = admin.allocate(claim({"gpu": 1}))
+    other = admin.allocate(claim({"gpu": 1}))
+    [device] = holder.device_keys
+    admin.taint(device, "NoExecute", "test", DEFAULT_KEY)  # at 1000.0
+    assert admin.release_taken_out(300.0, 1299.0) == []  # time to save work
+    assert admin.record(holder.name) is not None
+    released = admin.release_taken_out(300.0, 1300.0)
+    assert [(r.name, why) for r, why in released] == [(holder.name, "device-failed")]
+    assert admin.record(holder.name) is None
+    assert admin.record(other.name) is not None  # its device was not taken out
+    ended = admin.ended(holder.name)
+    assert ended is not None and ended.reason == "device-failed"
+    assert ended.message == f"{device.rsplit('/', 1)[-1]} was taken out ({DEFAULT_KEY}: test)"
+
+
+def test_noschedule_and_an_untainted_device_release_nobody(tmp_path: Path) -> None:
+    admin = backend(tmp_path / "l.sqlite")
+    held = admin.allocate(claim({"gpu": 2}))
+    first, second = held.device_keys
+    admin.taint(first, "NoSchedule", "fan", DEFAULT_KEY)
+    admin.taint(second, "NoExecute", "test", DEFAULT_KEY)
+    admin.untaint(second, DEFAULT_KEY)
+    assert admin.release_taken_out(0.0, 10_000.0) == []
+    assert admin.record(held.name) is not None
+
+
 def test_the_history_keeps_who_and_when(tmp_path: Path) -> None:
     path = tmp_path / "l.sqlite"
     backend(path, now=10.0).taint("gpu-1", "NoSchedule", "fan", DEFAULT_KEY)

@@ -13,7 +13,8 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from dra_jupyter.local.ledger import Ledger
-from dra_jupyter.outofservice import Told, unhealthy_events
+from dra_jupyter.outofservice import Told, clock, unhealthy_events
+from dra_jupyter.settings import Settings
 from dra_jupyter.types import ClaimRecord, DeviceTaint, Owner
 from tests.server.conftest import Fetch, eventually, start_extensions
 from tests.server.test_kernels import REQUEST, started_kernel
@@ -22,6 +23,7 @@ from tests.server.test_rest import extension
 KEY = "health.example.com/xid"
 REASON = "XID 79: the GPU fell off the bus"
 SCHEMA = "https://events.dra-jupyter.dev/dra_jupyter/device_unhealthy/v1"
+RELEASED = "https://events.dra-jupyter.dev/dra_jupyter/claim_released/v1"
 
 
 @pytest.fixture
@@ -56,7 +58,8 @@ async def test_the_holder_is_told_once_and_move_restarts_the_kernel_on_another_d
         assert event["message"] == (
             f"{name} of claim {claim.name} was taken out of service by "
             f"{event['tainted_by']}: {REASON} (taint {KEY}, NoSchedule); work on it may "
-            "fail, and no new claim gets it. Move asks for an equivalent device and "
+            "fail, and no new claim gets it; the claim keeps it until moved or released. "
+            "Move asks for an equivalent device and "
             "restarts the kernel on it (its variables go); Release gives the claim back"
         )
         assert (event["claim"], event["kernel_id"], event["device"]) == (
@@ -81,6 +84,43 @@ async def test_the_holder_is_told_once_and_move_restarts_the_kernel_on_another_d
         await kernel.run_on_shell(
             f"import os; assert os.environ['CUDA_VISIBLE_DEVICES'] == {cuda!r}"
         )
+
+
+async def test_noexecute_on_simulated_devices_says_when_and_releases_after_the_grace(
+    jp_serverapp: Any, jp_fetch: Fetch, ledger: Ledger
+) -> None:
+    """No NVML, so no health watcher: the toast's event and the server's log give the clock
+    time of the release, and the server releases the claim once the grace is over."""
+    await start_extensions(jp_serverapp)
+    app = extension(jp_serverapp)
+    seen = told(jp_serverapp)
+    gone: list[dict[str, Any]] = []
+
+    async def listen(logger: Any, schema_id: str, data: dict[str, Any]) -> None:
+        gone.append(dict(data))
+
+    jp_serverapp.event_logger.add_listener(schema_id=RELEASED, listener=listen)
+    assert app.checks.health_watcher is None
+    async with started_kernel(jp_serverapp) as kernel:
+        await kernel.run(REQUEST)
+        (claim,) = ledger.read_claims()
+        [device] = claim.device_keys
+        ledger.taint(device, KEY, "NoExecute", "test", time.time())
+        await eventually(lambda: len(seen) == 1)
+        [event] = seen
+        [taint] = ledger.taints()
+        assert taint.added is not None
+        grace = Settings.from_env().health_grace
+        assert event["release_at"] == taint.added + grace
+        assert f"the claim will be released at {clock(taint.added + grace)}." in (event["message"])
+        assert [c.name for c in ledger.read_claims()] == [claim.name]  # within the grace
+        app.checks.grace = 0.0  # the grace is over
+        await app.check_health()
+        assert ledger.read_claims() == []
+        [ended] = [r for r in ledger.releases() if r.name == claim.name]
+        assert ended.reason == "device-failed"
+        await eventually(lambda: [g["claim"] for g in gone] == [claim.name])
+        assert gone[0]["reason"] == "device-failed"
 
 
 async def printed(kernel: Any, code: str) -> str:
@@ -108,10 +148,14 @@ async def test_the_kernel_says_it_once_before_its_next_cell(
         assert await printed(kernel, "print('before')") == "before\n"
         ledger.taint(device, KEY, "NoExecute", REASON, time.time())
         said = await printed(kernel, "print('after')")
+        [taint] = ledger.taints()
+        assert taint.added is not None
+        at = clock(taint.added + Settings.from_env().health_grace)
         assert said == (
             f"dra: {name} of claim {claim.name} was taken out of service by "
-            f"{ledger.taints()[0].user}: {REASON} (taint {KEY}, NoExecute); it cannot be "
-            "used: save what you can now, the claim will be released. In JupyterLab: Move "
+            f"{taint.user}: {REASON} (taint {KEY}, NoExecute); it cannot be "
+            f"used: save what you can now, the claim will be released at {at}. In "
+            "JupyterLab: Move "
             "(an equivalent device, the kernel restarted on it); here: "
             f"dra.release('{claim.name}') and request again\n"
             "after\n"
@@ -184,15 +228,19 @@ def test_only_live_taints_that_take_a_device_out_and_each_once_while_it_lasts() 
         taint("d/p/gpu-0", "NoSchedule", removed=5.0),  # taken off
         taint("d/p/gpu-9", "NoSchedule"),  # no claim holds it
     ]
-    events = unhealthy_events(held, taints)
-    assert [(e["claim"], e["device"], e["effect"]) for e in events] == [
-        ("c1", "d/p/gpu-1", "NoExecute")
+    events = unhealthy_events(held, taints, 300.0)
+    assert [(e["claim"], e["device"], e["effect"], e["release_at"]) for e in events] == [
+        ("c1", "d/p/gpu-1", "NoExecute", 301.0)
     ]
     assert events[0]["message"].startswith(
         "gpu-1 of claim c1 was taken out of service by bob: fan (taint "
         f"{KEY}, NoExecute); it cannot be used: save what you can now, the claim will be "
-        "released."
+        f"released at {clock(301.0)}."
     )
+    # on a cluster (no grace of ours) the words say what the cluster does
+    [cluster] = unhealthy_events(held, taints)
+    assert cluster["release_at"] is None
+    assert "the cluster evicts the pods that use it." in cluster["message"]
     notices = Told()
     assert notices.new(events) == events
     assert notices.new(events) == []

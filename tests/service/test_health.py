@@ -14,9 +14,9 @@ from typing import Any
 from dra_jupyter.api import Session
 from dra_jupyter.settings import Settings
 from tests.fakes.fake_pynvml import FakePynvml, pynvml, write_health
-from tests.service.accounts import User, run_as, wait_for
+from tests.service.accounts import User, cli, run_as, service, wait_for
 from tests.service.test_gpus import holding, index_of, nvml_service
-from tests.service.test_isolation import admin_policy, read, released
+from tests.service.test_isolation import admin_policy, live, read, released
 
 
 def record() -> Any:
@@ -31,6 +31,31 @@ def untaint(gpu: str) -> Any:
 def request(gpus: int) -> Any:
     c = Session(Settings.from_env()).request(gpu=gpus, apply_env=False)
     return c.allocation["devices"]["results"][0]["device"]
+
+
+def taint(gpu: str) -> str:
+    tainting = Session(Settings.from_env()).tainting("taint")
+    return tainting.taint(gpu, "NoExecute", "test", "dra-jupyter/admin").device
+
+
+def test_an_admins_noexecute_releases_the_holder_on_simulated_devices(
+    users: dict[str, User],
+) -> None:
+    """No NVML, so no health watcher in the daemon: an admin's NoExecute taint releases its
+    holder after the grace all the same (``health_grace = 0`` here), with words naming the
+    GPU and the taint."""
+    alice, carol = users["alice"], users["carol"]
+    with service(admin_policy(users, "health_grace = 0\n")) as svc:
+        made = run_as(alice, svc.env(), lambda: cli(["request", "gpu=1", "--name", "nb"]))
+        assert made["ok"]["code"] == 0, made
+        [claim] = live(svc)
+        [gpu] = claim["devices"]  # its name in the allocation: gpu-N
+        tainted = run_as(carol, svc.env(), lambda: taint(gpu))
+        assert "ok" in tainted, tainted
+        name = f"{alice.name}-nb"
+        wait_for("the claim is released", lambda: released(svc).get(name) == "device-failed")
+        ((message,),) = read(svc, f"SELECT message FROM releases WHERE name = '{name}'")
+        assert message == f"{gpu} was taken out (dra-jupyter/admin: test)"
 
 
 def test_a_gpu_off_the_bus_is_taken_out_its_holder_released_and_the_record_kept(

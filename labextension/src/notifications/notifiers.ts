@@ -5,6 +5,7 @@ import { Notification } from '@jupyterlab/apputils';
 
 import { toError } from '../model';
 import type { MoveNotifier } from './moves';
+import type { RunEndNotifier } from './runends';
 import type { Notifier } from './warnings';
 
 /** The idle warnings as JupyterLab's notifications (they stay until withdrawn). */
@@ -32,6 +33,25 @@ export const moveNotifier: MoveNotifier = {
   },
   success: message => {
     Notification.success(message, { autoClose: 5000 });
+  }
+};
+
+/** A run's end: a note (success, cancel; it goes after 15 s, the bell keeps it) or a
+ * warning that stays (a failure), each with Output. */
+export const runEndNotifier: RunEndNotifier = {
+  note: (message, kind, output) => {
+    const actions = [{ label: 'Output', caption: "Show the run's last lines", callback: output }];
+    if (kind === 'success') {
+      Notification.success(message, { autoClose: 15000, actions });
+    } else {
+      Notification.info(message, { autoClose: 15000, actions });
+    }
+  },
+  warn: (message, output) => {
+    Notification.warning(message, {
+      autoClose: false,
+      actions: [{ label: 'Output', caption: "Show the run's last lines", callback: output }]
+    });
   }
 };
 

@@ -9,7 +9,7 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import type { DraModel } from '../model';
-import { IDRAKernels, IDRAModel, type Kernels, PLUGIN_ID } from '../tokens';
+import { IDRAKernels, IDRAModel, type Kernels, PLUGIN_ID, RUN_OUTPUT } from '../tokens';
 import { DevicesPanel } from '../views/panel';
 import { DeviceStatus } from '../views/statusbar';
 
@@ -30,6 +30,14 @@ export const devicesPlugin: JupyterFrontEndPlugin<void> = {
     const panel = new DevicesPanel(model, kernels);
     app.shell.add(panel, 'left', { rank: 850 });
     restorer?.add(panel, panel.id);
+    app.commands.addCommand(RUN_OUTPUT, {
+      label: 'Show run output',
+      caption: "Open the Devices panel on a run's last lines of output",
+      execute: args => {
+        app.shell.activateById(panel.id);
+        panel.showRunOutput(String(args.name ?? ''));
+      }
+    });
 
     if (statusBar !== null) {
       // a notebook in front: the status bar says when its kernel waits in line

@@ -9,20 +9,22 @@ import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 import type { DraModel } from '../model';
 import { DeviceHealth } from '../notifications/health';
 import { KernelMoves } from '../notifications/moves';
-import { fail, moveNotifier, notifier } from '../notifications/notifiers';
+import { fail, moveNotifier, notifier, runEndNotifier } from '../notifications/notifiers';
 import { ReclaimWarnings } from '../notifications/reclaims';
 import { announceRelease } from '../notifications/releases';
+import { RunEnds } from '../notifications/runends';
 import { IdleWarnings } from '../notifications/warnings';
-import { IDRAKernels, IDRAModel, IDRASettings, type Kernels } from '../tokens';
+import { IDRAKernels, IDRAModel, IDRASettings, type Kernels, RUN_OUTPUT } from '../tokens';
 
 export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
   id: 'dra-jupyter-labextension:notifications',
-  description: 'Idle warnings, releases, kernel moves, reclaims and unhealthy devices',
+  description:
+    'Idle warnings, releases, kernel moves, reclaims, unhealthy devices and ends of runs',
   autoStart: true,
   requires: [IDRAModel, IDRAKernels, IDRASettings],
   optional: [INotebookTracker],
   activate: (
-    _app: JupyterFrontEnd,
+    app: JupyterFrontEnd,
     model: DraModel,
     kernels: Kernels,
     settings: IDRASettings,
@@ -61,5 +63,10 @@ export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
     const health = new DeviceHealth(model, moveNotifier, kernels, fail);
     model.deviceUnhealthy.connect(shown(event => health.show(event)));
     model.released.connect(shown(release => announceRelease(model, kernels, release)));
+    // a background run ended: how, with Output (the panel's command opens it)
+    const runEnds = new RunEnds(model, runEndNotifier, name => {
+      void app.commands.execute(RUN_OUTPUT, { name });
+    });
+    model.runEnded.connect(shown(run => void runEnds.show(run)));
   }
 };

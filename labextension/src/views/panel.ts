@@ -8,6 +8,7 @@ import { Widget } from '@lumino/widgets';
 import type { DraRequestError } from '../api';
 import {
   claimCountdown,
+  claimTakenOutText,
   countdownText,
   deviceName,
   deviceSummary,
@@ -75,6 +76,13 @@ export class DevicesPanel extends Widget {
   dispose(): void {
     window.clearInterval(this._ticker);
     super.dispose();
+  }
+
+  /** Show a run's output in Your runs (a run's end notification's Output). */
+  showRunOutput(name: string): void {
+    this._runs.openOutput(name);
+    this.render();
+    this.node.querySelector(`[data-run="${CSS.escape(name)}"]`)?.scrollIntoView();
   }
 
   /** Once a second while shown: the countdowns and ages. */
@@ -210,12 +218,41 @@ export class DevicesPanel extends Widget {
     row.append(el('div', 'dra-dim dra-claim-keys', claim.devices.map(deviceName).join(', ')));
     row.append(el('div', 'dra-claim-times'));
     this._fillTimes(row, claim, this.model.now());
+    // a device taken out of service: said, and neither Keep nor a restart with it offered
+    const outText = claimTakenOutText(claim, this.model.deviceMap);
+    if (outText) {
+      const line = el('div', 'dra-claim-takenout', outText);
+      line.title = claim.devices
+        .map(k => this.model.deviceMap.get(k))
+        .filter(d => d?.taints)
+        .map(d => `${deviceName(d?.device ?? '')}: ${d?.taints}`)
+        .join('\n');
+      row.append(line);
+    }
     const actions = el('div', 'dra-actions');
     actions.append(
       button('Release', 'jp-mod-warn dra-release', releaseCaption(claim), () =>
         this._act(row, () => this.model.release(claim.name))
       )
     );
+    if (outText) {
+      if (kernel) {
+        actions.append(
+          button(
+            'Move',
+            'jp-mod-accept dra-move',
+            'Ask for an equivalent device and restart the kernel on it (its variables are ' +
+              'lost); this claim is released',
+            () =>
+              this._act(row, () =>
+                this.model.move(claim.name).then(() => this.kernels.restarted(kernel))
+              )
+          )
+        );
+      }
+      row.append(actions);
+      return row;
+    }
     if (claim.idle_deadline !== null) {
       actions.append(
         button('Keep', 'jp-mod-accept dra-keep', 'Start the idle countdown again', () =>

@@ -66,6 +66,13 @@ export class RunsView {
     return section;
   }
 
+  /** Open a run's output (read now), as its Output would. */
+  openOutput(name: string): void {
+    if (!this._outputs.has(name)) {
+      this._read(name);
+    }
+  }
+
   /** Once a second while shown: the ages. */
   tick(root: HTMLElement): void {
     const now = this.model.now();
