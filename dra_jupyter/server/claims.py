@@ -49,6 +49,7 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.kernel.environment import environment_for
+from dra_jupyter.server.kernelenvs import KernelEnvs
 from dra_jupyter.server.models import (
     ClaimModel,
     DeviceModel,
@@ -174,6 +175,7 @@ class ClaimService:
         self.live_kernels = live_kernels
         self.max_devices_per_user = max_devices_per_user
         self.unattached_lease = unattached_lease  # of a claim for no kernel that asks none
+        self.kernel_envs = KernelEnvs(self.server_owner.pid)  # whose devices kernels have
         # what this service released, and why; the app emits the events on its loop
         self.released: queue.SimpleQueue[tuple[ClaimRecord, str]] = queue.SimpleQueue()
         # the claims released lately, by name, oldest first (see released_claim)
@@ -306,6 +308,7 @@ class ClaimService:
             busy=busy,
             gpu=gpu or NO_GPU_SIGNAL,
             released=released,
+            in_kernel_env=(self.backend.capabilities.devices_here and self.kernel_envs.has(record)),
         )
 
     def usage(self, caller: Caller, since: str) -> UsageResponse:

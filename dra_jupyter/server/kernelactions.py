@@ -201,6 +201,7 @@ class KernelActions:
             raise KernelRestartError(
                 f"kernel {kernel_id} was restarted but did not answer ({err}); check the server log"
             ) from err
+        self.service.kernel_envs.restarted_with(kernel_id, records)
         return records, env
 
     async def move_claim(

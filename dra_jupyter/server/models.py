@@ -94,6 +94,7 @@ class ClaimModel(TypedDict):
     busy: bool  # a cell of its kernel is running: the idle countdown is paused
     gpu: GpuActivityModel  # its GPU's activity; state unknown where there is no GPU signal
     released: ReleasedModel | None  # None: live
+    in_kernel_env: bool  # its kernel has the devices in its environment (made or restarted)
 
 
 class ClaimsResponse(TypedDict):

@@ -88,6 +88,14 @@ export interface Claim {
   gpu: GpuActivity;
   /** null while the claim is live; why and when it was released otherwise */
   released: Released | null;
+  /**
+   * whether its kernel has the claim's devices in its environment already: the kernel
+   * made it (dra.request puts CUDA_VISIBLE_DEVICES and friends into the kernel's own
+   * environment) or was restarted with it (restart-with-claims); false for a claim
+   * made for the kernel through this API, whose devices a restart with its claims
+   * gives, and on Kubernetes (the devices go to a pod)
+   */
+  in_kernel_env: boolean;
 }
 
 /**

@@ -37,6 +37,7 @@ export function claim(name: string, more: Partial<Claim> = {}): Claim {
     busy: false,
     gpu: { state: 'unknown', utilization: null, since: null, text: 'no GPU signal' },
     released: null,
+    in_kernel_env: false,
     ...more
   };
 }

@@ -570,10 +570,22 @@ def test_a_request_for_the_notebooks_kernel_offers_the_restart_with_its_devices(
     message.wait_for(timeout=WAIT_MS)
     assert "attach.ipynb" in message.inner_text() and "restart" in message.inner_text()
     [claim] = claims(lab)
+    # asked first, as JupyterLab's own Restart asks (issue 42, item 5): Cancel keeps the kernel
     message.locator("button.dra-restart").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=WAIT_MS)
+    assert "its variables are lost" in dialog.inner_text()
+    dialog.locator("button.jp-mod-reject").click()
+    dialog.wait_for(state="detached", timeout=WAIT_MS)
+    message.locator("button.dra-restart").click()
+    page.locator(".jp-Dialog button.jp-mod-accept").click()
     panel.locator(".dra-request .dra-ok").filter(has_text="restarted with its devices").wait_for(
         timeout=WAIT_MS
     )
+    # its card now offers no restart: the kernel has the devices
+    card = panel.locator(f'.dra-claim[data-claim="{claim["name"]}"]')
+    card.wait_for(timeout=WAIT_MS)
+    assert card.locator("button.dra-restart").count() == 0
     visible = claim["env"]["CUDA_VISIBLE_DEVICES"]
     run_cell(page, 0, f"env {visible}")
     assert [c["name"] for c in claims(lab)] == [claim["name"]]

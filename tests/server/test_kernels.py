@@ -320,3 +320,33 @@ async def test_kill_9_of_a_kernel_releases_its_claims(
         listed = json.loads((await jp_fetch("dra", "api", "claims")).body)["claims"]
         assert listed == []
         assert (("claim_released", reasons[0])) in [(k, d.get("reason")) for k, d in events]
+
+
+async def test_a_claims_card_says_whether_its_kernel_has_the_devices_already(
+    jp_serverapp: Any, jp_fetch: Fetch
+) -> None:
+    """``in_kernel_env``: the kernel's own ``dra.request`` put the devices in its environment;
+    a claim made for it through the REST API did not, until a restart with its claims: the
+    panel offers "Restart kernel with these devices" only then (issue 42, item 5)."""
+    await start_extensions(jp_serverapp)
+    async with started_kernel(jp_serverapp) as kernel:
+        await kernel.run(REQUEST + "; print(c.name)")
+        [own] = await kernel_claims(jp_fetch, kernel.id)
+        assert own["in_kernel_env"] is True
+        r = await jp_fetch(
+            "dra",
+            "api",
+            "claims",
+            method="POST",
+            body=json.dumps({"gpu": 1, "kernel_id": kernel.id}),
+        )
+        made_here = json.loads(r.body)
+        assert made_here["in_kernel_env"] is False
+        r = await jp_fetch(
+            "dra", "api", "kernels", kernel.id, "restart-with-claims", method="POST", body=""
+        )
+        assert all(c["in_kernel_env"] for c in json.loads(r.body)["claims"])
+        listed = await kernel_claims(jp_fetch, kernel.id)
+        assert sorted((c["name"], c["in_kernel_env"]) for c in listed) == sorted(
+            [(own["name"], True), (made_here["name"], True)]
+        )

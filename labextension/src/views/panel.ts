@@ -2,6 +2,7 @@
 // "Restart kernel with these devices"), their background runs (runsview.ts), a request
 // form, and the devices by node and GPU with MIG partitions under their parent.
 
+import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
@@ -260,7 +261,9 @@ export class DevicesPanel extends Widget {
         )
       );
     }
-    if (kernel) {
+    if (kernel && !claim.in_kernel_env) {
+      // offered only where the kernel lacks the devices (a claim made for it from here, not
+      // by its own dra.request), and asked first: the kernel's variables go
       const words = restartWords(claim, {
         label: 'Restart kernel with these devices',
         caption: 'Restart the kernel; the new kernel keeps these devices in its environment'
@@ -268,7 +271,11 @@ export class DevicesPanel extends Widget {
       actions.append(
         button(words.label, 'dra-restart', words.caption, () =>
           this._act(row, () =>
-            this.model.restartWithClaims(kernel).then(() => this.kernels.restarted(kernel))
+            restartAsked(this.kernels.label(kernel), words.label).then(yes =>
+              yes
+                ? this.model.restartWithClaims(kernel).then(() => this.kernels.restarted(kernel))
+                : undefined
+            )
           )
         )
       );
@@ -402,12 +409,14 @@ export class DevicesPanel extends Widget {
           : 'restarted with its devices';
         m.append(
           button(words.label, 'jp-mod-accept dra-restart', words.caption, () =>
-            this._act(m, () =>
-              this.model.restartWithClaims(kernel).then(async () => {
-                await this.kernels.restarted(kernel);
-                this._formMessage = { error: false, text: `${message.claim}: the kernel ${done}.` };
-              })
-            )
+            this._act(m, async () => {
+              if (!(await restartAsked(this.kernels.label(kernel), words.label))) {
+                return;
+              }
+              await this.model.restartWithClaims(kernel);
+              await this.kernels.restarted(kernel);
+              this._formMessage = { error: false, text: `${message.claim}: the kernel ${done}.` };
+            })
           )
         );
       }
@@ -580,4 +589,19 @@ function releaseCaption(claim: Claim): string {
   return claim.run
     ? `Give back ${claim.name} now; run ${claim.run}, which holds it, stops`
     : `Give back ${claim.name} now`;
+}
+
+/**
+ * Ask before a restart with devices, as JupyterLab's own Restart asks: the kernel's
+ * variables go. True: restart.
+ */
+async function restartAsked(notebook: string | null, label: string): Promise<boolean> {
+  const answer = await showDialog({
+    title: `${label}?`,
+    body:
+      `The kernel${notebook ? ` of ${notebook}` : ''} restarts with the devices in its ` +
+      'environment; its variables are lost.',
+    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Restart' })]
+  });
+  return answer.button.accept;
 }
