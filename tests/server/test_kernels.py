@@ -69,7 +69,7 @@ async def started_kernel(jp_serverapp: Any) -> AsyncIterator[Kernel]:
 
 async def iopub_of(kernel: Kernel, msg_id: str) -> list[dict[str, Any]]:
     """The IOPub messages the kernel has sent for ``msg_id`` (those queued, drained now)."""
-    said = []
+    said: list[dict[str, Any]] = []
     while True:
         try:
             msg = await kernel.client.get_iopub_msg(timeout=1)
