@@ -21,6 +21,7 @@ from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.connect import api_client, to_wire
 from dra_jupyter.kube.publish import Publisher
+from dra_jupyter.kube.runs import gangs
 from dra_jupyter.kube.runs.jobrun import JobRun
 from dra_jupyter.kube.runs.jobs import (
     INDEX_ANNOTATION,
@@ -361,7 +362,7 @@ def test_a_two_node_run_reports_ranks_logs_devices_and_is_found_again(
             f"namespace {namespace}",
         )
         status = run.status
-        assert status.launcher == "Indexed Job (JobSet not installed)"
+        assert status.launcher == "Indexed Job (JobSet not installed); gang of 2"
         assert [(p.rank, p.phase, p.exit_code) for p in status.processes] == [
             (0, "Succeeded", 0),
             (1, "Succeeded", 0),
@@ -533,9 +534,13 @@ def test_a_disrupted_pod_is_retried_and_not_counted(
     published: SimulatedCluster,
     pod_runner: PodRunner,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An eviction (the API server's DisruptionTarget condition, then the pod's deletion) is
-    ignored by the failure policy: the Job makes the rank again, which then succeeds."""
+    ignored by the failure policy: the Job makes the rank again, which then succeeds. Without
+    a gang (as where the cluster does not serve the Workload API): in a gang of 2 the new
+    rank 0 would wait for a second pod of its group, rank 1 having ended (docs/runs.md)."""
+    monkeypatch.setattr(gangs, "served", lambda api: False)
     script = (
         "import os, pathlib, sys, time\n"
         f"mark = pathlib.Path({str(tmp_path)!r}) / ('rank-' + os.environ['RANK'])\n"
@@ -586,16 +591,14 @@ def test_an_unplaced_run_says_the_schedulers_reason_and_ours_then_leaves_nothing
     run = alice.run("true", gpu=1, nodes=2, name="nowhere", node_selector=nowhere)
     assert isinstance(run, JobRun)
 
-    def waiting() -> bool:
+    def waiting() -> bool:  # a gang (the session's cluster serves the Workload API)
         status = run.status
-        return len(status.processes) == 2 and all(
-            "node affinity/selector" in p.reason for p in status.processes
-        )
+        return len(status.processes) == 2 and "node affinity/selector" in status.message
 
-    wait_for("the scheduler's reason on both pods", waiting)
+    wait_for("the scheduler's reason on the pods", waiting)
     status = run.status
     assert status.phase == "Pending"
-    assert status.message.startswith("0/"), status.message
+    assert status.message.startswith("waiting as a gang of 2: 0/"), status.message
     run.cancel()
     with pytest.raises(AllocationError) as raised:
         alice.run(
@@ -603,7 +606,8 @@ def test_an_unplaced_run_says_the_schedulers_reason_and_ours_then_leaves_nothing
         )
     message = str(raised.value)
     assert re.match(
-        r"dra\.run: run nowhere-2 was not placed within 10 s: 0/(\d+) nodes are available: "
+        r"dra\.run: run nowhere-2 was not placed within 10 s: waiting as a gang of 2: "
+        r"0/(\d+) nodes are available: "
         r"\1 node\(s\) didn't match Pod's node affinity/selector",
         message,
     ), message
@@ -668,7 +672,7 @@ def test_same_zone_keeps_the_ranks_in_one_zone_or_says_why_not(
             )
             assert isinstance(run, JobRun)
             said = "same numaNode per pod, all pods in one topology.kubernetes.io/zone"
-            assert f"2 pods; {said})" in capsys.readouterr().err
+            assert f"2 pods; {said}; gang of 2)" in capsys.readouterr().err
 
             def running() -> RunStatus | None:  # the devices read while the pods hold them
                 status = run.status
@@ -677,7 +681,7 @@ def test_same_zone_keeps_the_ranks_in_one_zone_or_says_why_not(
                 return status if placed else None
 
             status = wait_for("both ranks running with their devices", running)
-            assert status.launcher == f"Indexed Job (JobSet not installed); {said}"
+            assert status.launcher == f"Indexed Job (JobSet not installed); {said}; gang of 2"
             nodes = [p.node for p in status.processes]
             assert len(nodes) == 2 and set(nodes) <= set(ZONES), nodes
             assert len({ZONES[n] for n in nodes}) == 1, nodes  # one zone
@@ -697,7 +701,8 @@ def test_same_zone_keeps_the_ranks_in_one_zone_or_says_why_not(
                 )
             message = str(raised.value)
             assert re.match(
-                r"dra\.run: run zoned-3 was not placed within 15 s: 0/\d+ nodes are available: "
+                r"dra\.run: run zoned-3 was not placed within 15 s: waiting as a gang of 3: "
+                r"0/\d+ nodes are available: "
                 r".*\d+ node\(s\) didn't match pod affinity rules",
                 message,
             ), message

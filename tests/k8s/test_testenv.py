@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from dra_jupyter.kube.connect import api_client
+from dra_jupyter.kube.runs import gangs
 from tests.k8s import k8sbuild, testenv
 
 
@@ -72,9 +74,14 @@ def test_start_refuses_without_a_build(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 def test_stop_leaves_nothing_listening(tmp_path: Path) -> None:
-    """A control plane of its own (the session's keeps running): every port closes."""
+    """A control plane of its own (the session's keeps running): every port closes. This
+    one leaves the Workload API off (as Kubernetes does by default; the session's serves
+    it): discovery says so, and a run of several pods would be no gang."""
     testenv.build()
-    cluster = testenv.start(tmp_path / "state")
+    cluster = testenv.start(tmp_path / "state", workloads=False)
+    assert cluster.get(f"/apis/{testenv.WORKLOAD_API}")[0] == 404
+    with api_client(str(cluster.kubeconfig)) as api:
+        assert gangs.served(api) is False
     ports = dict(cluster.ports)
     pids = [c.pid for c in cluster.components]
     assert testenv.stop(tmp_path / "state") is True  # as `scripts/k8s-testenv stop` does

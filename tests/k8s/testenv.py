@@ -3,7 +3,7 @@ and kube-scheduler, built from the Go module proxy at pinned versions (:mod:`.k8
 run on loopback.
 
     scripts/k8s-testenv build                 # once per machine; later calls reuse the cache
-    scripts/k8s-testenv start [--state-dir D] [--node] [--run-pods]  # prints the kubeconfig
+    scripts/k8s-testenv start [--state-dir D] [--node] [--run-pods] [--no-workloads]
     scripts/k8s-testenv run-pods [--state-dir D] [--namespace NS]   # the stand-in kubelet
     scripts/k8s-testenv stop  [--state-dir D]
 
@@ -63,6 +63,15 @@ __all__ = [
 ]
 
 SERVICE_CIDR = "10.96.0.0/16"
+# The Workload API (KEP-4671: Workload, PodGroup; beta in 1.37, so off by default): the API
+# server serves scheduling.k8s.io/v1beta1 (its runtime config) with the pods' field
+# spec.schedulingGroup and the PodGroupProtection admission plugin (the feature gate
+# GenericWorkload, pkg/features/kube_features.go), kube-scheduler places a PodGroup's pods all
+# or none (its gangscheduling plugin, behind the same gate), and kube-controller-manager runs
+# the podgroup-protection-controller that lifts the finalizer admission puts on each PodGroup
+# (same gate), so that a PodGroup can be deleted once its pods are gone.
+WORKLOAD_API = "scheduling.k8s.io/v1beta1"
+WORKLOAD_GATES = "GenericWorkload=true"
 PORT_ATTEMPTS = 3  # starts on fresh ports after a port was taken between choice and bind
 START_TIMEOUT_S = 180.0  # a loaded 2-core machine needs ~30 s; bounded, polled
 STOP_TIMEOUT_S = 30.0
@@ -100,6 +109,7 @@ class Cluster:
     components: list[Component] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
     die_with_parent: bool = False  # components get SIGKILL when the process that started them dies
+    workloads: bool = True  # the Workload API served and gangs scheduled (WORKLOAD_API)
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def save(self) -> None:
@@ -107,6 +117,7 @@ class Cluster:
             "server": self.server,
             "kubeconfig": str(self.kubeconfig),
             "ports": self.ports,
+            "workloads": self.workloads,
             "components": [c.__dict__ for c in self.components],
         }
         (self.state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
@@ -123,6 +134,7 @@ class Cluster:
             kubeconfig=Path(state["kubeconfig"]),
             components=[Component(**c) for c in state["components"]],
             ports=state["ports"],
+            workloads=state.get("workloads", False),
         )
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -255,12 +267,15 @@ def start(
     timeout: float = START_TIMEOUT_S,
     die_with_parent: bool = False,
     run_pods: bool = False,
+    workloads: bool = True,
 ) -> Cluster:
     """Start etcd, kube-apiserver, kube-controller-manager and kube-scheduler; return once
     all answer healthy and the ``default`` service account exists (pods can be created).
     ``die_with_parent``: the components are killed when this process dies (a test run);
     without it they outlive it (``scripts/k8s-testenv start``) until ``stop``.
-    ``run_pods``: the stand-in kubelet (:mod:`.podrunner`) too, for every namespace."""
+    ``run_pods``: the stand-in kubelet (:mod:`.podrunner`) too, for every namespace.
+    ``workloads``: the Workload API served and gangs scheduled (:data:`WORKLOAD_API`); off,
+    the control plane is one whose admin left that beta API off (Kubernetes' default)."""
     if not is_built():
         raise TestenvError(
             f"k8s-testenv start: the binaries are not built in {cache_dir()}; run "
@@ -299,6 +314,7 @@ def start(
             state_dir / "kubeconfig",
             ports=ports,
             die_with_parent=die_with_parent,
+            workloads=workloads,
         )
         for user in ("admin", "kube-scheduler", "kube-controller-manager"):
             path = cluster.kubeconfig if user == "admin" else state_dir / f"{user}.kubeconfig"
@@ -347,6 +363,7 @@ def _start_all(cluster: Cluster, deadline: float) -> None:
         return json.loads(body).get("health") == "true", body
 
     _wait(cluster, "etcd", etcd_ready, deadline)
+    gates = [f"--feature-gates={WORKLOAD_GATES}"] if cluster.workloads else []
     tls = [
         f"--tls-cert-file={pki / 'serving.crt'}",
         f"--tls-private-key-file={pki / 'serving.key'}",
@@ -378,6 +395,8 @@ def _start_all(cluster: Cluster, deadline: float) -> None:
             "--kubelet-preferred-address-types=InternalIP",
             "--endpoint-reconciler-type=none",  # a loopback address may not be an endpoint
             "--profiling=false",
+            *gates,
+            *([f"--runtime-config={WORKLOAD_API}=true"] if cluster.workloads else []),
         ],
     )
     _wait(
@@ -413,6 +432,7 @@ def _start_all(cluster: Cluster, deadline: float) -> None:
                 "--leader-elect=false",
                 "--profiling=false",
                 *extra,
+                *gates,
             ],
         )
     for name in ("kube-controller-manager", "kube-scheduler"):
@@ -483,12 +503,12 @@ def stop(state_dir: Path) -> bool:
 
 
 @contextlib.contextmanager
-def started(state_dir: Path) -> Iterator[Cluster]:
+def started(state_dir: Path, *, workloads: bool = True) -> Iterator[Cluster]:
     """A control plane for a block of tests: built (a no-op once built), started in
     ``state_dir`` and killed with this process (a test run stopped with SIGKILL leaves no
-    control plane), stopped at the end of the block."""
+    control plane), stopped at the end of the block (``workloads``: as :func:`start`)."""
     build()
-    cluster = start(state_dir, die_with_parent=True)
+    cluster = start(state_dir, die_with_parent=True, workloads=workloads)
     try:
         yield cluster
     finally:
@@ -501,6 +521,30 @@ def started(state_dir: Path) -> Iterator[Cluster]:
 def default_state_dir() -> Path:
     base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     return base / "dra-jupyter" / "k8s-testenv"
+
+
+def _start_command(args: argparse.Namespace) -> None:
+    from tests.k8s import images, node, nodebuild  # noqa: PLC0415
+
+    build()
+    if args.node:
+        nodebuild.build()
+    cluster = start(args.state_dir, run_pods=args.run_pods, workloads=not args.no_workloads)
+    if args.node:
+        try:
+            real = node.start(cluster, args.state_dir / "node")
+        except BaseException:
+            cluster.stop()
+            raise
+        sys.stderr.write(
+            f"k8s-testenv: node {real.name} ({real.ip}) Ready in "
+            f"{real.timings['start_s']:.0f} s; images {images.BUSYBOX} and "
+            f"{images.PAUSE} (imagePullPolicy: Never)\n"
+        )
+    print(cluster.kubeconfig)
+    sys.stderr.write(
+        f"k8s-testenv: API server {cluster.server}; export KUBECONFIG={cluster.kubeconfig}\n"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -536,6 +580,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 action="store_true",
                 help="also run the pods of every namespace as local processes (run-pods)",
             )
+            p.add_argument(
+                "--no-workloads",
+                action="store_true",
+                help=f"leave the Workload API ({WORKLOAD_API}) and gang scheduling off, "
+                "as Kubernetes' defaults do",
+            )
         if name == "run-pods":
             p.add_argument(
                 "--namespace",
@@ -551,7 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     sub.add_parser("where", help="print the cache directory")
     args = parser.parse_args(argv)
-    from tests.k8s import images, node, nodebuild  # noqa: PLC0415
+    from tests.k8s import node, nodebuild  # noqa: PLC0415
 
     try:
         if args.command == "build":
@@ -569,26 +619,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             print(bin_dir())
         elif args.command == "start":
-            build()
-            if args.node:
-                nodebuild.build()
-            cluster = start(args.state_dir, run_pods=args.run_pods)
-            if args.node:
-                try:
-                    real = node.start(cluster, args.state_dir / "node")
-                except BaseException:
-                    cluster.stop()
-                    raise
-                sys.stderr.write(
-                    f"k8s-testenv: node {real.name} ({real.ip}) Ready in "
-                    f"{real.timings['start_s']:.0f} s; images {images.BUSYBOX} and "
-                    f"{images.PAUSE} (imagePullPolicy: Never)\n"
-                )
-            print(cluster.kubeconfig)
-            sys.stderr.write(
-                f"k8s-testenv: API server {cluster.server}; "
-                f"export KUBECONFIG={cluster.kubeconfig}\n"
-            )
+            _start_command(args)
         elif args.command == "run-pods":
             run_pods(args.state_dir, args.namespace, args.restart_backoff)
         elif args.command == "stop":

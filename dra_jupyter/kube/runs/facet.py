@@ -138,10 +138,10 @@ class KubeRuns:
             )
         spec = plan.spec
         made = jobrun.submit(self.backend, spec, self.out)
-        placed = placement(spec)
+        said = "".join(f"; {part}" for part in (placement(spec), spec.gang) if part)
         print(
             f"dra.run: run {spec.name} created ({spec.launcher}, {spec.nodes} "
-            f"pod{'s' * (spec.nodes > 1)}{'; ' * bool(placed)}{placed})",
+            f"pod{'s' * (spec.nodes > 1)}{said})",
             file=sys.stderr,
         )
         if plan.follow is not None:

@@ -6,7 +6,9 @@ labels from any process (:func:`list_runs`: a new kernel finds the runs of the o
 Before anything is made, :func:`prepare` checks what the cluster offers: a ``queue``
 needs Kueue (its API group served) and its LocalQueue in the namespace; a run of more than
 one pod is a JobSet where the cluster serves JobSet's API (``jobset.x-k8s.io``), else an
-Indexed Job, and the run's launcher says which and why (:func:`launcher`).
+Indexed Job, and the run's launcher says which and why (:func:`launcher`); the pods of an
+Indexed Job are a gang where the cluster serves the Workload API (:mod:`.gangs`), and the
+status says whether they are.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
 from dra_jupyter.kube import kueue
 from dra_jupyter.kube.claims import USER_LABEL, forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
-from dra_jupyter.kube.runs import jobs, jobsets
+from dra_jupyter.kube.runs import gangs, jobs, jobsets
 from dra_jupyter.kube.runs.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
 from dra_jupyter.kube.runs.jobstatus import generated_claim, pod_row, run_status
 from dra_jupyter.kube.runs.stopped import StoppedPods
@@ -105,8 +107,11 @@ def prepare(backend: ClusterAccess, spec: JobSpec) -> JobSpec:
         refused = kueue.refusal(f"dra.run {spec.name}", spec.queue, dict(spec.claim_spec))
         if refused:
             raise InvalidInputError(refused)
-    chosen = launcher(groups, spec.nodes, spec.queue, spec.name)
-    return JobSpec(**{**spec.__dict__, "launcher": chosen})
+    picked = launcher(groups, spec.nodes, spec.queue, spec.name)
+    chosen = JobSpec(**{**spec.__dict__, "launcher": picked})
+    asks = chosen.nodes > 1 and not chosen.jobset and not chosen.queue
+    workloads = asks and gangs.served(backend.api)
+    return JobSpec(**{**chosen.__dict__, "gang": gangs.decide(chosen, workloads)})
 
 
 class JobRun:
@@ -130,6 +135,7 @@ class JobRun:
         self._cancelled = False
         self._final: RunStatus | None = None  # its outcome, kept when cancel cleans up
         self._stopped = StoppedPods(backend.api)  # pods stopped for a device taken out
+        self._gang = False  # its pods join a PodGroup of its name (known once made or read)
 
     @property
     def name(self) -> str:
@@ -269,6 +275,8 @@ class JobRun:
             )
         queue = job["spec"].get("suspend") and self._queue_reason(job)
         pods, claims = self._pods(), self._claims()
+        self._gang = self._gang or gangs.of_job(job)
+        gang_reason = gangs.reason_while_waiting(self._backend, job, pods) if self._gang else ""
         rows = {p["metadata"]["name"]: pod_row(p, claims) for p in pods}
         self._stopped.note(pods, rows)
         return run_status(
@@ -278,6 +286,7 @@ class JobRun:
             queue_reason=queue or "",
             gone=self._stopped.gone(list(rows)),
             stopped_for=self._stopped.stopped_for(),
+            gang_reason=gang_reason,
         )
 
     # --- logs ----------------------------------------------------------------------------
@@ -507,6 +516,7 @@ class JobRun:
                 for claim in claims
             ],
             ("services", lambda: core.delete_namespaced_service(self.name, namespace)),
+            *gangs.deletions(api, namespace, self.name, self._gang),
             (
                 "resourceclaimtemplates.resource.k8s.io",
                 lambda: resource.delete_namespaced_resource_claim_template(self.name, namespace),
@@ -581,8 +591,11 @@ def explain_claim(backend: ClusterAccess, claim: Wire) -> str:
 
 
 def _waiting_reason(status: RunStatus) -> str:
-    """Why the run is not placed: the scheduler's reason on a pod it has not placed (the
-    run's message says it only while no pod runs), else the run's message."""
+    """Why the run is not placed: a gang's word (:func:`.gangs.waiting`), else the
+    scheduler's reason on a pod it has not placed (the run's message says it only while no
+    pod runs), else the run's message."""
+    if gangs.is_waiting(status.message):
+        return status.message
     waiting = [r.reason for r in status.processes if not r.node and r.reason]
     return waiting[0] if waiting else status.message
 
@@ -602,12 +615,15 @@ def _stopped_line(pod: str, why: str) -> str:
 
 def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) -> JobRun:
     """Make the run's template, then its Job (or JobSet), which then owns the template, then
-    (more than one pod, a Job) its Service, owned by the Job (JobSet); what was made is deleted
-    if a step fails. The template before the Job: Kueue reads it as soon as the Job exists,
-    and a Job whose template is not there yet leaves its Workload marked inadmissible for
-    good (Kueue 0.17 never admits it, even once quota is free)."""
+    (more than one pod, a Job) its Service, owned by the Job (JobSet), then (a gang) its
+    Workload and PodGroup, owned by the Job (its pods wait for the PodGroup to appear before
+    kube-scheduler looks at them); what was made is deleted if a step fails. The template
+    before the Job: Kueue reads it as soon as the Job exists, and a Job whose template is
+    not there yet leaves its Workload marked inadmissible for good (Kueue 0.17 never admits
+    it, even once quota is free)."""
     api, namespace = backend.api, backend.namespace
     run = JobRun(backend, spec.name, out, jobset=spec.jobset)
+    run._gang = bool(spec.pod_group)
     action = f"dra.run: creating run {spec.name}"
     templates = "resourceclaimtemplates.resource.k8s.io"
     resource = client.ResourceV1Api(api)
@@ -669,6 +685,8 @@ def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) ->
                     namespace, to_model(client.V1Service, service)
                 ),
             )
+        for resource_name, create in gangs.creations(api, spec, job):
+            run._call(action, "create", resource_name, create)
     except BaseException:
         run.cancel()
         raise

@@ -25,9 +25,11 @@ A run is three objects of one name in the user's namespace:
 (``same="pcieRoot"``) is a ``matchAttribute`` constraint of the template's claim, so it
 holds **per pod**, among the devices of each pod; a node label (``same="zone"``,
 ``same="node:<label key>"``) puts **all the pods** on nodes that share its value, as a
-required pod affinity among the run's pods on that topology key. There is no gang
-scheduling: the first pod placed chooses the zone, and the others wait when it has no room
-for them (Kueue's topology-aware scheduling places a Job as a whole).
+required pod affinity among the run's pods on that topology key. Where the cluster serves
+the Workload API the pods are a gang (:mod:`.gangs`): kube-scheduler places them all at
+once, with the affinity, or none; elsewhere the first pod placed chooses the zone, and the
+others wait when it has no room for them (Kueue's topology-aware scheduling places a Job as
+a whole).
 
 The template and the Service are owned by the Job, so that deleting it (or its TTL) deletes
 them too. Where the cluster serves JobSet (``jobset.x-k8s.io``), a run of more than one pod
@@ -56,6 +58,8 @@ KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 LAUNCHER_ANNOTATION = "dra-jupyter/launcher"  # what ran it, as the status shows it
 PLACEMENT_ANNOTATION = "dra-jupyter/placement"  # what same= asked, as the status shows it
+GANG_ANNOTATION = "dra-jupyter/gang"  # the run's word on gangs, as the status shows it
+GANG = "gang of"  # that word for a run whose pods are placed together (:mod:`.gangs`)
 JOBSET_LAUNCHER = "JobSet"  # the launcher of a run made a JobSet (:mod:`.jobsets`)
 REPLICATED_JOB = "node"  # the JobSet's one replicated Job: its pods are <run>-node-0-<rank>
 POD_CLAIM = "devices"  # spec.resourceClaims[].name of a pod's devices
@@ -126,6 +130,12 @@ class JobSpec:
     node_selector: Mapping[str, str] | None = None
     same_nodes: Sequence[str] = ()  # node label keys whose value all the pods' nodes share
     launcher: str = "Job"
+    gang: str = ""  # "gang of N" (:mod:`.gangs`), why not ("no gang: ..."), "" for one pod
+
+    @property
+    def pod_group(self) -> str:
+        """The PodGroup the pods join ("": none), named as the run (:mod:`.gangs`)."""
+        return self.name if self.gang.startswith(GANG) else ""
 
     @property
     def indexed(self) -> bool:
@@ -144,7 +154,8 @@ class JobSpec:
         }
 
 
-def _meta(spec: JobSpec, **extra: Any) -> Wire:
+def meta(spec: JobSpec, **extra: Any) -> Wire:
+    """The metadata of a run's object: its name, namespace, labels and user."""
     return {
         "name": spec.name,
         "namespace": spec.namespace,
@@ -160,7 +171,7 @@ def claim_template(spec: JobSpec) -> Wire:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": _meta(spec),
+        "metadata": meta(spec),
         "spec": {
             "metadata": {
                 "labels": spec.labels(),
@@ -176,7 +187,7 @@ def rendezvous_service(spec: JobSpec) -> Wire:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(spec),
+        "metadata": meta(spec),
         "spec": {
             "clusterIP": "None",
             "selector": {COMPONENT_LABEL: COMPONENT, RUN_LABEL: spec.name},
@@ -278,6 +289,8 @@ def job(spec: JobSpec) -> Wire:
     }
     if spec.indexed:
         pod["subdomain"] = spec.name
+    if spec.pod_group:
+        pod["schedulingGroup"] = {"podGroupName": spec.pod_group}
     if spec.node_selector:
         pod["nodeSelector"] = dict(spec.node_selector)
     affinity = pod_affinity(spec)
@@ -294,11 +307,13 @@ def job(spec: JobSpec) -> Wire:
     }
     if spec.lease is not None:
         job_spec["activeDeadlineSeconds"] = max(1, math.ceil(spec.lease))
-    metadata = _meta(spec)
+    metadata = meta(spec)
     metadata["annotations"][LAUNCHER_ANNOTATION] = spec.launcher
     placed = placement(spec)
     if placed:
         metadata["annotations"][PLACEMENT_ANNOTATION] = placed
+    if spec.gang:
+        metadata["annotations"][GANG_ANNOTATION] = spec.gang
     if spec.queue:
         metadata["labels"][KUEUE_LABEL] = spec.queue
         job_spec["suspend"] = True  # Kueue admits it (as its webhook would make it)

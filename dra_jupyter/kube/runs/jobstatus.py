@@ -15,7 +15,9 @@ from dataclasses import replace
 from typing import cast
 
 from dra_jupyter.kube.pods import scheduler_reason
+from dra_jupyter.kube.runs import gangs
 from dra_jupyter.kube.runs.jobs import (
+    GANG_ANNOTATION,
     INDEX_ANNOTATION,
     KUEUE_LABEL,
     LAUNCHER_ANNOTATION,
@@ -109,12 +111,17 @@ def run_status(
     queue_reason: str = "",
     gone: Sequence[RunProcess] = (),
     stopped_for: Mapping[str, str] | None = None,
+    gang_reason: str = "",
 ) -> RunStatus:
     """The status of the run of ``job`` (see the module); ``queue_reason``: Kueue's word on
     a suspended Job, when it was read; ``gone``: rows of its pods that are gone, stopped
     for a reason the user should read (a device taken out); ``stopped_for``: that reason
-    for pods still there (being deleted), by name. Both are said in the message too."""
+    for pods still there (being deleted), by name. Both are said in the message too.
+    ``gang_reason``: kube-scheduler's word on the PodGroup of a gang run while it waits
+    (:mod:`.gangs`), said as ``waiting as a gang of N: <reason>``."""
     meta, status = job["metadata"], job.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    gang = str(annotations.get(GANG_ANNOTATION) or "")
     stopped_for = stopped_for or {}
     live = [pod_row(p, claims) for p in pods]
     live = [
@@ -150,12 +157,16 @@ def run_status(
         phase = "Pending"
         waiting = [r.reason for r in live if not r.node and r.reason]
         reason = waiting[0] if waiting else ""
+        if gangs.is_gang(gang):
+            nodes = int((job.get("spec") or {}).get("parallelism") or len(live) or 1)
+            reason = gangs.waiting(nodes, waiting, gang_reason)
     said = stopped([r for r in rows if r.name not in seen or r.name in stopped_for])
     message = "; ".join(part for part in (reason, said) if part)
-    annotations = meta.get("annotations") or {}
     launcher = str(annotations.get(LAUNCHER_ANNOTATION) or "Job")
     if annotations.get(PLACEMENT_ANNOTATION):
         launcher += f"; {annotations[PLACEMENT_ANNOTATION]}"
+    if gang:
+        launcher += f"; {gang}"
     devices: list[str] = []
     for row in rows:
         devices += [d for d in row.devices if d not in devices]
