@@ -20,7 +20,7 @@ async def execute(url: str, token: str, code: str, *, deadline: float, answer: b
     message and the whole answer may take ``deadline`` seconds; an error in the cell, a
     closed websocket or no answer fails the test."""
     content = {"code": code, "silent": False, "store_history": False, "user_expressions": {}}
-    ws = await _connect(url, token, deadline)
+    ws = await connect(url, token, deadline)
     msg_id = await _send(ws, "execute_request", content)
     printed = []
     end = time.monotonic() + deadline
@@ -48,7 +48,7 @@ async def execute(url: str, token: str, code: str, *, deadline: float, answer: b
 async def answers(url: str, token: str, within: float = 5.0) -> bool:
     """Whether the kernel whose channels are at ``url`` answers a kernel_info_request on a
     new websocket within ``within`` seconds (connecting may take 30)."""
-    ws = await _connect(url, token, 30)
+    ws = await connect(url, token, 30)
     msg_id = await _send(ws, "kernel_info_request", {})
     end = time.monotonic() + within
     try:
@@ -67,7 +67,8 @@ async def answers(url: str, token: str, within: float = 5.0) -> bool:
         _close(ws)
 
 
-async def _connect(url: str, token: str, timeout: float) -> WebSocketClientConnection:
+async def connect(url: str, token: str, timeout: float) -> WebSocketClientConnection:
+    """A websocket of the server at ``url`` (``ws://...``), opened with ``token``."""
     from tornado.httpclient import HTTPRequest  # noqa: PLC0415  # the test's client only
     from tornado.websocket import websocket_connect  # noqa: PLC0415
 

@@ -164,6 +164,11 @@ class KubernetesBackend:
         """The counters of the watched views running now (:meth:`.views.NamespaceViews.stats`)."""
         return self.views.stats()
 
+    def on_change(self, listener: Callable[[str], None]) -> Callable[[], None] | None:
+        """Tell ``listener`` of each change the watched views hear
+        (:meth:`.views.NamespaceViews.on_change`)."""
+        return self.views.on_change(listener)
+
     def close(self) -> None:
         """Stop the watched views of this backend's API client (its twins' too); reads
         after it go to the API server."""

@@ -112,7 +112,21 @@ class ClaimClient:
             )
         except (ApiException, urllib3.exceptions.HTTPError) as error:
             raise self._error(error, "list", "dra.claims") from error
+        if not listed.items:
+            self._namespace_exists()
         return [to_wire(self.api, c) for c in listed.items]
+
+    def _namespace_exists(self) -> None:
+        """Raise if the namespace does not exist: a list there is empty, not refused, and
+        "(none)" would hide a wrong DRA_JUPYTER_NAMESPACE. One read, where allowed (a user's
+        server may not read namespaces: then nothing is said)."""
+        try:
+            client.CoreV1Api(self.api).read_namespace(self.namespace)
+        except ApiException as error:
+            if error.status == 404:
+                raise self._error(error, "list", "dra.claims") from error
+        except urllib3.exceptions.HTTPError:
+            pass  # the list just answered: a failure here is not the namespace's
 
     def annotate(self, name: str, annotations: dict[str, str], action: str = "keep") -> bool:
         """Merge ``annotations`` into the claim's; False if it is gone."""

@@ -6,6 +6,10 @@ one shared :class:`~dra_jupyter.kube.watching.Reflector` of the process (list on
 watch). What the server reads of them in steady state (its REST reads, its checks and sweep,
 ``GET /dra/api/runs``, ``GET /dra/api/devices``) is answered from memory.
 
+Each change a view hears is told to the listeners of :meth:`NamespaceViews.on_change` by
+topic (:data:`TOPICS`): what the server pushes to JupyterLab, so that an open lab need not
+poll.
+
 A view answers once its first list arrived and while it is well; before that (10 s at
 most) or in error, :meth:`NamespaceViews.view` says None and the caller reads from the API
 server as it did before: a view never answers stale. Once :meth:`NamespaceViews.close`
@@ -14,6 +18,8 @@ stopped them, none is started again (a read after it lists).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -36,6 +42,7 @@ __all__ = [
     "SELECTORS",
     "SLICES",
     "SYNC_WAIT_S",
+    "TOPICS",
     "NamespaceViews",
 ]
 
@@ -51,6 +58,10 @@ SELECTORS = {
     PODS: COMPONENT_LABEL,
     JOBS: f"{COMPONENT_LABEL}={RUN_COMPONENT}",
 }
+# what a change of a namespace's view is news of (kernels' pods are runs' too: one topic);
+# a change of any cluster-wide view is news of the devices
+TOPICS = {CLAIMS: "claims", PODS: "runs", JOBS: "runs"}
+DEVICES_TOPIC = "devices"
 
 
 class NamespaceViews:
@@ -65,6 +76,9 @@ class NamespaceViews:
         self.started = False  # a view was asked for (close has something to stop)
         # the inventory made of the cluster's views, and their resourceVersions then
         self._inventory: tuple[tuple[str | None, ...], Inventory] | None = None
+        self._listeners: list[Callable[[str], None]] = []  # on_change's
+        self._hooked: weakref.WeakSet[Reflector] = weakref.WeakSet()  # views told of
+        self._listen_lock = threading.Lock()
 
     def view(self, kind: str) -> Reflector | None:
         """The namespace's view of ``kind`` (:data:`SELECTORS`), started on first use, once
@@ -73,12 +87,16 @@ class NamespaceViews:
         if not self.enabled or self.closed:
             return None
         self.started = True
-        found = watching.shared(
-            self._api(), kind, namespace=self.namespace, label_selector=SELECTORS[kind]
-        )
+        found = self._shared(kind)
+        self._hook(found, TOPICS[kind])
         if found.wait_synced(SYNC_WAIT_S) and found.error is None:
             return found
         return None
+
+    def _shared(self, kind: str) -> Reflector:
+        return watching.shared(
+            self._api(), kind, namespace=self.namespace, label_selector=SELECTORS[kind]
+        )
 
     def cluster(self, kind: str) -> Reflector | None:
         """The cluster's view of every object of ``kind`` (every namespace's, for claims),
@@ -87,6 +105,7 @@ class NamespaceViews:
             return None
         self.started = True
         found = watching.shared(self._api(), kind)
+        self._hook(found, DEVICES_TOPIC)
         if found.wait_synced(SYNC_WAIT_S) and found.error is None:
             return found
         return None
@@ -147,6 +166,40 @@ class NamespaceViews:
                 )
             )
         return counted
+
+    def on_change(self, listener: Callable[[str], None]) -> Callable[[], None] | None:
+        """Call ``listener(topic)`` (:data:`TOPICS`, ``devices``) on each change a view
+        hears, on its thread: the namespace's views are started for it, the cluster's are
+        told of once a read started them; what removes it. None where nothing is watched."""
+        if not self.enabled or self.closed:
+            return None
+        with self._listen_lock:
+            self._listeners.append(listener)
+        self.started = True
+        for kind, topic in TOPICS.items():
+            self._hook(self._shared(kind), topic)
+
+        def remove() -> None:
+            with self._listen_lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return remove
+
+    def _hook(self, view: Reflector, topic: str) -> None:
+        """Tell the listeners of ``view``'s changes as ``topic``, once a view (and only
+        while anyone listens: no handler is added for nobody)."""
+        with self._listen_lock:
+            if not self._listeners or view in self._hooked:
+                return
+            self._hooked.add(view)
+        view.add_handler(lambda _event, _obj: self._tell(topic))
+
+    def _tell(self, topic: str) -> None:
+        with self._listen_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(topic)
 
     def close(self) -> None:
         """Stop every view of this API client (of the namespace and of the cluster); none

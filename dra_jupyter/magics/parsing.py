@@ -12,12 +12,13 @@ else (the API parses durations and quantities, and says what is wrong with them)
 from __future__ import annotations
 
 import ast
+import difflib
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_jupyter.claimspec import CLAIM_KEYS, INTEGER_KEYS, unknown_keyword
-from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.errors import InvalidInputError, shown
 
 # the subcommands of %dra, and the flags each one takes
 COMMANDS: dict[str, tuple[str, ...]] = {
@@ -154,8 +155,11 @@ def parse_line(line: str) -> Command:
             raise InvalidInputError(
                 f"{name!r} is not a command; to hold devices write %dra request {line.strip()}"
             ).said_by("dra")
+        near = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.8)
+        hint = f" (did you mean {near[0]}?)" if near else ""
         raise InvalidInputError(
-            f"unknown command {name!r}; use {', '.join(COMMANDS)} (%dra help shows examples)"
+            f"unknown command {shown(name)}{hint}; use {', '.join(COMMANDS)} (%dra help shows "
+            "examples)"
         ).said_by("dra")
     command = Command(name)
     if name == "usage":

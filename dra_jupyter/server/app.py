@@ -28,7 +28,7 @@ from jupyter_server.serverapp import ServerApp
 from tornado.ioloop import IOLoop
 from traitlets import Bool, Float, Int, Unicode, default, validate
 
-from dra_jupyter.errors import DraJupyterError
+from dra_jupyter.errors import DraJupyterError, UnavailableError
 from dra_jupyter.metrics.activity import ActivitySettings
 from dra_jupyter.server import givenspecs, kernelasks, startup
 from dra_jupyter.server.checks import Checks
@@ -46,6 +46,7 @@ from dra_jupyter.server.kernels import (
     kernel_env,
     uninstall_kernel_env,
 )
+from dra_jupyter.server.pushes import Pushes
 from dra_jupyter.server.reclaims import Reclaims
 from dra_jupyter.server.runs import RunService
 from dra_jupyter.server.sampling import MetricsSampler
@@ -134,6 +135,14 @@ class DRAExtensionApp(ExtensionApp):
         config=True,
         help="""Most devices one user may hold through the REST API (counting every claim
         of that user in the ledger); 0 means no limit.""",
+    )
+    unattached_lease = Float(
+        8 * 3600.0,
+        config=True,
+        help="""Seconds of lease a claim made through the REST API for no kernel gets when it
+        asks for none (the Devices panel's form with its notebook unticked): it is released
+        then, as dra.request(lease=...) would be, instead of being held until the server
+        stops. 0: no lease. Not on Kubernetes, whose claims have no lease.""",
     )
     terminal_path = Bool(
         True,
@@ -255,6 +264,7 @@ class DRAExtensionApp(ExtensionApp):
             settings,
             live_kernels=self.live_kernels,
             max_devices_per_user=self.max_devices_per_user,
+            unattached_lease=self.unattached_lease,
         )
         self.runs = RunService(self.service)
         self.watcher = ExecutionWatcher()  # told of cells and restarts asked: below
@@ -284,6 +294,8 @@ class DRAExtensionApp(ExtensionApp):
         self._watcher: Watching | None = None  # the machine's health watcher, when run here
         self.stopped = False
         self.kernel_secret = kernelasks.new_secret()  # what its kernels ask with
+        self.pushes = Pushes(lambda: self.service.backend, self.events.emit)  # to the lab
+        self.pushes.listen()
         self.metrics = MetricsSampler(
             self.service,
             length=self.metrics_history,
@@ -358,6 +370,7 @@ class DRAExtensionApp(ExtensionApp):
         self.handlers.extend([(kernelasks.ROUTE, kernelasks.PossibleHandler), *routes()])
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        self.pushes.start()
         # once, so that a log read later says which claims this server answers for (a
         # server left running across a restart of the cluster talks to the old address)
         self.log.info("dra_jupyter: claims are kept in %s", self.service.backend.where())
@@ -378,6 +391,7 @@ class DRAExtensionApp(ExtensionApp):
             return
         self.stopped = True
         self.checks.stop()
+        self.pushes.stop()
         if self._watcher is not None:
             self._watcher.stop()
         await self.metrics.stop()
@@ -413,6 +427,8 @@ class DRAExtensionApp(ExtensionApp):
         the answer comes once its batch is committed)."""
         try:
             return await asyncio.wrap_future(self._writer.submit(partial(fn, *args)))
+        except RuntimeError as error:
+            raise self._stopping(error) from error
         finally:
             self.claim_events.emit_releases()
 
@@ -421,8 +437,18 @@ class DRAExtensionApp(ExtensionApp):
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._readers, partial(fn, *args))
+        except RuntimeError as error:
+            raise self._stopping(error) from error
         finally:
             self.claim_events.emit_releases()
+
+    def _stopping(self, error: RuntimeError) -> Exception:
+        """A request that came after the threads stopped (the lab polls while the server
+        stops): a 503 in one line, not a 500 with a traceback; any other error as it is."""
+        said = str(error)  # the executor's, the writer's
+        if self.stopped and ("after shutdown" in said or "is shut down" in said):
+            return UnavailableError("the Jupyter server is stopping; try again once it is back")
+        return error
 
     async def wait(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking call that may take seconds (a run's cancel waits for its end) on

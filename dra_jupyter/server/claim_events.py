@@ -25,6 +25,7 @@ GPU_PROCESS = f"{EVENT_BASE}/gpu_process/v1"
 KERNEL_MOVED = f"{EVENT_BASE}/kernel_moved/v1"
 DEVICE_UNHEALTHY = f"{EVENT_BASE}/device_unhealthy/v1"
 RECLAIM_WARNING = f"{EVENT_BASE}/reclaim_warning/v1"
+CHANGED = f"{EVENT_BASE}/changed/v1"  # server/pushes.py
 ENDED_KEPT = 1000  # released claims remembered, so that a stale read never announces one
 
 

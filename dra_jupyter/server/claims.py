@@ -160,6 +160,7 @@ class ClaimService:
         *,
         live_kernels: Callable[[], Collection[str]],
         max_devices_per_user: int = 0,
+        unattached_lease: float = 0.0,
     ) -> None:
         pid = os.getpid()
         self.server_owner = Owner(
@@ -169,6 +170,7 @@ class ClaimService:
         self.session = Session(replace(settings, watch=True), owner=self.server_owner)
         self.live_kernels = live_kernels
         self.max_devices_per_user = max_devices_per_user
+        self.unattached_lease = unattached_lease  # of a claim for no kernel that asks none
         # what this service released, and why; the app emits the events on its loop
         self.released: queue.SimpleQueue[tuple[ClaimRecord, str]] = queue.SimpleQueue()
         # the claims released lately, by name, oldest first (see released_claim)
@@ -362,6 +364,8 @@ class ClaimService:
             )
         name = body.get("name", "")
         kernel_id = body.get("kernel_id")
+        if lease is None and kernel_id is None and caps.leases and self.unattached_lease > 0:
+            lease = self.unattached_lease  # no kernel's idle release: not held for ever
         if kernel_id is not None and (
             not isinstance(kernel_id, str) or kernel_id not in set(self.live_kernels())
         ):

@@ -59,6 +59,7 @@ from dra_jupyter.server.models import (
     check_claim_request,
     parse_json_body,
 )
+from dra_jupyter.server.pushes import Pushes
 from dra_jupyter.server.runs import RunService, check_run_name, tail_lines
 from dra_jupyter.server.sampling import MetricsSampler
 
@@ -80,6 +81,9 @@ class DRAApp(Protocol):
 
     @property
     def claim_events(self) -> ClaimEvents: ...
+
+    @property
+    def pushes(self) -> Pushes: ...
 
     @property
     def allow_admin_view(self) -> bool: ...
@@ -329,7 +333,12 @@ class ClaimsHandler(_DRAHandler):
         caller = await self.caller()
         with _handle_error():
             records = await self.dra.read(self.dra.service.claims, caller)
-            self.reply(ClaimsResponse(claims=[self.claim_model(r) for r in records]))
+            self.reply(
+                ClaimsResponse(
+                    claims=[self.claim_model(r) for r in records],
+                    pushed=self.dra.pushes.pushing,
+                )
+            )
 
     @web.authenticated
     @authorized
@@ -386,7 +395,12 @@ class KernelClaimsHandler(_DRAHandler):
         caller = await self.caller()
         with _handle_error():
             records = await self.dra.read(self.dra.service.kernel_claims, caller, kernel_id)
-            self.reply(ClaimsResponse(claims=[self.claim_model(r) for r in records]))
+            self.reply(
+                ClaimsResponse(
+                    claims=[self.claim_model(r) for r in records],
+                    pushed=self.dra.pushes.pushing,
+                )
+            )
 
 
 class RestartWithClaimsHandler(_DRAHandler):

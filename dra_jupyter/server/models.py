@@ -98,6 +98,7 @@ class ClaimModel(TypedDict):
 
 class ClaimsResponse(TypedDict):
     claims: list[ClaimModel]
+    pushed: bool  # changes come as `changed` events (server/pushes.py): poll slowly
 
 
 class RestartResponse(TypedDict):

@@ -229,6 +229,13 @@ class WatchedViews(Protocol):
         """The counters of each view running now (lists, relists, watches, restarts,
         errors, objects held), as plain data; starts none."""
 
+    def on_change(self, listener: Callable[[str], None]) -> Callable[[], None] | None:
+        """Call ``listener(topic)`` on each change a view hears (``claims``: the
+        namespace's claims; ``runs``: its pods and Jobs; ``devices``: the cluster's slices,
+        classes, taint rules and claims, once a read has started those views), on the
+        views' threads; what removes it. None: this backend does not watch (no changes to
+        tell)."""
+
 
 def watched_views_of(backend: object) -> WatchedViews | None:
     return backend if isinstance(backend, WatchedViews) else None

@@ -398,16 +398,31 @@ export function queueLines(
 }
 
 /**
- * The Usage section's line: `12.3 GPU-hours in 7 days, idle 25%` (the idle share of the
+ * The Usage section's line: `12 GPU-hours in 7 days, idle 25%` (the idle share of the
  * time whose GPU use is known; where none is: `GPU use not known`).
  */
 export function usageText(u: Usage): string {
   const days = Math.round(u.since / 86400);
   const window = days >= 1 ? `${days} day${days === 1 ? '' : 's'}` : duration(u.since);
-  const hours = u.gpu_hours >= 10 ? u.gpu_hours.toFixed(0) : u.gpu_hours.toFixed(1);
   const idle =
     u.idle_share === null ? 'GPU use not known' : `idle ${Math.round(u.idle_share * 100)}%`;
-  return `${hours} GPU-hours in ${window}, ${idle}`;
+  return `${gpuTime(u.gpu_hours)} in ${window}, ${idle}`;
+}
+
+/** GPU time in the unit that shows it: `12 GPU-hours`, `1.3 GPU-hours`, `8 GPU-minutes`
+ * (under an hour: 2 minutes on 4 GPUs is not `0.0 GPU-hours`), `under a GPU-minute`. */
+export function gpuTime(hours: number): string {
+  if (hours >= 10) {
+    return `${hours.toFixed(0)} GPU-hours`;
+  }
+  if (hours >= 0.95) {
+    return `${hours.toFixed(1)} GPU-hours`;
+  }
+  const minutes = Math.round(hours * 60);
+  if (minutes >= 1) {
+    return `${minutes} GPU-minute${minutes === 1 ? '' : 's'}`;
+  }
+  return hours > 0 ? 'under a GPU-minute' : '0 GPU-hours';
 }
 
 /** GPU-hours per day as percent of the busiest day (the sparkline's 0-100 scale). */

@@ -9,6 +9,7 @@ import { metricsByDevice, SPARK_SAMPLES } from './metrics';
 import { LOG_LINES } from './runs';
 import {
   type AllocatedEvent,
+  type ChangedEvent,
   type ClaimEvent,
   type DeviceUnhealthyEvent,
   EVENTS,
@@ -35,6 +36,9 @@ import type {
 
 /** Seconds between reads of the caller's usage while the panel is shown. */
 export const USAGE_EVERY = 60;
+
+/** The poll's interval, at least, where the server pushes its changes (a lost connection's). */
+export const PUSHED_POLL_S = 60;
 
 /** A release the page announces: the event, and the claim as last seen (if it was). */
 export interface Release {
@@ -215,8 +219,26 @@ export class DraModel {
   }
   set refreshInterval(seconds: number) {
     this._interval = Math.max(1, seconds);
+    this._setFrequency();
+  }
+
+  /**
+   * Whether the server pushes its changes (`changed` events; GET /claims says so): then
+   * the model reads when one comes, and the poll, left for a lost connection, is slow
+   * (PUSHED_POLL_S at least).
+   */
+  get pushed(): boolean {
+    return this._pushed;
+  }
+
+  /** The poll's interval now, in seconds. */
+  get pollInterval(): number {
+    return this._pushed ? Math.max(this._interval, PUSHED_POLL_S) : this._interval;
+  }
+
+  private _setFrequency(): void {
     if (this._poll !== null) {
-      this._poll.frequency = { ...this._poll.frequency, interval: this._interval * 1000 };
+      this._poll.frequency = { ...this._poll.frequency, interval: this.pollInterval * 1000 };
     }
   }
 
@@ -267,7 +289,11 @@ export class DraModel {
     const started = this.now();
     let vanished: Claim[] = [];
     try {
-      const { claims } = await this._request('GET /claims');
+      const { claims, pushed } = await this._request('GET /claims');
+      if (pushed !== this._pushed) {
+        this._pushed = pushed;
+        this._setFrequency();
+      }
       const missing = claims.some(c => c.devices.some(d => !this._deviceMap.has(d)));
       const stale = this._devicesStale;
       if (stale || this._devicesWanted || this.waitingWanted() || missing || !this._devices) {
@@ -350,7 +376,11 @@ export class DraModel {
     this._poll = new Poll({
       auto: true,
       factory: () => this.refresh(),
-      frequency: { interval: this._interval * 1000, backoff: true, max: 60_000 },
+      frequency: {
+        interval: this.pollInterval * 1000,
+        backoff: true,
+        max: Math.max(60_000, this.pollInterval * 1000)
+      },
       name: 'dra-jupyter:refresh',
       standby: () => this._hidden()
     });
@@ -442,6 +472,14 @@ export class DraModel {
    */
   handleEvent(event: { schema_id: string; [key: string]: unknown }): void {
     const id = event.schema_id;
+    if (id === EVENTS.changed) {
+      const { topics } = event as unknown as ChangedEvent;
+      if (topics.includes('devices')) {
+        this._devicesStale = true; // who holds what, taints: read the devices too
+      }
+      void this.refreshSoon();
+      return;
+    }
     if (id === EVENTS.gpuProcess) {
       this._gpuProcess.emit(event as unknown as GpuProcessEvent); // the server's user's only
       return;
@@ -569,6 +607,7 @@ export class DraModel {
 
   private _request: Requester;
   private _interval: number;
+  private _pushed = false; // the server pushes its changes (GET /claims)
   private _hidden: () => boolean;
   private _poll: Poll | null = null;
   private _claims: Claim[] = [];

@@ -32,8 +32,16 @@ export const EVENTS = {
   gpuProcess: `${EVENT_BASE}/gpu_process/v1`,
   kernelMoved: `${EVENT_BASE}/kernel_moved/v1`,
   deviceUnhealthy: `${EVENT_BASE}/device_unhealthy/v1`,
-  reclaimWarning: `${EVENT_BASE}/reclaim_warning/v1`
+  reclaimWarning: `${EVENT_BASE}/reclaim_warning/v1`,
+  changed: `${EVENT_BASE}/changed/v1`
 } as const;
+
+/** dra_jupyter/server/events/changed.json: what the server's watched views heard change
+ * (Kubernetes); topics only: the model reads the rest again. */
+export interface ChangedEvent {
+  schema_id: string;
+  topics: ('claims' | 'runs' | 'devices')[];
+}
 
 /** What every event of a claim carries (the schemas' common fields). */
 export interface ClaimEvent {

@@ -180,6 +180,13 @@ export interface Usage {
 
 export interface Claims {
   claims: Claim[];
+  /**
+   * whether the server pushes changes of the claims, runs and devices as `changed`
+   * events (https://events.dra-jupyter.dev/dra_jupyter/changed/v1) on jupyter_server's
+   * event stream (Kubernetes, where the server watches): a client then reads again
+   * when one comes, and polls only slowly, for a lost connection
+   */
+  pushed: boolean;
 }
 
 export interface Restart {
@@ -265,7 +272,7 @@ export interface ClaimRequest {
   alternatives?: { [key: string]: unknown }[];
   /** a DNS subdomain */
   name?: string;
-  /** seconds, or a duration such as 2h or 1h30m; more than 0, at most 30d (2592000 s); not on Kubernetes (400) */
+  /** seconds, or a duration such as 2h or 1h30m; more than 0, at most 30d (2592000 s); not on Kubernetes (400). A claim for no kernel (no kernel_id) that gives none gets the server's unattached_lease (8 h by default): no kernel's idle release frees it */
   lease?: string | number;
   /** only 0 for now (a duration is at most 24h) */
   timeout?: string | number;

@@ -7,6 +7,7 @@ import {
   deviceSummary,
   duration,
   gpuText,
+  gpuTime,
   groupDevices,
   groupState,
   migParent,
@@ -238,6 +239,12 @@ test('usage: GPU-hours of the window and the idle share; unknown where no sample
     usageText({ ...u, gpu_hours: 1.25, idle_share: null, since: 86400 }),
     '1.3 GPU-hours in 1 day, GPU use not known'
   );
+  // 2 minutes on 4 GPUs: 8 GPU-minutes, not "0.0 GPU-hours" (issue 42, item 7)
+  assert.equal(usageText({ ...u, gpu_hours: (4 * 2) / 60 }), '8 GPU-minutes in 7 days, idle 25%');
+  assert.equal(gpuTime(1 / 60), '1 GPU-minute');
+  assert.equal(gpuTime(0.001), 'under a GPU-minute');
+  assert.equal(gpuTime(0), '0 GPU-hours');
+  assert.equal(gpuTime(0.96), '1.0 GPU-hours');
   assert.deepEqual(usageSeries(u).slice(0, 3), [0, 50, 100]);
   assert.deepEqual(usageSeries({ ...u, daily_gpu_hours: [0, 0] }), [0, 0]);
 });

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 
 import { DraRequestError, type Requester } from '../src/api';
 import { SPARK_SAMPLES } from '../src/metrics';
-import { DraModel, type Release } from '../src/model';
+import { DraModel, PUSHED_POLL_S, type Release } from '../src/model';
 import { EVENTS, type IdleWarningEvent } from '../src/tokens';
 import type { Claim, Metrics } from '../src/wire';
 import { claim, device, GPU } from './fixtures';
@@ -25,6 +25,7 @@ class FakeServer {
   devices = [device(`${GPU}0`), device(`${GPU}1`)];
   calls: string[] = [];
   down: DraRequestError | null = null;
+  pushed = false; // GET /claims says the server pushes its changes
   gate: Promise<void> | null = null; // GET claims waits for it (an answer on its way)
   metrics: Metrics | DraRequestError = {
     source: 'simulated',
@@ -53,7 +54,7 @@ class FakeServer {
     }
     switch (operation) {
       case 'GET /claims': {
-        const answer = { claims: [...this.claims] }; // what the server has when asked
+        const answer = { claims: [...this.claims], pushed: this.pushed }; // as when asked
         if (this.gate !== null) {
           await this.gate;
         }
@@ -169,6 +170,31 @@ test("a release event of the caller's claim is announced with the claim and remo
     claim: 'a'
   });
   assert.equal(releases.length, 2);
+});
+
+test('a server that pushes its changes is read on its events and polled only slowly', async () => {
+  const server = new FakeServer();
+  const m = model(server);
+  await m.refresh();
+  assert.equal(m.pollInterval, 5); // no push: the refresh interval
+  server.pushed = true;
+  await m.refresh();
+  assert.ok(m.pushed);
+  assert.equal(m.pollInterval, PUSHED_POLL_S); // left for a lost connection
+  m.refreshInterval = 120;
+  assert.equal(m.pollInterval, 120);
+  server.calls = [];
+  server.claims = [claim('made-by-a-kernel', { devices: [`${GPU}1`] })];
+  m.handleEvent({ schema_id: EVENTS.changed, topics: ['claims'] });
+  await until(() => m.claims.length === 1);
+  assert.deepEqual(server.calls, ['GET /claims']);
+  server.calls = [];
+  m.handleEvent({ schema_id: EVENTS.changed, topics: ['devices', 'runs'] });
+  await until(() => server.calls.length === 2);
+  assert.deepEqual(server.calls, ['GET /claims', 'GET /devices']); // who holds what: read
+  server.pushed = false; // a server without it again (restarted on another backend)
+  await m.refresh();
+  assert.equal(m.pollInterval, 120);
 });
 
 test("a claim made by anyone makes the model refresh; only the caller's are announced", async () => {

@@ -5,6 +5,7 @@ those only, one that keeps a book and watches nothing (the local ledger) none of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -67,6 +68,9 @@ class Watching:
 
     def watch_stats(self) -> list[ViewCounts]:
         return list(VIEWS)
+
+    def on_change(self, listener: Callable[[str], None]) -> Callable[[], None] | None:
+        return None  # nothing to push here
 
     def __getattr__(self, name: str) -> Any:  # no book, no devices, no line read
         raise AttributeError(name)

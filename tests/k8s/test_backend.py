@@ -5,7 +5,10 @@ refused before anything is made, RBAC and an unreachable server give one line.""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,13 @@ import yaml
 from kubernetes import client
 
 from dra_jupyter.api import Session
-from dra_jupyter.errors import AllocationError, ClusterError, ForbiddenError, InvalidInputError
+from dra_jupyter.errors import (
+    EXIT_UNAVAILABLE,
+    AllocationError,
+    ClusterError,
+    ForbiddenError,
+    InvalidInputError,
+)
 from dra_jupyter.kube.backend import KubernetesBackend, default_namespace
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_model
@@ -299,3 +308,24 @@ def test_a_namespace_that_does_not_exist_is_said_as_such(
     with pytest.raises(ClusterError) as ran:
         session(kubeconfig, "nosuch", image="busybox").run("true", gpu=1, name="r")
     assert str(ran.value).startswith("dra.run: namespace 'nosuch' does not exist"), str(ran.value)
+    # a list there is empty, not refused: "(none)" would hide the wrong namespace
+    with pytest.raises(ClusterError) as listed:
+        alice.claims()
+    assert str(listed.value).startswith("dra.claims: namespace 'nosuch' does not exist")
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "DRA_JUPYTER_BACKEND": "kubernetes",
+        "DRA_JUPYTER_NAMESPACE": "nosuch",
+    }
+    cli = subprocess.run(
+        [str(Path(sys.executable).parent / "dra-jupyter"), "claims"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (cli.returncode, cli.stdout) == (EXIT_UNAVAILABLE, ""), cli
+    assert "namespace 'nosuch' does not exist" in cli.stderr
+    assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr

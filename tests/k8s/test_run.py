@@ -1,6 +1,7 @@
 """dra.run against the real control plane: the claim is made, the pod is placed by
-kube-scheduler and reports the devices of the claim's allocation; our test nodes have no
-kubelet, so the run stops at "waiting for the node to start the pod" (cancel cleans up). An
+kube-scheduler and reports the devices of the claim's allocation; on the simulated nodes
+no kubelet runs it, so the run stops at "waiting for the node to start the pod" (cancel
+cleans up); where the stand-in kubelet serves the namespace, it ends. An
 unschedulable pod reports the scheduler's reason and our explain, and leaves nothing behind."""
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from dra_jupyter.api import Session
 from dra_jupyter.errors import AllocationError, InvalidInputError
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_wire
+from dra_jupyter.kube.runs import jobs
 from dra_jupyter.kube.runs.podrun import WAITING, PodRun
 from dra_jupyter.kube.runs.run import pod_command
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.settings import Settings
 from dra_jupyter.types.runs import Run
 from tests.k8s.conftest import wait_for
+from tests.k8s.podrunner import PodRunner
 from tests.k8s.test_backend import session
 from tests.k8s.test_pods import IMAGE, ON_SIMULATED
 
@@ -154,3 +157,37 @@ def test_an_unschedulable_run_reports_the_schedulers_reason_and_leaves_nothing(
     assert "\ndra-jupyter's allocator on the cluster's slices:\n" in message
     assert not pod_exists(api, namespace, "run-nowhere")
     assert ClaimClient(api, namespace).list() == []
+
+
+def test_an_ended_pod_run_is_kept_a_jobs_ttl_then_deleted_with_its_claim(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+    published: SimulatedCluster,
+    pod_runner: PodRunner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Job's pods go after its ``ttlSecondsAfterFinished``; a bare pod has no such field,
+    so the next listing of the runs deletes an ended pod run (and its claim, where still
+    there) once it is as old: it is not left behind for ever (issue 42, item 16)."""
+    with pod_runner.serving(namespace):
+        alice = session(kubeconfig, namespace, image=IMAGE)
+        run = alice.run("true", gpu=1, name="run-ttl", start_timeout=0, node_selector=ON_SIMULATED)
+        assert isinstance(run, PodRun)
+        core = client.CoreV1Api(api)
+
+        def succeeded() -> bool:
+            status = core.read_namespaced_pod("run-ttl", namespace).status
+            return status is not None and status.phase == "Succeeded"
+
+        wait_for("the pod to succeed", lambda: succeeded() or None)
+        # within the TTL: listed, with its pod (so its logs)
+        [kept] = session(kubeconfig, namespace, image=IMAGE).runs()
+        assert (kept.name, kept.status.phase) == ("run-ttl", "Succeeded")
+        assert pod_exists(api, namespace, "run-ttl")
+        monkeypatch.setattr(jobs, "TTL_S", 0)
+        assert session(kubeconfig, namespace, image=IMAGE).runs() == []
+        assert not pod_exists(api, namespace, "run-ttl")
+        wait_for(
+            "the claim's deletion", lambda: ClaimClient(api, namespace).get(run.claim_name) is None
+        )

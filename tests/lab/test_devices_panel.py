@@ -199,7 +199,9 @@ def test_the_usage_section_shows_your_gpu_hours_of_the_week(
     line = panel.locator("section.dra-usage .dra-usage-line")
     line.wait_for(timeout=WAIT_MS)
     assert re.fullmatch(
-        r"\d+(\.\d)? GPU-hours in 7 days, GPU use not known", line.inner_text().strip()
+        r"(\d+(\.\d)? GPU-hours|\d+ GPU-minutes?|under a GPU-minute) in 7 days, GPU use not "
+        r"known",
+        line.inner_text().strip(),
     ), line.inner_text()
     assert line.locator("svg.dra-spark").get_attribute("aria-label") == (
         "your GPU-hours per day, the last 7 days"
@@ -558,6 +560,10 @@ def test_a_request_for_the_notebooks_kernel_offers_the_restart_with_its_devices(
     until("the kernel ran the cell", lambda: cell_output(page, 0).startswith("env "))
     panel = open_panel(page)
     panel.locator(".dra-request summary").click()
+    # the checkbox names the notebook (issue 42, item 6: "for the current notebook's kernel")
+    attach = panel.locator("label.dra-attach")
+    assert attach.inner_text().strip() == "for attach.ipynb\u2019s kernel", attach.inner_text()
+    assert "lease" in (attach.get_attribute("title") or "")
     panel.locator('input[name="gpu"]').fill("1")
     panel.locator("button.dra-submit").click()
     message = panel.locator(".dra-request .dra-ok")

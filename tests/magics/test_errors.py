@@ -49,6 +49,12 @@ def one_line(outcome: Outcome) -> str:
             "dra: unknown command 'bogus'; use devices, request, status, release, "
             "explain, env, yaml, usage, runs, logs, cancel, help (%dra help shows examples)",
         ),
+        (
+            "%dra reqest gpu=1",
+            "dra: unknown command 'reqest' (did you mean request?); use devices, request, "
+            "status, release, explain, env, yaml, usage, runs, logs, cancel, help (%dra help "
+            "shows examples)",
+        ),
         ("%dra gpu=1", "dra: 'gpu=1' is not a command; to hold devices write %dra request gpu=1"),
         ("%dra status --everything", "dra status: unknown flag '--everything'; it takes --all"),
         ("%dra env now", "dra env: takes no arguments, got 'now'"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -64,6 +65,18 @@ async def started_kernel(jp_serverapp: Any) -> AsyncIterator[Kernel]:
         client.stop_channels()
         if kernel_id in km:
             await km.shutdown_kernel(kernel_id, now=True)
+
+
+async def iopub_of(kernel: Kernel, msg_id: str) -> list[dict[str, Any]]:
+    """The IOPub messages the kernel has sent for ``msg_id`` (those queued, drained now)."""
+    said: list[dict[str, Any]] = []
+    while True:
+        try:
+            msg = await kernel.client.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            return said
+        if msg["parent_header"].get("msg_id") == msg_id:
+            said.append(msg)
 
 
 async def kernel_claims(jp_fetch: Fetch, kernel_id: str) -> list[dict[str, Any]]:
@@ -244,7 +257,11 @@ async def test_restart_true_restarts_the_kernel_with_its_new_claims_environment(
         assert (claim.name, claim.owner.kernel_id) == ("r1", kernel.id)
         assert claim.owner.pid == os.getpid()  # held by the server for the restarted kernel
         await kernel.run_on_shell("import os; assert os.environ['CUDA_VISIBLE_DEVICES']")
-        assert msg_id  # the asking cell ended with its kernel
+        # the asking cell said the kernel restarts, then ended with its kernel: no red
+        # KeyboardInterrupt (the restart interrupts it first), no line after the request
+        said = await iopub_of(kernel, msg_id)
+        assert [m["msg_type"] for m in said if m["msg_type"] in ("error", "stream")] == []
+        assert any(m["msg_type"] == "display_data" for m in said), said
 
 
 async def test_restart_with_claims_of_an_unknown_kernel_is_404(jp_fetch: Fetch) -> None:

@@ -60,3 +60,16 @@ async def test_claims_are_released_when_the_server_stops(
     reasons = {r.name: r.reason for r in ledger.releases()}
     assert reasons == {name: "server-stop", other.name: "server-stop"}  # both made here
     assert ("claim_released", "server-stop") in [(k, d.get("reason")) for k, d in events]
+
+
+async def test_a_read_while_the_server_stops_is_a_503_in_one_line(
+    jp_serverapp: Any, jp_fetch: Fetch
+) -> None:
+    """The lab polls while the server stops: its reader threads are gone then, and a read
+    was a 500 with a traceback ("cannot schedule new futures after shutdown")."""
+    await start_extensions(jp_serverapp)
+    await jp_serverapp.extension_manager.stop_all_extensions()
+    r = await jp_fetch("dra", "api", "claims", raise_error=False)
+    assert r.code == 503
+    message = json.loads(r.body)["message"]
+    assert message == "the Jupyter server is stopping; try again once it is back", message

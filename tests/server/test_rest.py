@@ -69,6 +69,25 @@ async def test_round_trip(jp_fetch: Fetch, ledger: Ledger, events: Events) -> No
     assert gone["released"]["message"] == "released by its user"
 
 
+async def test_a_claim_for_no_kernel_gets_a_lease_unless_it_asks_for_one(
+    jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    """A claim made through the REST API for no kernel (the panel's form with its notebook
+    unticked) has no kernel whose idle release would free it: it gets the server's
+    unattached_lease (8 h) instead of being held until the server stops (issue 42, item 6);
+    a lease asked for is kept, and 0 turns the default off."""
+    made = body(await post(jp_fetch, {"gpu": 1}))
+    assert made["kernel_id"] is None
+    assert made["lease_expires"] - made["created"] == pytest.approx(8 * 3600, abs=5)
+    asked = body(await post(jp_fetch, {"gpu": 1, "lease": "1h"}))
+    assert asked["lease_expires"] - asked["created"] == pytest.approx(3600, abs=5)
+    extension(jp_serverapp).service.unattached_lease = 0
+    endless = body(await post(jp_fetch, {"gpu": 1}))
+    assert endless["lease_expires"] is None
+    listed = body(await jp_fetch("dra", "api", "claims"))
+    assert listed["pushed"] is False  # the local ledger tells no changes: the lab polls
+
+
 async def test_a_claim_released_by_another_process_reads_as_released(
     jp_fetch: Fetch, ledger_path: Path, events: Events
 ) -> None:

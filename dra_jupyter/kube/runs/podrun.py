@@ -6,6 +6,10 @@ labels (:func:`list_pod_runs`: a new kernel finds the pods of the one before).
 Unlike a Job's pods, a bare pod uses a claim of the session (made by ``dra.request``, not
 from a template): the claim outlives the pod, so whoever sees the run end releases it
 (:meth:`PodRun.wait`, :meth:`PodRun.cancel`, or the claim's lease).
+
+A Job has ``ttlSecondsAfterFinished``; a pod has no such field, so an ended pod run is kept
+as long (:data:`.jobs.TTL_S`, for its logs) and then deleted, with its claim, by whoever
+lists the runs next (:func:`list_pod_runs`: the server's runs list, ``dra.runs()``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dra_jupyter.errors import ClusterError, InvalidInputError
 from dra_jupyter.kube.claims import USER_LABEL, ClaimClient
 from dra_jupyter.kube.connect import cluster_error, to_wire
 from dra_jupyter.kube.pods import POLL_S
+from dra_jupyter.kube.runs import jobs
 from dra_jupyter.kube.runs.jobs import COMPONENT_LABEL, POD_CLAIM, POD_COMPONENT
 from dra_jupyter.kube.runs.jobstatus import epoch, pod_row
 from dra_jupyter.kube.runs.stopped import StoppedPods
@@ -355,6 +360,9 @@ def list_pod_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[Po
     for pod in pods:
         claims = (pod.get("spec") or {}).get("resourceClaims") or [{}]
         phase_now = str((pod.get("status") or {}).get("phase") or "Pending")
+        if _expired(pod):
+            _forget(backend, pod["metadata"]["name"], str(claims[0].get("resourceClaimName") or ""))
+            continue
         runs.append(
             PodRun(
                 backend,
@@ -368,3 +376,31 @@ def list_pod_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[Po
             )
         )
     return runs
+
+
+def ended_at(pod: Wire) -> float | None:
+    """When the pod's run ended (its containers' last ``finishedAt``); None while it has not."""
+    status = pod.get("status") or {}
+    if status.get("phase") not in ENDED:
+        return None
+    finished = [
+        epoch(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for c in status.get("containerStatuses") or ()
+    ]
+    return max((f for f in finished if f is not None), default=None)
+
+
+def _expired(pod: Wire) -> bool:
+    """An ended pod run kept for :data:`.jobs.TTL_S` already (a Job's TTL, which a pod lacks)."""
+    end = ended_at(pod)
+    return end is not None and time.time() - end >= jobs.TTL_S
+
+
+def _forget(backend: ClusterAccess, pod: str, claim: str) -> None:
+    """Delete an expired pod run: its pod, then its claim where it is still there."""
+    delete_pod(backend, pod)
+    view = backend.watched(PODS)
+    if view is not None:
+        view.deleted(pod, backend.namespace)
+    if claim:
+        ClaimClient(backend.api, backend.namespace, backend.watched(CLAIMS)).delete(claim)

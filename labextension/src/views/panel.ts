@@ -327,7 +327,19 @@ export class DevicesPanel extends Widget {
     box.name = 'attach';
     box.checked = this._attach;
     box.addEventListener('change', () => (this._attach = box.checked));
-    attach.append(box, ' for the current notebook’s kernel');
+    // the notebook by its name; unticked, the claim is held for no kernel: no idle
+    // release frees it, so it gets a lease (the Lease field's, else the server's default)
+    const current = this.kernels.current();
+    const path = current === null ? null : this.kernels.label(current);
+    attach.append(
+      box,
+      path === null
+        ? ' for the current notebook’s kernel (none in front)'
+        : ` for ${path.slice(path.lastIndexOf('/') + 1)}’s kernel`
+    );
+    attach.title =
+      'Unticked: the claim is held for no notebook, until its lease ends (the Lease field, ' +
+      'else the server’s default, 8 h) or you release it';
     details.append(attach);
     const submit = el('button', 'jp-Button jp-mod-styled jp-mod-accept dra-submit', 'Request');
     submit.type = 'submit';
