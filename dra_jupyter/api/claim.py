@@ -162,10 +162,11 @@ class Claim:
         self.allocation  # noqa: B018  # a pending claim's record is read again
         mine = set(self._record.device_keys)
         released = self.state == "released"
-        held = self._session.backend.holders() if released else [self._record]
-        rows = [
-            r for r in device_rows(self._session.inventory.patched_slices, held) if r.device in mine
-        ]
+        rows = []
+        if mine:  # a pending claim has none: the cluster is not read for it
+            held = self._session.backend.holders() if released else [self._record]
+            inventory = self._session.inventory
+            rows = [r for r in device_rows(inventory.patched_slices, held) if r.device in mine]
         title = f"claim {self.name}" + (" (released: the devices' state now)" if released else "")
         return Table(rows, DEVICE_COLUMNS, title=title)
 

@@ -53,6 +53,7 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_device
+from dra_jupyter.kernel.asking import classes_if_possible
 from dra_jupyter.kernel.environment import ProcessEnvironment
 from dra_jupyter.kernel.restarts import ask_restart, in_servers_kernel
 from dra_jupyter.settings import Settings
@@ -221,12 +222,14 @@ class Session:
         name: str = "",
         keywords: Sequence[str] = CLAIM_KEYS,
         caller: str = REQUEST,
+        classes: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """The ResourceClaim of ``spec``, labelled with its user, kernel and Jupyter server
         (those of a server's kernel, or of its REST API: ``settings.server_id``) or run (a
         run's launcher: ``dra.claims()`` says ``run NAME``, ``release_all`` leaves it);
         ``keywords``: the caller's, listed when one in ``spec`` is unknown; ``caller``: whose
-        refusals they are."""
+        refusals they are; ``classes``: the cluster's DeviceClass names, where known
+        already (else read with the devices)."""
         labels = {USER_LABEL: label_value(self.owner.user)}
         if self.owner.kernel_id:
             labels[KERNEL_LABEL] = label_value(self.owner.kernel_id)
@@ -238,7 +241,7 @@ class Session:
             name,
             spec,
             namespace=self.namespace,
-            classes=self.class_names(),
+            classes=self.class_names() if classes is None else classes,
             labels=labels,
             keywords=keywords,
             caller=caller,
@@ -279,8 +282,7 @@ class Session:
                 f"lease={shown(lease)} does not apply on {caps.where}, whose claims end when "
                 "released; release the claim when done (or use a with block)"
             ).said_by(REQUEST)
-        claim = self.build(spec, name, REQUEST_KEYS)
-        self.check_possible(spec, claim)
+        claim = self._checked_claim(spec, name, reserve=reserve)
         origin = self.view.origin() if self.settings.rerun_releases else None
         if origin is not None:
             release_previous_run(*origin)
@@ -323,6 +325,20 @@ class Session:
                 "are lost: run the next cell once the kernel is back",
             )
         return result
+
+    def _checked_claim(self, spec: dict[str, Any], name: str, *, reserve: bool) -> dict[str, Any]:
+        """The claim of ``spec``, refused here if it could never be met. Where a scheduler
+        allocates it later (Kubernetes, without ``reserve``) the kernel's server is asked
+        first (:mod:`dra_jupyter.kernel.asking`): what it says is possible is made without
+        reading the cluster; anything else is checked here, reading the cluster's devices,
+        so that a refusal says why as it always did."""
+        if self.backend.capabilities.allocates_later and not reserve:
+            classes = classes_if_possible(spec, name)
+            if classes is not None:
+                return self.build(spec, name, REQUEST_KEYS, classes=classes)
+        claim = self.build(spec, name, REQUEST_KEYS)
+        self.check_possible(spec, claim)
+        return claim
 
     def _notes_on(
         self, result: Claim, spec: Mapping[str, Any], *, apply_env: bool, reserve: bool

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import html
 import json
 import re
@@ -83,8 +82,13 @@ from dra_jupyter.hub.form import read_at_start, service_world
 from dra_jupyter.hub.pod import add_claim
 from dra_jupyter.hub.progress import DeviceProgress, Event, event, interleave, never_back
 from dra_jupyter.kube import kueue
-from dra_jupyter.kube.connect import api_client
-from dra_jupyter.kube.spawn import POD_CLAIM, ServerDevices, claim_template, generated_claim
+from dra_jupyter.kube.spawn import (
+    POD_CLAIM,
+    ServerDevices,
+    claim_template,
+    generated_claim,
+    hub_devices,
+)
 from dra_jupyter.settings import check_server_id, default_server_id
 from dra_jupyter.verdicts import describe
 
@@ -112,10 +116,10 @@ class SpawnDevicesError(SpawnFailure):
         )
 
 
-@functools.cache
 def _devices(kubeconfig: str, namespace: str) -> ServerDevices:
-    """One API client per kubeconfig and namespace, for the life of the hub."""
-    return ServerDevices(api_client(kubeconfig or None), namespace)
+    """The hub's, for the life of the process (:func:`.hub_devices`: the cluster read from
+    one watched view per kind, shared by every render of the spawn form and every spawn)."""
+    return hub_devices(kubeconfig, namespace)
 
 
 class _Counted:

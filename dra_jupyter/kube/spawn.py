@@ -20,6 +20,7 @@ Synchronous (the official client); the spawner runs these calls in a thread.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,7 +37,7 @@ from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.kube import kueue
 from dra_jupyter.kube.backend import KubernetesBackend
 from dra_jupyter.kube.claims import SERVER_LABEL, forbidden
-from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
+from dra_jupyter.kube.connect import api_client, cluster_error, to_model, to_wire
 from dra_jupyter.kube.records import claim_state
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.settings import Settings
@@ -100,13 +101,29 @@ def generated_claim(pod: Mapping[str, Any], pod_claim: str = POD_CLAIM) -> str |
 
 
 class ServerDevices:
-    """The templates and claims of hub users' servers in one namespace."""
+    """The templates and claims of hub users' servers in one namespace.
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+    With ``watch`` (the hub's: one per API client for the life of the process), the
+    cluster's devices and claims (:meth:`devices`, :meth:`explain`) are read from the
+    process's watched views of that client (:mod:`.views`: listed once, then watched,
+    shared by every namespace's ``ServerDevices`` of the client), so that a render of the
+    spawn form makes no API call once they are synced; without it, listed on each call."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, *, watch: bool = False) -> None:
         self.api = api
         self.namespace = namespace
         self.resource = client.ResourceV1Api(api)
         self.core = client.CoreV1Api(api)
+        self.watch = watch
+        self._reader: KubernetesBackend | None = None
+
+    @property
+    def reader(self) -> KubernetesBackend:
+        """The Kubernetes backend that reads the cluster's devices and claims for this
+        namespace (made on first use; kept, so that its views are kept)."""
+        if self._reader is None:
+            self._reader = _cluster(self.api, self.namespace, watch=self.watch)
+        return self._reader
 
     def _error(self, error: Exception, verb: str, resource: str, action: str) -> ClusterError:
         if isinstance(error, ApiException) and error.status == 403:
@@ -286,13 +303,13 @@ class ServerDevices:
         """The cluster's devices (DeviceClasses, ResourceSlices, Nodes) and every claim that
         holds some now, as the Kubernetes backend reads them (every namespace where RBAC
         allows, else this one): what the spawn form's choices are counted on."""
-        backend = _cluster(self.api, self.namespace)
+        backend = self.reader
         return backend.inventory(), backend.holders()
 
     def readable_devices(self) -> Inventory | None:
         """The cluster's devices (slices and classes) as :meth:`devices` reads them; None
         when RBAC hides the slices (then nothing can be said of a node's devices)."""
-        backend = _cluster(self.api, self.namespace)
+        backend = self.reader
         inventory = backend.inventory()
         return inventory if backend.slices_readable else None
 
@@ -300,7 +317,22 @@ class ServerDevices:
         """Why ``claim`` (a template's or a generated claim) is not allocated, in lines:
         never on this cluster (and why), or not now (per node, what is missing) and who
         holds the devices now."""
-        return explain_pending(self.api, self.namespace, claim, request)
+        return explain_pending(self.api, self.namespace, claim, request, reader=self.reader)
+
+
+@functools.cache
+def _hub_api(kubeconfig: str) -> client.ApiClient:
+    return api_client(kubeconfig or None)
+
+
+@functools.cache
+def hub_devices(kubeconfig: str, namespace: str) -> ServerDevices:
+    """The hub's :class:`ServerDevices` of ``namespace``, one for the life of the process,
+    through one API client per kubeconfig ("": in-cluster, else ``$KUBECONFIG``): the
+    cluster's watched views are per client (:func:`dra_jupyter.kube.watching.shared`), so
+    every namespace's spawns and every render of the spawn form share one view of each
+    kind, and a render makes no API call once they are synced."""
+    return ServerDevices(_hub_api(kubeconfig), namespace, watch=True)
 
 
 def explain_pending(
@@ -308,10 +340,13 @@ def explain_pending(
     namespace: str,
     claim: Wire,
     request: Mapping[str, Any] | None = None,
+    *,
+    reader: KubernetesBackend | None = None,
 ) -> str:
     """See :meth:`ServerDevices.explain`; the cluster's slices and claims as the Kubernetes
-    backend reads them (every namespace where RBAC allows, else this one)."""
-    backend = _cluster(api, namespace)
+    backend ``reader`` reads them (every namespace where RBAC allows, else this one; by
+    default one made for this call, which lists them)."""
+    backend = reader or _cluster(api, namespace)
     inventory = backend.inventory()
     meta = claim.get("metadata") or {}
     probe: Wire = {
@@ -351,10 +386,12 @@ def explain_pending(
     return "\n".join(lines)
 
 
-def _cluster(api: client.ApiClient, namespace: str) -> KubernetesBackend:
+def _cluster(api: client.ApiClient, namespace: str, *, watch: bool = False) -> KubernetesBackend:
     """The Kubernetes backend as a reader of the cluster's devices and claims (no ledger, no
-    owner of its own, one try a call)."""
-    settings = Settings(ledger=Path("/nonexistent"), namespace=namespace, kube_retries=1)
+    owner of its own, one try a call; its cluster views kept by watching with ``watch``)."""
+    settings = Settings(
+        ledger=Path("/nonexistent"), namespace=namespace, kube_retries=1, watch=watch
+    )
     return KubernetesBackend(settings, Owner(user="", host="", pid=0), api=api)
 
 
@@ -368,4 +405,5 @@ __all__ = [
     "claim_template",
     "explain_pending",
     "generated_claim",
+    "hub_devices",
 ]

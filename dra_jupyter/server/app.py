@@ -30,7 +30,7 @@ from traitlets import Bool, Float, Int, Unicode, default, validate
 
 from dra_jupyter.errors import DraJupyterError, UnavailableError
 from dra_jupyter.metrics.activity import ActivitySettings
-from dra_jupyter.server import givenspecs, startup
+from dra_jupyter.server import givenspecs, kernelasks, startup
 from dra_jupyter.server.checks import Checks
 from dra_jupyter.server.claim_events import RELEASED, ClaimEvents, register_schemas
 from dra_jupyter.server.claims import ClaimService
@@ -39,6 +39,7 @@ from dra_jupyter.server.handlers import DRAApp, routes
 from dra_jupyter.server.idle import IdlePolicy
 from dra_jupyter.server.idling import Idling
 from dra_jupyter.server.kernelactions import KERNEL_ACTIONS, KernelActions
+from dra_jupyter.server.kernelasks import kernel_ask_env, server_url
 from dra_jupyter.server.kernels import (
     ExecutionWatcher,
     install_kernel_env,
@@ -301,6 +302,7 @@ class DRAExtensionApp(ExtensionApp):
         self._readers = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="dra-read")
         self._watcher: Watching | None = None  # the machine's health watcher, when run here
         self.stopped = False
+        self.kernel_secret = kernelasks.new_secret()  # what its kernels ask with
         self.pushes = Pushes(lambda: self.service.backend, self.events.emit)  # to the lab
         self.pushes.listen()
         self.metrics = MetricsSampler(
@@ -357,9 +359,15 @@ class DRAExtensionApp(ExtensionApp):
             self.kernel_actions.restart_asked, k, asked
         )
         self.metrics.on_uses = self.checks.strays
+        asks = settings.backend == "kubernetes"  # kernels ask it, not the cluster: kernelasks.py
         install_kernel_env(
             self.server.kernel_manager,
-            lambda kernel_id: {**startup_env, **kernel_env(kernel_id, settings, self.idle_timeout)},
+            lambda kernel_id: {
+                **startup_env,
+                **kernel_env(kernel_id, settings, self.idle_timeout),
+                # its address once it listens (a port it was given may have been taken)
+                **(kernel_ask_env(server_url(self.server), self.kernel_secret) if asks else {}),
+            },
         )
         logger = self.events
         register_schemas(logger)
@@ -367,7 +375,8 @@ class DRAExtensionApp(ExtensionApp):
         logger.add_listener(schema_id=RELEASED, listener=self.kernel_actions.on_claim_released)
 
     def initialize_handlers(self) -> None:
-        self.handlers.extend(routes())
+        # the kernels' question first: routes() ends with the fallback of every /dra/api path
+        self.handlers.extend([(kernelasks.ROUTE, kernelasks.PossibleHandler), *routes()])
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         self.pushes.start()

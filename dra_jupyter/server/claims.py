@@ -34,11 +34,12 @@ from typing import Any
 
 from dra_jupyter.accounting.book import Totals
 from dra_jupyter.api import Session
-from dra_jupyter.claimspec import requested_devices
+from dra_jupyter.claimspec import REQUEST_KEYS, requested_devices
 from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.errors import (
     AllocationError,
     ClaimNotFoundError,
+    DraJupyterError,
     ForbiddenError,
     InvalidInputError,
     KernelNotFoundError,
@@ -405,6 +406,19 @@ class ClaimService:
                 f"limit per user is {self.max_devices_per_user}; ask for fewer devices"
             )
         return record
+
+    def possible(self, spec: dict[str, Any], name: str) -> list[str] | None:
+        """The cluster's DeviceClass names where ``spec`` (``dra.request``'s keywords, named
+        ``name``) could be met on idle devices, checked on what the server reads of the
+        cluster (its watched views, on Kubernetes); None where it could not, or the check
+        says anything else (:mod:`.kernelasks`: the asking kernel checks it itself)."""
+        session = Session(self.session.settings, backend=self.backend)
+        try:
+            claim = session.build(spec, name, REQUEST_KEYS)
+            session.check_possible(spec, claim)
+            return session.class_names()
+        except DraJupyterError:
+            return None
 
     @staticmethod
     def _check_possible(session: Session, spec: dict[str, Any], claim: dict[str, Any]) -> None:

@@ -775,14 +775,17 @@ def test_profiles_from_the_cluster_count_what_could_start_now(
         assert f"2\u00d7 {model}" not in page  # the rule: two GPUs are alice's
         return page[page.index(f"1\u00d7 {model}") :][:800]
 
+    def shows(count: str) -> bool:  # the hub's view follows the cluster by watching it
+        return count in offered()
+
     held = None
     try:
-        assert "2 can start now" in offered()
+        wait_for("2 can start now", lambda: shows("2 can start now"))
         held = session(kubeconfig, hub.namespace, "bob").request(gpu=1, model=tag, reserve=True)
-        assert "1 can start now" in offered()
+        wait_for("1 can start now", lambda: shows("1 can start now"))
         held.release()
         held = None
-        assert "2 can start now" in offered()
+        wait_for("2 can start now again", lambda: shows("2 can start now"))
     finally:
         if held is not None:
             held.release()

@@ -167,10 +167,12 @@ def counted_account(
     account: str,
     *,
     verbs: Sequence[str] = ("list", "watch"),
+    groups: Sequence[str] = ("*",),
+    resources: Sequence[str] = ("*",),
 ) -> Iterator[Everything]:
     """FlowSchemas that count every ``verbs`` request of the service account ``account`` of
-    ``namespace`` (any API group and resource), by scope (:class:`Everything`); deleted
-    after."""
+    ``namespace`` (on ``resources`` of ``groups``: any by default), by scope
+    (:class:`Everything`); deleted after."""
     flow = client.FlowcontrolApiserverV1Api(admin)
     subject = {
         "kind": "ServiceAccount",
@@ -178,7 +180,11 @@ def counted_account(
     }
     schemas = {(v, s): f"all-{namespace}-{v}-{s}" for v in verbs for s in SCOPES}
     for (verb, scope), name in schemas.items():
-        rule: dict[str, Any] = {"verbs": [verb], "apiGroups": ["*"], "resources": ["*"]}
+        rule: dict[str, Any] = {
+            "verbs": [verb],
+            "apiGroups": list(groups),
+            "resources": list(resources),
+        }
         if scope == "namespace":
             rule["namespaces"] = ["*"]
         else:
