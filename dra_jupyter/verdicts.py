@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from dra_jupyter.errors import shown
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.model.attributes import Version
 from dra_jupyter.model.objects import Device, ResourceSlice
@@ -172,6 +173,29 @@ def sharing_hint(spec: Mapping[str, Any], inventory: Inventory) -> str | None:
         )
         if problem is not None:
             return problem
+    return None
+
+
+def no_sharing_driver(
+    spec: Mapping[str, Any], claim: Mapping[str, Any], where: str | None
+) -> str | None:
+    """Why a GPU shared by its driver (``share="mps"``: the claim's opaque config) cannot be
+    had ``where`` (a backend with no cluster, so no driver); None on a cluster (``where``
+    None) or without such a config."""
+    if where is None or not claim.get("spec", {}).get("devices", {}).get("config"):
+        return None
+    return (
+        f"share={shown(_shared(spec))} asks a cluster's GPU driver (NVIDIA's DRA driver) to "
+        f"share the device, and {where} has none; leave share= out, or use a quantity such "
+        "as share='20Gi' where a device allows several claims"
+    )
+
+
+def _shared(spec: Mapping[str, Any]) -> object:
+    """The ``share=`` of a request, or of its first alternative that has one."""
+    for alt in (spec, *(spec.get("alternatives") or ())):
+        if isinstance(alt, Mapping) and alt.get("share") is not None:
+            return alt["share"]
     return None
 
 

@@ -88,7 +88,7 @@ from dra_jupyter.types import (
     watched_views_of,
 )
 from dra_jupyter.types import runs as runstatus
-from dra_jupyter.verdicts import impossible_hint, sharing_hint
+from dra_jupyter.verdicts import impossible_hint, no_sharing_driver, sharing_hint
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -384,16 +384,10 @@ class Session:
         could never be met; InvalidInputError where a shared GPU's limit cannot be met (a
         pinned memory limit above the devices' memory) or this backend has no driver that
         shares a GPU (``share="mps"`` on one machine)."""
-        hint = sharing_hint(spec, self.inventory)
+        where = None if self.backend.cluster is not None else self.backend.capabilities.where
+        hint = sharing_hint(spec, self.inventory) or no_sharing_driver(spec, claim, where)
         if hint is not None:
             raise InvalidInputError(hint).said_by(caller)
-        if claim.get("spec", {}).get("devices", {}).get("config") and self.backend.cluster is None:
-            raise InvalidInputError(
-                f"share={shown(_shared(spec))} asks a cluster's GPU driver (NVIDIA's DRA driver) "
-                f"to share the device, and {self.backend.capabilities.where} has none; leave "
-                "share= out, or use a quantity such as share='20Gi' where a device allows "
-                "several claims"
-            ).said_by(caller)
         try:
             self.backend.check_possible(claim)
         except (AllocationError, ObjectError) as err:
@@ -553,11 +547,3 @@ class Session:
             return Snapshot(None, (), 0, views)
         book = book_for(self.backend, math.inf, what="metrics")
         return replace(snapshot_for(book, self.backend, self.inventory), views=views)
-
-
-def _shared(spec: Mapping[str, Any]) -> object:
-    """The ``share=`` of a request, or of its first alternative that has one."""
-    for alt in (spec, *(spec.get("alternatives") or ())):
-        if isinstance(alt, Mapping) and alt.get("share") is not None:
-            return alt["share"]
-    return None

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from dra_jupyter.accounting.book import Totals
+from dra_jupyter.accounting.book import Book, Totals
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import REQUEST_KEYS, requested_devices
 from dra_jupyter.durations import parse_lease, parse_timeout
@@ -313,28 +313,8 @@ class ClaimService:
         )
 
     def usage(self, caller: Caller, since: str) -> UsageResponse:
-        """The caller's usage over the last ``since`` (their own row of the book, as the
-        backend shows it to the server's user), and GPU-hours per day of it."""
-        from dra_jupyter.accounting.book import MAX_DAILY, daily, window  # noqa: PLC0415
-
-        last = window(since)
-        book = self.session.usage_book(since, what="GET usage")
-        mine = next((r.totals for r in book.report(("user",)) if r.key == (caller.user,)), None)
-        totals = mine if mine is not None else Totals()
-        share = totals.idle_share
-        days = min(MAX_DAILY, max(1, math.ceil(last / 86400)))
-        return UsageResponse(
-            user=caller.user,
-            since=last,
-            gpu_hours=totals.held / 3600,
-            gpu_seconds=totals.held,
-            active_gpu_seconds=totals.active,
-            idle_gpu_seconds=totals.idle,
-            unknown_gpu_seconds=totals.unknown,
-            energy_j=totals.energy,
-            idle_share=None if math.isnan(share) else share,
-            daily_gpu_hours=daily(book.intervals, caller.user, days, book.now),
-        )
+        """The caller's usage over the last ``since`` (:func:`usage_of`)."""
+        return usage_of(self.session.usage_book(since, what="GET usage"), caller.user, since)
 
     def counted(self, record: ClaimRecord) -> int:
         """How many devices a claim counts for the per-user limit: those allocated; for one
@@ -606,3 +586,27 @@ class ClaimService:
             self._staged.releases = None
         for item in staged:
             self.released.put(item)
+
+
+def usage_of(book: Book, user: str, since: str) -> UsageResponse:
+    """``user``'s usage in ``book`` over the last ``since`` (their own row of the book, as the
+    backend shows it to the server's user), and GPU-hours per day of it."""
+    from dra_jupyter.accounting.book import MAX_DAILY, daily, window  # noqa: PLC0415
+
+    last = window(since)
+    mine = next((r.totals for r in book.report(("user",)) if r.key == (user,)), None)
+    totals = mine if mine is not None else Totals()
+    share = totals.idle_share
+    days = min(MAX_DAILY, max(1, math.ceil(last / 86400)))
+    return UsageResponse(
+        user=user,
+        since=last,
+        gpu_hours=totals.held / 3600,
+        gpu_seconds=totals.held,
+        active_gpu_seconds=totals.active,
+        idle_gpu_seconds=totals.idle,
+        unknown_gpu_seconds=totals.unknown,
+        energy_j=totals.energy,
+        idle_share=None if math.isnan(share) else share,
+        daily_gpu_hours=daily(book.intervals, user, days, book.now),
+    )
