@@ -30,6 +30,7 @@ from dra_jupyter.kube.kernels.pods import (
 )
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.types import Owner, label_value
+from tests.k8s import testenv
 from tests.k8s.conftest import wait_for
 from tests.k8s.kernelserver import (
     IMAGE,
@@ -39,8 +40,10 @@ from tests.k8s.kernelserver import (
     gone,
     kernel_pods,
     running_pod,
+    running_server,
     serving,
 )
+from tests.k8s.podrunner import PodRunner
 
 
 def test_a_gpu_kernel_runs_in_its_own_pod_with_its_claim_and_goes_with_it(
@@ -268,3 +271,63 @@ def test_a_kernel_that_cannot_be_placed_says_why_and_leaves_nothing(
             == []
         ),
     )
+
+
+FAILING = "dra-test: this kernel cannot start here"
+
+
+def test_a_kernel_pod_that_fails_says_its_last_lines_and_leaves_nothing_once_given_up(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+) -> None:
+    """A kernel whose command fails at once with a line on stderr: that line is in the
+    server's log and in the kernel's error (the start's, when its pod ends before it runs),
+    and once jupyter_server's restarter gives up, nothing of the kernel is left: no pod, no
+    claim template, no Secret, no connection file."""
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    argv = ["python", "-c", f"import sys; print('starting'); sys.exit({FAILING!r})"]
+    with running_server(
+        cluster,
+        api,
+        namespace,
+        tmp_path,
+        pod_runner,
+        idle_timeout=0,
+        argvs={"dra-failing": argv},
+        config="c.KernelRestarter.restart_limit = 1\n",
+    ) as server:
+        log = server.root.parent / "server.log"
+        try:
+            server.call("POST", "/api/kernels", {"name": "dra-failing", "path": "work"})
+        except RefusedError as refused:  # its pod ended before it ran: the start says why
+            assert FAILING in refused.message, refused.message
+            assert "exit code 1" in refused.message, refused.message
+        else:  # it ran for a moment: the restarter starts it again, then gives up
+            wait_for("the restarter to give up", lambda: "restart failed" in log.read_text())
+        text = log.read_text()
+        assert re.search(r"pod kernel-\S+ ended.*: Error \(exit code 1\)", text), text[-3000:]
+        assert FAILING in text, text[-3000:]
+        assert "starting" in text  # the lines before it too
+        kernel_objects = "dra-jupyter/component=kernel"
+        wait_for(
+            "no kernel pod left",
+            lambda: core.list_namespaced_pod(namespace, label_selector=kernel_objects).items
+            == [],
+        )
+        wait_for(
+            "no claim template left",
+            lambda: resource.list_namespaced_resource_claim_template(namespace).items == [],
+        )
+        wait_for(
+            "no connection Secret left",
+            lambda: core.list_namespaced_secret(namespace, label_selector=kernel_objects).items
+            == [],
+        )
+        wait_for(
+            "no connection file left",
+            lambda: not list(server.runtime.glob("kernel-*.json")),
+        )
