@@ -17,16 +17,20 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from dra_jupyter.errors import ClusterError
 from dra_jupyter.hub.choices import TIMES
 from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.kernels import boot as kernelboot
 from dra_jupyter.kube.kernels.pods import (
+    TAIL_BYTES,
     Ending,
+    KernelPods,
     KernelPodSpec,
     connection_secret,
     ending,
     kernel_pod,
     kernel_template,
+    last_lines,
 )
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.types import Owner, label_value
@@ -274,6 +278,47 @@ def test_a_kernel_that_cannot_be_placed_says_why_and_leaves_nothing(
 
 
 FAILING = "dra-test: this kernel cannot start here"
+FAILING_ARGV = [
+    "python",
+    "-c",
+    f"import sys; print('starting', flush=True); sys.exit({FAILING!r})",
+]
+
+
+def test_a_kernel_pod_that_ended_before_it_ran_fails_the_start_with_its_last_lines(
+    api: client.ApiClient, namespace: str, pod_runner: PodRunner
+) -> None:
+    """The start's error (what jupyter_server answers the kernel's start with) when the pod
+    ended before the provisioner saw it run: its ending, then its last lines."""
+    pods = KernelPods(api, namespace)
+    spec = KernelPodSpec(
+        "kernel-fails", namespace, IMAGE, FAILING_ARGV, "alice@example.org", "k-fails"
+    )
+    with pod_runner.serving(namespace):
+        pods.create(spec, json.dumps({"key": "k", "shell_port": 1}))
+        wait_for(
+            "the pod to fail",
+            lambda: (pods.pod(spec.name) or {}).get("status", {}).get("phase") == "Failed",
+        )
+        with pytest.raises(ClusterError) as raised:
+            pods.wait_running(spec.name, 10)
+    pods.delete(spec.name)
+    assert str(raised.value) == (
+        "kernel pod kernel-fails ended before the kernel started: Error (exit code 1); its "
+        f"last lines:\n  starting\n  {FAILING}"
+    )
+
+
+@pytest.mark.pure
+def test_what_a_failed_pod_said_last() -> None:
+    assert last_lines("a\nb\n\n") == "a\nb"
+    assert last_lines("", "OOM\n") == "OOM"  # no log: its termination message
+    cut = "x" * 10 + "\n" + "y" * TAIL_BYTES
+    assert last_lines(cut) == "y" * TAIL_BYTES  # the first line, cut by the limit, left out
+    assert last_lines("\n".join(str(n) for n in range(30))).splitlines()[0] == "10"
+    said = Ending(1, "Error (exit code 1)", "boom\nbang")
+    assert str(said) == "Error (exit code 1); its last lines:\n  boom\n  bang"
+    assert str(Ending(None, "Evicted")) == "Evicted"
 
 
 def test_a_kernel_pod_that_fails_says_its_last_lines_and_leaves_nothing_once_given_up(
@@ -289,7 +334,6 @@ def test_a_kernel_pod_that_fails_says_its_last_lines_and_leaves_nothing_once_giv
     and once jupyter_server's restarter gives up, nothing of the kernel is left: no pod, no
     claim template, no Secret, no connection file."""
     core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
-    argv = ["python", "-c", f"import sys; print('starting'); sys.exit({FAILING!r})"]
     with running_server(
         cluster,
         api,
@@ -297,7 +341,7 @@ def test_a_kernel_pod_that_fails_says_its_last_lines_and_leaves_nothing_once_giv
         tmp_path,
         pod_runner,
         idle_timeout=0,
-        argvs={"dra-failing": argv},
+        argvs={"dra-failing": FAILING_ARGV},
         config="c.KernelRestarter.restart_limit = 1\n",
     ) as server:
         log = server.root.parent / "server.log"
@@ -315,8 +359,7 @@ def test_a_kernel_pod_that_fails_says_its_last_lines_and_leaves_nothing_once_giv
         kernel_objects = "dra-jupyter/component=kernel"
         wait_for(
             "no kernel pod left",
-            lambda: core.list_namespaced_pod(namespace, label_selector=kernel_objects).items
-            == [],
+            lambda: core.list_namespaced_pod(namespace, label_selector=kernel_objects).items == [],
         )
         wait_for(
             "no claim template left",
@@ -324,8 +367,9 @@ def test_a_kernel_pod_that_fails_says_its_last_lines_and_leaves_nothing_once_giv
         )
         wait_for(
             "no connection Secret left",
-            lambda: core.list_namespaced_secret(namespace, label_selector=kernel_objects).items
-            == [],
+            lambda: (
+                core.list_namespaced_secret(namespace, label_selector=kernel_objects).items == []
+            ),
         )
         wait_for(
             "no connection file left",
