@@ -28,7 +28,9 @@ its Workload marked inadmissible for good (Kueue 0.17 never admits it, even once
 free).
 Waiting for the pod reports kube-scheduler's reason while it cannot place it, and at the
 deadline that reason plus our own explain (as ``dra.run`` does); a pod that ends says why
-(:func:`ending`). Synchronous (the official client): the provisioner calls these in a thread.
+(:func:`ending`) and, when its container failed, what it said last
+(:meth:`KernelPods.with_last_lines`). Synchronous (the official client): the provisioner
+calls these in a thread.
 """
 
 from __future__ import annotations

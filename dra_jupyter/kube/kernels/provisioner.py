@@ -19,6 +19,9 @@ places the pod; once it runs, the server connects to the kernel at the pod's IP.
 pod cannot be placed, the scheduler's reason is logged; at ``start_timeout`` the start fails
 with that reason and our explain. Stopping the kernel deletes the pod, and with it the claim
 (the resourceclaim controller), the Secret and the template: the devices are free at once.
+A pod that fails logs its last lines (and a first start's error carries them); when
+jupyter_client's restarter gives up on the kernel, its last pod and objects and its
+connection file are deleted then (jupyter_server forgets a dead kernel).
 The claim is labelled as the server extension labels its kernels' claims: when the
 extension releases it (idle release, its user from the Devices panel) it stops the kernel
 (:attr:`DRAKernelProvisioner.devices_in_pod`), since only that frees the devices.
