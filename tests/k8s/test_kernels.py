@@ -286,7 +286,7 @@ FAILING_ARGV = [
 
 
 def test_a_kernel_pod_that_ended_before_it_ran_fails_the_start_with_its_last_lines(
-    api: client.ApiClient, namespace: str, pod_runner: PodRunner
+    api: client.ApiClient, namespace: str, published: SimulatedCluster, pod_runner: PodRunner
 ) -> None:
     """The start's error (what jupyter_server answers the kernel's start with) when the pod
     ended before the provisioner saw it run: its ending, then its last lines."""
