@@ -131,9 +131,14 @@ def idle_server(
 
 
 def _write_specs(
-    cluster: testenv.Cluster, namespace: str, share: Path, configs: dict[str, dict[str, Any]]
+    cluster: testenv.Cluster,
+    namespace: str,
+    share: Path,
+    configs: dict[str, dict[str, Any]],
+    argvs: dict[str, list[str]],
 ) -> None:
-    """The kernel specs of the cluster's choices, ``dra-busy`` and those of ``configs``."""
+    """The kernel specs of the cluster's choices, ``dra-busy`` and those of ``configs`` and
+    ``argvs``."""
     specs = cluster_kernel_specs(str(cluster.kubeconfig), namespace, "root")
     # and one that no node can meet now (both nodes' GPUs taken by then), 10 s to start
     nine = copy.deepcopy(specs["dra-h200-x8"])
@@ -142,6 +147,9 @@ def _write_specs(
     for name, config in configs.items():
         more[name] = copy.deepcopy(specs["dra-h200-x1"])
         more[name]["metadata"]["kernel_provisioner"]["config"] = config
+    for name, argv in argvs.items():
+        more[name] = copy.deepcopy(specs["dra-h200-x1"])
+        more[name]["argv"] = argv
     write_kernel_specs(share, {**specs, "dra-busy": nine, **more})
 
 
@@ -157,18 +165,19 @@ def running_server(
     check_interval: float = 1.0,
     env: dict[str, str] | None = None,
     configs: dict[str, dict[str, Any]] | None = None,
+    argvs: dict[str, list[str]] | None = None,
     config: str = "",
 ) -> Iterator[Server]:
     """The server (see :func:`server`); ``configs``: more kernel specs, by name, each the
-    one-H200 spec with this provisioner config instead; ``config``: more lines of its
-    jupyter_server_config.py."""
+    one-H200 spec with this provisioner config instead; ``argvs``: more, each the one-H200
+    spec with this argv instead; ``config``: more lines of its jupyter_server_config.py."""
     cluster_wide = apply_rbac(api, namespace)
     kubeconfig = service_account_kubeconfig(
         api, cluster, namespace, "dra-singleuser", tmp_path / "singleuser.kubeconfig"
     )
     wait_for("the server's Role to take effect", lambda: _allowed(kubeconfig, namespace))
     share = tmp_path / "share" / "jupyter"  # the kernel specs of the cluster's choices
-    _write_specs(cluster, namespace, share, configs or {})
+    _write_specs(cluster, namespace, share, configs or {}, argvs or {})
     paths = [str(ROOT)]
     if not entry_point_registered():  # an install older than the entry point: as installed
         dist = tmp_path / "entry" / "dra_jupyter_provisioner-0.dist-info"

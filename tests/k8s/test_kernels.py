@@ -17,19 +17,24 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from dra_jupyter.errors import ClusterError
 from dra_jupyter.hub.choices import TIMES
 from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.kernels import boot as kernelboot
 from dra_jupyter.kube.kernels.pods import (
+    TAIL_BYTES,
     Ending,
+    KernelPods,
     KernelPodSpec,
     connection_secret,
     ending,
     kernel_pod,
     kernel_template,
+    last_lines,
 )
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.types import Owner, label_value
+from tests.k8s import testenv
 from tests.k8s.conftest import wait_for
 from tests.k8s.kernelserver import (
     IMAGE,
@@ -39,8 +44,10 @@ from tests.k8s.kernelserver import (
     gone,
     kernel_pods,
     running_pod,
+    running_server,
     serving,
 )
+from tests.k8s.podrunner import PodRunner
 
 
 def test_a_gpu_kernel_runs_in_its_own_pod_with_its_claim_and_goes_with_it(
@@ -268,3 +275,103 @@ def test_a_kernel_that_cannot_be_placed_says_why_and_leaves_nothing(
             == []
         ),
     )
+
+
+FAILING = "dra-test: this kernel cannot start here"
+FAILING_ARGV = [
+    "python",
+    "-c",
+    f"import sys; print('starting', flush=True); sys.exit({FAILING!r})",
+]
+
+
+def test_a_kernel_pod_that_ended_before_it_ran_fails_the_start_with_its_last_lines(
+    api: client.ApiClient, namespace: str, published: SimulatedCluster, pod_runner: PodRunner
+) -> None:
+    """The start's error (what jupyter_server answers the kernel's start with) when the pod
+    ended before the provisioner saw it run: its ending, then its last lines."""
+    pods = KernelPods(api, namespace)
+    spec = KernelPodSpec(
+        "kernel-fails", namespace, IMAGE, FAILING_ARGV, "alice@example.org", "k-fails"
+    )
+    with pod_runner.serving(namespace):
+        pods.create(spec, json.dumps({"key": "k", "shell_port": 1}))
+        wait_for(
+            "the pod to fail",
+            lambda: (pods.pod(spec.name) or {}).get("status", {}).get("phase") == "Failed",
+        )
+        with pytest.raises(ClusterError) as raised:
+            pods.wait_running(spec.name, 10)
+    pods.delete(spec.name)
+    assert str(raised.value) == (
+        "kernel pod kernel-fails ended before the kernel started: Error (exit code 1); its "
+        f"last lines:\n  starting\n  {FAILING}"
+    )
+
+
+@pytest.mark.pure
+def test_what_a_failed_pod_said_last() -> None:
+    assert last_lines("a\nb\n\n") == "a\nb"
+    assert last_lines("", "OOM\n") == "OOM"  # no log: its termination message
+    cut = "x" * 10 + "\n" + "y" * TAIL_BYTES
+    assert last_lines(cut) == "y" * TAIL_BYTES  # the first line, cut by the limit, left out
+    assert last_lines("\n".join(str(n) for n in range(30))).splitlines()[0] == "10"
+    said = Ending(1, "Error (exit code 1)", "boom\nbang")
+    assert str(said) == "Error (exit code 1); its last lines:\n  boom\n  bang"
+    assert str(Ending(None, "Evicted")) == "Evicted"
+
+
+def test_a_kernel_pod_that_fails_says_its_last_lines_and_leaves_nothing_once_given_up(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+) -> None:
+    """A kernel whose command fails at once with a line on stderr: that line is in the
+    server's log and in the kernel's error (the start's, when its pod ends before it runs),
+    and once jupyter_server's restarter gives up, nothing of the kernel is left: no pod, no
+    claim template, no Secret, no connection file."""
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    with running_server(
+        cluster,
+        api,
+        namespace,
+        tmp_path,
+        pod_runner,
+        idle_timeout=0,
+        argvs={"dra-failing": FAILING_ARGV},
+        config="c.KernelRestarter.restart_limit = 1\n",
+    ) as server:
+        log = server.root.parent / "server.log"
+        try:
+            server.call("POST", "/api/kernels", {"name": "dra-failing", "path": "work"})
+        except RefusedError as refused:  # its pod ended before it ran: the start says why
+            assert FAILING in refused.message, refused.message
+            assert "exit code 1" in refused.message, refused.message
+        else:  # it ran for a moment: the restarter starts it again, then gives up
+            wait_for("the restarter to give up", lambda: "restart failed" in log.read_text())
+        text = log.read_text()
+        assert re.search(r"pod kernel-\S+ ended.*: Error \(exit code 1\)", text), text[-3000:]
+        assert FAILING in text, text[-3000:]
+        assert "starting" in text  # the lines before it too
+        kernel_objects = "dra-jupyter/component=kernel"
+        wait_for(
+            "no kernel pod left",
+            lambda: core.list_namespaced_pod(namespace, label_selector=kernel_objects).items == [],
+        )
+        wait_for(
+            "no claim template left",
+            lambda: resource.list_namespaced_resource_claim_template(namespace).items == [],
+        )
+        wait_for(
+            "no connection Secret left",
+            lambda: (
+                core.list_namespaced_secret(namespace, label_selector=kernel_objects).items == []
+            ),
+        )
+        wait_for(
+            "no connection file left",
+            lambda: not list(server.runtime.glob("kernel-*.json")),
+        )

@@ -28,11 +28,14 @@ its Workload marked inadmissible for good (Kueue 0.17 never admits it, even once
 free).
 Waiting for the pod reports kube-scheduler's reason while it cannot place it, and at the
 deadline that reason plus our own explain (as ``dra.run`` does); a pod that ends says why
-(:func:`ending`). Synchronous (the official client): the provisioner calls these in a thread.
+(:func:`ending`) and, when its container failed, what it said last
+(:meth:`KernelPods.with_last_lines`). Synchronous (the official client): the provisioner
+calls these in a thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +83,8 @@ TIMEOUT = (5, 15)  # seconds to connect and to read each answer
 # at 0.5 s the wait was most of our part of the start)
 START_POLL_S = 0.1
 QUEUE_POLL_S = 1.0  # how often Kueue's Workloads are read while the pod waits for admission
+TAIL_LINES = 20  # of a failed pod's log, in the server's log and the kernel's error
+TAIL_BYTES = 4096  # and at most this much of them
 
 
 @dataclass(frozen=True)
@@ -240,10 +245,34 @@ def _add_files(pod_spec: Wire, container: Wire, files: Files) -> None:
 
 @dataclass(frozen=True)
 class Ending:
-    """How a kernel pod ended: its exit code (None: not known) and why, in one line."""
+    """How a kernel pod ended: its exit code (None: not known) and why, in one line, and
+    then its container's last lines when it failed (``said``, "" when not known)."""
 
     exit_code: int | None
     reason: str
+    said: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """Its container ended with an error (not a kernel that exited 0)."""
+        return self.exit_code not in (None, 0)
+
+    def __str__(self) -> str:
+        if not self.said:
+            return self.reason
+        lines = "\n".join(f"  {line}" for line in self.said.splitlines())
+        return f"{self.reason}; its last lines:\n{lines}"
+
+
+def last_lines(text: str, message: str = "") -> str:
+    """What a failed container said last: its log's last lines (``text``, read with
+    :data:`TAIL_LINES` and :data:`TAIL_BYTES`), else its termination message; a line cut by
+    the byte limit is left out."""
+    if len(text.encode()) >= TAIL_BYTES and "\n" in text:
+        text = text.split("\n", 1)[1]  # the first line is cut
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    said = "\n".join(lines[-TAIL_LINES:])
+    return said or message.strip()
 
 
 def ending(pod: Wire) -> Ending | None:
@@ -421,9 +450,8 @@ class KernelPods:
                 raise ClusterError(f"kernel pod {name} was deleted before the kernel started")
             ended = ending(pod)
             if ended is not None:
-                raise ClusterError(
-                    f"kernel pod {name} ended before the kernel started: {ended.reason}"
-                )
+                ended = self.with_last_lines(pod, ended)
+                raise ClusterError(f"kernel pod {name} ended before the kernel started: {ended}")
             status = pod.get("status") or {}
             if status.get("phase") == "Running" and status.get("podIP"):
                 return str(status["podIP"])
@@ -480,6 +508,31 @@ class KernelPods:
             if explained:
                 message += "\ndra-jupyter's allocator on the cluster's slices:\n" + explained
         return AllocationError(message)
+
+    def with_last_lines(self, pod: Wire, ended: Ending) -> Ending:
+        """``ended`` with what the pod's container said last, when it failed (read through
+        ``pods/log``; its termination message when the log cannot be read)."""
+        if not ended.failed:
+            return ended
+        message = ""
+        for container in (pod.get("status") or {}).get("containerStatuses") or ():
+            terminated = (container.get("state") or {}).get("terminated") or {}
+            message = str(terminated.get("message") or "")
+        try:
+            text = self.core.read_namespaced_pod_log(
+                pod["metadata"]["name"],
+                self.namespace,
+                container=CONTAINER,
+                tail_lines=TAIL_LINES,
+                limit_bytes=TAIL_BYTES,
+                _request_timeout=TIMEOUT,
+            )
+        except (ApiException, urllib3.exceptions.HTTPError):
+            text = ""  # no right to pods/log, or gone: the termination message says
+        said = last_lines(str(text or ""), message)
+        if said and said.strip() in ended.reason:  # the message is in the reason already
+            said = ""
+        return dataclasses.replace(ended, said=said)
 
     def delete(self, name: str, grace: int | None = 0) -> None:
         """Delete the pod (``grace`` seconds for the kernel to stop) and its template; the

@@ -19,6 +19,9 @@ places the pod; once it runs, the server connects to the kernel at the pod's IP.
 pod cannot be placed, the scheduler's reason is logged; at ``start_timeout`` the start fails
 with that reason and our explain. Stopping the kernel deletes the pod, and with it the claim
 (the resourceclaim controller), the Secret and the template: the devices are free at once.
+A pod that fails logs its last lines (and a first start's error carries them); when
+jupyter_client's restarter gives up on the kernel, its last pod and objects and its
+connection file are deleted then (jupyter_server forgets a dead kernel).
 The claim is labelled as the server extension labels its kernels' claims: when the
 extension releases it (idle release, its user from the Devices panel) it stops the kernel
 (:attr:`DRAKernelProvisioner.devices_in_pod`), since only that frees the devices.
@@ -49,7 +52,7 @@ from jupyter_client.connect import KernelConnectionInfo, LocalPortCache
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Dict, Enum, Float, List, Unicode
 
-from dra_jupyter.errors import InvalidInputError
+from dra_jupyter.errors import ClusterError, InvalidInputError
 from dra_jupyter.identity import current_user
 from dra_jupyter.kernel.notes import NOTE_ENV
 from dra_jupyter.kube import evictions, kueue
@@ -141,6 +144,8 @@ class DRAKernelProvisioner(KernelProvisionerBase):
     _pods: KernelPods | None = None
     _polled: tuple[float, int | None] = (0.0, None)
     _ports: dict[str, int] = {}  # noqa: RUF012  # replaced, never changed in place
+    _restarting = False  # between a restart's cleanup and its launch
+    _removal: asyncio.Task[None] | None = None  # _given_up's (a reference keeps it running)
 
     # --- start ----------------------------------------------------------------------------
 
@@ -261,6 +266,8 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         self.log.info("kernel %s: starting pod %s/%s", self.kernel_id, spec.namespace, spec.name)
         await asyncio.to_thread(pods.create, spec, json.dumps(connection))
         self.made, self.ended = spec.name, None
+        restarting, self._restarting = self._restarting, False
+        self._watch_restarter()
         try:
             ip = await asyncio.to_thread(
                 pods.wait_running,
@@ -269,6 +276,20 @@ class DRAKernelProvisioner(KernelProvisionerBase):
                 spec.request or None,
                 lambda why: self.log.info("kernel %s: pod %s: %s", self.kernel_id, spec.name, why),
             )
+        except ClusterError as error:
+            ended = await asyncio.to_thread(pods.pod, spec.name) if restarting else None
+            if ended is None or ending(ended) is None:
+                await asyncio.to_thread(pods.delete, spec.name)
+                self.made = None
+                raise
+            # a restart whose pod ended before it ran: the kernel ends as if it had run, so
+            # that the restarter counts it and gives up at its limit (an error raised to it
+            # is only logged, and it would start the kernel again without end)
+            self.log.warning("kernel %s: %s", self.kernel_id, error)
+            self.pod_name = spec.name
+            self._polled = (0.0, None)
+            self.connection_info["ip"] = "127.0.0.1"  # nothing answers there: it ended
+            return self.connection_info
         except BaseException:
             await asyncio.to_thread(pods.delete, spec.name)
             self.made = None
@@ -279,6 +300,34 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         self.connection_info["ip"] = ip
         self.log.info("kernel %s: pod %s runs at %s", self.kernel_id, spec.name, ip)
         return self.connection_info
+
+    def _watch_restarter(self) -> None:
+        """Be told when jupyter_client's restarter gives up on the kernel (its "dead"
+        callback; there is a restarter from the kernel's first restart on)."""
+        km = self.parent
+        if km is None:
+            return
+        km.remove_restart_callback(self._given_up, "dead")  # once, however many starts
+        km.add_restart_callback(self._given_up, "dead")
+
+    def _given_up(self) -> None:
+        """The restarter gave up: the kernel stays dead until its user restarts it, so its
+        last pod, template, Secret and connection file are deleted now (jupyter_server
+        keeps the dead kernel, and would delete them only at its shutdown)."""
+        self.log.warning(
+            "kernel %s: its restarts failed, so its pod %s, claim template, Secret and "
+            "connection file are deleted; the pod ended: %s",
+            self.kernel_id,
+            self.made,
+            self.ended or "not known",
+        )
+        self._removal = asyncio.get_running_loop().create_task(self._remove_given_up())
+
+    async def _remove_given_up(self) -> None:
+        await self.cleanup(restart=False)
+        km = self.parent
+        if km is not None:
+            km.cleanup_connection_file()
 
     # --- life -----------------------------------------------------------------------------
 
@@ -294,6 +343,7 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         pod = await asyncio.to_thread(pods.pod, self.pod_name)
         if self.held is None and pod is not None:
             self.held = await asyncio.to_thread(evictions.held_by, pods.api, pods.namespace, pod)
+        before = self.ended
         if pod is None:
             self.ended = self.ended or Ending(None, "the pod was deleted")
         else:
@@ -302,6 +352,14 @@ class DRAKernelProvisioner(KernelProvisionerBase):
                 if pod["metadata"].get("deletionTimestamp")
                 else None
             )
+            if (
+                self.ended is not None
+                and before is not None
+                and before.exit_code == self.ended.exit_code
+            ):  # the same ending, as said once (with its last lines, or why it was stopped)
+                self.ended = before
+            elif self.ended is not None and self.ended.failed:
+                self.ended = await asyncio.to_thread(pods.with_last_lines, pod, self.ended)
         if (
             self.ended is not None
             and self.held
@@ -319,9 +377,9 @@ class DRAKernelProvisioner(KernelProvisionerBase):
                 )
         if self.ended is not None:
             code = 1 if self.ended.exit_code is None else self.ended.exit_code
-            self.log.info(
-                "kernel %s: pod %s ended: %s", self.kernel_id, self.pod_name, self.ended.reason
-            )
+            if self.ended != before:  # said once
+                log = self.log.warning if self.ended.failed else self.log.info
+                log("kernel %s: pod %s ended: %s", self.kernel_id, self.pod_name, self.ended)
         else:
             code = None
         self._polled = (loop.time(), code)
@@ -363,6 +421,7 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         if self.made is not None and self._pods is not None:
             await asyncio.to_thread(self._pods.delete, self.made)
         self.made = self.pod_name = None
+        self._restarting = restart
         if not restart:
             cache = LocalPortCache.instance()
             for number in self._ports.values():
