@@ -191,10 +191,7 @@ class PodRun:
                 message = processes[0].reason or (WAITING if processes[0].node else "")
         meta = (pod or {}).get("metadata") or {}
         status = (pod or {}).get("status") or {}
-        finished = None
-        for container in status.get("containerStatuses") or ():
-            terminated = (container.get("state") or {}).get("terminated") or {}
-            finished = epoch(terminated.get("finishedAt")) or finished
+        finished = _finished(status)
         devices = processes[0].devices if processes else tuple(self.devices)
         spec = (pod or {}).get("spec") or {}
         command = ((spec.get("containers") or [{}])[0]).get("command") or ()
@@ -381,8 +378,11 @@ def list_pod_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[Po
 def ended_at(pod: Wire) -> float | None:
     """When the pod's run ended (its containers' last ``finishedAt``); None while it has not."""
     status = pod.get("status") or {}
-    if status.get("phase") not in ENDED:
-        return None
+    return _finished(status) if status.get("phase") in ENDED else None
+
+
+def _finished(status: Wire) -> float | None:
+    """The last ``finishedAt`` of a pod's terminated containers (None: none ended)."""
     finished = [
         epoch(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
         for c in status.get("containerStatuses") or ()
