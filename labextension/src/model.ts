@@ -279,7 +279,9 @@ export class DraModel {
       if (this._again && this._reading === 0) {
         // something changed while the answer was on its way: it may not show it
         this._again = false;
-        setTimeout(() => void this.refreshSoon(), 0);
+        const waiting = this._waiting;
+        this._waiting = [];
+        setTimeout(() => void this.refreshSoon().finally(() => waiting.forEach(r => r())), 0);
       }
     }
   }
@@ -287,7 +289,9 @@ export class DraModel {
   /**
    * Refresh now (and let the poll count from here); errors stay in {@link error}. While a
    * refresh is on its way, one more follows it: what changed since it was asked for (a
-   * claim made just after a release, say) shows at once, not at the next poll.
+   * claim made just after a release, say) shows at once, not at the next poll. Resolves
+   * once a read asked for after the call is in: what the caller changed (a kernel restarted
+   * with its devices, say) shows with the words that say it was done.
    */
   async refreshSoon(): Promise<void> {
     if (this._disposed) {
@@ -295,10 +299,12 @@ export class DraModel {
     }
     if (this._reading > 0) {
       this._again = true;
-      return;
+      return new Promise<void>(resolve => this._waiting.push(resolve));
     }
     if (this._poll !== null) {
+      // the poll's refresh resolves once the read is scheduled; its next tick, once it is in
       await this._poll.refresh();
+      await this._poll.tick.catch(() => undefined);
       return;
     }
     await this.refresh().catch(() => undefined);
@@ -585,6 +591,7 @@ export class DraModel {
       return;
     }
     this._disposed = true;
+    this._waiting.splice(0).forEach(resolve => resolve());
     this._poll?.dispose();
     Signal.clearData(this);
   }
@@ -676,6 +683,7 @@ export class DraModel {
   private _disposed = false;
   private _reading = 0; // refreshes on their way
   private _again = false; // refresh once more when they are back
+  private _waiting: (() => void)[] = []; // callers of refreshSoon waiting for that read
   // claims of this caller seen (answers, own requests, events): name -> last seen
   private _known = new Map<string, Claim | undefined>();
   private _users = new Set<string>(); // the users of the claims in the answers

@@ -300,6 +300,32 @@ test('a change announced while a refresh is on its way is read by one more refre
   m.dispose(); // (a disposed Poll leaves its timer to run out: node --test-force-exit)
 });
 
+test("the caller's own change shows by the time refreshSoon resolves, even with a read on its way", async () => {
+  // a kernel restarted with its devices: the words "restarted" come after refreshSoon, and
+  // the claim's card must say so with them (no restart offered), not at the next read
+  const server = new FakeServer();
+  server.claims = [claim('held', { in_kernel_env: false })];
+  const m = new DraModel({ request: server.request, refreshInterval: 600, hidden: () => false });
+  m.start();
+  await until(() => m.connected);
+  let open = () => {};
+  server.gate = new Promise(resolve => (open = resolve));
+  const asked = server.calls.length;
+  void m.refreshSoon(); // a read of the poll or an event, answered with the old state
+  await until(() => server.calls.length > asked);
+  server.claims = [claim('held', { in_kernel_env: true })]; // the caller's restart
+  const mine = m.refreshSoon();
+  server.gate = null;
+  open();
+  await mine;
+  assert.equal(m.claims[0].in_kernel_env, true);
+  // and without a read on its way, the same
+  server.claims = [claim('held', { in_kernel_env: false })];
+  await m.refreshSoon();
+  assert.equal(m.claims[0].in_kernel_env, false);
+  m.dispose();
+});
+
 test('the metrics are read with the devices only while the panel wants them', async () => {
   const server = new FakeServer();
   const m = model(server);
