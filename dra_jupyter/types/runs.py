@@ -83,17 +83,26 @@ class RunStatus:
         """Whether the run has ended (succeeded, failed or cancelled)."""
         return self.phase in ENDED
 
+    def _said(self, words: str) -> str:
+        """``words`` without the run's name in front: the first line names it already."""
+        return words.removeprefix(f"run {self.name}: ")
+
     def __str__(self) -> str:
-        """A few lines: the run's phase (what runs it) and why, then a line per process."""
+        """A few lines: the run's phase (what runs it) and why, then a line per process
+        (its reason where it says more than the run's own)."""
         launcher = f" ({self.launcher})" if self.launcher else ""
-        lines = [
-            f"run {self.name}: {self.phase}{launcher}" + (f": {self.message}" * bool(self.message))
-        ]
+        said = self._said(self.message)
+        lines = [f"run {self.name}: {self.phase}{launcher}" + (f": {said}" * bool(said))]
         for row in self.processes:
             code = "" if row.exit_code is None else f", exit code {row.exit_code}"
             where = f" on {row.node}" if row.node else ""
-            devices = f" with {', '.join(row.devices)}" if row.devices else ""
-            why = f": {row.reason}" if row.reason else ""
+            devices = f" with {', '.join(_short(d) for d in row.devices)}" if row.devices else ""
+            reason = self._said(row.reason)
+            why = (
+                f": {reason}"
+                if reason and reason not in (said, f"exit code {row.exit_code}")
+                else ""
+            )
             lines.append(
                 f"  rank {row.rank} {row.name}{where}{devices}: {row.phase}"
                 f"{code}, {row.restarts} restarts{why}"
@@ -118,13 +127,20 @@ class RunStatus:
         if self.exit_codes:
             codes = ", ".join("-" if c is None else str(c) for c in self.exit_codes)
             lines.append(f"exit code{'s' if len(self.exit_codes) > 1 else ''} {codes}")
-        if self.message:
-            lines.append(self.message)
+        said = self._said(self.message)
+        if said and said != lines[-1]:  # not "exit code 3" twice
+            lines.append(said)
         return "\n  ".join(lines) + ">"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """IPython's display: the same lines (not the dataclass's fields)."""
         printer.text(repr(self))
+
+
+def _short(device: str) -> str:
+    """A device as a person names it: ``gpu-node-1/gpu-0`` (its pool and name), without the
+    driver in front (``gpu.nvidia.com/``)."""
+    return device.split("/", 1)[-1]
 
 
 def _clock(seconds: float) -> str:
