@@ -135,6 +135,10 @@ def test_cancel_stops_the_command_and_releases_the_claim(session: Session) -> No
     status = run.status
     assert status.phase == "Cancelled" and status.message == f"run {run.name}: cancelled"
     assert status.exit_codes == (-signal.SIGTERM,)
+    # in words: cancelled once, the signal by its name, not "exit code -15" (issue 42, item 7)
+    head, row = str(status).splitlines()
+    assert head == f"run {run.name}: Cancelled" and "stopped by SIGTERM," in row, row
+    assert repr(status).endswith("\n  stopped by SIGTERM>") and "-15" not in repr(status)
     assert gone(child)
     assert session.backend.claims() == []
     run.cancel()  # ended already: nothing to do
