@@ -230,6 +230,9 @@ def test_a_notebook_claim_shows_in_panel_and_status_bar_and_release_gives_it_bac
     assert f"2{X} H200" in row.inner_text()
     held = panel.locator("tr.dra-state-held")
     until("2 devices held in the panel", lambda: held.count() == 2)
+    # held by the notebook, by its name, not by the claim's id (issue 42, item 7)
+    states = held.locator("td.dra-device-state").all_inner_texts()
+    assert states == ["held: claims.ipynb"] * 2, states
     page.wait_for_timeout(300)  # let the page settle for the picture (no state is waited on)
     page.screenshot(path=str(screenshots_dir(tmp_path) / "devices-panel.png"))
 
