@@ -329,6 +329,16 @@ def test_the_panel_lists_a_run_shows_its_output_and_cancels_it_when_asked_twice(
         assert card.locator("button.dra-run-cancel").count() == 0
         ended = run.status  # read again
         assert ended.phase == "Cancelled"
+        # finished runs can be cleared off the list (issue 42, item 7: it only grew), also
+        # after a reload of the page; dra.runs() still lists them
+        panel.locator("section.dra-runs button.dra-runs-clear").click()
+        card.wait_for(state="detached", timeout=WAIT_MS)
+        assert panel.locator("section.dra-runs h3").text_content() == "Your runs"  # no count
+        page.reload()
+        panel = open_panel(page)
+        panel.locator("section.dra-runs .dra-empty").wait_for(timeout=WAIT_MS)
+        assert panel.locator('li.dra-run[data-run="panel-run"]').count() == 0
+        assert [r.name for r in session.runs()] == ["panel-run"]
     finally:
         run.cancel()
 
