@@ -236,7 +236,17 @@ def test_a_notebook_claim_shows_in_panel_and_status_bar_and_release_gives_it_bac
     page.wait_for_timeout(300)  # let the page settle for the picture (no state is waited on)
     page.screenshot(path=str(screenshots_dir(tmp_path) / "devices-panel.png"))
 
+    # 2 GPUs go: asked first (issue 42, item 7); Cancel keeps them
     row.locator("button.dra-release").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=WAIT_MS)
+    assert f"Release 2{X} H200?" in dialog.inner_text()
+    assert "claims.ipynb loses them" in dialog.inner_text()
+    dialog.locator("button.jp-mod-reject").click()
+    dialog.wait_for(state="detached", timeout=WAIT_MS)
+    assert [c["name"] for c in claims(lab)] == [claim["name"]]
+    row.locator("button.dra-release").click()
+    page.locator(".jp-Dialog").get_by_role("button", name="Release").click()
     until("the claim released", lambda: claims(lab) == [])
     toast(page, f"(claim {claim['name']}): it was released on request")
     status.wait_for(state="hidden", timeout=WAIT_MS)
