@@ -11,8 +11,9 @@ topic (:data:`TOPICS`): what the server pushes to JupyterLab, so that an open la
 poll.
 
 A view answers once its first list arrived and while it is well. Before that (10 s at most,
-or a first list that failed), :meth:`NamespaceViews.view` says None and the caller reads
-from the API server as it did before. A view that synced and is in error since (the API
+or a first list that failed), and where its WATCH was never taken (an account that may
+list but not watch), :meth:`NamespaceViews.view` says None and the caller reads from the
+API server as it did before. A view that watched and is in error since (the API
 server gone, a 403 after an RBAC change) answers neither stale nor by a LIST of each read
 (each server's readers at an API server just back): the read is a
 :class:`~dra_jupyter.errors.ClusterError` that says in one line what is unavailable and why
@@ -216,12 +217,14 @@ class NamespaceViews:
 
 
 def _answering(view: Reflector, what: str) -> Reflector | None:
-    """``view`` once synced and while well; None where it did not sync (read from the API
-    server); a ``ClusterError`` saying ``what`` is unavailable while it is in error after it
-    synced."""
+    """``view`` once synced and while well; None where it did not sync or was never
+    watched (an account that may list but not watch: read from the API server); a
+    ``ClusterError`` saying ``what`` is unavailable while it is in error after it watched."""
     if not view.wait_synced(SYNC_WAIT_S):
         return None
     error = view.error
     if error is None:
         return view
+    if not view.watched_once:
+        return None
     raise ClusterError(f"{what} unavailable: {error}; retrying")

@@ -375,6 +375,7 @@ class Reflector(View):
         self._resumed = threading.Event()
         self._watch: _RawWatch | None = None
         self._thread: threading.Thread | None = None
+        self.watched_once = False  # the API server took one of its WATCHes
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """Wait until the first list arrived (True), or failed, or ``timeout`` passed (False;
@@ -537,6 +538,7 @@ class Reflector(View):
         """The WATCH request: once the API server took it, the view is well again (a quiet
         kind may send no event for minutes)."""
         response = self._list_func(**kwargs)
+        self.watched_once = True
         self._recovered()
         return response
 
