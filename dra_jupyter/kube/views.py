@@ -93,8 +93,8 @@ class NamespaceViews:
     def view(self, kind: str) -> Reflector | None:
         """The namespace's view of ``kind`` (:data:`SELECTORS`), started on first use, once
         synced and while well; None: read from the API server (not watching, closed, not
-        synced within :data:`SYNC_WAIT_S`); a ``ClusterError`` while in error after it
-        synced (the module's doc)."""
+        synced within :data:`SYNC_WAIT_S`, never watched); a ``ClusterError`` while in
+        error after it watched (the module's doc)."""
         if not self.enabled or self.closed:
             return None
         self.started = True
