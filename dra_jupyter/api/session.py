@@ -416,6 +416,7 @@ class Session:
         lease: str | float | None = None,
         retries: int = 0,
         wait: bool = False,
+        gang_timeout: str | float | EllipsisType | None = ...,  # ...: not given ('1h')
         **spec: Any,
     ) -> runstatus.Run:
         """Run ``command`` with devices (:meth:`dra_jupyter.api.runs.Launcher.run`): on a
@@ -433,6 +434,7 @@ class Session:
             lease=lease,
             retries=retries,
             wait=wait,
+            gang_timeout=gang_timeout,
             **spec,
         )
 

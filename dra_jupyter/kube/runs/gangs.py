@@ -15,7 +15,8 @@ kube-scheduler's gang scheduling then places no pod of the group until ``minCoun
 fit at once, so that a run that cannot start holds no node and no device: the pods'
 claims are allocated when their pods are bound, which is all of them or none. While the
 group waits the scheduler says why on the PodGroup (its ``PodGroupInitiallyScheduled``
-condition), which the run's status reads (:func:`waiting`).
+condition), which the run's status reads (:func:`waiting`); the scheduler never gives up
+on a gang, so the run fails at its ``gang_timeout`` on our side (:mod:`.gangtimeout`).
 
 There is no gang (the run is as before: each pod placed when it fits, see
 :func:`decide`) for one pod, where the cluster does not serve the API and with a Kueue

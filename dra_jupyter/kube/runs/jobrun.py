@@ -8,7 +8,8 @@ needs Kueue (its API group served) and its LocalQueue in the namespace; a run of
 one pod is a JobSet where the cluster serves JobSet's API (``jobset.x-k8s.io``), else an
 Indexed Job, and the run's launcher says which and why (:func:`launcher`); the pods of an
 Indexed Job are a gang where the cluster serves the Workload API (:mod:`.gangs`), and the
-status says whether they are.
+status says whether they are; a gang that could not start within its ``gang_timeout``
+fails when the run is read (:mod:`.gangtimeout`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
 from dra_jupyter.kube import kueue
 from dra_jupyter.kube.claims import USER_LABEL, forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
-from dra_jupyter.kube.runs import gangs, jobs, jobsets
+from dra_jupyter.kube.runs import gangs, gangtimeout, jobs, jobsets
 from dra_jupyter.kube.runs.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
 from dra_jupyter.kube.runs.jobstatus import generated_claim, pod_row, run_status
 from dra_jupyter.kube.runs.stopped import StoppedPods
@@ -136,6 +137,7 @@ class JobRun:
         self._final: RunStatus | None = None  # its outcome, kept when cancel cleans up
         self._stopped = StoppedPods(backend.api)  # pods stopped for a device taken out
         self._gang = False  # its pods join a PodGroup of its name (known once made or read)
+        self._deadline: gangtimeout.Deadline | None = None  # the maker's timer on its gang
 
     @property
     def name(self) -> str:
@@ -279,7 +281,7 @@ class JobRun:
         gang_reason = gangs.reason_while_waiting(self._backend, job, pods) if self._gang else ""
         rows = {p["metadata"]["name"]: pod_row(p, claims) for p in pods}
         self._stopped.note(pods, rows)
-        return run_status(
+        status = run_status(
             job,
             pods,
             claims,
@@ -288,6 +290,18 @@ class JobRun:
             stopped_for=self._stopped.stopped_for(),
             gang_reason=gang_reason,
         )
+        overdue = gangtimeout.overdue(job, status, time.time()) if self._gang else ""
+        return self._expire(job, status, overdue) if overdue else status
+
+    def _expire(self, job: Wire, status: RunStatus, why: str) -> RunStatus:
+        """End the run, whose gang could not start within its timeout (:mod:`.gangtimeout`):
+        failed on the cluster, or, where the Role may not patch Jobs, deleted as cancel does
+        (its outcome kept here)."""
+        ended = gangtimeout.failed(status, why, job)
+        if not gangtimeout.expire(self._backend, job, why):
+            self._final = ended
+            self.cancel()
+        return ended
 
     # --- logs ----------------------------------------------------------------------------
 
@@ -465,6 +479,8 @@ class JobRun:
         its outcome (cancel is the documented clean-up of a finished Job); only one still
         going reads ``Cancelled``."""
         self._final = self._ended()
+        if self._deadline is not None:
+            self._deadline.stop()
         api, namespace = self._backend.api, self._backend.namespace
         batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
         resource = client.ResourceV1Api(api)
@@ -617,7 +633,8 @@ def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) ->
     """Make the run's template, then its Job (or JobSet), which then owns the template, then
     (more than one pod, a Job) its Service, owned by the Job (JobSet), then (a gang) its
     Workload and PodGroup, owned by the Job (its pods wait for the PodGroup to appear before
-    kube-scheduler looks at them); what was made is deleted if a step fails. The template
+    kube-scheduler looks at them), and a timer ends the gang at its ``gang_timeout``
+    (:mod:`.gangtimeout`); what was made is deleted if a step fails. The template
     before the Job: Kueue reads it as soon as the Job exists, and a Job whose template is
     not there yet leaves its Workload marked inadmissible for good (Kueue 0.17 never admits
     it, even once quota is free)."""
@@ -690,6 +707,8 @@ def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) ->
     except BaseException:
         run.cancel()
         raise
+    if spec.pod_group and spec.gang_timeout is not None:
+        run._deadline = gangtimeout.Deadline(lambda: run.status, spec.gang_timeout, spec.name)
     return run
 
 

@@ -27,9 +27,10 @@ holds **per pod**, among the devices of each pod; a node label (``same="zone"``,
 ``same="node:<label key>"``) puts **all the pods** on nodes that share its value, as a
 required pod affinity among the run's pods on that topology key. Where the cluster serves
 the Workload API the pods are a gang (:mod:`.gangs`): kube-scheduler places them all at
-once, with the affinity, or none; elsewhere the first pod placed chooses the zone, and the
-others wait when it has no room for them (Kueue's topology-aware scheduling places a Job as
-a whole).
+once, with the affinity, or none, and the run fails once they could not start within
+``gang_timeout`` (:mod:`.gangtimeout`); elsewhere the first pod placed chooses the zone,
+and the others wait when it has no room for them (Kueue's topology-aware scheduling places
+a Job as a whole).
 
 The template and the Service are owned by the Job, so that deleting it (or its TTL) deletes
 them too. Where the cluster serves JobSet (``jobset.x-k8s.io``), a run of more than one pod
@@ -60,6 +61,9 @@ LAUNCHER_ANNOTATION = "dra-jupyter/launcher"  # what ran it, as the status shows
 PLACEMENT_ANNOTATION = "dra-jupyter/placement"  # what same= asked, as the status shows it
 GANG_ANNOTATION = "dra-jupyter/gang"  # the run's word on gangs, as the status shows it
 GANG = "gang of"  # that word for a run whose pods are placed together (:mod:`.gangs`)
+# a gang's gang_timeout in seconds, and once it passed, why the run failed (:mod:`.gangtimeout`)
+GANG_TIMEOUT_ANNOTATION = "dra-jupyter/gang-timeout"
+GANG_EXPIRED_ANNOTATION = "dra-jupyter/gang-expired"
 JOBSET_LAUNCHER = "JobSet"  # the launcher of a run made a JobSet (:mod:`.jobsets`)
 REPLICATED_JOB = "node"  # the JobSet's one replicated Job: its pods are <run>-node-0-<rank>
 POD_CLAIM = "devices"  # spec.resourceClaims[].name of a pod's devices
@@ -131,6 +135,7 @@ class JobSpec:
     same_nodes: Sequence[str] = ()  # node label keys whose value all the pods' nodes share
     launcher: str = "Job"
     gang: str = ""  # "gang of N" (:mod:`.gangs`), why not ("no gang: ..."), "" for one pod
+    gang_timeout: float | None = None  # seconds a gang may wait to start (None: no limit)
 
     @property
     def pod_group(self) -> str:
@@ -314,6 +319,8 @@ def job(spec: JobSpec) -> Wire:
         metadata["annotations"][PLACEMENT_ANNOTATION] = placed
     if spec.gang:
         metadata["annotations"][GANG_ANNOTATION] = spec.gang
+    if spec.pod_group and spec.gang_timeout is not None:
+        metadata["annotations"][GANG_TIMEOUT_ANNOTATION] = f"{spec.gang_timeout:.15g}"
     if spec.queue:
         metadata["labels"][KUEUE_LABEL] = spec.queue
         job_spec["suspend"] = True  # Kueue admits it (as its webhook would make it)
