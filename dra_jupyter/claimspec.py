@@ -138,6 +138,7 @@ class RunKeywords(ClaimKeywords, total=False):
     retries: int
     wait: bool
     gang_timeout: str | float | None
+    group: Mapping[str, Any] | None
 
 
 REQUEST_KEYS = tuple(RequestKeywords.__annotations__)  # dra.request's, in the order shown

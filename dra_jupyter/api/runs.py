@@ -53,6 +53,7 @@ class Launcher:
         retries: int = 0,
         wait: bool = False,
         gang_timeout: str | float | EllipsisType | None = ...,  # ...: not given ('1h')
+        group: Mapping[str, Any] | None = None,
         **spec: Any,
     ) -> runstatus.Run:
         """Run ``command`` with devices. Kubernetes: in a pod (see
@@ -88,6 +89,7 @@ class Launcher:
             retries=retries,
             wait=wait,
             gang_timeout=gang_timeout,
+            group=group,
         )
         try:
             return runs.start(runs.plan(request, _SessionClaims(self._session)))

@@ -417,6 +417,7 @@ class Session:
         retries: int = 0,
         wait: bool = False,
         gang_timeout: str | float | EllipsisType | None = ...,  # ...: not given ('1h')
+        group: Mapping[str, Any] | None = None,
         **spec: Any,
     ) -> runstatus.Run:
         """Run ``command`` with devices (:meth:`dra_jupyter.api.runs.Launcher.run`): on a
@@ -435,6 +436,7 @@ class Session:
             retries=retries,
             wait=wait,
             gang_timeout=gang_timeout,
+            group=group,
             **spec,
         )
 

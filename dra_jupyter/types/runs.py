@@ -201,6 +201,7 @@ class RunRequest:
     retries: int = 0
     wait: bool = False
     gang_timeout: str | float | EllipsisType | None = ...
+    group: Mapping[str, Any] | None = None  # a claim's keywords: devices the pods share
 
     def same_nodes_refused(self, why: str) -> InvalidInputError:
         """The refusal of ``same=`` naming node labels where the run has no pods to keep

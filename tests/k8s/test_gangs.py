@@ -161,6 +161,21 @@ def test_a_gangs_timeout_is_a_duration_for_runs_of_several_pods() -> None:
     assert "dra-jupyter/gang-timeout" not in alone["metadata"]["annotations"]
 
 
+@pytest.mark.pure
+def test_group_devices_are_one_claim_entry_the_same_in_every_pod_and_the_pod_group() -> None:
+    grouped = spec(nodes=3, gang="gang of 3", group_claim={"devices": {"requests": []}})
+    entry = {"name": "group", "resourceClaimTemplateName": "train-group"}
+    pod = job(grouped)["spec"]["template"]["spec"]
+    assert pod["resourceClaims"] == [
+        {"name": "devices", "resourceClaimTemplateName": "train"},
+        entry,
+    ]
+    assert pod["containers"][0]["resources"]["claims"] == [{"name": "devices"}, {"name": "group"}]
+    assert gangs.pod_group(grouped)["spec"]["resourceClaims"] == [entry]
+    assert gangs.workload(grouped)["spec"]["podGroupTemplates"][0]["resourceClaims"] == [entry]
+    assert "resourceClaims" not in gangs.pod_group(spec(nodes=3, gang="gang of 3"))["spec"]
+
+
 def _timed(timeout: str = "600", **annotations: str) -> Wire:
     made = _job("gang of 3")
     made["metadata"]["creationTimestamp"] = "2026-12-01T10:00:00Z"
@@ -407,6 +422,110 @@ def test_where_the_role_may_not_patch_jobs_an_expired_gang_is_deleted_as_cancel_
 
     wait_for("the run's objects deleted", gone)
     assert run.status == status  # kept here
+
+
+def test_a_group_claim_is_made_once_and_reserved_for_the_pod_group(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+    published: SimulatedCluster,
+    pod_runner: PodRunner,
+) -> None:
+    """Two pods of one GPU each and ``group={"gpu": 1}``: one claim more, made from the
+    group's template for the PodGroup and reserved by kube-scheduler for the PodGroup, not
+    for a pod; cancel removes it with the rest (the stand-in kubelet runs the pods, so that
+    cancel really ends them)."""
+    with pod_runner.serving(namespace):
+        _group_claim(api, kubeconfig, namespace)
+
+
+def _group_claim(api: client.ApiClient, kubeconfig: Path, namespace: str) -> None:
+    alice = session(kubeconfig, namespace, image=IMAGE)
+    run = alice.run(
+        SLEEP, gpu=1, nodes=2, name="pair", node_selector=ON_SIMULATED, group={"gpu": 1}
+    )
+    assert isinstance(run, JobRun)
+    resource = client.ResourceV1Api(api)
+    scheduling = client.SchedulingV1beta1Api(api)
+
+    def reserved() -> Wire | None:
+        for found in resource.list_namespaced_resource_claim(namespace).items:
+            claim = to_wire(api, found)
+            holders = (claim.get("status") or {}).get("reservedFor") or ()
+            if any(h.get("resource") == "podgroups" for h in holders):
+                return claim
+        return None
+
+    claim = wait_for("the group's claim reserved for the PodGroup", reserved)
+    group = to_wire(api, scheduling.read_namespaced_pod_group("pair", namespace))
+    assert claim["status"]["reservedFor"] == [
+        {
+            "apiGroup": "scheduling.k8s.io",
+            "resource": "podgroups",
+            "name": "pair",
+            "uid": group["metadata"]["uid"],
+        }
+    ]
+    assert claim["status"]["allocation"]["devices"]["results"]  # one GPU, for the group
+    assert [o["kind"] for o in claim["metadata"]["ownerReferences"]] == ["PodGroup"]
+    assert claim["metadata"]["labels"]["dra-jupyter/run"] == "pair"  # the run's claims
+    assert group["status"]["resourceClaimStatuses"] == [
+        {"name": "group", "resourceClaimName": claim["metadata"]["name"]}
+    ]
+
+    def placed() -> RunStatus | None:
+        status = run.status
+        rows = status.processes
+        return status if len(rows) == 2 and all(r.node for r in rows) else None
+
+    status = wait_for("both pods placed", placed)
+    # the group's GPU is on one node, so both pods are there; a claim each, and the group's
+    assert len({r.node for r in status.processes}) == 1
+    assert claim["metadata"]["name"] in status.claims and len(status.claims) == 3
+    run.cancel()
+
+    def gone() -> bool:
+        return not (
+            resource.list_namespaced_resource_claim(namespace).items
+            or resource.list_namespaced_resource_claim_template(namespace).items
+            or scheduling.list_namespaced_pod_group(namespace).items
+            or client.CoreV1Api(api).list_namespaced_pod(namespace).items
+        )
+
+    wait_for("the run's claims, templates, PodGroup and pods deleted", gone)
+
+
+def test_group_is_refused_in_one_line_where_the_run_cannot_have_a_group_claim(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+    published: SimulatedCluster,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No PodGroup (the Workload API not served), or a cluster whose API server drops a
+    PodGroup's claims (no DRAWorkloadResourceClaims): refused before anything is made."""
+    alice = session(kubeconfig, namespace, image=IMAGE)
+
+    def refused() -> str:
+        with pytest.raises(InvalidInputError) as caught:
+            alice.run(SLEEP, gpu=1, nodes=2, name="pair", group={"gpu": 1})
+        return str(caught.value)
+
+    assert gangs.group_claims_served(api, namespace) is True  # the session's control plane
+    monkeypatch.setattr(gangs, "group_claims_served", lambda api, namespace: False)
+    assert refused() == f"dra.run: {gangs.NO_GROUP_CLAIMS}"
+    monkeypatch.setattr(gangs, "served", lambda api: False)
+    assert refused() == (
+        "dra.run: group= asks for devices once for the run's PodGroup, and this run has "
+        "none: no gang: pods may start one by one (the cluster does not serve the Workload "
+        "API, scheduling.k8s.io/v1beta1); leave group= out"
+    )
+    with pytest.raises(InvalidInputError, match=r"^dra.run: group= asks for devices that the"):
+        alice.run(SLEEP, gpu=1, name="alone", group={"gpu": 1})
+    assert not client.BatchV1Api(api).list_namespaced_job(namespace).items
+    resource = client.ResourceV1Api(api)
+    assert not resource.list_namespaced_resource_claim_template(namespace).items
+    assert not resource.list_namespaced_resource_claim(namespace).items
 
 
 def test_without_the_workload_api_the_pods_start_one_by_one_and_the_run_says_so(

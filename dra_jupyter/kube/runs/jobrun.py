@@ -60,7 +60,9 @@ def _groups(api: client.ApiClient) -> dict[str, str]:
     }
 
 
-def launcher(groups: dict[str, str], nodes: int, queue: str = "", name: str = "") -> str:
+def launcher(
+    groups: dict[str, str], nodes: int, queue: str = "", name: str = "", group: bool = False
+) -> str:
     """What runs the pods, as the status reports it: a Job of one pod; for more, JobSet
     where its API is served, else an Indexed Job, saying why not JobSet."""
     if nodes == 1:
@@ -71,6 +73,8 @@ def launcher(groups: dict[str, str], nodes: int, queue: str = "", name: str = ""
         return f"Indexed Job (JobSet serves {groups[JOBSET]}, not {jobsets.VERSION})"
     if queue:
         return "Indexed Job (JobSet installed, not used with a Kueue queue)"
+    if group:
+        return "Indexed Job (JobSet installed, not used: group= needs the run's PodGroup)"
     if not jobsets.fits(name, nodes):
         return "Indexed Job (JobSet installed, not used: the name is too long for its pod names)"
     return jobs.JOBSET_LAUNCHER
@@ -108,11 +112,14 @@ def prepare(backend: ClusterAccess, spec: JobSpec) -> JobSpec:
         refused = kueue.refusal(f"dra.run {spec.name}", spec.queue, dict(spec.claim_spec))
         if refused:
             raise InvalidInputError(refused)
-    picked = launcher(groups, spec.nodes, spec.queue, spec.name)
+    grouped = spec.group_claim is not None
+    picked = launcher(groups, spec.nodes, spec.queue, spec.name, grouped)
     chosen = JobSpec(**{**spec.__dict__, "launcher": picked})
     asks = chosen.nodes > 1 and not chosen.jobset and not chosen.queue
-    workloads = asks and gangs.served(backend.api)
-    return JobSpec(**{**chosen.__dict__, "gang": gangs.decide(chosen, workloads)})
+    gang = gangs.decide(chosen, asks and gangs.served(backend.api))
+    if grouped:  # group=: refused where the run has no PodGroup to hold the claim
+        gangs.refuse_group(gang, lambda: gangs.group_claims_served(backend.api, spec.namespace))
+    return JobSpec(**{**chosen.__dict__, "gang": gang})
 
 
 class JobRun:

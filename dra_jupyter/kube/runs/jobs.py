@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dra_jupyter.claimspec import RUN, SHORT_ATTRIBUTES
@@ -67,6 +67,7 @@ GANG_EXPIRED_ANNOTATION = "dra-jupyter/gang-expired"
 JOBSET_LAUNCHER = "JobSet"  # the launcher of a run made a JobSet (:mod:`.jobsets`)
 REPLICATED_JOB = "node"  # the JobSet's one replicated Job: its pods are <run>-node-0-<rank>
 POD_CLAIM = "devices"  # spec.resourceClaims[].name of a pod's devices
+GROUP_CLAIM = "group"  # ... of the devices the pods share, one claim for the PodGroup (group=)
 CONTAINER = "work"
 MASTER_PORT = 29500  # torchrun's default
 TTL_S = 24 * 3600  # an ended run (its pods, so its logs) is kept this long
@@ -136,6 +137,12 @@ class JobSpec:
     launcher: str = "Job"
     gang: str = ""  # "gang of N" (:mod:`.gangs`), why not ("no gang: ..."), "" for one pod
     gang_timeout: float | None = None  # seconds a gang may wait to start (None: no limit)
+    group_claim: Mapping[str, Any] | None = None  # a claim's spec: devices the pods share
+
+    @property
+    def group_template(self) -> str:
+        """The ResourceClaimTemplate of the devices the pods share ("": none, no group=)."""
+        return f"{self.name}-{GROUP_CLAIM}" if self.group_claim is not None else ""
 
     @property
     def pod_group(self) -> str:
@@ -185,6 +192,13 @@ def claim_template(spec: JobSpec) -> Wire:
             "spec": dict(spec.claim_spec),
         },
     }
+
+
+def group_template(spec: JobSpec) -> Wire:
+    """The ResourceClaimTemplate of the devices every pod shares (``group=``): its one claim
+    is made for the PodGroup (:mod:`.gangs`), with the run's labels as a pod's claims."""
+    made = claim_template(replace(spec, claim_spec=spec.group_claim or {}))
+    return {**made, "metadata": {**made["metadata"], "name": spec.group_template}}
 
 
 def rendezvous_service(spec: JobSpec) -> Wire:
@@ -276,11 +290,14 @@ def failure_policy(retries: int) -> Wire:
 
 def job(spec: JobSpec) -> Wire:
     """The Job of the run (see the module)."""
+    claims = [{"name": POD_CLAIM, "resourceClaimTemplateName": spec.name}]
+    if spec.group_template:  # the same entry as the PodGroup's (:func:`.gangs.group_claims`)
+        claims.append({"name": GROUP_CLAIM, "resourceClaimTemplateName": spec.group_template})
     container: Wire = {
         "name": CONTAINER,
         "image": spec.image,
         "env": rank_env(spec),
-        "resources": {"claims": [{"name": POD_CLAIM}]},
+        "resources": {"claims": [{"name": c["name"]} for c in claims]},
     }
     if spec.argv:
         container["command"] = list(spec.argv)
@@ -290,7 +307,7 @@ def job(spec: JobSpec) -> Wire:
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "containers": [container],
-        "resourceClaims": [{"name": POD_CLAIM, "resourceClaimTemplateName": spec.name}],
+        "resourceClaims": claims,
     }
     if spec.indexed:
         pod["subdomain"] = spec.name
