@@ -420,9 +420,8 @@ class Session:
         group: Mapping[str, Any] | None = None,
         **spec: Any,
     ) -> runstatus.Run:
-        """Run ``command`` with devices (:meth:`dra_jupyter.api.runs.Launcher.run`): on a
-        cluster in pods, on one machine as a background process of this user; returned at
-        once, or followed until it ends with ``wait=True``."""
+        """Run ``command`` with devices (:meth:`dra_jupyter.api.runs.Launcher.run`): in pods on
+        a cluster, in the background on one machine; returned at once, or followed (``wait``)."""
         return self._launcher.run(
             command,
             image=image,
