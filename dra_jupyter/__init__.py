@@ -104,7 +104,10 @@ def run(command: Command = None, **kwargs: Unpack[RunKeywords]) -> Run:
     """Run ``command`` (an argv list, a shell string, or a self-contained function) with
     devices: ``dra.run(["python", "train.py"], gpu=1)``. On Kubernetes in a pod (keywords
     ``image``, ``start_timeout``, ``node_selector``; :mod:`dra_jupyter.kube.runs.run`), or with
-    ``nodes=N`` (or ``queue``) a Job of N pods (``retries``; :mod:`dra_jupyter.kube.runs.jobs`);
+    ``nodes=N`` (or ``queue``) a Job of N pods (``retries``; ``gang_timeout``, default '1h':
+    how long N pods placed as a gang may wait to start together, then the run fails with the
+    scheduler's reason; ``group``, a request's keywords: devices asked for once for the whole
+    run where the cluster keeps claims for pod groups; :mod:`dra_jupyter.kube.runs.jobs`);
     on one machine in the background, as your own process holding its own claim
     (:mod:`dra_jupyter.runner`). Returned at once (``run.status``,
     ``run.logs(follow=True)``, ``run.cancel()``, ``run.wait()``), or followed to its end

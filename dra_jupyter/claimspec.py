@@ -124,7 +124,8 @@ class RequestKeywords(ClaimKeywords, total=False):
 
 class RunKeywords(ClaimKeywords, total=False):
     """:func:`run`'s keywords: the claim's, then the pod's (see :mod:`dra_jupyter.kube.runs.run`),
-    then the run's (``nodes``: machines; ``lease``: how long its claim may last)."""
+    then the run's (``nodes``: machines; ``lease``: how long its claim may last;
+    ``gang_timeout``: how long the pods of ``nodes=N`` may wait to start together)."""
 
     image: str | None
     name: str | None
@@ -136,6 +137,8 @@ class RunKeywords(ClaimKeywords, total=False):
     lease: str | float | None
     retries: int
     wait: bool
+    gang_timeout: str | float | None
+    group: Mapping[str, Any] | None
 
 
 REQUEST_KEYS = tuple(RequestKeywords.__annotations__)  # dra.request's, in the order shown

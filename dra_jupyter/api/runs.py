@@ -52,13 +52,17 @@ class Launcher:
         lease: str | float | None = None,
         retries: int = 0,
         wait: bool = False,
+        gang_timeout: str | float | EllipsisType | None = ...,  # ...: not given ('1h')
+        group: Mapping[str, Any] | None = None,
         **spec: Any,
     ) -> runstatus.Run:
         """Run ``command`` with devices. Kubernetes: in a pod (see
         :mod:`dra_jupyter.kube.runs.run`): the pod is checked first, then its claim is made (as
         :meth:`request` makes one), then the pod started with it; ``nodes=N`` (or a Kueue
         ``queue``, given or the admin's default) runs it as a Job of N pods, each with the
-        devices asked for (see :mod:`dra_jupyter.kube.runs.jobs`). One machine (local,
+        devices asked for (see :mod:`dra_jupyter.kube.runs.jobs`), a gang where the cluster
+        places them all together or none, failed when it cannot start within
+        ``gang_timeout`` (:mod:`dra_jupyter.kube.runs.gangtimeout`). One machine (local,
         service): in the background, as a process of this user that holds its own claim
         (:mod:`dra_jupyter.runner`), its claim ended by ``lease``. Returned at once (once
         a run here has its devices or waits in line for them: ``timeout``), or followed
@@ -84,6 +88,8 @@ class Launcher:
             lease=lease,
             retries=retries,
             wait=wait,
+            gang_timeout=gang_timeout,
+            group=group,
         )
         try:
             return runs.start(runs.plan(request, _SessionClaims(self._session)))

@@ -416,11 +416,12 @@ class Session:
         lease: str | float | None = None,
         retries: int = 0,
         wait: bool = False,
+        gang_timeout: str | float | EllipsisType | None = ...,  # ...: not given ('1h')
+        group: Mapping[str, Any] | None = None,
         **spec: Any,
     ) -> runstatus.Run:
-        """Run ``command`` with devices (:meth:`dra_jupyter.api.runs.Launcher.run`): on a
-        cluster in pods, on one machine as a background process of this user; returned at
-        once, or followed until it ends with ``wait=True``."""
+        """Run ``command`` with devices (:meth:`dra_jupyter.api.runs.Launcher.run`): in pods on
+        a cluster, in the background on one machine; returned at once, or followed (``wait``)."""
         return self._launcher.run(
             command,
             image=image,
@@ -433,6 +434,8 @@ class Session:
             lease=lease,
             retries=retries,
             wait=wait,
+            gang_timeout=gang_timeout,
+            group=group,
             **spec,
         )
 

@@ -462,6 +462,16 @@ class LocalRuns:
                 f"retries= applies to Jobs on Kubernetes; on {where} a run is one process: "
                 "leave it out"
             ).said_by(RUN)
+        if request.group is not None:
+            raise InvalidInputError(
+                f"group= asks for devices the pods of nodes=N share on Kubernetes; on {where} "
+                "a run is one process: ask for them with its own keywords"
+            ).said_by(RUN)
+        if request.gang_timeout is not ...:  # any value given: refused
+            raise InvalidInputError(
+                f"gang_timeout= applies to the pods of nodes=N on Kubernetes; on {where} a "
+                "run is one process: leave it out"
+            ).said_by(RUN)
         if nodes > 1:
             raise InvalidInputError(
                 f"nodes={nodes} spreads a run over several machines, which needs the "

@@ -76,6 +76,7 @@ def inventory_values(session: Session) -> dict[str, list[str]]:
         "distinct": attributes,
         "timeout": list(DURATIONS),
         "lease": list(DURATIONS),
+        "gang_timeout": list(DURATIONS),
         "gpu": ["1", "2", "4", "8", "all"],
         "apply_env": ["true", "false"],
         "restart": ["true", "false"],

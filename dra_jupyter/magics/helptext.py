@@ -69,15 +69,17 @@ Load once per kernel with ``%load_ext dra_jupyter``. Every form, with examples:
     ``with dra.request(gpu=1) as claim:`` inside it instead.
 
 %%dra run KEY=VALUE ... [image=IMAGE timeout=5m start_timeout=5m lease=2h nodes=N
-          queue=QUEUE retries=N wait=true]
+          queue=QUEUE retries=N wait=true gang_timeout=1h]
     Run the cell's code (python -c) with a new claim; nothing of this kernel (variables,
     imports) goes along. Kubernetes backend: in a pod; waits for kube-scheduler to place it
     (says why not), reports its devices, streams its logs, and releases the claim when it
     ends; with nodes=N or queue=QUEUE (Kueue) a Job of N pods, each with the devices asked
     for, returned at once (retries=N: exit codes retried; wait=true: its logs followed to
-    its end). One machine: in the background, as your own process holding its own claim
-    (the kernel may restart meanwhile); returns the run at once (wait=true: follows it):
-    %dra logs NAME --follow, %dra cancel NAME.
+    its end; gang_timeout=1h: where the cluster starts the N pods together or not at all,
+    the run fails when they could not start within that time, the default). One machine:
+    in the background, as your own process holding its own claim (the kernel may restart
+    meanwhile); returns the run at once (wait=true: follows it): %dra logs NAME --follow,
+    %dra cancel NAME.
 
 Keywords (as in dra.request()):
     gpu=N | gpu=all     GPUs of the inventory's GPU class (NVIDIA or AMD)

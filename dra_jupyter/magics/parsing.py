@@ -56,6 +56,7 @@ KEYWORDS: dict[str, tuple[str, ...]] = {
         "retries",
         "wait",
         "lease",
+        "gang_timeout",
     ),
 }
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")

@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # annotations only
 Command = str | Sequence[str] | Callable[[], Any] | None
 
 START_TIMEOUT = "5m"  # dra.run's start_timeout where not given: a pod's time to start
+# dra.run's gang_timeout where not given: how long the pods of nodes=N may wait to start
+# together on a cluster that places them as a gang (holding no device meanwhile)
+GANG_TIMEOUT = "1h"
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
 PHASES: tuple[Phase, ...] = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
@@ -213,7 +216,8 @@ class RunRequest:
     (``gpu=``, ``memory=``, ``same=`` ...: none unknown), ``same=`` split into device
     attributes and node label keys, and the run's own keywords as given, which each
     backend's :meth:`Runs.plan` reads (or refuses) in its own terms.
-    ``start_timeout``: ``...`` when not given (:data:`START_TIMEOUT` on a cluster)."""
+    ``start_timeout``, ``gang_timeout``: ``...`` when not given (:data:`START_TIMEOUT`,
+    :data:`GANG_TIMEOUT` on a cluster)."""
 
     command: Command
     claim: Mapping[str, Any] = field(default_factory=dict)
@@ -229,6 +233,8 @@ class RunRequest:
     lease: str | float | None = None
     retries: int = 0
     wait: bool = False
+    gang_timeout: str | float | EllipsisType | None = ...
+    group: Mapping[str, Any] | None = None  # a claim's keywords: devices the pods share
 
     def same_nodes_refused(self, why: str) -> InvalidInputError:
         """The refusal of ``same=`` naming node labels where the run has no pods to keep

@@ -71,9 +71,12 @@ SERVICE_CIDR = "10.96.0.0/16"
 # GenericWorkload, pkg/features/kube_features.go), kube-scheduler places a PodGroup's pods all
 # or none (its gangscheduling plugin, behind the same gate), and kube-controller-manager runs
 # the podgroup-protection-controller that lifts the finalizer admission puts on each PodGroup
-# (same gate), so that a PodGroup can be deleted once its pods are gone.
+# (same gate), so that a PodGroup can be deleted once its pods are gone. With them, claims for
+# pod groups (KEP-5729, the gate DRAWorkloadResourceClaims, beta and off by default in 1.37):
+# a PodGroup's spec.resourceClaims, one claim made by the resourceclaim controller and
+# reserved by kube-scheduler for the whole group (dra.run's group=).
 WORKLOAD_API = "scheduling.k8s.io/v1beta1"
-WORKLOAD_GATES = "GenericWorkload=true"
+WORKLOAD_GATES = "GenericWorkload=true,DRAWorkloadResourceClaims=true"
 PORT_ATTEMPTS = 3  # starts on fresh ports after a port was taken between choice and bind
 START_TIMEOUT_S = 180.0  # a loaded 2-core machine needs ~30 s; bounded, polled
 STOP_TIMEOUT_S = 30.0

@@ -240,6 +240,8 @@ def test_runs_from_a_fresh_process_finds_and_cancels_it(session: Session, tmp_pa
         (needs_a_path, {}, "dra.run: needs_a_path() is called without arguments, but it needs"),
         (["true"], {"start_timeout": "1m"}, "dra.run: start_timeout= applies to pods on"),
         (["true"], {"start_timeout": None}, "dra.run: start_timeout= applies to pods on"),
+        (["true"], {"gang_timeout": "5m"}, "dra.run: gang_timeout= applies to the pods of"),
+        (["true"], {"group": {"gpu": 1}}, "dra.run: group= asks for devices the pods of"),
     ],
 )
 def test_bad_input_is_one_line_and_makes_nothing(

@@ -121,6 +121,12 @@ def test_the_run_cell_form_takes_pod_keywords() -> None:
         "retries": 1,
         "wait": True,
     }
+    # a gang's time to start together, a duration as written
+    assert parse_cell_line("run gpu=8 nodes=3 gang_timeout=30m").spec == {
+        "gpu": 8,
+        "nodes": 3,
+        "gang_timeout": "30m",
+    }
     with pytest.raises(InvalidInputError, match=r"^%%dra run: retries='x' is not a whole"):
         parse_cell_line("run gpu=1 retries=x")
     with pytest.raises(InvalidInputError, match=r"^%%dra run: wait='maybe' must be true or"):

@@ -6,8 +6,9 @@ with ``nodes=N`` or a Kueue queue (given, or the admin's default), a Job of N po
 with the devices asked for (:mod:`.jobs`, :mod:`.jobrun`; a JobSet where the cluster serves
 one). It refuses in one line, with nothing made, what could not start: a command that
 cannot be run, no image, bad durations, a claim that could never be met, a bad number of
-pods or retries, a name a Job cannot have, a queue the cluster does not have. The start
-then makes the pod's claim and the pod, or the Job's objects.
+pods or retries, a ``gang_timeout`` for one pod, a name a Job cannot have, a queue the
+cluster does not have. The start then makes the pod's claim and the pod, or the Job's
+objects.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from dra_jupyter.claimspec import RUN
 from dra_jupyter.durations import parse_duration, parse_lease
-from dra_jupyter.errors import NotFoundError, shown
-from dra_jupyter.kube.runs import jobrun, podrun, run
+from dra_jupyter.errors import InvalidInputError, NotFoundError, shown
+from dra_jupyter.kube.runs import gangtimeout, jobrun, podrun, run
 from dra_jupyter.kube.runs.jobs import JobSpec, check_name, check_nodes, check_retries, placement
 from dra_jupyter.types import claim_prefix
 from dra_jupyter.types.runs import START_TIMEOUT, Run, RunClaims, RunRequest
@@ -91,6 +93,8 @@ class KubeRuns:
         )
         queue = self.queue if request.queue is None else request.queue
         if request.nodes is None and not queue:
+            gangtimeout.parse(request.gang_timeout, 1)  # refused where given: one pod
+            _group(request, claims, 1)
             return PodPlan(workload, claims, request.claim, place_s, start_wait)
         # same=: device attributes in each pod's claim, node labels among the pods
         per_pod = {k: v for k, v in request.claim.items() if k != "same"}
@@ -101,6 +105,8 @@ class KubeRuns:
         backend = self.backend
         nodes = check_nodes(request.nodes if request.nodes is not None else 1)
         retries = check_retries(request.retries)
+        gang_timeout = gangtimeout.parse(request.gang_timeout, nodes)
+        group_claim = _group(request, claims, nodes)
         name = (
             workload.name or f"{claim_prefix(backend.owner.user)[:30]}-run-{secrets.token_hex(3)}"
         )
@@ -117,6 +123,8 @@ class KubeRuns:
             retries=retries,
             node_selector=workload.node_selector,
             same_nodes=request.same_nodes,
+            gang_timeout=gang_timeout,
+            group_claim=group_claim,
         )
         return JobPlan(jobrun.prepare(backend, spec), place_s if request.wait else None)
 
@@ -172,6 +180,24 @@ class KubeRuns:
         """The user's own runs, each with the user: a cluster's runs are read as its user
         may read them."""
         return [(self.backend.owner.user, r) for r in self.runs()]
+
+
+def _group(request: RunRequest, claims: RunClaims, nodes: int) -> Mapping[str, Any] | None:
+    """The spec of the claim of ``group=`` (devices the run's pods share; None: not
+    given), refused in one line where it is no claim's keywords or the run is one pod."""
+    if request.group is None:
+        return None
+    if nodes == 1:
+        raise InvalidInputError(
+            "group= asks for devices that the pods of nodes=N share; this run is one pod: "
+            "ask for them with its own keywords, or give nodes=N"
+        ).said_by(RUN)
+    if not isinstance(request.group, Mapping):
+        raise InvalidInputError(
+            f"group={shown(request.group)} is not a request's keywords; give a dict, "
+            "e.g. group={'device_class': 'channel.example.com'}"
+        ).said_by(RUN)
+    return claims.build(dict(request.group))
 
 
 def _or_forever(seconds: float | None) -> float:

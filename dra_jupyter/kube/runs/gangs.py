@@ -15,7 +15,8 @@ kube-scheduler's gang scheduling then places no pod of the group until ``minCoun
 fit at once, so that a run that cannot start holds no node and no device: the pods'
 claims are allocated when their pods are bound, which is all of them or none. While the
 group waits the scheduler says why on the PodGroup (its ``PodGroupInitiallyScheduled``
-condition), which the run's status reads (:func:`waiting`).
+condition), which the run's status reads (:func:`waiting`); the scheduler never gives up
+on a gang, so the run fails at its ``gang_timeout`` on our side (:mod:`.gangtimeout`).
 
 There is no gang (the run is as before: each pod placed when it fits, see
 :func:`decide`) for one pod, where the cluster does not serve the API and with a Kueue
@@ -37,12 +38,16 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_jupyter.claimspec import RUN
+from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.kube.connect import to_model, to_wire
 from dra_jupyter.kube.runs.jobs import (
     GANG,
     GANG_ANNOTATION,
+    GROUP_CLAIM,
     JOBSET_LAUNCHER,
     JobSpec,
+    group_template,
     meta,
     owned_by,
 )
@@ -101,7 +106,9 @@ def workload(spec: JobSpec) -> Wire:
         "metadata": meta(spec),
         "spec": {
             "controllerRef": {"apiGroup": "batch", "kind": "Job", "name": spec.name},
-            "podGroupTemplates": [{"name": TEMPLATE, "schedulingPolicy": _policy(spec)}],
+            "podGroupTemplates": [
+                {"name": TEMPLATE, "schedulingPolicy": _policy(spec), **group_claims(spec)}
+            ],
         },
     }
 
@@ -115,12 +122,73 @@ def pod_group(spec: JobSpec) -> Wire:
         "spec": {
             "workloadRef": {"workloadName": spec.name, "templateName": TEMPLATE},
             "schedulingPolicy": _policy(spec),
+            **group_claims(spec),
         },
     }
 
 
 def _policy(spec: JobSpec) -> Wire:
     return {"gang": {"minCount": spec.nodes}}
+
+
+def group_claims(spec: JobSpec) -> Wire:
+    """The PodGroup's claim of the devices every pod shares (``group=``), the same entry as
+    each pod's (KEP-5729): the resourceclaim controller makes one claim from the template
+    for the PodGroup, and kube-scheduler reserves it for the group; {} without group=."""
+    if not spec.group_template:
+        return {}
+    return {
+        "resourceClaims": [{"name": GROUP_CLAIM, "resourceClaimTemplateName": spec.group_template}]
+    }
+
+
+def group_claims_served(api: client.ApiClient, namespace: str) -> bool:
+    """Whether the API server keeps a PodGroup's ``spec.resourceClaims`` (the feature gate
+    DRAWorkloadResourceClaims, beta and off by default in Kubernetes 1.37, drops them
+    otherwise): a PodGroup made as a dry run, nothing stored; False when it cannot be made
+    (the Workload API not served, RBAC)."""
+    probe = {
+        "apiVersion": API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"generateName": "dra-jupyter-probe-", "namespace": namespace},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 1}},
+            "resourceClaims": [{"name": GROUP_CLAIM, "resourceClaimTemplateName": "probe"}],
+        },
+    }
+    scheduling = client.SchedulingV1beta1Api(api)
+    try:
+        made = scheduling.create_namespaced_pod_group(
+            namespace,
+            to_model(client.V1beta1PodGroup, probe),
+            dry_run="All",
+            _request_timeout=DISCOVERY_TIMEOUT_S,
+        )
+    except (ApiException, urllib3.exceptions.HTTPError):
+        return False
+    return bool(made.spec.resource_claims)
+
+
+NO_GROUP_CLAIMS = (
+    "group= needs claims for pod groups (KEP-5729), which this cluster does not keep: ask "
+    "the admin for the feature gate DRAWorkloadResourceClaims=true (beta, off by default in "
+    "Kubernetes 1.37) on kube-apiserver, kube-scheduler and kube-controller-manager, or "
+    "leave group= out"
+)
+
+
+def refuse_group(gang: str, served: Callable[[], bool]) -> None:
+    """InvalidInputError in one line when a run with ``group=`` cannot have its claim for
+    the PodGroup: it is no gang (``gang``: :func:`decide`'s word), or the cluster does not
+    keep such claims (``served``: asked only for a gang)."""
+    if not is_gang(gang):
+        why = gang or "a run of one pod has no pod group"
+        raise InvalidInputError(
+            f"group= asks for devices once for the run's PodGroup, and this run has none: "
+            f"{why}; leave group= out"
+        ).said_by(RUN)
+    if not served():
+        raise InvalidInputError(NO_GROUP_CLAIMS).said_by(RUN)
 
 
 def of_job(job: Wire) -> bool:
@@ -199,7 +267,20 @@ def creations(api: client.ApiClient, spec: JobSpec, job: Wire) -> list[tuple[str
     scheduling = client.SchedulingV1beta1Api(api)
     made_workload = to_model(client.V1beta1Workload, owned_by(workload(spec), job))
     made_group = to_model(client.V1beta1PodGroup, owned_by(pod_group(spec), job))
+    calls: list[tuple[str, Call]] = []
+    if spec.group_template:  # before the PodGroup: its claim is made from it
+        template = to_model(client.V1ResourceClaimTemplate, owned_by(group_template(spec), job))
+        resource = client.ResourceV1Api(api)
+        calls.append(
+            (
+                "resourceclaimtemplates.resource.k8s.io",
+                lambda: resource.create_namespaced_resource_claim_template(
+                    spec.namespace, template
+                ),
+            )
+        )
     return [
+        *calls,
         (
             f"workloads.{GROUP}",
             lambda: scheduling.create_namespaced_workload(spec.namespace, made_workload),
@@ -219,6 +300,7 @@ def deletions(
     if not gang:
         return []
     scheduling = client.SchedulingV1beta1Api(api)
+    resource = client.ResourceV1Api(api)
     return [
         (
             f"podgroups.{GROUP}",
@@ -227,5 +309,11 @@ def deletions(
         (
             f"workloads.{GROUP}",
             lambda: scheduling.delete_namespaced_workload(name, namespace),
+        ),
+        (  # group='s template, where the run has one (gone already is fine)
+            "resourceclaimtemplates.resource.k8s.io",
+            lambda: resource.delete_namespaced_resource_claim_template(
+                f"{name}-{GROUP_CLAIM}", namespace
+            ),
         ),
     ]

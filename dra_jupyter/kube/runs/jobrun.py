@@ -8,7 +8,8 @@ needs Kueue (its API group served) and its LocalQueue in the namespace; a run of
 one pod is a JobSet where the cluster serves JobSet's API (``jobset.x-k8s.io``), else an
 Indexed Job, and the run's launcher says which and why (:func:`launcher`); the pods of an
 Indexed Job are a gang where the cluster serves the Workload API (:mod:`.gangs`), and the
-status says whether they are.
+status says whether they are; a gang that could not start within its ``gang_timeout``
+fails when the run is read (:mod:`.gangtimeout`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dra_jupyter.errors import AllocationError, ClusterError, InvalidInputError
 from dra_jupyter.kube import kueue
 from dra_jupyter.kube.claims import USER_LABEL, forbidden
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
-from dra_jupyter.kube.runs import gangs, jobs, jobsets
+from dra_jupyter.kube.runs import gangs, gangtimeout, jobs, jobsets
 from dra_jupyter.kube.runs.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
 from dra_jupyter.kube.runs.jobstatus import generated_claim, pod_row, run_status
 from dra_jupyter.kube.runs.stopped import StoppedPods
@@ -59,7 +60,9 @@ def _groups(api: client.ApiClient) -> dict[str, str]:
     }
 
 
-def launcher(groups: dict[str, str], nodes: int, queue: str = "", name: str = "") -> str:
+def launcher(
+    groups: dict[str, str], nodes: int, queue: str = "", name: str = "", group: bool = False
+) -> str:
     """What runs the pods, as the status reports it: a Job of one pod; for more, JobSet
     where its API is served, else an Indexed Job, saying why not JobSet."""
     if nodes == 1:
@@ -70,6 +73,8 @@ def launcher(groups: dict[str, str], nodes: int, queue: str = "", name: str = ""
         return f"Indexed Job (JobSet serves {groups[JOBSET]}, not {jobsets.VERSION})"
     if queue:
         return "Indexed Job (JobSet installed, not used with a Kueue queue)"
+    if group:
+        return "Indexed Job (JobSet installed, not used: group= needs the run's PodGroup)"
     if not jobsets.fits(name, nodes):
         return "Indexed Job (JobSet installed, not used: the name is too long for its pod names)"
     return jobs.JOBSET_LAUNCHER
@@ -107,11 +112,14 @@ def prepare(backend: ClusterAccess, spec: JobSpec) -> JobSpec:
         refused = kueue.refusal(f"dra.run {spec.name}", spec.queue, dict(spec.claim_spec))
         if refused:
             raise InvalidInputError(refused)
-    picked = launcher(groups, spec.nodes, spec.queue, spec.name)
+    grouped = spec.group_claim is not None
+    picked = launcher(groups, spec.nodes, spec.queue, spec.name, grouped)
     chosen = JobSpec(**{**spec.__dict__, "launcher": picked})
     asks = chosen.nodes > 1 and not chosen.jobset and not chosen.queue
-    workloads = asks and gangs.served(backend.api)
-    return JobSpec(**{**chosen.__dict__, "gang": gangs.decide(chosen, workloads)})
+    gang = gangs.decide(chosen, asks and gangs.served(backend.api))
+    if grouped:  # group=: refused where the run has no PodGroup to hold the claim
+        gangs.refuse_group(gang, lambda: gangs.group_claims_served(backend.api, spec.namespace))
+    return JobSpec(**{**chosen.__dict__, "gang": gang})
 
 
 class JobRun:
@@ -136,6 +144,7 @@ class JobRun:
         self._final: RunStatus | None = None  # its outcome, kept when cancel cleans up
         self._stopped = StoppedPods(backend.api)  # pods stopped for a device taken out
         self._gang = False  # its pods join a PodGroup of its name (known once made or read)
+        self._deadline: gangtimeout.Deadline | None = None  # the maker's timer on its gang
 
     @property
     def name(self) -> str:
@@ -279,7 +288,7 @@ class JobRun:
         gang_reason = gangs.reason_while_waiting(self._backend, job, pods) if self._gang else ""
         rows = {p["metadata"]["name"]: pod_row(p, claims) for p in pods}
         self._stopped.note(pods, rows)
-        return run_status(
+        status = run_status(
             job,
             pods,
             claims,
@@ -288,6 +297,18 @@ class JobRun:
             stopped_for=self._stopped.stopped_for(),
             gang_reason=gang_reason,
         )
+        overdue = gangtimeout.overdue(job, status, time.time()) if self._gang else ""
+        return self._expire(job, status, overdue) if overdue else status
+
+    def _expire(self, job: Wire, status: RunStatus, why: str) -> RunStatus:
+        """End the run, whose gang could not start within its timeout (:mod:`.gangtimeout`):
+        failed on the cluster, or, where the Role may not patch Jobs, deleted as cancel does
+        (its outcome kept here)."""
+        ended = gangtimeout.failed(status, why, job)
+        if not gangtimeout.expire(self._backend, job, why):
+            self._final = ended
+            self.cancel()
+        return ended
 
     # --- logs ----------------------------------------------------------------------------
 
@@ -465,6 +486,8 @@ class JobRun:
         its outcome (cancel is the documented clean-up of a finished Job); only one still
         going reads ``Cancelled``."""
         self._final = self._ended()
+        if self._deadline is not None:
+            self._deadline.stop()
         api, namespace = self._backend.api, self._backend.namespace
         batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
         resource = client.ResourceV1Api(api)
@@ -617,7 +640,8 @@ def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) ->
     """Make the run's template, then its Job (or JobSet), which then owns the template, then
     (more than one pod, a Job) its Service, owned by the Job (JobSet), then (a gang) its
     Workload and PodGroup, owned by the Job (its pods wait for the PodGroup to appear before
-    kube-scheduler looks at them); what was made is deleted if a step fails. The template
+    kube-scheduler looks at them), and a timer ends the gang at its ``gang_timeout``
+    (:mod:`.gangtimeout`); what was made is deleted if a step fails. The template
     before the Job: Kueue reads it as soon as the Job exists, and a Job whose template is
     not there yet leaves its Workload marked inadmissible for good (Kueue 0.17 never admits
     it, even once quota is free)."""
@@ -690,6 +714,8 @@ def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) ->
     except BaseException:
         run.cancel()
         raise
+    if spec.pod_group and spec.gang_timeout is not None:
+        run._deadline = gangtimeout.Deadline(lambda: run.status, spec.gang_timeout, spec.name)
     return run
 
 

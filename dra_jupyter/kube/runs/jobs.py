@@ -27,9 +27,10 @@ holds **per pod**, among the devices of each pod; a node label (``same="zone"``,
 ``same="node:<label key>"``) puts **all the pods** on nodes that share its value, as a
 required pod affinity among the run's pods on that topology key. Where the cluster serves
 the Workload API the pods are a gang (:mod:`.gangs`): kube-scheduler places them all at
-once, with the affinity, or none; elsewhere the first pod placed chooses the zone, and the
-others wait when it has no room for them (Kueue's topology-aware scheduling places a Job as
-a whole).
+once, with the affinity, or none, and the run fails once they could not start within
+``gang_timeout`` (:mod:`.gangtimeout`); elsewhere the first pod placed chooses the zone,
+and the others wait when it has no room for them (Kueue's topology-aware scheduling places
+a Job as a whole).
 
 The template and the Service are owned by the Job, so that deleting it (or its TTL) deletes
 them too. Where the cluster serves JobSet (``jobset.x-k8s.io``), a run of more than one pod
@@ -42,7 +43,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dra_jupyter.claimspec import RUN, SHORT_ATTRIBUTES
@@ -60,9 +61,13 @@ LAUNCHER_ANNOTATION = "dra-jupyter/launcher"  # what ran it, as the status shows
 PLACEMENT_ANNOTATION = "dra-jupyter/placement"  # what same= asked, as the status shows it
 GANG_ANNOTATION = "dra-jupyter/gang"  # the run's word on gangs, as the status shows it
 GANG = "gang of"  # that word for a run whose pods are placed together (:mod:`.gangs`)
+# a gang's gang_timeout in seconds, and once it passed, why the run failed (:mod:`.gangtimeout`)
+GANG_TIMEOUT_ANNOTATION = "dra-jupyter/gang-timeout"
+GANG_EXPIRED_ANNOTATION = "dra-jupyter/gang-expired"
 JOBSET_LAUNCHER = "JobSet"  # the launcher of a run made a JobSet (:mod:`.jobsets`)
 REPLICATED_JOB = "node"  # the JobSet's one replicated Job: its pods are <run>-node-0-<rank>
 POD_CLAIM = "devices"  # spec.resourceClaims[].name of a pod's devices
+GROUP_CLAIM = "group"  # ... of the devices the pods share, one claim for the PodGroup (group=)
 CONTAINER = "work"
 MASTER_PORT = 29500  # torchrun's default
 TTL_S = 24 * 3600  # an ended run (its pods, so its logs) is kept this long
@@ -131,6 +136,13 @@ class JobSpec:
     same_nodes: Sequence[str] = ()  # node label keys whose value all the pods' nodes share
     launcher: str = "Job"
     gang: str = ""  # "gang of N" (:mod:`.gangs`), why not ("no gang: ..."), "" for one pod
+    gang_timeout: float | None = None  # seconds a gang may wait to start (None: no limit)
+    group_claim: Mapping[str, Any] | None = None  # a claim's spec: devices the pods share
+
+    @property
+    def group_template(self) -> str:
+        """The ResourceClaimTemplate of the devices the pods share ("": none, no group=)."""
+        return f"{self.name}-{GROUP_CLAIM}" if self.group_claim is not None else ""
 
     @property
     def pod_group(self) -> str:
@@ -180,6 +192,13 @@ def claim_template(spec: JobSpec) -> Wire:
             "spec": dict(spec.claim_spec),
         },
     }
+
+
+def group_template(spec: JobSpec) -> Wire:
+    """The ResourceClaimTemplate of the devices every pod shares (``group=``): its one claim
+    is made for the PodGroup (:mod:`.gangs`), with the run's labels as a pod's claims."""
+    made = claim_template(replace(spec, claim_spec=spec.group_claim or {}))
+    return {**made, "metadata": {**made["metadata"], "name": spec.group_template}}
 
 
 def rendezvous_service(spec: JobSpec) -> Wire:
@@ -271,11 +290,14 @@ def failure_policy(retries: int) -> Wire:
 
 def job(spec: JobSpec) -> Wire:
     """The Job of the run (see the module)."""
+    claims = [{"name": POD_CLAIM, "resourceClaimTemplateName": spec.name}]
+    if spec.group_template:  # the same entry as the PodGroup's (:func:`.gangs.group_claims`)
+        claims.append({"name": GROUP_CLAIM, "resourceClaimTemplateName": spec.group_template})
     container: Wire = {
         "name": CONTAINER,
         "image": spec.image,
         "env": rank_env(spec),
-        "resources": {"claims": [{"name": POD_CLAIM}]},
+        "resources": {"claims": [{"name": c["name"]} for c in claims]},
     }
     if spec.argv:
         container["command"] = list(spec.argv)
@@ -285,7 +307,7 @@ def job(spec: JobSpec) -> Wire:
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "containers": [container],
-        "resourceClaims": [{"name": POD_CLAIM, "resourceClaimTemplateName": spec.name}],
+        "resourceClaims": claims,
     }
     if spec.indexed:
         pod["subdomain"] = spec.name
@@ -314,6 +336,8 @@ def job(spec: JobSpec) -> Wire:
         metadata["annotations"][PLACEMENT_ANNOTATION] = placed
     if spec.gang:
         metadata["annotations"][GANG_ANNOTATION] = spec.gang
+    if spec.pod_group and spec.gang_timeout is not None:
+        metadata["annotations"][GANG_TIMEOUT_ANNOTATION] = f"{spec.gang_timeout:.15g}"
     if spec.queue:
         metadata["labels"][KUEUE_LABEL] = spec.queue
         job_spec["suspend"] = True  # Kueue admits it (as its webhook would make it)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import cast
 
 from dra_jupyter.kube.pods import scheduler_reason
-from dra_jupyter.kube.runs import gangs
+from dra_jupyter.kube.runs import gangs, gangtimeout
 from dra_jupyter.kube.runs.jobs import (
     GANG_ANNOTATION,
     INDEX_ANNOTATION,
@@ -118,7 +118,9 @@ def run_status(
     for a reason the user should read (a device taken out); ``stopped_for``: that reason
     for pods still there (being deleted), by name. Both are said in the message too.
     ``gang_reason``: kube-scheduler's word on the PodGroup of a gang run while it waits
-    (:mod:`.gangs`), said as ``waiting as a gang of N: <reason>``."""
+    (:mod:`.gangs`), said as ``waiting as a gang of N: <reason>``; a gang that could not
+    start within its ``gang_timeout`` has failed with the words its Job carries
+    (:mod:`.gangtimeout`)."""
     meta, status = job["metadata"], job.get("status") or {}
     annotations = meta.get("annotations") or {}
     gang = str(annotations.get(GANG_ANNOTATION) or "")
@@ -137,7 +139,11 @@ def run_status(
     end = epoch(status.get("completionTime"))
     reason = ""
     phase: Phase
-    if meta.get("deletionTimestamp") and failed is None and done is None:
+    expired = gangtimeout.expired(job)  # its gang could not start in time (:mod:`.gangtimeout`)
+    if expired and done is None:
+        phase, reason = "Failed", expired
+        end = end or epoch((failed or {}).get("lastTransitionTime")) or gangtimeout.deadline(job)
+    elif meta.get("deletionTimestamp") and failed is None and done is None:
         phase, end = "Cancelled", end or epoch(meta["deletionTimestamp"])  # stopped going
     elif failed is not None:
         phase = "Failed"
