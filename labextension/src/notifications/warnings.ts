@@ -1,7 +1,9 @@
-// The idle warnings as notifications that stay true: one per claim at a time, saying the
-// clock time of the deadline (true until the deadline moves: no frozen countdown),
-// withdrawn once they no longer hold: the claim released (here or anywhere), kept (a Keep
-// from the panel, a notebook's card or the notification), or its kernel running a cell.
+// The idle warnings as notifications that stay true: one per notebook (its kernel's claims
+// together; a claim of no kernel alone) at a time, saying the clock time of the deadline
+// (true until the deadline moves: no frozen countdown), whose Keep keeps all that kernel's
+// claims; a claim leaves it once its warning no longer holds (released here or anywhere,
+// kept from the panel, a notebook's card or `%dra keep`), and it is withdrawn when none is
+// left or its kernel runs a cell.
 
 import { clockTime, deviceSummary } from '../format';
 import type { DraModel } from '../model';
@@ -52,10 +54,18 @@ export class NoticeSet {
   private _ids = new Map<string, string>();
 }
 
+/** A claim warned of: the deadline it warns of, and when (by the model's clock). */
+interface Warned {
+  deadline: number;
+  shown: number;
+  devices: string[];
+}
+
+/** The one warning of a notebook (a kernel's claims; or one claim of no kernel). */
 interface Shown {
   id: string;
-  deadline: number; // the deadline it warns of
-  shown: number; // when, by the model's clock
+  kernel: string | null;
+  claims: Map<string, Warned>;
 }
 
 /** A warning is withdrawn once the claim's deadline moved later by more than this (s). */
@@ -76,69 +86,137 @@ export class IdleWarnings {
 
   /** The claims warned of now. */
   get claims(): string[] {
-    return [...this._shown.keys()];
+    return [...this._shown.values()].flatMap(s => [...s.claims.keys()]);
   }
 
-  /** The text of the warning of an idle_warning event. */
-  text(event: IdleWarningEvent): string {
-    const what = deviceSummary(event.devices, this.model.deviceMap);
-    const label = event.kernel_id ? this.label(event.kernel_id) : null;
+  /** How many warnings show now (one per notebook). */
+  get shownCount(): number {
+    return this._shown.size;
+  }
+
+  /**
+   * The text of a notebook's warning: `1× H200 of idle.ipynb will be released as idle at
+   * 14:05:00 (claim a).`, and for several claims `3 claims of train.ipynb (3× H200) will be
+   * released as idle at 14:05:00 unless a cell runs or you keep them.` (the first deadline,
+   * where they differ).
+   */
+  text(
+    kernel: string | null,
+    claims: ReadonlyMap<string, { deadline: number; devices: readonly string[] }>
+  ): string {
+    const label = kernel ? this.label(kernel) : null;
     const where = label ? ` of ${label}` : '';
+    const warned = [...claims.values()];
+    const what = deviceSummary(
+      warned.flatMap(w => w.devices),
+      this.model.deviceMap
+    );
+    const first = Math.min(...warned.map(w => w.deadline));
+    const last = Math.max(...warned.map(w => w.deadline));
+    if (warned.length === 1) {
+      const [name] = claims.keys();
+      return `${what}${where} will be released as idle at ${clockTime(first)} (claim ${name}).`;
+    }
+    const when =
+      last - first > MOVED ? `, the first at ${clockTime(first)},` : ` at ${clockTime(first)}`;
     return (
-      `${what}${where} will be released as idle at ${clockTime(event.deadline)} ` +
-      `(claim ${event.claim}).`
+      `${warned.length} claims${where} (${what}) will be released as idle${when} unless a ` +
+      'cell runs or you keep them.'
     );
   }
 
-  /** Warn of a claim's idle deadline: the one warning of the claim says it (a second
-   * deadline replaces the first's text; never a second warning). */
+  /** Warn of a claim's idle deadline in its notebook's one warning: a second claim of the
+   * kernel, or a second deadline of a claim, changes its text; never a second warning. */
   show(event: IdleWarningEvent): void {
-    const text = this.text(event);
+    const kernel = event.kernel_id;
+    const key = kernel ?? `claim ${event.claim}`;
     const now = this.model.now();
-    const shown = this._shown.get(event.claim);
-    if (shown !== undefined && this.notifier.update(shown.id, text)) {
-      shown.deadline = event.deadline;
-      shown.shown = now;
-      return;
+    const warned = { deadline: event.deadline, shown: now, devices: event.devices };
+    const shown = this._shown.get(key);
+    if (shown !== undefined) {
+      const claims = new Map(shown.claims).set(event.claim, warned);
+      if (this.notifier.update(shown.id, this.text(kernel, claims))) {
+        shown.claims = claims;
+        return;
+      }
+      this._shown.delete(key); // closed in the notification center: a new one
     }
-    const name = event.claim;
-    const id = this.notifier.warn(text, [
+    const claims = new Map([[event.claim, warned]]);
+    const id = this.notifier.warn(this.text(kernel, claims), [
       {
         label: 'Keep',
-        caption: 'Start the idle countdown again',
+        caption: kernel
+          ? "Start the idle countdown of the notebook's claims again"
+          : 'Start the idle countdown again',
         kind: 'accent',
-        callback: () => {
-          this.withdraw(name);
-          this.model.keep(name).catch(this.fail);
-        }
+        callback: () => this._keep(key)
       },
       {
         label: 'Release',
         caption: 'Give the devices back now',
         kind: 'warn',
-        callback: () => {
-          this.withdraw(name);
-          this.model.release(name).catch(this.fail);
-        }
+        callback: () => this._release(key)
       }
     ]);
-    this._shown.set(name, { id, deadline: event.deadline, shown: now });
+    this._shown.set(key, { id, kernel, claims });
   }
 
-  /** Take the claim's warning away, if it has one. */
-  withdraw(claim: string): void {
-    const shown = this._shown.get(claim);
+  /** Keep: every claim of the kernel (those warned of, and any other it holds now). */
+  private _keep(key: string): void {
+    const shown = this._shown.get(key);
+    if (shown === undefined) {
+      return;
+    }
+    const names = new Set(shown.claims.keys());
+    for (const c of this.model.kernelClaims(shown.kernel)) {
+      names.add(c.name);
+    }
+    this._dismiss(key);
+    for (const name of names) {
+      this.model.keep(name).catch(this.fail);
+    }
+  }
+
+  /** Release: the claims the warning is of. */
+  private _release(key: string): void {
+    const shown = this._shown.get(key);
+    if (shown === undefined) {
+      return;
+    }
+    this._dismiss(key);
+    for (const name of shown.claims.keys()) {
+      this.model.release(name).catch(this.fail);
+    }
+  }
+
+  private _dismiss(key: string): void {
+    const shown = this._shown.get(key);
     if (shown !== undefined) {
-      this._shown.delete(claim);
+      this._shown.delete(key);
       this.notifier.dismiss(shown.id);
     }
   }
 
-  /** Withdraw the warnings of a kernel (a cell of it was started: not idle). */
-  withdrawKernel(kernelId: string): void {
-    for (const c of this.model.kernelClaims(kernelId)) {
-      this.withdraw(c.name);
+  /** The claim no longer goes at the deadline warned of: it leaves its notebook's warning,
+   * which is withdrawn when none is left, else says what is left. */
+  withdraw(claim: string): void {
+    for (const [key, shown] of [...this._shown]) {
+      if (!shown.claims.has(claim)) {
+        continue;
+      }
+      const claims = new Map(shown.claims);
+      claims.delete(claim);
+      if (claims.size === 0 || !this.notifier.update(shown.id, this.text(shown.kernel, claims))) {
+        this._dismiss(key);
+      } else {
+        shown.claims = claims;
+      }
     }
+  }
+
+  /** Withdraw the warning of a kernel (a cell of it was started: not idle). */
+  withdrawKernel(kernelId: string): void {
+    this._dismiss(kernelId);
   }
 
   /**
@@ -148,27 +226,27 @@ export class IdleWarnings {
    * about to go.
    */
   check(): void {
-    for (const [name, shown] of [...this._shown]) {
-      const claim = this.model.claims.find(c => c.name === name);
-      if (claim === undefined) {
-        if (this.model.lastRead >= shown.shown) {
+    for (const shown of [...this._shown.values()]) {
+      for (const [name, warned] of [...shown.claims]) {
+        const claim = this.model.claims.find(c => c.name === name);
+        const over =
+          claim === undefined
+            ? this.model.lastRead >= warned.shown
+            : claim.busy ||
+              claim.idle_deadline === null ||
+              this._moved(claim.idle_deadline, warned);
+        if (over) {
           this.withdraw(name);
         }
-      } else if (
-        claim.busy ||
-        claim.idle_deadline === null ||
-        this._moved(claim.idle_deadline, shown)
-      ) {
-        this.withdraw(name);
       }
     }
   }
 
   /** Whether a deadline as the REST API says it is later than the one warned of (past its
    * deadline, a claim's reported deadline is "now" until it goes: that is no move). */
-  private _moved(deadline: number, shown: Shown): boolean {
-    return deadline > shown.deadline + MOVED && deadline > this.model.lastRead + MOVED;
+  private _moved(deadline: number, warned: Warned): boolean {
+    return deadline > warned.deadline + MOVED && deadline > this.model.lastRead + MOVED;
   }
 
-  private _shown = new Map<string, Shown>();
+  private _shown = new Map<string, Shown>(); // by kernel id (or `claim NAME`)
 }
