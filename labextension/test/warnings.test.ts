@@ -68,7 +68,8 @@ function setup(claims: Claim[]) {
     () => 'idle.ipynb',
     err => {
       throw err;
-    }
+    },
+    0 // opened at once (the page gathers a notebook's first warnings for GATHER_MS)
   );
   const tick = (s: number) => {
     now += s;
@@ -244,4 +245,29 @@ test("deadlines of a notebook's claims that differ: the first is said", () => {
     ])
   );
   assert.ok(text.includes(`will be released as idle, the first at ${clockTime(1045)},`), text);
+});
+
+test("a notebook's warnings that come together open as one notification, never updated", async () => {
+  const { model, shown } = setup([]);
+  const gathering = new IdleWarnings(
+    model,
+    shown,
+    () => 'idle.ipynb',
+    err => {
+      throw err;
+    },
+    20
+  );
+  for (const name of ['a', 'b', 'c']) {
+    gathering.show(warning(name, 1045));
+  }
+  assert.equal(shown.open.size, 0); // gathered
+  await new Promise(resolve => setTimeout(resolve, 60));
+  assert.equal(shown.count, 1);
+  assert.ok(only(shown).message.startsWith('3 claims of idle.ipynb'), only(shown).message);
+  // one withdrawn before it opens: it never shows
+  gathering.show(warning('x', 1045, { kernel_id: 'k2' }));
+  gathering.withdraw('x');
+  await new Promise(resolve => setTimeout(resolve, 60));
+  assert.equal(shown.count, 1);
 });

@@ -17,13 +17,10 @@
 
 import { deviceSummary, releaseReason } from '../format';
 import type { DraModel, Release } from '../model';
+import { GATHER_MS } from './warnings';
 
 /** How a release is told: not at all, a note that goes, a warning that stays. */
 export type ReleaseNotice = 'none' | 'note' | 'warning';
-
-/** Releases of one kernel and reason that come within this long of the first are told as
- * one notification (ms). */
-export const GATHER_MS = 300;
 
 /** How a release is told, by its reason; `run`: the claim of a background run. */
 export function releaseNotice(reason: string, run = false): ReleaseNotice {
@@ -83,7 +80,8 @@ export class ReleaseNotices {
     readonly notifier: ReleaseNotifier,
     /** The notebook of a kernel, or null (read as the release comes: the kernel may go). */
     readonly label: (kernelId: string) => string | null,
-    /** How long releases are gathered (ms); 0: each is told at once. */
+    /** How long releases are gathered (ms: those of one kernel and reason within this long
+     * of the first are one notification); 0: each is told at once. */
     readonly gatherMs: number = GATHER_MS
   ) {}
 

@@ -54,6 +54,13 @@ export class NoticeSet {
   private _ids = new Map<string, string>();
 }
 
+/**
+ * Warnings of one notebook that come within this long of the first (ms) open as one
+ * notification: the server warns of a kernel's claims one event each, in one check, and
+ * JupyterLab drops the updates of a toast it is still opening.
+ */
+export const GATHER_MS = 300;
+
 /** A claim warned of: the deadline it warns of, and when (by the model's clock). */
 interface Warned {
   deadline: number;
@@ -63,7 +70,7 @@ interface Warned {
 
 /** The one warning of a notebook (a kernel's claims; or one claim of no kernel). */
 interface Shown {
-  id: string;
+  id: string | null; // null: gathered, not open yet
   kernel: string | null;
   claims: Map<string, Warned>;
 }
@@ -78,7 +85,9 @@ export class IdleWarnings {
     /** The notebook of a kernel, or null. */
     readonly label: (kernelId: string) => string | null,
     /** What to do with a Keep or Release that failed. */
-    readonly fail: (err: unknown) => void
+    readonly fail: (err: unknown) => void,
+    /** How long a notebook's first warnings are gathered before it opens (ms); 0: none. */
+    readonly gatherMs: number = GATHER_MS
   ) {
     model.changed.connect(this.check, this);
     model.released.connect((_, { event }) => this.withdraw(event.claim));
@@ -135,17 +144,30 @@ export class IdleWarnings {
     const shown = this._shown.get(key);
     if (shown !== undefined) {
       const claims = new Map(shown.claims).set(event.claim, warned);
-      if (this.notifier.update(shown.id, this.text(kernel, claims))) {
+      if (shown.id === null || this.notifier.update(shown.id, this.text(kernel, claims))) {
         shown.claims = claims;
         return;
       }
       this._shown.delete(key); // closed in the notification center: a new one
     }
-    const claims = new Map([[event.claim, warned]]);
-    const id = this.notifier.warn(this.text(kernel, claims), [
+    const gathered: Shown = { id: null, kernel, claims: new Map([[event.claim, warned]]) };
+    this._shown.set(key, gathered);
+    if (this.gatherMs > 0) {
+      setTimeout(() => this._open(key, gathered), this.gatherMs);
+    } else {
+      this._open(key, gathered);
+    }
+  }
+
+  /** Open a notebook's warning with what was gathered (unless withdrawn meanwhile). */
+  private _open(key: string, shown: Shown): void {
+    if (this._shown.get(key) !== shown || shown.id !== null) {
+      return;
+    }
+    shown.id = this.notifier.warn(this.text(shown.kernel, shown.claims), [
       {
         label: 'Keep',
-        caption: kernel
+        caption: shown.kernel
           ? "Start the idle countdown of the notebook's claims again"
           : 'Start the idle countdown again',
         kind: 'accent',
@@ -158,7 +180,6 @@ export class IdleWarnings {
         callback: () => this._release(key)
       }
     ]);
-    this._shown.set(key, { id, kernel, claims });
   }
 
   /** Keep: every claim of the kernel (those warned of, and any other it holds now). */
@@ -193,7 +214,9 @@ export class IdleWarnings {
     const shown = this._shown.get(key);
     if (shown !== undefined) {
       this._shown.delete(key);
-      this.notifier.dismiss(shown.id);
+      if (shown.id !== null) {
+        this.notifier.dismiss(shown.id);
+      }
     }
   }
 
@@ -206,10 +229,13 @@ export class IdleWarnings {
       }
       const claims = new Map(shown.claims);
       claims.delete(claim);
-      if (claims.size === 0 || !this.notifier.update(shown.id, this.text(shown.kernel, claims))) {
-        this._dismiss(key);
-      } else {
+      const said =
+        claims.size > 0 &&
+        (shown.id === null || this.notifier.update(shown.id, this.text(shown.kernel, claims)));
+      if (said) {
         shown.claims = claims;
+      } else {
+        this._dismiss(key);
       }
     }
   }
