@@ -19,7 +19,9 @@ class Shown implements Notifier {
     this.open.set(id, { message, actions });
     return id;
   }
+  updates = 0;
   update(id: string, message: string): boolean {
+    this.updates += 1;
     const n = this.open.get(id);
     if (n === undefined) {
       return false;
@@ -270,4 +272,39 @@ test("a notebook's warnings that come together open as one notification, never u
   gathering.withdraw('x');
   await new Promise(resolve => setTimeout(resolve, 60));
   assert.equal(shown.count, 1);
+});
+
+test("a notebook's claims released together withdraw its warning without a burst of updates", async () => {
+  const { model, shown } = setup([]);
+  const gathering = new IdleWarnings(
+    model,
+    shown,
+    () => 'idle.ipynb',
+    err => {
+      throw err;
+    },
+    20
+  );
+  for (const name of ['a', 'b', 'c']) {
+    gathering.show(warning(name, 1045));
+  }
+  await new Promise(resolve => setTimeout(resolve, 60));
+  assert.equal(shown.open.size, 1);
+  for (const name of ['a', 'b', 'c']) {
+    gathering.withdraw(name); // their releases, within milliseconds
+  }
+  assert.equal(shown.open.size, 0);
+  await new Promise(resolve => setTimeout(resolve, 60));
+  assert.equal(shown.updates, 0); // JupyterLab may show again a toast updated as it goes
+  assert.equal(shown.open.size, 0);
+  // one of them released: the text says the 2 left, once the burst is in
+  for (const name of ['a', 'b', 'c']) {
+    gathering.show(warning(name, 1045));
+  }
+  await new Promise(resolve => setTimeout(resolve, 60));
+  gathering.withdraw('a');
+  assert.ok(only(shown).message.startsWith('3 claims'));
+  await new Promise(resolve => setTimeout(resolve, 60));
+  assert.equal(shown.updates, 1);
+  assert.ok(only(shown).message.startsWith('2 claims'), only(shown).message);
 });

@@ -73,6 +73,8 @@ interface Shown {
   id: string | null; // null: gathered, not open yet
   kernel: string | null;
   claims: Map<string, Warned>;
+  pending?: boolean; // its text is to be said again once a burst of changes is in
+  reopen?: boolean; // a new warning among them: open it again if it was closed
 }
 
 /** A warning is withdrawn once the claim's deadline moved later by more than this (s). */
@@ -143,12 +145,11 @@ export class IdleWarnings {
     const warned = { deadline: event.deadline, shown: now, devices: event.devices };
     const shown = this._shown.get(key);
     if (shown !== undefined) {
-      const claims = new Map(shown.claims).set(event.claim, warned);
-      if (shown.id === null || this.notifier.update(shown.id, this.text(kernel, claims))) {
-        shown.claims = claims;
-        return;
+      shown.claims = new Map(shown.claims).set(event.claim, warned);
+      if (shown.id !== null) {
+        this._say(key, shown, true);
       }
-      this._shown.delete(key); // closed in the notification center: a new one
+      return;
     }
     const gathered: Shown = { id: null, kernel, claims: new Map([[event.claim, warned]]) };
     this._shown.set(key, gathered);
@@ -229,14 +230,46 @@ export class IdleWarnings {
       }
       const claims = new Map(shown.claims);
       claims.delete(claim);
-      const said =
-        claims.size > 0 &&
-        (shown.id === null || this.notifier.update(shown.id, this.text(shown.kernel, claims)));
-      if (said) {
-        shown.claims = claims;
-      } else {
+      if (claims.size === 0) {
         this._dismiss(key);
+        continue;
       }
+      shown.claims = claims;
+      if (shown.id !== null) {
+        this._say(key, shown, false);
+      }
+    }
+  }
+
+  /** Say a warning's claims as they are now: at once, or once a burst of changes is in (a
+   * notebook's 3 claims released together: JupyterLab loses the updates of a toast that
+   * come within milliseconds of each other, and may show one again after it was
+   * withdrawn). */
+  private _say(key: string, shown: Shown, reopen: boolean): void {
+    shown.reopen = shown.reopen || reopen;
+    if (this.gatherMs <= 0) {
+      this._update(key, shown);
+    } else if (!shown.pending) {
+      shown.pending = true;
+      setTimeout(() => this._update(key, shown), this.gatherMs);
+    }
+  }
+
+  private _update(key: string, shown: Shown): void {
+    const reopen = shown.reopen;
+    shown.pending = false;
+    shown.reopen = false;
+    if (this._shown.get(key) !== shown || shown.id === null) {
+      return; // withdrawn meanwhile
+    }
+    if (this.notifier.update(shown.id, this.text(shown.kernel, shown.claims))) {
+      return;
+    }
+    this._shown.delete(key); // closed in the notification center
+    if (reopen) {
+      const again: Shown = { id: null, kernel: shown.kernel, claims: shown.claims };
+      this._shown.set(key, again);
+      this._open(key, again);
     }
   }
 
