@@ -282,12 +282,12 @@ export class DraModel {
         this._again = false;
         const waiting = this._waiting;
         this._waiting = [];
-        const resolveAll = () => {
+        const wake = () => {
           for (const resolve of waiting) {
             resolve();
           }
         };
-        setTimeout(() => void this.refreshSoon().finally(resolveAll), 0);
+        setTimeout(() => void this.refreshSoon().finally(wake), 0);
       }
     }
   }

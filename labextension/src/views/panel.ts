@@ -559,7 +559,7 @@ export class DevicesPanel extends Widget {
     const s = el('td', 'dra-device-state', state);
     if (d.holder) {
       s.title = d.holder;
-      s.textContent = `${state}: ${d.holder}`;
+      s.textContent = `${state}: ${this._holderWords(d)}`;
     }
     if (takenOut(d)) {
       tr.classList.add('dra-taken-out');
@@ -568,6 +568,19 @@ export class DevicesPanel extends Widget {
     }
     tr.append(s);
     return tr;
+  }
+
+  /**
+   * Who holds a device, in the caller's words: the notebook whose kernel holds it, or the
+   * run, where the claim is the caller's; else the server's `claim (user)`.
+   */
+  private _holderWords(d: Device): string {
+    const mine = this.model.claims.find(c => c.devices.includes(d.device));
+    const notebook = mine?.kernel_id ? this.kernels.label(mine.kernel_id) : null;
+    if (notebook) {
+      return notebook;
+    }
+    return mine?.run ? `run ${mine.run}` : d.holder;
   }
 
   private _ticker = 0;
