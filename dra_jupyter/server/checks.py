@@ -1,6 +1,7 @@
 """The server's checks of its kernels' claims. A pass (:meth:`Checks.check`) follows new
 kernels, releases the claims of kernels that are gone and of idle kernels, warns before
-idle deadlines and announces claims made in kernels; it runs every ``check_interval``, and
+idle deadlines, announces claims made in kernels, and the release of those (and of the
+REST API's) that another process released; it runs every ``check_interval``, and
 at each deadline between (:mod:`dra_jupyter.server.deadlines`). The taints on the claims'
 devices are read every ``health_interval`` (:meth:`Checks.check_health`), the reclaim
 warnings every ``reclaim_interval`` (:mod:`dra_jupyter.server.reclaims`); where either has
@@ -153,9 +154,11 @@ class Checks:
             return "kernel-shutdown" if record.owner.kernel_id in gone else None
 
         due: list[float] = []
-        for record in await self.host.call(
+        records = await self.host.call(
             self.service.live_claims, self.idling.idle_or(select, now), now
-        ):
+        )
+        await self._released_elsewhere({r.name for r in records}, now)
+        for record in records:
             if record.owner.kernel_id not in live or self.claim_events.released_since(record):
                 continue  # another kernel's; or released since this pass read it
             if record.name not in self.claim_events.seen and record.owner.pid != (
@@ -169,6 +172,21 @@ class Checks:
             await self.check_health()
         if self.reclaims is not None and self._reclaim_checker is None:
             await self.reclaims.tick()
+
+    async def _released_elsewhere(self, live: set[str], now: float) -> None:
+        """Announce the claims announced allocated that another process released since (a
+        kernel's ``c.release()``, ``dra-jupyter release``, a lease ended as another
+        process read the ledger), with the reason the backend recorded (none where it
+        keeps none: Kubernetes)."""
+        gone = self.claim_events.gone(live, now)
+        for name, created in gone.items():
+            try:
+                ended = await self.host.read(self.service.backend.ended, name)
+            except DraJupyterError as err:
+                self.host.log.debug("dra_jupyter: reading why %s went: %s", name, err)
+                continue
+            if ended is not None and abs(ended.record.created - created) < 1e-3:
+                self.claim_events.emit_gone(ended)
 
     async def check_health(self) -> None:
         """Tell the holders of devices taken out of service, once each, with the clock time

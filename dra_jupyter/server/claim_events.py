@@ -4,17 +4,27 @@ process on a GPU its user does not hold, a kernel that moved (into its pod, or b
 device of a claim taken out of service, a warning that another user waits for an idle
 claim's devices (the service's reclaim under pressure). Their schemas are
 ``events/*.json``; each claim is announced once and each idle deadline warned of once.
+
+Each claim announced allocated is announced released, once, with the reason its release
+has where it was recorded, whoever released it: this server (its event at once), or
+another process (its kernel's ``c.release()``, ``dra-jupyter release`` in a terminal, a
+lease ended as another process read the ledger, the service's daemon): the next check
+finds it gone and reads why (:meth:`ClaimEvents.gone`, :meth:`ClaimEvents.emit_gone`), so
+that the lab's notifications are decided by that reason, not by whether a read of its own
+happened to see the claim alive.
 """
 
 from __future__ import annotations
 
+import json
 import queue
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from jupyter_events import EventLogger
 
-from dra_jupyter.types import ClaimRecord
+from dra_jupyter.types import ClaimRecord, Ended
 
 EVENTS_DIR = Path(__file__).parent / "events"
 EVENT_BASE = "https://events.dra-jupyter.dev/dra_jupyter"
@@ -27,6 +37,25 @@ DEVICE_UNHEALTHY = f"{EVENT_BASE}/device_unhealthy/v1"
 RECLAIM_WARNING = f"{EVENT_BASE}/reclaim_warning/v1"
 CHANGED = f"{EVENT_BASE}/changed/v1"  # server/pushes.py
 ENDED_KEPT = 1000  # released claims remembered, so that a stale read never announces one
+# A claim announced allocated this long before a check (s) is in that check's read if it
+# is live: one made since may be missing from it without being gone.
+GONE_AFTER = 5.0
+# The reasons a claim_released event may carry (its schema's)
+RELEASE_REASONS = frozenset(
+    json.loads((EVENTS_DIR / "claim_released.json").read_text())["properties"]["reason"]["enum"]
+)
+
+
+def event_reason(reason: str, message: str | None = None) -> str:
+    """A recorded release's reason as the event says it: one of :data:`RELEASE_REASONS`. A
+    reason of another's words (the service lets a user, or an admin, give their own) is
+    ``admin`` where an admin released another user's claim (the service's words say so),
+    else ``user``."""
+    if reason in RELEASE_REASONS:
+        return reason
+    if message is not None and message.startswith("released by admin"):
+        return "admin"
+    return "user"
 
 
 def register_schemas(logger: EventLogger) -> None:
@@ -53,7 +82,7 @@ class ClaimEvents:
     ) -> None:
         self._logger = logger
         self._released = released
-        self.seen: set[str] = set()  # claims already announced
+        self.seen: dict[str, float] = {}  # claims announced allocated -> their creation time
         self.warned: dict[str, float] = {}  # claim -> the idle deadline it was warned of
         self.gpu_warned: dict[str, float] = {}  # claim -> the GPU-idle deadline warned of
         self.strays: set[tuple[int, float | None, str]] = set()  # (pid, start, device) said
@@ -70,7 +99,7 @@ class ClaimEvents:
         self._logger.emit(schema_id=schema_id, data=data)
 
     def emit_allocated(self, record: ClaimRecord, source: str) -> None:
-        self.seen.add(record.name)
+        self.seen[record.name] = record.created
         self._emit(ALLOCATED, {**_claim_data(record), "source": source})
 
     def emit_idle_warning(
@@ -114,11 +143,35 @@ class ClaimEvents:
                 record, reason = self._released.get_nowait()
             except queue.Empty:
                 return
-            self.seen.discard(record.name)
-            self.ended.pop(record.name, None)  # the newest last, the oldest first out
-            self.ended[record.name] = record.created
-            while len(self.ended) > ENDED_KEPT:
-                del self.ended[next(iter(self.ended))]
-            self.warned.pop(record.name, None)
-            self.gpu_warned.pop(record.name, None)
-            self._emit(RELEASED, {**_claim_data(record), "reason": reason})
+            self._emit_released(record, reason)
+
+    def gone(self, live: Collection[str], now: float) -> dict[str, float]:
+        """The claims announced allocated (at least :data:`GONE_AFTER` before ``now``) that
+        are not among ``live`` (a check's read of every live claim it watches) and whose
+        release was not announced: released by another process, or not watched any more.
+        They are forgotten here: :meth:`emit_gone` announces those whose release is known."""
+        gone = {
+            name: created
+            for name, created in self.seen.items()
+            if name not in live and created < now - GONE_AFTER
+        }
+        for name in gone:
+            del self.seen[name]
+        return gone
+
+    def emit_gone(self, ended: Ended) -> None:
+        """Announce the release of a claim of :meth:`gone` as the backend recorded it."""
+        self._emit_released(ended.record, event_reason(ended.reason, ended.message))
+
+    def _emit_released(self, record: ClaimRecord, reason: str) -> None:
+        """The claim_released event, once per claim (a check's and a release's may cross)."""
+        self.seen.pop(record.name, None)
+        if self.released_since(record):
+            return  # announced already
+        self.ended.pop(record.name, None)  # the newest last, the oldest first out
+        self.ended[record.name] = record.created
+        while len(self.ended) > ENDED_KEPT:
+            del self.ended[next(iter(self.ended))]
+        self.warned.pop(record.name, None)
+        self.gpu_warned.pop(record.name, None)
+        self._emit(RELEASED, {**_claim_data(record), "reason": event_reason(reason)})

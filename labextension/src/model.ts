@@ -127,10 +127,11 @@ export class DraModel {
   }
 
   /**
-   * One of the caller's claims was released (by anyone, for any reason): announced by the
-   * server's event when the release went through it, or found by a refresh when it did
-   * not (`dra-jupyter release` in a terminal, a cell run again, the service's reclaim):
-   * once either way.
+   * One of the caller's claims was released (by anyone, for any reason), with the reason
+   * the server recorded: said by the server's event (its own releases at once, those of
+   * other processes at its next check), or found by a refresh first (then GET
+   * /claims/{name} says why): once either way. Whether the user is told is decided by
+   * that reason alone (notifications/releases.ts): never a release the user made.
    */
   get released(): ISignal<this, Release> {
     return this._released;

@@ -168,11 +168,17 @@ def test_servers_ride_out_a_killed_api_server(
         # (a lower bound: requests that came before it read its FlowSchemas are not counted
         # there, so each view's own count says how often it listed, below); then its reads
         # answer from the views again: no LIST
+        # answer from the views again: no LIST of a read. A view's own relist may still
+        # come (its retry waits up to 8 s after the API server is back), so the LISTs the
+        # API server counts during the reads are at most those the views counted
         lists = counted.count("list")
-        assert lists <= VIEWS, f"{lists} LISTs by one server's {VIEWS} views after the restart"
+        by_views = sum(counters(server, "dra_jupyter_watch_lists_total").values())
         for _ in range(ROUNDS):
             assert all(read(server, path)[0] == 200 for path in READS)
-        assert counted.count("list") == lists
+        more = sum(counters(server, "dra_jupyter_watch_lists_total").values()) - by_views
+        assert counted.count("list") - lists <= more, "a read listed instead of its view"
+        lists = counted.count("list")
+        assert lists <= VIEWS, f"{lists} LISTs by one server's {VIEWS} views after the restart"
         relists = counters(server, "dra_jupyter_watch_relists_total")
         lists_by_view = counters(server, "dra_jupyter_watch_lists_total")
         restarts = counters(server, "dra_jupyter_watch_restarts_total")

@@ -5,6 +5,7 @@ import { Notification } from '@jupyterlab/apputils';
 
 import { toError } from '../model';
 import type { MoveNotifier } from './moves';
+import type { ReleaseNotifier } from './releases';
 import type { RunEndNotifier } from './runends';
 import type { Notifier } from './warnings';
 
@@ -33,6 +34,17 @@ export const moveNotifier: MoveNotifier = {
   },
   success: message => {
     Notification.success(message, { autoClose: 5000 });
+  }
+};
+
+/** A release the user did not make: a note that goes after 8 s (a kernel shut down, the
+ * server stopped), or a warning that stays (idle, a lease, an admin, ...). */
+export const releaseNotifier: ReleaseNotifier = {
+  note: message => {
+    Notification.info(message, { autoClose: 8000 });
+  },
+  warn: message => {
+    Notification.warning(message, { autoClose: false });
   }
 };
 

@@ -1,7 +1,9 @@
-// The idle warnings as notifications that stay true: one per claim at a time, saying the
-// clock time of the deadline (true until the deadline moves: no frozen countdown),
-// withdrawn once they no longer hold: the claim released (here or anywhere), kept (a Keep
-// from the panel, a notebook's card or the notification), or its kernel running a cell.
+// The idle warnings as notifications that stay true: one per notebook (its kernel's claims
+// together; a claim of no kernel alone) at a time, saying the clock time of the deadline
+// (true until the deadline moves: no frozen countdown), whose Keep keeps all that kernel's
+// claims; a claim leaves it once its warning no longer holds (released here or anywhere,
+// kept from the panel, a notebook's card or `%dra keep`), and it is withdrawn when none is
+// left or its kernel runs a cell.
 
 import { clockTime, deviceSummary } from '../format';
 import type { DraModel } from '../model';
@@ -52,10 +54,27 @@ export class NoticeSet {
   private _ids = new Map<string, string>();
 }
 
+/**
+ * Warnings of one notebook that come within this long of the first (ms) open as one
+ * notification: the server warns of a kernel's claims one event each, in one check, and
+ * JupyterLab drops the updates of a toast it is still opening.
+ */
+export const GATHER_MS = 300;
+
+/** A claim warned of: the deadline it warns of, and when (by the model's clock). */
+interface Warned {
+  deadline: number;
+  shown: number;
+  devices: string[];
+}
+
+/** The one warning of a notebook (a kernel's claims; or one claim of no kernel). */
 interface Shown {
-  id: string;
-  deadline: number; // the deadline it warns of
-  shown: number; // when, by the model's clock
+  id: string | null; // null: gathered, not open yet
+  kernel: string | null;
+  claims: Map<string, Warned>;
+  pending?: boolean; // its text is to be said again once a burst of changes is in
+  reopen?: boolean; // a new warning among them: open it again if it was closed
 }
 
 /** A warning is withdrawn once the claim's deadline moved later by more than this (s). */
@@ -68,7 +87,9 @@ export class IdleWarnings {
     /** The notebook of a kernel, or null. */
     readonly label: (kernelId: string) => string | null,
     /** What to do with a Keep or Release that failed. */
-    readonly fail: (err: unknown) => void
+    readonly fail: (err: unknown) => void,
+    /** How long a notebook's first warnings are gathered before it opens (ms); 0: none. */
+    readonly gatherMs: number = GATHER_MS
   ) {
     model.changed.connect(this.check, this);
     model.released.connect((_, { event }) => this.withdraw(event.claim));
@@ -76,69 +97,185 @@ export class IdleWarnings {
 
   /** The claims warned of now. */
   get claims(): string[] {
-    return [...this._shown.keys()];
+    return [...this._shown.values()].flatMap(s => [...s.claims.keys()]);
   }
 
-  /** The text of the warning of an idle_warning event. */
-  text(event: IdleWarningEvent): string {
-    const what = deviceSummary(event.devices, this.model.deviceMap);
-    const label = event.kernel_id ? this.label(event.kernel_id) : null;
+  /** How many warnings show now (one per notebook). */
+  get shownCount(): number {
+    return this._shown.size;
+  }
+
+  /**
+   * The text of a notebook's warning: `1× H200 of idle.ipynb will be released as idle at
+   * 14:05:00 (claim a).`, and for several claims `3 claims of train.ipynb (3× H200) will be
+   * released as idle at 14:05:00 unless a cell runs or you keep them.` (the first deadline,
+   * where they differ).
+   */
+  text(
+    kernel: string | null,
+    claims: ReadonlyMap<string, { deadline: number; devices: readonly string[] }>
+  ): string {
+    const label = kernel ? this.label(kernel) : null;
     const where = label ? ` of ${label}` : '';
+    const warned = [...claims.values()];
+    const what = deviceSummary(
+      warned.flatMap(w => w.devices),
+      this.model.deviceMap
+    );
+    const first = Math.min(...warned.map(w => w.deadline));
+    const last = Math.max(...warned.map(w => w.deadline));
+    if (warned.length === 1) {
+      const [name] = claims.keys();
+      return `${what}${where} will be released as idle at ${clockTime(first)} (claim ${name}).`;
+    }
+    const when =
+      last - first > MOVED ? `, the first at ${clockTime(first)},` : ` at ${clockTime(first)}`;
     return (
-      `${what}${where} will be released as idle at ${clockTime(event.deadline)} ` +
-      `(claim ${event.claim}).`
+      `${warned.length} claims${where} (${what}) will be released as idle${when} unless a ` +
+      'cell runs or you keep them.'
     );
   }
 
-  /** Warn of a claim's idle deadline: the one warning of the claim says it (a second
-   * deadline replaces the first's text; never a second warning). */
+  /** Warn of a claim's idle deadline in its notebook's one warning: a second claim of the
+   * kernel, or a second deadline of a claim, changes its text; never a second warning. */
   show(event: IdleWarningEvent): void {
-    const text = this.text(event);
+    const kernel = event.kernel_id;
+    const key = kernel ?? `claim ${event.claim}`;
     const now = this.model.now();
-    const shown = this._shown.get(event.claim);
-    if (shown !== undefined && this.notifier.update(shown.id, text)) {
-      shown.deadline = event.deadline;
-      shown.shown = now;
+    const warned = { deadline: event.deadline, shown: now, devices: event.devices };
+    const shown = this._shown.get(key);
+    if (shown !== undefined) {
+      shown.claims = new Map(shown.claims).set(event.claim, warned);
+      if (shown.id !== null) {
+        this._say(key, shown, true);
+      }
       return;
     }
-    const name = event.claim;
-    const id = this.notifier.warn(text, [
+    const gathered: Shown = { id: null, kernel, claims: new Map([[event.claim, warned]]) };
+    this._shown.set(key, gathered);
+    if (this.gatherMs > 0) {
+      setTimeout(() => this._open(key, gathered), this.gatherMs);
+    } else {
+      this._open(key, gathered);
+    }
+  }
+
+  /** Open a notebook's warning with what was gathered (unless withdrawn meanwhile). */
+  private _open(key: string, shown: Shown): void {
+    if (this._shown.get(key) !== shown || shown.id !== null) {
+      return;
+    }
+    shown.id = this.notifier.warn(this.text(shown.kernel, shown.claims), [
       {
         label: 'Keep',
-        caption: 'Start the idle countdown again',
+        caption: shown.kernel
+          ? "Start the idle countdown of the notebook's claims again"
+          : 'Start the idle countdown again',
         kind: 'accent',
-        callback: () => {
-          this.withdraw(name);
-          this.model.keep(name).catch(this.fail);
-        }
+        callback: () => this._keep(key)
       },
       {
         label: 'Release',
         caption: 'Give the devices back now',
         kind: 'warn',
-        callback: () => {
-          this.withdraw(name);
-          this.model.release(name).catch(this.fail);
-        }
+        callback: () => this._release(key)
       }
     ]);
-    this._shown.set(name, { id, deadline: event.deadline, shown: now });
   }
 
-  /** Take the claim's warning away, if it has one. */
-  withdraw(claim: string): void {
-    const shown = this._shown.get(claim);
+  /** Keep: every claim of the kernel (those warned of, and any other it holds now). */
+  private _keep(key: string): void {
+    const shown = this._shown.get(key);
+    if (shown === undefined) {
+      return;
+    }
+    const names = new Set(shown.claims.keys());
+    for (const c of this.model.kernelClaims(shown.kernel)) {
+      names.add(c.name);
+    }
+    this._dismiss(key);
+    for (const name of names) {
+      this.model.keep(name).catch(this.fail);
+    }
+  }
+
+  /** Release: the claims the warning is of. */
+  private _release(key: string): void {
+    const shown = this._shown.get(key);
+    if (shown === undefined) {
+      return;
+    }
+    this._dismiss(key);
+    for (const name of shown.claims.keys()) {
+      this.model.release(name).catch(this.fail);
+    }
+  }
+
+  private _dismiss(key: string): void {
+    const shown = this._shown.get(key);
     if (shown !== undefined) {
-      this._shown.delete(claim);
-      this.notifier.dismiss(shown.id);
+      this._shown.delete(key);
+      if (shown.id !== null) {
+        this.notifier.dismiss(shown.id);
+      }
     }
   }
 
-  /** Withdraw the warnings of a kernel (a cell of it was started: not idle). */
-  withdrawKernel(kernelId: string): void {
-    for (const c of this.model.kernelClaims(kernelId)) {
-      this.withdraw(c.name);
+  /** The claim no longer goes at the deadline warned of: it leaves its notebook's warning,
+   * which is withdrawn when none is left, else says what is left. */
+  withdraw(claim: string): void {
+    for (const [key, shown] of [...this._shown]) {
+      if (!shown.claims.has(claim)) {
+        continue;
+      }
+      const claims = new Map(shown.claims);
+      claims.delete(claim);
+      if (claims.size === 0) {
+        this._dismiss(key);
+        continue;
+      }
+      shown.claims = claims;
+      if (shown.id !== null) {
+        this._say(key, shown, false);
+      }
     }
+  }
+
+  /** Say a warning's claims as they are now: at once, or once a burst of changes is in (a
+   * notebook's 3 claims released together: JupyterLab loses the updates of a toast that
+   * come within milliseconds of each other, and may show one again after it was
+   * withdrawn). */
+  private _say(key: string, shown: Shown, reopen: boolean): void {
+    shown.reopen = shown.reopen || reopen;
+    if (this.gatherMs <= 0) {
+      this._update(key, shown);
+    } else if (!shown.pending) {
+      shown.pending = true;
+      setTimeout(() => this._update(key, shown), this.gatherMs);
+    }
+  }
+
+  private _update(key: string, shown: Shown): void {
+    const reopen = shown.reopen;
+    shown.pending = false;
+    shown.reopen = false;
+    if (this._shown.get(key) !== shown || shown.id === null) {
+      return; // withdrawn meanwhile
+    }
+    if (this.notifier.update(shown.id, this.text(shown.kernel, shown.claims))) {
+      return;
+    }
+    this._shown.delete(key); // closed in the notification center
+    if (reopen) {
+      const again: Shown = { id: null, kernel: shown.kernel, claims: shown.claims };
+      this._shown.set(key, again);
+      this._open(key, again);
+    }
+  }
+
+  /** Withdraw the warning of a kernel (a cell of it was started: not idle). */
+  withdrawKernel(kernelId: string): void {
+    this._dismiss(kernelId);
   }
 
   /**
@@ -148,27 +285,27 @@ export class IdleWarnings {
    * about to go.
    */
   check(): void {
-    for (const [name, shown] of [...this._shown]) {
-      const claim = this.model.claims.find(c => c.name === name);
-      if (claim === undefined) {
-        if (this.model.lastRead >= shown.shown) {
+    for (const shown of [...this._shown.values()]) {
+      for (const [name, warned] of [...shown.claims]) {
+        const claim = this.model.claims.find(c => c.name === name);
+        const over =
+          claim === undefined
+            ? this.model.lastRead >= warned.shown
+            : claim.busy ||
+              claim.idle_deadline === null ||
+              this._moved(claim.idle_deadline, warned);
+        if (over) {
           this.withdraw(name);
         }
-      } else if (
-        claim.busy ||
-        claim.idle_deadline === null ||
-        this._moved(claim.idle_deadline, shown)
-      ) {
-        this.withdraw(name);
       }
     }
   }
 
   /** Whether a deadline as the REST API says it is later than the one warned of (past its
    * deadline, a claim's reported deadline is "now" until it goes: that is no move). */
-  private _moved(deadline: number, shown: Shown): boolean {
-    return deadline > shown.deadline + MOVED && deadline > this.model.lastRead + MOVED;
+  private _moved(deadline: number, warned: Warned): boolean {
+    return deadline > warned.deadline + MOVED && deadline > this.model.lastRead + MOVED;
   }
 
-  private _shown = new Map<string, Shown>();
+  private _shown = new Map<string, Shown>(); // by kernel id (or `claim NAME`)
 }

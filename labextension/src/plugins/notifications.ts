@@ -1,6 +1,7 @@
-// The notifications (while the settings' notify is on): idle warnings, a process on a GPU
-// none of the user's claims holds, kernel moves, reclaims, devices taken out of service,
-// and every release of the user's devices, with its reason.
+// The notifications (while the settings' notify is on): idle warnings (one per notebook),
+// a process on a GPU none of the user's claims holds, kernel moves, reclaims, devices taken
+// out of service, and the releases of the user's devices that the user did not make, with
+// their reason (docs/labextension.md, "The notification rules").
 
 import type { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { Notification } from '@jupyterlab/apputils';
@@ -9,9 +10,15 @@ import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 import type { DraModel } from '../model';
 import { DeviceHealth } from '../notifications/health';
 import { KernelMoves } from '../notifications/moves';
-import { fail, moveNotifier, notifier, runEndNotifier } from '../notifications/notifiers';
+import {
+  fail,
+  moveNotifier,
+  notifier,
+  releaseNotifier,
+  runEndNotifier
+} from '../notifications/notifiers';
 import { ReclaimWarnings } from '../notifications/reclaims';
-import { announceRelease } from '../notifications/releases';
+import { ReleaseNotices } from '../notifications/releases';
 import { RunEnds } from '../notifications/runends';
 import { IdleWarnings } from '../notifications/warnings';
 import { IDRAKernels, IDRAModel, IDRASettings, type Kernels, RUN_OUTPUT } from '../tokens';
@@ -63,7 +70,9 @@ export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
     // a device of the user's claim taken out of service: Move or Release, until done
     const health = new DeviceHealth(model, moveNotifier, kernels, fail, moveAsked);
     model.deviceUnhealthy.connect(shown(event => health.show(event)));
-    model.released.connect(shown(release => announceRelease(model, kernels, release)));
+    // a release the user did not make (idle, a lease, an admin, ...): once, one per kernel
+    const releases = new ReleaseNotices(model, releaseNotifier, kernels.label);
+    model.released.connect(shown(release => releases.add(release)));
     // a background run ended: how, with Output (the panel's command opens it)
     const runEnds = new RunEnds(model, runEndNotifier, name => {
       void app.commands.execute(RUN_OUTPUT, { name });
