@@ -11,10 +11,9 @@ from typing import Any
 
 from dra_jupyter.local.ledger import Ledger
 from dra_jupyter.settings import Settings
-from tests.browser.conftest import Lab, run_all_cells
+from tests.browser.conftest import WAIT_MS, Lab, run_all_cells
 from tests.lab.test_devices_panel import (
     TOAST,
-    WAIT_MS,
     X,
     claims,
     notebook,
