@@ -132,7 +132,7 @@ class SharedViewClient:
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                body = json.loads(answer.read())
+                raw = answer.read()
         except urllib.error.HTTPError as error:
             with error:
                 said = _message(error.read())
@@ -140,6 +140,10 @@ class SharedViewClient:
         except (urllib.error.URLError, OSError, ValueError) as error:
             reason = getattr(error, "reason", None) or error
             raise UnavailableError(f"{where} cannot be reached: {reason}") from error
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
         if not isinstance(body, dict) or not all(
             isinstance(body.get(k), list) for k in ("shapes", "held")
         ):
