@@ -96,9 +96,9 @@ def admin_counts(api: client.ApiClient) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def service_process(kubeconfig: Path, tmp: Path) -> Iterator[str]:
+def service_process(kubeconfig: Path, tmp: Path) -> Iterator[tuple[str, int]]:
     """``python -m dra_jupyter.hub.sharedview`` on ``kubeconfig``, with the stand-in hub
-    API; its URL (with the prefix the proxy would pass)."""
+    API (tokens: :data:`TOKENS`); its URL (with the prefix the proxy would pass) and pid."""
     hub_api = HTTPServer(("127.0.0.1", 0), _FakeHubAPI)
     threading.Thread(target=hub_api.serve_forever, daemon=True).start()
     port = free_port()
@@ -132,7 +132,7 @@ def service_process(kubeconfig: Path, tmp: Path) -> Iterator[str]:
             return False
 
         wait_for("the shared view to listen", up)
-        yield url + PREFIX
+        yield url + PREFIX, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
@@ -156,7 +156,7 @@ def test_the_service_counts_the_cluster_by_watching_and_answers_each_user_their_
             counted_account(
                 cluster, api, namespace, "hub", verbs=("list",), groups=["resource.k8s.io"]
             ) as counted,
-            service_process(hub_config, tmp_path) as url,
+            service_process(hub_config, tmp_path) as (url, _),
         ):
             devices = url + "api/devices"
             assert get(devices, None)[0] == 401
