@@ -34,10 +34,36 @@ from dra_jupyter.errors import InvalidInputError, shown
 BY: dict[str, tuple[str, ...]] = {
     "user": ("user",),
     "group": ("group",),
-    "claim": ("claim", "uid", "user"),
+    "claim": ("claim", "uid", "user", "released_by"),
     "device": ("device", "model"),
 }
-DIMENSIONS = ("user", "group", "primary_group", "claim", "uid", "device", "model")
+DIMENSIONS = (
+    "user",
+    "group",
+    "primary_group",
+    "claim",
+    "uid",
+    "released_by",
+    "device",
+    "model",
+)
+# The reasons of a release that dra-jupyter makes by its rules (a lease, idleness, a kernel
+# gone, a device taken out, a move, fair share): the book records no user as its maker.
+RULE_REASONS = frozenset(
+    {
+        "idle",
+        "gpu-idle",
+        "kernel-shutdown",
+        "expired",
+        "reclaimed",
+        "server-stop",
+        "limit",
+        "moved",
+        "device-failed",
+        "device-moved",
+        "fair-share",
+    }
+)
 NO_GROUP = "(none)"  # the group of a user the user database does not know
 MAX_SINCE = 400 * 86400.0  # the longest window a report reads back
 MAX_DAILY = 31  # days of a daily series (the lab panel's chart)
@@ -72,6 +98,7 @@ class Interval:
     idle_s: float = 0.0  # ... idle
     unknown_s: float = 0.0  # ... reported, but the sampler could not tell
     energy_j: float | None = None  # joules its devices used (None: no energy counter)
+    released_by: str | None = None  # the user who released it (None: held, or dra-jupyter)
 
     @property
     def gpus(self) -> float:
@@ -92,6 +119,7 @@ class Interval:
             "idle_s": self.idle_s,
             "unknown_s": self.unknown_s,
             "energy_j": self.energy_j,
+            "released_by": self.released_by,
         }
 
     @classmethod
@@ -114,6 +142,7 @@ class Interval:
             idle_s=float(data["idle_s"]),
             unknown_s=float(data["unknown_s"]),
             energy_j=None if energy is None else float(energy),
+            released_by=None if data.get("released_by") is None else str(data["released_by"]),
         )
 
 
@@ -238,7 +267,27 @@ def _values(interval: Interval, dimension: str) -> Sequence[str]:
         return (interval.claim,)
     if dimension == "uid":
         return (interval.uid,)
+    if dimension == "released_by":
+        return (released_by(interval),)
     raise ValueError(f"dimension {dimension!r} is not the interval's own")
+
+
+def releaser(reason: str, user: str) -> str | None:
+    """Who the book says released a claim that ``user``'s process released for ``reason``:
+    that user, or None where the reason is one of dra-jupyter's rules."""
+    return None if reason in RULE_REASONS else user
+
+
+def released_by(interval: Interval) -> str:
+    """Who ended the interval, as a report says it: the user who released the claim (its
+    holder or an admin), ``(held)`` while it is held, else the reason in parentheses where
+    dra-jupyter released it by its rules (``(idle)``, ``(expired)``, ...; ``(released)``
+    in a book written before it kept who)."""
+    if interval.released_by is not None:
+        return interval.released_by
+    if interval.end is None:
+        return "(held)"
+    return f"({interval.reason or 'released'})"
 
 
 def _keys(interval: Interval, dims: Sequence[str]) -> list[tuple[str, ...]]:

@@ -41,7 +41,10 @@ class ClusterAccess(Protocol):
     def watched(self, kind: str) -> View | None:
         """The namespace's watched view of ``kind`` (``resourceclaims``, ``pods``, ``jobs``
         of dra-jupyter's labels: :mod:`.views`) while it is synced and well; None: read
-        from the API server."""
+        from the API server (a ``ClusterError`` while it is in error after it watched)."""
+
+    def running(self, kind: str) -> View | None:
+        """That view if one runs, well or not: what a write tells (read-your-writes)."""
 
     def retrying(self, call: Callable[[], T]) -> T:
         """``call``, retried while the API server cannot be reached."""

@@ -154,13 +154,18 @@ class KubernetesBackend:
     def claim_client(self) -> ClaimClient:
         """The namespace's claims; what it writes shows at once in the watched view, if one
         runs (a write starts none)."""
-        return ClaimClient(self.api, self.namespace, self.views.running(CLAIMS))
+        return ClaimClient(self.api, self.namespace, self.running(CLAIMS))
 
     def watched(self, kind: str) -> Reflector | None:
         """The namespace's watched view of ``kind`` (``resourceclaims``, ``pods``, ``jobs``
         of dra-jupyter: :data:`.views.SELECTORS`) while it is synced and well, where
         ``settings.watch`` asks; None: read from the API server (:mod:`.views`)."""
         return self.views.view(kind)
+
+    def running(self, kind: str) -> Reflector | None:
+        """The namespace's view of ``kind`` if one runs, well or not: what a write tells
+        (read-your-writes); starts none."""
+        return self.views.running(kind)
 
     def where(self) -> str:
         return f"namespace {self.namespace} of the cluster at {self.api.configuration.host}"

@@ -10,10 +10,16 @@ Each change a view hears is told to the listeners of :meth:`NamespaceViews.on_ch
 topic (:data:`TOPICS`): what the server pushes to JupyterLab, so that an open lab need not
 poll.
 
-A view answers once its first list arrived and while it is well; before that (10 s at
-most) or in error, :meth:`NamespaceViews.view` says None and the caller reads from the API
-server as it did before: a view never answers stale. Once :meth:`NamespaceViews.close`
-stopped them, none is started again (a read after it lists).
+A view answers once its first list arrived and while it is well. Before that (10 s at most,
+or a first list that failed), and where its WATCH was never taken (an account that may
+list but not watch), :meth:`NamespaceViews.view` says None and the caller reads from the
+API server as it did before. A view that watched and is in error since (the API
+server gone, a 403 after an RBAC change) answers neither stale nor by a LIST of each read
+(each server's readers at an API server just back): the read is a
+:class:`~dra_jupyter.errors.ClusterError` that says in one line what is unavailable and why
+(``device counts unavailable: watching resourceslices: ... answered 403: ...``) until the
+view's own retries bring it back. Once :meth:`NamespaceViews.close` stopped them, none is
+started again (a read after it lists).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from dra_jupyter.errors import ClusterError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.kube import watching
 from dra_jupyter.kube.watching import Reflector
@@ -62,6 +69,9 @@ SELECTORS = {
 # a change of any cluster-wide view is news of the devices
 TOPICS = {CLAIMS: "claims", PODS: "runs", JOBS: "runs"}
 DEVICES_TOPIC = "devices"
+# what a read says is unavailable while a view is in error, by view
+UNAVAILABLE = {CLAIMS: "claims", PODS: "runs and kernels", JOBS: "runs"}
+DEVICES_UNAVAILABLE = "device counts"
 
 
 class NamespaceViews:
@@ -93,15 +103,14 @@ class NamespaceViews:
     def view(self, kind: str) -> Reflector | None:
         """The namespace's view of ``kind`` (:data:`SELECTORS`), started on first use, once
         synced and while well; None: read from the API server (not watching, closed, not
-        synced within :data:`SYNC_WAIT_S`, or in error)."""
+        synced within :data:`SYNC_WAIT_S`, never watched); a ``ClusterError`` while in
+        error after it watched (the module's doc)."""
         if not self.enabled or self.closed:
             return None
         self.started = True
         found = self._shared(kind)
         self._hook(found, TOPICS[kind])
-        if found.wait_synced(SYNC_WAIT_S) and found.error is None:
-            return found
-        return None
+        return _answering(found, UNAVAILABLE[kind])
 
     def _shared(self, kind: str) -> Reflector:
         return watching.shared(
@@ -116,9 +125,7 @@ class NamespaceViews:
         self.started = True
         found = watching.shared(self._api(), kind)
         self._hook(found, DEVICES_TOPIC)
-        if found.wait_synced(SYNC_WAIT_S) and found.error is None:
-            return found
-        return None
+        return _answering(found, DEVICES_UNAVAILABLE)
 
     def inventory(self) -> Inventory | None:
         """The cluster's slices, classes and taint rules from their views (made again only
@@ -217,3 +224,17 @@ class NamespaceViews:
         self.closed = True
         if self.started:
             watching.stop_all(api=self._api())
+
+
+def _answering(view: Reflector, what: str) -> Reflector | None:
+    """``view`` once synced and while well; None where it did not sync or was never
+    watched (an account that may list but not watch: read from the API server); a
+    ``ClusterError`` saying ``what`` is unavailable while it is in error after it watched."""
+    if not view.wait_synced(SYNC_WAIT_S):
+        return None
+    error = view.error
+    if error is None:
+        return view
+    if not view.watched_once:
+        return None
+    raise ClusterError(f"{what} unavailable: {error}; retrying")

@@ -67,7 +67,9 @@ log = logging.getLogger("dra_jupyter")
 
 WATCH_TIMEOUT_S = 300  # a watch lasts this long to twice this (client-go's 5 to 10 minutes)
 FIRST_BACKOFF_S = 0.2  # the first wait after an error; doubled per error in a row
-MAX_BACKOFF_S = 30.0
+# the longest wait between retries: an API server back after any outage is watched again
+# within this long (what a lab shows "unavailable" for after it is back)
+MAX_BACKOFF_S = 8.0
 SHORT_WATCH_S = 1.0  # a watch that ends sooner with no event is an error (client-go's rule)
 CONNECT_TIMEOUT_S = 10.0
 LIST_TIMEOUT_S = 120.0  # reading one LIST (5 MB of slices on a big cluster)
@@ -373,6 +375,7 @@ class Reflector(View):
         self._resumed = threading.Event()
         self._watch: _RawWatch | None = None
         self._thread: threading.Thread | None = None
+        self.watched_once = False  # the API server took one of its WATCHes
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """Wait until the first list arrived (True), or failed, or ``timeout`` passed (False;
@@ -531,6 +534,14 @@ class Reflector(View):
         self._replace(fresh, rv)
         self._recovered()
 
+    def _opened(self, **kwargs: Any) -> Any:
+        """The WATCH request: once the API server took it, the view is well again (a quiet
+        kind may send no event for minutes)."""
+        response = self._list_func(**kwargs)
+        self.watched_once = True
+        self._recovered()
+        return response
+
     def _watch_once(self) -> None:
         """One WATCH from the last resourceVersion, until the server ends it (returns), a 410
         (``_GoneError``), or an error (raised)."""
@@ -539,7 +550,7 @@ class Reflector(View):
             self._stats["watches"] += 1
         self._watch = _RawWatch()  # type: ignore[no-untyped-call]
         stream = self._watch.stream(  # type: ignore[no-untyped-call]
-            self._list_func,
+            self._opened,
             **self._selection(),
             allow_watch_bookmarks=True,
             resource_version=self.resource_version,
@@ -552,8 +563,6 @@ class Reflector(View):
                 seen += 1
                 self._progress = True
                 self._apply(*_event(event))
-                if seen == 1:
-                    self._recovered()  # the watch is open and well
                 if self._stopping.is_set() or self._resume_from is not None:
                     break
         except ApiException as error:

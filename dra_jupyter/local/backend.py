@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dra_jupyter import outofservice
-from dra_jupyter.accounting.book import Book
+from dra_jupyter.accounting.book import Book, releaser
 from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
@@ -337,7 +337,8 @@ class LocalBackend:
                         f"claim {name} belongs to user {record.owner.user}; "
                         "only its owner can release it"
                     )
-                Ledger.delete(conn, record, reason, self.clock())
+                by = releaser(reason, self.owner.user)
+                Ledger.delete(conn, record, reason, self.clock(), by=by)
                 return True
         return False
 

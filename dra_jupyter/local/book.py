@@ -29,7 +29,7 @@ Weigh = Callable[[str], DevicePart]
 
 COLUMNS = (
     "claim, uid, user, groups, devices, gpus, started, ended, reason, "
-    "active_s, idle_s, unknown_s, energy_j"
+    "active_s, idle_s, unknown_s, energy_j, released_by"
 )
 
 
@@ -63,13 +63,14 @@ def open_interval(
     *,
     ended: float | None = None,
     reason: str | None = None,
+    by: str | None = None,
 ) -> None:
     """Open the interval of a claim just written, from its ``created`` (``parts``: its
     devices' worth, where the writer knows the inventory; else worked out when read)."""
     meta = record.spec.get("metadata") or {}
     uid = meta.get("uid") if isinstance(meta, dict) else None
     conn.execute(
-        f"INSERT INTO usage ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, NULL)",
+        f"INSERT INTO usage ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, NULL, ?)",
         (
             record.name,
             uid if isinstance(uid, str) and uid else uuid.uuid4().hex,
@@ -80,19 +81,24 @@ def open_interval(
             record.created,
             ended,
             reason,
+            by,
         ),
     )
 
 
-def close_interval(conn: sqlite3.Connection, record: ClaimRecord, reason: str, now: float) -> None:
-    """Close the open interval of a claim released at ``now``; one that has none (a
-    ledger's claim written before the book began) gets one, from its ``created``."""
+def close_interval(
+    conn: sqlite3.Connection, record: ClaimRecord, reason: str, now: float, by: str | None = None
+) -> None:
+    """Close the open interval of a claim released at ``now`` (``by``: the user who released
+    it, its holder or an admin; None where dra-jupyter did, by its rules); one that has none
+    (a ledger's claim written before the book began) gets one, from its ``created``."""
     cur = conn.execute(
-        "UPDATE usage SET ended = max(started, ?), reason = ? WHERE claim = ? AND ended IS NULL",
-        (now, reason, record.name),
+        "UPDATE usage SET ended = max(started, ?), reason = ?, released_by = ? "
+        "WHERE claim = ? AND ended IS NULL",
+        (now, reason, by, record.name),
     )
     if cur.rowcount == 0:
-        open_interval(conn, record, ended=max(now, record.created), reason=reason)
+        open_interval(conn, record, ended=max(now, record.created), reason=reason, by=by)
 
 
 def close_named(conn: sqlite3.Connection, name: Any, reason: str, now: float) -> None:
@@ -210,7 +216,7 @@ class _Reader:
             or type(user) is not str
         ):
             return None
-        reason = row[8]
+        reason, by = row[8], row[13]
         return Interval(
             claim=claim,
             uid=str(row[1]),
@@ -224,6 +230,7 @@ class _Reader:
             idle_s=_number(row[10]) or 0.0,
             unknown_s=_number(row[11]) or 0.0,
             energy_j=_number(row[12]),
+            released_by=by if isinstance(by, str) else None,
         )
 
 

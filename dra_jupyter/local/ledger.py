@@ -151,11 +151,13 @@ class Ledger:
         reason: str,
         now: float | None = None,
         message: str | None = None,
+        by: str | None = None,
     ) -> None:
-        """Release a claim (:func:`~dra_jupyter.local.releases.delete`), with its warning
-        under pressure and its reported activity (:func:`~dra_jupyter.local.notices.forget`);
-        its devices are free once the transaction commits, which wakes the waiters."""
-        _releases.delete(conn, record, reason, now, message)
+        """Release a claim (:func:`~dra_jupyter.local.releases.delete`; ``by``: the user who
+        released it, None where dra-jupyter did by its rules), with its warning under
+        pressure and its reported activity (:func:`~dra_jupyter.local.notices.forget`); its
+        devices are free once the transaction commits, which wakes the waiters."""
+        _releases.delete(conn, record, reason, now, message, by)
         _notices.forget(conn, record.name)
         freed(conn)
 

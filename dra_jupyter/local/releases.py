@@ -80,13 +80,15 @@ def delete(
     reason: str,
     now: float | None = None,
     message: str | None = None,
+    by: str | None = None,
 ) -> None:
     """Release a claim: its row goes, and the history keeps the claim as it was, why and
     when it ended (and ``message``, the words for its user, where the reason is not); its
-    interval in the usage book is closed."""
+    interval in the usage book is closed, with who released it (``by``; None: dra-jupyter,
+    by its rules)."""
     when = time.time() if now is None else now
     conn.execute("DELETE FROM claims WHERE name = ?", (record.name,))
-    book.close_interval(conn, record, reason, when)
+    book.close_interval(conn, record, reason, when, by)
     cur = conn.execute(
         "INSERT INTO releases (name, owner, reason, time, claim, message) "
         "VALUES (?, ?, ?, ?, ?, ?)",

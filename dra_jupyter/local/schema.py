@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dra_jupyter.errors import LedgerError, shown
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # The schema as a new ledger gets it (the latest version). An older ledger is brought up to
 # it by MIGRATIONS, one version at a time, all in one transaction (:func:`prepare`).
 SCHEMA = """
@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS usage (
     active_s REAL NOT NULL DEFAULT 0,
     idle_s REAL NOT NULL DEFAULT 0,
     unknown_s REAL NOT NULL DEFAULT 0,
-    energy_j REAL
+    energy_j REAL,
+    released_by TEXT
 );
 CREATE INDEX IF NOT EXISTS usage_open ON usage (claim) WHERE ended IS NULL;
 CREATE INDEX IF NOT EXISTS usage_by_claim ON usage (claim, id);
@@ -174,11 +175,29 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE releases ADD COLUMN message TEXT",
         "CREATE INDEX IF NOT EXISTS releases_by_name ON releases (name, id)",
     ),
-    2: (
+    2: (  # the book's table as version 3 made it (version 8 adds a column: step 7)
+        """
+        CREATE TABLE IF NOT EXISTS usage (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            claim TEXT NOT NULL,
+            uid TEXT NOT NULL,
+            user TEXT NOT NULL,
+            groups TEXT NOT NULL,
+            devices TEXT NOT NULL,
+            gpus REAL,
+            started REAL NOT NULL,
+            ended REAL,
+            reason TEXT,
+            active_s REAL NOT NULL DEFAULT 0,
+            idle_s REAL NOT NULL DEFAULT 0,
+            unknown_s REAL NOT NULL DEFAULT 0,
+            energy_j REAL
+        )
+        """,
         *(
             s
             for s in SCHEMA.split(";")
-            if "usage" in s and s.strip().startswith("CREATE")  # the book's table and indexes
+            if "ON usage" in s and s.strip().startswith("CREATE")  # the book's indexes
         ),
         """
         INSERT INTO usage (claim, uid, user, groups, devices, gpus, started)
@@ -281,6 +300,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         )
         """,
     ),
+    7: ("ALTER TABLE usage ADD COLUMN released_by TEXT",),  # who released (NULL: automatic)
 }
 TABLES = {
     "meta",

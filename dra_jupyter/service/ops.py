@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
+from dra_jupyter.accounting.book import releaser
 from dra_jupyter.errors import (
     ForbiddenError,
     InvalidInputError,
@@ -279,7 +280,8 @@ class Ops:
                     reason = "admin"
                 else:
                     message += f" ({reason})"
-            Ledger.delete(tx, record, reason, time.time(), message)
+            by = peer.user if message else releaser(reason, peer.user)  # an admin's: theirs
+            Ledger.delete(tx, record, reason, time.time(), message, by=by)
         log.info(
             "claim %s of %s released by %s (%s)", name, record.owner.user, conn.peer.user, reason
         )

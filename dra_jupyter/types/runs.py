@@ -11,6 +11,7 @@ the same way wherever it runs. A status is a value read at one moment (frozen): 
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,17 +84,24 @@ class RunStatus:
         """Whether the run has ended (succeeded, failed or cancelled)."""
         return self.phase in ENDED
 
+    def _said(self, words: str) -> str:
+        """``words`` without the run's name in front: the first line names it already."""
+        return words.removeprefix(f"run {self.name}: ")
+
     def __str__(self) -> str:
-        """A few lines: the run's phase (what runs it) and why, then a line per process."""
+        """A few lines: the run's phase (what runs it) and why, then a line per process
+        (its reason where it says more than the run's own)."""
         launcher = f" ({self.launcher})" if self.launcher else ""
-        lines = [
-            f"run {self.name}: {self.phase}{launcher}" + (f": {self.message}" * bool(self.message))
-        ]
+        said = self._said(self.message)
+        said = "" if said.lower() == self.phase.lower() else said  # not "Cancelled: cancelled"
+        lines = [f"run {self.name}: {self.phase}{launcher}" + (f": {said}" * bool(said))]
         for row in self.processes:
-            code = "" if row.exit_code is None else f", exit code {row.exit_code}"
+            code = "" if row.exit_code is None else f", {_ended(row.exit_code)}"
             where = f" on {row.node}" if row.node else ""
-            devices = f" with {', '.join(row.devices)}" if row.devices else ""
-            why = f": {row.reason}" if row.reason else ""
+            devices = f" with {', '.join(_short(d) for d in row.devices)}" if row.devices else ""
+            reason = self._said(row.reason)
+            repeated = (said, self._said(self.message), f"exit code {row.exit_code}")
+            why = f": {reason}" if reason and reason not in repeated else ""
             lines.append(
                 f"  rank {row.rank} {row.name}{where}{devices}: {row.phase}"
                 f"{code}, {row.restarts} restarts{why}"
@@ -115,16 +123,41 @@ class RunStatus:
         if self.ended is not None:
             times.append(f"ended {_clock(self.ended)}")
         lines.append(", ".join(times))
-        if self.exit_codes:
-            codes = ", ".join("-" if c is None else str(c) for c in self.exit_codes)
-            lines.append(f"exit code{'s' if len(self.exit_codes) > 1 else ''} {codes}")
-        if self.message:
-            lines.append(self.message)
+        if len(self.exit_codes) == 1 and self.exit_codes[0] is not None:
+            lines.append(_ended(self.exit_codes[0]))
+        elif self.exit_codes:
+            codes = ", ".join("-" if c is None else _code(c) for c in self.exit_codes)
+            lines.append(f"exit codes {codes}")
+        said = self._said(self.message)
+        if said and said != lines[-1] and said.lower() != self.phase.lower():  # said once
+            lines.append(said)
         return "\n  ".join(lines) + ">"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """IPython's display: the same lines (not the dataclass's fields)."""
         printer.text(repr(self))
+
+
+def _code(code: int) -> str:
+    """An exit code as said: ``3``; a process stopped by a signal (a negative code) by the
+    signal's name, ``SIGTERM`` (a cancel), not ``-15``."""
+    if code >= 0:
+        return str(code)
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _ended(code: int) -> str:
+    """``exit code 3``; ``stopped by SIGTERM`` for a process a signal ended."""
+    return f"exit code {code}" if code >= 0 else f"stopped by {_code(code)}"
+
+
+def _short(device: str) -> str:
+    """A device as a person names it: ``gpu-node-1/gpu-0`` (its pool and name), without the
+    driver in front (``gpu.nvidia.com/``)."""
+    return device.split("/", 1)[-1]
 
 
 def _clock(seconds: float) -> str:

@@ -65,7 +65,7 @@ function draCardRender(el, model, view) {
   }
   if (state === "released" && view.why) {
     const at = new Date(view.releasedAt * 1000);
-    const when = at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const when = at.toLocaleTimeString([], draClock);
     const line = draEl("div", "dra-card-line dra-released", `released at ${when}: ${view.why}`);
     line.title = at.toLocaleString();
     el.append(line);

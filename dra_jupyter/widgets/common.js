@@ -37,6 +37,11 @@
 /** @typedef {{ now: () => void, stop: () => void }} Poller */
 /** @typedef {{ ask: () => void, stop: () => void }} Asker */
 
+// Clock times as the lab's notifications say them: 24-hour, whatever the browser's locale
+// (a 12-hour card beside a 24-hour toast reads as two different times).
+/** @type {Intl.DateTimeFormatOptions} */
+const draClock = { hour: "2-digit", minute: "2-digit", hourCycle: "h23" };
+
 // The Jupyter server of this page: JupyterLab and Notebook 7 publish it in
 // #jupyter-config-data, classic pages on <body data-base-url>. Elsewhere (VS Code, Colab,
 // a static page) there is none and the widgets ask their kernel instead.
@@ -280,7 +285,7 @@ function draQueue(waiting) {
   box.append(draEl("span", "dra-dim", `waiting in line (${waiting.length}): `));
   waiting.forEach((w, i) => {
     const since = new Date(w.since * 1000);
-    const at = since.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const at = since.toLocaleTimeString([], draClock);
     const who = w.user + (w.kernel_id ? " (kernel " + w.kernel_id.slice(0, 8) + ")" : "");
     const item = draEl("span", "dra-waiter", `${who}: ${w.what}, since ${at}`);
     item.title = since.toLocaleString();

@@ -281,7 +281,12 @@ export class DraModel {
         this._again = false;
         const waiting = this._waiting;
         this._waiting = [];
-        setTimeout(() => void this.refreshSoon().finally(() => waiting.forEach(r => r())), 0);
+        const wake = () => {
+          for (const resolve of waiting) {
+            resolve();
+          }
+        };
+        setTimeout(() => void this.refreshSoon().finally(wake), 0);
       }
     }
   }
@@ -591,7 +596,9 @@ export class DraModel {
       return;
     }
     this._disposed = true;
-    this._waiting.splice(0).forEach(resolve => resolve());
+    for (const resolve of this._waiting.splice(0)) {
+      resolve();
+    }
     this._poll?.dispose();
     Signal.clearData(this);
   }

@@ -31,7 +31,7 @@ function unhealthy(more: Partial<DeviceUnhealthyEvent> = {}): DeviceUnhealthyEve
   };
 }
 
-function setup() {
+function setup(answer = true) {
   const calls: string[] = [];
   const taints = { now: '' }; // gpu-3's, as GET /devices says them
   const request = (async (operation: string, parameters?: Record<string, string>) => {
@@ -63,8 +63,22 @@ function setup() {
       restarted.push(id);
     }
   };
-  const health = new DeviceHealth(model, shown, kernels, err => failed.push(String(err)));
-  return { health, shown, calls, restarted, failed, model, taints };
+  const asked: (string | null)[] = []; // the notebooks a Move asked about
+  const health = new DeviceHealth(
+    model,
+    shown,
+    kernels,
+    err => failed.push(String(err)),
+    async notebook => {
+      asked.push(notebook);
+      return answer;
+    }
+  );
+  return { health, shown, calls, restarted, failed, model, taints, asked };
+}
+
+async function readDevices(health: DeviceHealth): Promise<void> {
+  await health.model.refresh(); // the devices known
 }
 
 async function settled(): Promise<void> {
@@ -120,6 +134,20 @@ test('Move makes the claim again, restarts the kernel, says where, and withdraws
     movedText({ kernel_id: 'k1', env: {}, claims: [] }, model.deviceMap),
     'Kernel restarted on an equivalent device; its variables are gone.'
   );
+});
+
+test('Move asks first (the variables go): Cancel moves nothing and keeps the notification', async () => {
+  const { health, shown, calls, restarted, asked } = setup(false);
+  await readDevices(health);
+  health.show(unhealthy());
+  const [warning] = [...shown.open.values()];
+  warning.actions[0].callback();
+  await settled();
+  assert.deepEqual(asked, ['train.ipynb']);
+  assert.ok(!calls.some(c => c.startsWith('POST /claims/{name}/move')));
+  assert.deepEqual(restarted, []);
+  assert.deepEqual(health.claims, ['c1']); // still offered
+  assert.equal(shown.open.size, 1);
 });
 
 test('Release gives the claim back; one notification per claim; none to Move without a kernel', async () => {

@@ -86,13 +86,14 @@ def test_claims_of_known_lengths_give_their_gpu_seconds_everywhere(
     clock.now = t0 + 3600
     assert small.release()
     book = {i.claim: i for i in local.usage_book(86400).intervals}
-    assert {
-        n: (i.start - t0, i.end - t0 if i.end else None, i.reason) for n, i in book.items()
+    assert {  # and who released it: its user by name, else dra-jupyter by a rule (None)
+        n: (i.start - t0, i.end - t0 if i.end else None, i.reason, i.released_by)
+        for n, i in book.items()
     } == {
-        small.name: (0, 3600, "user"),
-        whole.name: (600, 2400, "idle"),
-        leased.name: (1000, 2400, "expired"),  # released when swept, after its lease
-        orphan.name: (1000, 2400, "reclaimed"),
+        small.name: (0, 3600, "user", "alice"),
+        whole.name: (600, 2400, "idle", None),
+        leased.name: (1000, 2400, "expired", None),  # released when swept, after its lease
+        orphan.name: (1000, 2400, "reclaimed", None),
     }
     mig_seconds = MIG_GPUS * (3600 + 1400 + 1400)
     expected = {"alice": MIG_GPUS * (3600 + 1400), "bob": 1800.0, "carol": MIG_GPUS * 1400}
@@ -116,9 +117,9 @@ def test_claims_of_known_lengths_give_their_gpu_seconds_everywhere(
     assert (
         main([*argv, "--inventory", str(inventory_file), "-o", "json", "--by", "claim"], out) == 0
     )
-    claims = {r["claim"]: r["gpu_seconds"] for r in json.loads(out.getvalue())}
-    assert claims[whole.name] == pytest.approx(1800)
-    assert claims[small.name] == pytest.approx(MIG_GPUS * 3600, rel=0.01)
+    claims = {r["claim"]: r for r in json.loads(out.getvalue())}
+    assert claims[whole.name]["gpu_seconds"] == pytest.approx(1800)
+    assert claims[small.name]["gpu_seconds"] == pytest.approx(MIG_GPUS * 3600, rel=0.01)
 
     text = exposition(alice.usage_snapshot).decode()
     held = {}

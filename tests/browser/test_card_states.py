@@ -4,6 +4,7 @@ the claim, in a real JupyterLab in Debian's chromium: ``busy`` with the countdow
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,8 @@ def test_card_says_busy_while_a_cell_runs_then_why_it_was_released(
     # the cell ends, the countdown starts again, and the server releases the claim
     card.get_by_text("idle for 4 s").wait_for(timeout=WAIT_MS)
     text = card.inner_text()
-    assert "released at " in text, text
+    # a 24-hour clock, as the lab's toasts say it (the browser's locale is en-US: 12-hour)
+    assert re.search(r"released at \d\d:\d\d: ", text), text
     assert "released" in card.locator(".dra-pill").inner_text()
     card.screenshot(path=str(screenshots_dir(tmp_path) / "card-released-idle.png"))
     gone = idle_lab.api("GET", f"/dra/api/claims/{claim['name']}")

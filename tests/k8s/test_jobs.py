@@ -267,8 +267,7 @@ def test_the_status_reads_phase_reason_and_pods_from_the_job() -> None:
     assert (pending.phase, pending.message) == ("Pending", status.processes[1].reason)
     assert str(pending).splitlines() == [
         "run train: Pending (Indexed Job): 0/2 nodes are available: 2 cannot allocate all claims.",
-        "  rank 1 train-1-x: Pending, 0 restarts: 0/2 nodes are available: 2 cannot "
-        "allocate all claims.",
+        "  rank 1 train-1-x: Pending, 0 restarts",  # the run's own reason, not said twice
     ]
     failed = {
         **job_object,

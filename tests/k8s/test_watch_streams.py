@@ -17,7 +17,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_jupyter.kube import watching
+from dra_jupyter.errors import ClusterError
+from dra_jupyter.kube import views, watching
 from dra_jupyter.kube.watching import Kind, Reflector
 from dra_jupyter.model.objects import Wire
 from tests.k8s.fixtures import wait_for
@@ -261,6 +262,39 @@ def test_a_refused_list_is_an_error_state_with_bounded_retries(
         assert 'User "nobody"' in view.error
         assert view.list() == []
     assert server.watch_calls() == []
+
+
+def forbidden(verb: str) -> ApiException:
+    refused = ApiException(status=403, reason="Forbidden")
+    message = f'things is forbidden: User "nobody" cannot {verb} resource "things"'
+    refused.body = json.dumps({"kind": "Status", "message": message})
+    return refused
+
+
+def test_a_view_refused_after_it_watched_says_so_and_one_never_watched_reads_on(
+    api: client.ApiClient,
+) -> None:
+    """A read of a view in error (:mod:`dra_jupyter.kube.views`): once it watched (an RBAC
+    change took the right away since), one line that says what is unavailable and why, not
+    its last objects; where the API server never took its WATCH (an account that may list
+    but not watch), None: the caller reads from the API server."""
+    never, since = Server(), Server()
+    for server in (never, since):
+        server.lists.append(Listing([thing("a", 5)], 10))
+    never.watches.extend([forbidden("watch")] * 100)
+    since.watches.extend([[bookmark(11)], *[forbidden("watch")] * 100])
+    with reflector(api, never, max_backoff=0.05) as view:
+        wait_for("the refusal", lambda: view.error, WAIT_S)
+        assert views._answering(view, "things") is None
+    with reflector(api, since, max_backoff=0.05) as view:
+        wait_for("the refusal", lambda: view.error, WAIT_S)
+        with pytest.raises(ClusterError) as raised:
+            views._answering(view, "things")
+    message = raised.value.message
+    assert message.startswith("things unavailable: watching things (app): "), message
+    assert 'answered 403: things is forbidden: User "nobody" cannot watch' in message
+    assert message.endswith("; retrying")
+    assert "\n" not in message
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,9 @@ __all__ = [
     "build",
     "cache_dir",
     "is_built",
+    "kill_apiserver",
     "main",
+    "restart_apiserver",
     "start",
     "started",
     "stop",
@@ -175,12 +177,17 @@ def _ours(component: Component) -> bool:
     return _start_time(component.pid) == component.start_time
 
 
-def _stop_one(component: Component, child: subprocess.Popen[bytes] | None, timeout: float) -> None:
+def _stop_one(
+    component: Component,
+    child: subprocess.Popen[bytes] | None,
+    timeout: float,
+    signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGKILL),
+) -> None:
     if not _ours(component):  # exited (or the pid now belongs to someone else: leave it)
         if child is not None:
             child.wait(timeout)  # ours and exited: reap it
         return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig in signals:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(component.pid, sig)  # each component leads its own process group
         deadline = time.monotonic() + timeout
@@ -210,9 +217,15 @@ PR_SET_PDEATHSIG = 1
 
 
 def _spawn(
-    cluster: Cluster, name: str, args: Sequence[str], program: Sequence[str] | None = None
+    cluster: Cluster,
+    name: str,
+    args: Sequence[str],
+    program: Sequence[str] | None = None,
+    *,
+    at: int | None = None,
 ) -> None:
-    """Start component ``name``: the built binary of that name (or ``program``) with ``args``."""
+    """Start component ``name``: the built binary of that name (or ``program``) with ``args``,
+    at index ``at`` of the components (default: last; ``stop`` stops the last first)."""
     log = cluster.state_dir / "logs" / f"{name}.log"
     log.parent.mkdir(exist_ok=True)
     parent = os.getpid()
@@ -226,7 +239,8 @@ def _spawn(
             preexec_fn=(lambda: _killed_with(parent)) if cluster.die_with_parent else None,  # noqa: PLW1509
         )
     start_time = _start_time(child.pid) or ""
-    cluster.components.append(Component(name, child.pid, start_time, str(log)))
+    component = Component(name, child.pid, start_time, str(log))
+    cluster.components.insert(len(cluster.components) if at is None else at, component)
     cluster._children[child.pid] = child
     cluster.save()
 
@@ -335,6 +349,78 @@ def start(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
+APISERVER = "kube-apiserver"
+
+
+def _tls(pki: Path) -> list[str]:
+    """The serving certificate and client CA of every component."""
+    return [
+        f"--tls-cert-file={pki / 'serving.crt'}",
+        f"--tls-private-key-file={pki / 'serving.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+    ]
+
+
+def _apiserver_args(cluster: Cluster) -> list[str]:
+    """kube-apiserver's command line: on the cluster's port, certificates and etcd (the same
+    at each start, so that a restarted one is the same server to its clients)."""
+    pki, ports = cluster.state_dir / "pki", cluster.ports
+    gates = [f"--feature-gates={WORKLOAD_GATES}"] if cluster.workloads else []
+    return [
+        f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={ports[APISERVER]}",
+        *_tls(pki),
+        "--service-account-issuer=https://kubernetes.default.svc",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--authorization-mode=Node,RBAC",
+        # No front proxy: a CA for its client certificates, and a name nobody holds.
+        f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--enable-admission-plugins=NodeRestriction",
+        # pods/log reaches the stand-in kubelet (podrunner.py) as it would a kubelet
+        f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+        f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+        "--kubelet-preferred-address-types=InternalIP",
+        "--endpoint-reconciler-type=none",  # a loopback address may not be an endpoint
+        "--profiling=false",
+        *gates,
+        *([f"--runtime-config={WORKLOAD_API}=true"] if cluster.workloads else []),
+    ]
+
+
+def _apiserver_ready(cluster: Cluster) -> Any:
+    return _healthy(cluster, cluster.ports[APISERVER], "/readyz")
+
+
+def kill_apiserver(cluster: Cluster) -> None:
+    """Kill the API server as a crash does (SIGKILL: open connections and watches break with
+    no goodbye); etcd and the other components run on. :func:`restart_apiserver` starts it
+    again."""
+    component = next(c for c in cluster.components if c.name == APISERVER)
+    child = cluster._children.pop(component.pid, None)
+    _stop_one(component, child, STOP_TIMEOUT_S, signals=(signal.SIGKILL,))
+    cluster.components.remove(component)
+    cluster.save()
+
+
+def restart_apiserver(cluster: Cluster, timeout: float = START_TIMEOUT_S) -> None:
+    """Start the API server killed by :func:`kill_apiserver` again: on the same port,
+    certificates, keys and etcd (its clients' kubeconfigs and tokens hold), in its place
+    among the components; returns once its /readyz answers."""
+    if any(c.name == APISERVER for c in cluster.components):
+        raise TestenvError("k8s-testenv: the API server runs already")
+    at = next(i for i, c in enumerate(cluster.components) if c.name == "etcd") + 1
+    _spawn(cluster, APISERVER, _apiserver_args(cluster), at=at)
+    ready = _apiserver_ready(cluster)
+    _wait(cluster, "kube-apiserver /readyz", ready, time.monotonic() + timeout)
+
+
 def _start_all(cluster: Cluster, deadline: float) -> None:
     state, pki, ports = cluster.state_dir, cluster.state_dir / "pki", cluster.ports
     etcd_url = f"http://127.0.0.1:{ports['etcd']}"
@@ -364,47 +450,9 @@ def _start_all(cluster: Cluster, deadline: float) -> None:
 
     _wait(cluster, "etcd", etcd_ready, deadline)
     gates = [f"--feature-gates={WORKLOAD_GATES}"] if cluster.workloads else []
-    tls = [
-        f"--tls-cert-file={pki / 'serving.crt'}",
-        f"--tls-private-key-file={pki / 'serving.key'}",
-        f"--client-ca-file={pki / 'ca.crt'}",
-    ]
-    _spawn(
-        cluster,
-        "kube-apiserver",
-        [
-            f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={ports['kube-apiserver']}",
-            *tls,
-            "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--authorization-mode=Node,RBAC",
-            # No front proxy: a CA for its client certificates, and a name nobody holds.
-            f"--requestheader-client-ca-file={pki / 'ca.crt'}",
-            "--requestheader-allowed-names=front-proxy-client",
-            "--requestheader-username-headers=X-Remote-User",
-            "--enable-admission-plugins=NodeRestriction",
-            # pods/log reaches the stand-in kubelet (podrunner.py) as it would a kubelet
-            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
-            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
-            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
-            "--kubelet-preferred-address-types=InternalIP",
-            "--endpoint-reconciler-type=none",  # a loopback address may not be an endpoint
-            "--profiling=false",
-            *gates,
-            *([f"--runtime-config={WORKLOAD_API}=true"] if cluster.workloads else []),
-        ],
-    )
-    _wait(
-        cluster,
-        "kube-apiserver /readyz",
-        _healthy(cluster, ports["kube-apiserver"], "/readyz"),
-        deadline,
-    )
+    tls = _tls(pki)
+    _spawn(cluster, APISERVER, _apiserver_args(cluster))
+    _wait(cluster, "kube-apiserver /readyz", _apiserver_ready(cluster), deadline)
     for name, extra in (
         (
             "kube-controller-manager",

@@ -14,6 +14,7 @@ from dra_jupyter.settings import Settings
 from tests.browser.conftest import Lab, run_all_cells
 from tests.lab.test_devices_panel import (
     TOAST,
+    WAIT_MS,
     X,
     claims,
     notebook,
@@ -49,6 +50,11 @@ def test_a_gpu_taken_out_offers_move_and_move_restarts_the_notebook_elsewhere(
         status = page.locator(".dra-DeviceStatus")
         until("the status bar to say it", lambda: f"{name} taken out" in status.inner_text())
         warning.get_by_role("button", name="Move").click()
+        # asked first, as a restart is (issue 42, item 7): the kernel's variables go
+        dialog = page.locator(".jp-Dialog")
+        dialog.wait_for(timeout=WAIT_MS)
+        assert "failing.ipynb restarts on an equivalent device" in dialog.inner_text()
+        dialog.get_by_role("button", name="Move").click()
         toast(page, f"Kernel restarted on 1{X} H200; its variables are gone.")
         shown = page.locator(TOAST).filter(has_text="was taken out of service")
         until("the notification withdrawn after the Move", lambda: shown.count() == 0)

@@ -230,10 +230,23 @@ def test_a_notebook_claim_shows_in_panel_and_status_bar_and_release_gives_it_bac
     assert f"2{X} H200" in row.inner_text()
     held = panel.locator("tr.dra-state-held")
     until("2 devices held in the panel", lambda: held.count() == 2)
+    # held by the notebook, by its name, not by the claim's id (issue 42, item 7)
+    states = held.locator("td.dra-device-state").all_inner_texts()
+    assert states == ["held: claims.ipynb"] * 2, states
     page.wait_for_timeout(300)  # let the page settle for the picture (no state is waited on)
     page.screenshot(path=str(screenshots_dir(tmp_path) / "devices-panel.png"))
 
+    # 2 GPUs go: asked first (issue 42, item 7); Cancel keeps them
     row.locator("button.dra-release").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=WAIT_MS)
+    assert f"Release 2{X} H200?" in dialog.inner_text()
+    assert "claims.ipynb loses them" in dialog.inner_text()
+    dialog.locator("button.jp-mod-reject").click()
+    dialog.wait_for(state="detached", timeout=WAIT_MS)
+    assert [c["name"] for c in claims(lab)] == [claim["name"]]
+    row.locator("button.dra-release").click()
+    page.locator(".jp-Dialog").get_by_role("button", name="Release").click()
     until("the claim released", lambda: claims(lab) == [])
     toast(page, f"(claim {claim['name']}): it was released on request")
     status.wait_for(state="hidden", timeout=WAIT_MS)
@@ -326,6 +339,16 @@ def test_the_panel_lists_a_run_shows_its_output_and_cancels_it_when_asked_twice(
         assert card.locator("button.dra-run-cancel").count() == 0
         ended = run.status  # read again
         assert ended.phase == "Cancelled"
+        # finished runs can be cleared off the list (issue 42, item 7: it only grew), also
+        # after a reload of the page; dra.runs() still lists them
+        panel.locator("section.dra-runs button.dra-runs-clear").click()
+        card.wait_for(state="detached", timeout=WAIT_MS)
+        assert panel.locator("section.dra-runs h3").text_content() == "Your runs"  # no count
+        page.reload()
+        panel = open_panel(page)
+        panel.locator("section.dra-runs .dra-empty").wait_for(timeout=WAIT_MS)
+        assert panel.locator('li.dra-run[data-run="panel-run"]').count() == 0
+        assert [r.name for r in session.runs()] == ["panel-run"]
     finally:
         run.cancel()
 

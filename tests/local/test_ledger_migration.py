@@ -20,6 +20,7 @@ from tests.local.ledger_v3 import write_v3
 from tests.local.ledger_v4 import write_v4
 from tests.local.ledger_v5 import write_v5
 from tests.local.ledger_v6 import write_v6
+from tests.local.ledger_v7 import write_v7
 from tests.local.test_ledger import INVENTORY, claim, owner, record
 from tests.local.worker import WorkerProcess
 
@@ -32,6 +33,7 @@ BUILDERS: dict[int, Callable[..., None]] = {
     4: write_v4,
     5: write_v5,
     6: write_v6,
+    7: write_v7,
 }
 
 
@@ -90,7 +92,9 @@ def test_an_older_ledger_is_migrated_with_nothing_lost(tmp_path: Path, version: 
     ended = Ledger(path).released(made.name)
     assert ended is not None and ended.record == made and ended.reason == "user"
     closed = [i for i in Ledger(path).usage(0.0, 1e12) if i.claim == made.name]
-    assert [(i.start, i.end, i.reason) for i in closed] == [(made.created, ended.time, "user")]
+    assert [(i.start, i.end, i.reason, i.released_by) for i in closed] == [
+        (made.created, ended.time, "user", "carol")  # who released it (version 8)
+    ]
     assert Ledger(path).read_claims() == ledger.read_claims()  # opened again: no second step
 
 

@@ -106,6 +106,12 @@ def test_a_failing_command_is_failed_with_its_exit_code(session: Session) -> Non
     status = run.wait(BOUND)
     assert (status.phase, status.exit_codes) == ("Failed", (3,))
     assert status.message == f"run {run.name}: exit code 3"
+    # said once, in words: the run's name and the code not repeated (issue 42, item 7)
+    head, row = str(status).splitlines()
+    assert head == f"run {run.name}: Failed: exit code 3"
+    assert row.endswith(", exit code 3, 0 restarts") and run.name not in row, row
+    assert " with gpu.nvidia.com/" not in row and f"/{status.devices[0].rsplit('/')[-1]}" in row
+    assert repr(status).endswith("\n  exit code 3>") and repr(status).count("exit code") == 1
     assert run.logs() == "oops\n"
 
 
@@ -129,6 +135,10 @@ def test_cancel_stops_the_command_and_releases_the_claim(session: Session) -> No
     status = run.status
     assert status.phase == "Cancelled" and status.message == f"run {run.name}: cancelled"
     assert status.exit_codes == (-signal.SIGTERM,)
+    # in words: cancelled once, the signal by its name, not "exit code -15" (issue 42, item 7)
+    head, row = str(status).splitlines()
+    assert head == f"run {run.name}: Cancelled" and "stopped by SIGTERM," in row, row
+    assert repr(status).endswith("\n  stopped by SIGTERM>") and "-15" not in repr(status)
     assert gone(child)
     assert session.backend.claims() == []
     run.cancel()  # ended already: nothing to do

@@ -80,6 +80,13 @@ def released(svc: Service) -> dict[str, str]:
     return dict(read(svc, "SELECT name, reason FROM releases ORDER BY id"))
 
 
+def released_by(admin: User, svc: Service) -> dict[str, str]:
+    """Who released each claim, as an admin's ``dra-jupyter usage --by claim`` says it."""
+    answer = run_as(admin, svc.env(), lambda: cli(["usage", "--by", "claim", "-o", "json"]))
+    assert answer["ok"]["code"] == 0, answer
+    return {r["claim"]: r["released_by"] for r in json.loads(answer["ok"]["out"])}
+
+
 def session() -> Session:
     return Session(Settings.from_env())
 
@@ -191,6 +198,7 @@ def test_an_admin_sees_and_releases_every_claim(users: dict[str, User]) -> None:
         assert done == {"code": 0, "out": f"released: {name}\n", "err": ""}
         assert live(svc) == []
         assert released(svc) == {name: "admin"}  # the owner is told who: carol
+        assert released_by(carol, svc) == {name: carol.name}  # and the usage book keeps it
 
 
 def test_a_user_cannot_release_with_the_services_reasons(users: dict[str, User]) -> None:
@@ -228,6 +236,8 @@ def test_a_user_cannot_release_with_the_services_reasons(users: dict[str, User])
         )
         assert by_admin["ok"]["ok"] is True, by_admin
         assert released(svc) == {names[0]: "kernel-shutdown", names[1]: "device-failed"}
+        # the usage book says who: the admin by name; a rule's reason in parentheses
+        assert released_by(carol, svc) == {names[0]: "(kernel-shutdown)", names[1]: carol.name}
 
 
 def test_the_claims_of_a_killed_process_are_reclaimed(users: dict[str, User]) -> None:
@@ -245,6 +255,7 @@ def test_the_claims_of_a_killed_process_are_reclaimed(users: dict[str, User]) ->
             holder.kill()  # SIGKILL: nothing of the process's own runs
         wait_for("the killed process's claim is released", lambda: live(svc) == [])
         assert released(svc) == {f"{alice.name}-kept": "reclaimed"}
+        assert released_by(users["carol"], svc) == {f"{alice.name}-kept": "(reclaimed)"}
 
 
 def test_a_request_waits_in_line_until_the_devices_are_released(users: dict[str, User]) -> None:

@@ -526,7 +526,7 @@ class JobRun:
             self._call(action, "delete", kind, _gone_is_fine(call))
         self._cancelled = True
         for watched, names in ((JOBS, made), (PODS, pods), (CLAIMS, claims)):
-            view = self._backend.watched(watched)  # read-your-writes: gone from the views now
+            view = self._backend.running(watched)  # read-your-writes: gone from the views now
             if view is not None:
                 for name in names:
                     view.deleted(name, namespace)

@@ -283,7 +283,7 @@ class PodRun:
         if self.claim is not None:
             self.claim.release()
         elif self.claim_name:
-            view = self._backend.watched(CLAIMS)  # read-your-writes, where watched
+            view = self._backend.running(CLAIMS)  # read-your-writes, where watched
             ClaimClient(self._backend.api, self._backend.namespace, view).delete(self.claim_name)
 
     def cancel(self) -> None:
@@ -297,7 +297,7 @@ class PodRun:
         finally:
             self._release()
         self.state = ended.phase.lower() if ended is not None else "cancelled"
-        view = self._backend.watched(PODS)  # read-your-writes: gone from the view now
+        view = self._backend.running(PODS)  # read-your-writes: gone from the view now
         if view is not None:
             view.deleted(self.pod, self._backend.namespace)
 
@@ -399,8 +399,8 @@ def _expired(pod: Wire) -> bool:
 def _forget(backend: ClusterAccess, pod: str, claim: str) -> None:
     """Delete an expired pod run: its pod, then its claim where it is still there."""
     delete_pod(backend, pod)
-    view = backend.watched(PODS)
+    view = backend.running(PODS)
     if view is not None:
         view.deleted(pod, backend.namespace)
     if claim:
-        ClaimClient(backend.api, backend.namespace, backend.watched(CLAIMS)).delete(claim)
+        ClaimClient(backend.api, backend.namespace, backend.running(CLAIMS)).delete(claim)

@@ -60,7 +60,9 @@ export class DeviceHealth {
       restarted(kernelId: string): Promise<void>;
     },
     /** What to do with a Move or Release that failed. */
-    readonly fail: (err: unknown) => void
+    readonly fail: (err: unknown) => void,
+    /** Asked before a Move (the kernel's variables go): true, move (the page: a dialog). */
+    readonly moveAsked: (notebook: string | null) => Promise<boolean> = async () => true
   ) {
     this._shown = new NoticeSet(notifier);
     model.released.connect((_, { event }) => this.withdraw(event.claim));
@@ -107,8 +109,14 @@ export class DeviceHealth {
           'lost); the claim with the failed device is released',
         kind: 'accent',
         callback: () => {
-          this.withdraw(name);
-          void this.move(name, kernel);
+          void this.moveAsked(label).then(yes => {
+            if (yes) {
+              this.withdraw(name);
+              void this.move(name, kernel);
+            } else {
+              this._shown.show(name, unhealthyText(event, label), actions); // as it was
+            }
+          });
         }
       });
     }

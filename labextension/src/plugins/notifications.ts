@@ -15,6 +15,7 @@ import { announceRelease } from '../notifications/releases';
 import { RunEnds } from '../notifications/runends';
 import { IdleWarnings } from '../notifications/warnings';
 import { IDRAKernels, IDRAModel, IDRASettings, type Kernels, RUN_OUTPUT } from '../tokens';
+import { moveAsked } from '../views/ask';
 
 export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
   id: 'dra-jupyter-labextension:notifications',
@@ -60,7 +61,7 @@ export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
     const reclaims = new ReclaimWarnings(model, notifier, kernels.label, fail);
     model.reclaimWarning.connect(shown(event => reclaims.show(event)));
     // a device of the user's claim taken out of service: Move or Release, until done
-    const health = new DeviceHealth(model, moveNotifier, kernels, fail);
+    const health = new DeviceHealth(model, moveNotifier, kernels, fail, moveAsked);
     model.deviceUnhealthy.connect(shown(event => health.show(event)));
     model.released.connect(shown(release => announceRelease(model, kernels, release)));
     // a background run ended: how, with Output (the panel's command opens it)

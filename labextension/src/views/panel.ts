@@ -2,7 +2,6 @@
 // "Restart kernel with these devices"), their background runs (runsview.ts), a request
 // form, and the devices by node and GPU with MIG partitions under their parent.
 
-import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
@@ -35,6 +34,7 @@ import { type DraModel, toError } from '../model';
 import { claimPending, POD_RESTART, restartWords } from '../notifications/moves';
 import type { Kernels } from '../tokens';
 import type { Claim, ClaimRequest, Device } from '../wire';
+import { moveAsked, releaseAsked, restartAsked } from './ask';
 import { button, el, sparkline } from './dom';
 import { RunsView } from './runsview';
 
@@ -233,7 +233,13 @@ export class DevicesPanel extends Widget {
     const actions = el('div', 'dra-actions');
     actions.append(
       button('Release', 'jp-mod-warn dra-release', releaseCaption(claim), () =>
-        this._act(row, () => this.model.release(claim.name))
+        this._act(row, async () => {
+          const what = deviceSummary(claim.devices, this.model.deviceMap);
+          const holder = kernel ? this.kernels.label(kernel) : null;
+          if (await releaseAsked(what, claim.devices.length, holder, claim.run)) {
+            await this.model.release(claim.name);
+          }
+        })
       )
     );
     if (outText) {
@@ -245,9 +251,12 @@ export class DevicesPanel extends Widget {
             'Ask for an equivalent device and restart the kernel on it (its variables are ' +
               'lost); this claim is released',
             () =>
-              this._act(row, () =>
-                this.model.move(claim.name).then(() => this.kernels.restarted(kernel))
-              )
+              this._act(row, async () => {
+                if (await moveAsked(this.kernels.label(kernel))) {
+                  await this.model.move(claim.name);
+                  await this.kernels.restarted(kernel);
+                }
+              })
           )
         );
       }
@@ -559,7 +568,7 @@ export class DevicesPanel extends Widget {
     const s = el('td', 'dra-device-state', state);
     if (d.holder) {
       s.title = d.holder;
-      s.textContent = `${state}: ${d.holder}`;
+      s.textContent = `${state}: ${this._holderWords(d)}`;
     }
     if (takenOut(d)) {
       tr.classList.add('dra-taken-out');
@@ -568,6 +577,19 @@ export class DevicesPanel extends Widget {
     }
     tr.append(s);
     return tr;
+  }
+
+  /**
+   * Who holds a device, in the caller's words: the notebook whose kernel holds it, or the
+   * run, where the claim is the caller's; else the server's `claim (user)`.
+   */
+  private _holderWords(d: Device): string {
+    const mine = this.model.claims.find(c => c.devices.includes(d.device));
+    const notebook = mine?.kernel_id ? this.kernels.label(mine.kernel_id) : null;
+    if (notebook) {
+      return notebook;
+    }
+    return mine?.run ? `run ${mine.run}` : d.holder;
   }
 
   private _ticker = 0;
@@ -589,19 +611,4 @@ function releaseCaption(claim: Claim): string {
   return claim.run
     ? `Give back ${claim.name} now; run ${claim.run}, which holds it, stops`
     : `Give back ${claim.name} now`;
-}
-
-/**
- * Ask before a restart with devices, as JupyterLab's own Restart asks: the kernel's
- * variables go. True: restart.
- */
-async function restartAsked(notebook: string | null, label: string): Promise<boolean> {
-  const answer = await showDialog({
-    title: `${label}?`,
-    body:
-      `The kernel${notebook ? ` of ${notebook}` : ''} restarts with the devices in its ` +
-      'environment; its variables are lost.',
-    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Restart' })]
-  });
-  return answer.button.accept;
 }

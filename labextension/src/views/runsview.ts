@@ -19,6 +19,10 @@ import {
 import type { Run, RunLogs } from '../wire';
 import { button, el } from './dom';
 
+/** Where the page keeps the finished runs cleared from the list (their names). */
+const CLEARED_KEY = 'dra-jupyter:cleared-runs';
+const CLEARED_MAX = 500; // the newest kept: the list's own runs are fewer
+
 /** A run's output as last read, when, and whether a read is on its way. */
 interface Output {
   logs: RunLogs | null;
@@ -41,21 +45,39 @@ export class RunsView {
       return null;
     }
     const section = el('section', 'dra-runs');
-    const count = runs?.runs.length ?? 0;
-    section.append(el('h3', '', count ? `Your runs (${count})` : 'Your runs'));
+    const shown = (runs?.runs ?? []).filter(r => !this._cleared.has(r.name));
+    const count = shown.length;
+    const head = el('h3', '', count ? `Your runs (${count})` : 'Your runs');
+    const finished = shown.filter(r => r.ended !== null).map(r => r.name);
+    if (finished.length > 0) {
+      // the list would only grow: finished runs go from it (dra.runs() still lists them)
+      head.append(
+        button(
+          'Clear finished',
+          'dra-runs-clear',
+          `Take the ${finished.length} finished run${finished.length > 1 ? 's' : ''} off ` +
+            'this list (dra.runs() still lists them)',
+          () => {
+            this._clear(finished);
+            this.rerender();
+          }
+        )
+      );
+    }
+    section.append(head);
     if (error !== null) {
       section.append(errorBox(error));
     }
     if (runs === null) {
       return section;
     }
-    if (runs.runs.length === 0) {
+    if (shown.length === 0) {
       section.append(el('div', 'dra-dim dra-empty', NO_RUNS));
       return section;
     }
     const list = el('ul', 'dra-run-list');
     const now = this.model.now();
-    for (const run of [...runs.runs].reverse()) {
+    for (const run of [...shown].reverse()) {
       list.append(this._run(run, now)); // the newest first
     }
     section.append(list);
@@ -212,9 +234,34 @@ export class RunsView {
     }
   }
 
+  /** Take finished runs off the list, for this page and the next (the browser keeps it). */
+  private _clear(names: string[]): void {
+    for (const name of names) {
+      this._cleared.add(name);
+    }
+    const kept = [...this._cleared].slice(-CLEARED_MAX);
+    this._cleared = new Set(kept);
+    try {
+      window.localStorage.setItem(CLEARED_KEY, JSON.stringify(kept));
+    } catch {
+      // no storage (private mode, full): cleared for this page only
+    }
+  }
+
+  private _cleared = readCleared();
   private _confirming: string | null = null; // the run whose cancel is asked
   private _problems = new Map<string, DraRequestError>(); // a failed cancel, by run
   private _outputs = new Map<string, Output>(); // the runs whose output is open
+}
+
+/** The runs cleared before, as the browser kept them (none where it cannot). */
+function readCleared(): Set<string> {
+  try {
+    const kept: unknown = JSON.parse(window.localStorage.getItem(CLEARED_KEY) ?? '[]');
+    return new Set(Array.isArray(kept) ? kept.filter(n => typeof n === 'string') : []);
+  } catch {
+    return new Set();
+  }
 }
 
 function errorBox(error: DraRequestError): HTMLElement {
