@@ -16,7 +16,10 @@ The phases, side by side on the same machine and control plane:
 
 * **baseline**: ``c.DRAExtensionApp.watch = False``: every read goes to the API server, as
   every server did before issue 38 (its LISTs are what the issue measured);
-* **watched**: the default: views listed once, then watched, and changes pushed.
+* **watched**: the default: views listed once, then watched, and changes pushed;
+* **shared view**: watched, each server asking the hub's shared view of the devices
+  (:mod:`dra_jupyter.hub.sharedview`, one process, with a stand-in for the hub's word on the
+  token) and bound by deploy/hub-rbac.yaml alone: it watches only its namespace.
 
 Counted from the API server's ``/metrics`` over each phase's window (nothing else runs on
 this control plane): ``apiserver_request_total`` of LIST and WATCH, the bytes of the LISTs'
@@ -55,6 +58,8 @@ from dra_jupyter.cli import main as cli_main
 from dra_jupyter.kube.connect import api_client
 from dra_jupyter.server.claim_events import CHANGED
 from tests import kernelws
+from tests.hub.test_kubespawner import FALLBACK_RBAC, RBAC
+from tests.hub.test_shared_view import service_process
 from tests.k8s import testenv
 from tests.k8s.apimetrics import Everything, counted_account, sample
 from tests.k8s.kernelserver import RefusedError, Server, running_server
@@ -68,6 +73,7 @@ USAGE_EVERY_S = 60.0  # model.ts USAGE_EVERY
 USERS = 1000  # the hub the report extrapolates to
 DEADLINE_S = 120.0
 ACCOUNT = "dra-singleuser"  # the servers' (deploy/hub-rbac.yaml), one per namespace
+SHARED_TOKEN = "alice-token"  # a user's, as the shared view's stand-in hub knows it
 
 
 @dataclass
@@ -144,10 +150,18 @@ def lab(server: Server, claim: str, seconds: float, stop: threading.Event) -> No
 
 @contextlib.contextmanager
 def servers(
-    cluster: testenv.Cluster, api: client.ApiClient, folder: Path, count: int, *, watch: bool
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    folder: Path,
+    count: int,
+    *,
+    watch: bool,
+    shared: str = "",
 ) -> Iterator[tuple[list[tuple[Server, str]], list[Everything]]]:
     """``count`` servers, each in a namespace of its own with one claim held, and the
-    counters of their accounts' requests. No pod runs: no stand-in kubelet lists pods."""
+    counters of their accounts' requests; with ``shared`` (the hub's shared view's URL),
+    each reads it with a user's token and is bound by deploy/hub-rbac.yaml alone (nothing
+    cluster-wide). No pod runs: no stand-in kubelet lists pods."""
     with contextlib.ExitStack() as stack:
         up = []
         accounts = []
@@ -165,7 +179,10 @@ def servers(
                     None,
                     idle_timeout=0,
                     check_interval=30,
-                    config=f"c.DRAExtensionApp.watch = {watch}\n",
+                    config=f"c.DRAExtensionApp.watch = {watch}\n"
+                    + (f"c.DRAExtensionApp.shared_view_url = {shared!r}\n" if shared else ""),
+                    env={"JUPYTERHUB_API_TOKEN": SHARED_TOKEN} if shared else None,
+                    rbac=(RBAC,) if shared else FALLBACK_RBAC,
                 )
             )
             extension_ready(server)
@@ -258,13 +275,15 @@ def publish(cluster: testenv.Cluster, nodes: int) -> None:
         raise RuntimeError("publish-slices failed")
 
 
-def report(phases: list[Phase], small: Phase | None) -> str:
+def report(
+    phases: list[Phase], small: Phase | None, shared: Phase | None = None, view_mib: float = 0.0
+) -> str:
     head = (
         "| phase | nodes | servers | LIST / server / min | MB listed / server / min "
         "| WATCHes opened / server (of them cluster-wide) | RSS MiB / server |"
     )
     lines = [head, "|---" * 7 + "|"]
-    for p in [*([small] if small else []), *phases]:
+    for p in [*([small] if small else []), *phases, *([shared] if shared else [])]:
         rss = sum(p.rss_mib) / len(p.rss_mib)
         lines.append(
             f"| {p.name} | {p.nodes} | {p.servers} | {p.per_server_minute(p.lists):.1f} "
@@ -290,6 +309,13 @@ def report(phases: list[Phase], small: Phase | None) -> str:
             "",
             f"A watched server's memory at {watched.nodes} nodes against {small.nodes}: "
             f"{grew:+.0f} MiB (target: within 20 MiB).",
+        ]
+    if shared is not None and small is not None:
+        grew = sum(shared.rss_mib) / len(shared.rss_mib) - sum(small.rss_mib) / len(small.rss_mib)
+        lines += [
+            f"A server reading the hub's shared view at {shared.nodes} nodes against a watched "
+            f"one at {small.nodes}: {grew:+.0f} MiB; the shared view itself, one per hub: "
+            f"{view_mib:.0f} MiB.",
         ]
     return "\n".join(lines)
 
@@ -338,11 +364,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 )
                             )
                     print(f"{name} measured", flush=True)
+                # the hub's shared view (one process for every server), the servers asking it
+                with (
+                    service_process(cluster.kubeconfig, folder) as (url, view_pid),
+                    servers(cluster, api, folder, args.servers, watch=True, shared=url) as up,
+                ):
+                    shared = measure("shared view", cluster, up, args.nodes, args.seconds)
+                    shared_view_mib = rss_mib(view_pid)
+                print("shared view measured", flush=True)
         finally:
             cluster.stop()
     one, five, _ = os.getloadavg()
     print(f"load average at the end: {one:.2f}, {five:.2f}\n")
-    print(report(phases, small))
+    print(report(phases, small, shared, shared_view_mib))
     if took:
         print("\n" + latency_report(took, args.nodes))
     return 0

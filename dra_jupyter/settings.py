@@ -35,6 +35,12 @@ variable                              meaning (default)
 ``DRA_JUPYTER_KUBECONFIG``            a kubeconfig file for the Kubernetes backend, used before
                                       the pod's service account (none: in-cluster, then
                                       ``$KUBECONFIG``, then ``~/.kube/config``)
+``DRA_JUPYTER_SHARED_VIEW_URL``       the hub's shared view of the cluster's devices
+                                      (:mod:`dra_jupyter.hub.sharedview`; a hub's spawner sets
+                                      it): where set, the Kubernetes backend reads no
+                                      cluster-wide kind (no slices, no other namespace's
+                                      claims) and a Jupyter server asks the view for the counts
+                                      ("": none, the server watches the cluster itself)
 ``DRA_JUPYTER_SERVER_ID``             the Jupyter server whose kernel this is: its claims are
                                       labelled ``dra-jupyter/server`` with it (set by the
                                       server extension)
@@ -126,6 +132,9 @@ class Settings:
     # keep views of the cluster by watching it (dra_jupyter.kube.watching): a long-lived
     # process sets it (the Jupyter server); a kernel or a command reads when asked
     watch: bool = False
+    # the hub's shared view of the cluster's devices ("": none): where set, nothing here
+    # reads a cluster-wide kind (dra_jupyter.kube.sharedview)
+    shared_view_url: str = ""
     rerun_releases: bool = True  # a cell run again releases its previous run's claims first
     socket: Path = DEFAULT_SOCKET  # the dra-jupyter service's Unix socket
     service_config: Path = DEFAULT_SERVICE_CONFIG  # its policy file (where it is installed)
@@ -185,6 +194,7 @@ class Settings:
             namespace=env.get("DRA_JUPYTER_NAMESPACE", ""),
             image=env.get("DRA_JUPYTER_IMAGE", ""),
             kueue_queue=env.get("DRA_JUPYTER_KUEUE_QUEUE", ""),
+            shared_view_url=env.get("DRA_JUPYTER_SHARED_VIEW_URL", "").strip(),
             kube_retries=int(retries),
             kube_backoff=_seconds(env, "DRA_JUPYTER_KUBE_BACKOFF", 0.5),
             ledger=Path(env.get("DRA_JUPYTER_LEDGER") or default_ledger(env)),

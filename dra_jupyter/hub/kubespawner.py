@@ -248,6 +248,17 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         (DRA_JUPYTER_NAMESPACE). Empty: the pod's namespace. The pod's own template is
         always in the pod's namespace.""",
     )
+    dra_shared_view_url = Unicode(
+        "",
+        config=True,
+        help="""The URL of the hub's shared view of the cluster's devices, as a server pod
+        reaches it (the service of dra_jupyter.hub.sharedview.shared_view_service: through
+        the proxy, http://proxy-public/services/dra-devices/ under zero-to-jupyterhub, or
+        the service's own URL), given to the server as DRA_JUPYTER_SHARED_VIEW_URL: the
+        server then asks it for the cluster's counts and watches only its namespace, so its
+        service account needs no cluster-wide RBAC. Empty: each server watches the cluster
+        itself (deploy/singleuser-cluster-rbac.yaml).""",
+    )
     dra_kubeconfig = Unicode(
         "",
         config=True,
@@ -351,6 +362,8 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         env.setdefault("DRA_JUPYTER_SERVER_ID", self.dra_server_id())
         if self.dra_kueue_queue:  # dra.run's Jobs go through the same queue
             env.setdefault("DRA_JUPYTER_KUEUE_QUEUE", self.dra_kueue_queue)
+        if self.dra_shared_view_url:
+            env.setdefault("DRA_JUPYTER_SHARED_VIEW_URL", self.dra_shared_view_url)
         env.update(kernels_env(self.dra_kernel_specs()))
         return env
 

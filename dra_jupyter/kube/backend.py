@@ -119,7 +119,12 @@ class KubernetesBackend:
         self.slices_readable = True  # False: RBAC hides the slices, nothing is checked here
         self._events: ClaimEvents | None = None
         # the namespace's watched views, where settings.watch asks (:mod:`.views`)
-        self.views = NamespaceViews(lambda: self.api, self.namespace, enabled=settings.watch)
+        self.views = NamespaceViews(
+            lambda: self.api,
+            self.namespace,
+            enabled=settings.watch,
+            cluster_wide=not settings.shared_view_url,
+        )
 
     def with_owner(self, owner: Owner) -> KubernetesBackend:
         """The same cluster, namespace and API client for another owner (the server's
@@ -219,7 +224,22 @@ class KubernetesBackend:
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """The cluster's ResourceSlices, DeviceClasses and DeviceTaintRules: from the
         cluster's watched views where they answer (:mod:`.views`), else read on first use,
-        and again with ``refresh``."""
+        and again with ``refresh``. With a shared view (``settings.shared_view_url``): none
+        (the hub's view counts them; kube-scheduler decides what can be met)."""
+        if self.settings.shared_view_url:  # the hub's shared view counts them: none read here
+            self.slices_readable = False
+            host = self.api.configuration.host
+            return Inventory(
+                name="kubernetes",
+                description=(
+                    f"the cluster at {host} (its devices are counted by the hub's shared view "
+                    f"at {self.settings.shared_view_url})"
+                ),
+                slices=(),
+                device_classes=(),
+                simulated=False,
+                source=f"kubernetes:{host}",
+            )
         watched = self.views.inventory()  # where the cluster's views answer: as they are now
         if watched is not None:
             self.slices_readable = True
@@ -336,7 +356,10 @@ class KubernetesBackend:
     def holders(self, *, cluster_wide: bool = False) -> list[ClaimRecord]:
         """Every allocated claim the user may see: cluster-wide, else (unless
         ``cluster_wide``) in the namespace; from the cluster's view of claims where it
-        answers."""
+        answers. With a shared view (``settings.shared_view_url``), unless ``cluster_wide``:
+        dra-jupyter's claims of the namespace only (the hub's view holds the others)."""
+        if self.settings.shared_view_url and not cluster_wide:  # the namespace's only
+            return [to_record(c) for c in self._listed_claims() if claim_state(c) != "pending"]
         view = self.views.cluster(CLAIMS)
         if view is not None:
             return [to_record(c) for c in view.list() if claim_state(c) != "pending"]

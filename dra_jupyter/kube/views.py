@@ -78,10 +78,20 @@ class NamespaceViews:
     """The views of one namespace through one API client, where ``enabled``; shared by a
     backend and its twins for other owners (``with_owner``)."""
 
-    def __init__(self, api: Callable[[], ApiClient], namespace: str, *, enabled: bool) -> None:
+    def __init__(
+        self,
+        api: Callable[[], ApiClient],
+        namespace: str,
+        *,
+        enabled: bool,
+        cluster_wide: bool = True,
+    ) -> None:
         self._api = api  # the backend's client, made on first use
         self.namespace = namespace
         self.enabled = enabled
+        # False: the cluster's views are never started (the hub's shared view keeps them:
+        # dra_jupyter.kube.sharedview); the namespace's are
+        self.cluster_wide = cluster_wide
         self.closed = False
         self.started = False  # a view was asked for (close has something to stop)
         # the inventory made of the cluster's views, and their resourceVersions then
@@ -109,8 +119,8 @@ class NamespaceViews:
 
     def cluster(self, kind: str) -> Reflector | None:
         """The cluster's view of every object of ``kind`` (every namespace's, for claims),
-        as :meth:`view` says it."""
-        if not self.enabled or self.closed:
+        as :meth:`view` says it; None where this process keeps no cluster-wide view."""
+        if not self.enabled or self.closed or not self.cluster_wide:
             return None
         self.started = True
         found = watching.shared(self._api(), kind)

@@ -72,6 +72,7 @@ class DRAExtensionApp(ExtensionApp):
     backend = settings_trait("backend")
     namespace = settings_trait("namespace")
     kubeconfig = settings_trait("kubeconfig")
+    shared_view_url = settings_trait("shared_view_url")
     server_id = settings_trait("server_id")
     inventory = settings_trait("inventory")
     ledger = settings_trait("ledger")

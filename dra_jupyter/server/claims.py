@@ -61,6 +61,7 @@ from dra_jupyter.server.models import (
     WaiterModel,
     check_claim_request,
 )
+from dra_jupyter.server.sharedcounts import SharedCounts
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import device_rows
 from dra_jupyter.types import (
@@ -185,6 +186,10 @@ class ClaimService:
         self._staged = threading.local()  # releases of this thread's batch, until committed
         self._inventory: Inventory | None = None
         self._inventory_read = 0.0  # time.monotonic() of that read
+        # the hub's shared view of the cluster's devices, where configured (Kubernetes)
+        self.shared: SharedCounts | None = None
+        if settings.shared_view_url and settings.backend == "kubernetes":
+            self.shared = SharedCounts(settings.shared_view_url)
 
     @property
     def backend(self) -> Backend:
@@ -216,7 +221,12 @@ class ClaimService:
 
     def devices(self) -> DevicesResponse:
         """Every device and who holds it (on Kubernetes: every allocated claim of the
-        cluster the server may list, else of its namespace), and who waits in line."""
+        cluster the server may list, else of its namespace), and who waits in line; from a
+        hub's shared view, where one is configured: the devices the user's claims hold and
+        the cluster's counts per shape (:mod:`.sharedcounts`)."""
+        if self.shared is not None:
+            self._sweep(wait=False)  # as every read: the namespace's claims kept in order
+            return self.shared.devices()
         swept = self._sweep(wait=False)
         inventory = self.inventory()
         held = swept.kept if swept.complete else self.backend.holders()

@@ -61,6 +61,17 @@ FIELDS: dict[str, Field] = {
         ~/.kube/config.""",
         file=True,
     ),
+    "shared_view_url": Field(
+        """Kubernetes backend: the URL of the hub's shared view of the cluster's devices
+        (the JupyterHub service dra_jupyter.hub.sharedview; a hub with DRAKubeSpawner sets
+        it from dra_shared_view_url). Where set, this server asks it, with its own
+        $JUPYTERHUB_API_TOKEN, for the cluster's counts per device shape and the devices of
+        its user's claims (GET /dra/api/devices), and watches only its namespace: it needs
+        no RBAC on ResourceSlices or on other namespaces' claims. Unreachable, the server
+        keeps serving its own claims and says that cluster counts are unavailable.
+        Default: $DRA_JUPYTER_SHARED_VIEW_URL, else '' (the server watches the cluster
+        itself)."""
+    ),
     "server_id": Field(
         """This server's id, a Kubernetes label value: every claim of its kernels and
         REST API is labelled dra-jupyter/server=<id>, and the server releases the claims

@@ -52,6 +52,7 @@ NAMESPACE_ENV = "DRA_JUPYTER_NAMESPACE"
 KUBECONFIG_ENV = "DRA_JUPYTER_KUBECONFIG"
 IDLE_TIMEOUT_ENV = "DRA_JUPYTER_IDLE_TIMEOUT"  # seconds; only when idle release is on
 SOCKET_ENV = "DRA_JUPYTER_SOCKET"
+SHARED_VIEW_ENV = "DRA_JUPYTER_SHARED_VIEW_URL"
 
 Clock = Callable[[], float]
 
@@ -68,6 +69,8 @@ def kernel_env(kernel_id: str, settings: Settings, idle_timeout: float = 0) -> d
             env[NAMESPACE_ENV] = settings.namespace
         if settings.kubeconfig:
             env[KUBECONFIG_ENV] = settings.kubeconfig
+        if settings.shared_view_url:  # nor do its kernels read cluster-wide kinds
+            env[SHARED_VIEW_ENV] = settings.shared_view_url
     elif settings.backend == "service":
         env[SOCKET_ENV] = str(settings.socket)
     else:

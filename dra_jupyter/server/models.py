@@ -51,11 +51,38 @@ class WaiterModel(TypedDict):
     why: str  # why there ("" where the backend does not say)
 
 
+class ShapeCountModel(TypedDict):
+    """The cluster's devices of one shape, by state (``GET devices`` from a hub's shared
+    view: dra_jupyter.kube.sharedview.ShapeCount)."""
+
+    kind: str
+    model: str
+    memory: str
+    mig_profile: str
+    total: int
+    free: int
+    held: int
+    shared: int
+    blocked: int
+    tainted: int
+
+
+class ClusterCountsModel(TypedDict):
+    """What a hub's shared view says of the whole cluster (``GET devices`` where the server
+    reads one): its devices counted per shape, or why not."""
+
+    source: str  # the shared view's URL
+    shapes: list[ShapeCountModel]
+    problem: str  # "": counted; else one line: "cluster device counts unavailable: ..."
+
+
 class DevicesResponse(TypedDict):
     inventory: str  # the inventory's description
     simulated: bool
     devices: list[DeviceModel]
     waiting: list[WaiterModel]  # the queue, oldest first (none on Kubernetes)
+    # from a hub's shared view only: then ``devices`` are those the user's claims hold
+    cluster: NotRequired[ClusterCountsModel]
 
 
 class ReleasedModel(TypedDict):

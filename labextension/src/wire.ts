@@ -37,6 +37,30 @@ export interface Devices {
   devices: Device[];
   /** the requests waiting in line for devices, oldest first (none on Kubernetes) */
   waiting: Waiter[];
+  cluster?: ClusterCounts;
+}
+
+/** Only where the server reads a hub's shared view of the cluster's devices (DRAExtensionApp.shared_view_url): the cluster's devices counted per shape; `devices` are then the devices the user's claims hold, not every device of the cluster */
+export interface ClusterCounts {
+  /** the shared view's URL */
+  source: string;
+  shapes: ShapeCount[];
+  /** '' when counted; else one line, 'cluster device counts unavailable: ...' (no shapes; the user's claims are still served by /claims) */
+  problem: string;
+}
+
+/** The cluster's devices of one shape (kind, model, memory, MIG profile), by state */
+export interface ShapeCount {
+  kind: string;
+  model: string;
+  memory: string;
+  mig_profile: string;
+  total: number;
+  free: number;
+  held: number;
+  shared: number;
+  blocked: number;
+  tainted: number;
 }
 
 /** A request waiting in line (dra.request with a timeout, request --timeout) */

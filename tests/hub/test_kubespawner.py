@@ -1,7 +1,9 @@
 """A real JupyterHub (configurable-http-proxy, DummyAuthenticator) whose spawner is
 DRAKubeSpawner, against the real control plane of tests/k8s with simulated GPU nodes'
 ResourceSlices published: the hub runs on a token of its service account bound by exactly
-deploy/hub-rbac.yaml, the servers on one of ``dra-singleuser``'s.
+deploy/hub-rbac.yaml, the servers on one of ``dra-singleuser``'s, with
+deploy/singleuser-cluster-rbac.yaml too (no shared view here: each server watches the
+cluster itself; tests/hub/test_shared_view.py runs the hub's shared view instead).
 
 The one stand-in is the kubelet (:mod:`tests.k8s.podrunner`, the ``pod_runner`` fixture):
 kube-scheduler allocates the claim and binds the pod for real; the stand-in then runs the
@@ -25,7 +27,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,9 @@ from tests.k8s.podrunner import PodRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = ROOT / "deploy" / "hub-rbac.yaml"
+# what a server needs where no shared view runs: it watches the cluster itself
+SERVER_CLUSTER_RBAC = ROOT / "deploy" / "singleuser-cluster-rbac.yaml"
+FALLBACK_RBAC = (RBAC, SERVER_CLUSTER_RBAC)
 PROXY_BIN = ROOT / "hub" / "proxy" / "node_modules" / ".bin"
 VENV_BIN = Path(sys.executable).parent
 START_S = 120.0  # the hub's own start, bounded
@@ -93,12 +98,19 @@ def service_account_kubeconfig(
     return path
 
 
-def apply_rbac(api: client.ApiClient, namespace: str) -> list[tuple[str, str]]:
-    """deploy/hub-rbac.yaml in ``namespace``; the cluster-wide objects made (kind, name)."""
-    text = RBAC.read_text().replace("namespace: jupyterhub", f"namespace: {namespace}")
+def apply_rbac(
+    api: client.ApiClient, namespace: str, files: Sequence[Path] = FALLBACK_RBAC
+) -> list[tuple[str, str]]:
+    """``files`` in ``namespace`` (by default deploy/hub-rbac.yaml and, for servers that
+    watch the cluster themselves, deploy/singleuser-cluster-rbac.yaml); the cluster-wide
+    objects made (kind, name)."""
+    text = "\n---\n".join(f.read_text() for f in files)
+    text = text.replace("namespace: jupyterhub", f"namespace: {namespace}")
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
     cluster_wide = []
     for doc in yaml.safe_load_all(text):
+        if doc is None:  # a file of comments only
+            continue
         kind = doc["kind"]
         if kind == "ServiceAccount":
             core.create_namespaced_service_account(
@@ -118,7 +130,7 @@ def apply_rbac(api: client.ApiClient, namespace: str) -> list[tuple[str, str]]:
             rbac.create_cluster_role_binding(to_model(client.V1ClusterRoleBinding, doc))
             cluster_wide.append((kind, doc["metadata"]["name"]))
         else:
-            raise AssertionError(f"{RBAC}: unexpected kind {kind}")
+            raise AssertionError(f"{files}: unexpected kind {kind}")
     return cluster_wide
 
 
@@ -348,13 +360,14 @@ def running_hub(  # one hub: its namespace, RBAC, proxy, process, kubelet
     tmp_path_factory: pytest.TempPathFactory,
     pod_runner: PodRunner,
     spawner: str,
+    rbac: Sequence[Path] = FALLBACK_RBAC,
 ) -> Iterator[Hub]:
     assert (PROXY_BIN / "configurable-http-proxy").exists(), "run `make hub-proxy` first"
     tmp = tmp_path_factory.mktemp("hub")
     namespace = f"hub-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(api)
     core.create_namespace(body=client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    cluster_wide = apply_rbac(api, namespace)
+    cluster_wide = apply_rbac(api, namespace, rbac)
     hub_config = service_account_kubeconfig(api, cluster, namespace, "hub", tmp / "hub.kubeconfig")
     singleuser_config = service_account_kubeconfig(
         api, cluster, namespace, "dra-singleuser", tmp / "singleuser.kubeconfig"

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,12 @@ from dra_jupyter.hub.kernelspecs import cluster_kernel_specs, write_kernel_specs
 from dra_jupyter.kube.connect import api_client, to_wire
 from tests import kernelws
 from tests.helpers import free_port
-from tests.hub.test_kubespawner import apply_rbac, delete_rbac, service_account_kubeconfig
+from tests.hub.test_kubespawner import (
+    FALLBACK_RBAC,
+    apply_rbac,
+    delete_rbac,
+    service_account_kubeconfig,
+)
 from tests.k8s import testenv
 from tests.k8s.fixtures import wait_for
 from tests.k8s.podrunner import PodRunner
@@ -167,11 +172,14 @@ def running_server(
     configs: dict[str, dict[str, Any]] | None = None,
     argvs: dict[str, list[str]] | None = None,
     config: str = "",
+    rbac: Sequence[Path] = FALLBACK_RBAC,
 ) -> Iterator[Server]:
     """The server (see :func:`server`); ``configs``: more kernel specs, by name, each the
     one-H200 spec with this provisioner config instead; ``argvs``: more, each the one-H200
-    spec with this argv instead; ``config``: more lines of its jupyter_server_config.py."""
-    cluster_wide = apply_rbac(api, namespace)
+    spec with this argv instead; ``config``: more lines of its jupyter_server_config.py;
+    ``rbac``: the files that bind its account (by default those of a server that watches the
+    cluster itself)."""
+    cluster_wide = apply_rbac(api, namespace, rbac)
     kubeconfig = service_account_kubeconfig(
         api, cluster, namespace, "dra-singleuser", tmp_path / "singleuser.kubeconfig"
     )

@@ -1,0 +1,251 @@
+"""The hub's one view of the cluster's devices, as a JupyterHub service: ``python -m
+dra_jupyter.hub.sharedview``, started and stopped by the hub (a hub-managed service:
+:func:`shared_view_service` makes its entry of ``c.JupyterHub.services``).
+
+It keeps the cluster's ResourceSlices, DeviceClasses, DeviceTaintRules and every
+namespace's claims by watching them (:class:`~dra_jupyter.kube.sharedview.ClusterCounts`,
+on the hub's service account: the cluster-wide reads of deploy/hub-rbac.yaml) and answers
+``GET <prefix>api/devices`` with, for the caller, the cluster's devices counted per shape
+(free, held, shared, blocked, tainted) and the rows of the devices the caller's claims hold.
+
+Who calls is the hub's word, never the caller's: each request carries a hub API token
+(``Authorization: token ...``; a user's server presents its own ``$JUPYTERHUB_API_TOKEN``),
+which the service asks the hub to identify (``GET $JUPYTERHUB_API_URL/user``, as
+``jupyterhub.services.auth.HubAuth`` does; the answer kept :data:`AUTH_CACHE_S`). A token
+the hub does not know, or of no user, is refused (403); no token, 401.
+
+One process per hub: its memory is the cluster's slices once, whatever the number of users;
+a user's server that reads it (``c.DRAExtensionApp.shared_view_url``) holds none of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import ipaddress
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from dra_jupyter.errors import UnavailableError
+from dra_jupyter.kube.sharedview import DEVICES_PATH, ClusterCounts
+
+__all__ = [
+    "AUTH_CACHE_S",
+    "SERVICE_NAME",
+    "HubIdentity",
+    "main",
+    "make_server",
+    "shared_view_service",
+]
+
+log = logging.getLogger("dra_jupyter")
+
+SERVICE_NAME = "dra-devices"  # the service's name in c.JupyterHub.services, by default
+AUTH_CACHE_S = 60.0  # how long the hub's answer for a token is kept
+AUTH_CACHE_MAX = 10_000  # tokens kept at most (the oldest go first)
+HUB_TIMEOUT_S = 10.0
+# what the hub passes on to the service's process for the Kubernetes client (a hub-managed
+# service gets only the hub's env_keep and these): in a pod, in-cluster credentials
+KUBE_ENV = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+
+Identify = Callable[[str], "str | None"]  # a token -> its user's name, None: not a user's
+
+
+class HubIdentity:
+    """Who a hub API token is of, as the hub at ``api_url`` says (``GET /user``); None where
+    the hub does not know it or it is not a user's (a service's). Kept
+    :data:`AUTH_CACHE_S` per token (by its hash), failures included."""
+
+    def __init__(self, api_url: str, *, timeout: float = HUB_TIMEOUT_S) -> None:
+        self.api_url = api_url.rstrip("/") + "/"
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._known: dict[str, tuple[float, str | None]] = {}
+
+    def __call__(self, token: str) -> str | None:
+        key = hashlib.sha256(token.encode()).hexdigest()
+        now = time.monotonic()
+        with self._lock:
+            found = self._known.get(key)
+        if found is not None and now - found[0] < AUTH_CACHE_S:
+            return found[1]
+        user = self._ask(token)
+        with self._lock:
+            if len(self._known) >= AUTH_CACHE_MAX:
+                self._known.pop(next(iter(self._known)))
+            self._known[key] = (now, user)
+        return user
+
+    def _ask(self, token: str) -> str | None:
+        request = urllib.request.Request(
+            urllib.parse.urljoin(self.api_url, "user"),
+            headers={"Authorization": f"token {token}", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                model = json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            error.close()
+            if error.code in (401, 403):
+                return None
+            raise UnavailableError(f"the hub at {self.api_url} answered {error.code}") from error
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            raise UnavailableError(
+                f"the hub at {self.api_url} cannot be reached: {error}"
+            ) from error
+        if not isinstance(model, dict) or model.get("kind", "user") != "user":
+            return None
+        name = model.get("name")
+        return name if isinstance(name, str) and name else None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        path = urllib.parse.urlsplit(self.path).path
+        prefix = self.server.prefix
+        if path.startswith(prefix):
+            path = "/" + path[len(prefix) :]
+        if path.rstrip("/") in ("", "/health"):
+            self._reply(200, {"ok": True})
+            return
+        if path != "/" + DEVICES_PATH:
+            self._reply(404, {"message": f"no such path: {self.path[:100]}"})
+            return
+        token = _token_of(self.headers.get("Authorization") or "")
+        if not token:
+            self._reply(401, {"message": "a hub API token is needed (Authorization: token ...)"})
+            return
+        try:
+            user = self.server.identify(token)
+            if user is None:
+                self._reply(403, {"message": "the hub knows this token as no user's"})
+                return
+            self._reply(200, dict(self.server.counts.answer(user)))
+        except UnavailableError as error:
+            self._reply(503, {"message": error.message})
+
+    def _reply(self, status: int, body: Mapping[str, Any]) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("dra_jupyter.hub.sharedview: " + format, *args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self, address: tuple[str, int], counts: ClusterCounts, identify: Identify, prefix: str
+    ) -> None:
+        super().__init__(address, _Handler)
+        self.counts = counts
+        self.identify = identify
+        self.prefix = prefix if prefix.endswith("/") else prefix + "/"
+
+
+def _token_of(header: str) -> str:
+    kind, _, value = header.strip().partition(" ")
+    return value.strip() if kind.lower() in ("token", "bearer") else ""
+
+
+def make_server(
+    address: tuple[str, int], counts: ClusterCounts, identify: Identify, prefix: str = "/"
+) -> ThreadingHTTPServer:
+    """The service's HTTP server on ``address``, answering under ``prefix`` (the hub's
+    ``$JUPYTERHUB_SERVICE_PREFIX``: the proxy passes the whole path) and at the root."""
+    return _Server(address, counts, identify, prefix)
+
+
+def shared_view_service(
+    url: str = "http://127.0.0.1:8181",
+    *,
+    name: str = SERVICE_NAME,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The entry of ``c.JupyterHub.services`` that runs the shared view as a hub-managed
+    service at ``url`` (where it listens, and where the proxy sends
+    ``/services/<name>/``), on the hub's own Kubernetes credentials (its kubeconfig or
+    in-cluster service account, from ``environ``: the hub's environment)."""
+    env = os.environ if environ is None else environ
+    return {
+        "name": name,
+        "url": url,
+        "command": [sys.executable, "-m", "dra_jupyter.hub.sharedview"],
+        "environment": {k: env[k] for k in KUBE_ENV if env.get(k)},
+    }
+
+
+def _bind_host(url: str) -> str:
+    """Where to listen for ``url``: its host where that is an address of this machine's
+    (an IP, ``localhost``), else every interface (a Service's name such as ``hub``)."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost":
+        return host
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return "0.0.0.0"
+    return host
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dra_jupyter.hub.sharedview",
+        description="The hub's one view of the cluster's devices (a JupyterHub service).",
+    )
+    env = os.environ
+    parser.add_argument("--url", default=env.get("JUPYTERHUB_SERVICE_URL", ""))
+    parser.add_argument("--ip", default="", help="the address to listen on (default: the URL's)")
+    parser.add_argument("--prefix", default=env.get("JUPYTERHUB_SERVICE_PREFIX", "/"))
+    parser.add_argument("--hub-api-url", default=env.get("JUPYTERHUB_API_URL", ""))
+    parser.add_argument("--kubeconfig", default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(asctime)s] %(message)s")
+    if not args.url or not args.hub_api_url:
+        parser.error("the service's URL and the hub's API URL are needed (the hub sets them)")
+    port = urllib.parse.urlsplit(args.url).port or 80
+    counts = ClusterCounts.of_kubeconfig(args.kubeconfig)
+    # start the watches now: the first user's read then finds them synced
+    threading.Thread(target=_warm, args=(counts,), daemon=True).start()
+    server = make_server(
+        (args.ip or _bind_host(args.url), port), counts, HubIdentity(args.hub_api_url), args.prefix
+    )
+    log.info("dra_jupyter: the shared view of the cluster's devices listens at %s", args.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        counts.close()
+    return 0
+
+
+def _warm(counts: ClusterCounts) -> None:
+    try:
+        counts.answer("")
+    except UnavailableError as error:
+        log.warning("dra_jupyter: the shared view: %s", error.message)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
