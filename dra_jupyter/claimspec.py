@@ -120,6 +120,7 @@ class RequestKeywords(ClaimKeywords, total=False):
     on_wait: OnWait | None
     reserve: bool
     restart: bool
+    join: str  # a claim that exists, instead of the claim's keywords (sharing.joins)
 
 
 class RunKeywords(ClaimKeywords, total=False):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dra_jupyter.kube import reserve
 from dra_jupyter.kube.access import ClusterAccess
 from dra_jupyter.kube.claims import ClaimClient
+from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import ClaimRecord
 
 
@@ -26,3 +27,9 @@ class KubeCluster:
             claims = ClaimClient(backend.api, backend.namespace)
             backend.retrying(lambda: claims.delete(record.name))
             raise
+
+    def find(self, name: str) -> Wire | None:
+        """The claim ``name`` as the API server has it now (not the watched view, which
+        holds dra-jupyter's claims only); None where there is none."""
+        claims = ClaimClient(self.backend.api, self.backend.namespace)
+        return self.backend.retrying(lambda: claims.get(name, "dra.request(join=...)"))
