@@ -271,7 +271,14 @@ class Session:
         caps = backend.capabilities
         cluster = backend.cluster
         if join is not None:
-            _join(self, join, [*spec, *(k for k, v in [("name", name), ("lease", lease)] if v)])
+            _join(
+                self,
+                join,
+                [
+                    *spec,
+                    *(k for k, v in [("name", name), ("lease", lease), ("reserve", reserve)] if v),
+                ],
+            )
         if restart and not caps.devices_here:
             _restart_in_pod(self, spec, name, reserve=reserve)
         if reserve and cluster is None:

@@ -35,6 +35,14 @@ def with_keywords(join: object, given: Iterable[str]) -> str | None:
     )
 
 
+def makes_none(join: object) -> str:
+    """``join`` where a claim is to be made (the REST API's ``POST claims``, ``%dra yaml``)."""
+    return (
+        f"join={shown(join)} joins a claim that exists and makes none; a notebook's kernel "
+        "joins it with dra.request(join=...); leave it out to make a claim"
+    )
+
+
 def no_cluster(join: object, where: str) -> str:
     """``join`` on a backend without ResourceClaims shared by pods."""
     return (

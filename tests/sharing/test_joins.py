@@ -4,10 +4,12 @@ before anything is made; who uses a claim is read from its ``status.reservedFor`
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dra_jupyter.api import Session
+from dra_jupyter.claimspec import REQUEST_KEYS, build_claim
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.records import to_record
@@ -16,7 +18,7 @@ from dra_jupyter.settings import Settings
 from dra_jupyter.sharing.joins import claim_problem, name_problem, users_of, with_keywords
 from dra_jupyter.tables import cluster_claim_rows
 
-CLAIM = {
+CLAIM: dict[str, Any] = {
     "apiVersion": "resource.k8s.io/v1",
     "kind": "ResourceClaim",
     "metadata": {"name": "team-gpu", "namespace": "team-a"},
@@ -91,3 +93,14 @@ def test_a_claims_listing_says_which_pods_use_it() -> None:
     assert record.users == users_of(CLAIM)
     [row] = cluster_claim_rows([(record, "reserved")])
     assert row.used_by == "kernel-1a2b3c4d-x7k2p9, kernel-5e6f7a8b-q1w2e3"
+
+
+def test_where_a_claim_is_made_join_is_refused_in_one_line() -> None:
+    """The REST API's ``POST claims`` builds its body's claim: a join there makes nothing."""
+    with pytest.raises(InvalidInputError) as caught:
+        build_claim("c", {"join": "team-gpu", "gpu": 1}, keywords=REQUEST_KEYS)
+    assert str(caught.value) == (
+        "dra.request: join='team-gpu' joins a claim that exists and makes none; a notebook's "
+        "kernel joins "
+        "it with dra.request(join=...); leave it out to make a claim"
+    )
