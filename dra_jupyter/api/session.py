@@ -271,14 +271,7 @@ class Session:
         caps = backend.capabilities
         cluster = backend.cluster
         if join is not None:
-            _join(
-                self,
-                join,
-                [
-                    *spec,
-                    *(k for k, v in [("name", name), ("lease", lease), ("reserve", reserve)] if v),
-                ],
-            )
+            _join(self, join, spec, name=name, lease=lease, reserve=reserve)
         if restart and not caps.devices_here:
             _restart_in_pod(self, spec, name, reserve=reserve)
         if reserve and cluster is None:
@@ -564,11 +557,12 @@ def _restart_in_pod(
     )
 
 
-def _join(session: Session, join: object, given: list[str]) -> NoReturn:
+def _join(session: Session, join: object, spec: Mapping[str, Any], **made: object) -> NoReturn:
     """``join="team-gpu"``: the kernel moves into a pod that uses that claim of the namespace
     (:mod:`dra_jupyter.sharing.joins`); refused in one line first where it cannot: with
-    keywords the claim decides (``given``), off a cluster, a claim that is not there."""
-    problem = with_keywords(join, given)
+    keywords the claim decides (any of ``spec``, a ``made`` one given), off a cluster, a
+    claim that is not there."""
+    problem = with_keywords(join, [*spec, *(k for k, v in made.items() if v)])
     cluster = session.backend.cluster
     if problem is None and cluster is None:
         problem = no_cluster(join, session.backend.capabilities.where)
