@@ -2,7 +2,10 @@
 of :mod:`dra_jupyter.kube.kernels.provisioner` starts): the objects (pure) and their life
 on the cluster.
 
-Per kernel start, three objects of one name in the user's namespace:
+Per kernel start, three objects of one name in the user's namespace (two for a kernel that
+joins a claim that exists, ``dra.request(join=...)``: its pod names that claim in
+``spec.resourceClaims`` by ``resourceClaimName``, beside the other pods that use it, and has
+no template; deleting the pod leaves the claim):
 
 * a **ResourceClaimTemplate** made from the request (``dra.request`` keywords,
   :func:`~dra_jupyter.claimspec.build_claim`), or from a claim's spec (a claim made in a

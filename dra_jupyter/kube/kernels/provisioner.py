@@ -25,6 +25,8 @@ connection file are deleted then (jupyter_server forgets a dead kernel).
 The claim is labelled as the server extension labels its kernels' claims: when the
 extension releases it (idle release, its user from the Devices panel) it stops the kernel
 (:attr:`DRAKernelProvisioner.devices_in_pod`), since only that frees the devices.
+With ``join`` (a claim that exists, instead of ``request``) the pod uses that claim by name,
+beside the other pods on it: stopping the kernel deletes its pod only, never the claim.
 
 The kernel's files: the volume of the notebook's folder in the server's pod is mounted in
 the kernel's where the storage lets two pods share it (on the server's node for a
