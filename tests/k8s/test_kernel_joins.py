@@ -43,14 +43,21 @@ def reserved_for(api: client.ApiClient, namespace: str) -> list[str]:
     return sorted(r["name"] for r in reserved)
 
 
-def joined(server: Server, api: client.ApiClient, namespace: str) -> tuple[str, str]:
+def joined(
+    server: Server, api: client.ApiClient, namespace: str, *, idle: bool = False
+) -> tuple[str, str]:
     """A kernel started on the server that joins the claim: its id and its pod's name, once
-    it runs there."""
+    it runs there (from the server's log where it may be idle, and gone, by then)."""
     kernel = start_cpu_kernel(server)
     asyncio.run(
         execute(server, kernel, f"dra.request(join={SHARED!r})\nprint('never')", answer=False)
     )
     moved(server, kernel, "moved into pod")
+    if idle:
+        log = (server.root.parent / "server.log").read_text()
+        found = re.search(rf"kernel {kernel} moved into pod (\S+) with the shared claim", log)
+        assert found is not None, log[-3000:]
+        return kernel, found.group(1)
     pod = running_kernel_pod(api, namespace, kernel)
     assert pod["spec"]["resourceClaims"] == [{"name": "dra", "resourceClaimName": SHARED}]
     return kernel, str(pod["metadata"]["name"])
@@ -156,7 +163,7 @@ def test_an_idle_joiner_leaves_its_pod_and_the_claim_stays(
     again."""
     server = idle_server
     teammates_claim(kubeconfig, namespace)
-    kernel, pod = joined(server, api, namespace)
+    kernel, pod = joined(server, api, namespace, idle=True)
     core = client.CoreV1Api(api)
     wait_for("the idle joiner's pod to go", lambda: gone(core.read_namespaced_pod, pod, namespace))
     moved(server, kernel, "is back on the server")
