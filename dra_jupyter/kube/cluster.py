@@ -1,6 +1,7 @@
 """What only a cluster does, the Kubernetes backend's ``cluster`` facet
 (:class:`dra_jupyter.types.ClusterOps`): a made claim allocated now by our allocator
-(:mod:`.reserve`); a claim of the namespace read by name, any claim (one to join). Its runs are a facet of their own (:mod:`.runs.facet`)."""
+(:mod:`.reserve`); a claim of the namespace read by name, any claim (one to join). Its
+runs are a facet of their own (:mod:`.runs.facet`)."""
 
 from __future__ import annotations
 
