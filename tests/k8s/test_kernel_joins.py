@@ -91,6 +91,19 @@ def test_two_kernels_that_join_one_claim_share_its_device_and_one_ending_leaves_
         )
     )
     assert sorted(listed.strip().split(", ")) == sorted([first_pod, second_pod]), listed
+    # and %dra status --all, in the state of the claim's row
+    status = asyncio.run(
+        execute(
+            server,
+            first,
+            "from dra_jupyter.api.defaults import default_session\n"
+            "from dra_jupyter.magics.reports import status_table\n"
+            "table = status_table(default_session(), all_users=True)\n"
+            "print([r.state for r in table.rows if r.claim == 'team-gpu'][0])",
+        )
+    )
+    assert status.startswith("reserved by kernel-"), status
+    assert {first_pod, second_pod} <= set(status.strip().removeprefix("reserved by ").split(", "))
     # a joiner cannot delete the claim it joined: bob's
     refused = asyncio.run(
         execute(
