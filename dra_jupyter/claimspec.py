@@ -51,6 +51,7 @@ from dra_jupyter.sharing.gpushare import (
     strategy_name,
     unknown_strategy,
 )
+from dra_jupyter.sharing.joins import JOIN, makes_none
 
 if TYPE_CHECKING:
     from dra_jupyter.types import OnWait
@@ -120,6 +121,7 @@ class RequestKeywords(ClaimKeywords, total=False):
     on_wait: OnWait | None
     reserve: bool
     restart: bool
+    join: str  # a claim that exists, instead of the claim's keywords (sharing.joins)
 
 
 class RunKeywords(ClaimKeywords, total=False):
@@ -502,6 +504,8 @@ def build_claim(
 def _devices(spec: Mapping[str, Any], classes: Sequence[str], keywords: Sequence[str]) -> Wire:
     """A claim's ``spec.devices``: its request and the constraints between its devices."""
     unknown = sorted(set(spec) - set(CLAIM_KEYS))
+    if JOIN in unknown:  # dra.request's, which makes no claim (the REST API's body, say)
+        raise InvalidInputError(makes_none(spec[JOIN]))
     if unknown:
         raise unknown_keyword(unknown[0], keywords)
     alternatives = spec.get("alternatives")

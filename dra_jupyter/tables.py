@@ -81,9 +81,11 @@ class ClaimRow:
 @dataclass(frozen=True)
 class ClusterClaimRow(ClaimRow):
     """A claim of the Kubernetes backend: also its state (pending until a pod uses it,
-    allocated, reserved while a pod holds it)."""
+    allocated, reserved while a pod holds it) and the pods that use it now (its
+    ``status.reservedFor``: several where kernels joined it, ``dra.request(join=...)``)."""
 
     state: str
+    used_by: str = ""
 
 
 class Table(Generic[Row]):
@@ -267,8 +269,8 @@ def claim_rows(records: Sequence[ClaimRecord]) -> list[ClaimRow]:
 
 def cluster_claim_rows(records: Sequence[tuple[ClaimRecord, str]]) -> list[ClusterClaimRow]:
     return [
-        ClusterClaimRow(**asdict(row), state=state)
-        for row, (_, state) in zip(claim_rows([r for r, _ in records]), records, strict=True)
+        ClusterClaimRow(**asdict(row), state=state, used_by=", ".join(record.users))
+        for row, (record, state) in zip(claim_rows([r for r, _ in records]), records, strict=True)
     ]
 
 

@@ -57,6 +57,7 @@ from dra_jupyter.kernel.asking import classes_if_possible
 from dra_jupyter.kernel.environment import ProcessEnvironment
 from dra_jupyter.kernel.restarts import ask_restart, in_servers_kernel
 from dra_jupyter.settings import Settings
+from dra_jupyter.sharing.joins import claim_problem, name_problem, no_cluster, with_keywords
 from dra_jupyter.tables import (
     CLAIM_COLUMNS,
     CLUSTER_CLAIM_COLUMNS,
@@ -257,18 +258,22 @@ class Session:
         on_wait: OnWait | None = None,
         reserve: bool = False,
         restart: bool = False,
+        join: str | None = None,
         **spec: Any,
     ) -> Claim:
         """Get devices now (``timeout=0``), or wait for them up to ``timeout`` ('5m').
         Kubernetes: ``reserve=True`` allocates the claim at once with our allocator (see
         :mod:`dra_jupyter.kube.reserve` for its risk), instead of when a pod uses it.
         ``restart=True`` (in a notebook's kernel) then restarts the kernel with the devices:
-        on Kubernetes in a pod of its own that holds them (:mod:`dra_jupyter.kernel.restarts`)."""
+        on Kubernetes in a pod of its own that holds them (:mod:`dra_jupyter.kernel.restarts`);
+        ``join="team-gpu"`` there in a pod that uses that claim (:func:`_join`)."""
         backend = self.backend
         caps = backend.capabilities
         cluster = backend.cluster
+        if join is not None:
+            _join(self, join, spec, name=name, lease=lease, reserve=reserve)
         if restart and not caps.devices_here:
-            self._restart_in_pod(spec, name, reserve=reserve)
+            _restart_in_pod(self, spec, name, reserve=reserve)
         if reserve and cluster is None:
             raise InvalidInputError(
                 "reserve=True applies to the Kubernetes backend, where a scheduler allocates "
@@ -358,23 +363,6 @@ class Session:
         ):
             notes.append(waits_for_a_pod(result.name, spec))
         return notes
-
-    def _restart_in_pod(self, spec: dict[str, Any], name: str, *, reserve: bool) -> NoReturn:
-        """``restart=True`` on Kubernetes: the kernel moves into a pod whose own claim has
-        these devices; the request is checked here first (never possible: said now)."""
-        if reserve:
-            raise InvalidInputError(
-                "restart=True moves this kernel into a pod that holds the devices, and "
-                "reserve=True reserves them for a pod of yours: choose one"
-            ).said_by(REQUEST)
-        claim = self.build(spec, name, REQUEST_KEYS)
-        self.check_possible(spec, claim)
-        ask_restart(
-            self.owner.kernel_id,
-            {"claim": claim["spec"], "request": dict(spec)},
-            f"restarting this kernel in a pod with {describe(spec)}; its variables are lost: "
-            "run the next cell once the kernel is back",
-        )
 
     def check_possible(
         self, spec: Mapping[str, Any], claim: dict[str, Any], caller: str = REQUEST
@@ -550,3 +538,46 @@ class Session:
             return Snapshot(None, (), 0, views)
         book = book_for(self.backend, math.inf, what="metrics")
         return replace(snapshot_for(book, self.backend, self.inventory), views=views)
+
+
+def _restart_in_pod(
+    session: Session, spec: dict[str, Any], name: str, *, reserve: bool
+) -> NoReturn:
+    """``restart=True`` on Kubernetes: the kernel moves into a pod whose own claim has
+    these devices; the request is checked here first (never possible: said now)."""
+    if reserve:
+        raise InvalidInputError(
+            "restart=True moves this kernel into a pod that holds the devices, and "
+            "reserve=True reserves them for a pod of yours: choose one"
+        ).said_by(REQUEST)
+    claim = session.build(spec, name, REQUEST_KEYS)
+    session.check_possible(spec, claim)
+    ask_restart(
+        session.owner.kernel_id,
+        {"claim": claim["spec"], "request": dict(spec)},
+        f"restarting this kernel in a pod with {describe(spec)}; its variables are lost: "
+        "run the next cell once the kernel is back",
+    )
+
+
+def _join(session: Session, join: object, spec: Mapping[str, Any], **made: object) -> NoReturn:
+    """``join="team-gpu"``: the kernel moves into a pod that uses that claim of the namespace
+    (:mod:`dra_jupyter.sharing.joins`); refused in one line first where it cannot: with
+    keywords the claim decides (any of ``spec``, a ``made`` one given), off a cluster, a
+    claim that is not there."""
+    problem = with_keywords(join, [*spec, *(k for k, v in made.items() if v)])
+    cluster = session.backend.cluster
+    if problem is None and cluster is None:
+        problem = no_cluster(join, session.backend.capabilities.where)
+    if problem is None and cluster is not None:
+        problem = name_problem(join) or claim_problem(
+            str(join), session.namespace, cluster.find(str(join))
+        )
+    if problem is not None:
+        raise InvalidInputError(problem).said_by(REQUEST)
+    ask_restart(
+        session.owner.kernel_id,
+        {"join": join},
+        f"joining claim {join}: restarting this kernel in a pod that uses it, beside the "
+        "other pods that do; its variables are lost: run the next cell once the kernel is back",
+    )

@@ -15,6 +15,7 @@ from dra_jupyter.kube.claims import (
     USER_LABEL,
 )
 from dra_jupyter.model.objects import Wire
+from dra_jupyter.sharing.joins import users_of
 from dra_jupyter.types import (
     USER_ANNOTATION,
     ClaimRecord,
@@ -82,6 +83,7 @@ def to_record(claim: Wire) -> ClaimRecord:
         allocation=allocation,
         created=created,
         last_activity=_activity(annotations, created),
+        users=users_of(claim),
     )
 
 

@@ -105,6 +105,10 @@ Keywords (as in dra.request()):
     apply_env=false     do not set the environment in this kernel; request only
     restart=true        then restart this kernel with the devices (on Kubernetes: in a pod
                         of its own that holds them); request only
+    join=NAME           on Kubernetes: restart this kernel in a pod that uses the claim NAME
+                        that exists (a teammate's, your other notebook's), beside the pods
+                        that use it already; no device keyword with it (the claim decides);
+                        also --join NAME; request only
 
 Values are split as a shell does, so quotes group words; whole numbers for gpu, tpu and
 count, nodes and retries; true or false for wait; durations as 90s, 5m, 1h30m. IPython

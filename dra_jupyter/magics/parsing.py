@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 }
 SHORT_FLAGS = {"-a": "--all", "-v": "--verbose", "-t": "--table", "-f": "--follow"}
 # keywords of dra.request() besides the claim's own (claimspec.CLAIM_KEYS)
-REQUEST_KEYS = ("timeout", "lease", "name", "apply_env", "restart")
+REQUEST_KEYS = ("timeout", "lease", "name", "apply_env", "restart", "join")
 # which keywords each form accepts
 KEYWORDS: dict[str, tuple[str, ...]] = {
     "request": (*CLAIM_KEYS, *REQUEST_KEYS),
@@ -165,6 +165,8 @@ def parse_line(line: str) -> Command:
     command = Command(name)
     if name == "usage":
         return _usage(rest, command)
+    if name == "request":  # --join NAME, --join=NAME: join=NAME
+        rest = _join_flag(rest)
     words = []
     for token in rest:
         flag = SHORT_FLAGS.get(token, token)
@@ -192,6 +194,24 @@ def parse_line(line: str) -> Command:
             command.where
         )
     return command
+
+
+def _join_flag(tokens: list[str]) -> list[str]:
+    """``--join team-gpu`` (or ``--join=team-gpu``) as ``join=team-gpu``."""
+    out: list[str] = []
+    rest = list(tokens)
+    while rest:
+        token = rest.pop(0)
+        if token == "--join":
+            if not rest:
+                raise InvalidInputError(
+                    "--join needs a claim's name, e.g. --join team-gpu"
+                ).said_by("dra request")
+            token = f"join={rest.pop(0)}"
+        elif token.startswith("--join="):
+            token = token.removeprefix("--")
+        out.append(token)
+    return out
 
 
 def _usage(tokens: list[str], command: Command) -> Command:

@@ -122,7 +122,7 @@ def status_table(
             devices=", ".join(
                 x["device"] for x in r.allocation.get("devices", {}).get("results", [])
             ),
-            state=state,
+            state=f"{state} by {', '.join(r.users)}" if r.users else state,
             holder=_holder(session, r) + ("" if not all_users else f" ({r.owner.user})"),
             lease_left=format_duration(r.lease_expires - now) if r.lease_expires else "",
             idle_release=_idle_release(session, r),

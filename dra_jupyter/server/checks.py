@@ -26,6 +26,7 @@ from dra_jupyter.server import startup
 from dra_jupyter.server.claim_events import ClaimEvents
 from dra_jupyter.server.claims import ClaimService
 from dra_jupyter.server.deadlines import Deadlines
+from dra_jupyter.server.idle import Decision
 from dra_jupyter.server.idling import Idling
 from dra_jupyter.server.kernelactions import KernelActions
 from dra_jupyter.server.kernels import ExecutionWatcher
@@ -167,6 +168,7 @@ class Checks:
                 self.claim_events.emit_allocated(record, "kernel")
             self.idling.maybe_warn(record, now)
             due.extend(self.idling.moments(record, now))
+        due.extend(self._idle_joiners(now, {r.owner.kernel_id for r in records}))
         self.deadlines.at(min((t for t in due if t > now), default=None))
         if self._health_checker is None:
             await self.check_health()
@@ -187,6 +189,31 @@ class Checks:
                 continue
             if ended is not None and abs(ended.record.created - created) < 1e-3:
                 self.claim_events.emit_gone(ended)
+
+    def _idle_joiners(self, now: float, holders: set[str | None]) -> list[float]:
+        """Kernels in pods of a claim they joined own no claim for idle release to delete:
+        an idle one leaves its pod (:meth:`KernelActions.leave_joined`), and the claim stays.
+        One that holds claims of its own (the maker of the claim it joined, say) leaves with
+        their release instead (:meth:`KernelActions.on_claim_released`). Their deadlines,
+        for the next pass."""
+        due = []
+        policy = self.idling.policy
+        for kernel_id, devices in self.kernels.joiners().items():
+            execution = self.watcher.execution(kernel_id)
+            if execution is None or kernel_id in holders:
+                continue
+            deadline = policy.deadline(execution.last_execute, 0.0)
+            decision = policy.decide(
+                now=now, busy=execution.busy, deadline=deadline, warned_for=deadline
+            )
+            if decision is Decision.RELEASE:
+                self.kernels.leaving.add(kernel_id)  # once: the move takes a while
+                IOLoop.current().spawn_callback(
+                    self.kernels.leave_joined, kernel_id, devices, "idle"
+                )
+            elif deadline is not None and not execution.busy:
+                due.append(deadline)
+        return due
 
     async def check_health(self) -> None:
         """Tell the holders of devices taken out of service, once each, with the clock time

@@ -73,6 +73,7 @@ class KernelActions:
         self.watcher = watcher
         self.moves = Moves(host, self.kernel_claims, self.release_named, on_moved)
         self.known_kernels: set[str] = set()  # every kernel this server has run
+        self.leaving: set[str] = set()  # joiners whose idle pod is being stopped
 
     def watch(self, kernel_id: str) -> None:
         """Follow the cells of ``kernel_id`` (once it runs on this server)."""
@@ -154,13 +155,52 @@ class KernelActions:
         except DraJupyterError as err:
             self.host.log.warning("dra_jupyter: kernel %s: %s", kernel_id, err)
 
+    def joiners(self) -> dict[str, PodDevices]:
+        """The live kernels in pods of a claim they joined (``dra.request(join=...)``), with
+        what they joined, but those leaving their pod now."""
+        km = self.host.server.kernel_manager
+        found = {}
+        for kernel_id in self.host.live_kernels():
+            if kernel_id in self.leaving or kernel_id not in km:
+                continue
+            devices = pod_devices(getattr(km.get_kernel(kernel_id), "provisioner", None))
+            if devices is not None and devices.join:
+                found[kernel_id] = devices
+        return found
+
+    async def leave_joined(self, kernel_id: str, devices: PodDevices, reason: str) -> None:
+        """A joiner is idle (``reason``): its own pod is stopped and the kernel comes back on
+        the server without devices, its next cell saying so; the claim it joined is not its
+        own, so it stays (its maker's rules release it)."""
+        why = release_message(reason, self.host.idle_timeout, self.host.gpu_idle_timeout)
+        note = (
+            f"dra: this kernel's pod on {devices.said()} was stopped ({why}), so its variables "
+            f"are gone; the claim stays, its maker's; {devices.again()} starts it again on it "
+            "(in JupyterLab: Restart kernel with its devices)"
+        )
+        self.host.log.info(
+            "dra_jupyter: kernel %s leaves its pod on %s (%s); the claim stays",
+            kernel_id,
+            devices.said(),
+            reason,
+        )
+        self.leaving.add(kernel_id)
+        try:
+            await self.moves.to_server(kernel_id, note, devices)
+        except DraJupyterError as err:
+            self.host.log.warning("dra_jupyter: kernel %s: %s", kernel_id, err)
+        finally:
+            self.leaving.discard(kernel_id)
+
     async def restart_asked(self, kernel_id: str, asked: dict[str, Any]) -> None:
         """A kernel asked for a restart with devices (``dra.request(..., restart=True)``):
         into a pod with the claim it describes (Kubernetes), or with the claims it made
         (their environment). What goes wrong is in the server log and, for a move, at the
         kernel's next execution."""
         try:
-            if "claim" in asked:
+            if isinstance(asked.get("join"), str) and asked["join"]:
+                await self.moves.to_pod(kernel_id, PodDevices(join=asked["join"]))
+            elif "claim" in asked:
                 where = f"kernel {kernel_id}"
                 request = asked.get("request")
                 devices = PodDevices(

@@ -47,13 +47,17 @@ MOVED = "moved"  # the reason a kernel's claim goes once its pod's own claim hol
 @dataclass(frozen=True)
 class PodDevices:
     """What a kernel pod is started with: the provisioner's ``claim`` (a ResourceClaim
-    spec) or ``request`` (``dra.request`` keywords), and how its user asks for it again."""
+    spec) or ``request`` (``dra.request`` keywords), or ``join``, a claim that exists which
+    the pod uses (``dra.request(join=...)``), and how its user asks for it again."""
 
     claim: Mapping[str, Any] | None = None
     request: Mapping[str, Any] = field(default_factory=dict)
+    join: str = ""
 
     def config(self) -> dict[str, Any]:
         config: dict[str, Any] = {"request": dict(self.request)}
+        if self.join:
+            config["join"] = self.join
         if self.claim is not None:
             config["claim"] = dict(self.claim)
         return config
@@ -61,13 +65,18 @@ class PodDevices:
     def again(self) -> str:
         """The one command that starts the kernel on such devices again, when the request's
         keywords are known."""
+        if self.join:
+            return f"dra.request(join={self.join!r})"
         if not self.request:
             return ""
         words = ", ".join(f"{k}={v!r}" for k, v in self.request.items())
         return f"dra.request({words}, restart=True)"
 
     def said(self) -> str:
-        """The devices, as typed: ``gpu=1, model='H200'`` (or ``its claim's devices``)."""
+        """The devices, as typed: ``gpu=1, model='H200'`` (or ``its claim's devices``, or
+        ``the shared claim team-gpu``)."""
+        if self.join:
+            return f"the shared claim {self.join}"
         if self.request:
             return ", ".join(f"{k}={v!r}" for k, v in self.request.items())
         return "its claim's devices"
@@ -79,7 +88,11 @@ def pod_devices(provisioner: Any) -> PodDevices | None:
     if not getattr(provisioner, "devices_in_pod", False):
         return None
     claim = dict(getattr(provisioner, "claim", {}) or {}) or None
-    return PodDevices(claim=claim, request=dict(getattr(provisioner, "request", {}) or {}))
+    return PodDevices(
+        claim=claim,
+        request=dict(getattr(provisioner, "request", {}) or {}),
+        join=str(getattr(provisioner, "join", "") or ""),
+    )
 
 
 def in_pod_spec(spec: Any, devices: PodDevices) -> Any:
@@ -93,6 +106,7 @@ def in_pod_spec(spec: Any, devices: PodDevices) -> Any:
         else {}
     )
     config.pop("claim", None)
+    config.pop("join", None)
     config.update(devices.config())
     metadata["kernel_provisioner"] = {"provisioner_name": POD_PROVISIONER, "config": config}
     moved.metadata = metadata
@@ -249,6 +263,7 @@ class Moves:
             )
             raise
         self.parked.pop(kernel_id, None)
+        made = [r for r in made if r.name != devices.join]  # a claim it joins stays
         if made:
             await self.release([r.name for r in made], MOVED)
         pod = getattr(kernel.provisioner, "pod_name", None)

@@ -36,6 +36,10 @@ class ClusterOps(Protocol):
         """Allocate a made claim now with our allocator (``dra.request(reserve=True)``); the
         claim is deleted if that fails."""
 
+    def find(self, name: str) -> dict[str, Any] | None:
+        """The ResourceClaim ``name`` of the namespace as it is now, any claim (dra-jupyter's
+        or not: one a teammate or an admin made to share), None where there is none."""
+
 
 # --- backends ------------------------------------------------------------------------------
 

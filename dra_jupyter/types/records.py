@@ -33,6 +33,7 @@ class ClaimRecord:
     created: float
     last_activity: float
     lease_expires: float | None = None
+    users: tuple[str, ...] = ()  # the pods that use it now (a Kubernetes claim's reservedFor)
 
     def to_object(self) -> dict[str, Any]:
         """The full ResourceClaim wire object, with ``status.allocation``."""

@@ -93,7 +93,8 @@ def test_claims_lists_only_the_users_own(
     bob.request(gpu=1, name="b-1")
     mine = alice.claims()
     assert sorted((r.claim, r.state) for r in mine) == [("a-1", "pending"), ("a-2", "pending")]
-    assert mine.columns[-1] == "state"
+    assert mine.columns[-2:] == ["state", "used_by"]  # used_by: the pods that use it
+    assert {r.used_by for r in mine} == {""}
     assert str(mine).startswith(f"namespace {namespace}\n")
     assert [r.claim for r in bob.claims()] == ["b-1"]
     assert sorted(r.claim for r in alice.claims(all_users=True)) == ["a-1", "a-2", "b-1"]

@@ -349,14 +349,14 @@ GPU_CASES: list[tuple[Wire, type[Exception], str]] = [
         InvalidInputError,
         "dra.request: unknown keyword 'colour'; use gpu, tpu, mig, count, memory, model, "
         "selector, share, interval, threads, pinned_memory, device_class, same, distinct, "
-        "alternatives, timeout, lease, name, apply_env, on_wait, reserve, restart",
+        "alternatives, timeout, lease, name, apply_env, on_wait, reserve, restart, join",
     ),
     (
         {"gpuu": 1},
         InvalidInputError,
         "dra.request: unknown keyword 'gpuu' (did you mean gpu?); use gpu, tpu, mig, count, "
         "memory, model, selector, share, interval, threads, pinned_memory, device_class, same, "
-        "distinct, alternatives, timeout, lease, name, apply_env, on_wait, reserve, restart",
+        "distinct, alternatives, timeout, lease, name, apply_env, on_wait, reserve, restart, join",
     ),
     (
         {"gpu": 1, "timeout": "soon"},

@@ -26,7 +26,7 @@ def one_line(outcome: Outcome) -> str:
             "%dra request gpux=1",
             "dra request: unknown keyword 'gpux' (did you mean gpu?); use gpu, tpu, mig, count, "
             "memory, model, selector, share, interval, threads, pinned_memory, device_class, same, "
-            "distinct, alternatives, timeout, lease, name, apply_env, restart",
+            "distinct, alternatives, timeout, lease, name, apply_env, restart, join",
         ),
         (
             "%dra request gpu=99",

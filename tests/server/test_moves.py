@@ -135,3 +135,15 @@ def test_restart_true_outside_a_servers_kernel_says_what_it_needs() -> None:
 
     with pytest.raises(InvalidInputError, match="needs a kernel started by a Jupyter server"):
         ask_restart(None, {"claims": ["c"]}, "restarting")
+
+
+def test_a_kernel_that_joins_a_claim_moves_into_a_pod_that_uses_it_and_back() -> None:
+    """``dra.request(join=...)``: the provisioner's ``join``, which a later move with devices
+    of its own drops; the note's command joins it again."""
+    joined = in_pod_spec(CPU, PodDevices(join="team-gpu"))
+    config = joined.metadata["kernel_provisioner"]["config"]
+    assert config == {"request": {}, "join": "team-gpu"}
+    assert PodDevices(join="team-gpu").again() == "dra.request(join='team-gpu')"
+    assert PodDevices(join="team-gpu").said() == "the shared claim team-gpu"
+    own = in_pod_spec(joined, PodDevices(request={"gpu": 1}))
+    assert own.metadata["kernel_provisioner"]["config"] == {"request": {"gpu": 1}}

@@ -2,7 +2,10 @@
 of :mod:`dra_jupyter.kube.kernels.provisioner` starts): the objects (pure) and their life
 on the cluster.
 
-Per kernel start, three objects of one name in the user's namespace:
+Per kernel start, three objects of one name in the user's namespace (two for a kernel that
+joins a claim that exists, ``dra.request(join=...)``: its pod names that claim in
+``spec.resourceClaims`` by ``resourceClaimName``, beside the other pods that use it, and has
+no template; deleting the pod leaves the claim):
 
 * a **ResourceClaimTemplate** made from the request (``dra.request`` keywords,
   :func:`~dra_jupyter.claimspec.build_claim`), or from a claim's spec (a claim made in a
@@ -53,6 +56,7 @@ from dra_jupyter.kube.claims import (
     KERNEL_LABEL,
     SERVER_LABEL,
     USER_LABEL,
+    ClaimClient,
     forbidden,
 )
 from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
@@ -101,6 +105,9 @@ class KernelPodSpec:
     # or the devices as a ResourceClaim's spec (a claim the kernel made before it moved into
     # a pod with it): used instead of ``request`` when given
     claim: Mapping[str, Any] | None = None
+    # or a claim that exists, which the pod uses by name beside other pods (no template):
+    # ``dra.request(join=...)``, :mod:`dra_jupyter.sharing.joins`
+    join: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
     working_dir: str | None = None
     service_account: str | None = None
@@ -113,7 +120,12 @@ class KernelPodSpec:
 
     @property
     def has_devices(self) -> bool:
-        return bool(self.request) or bool(self.claim)
+        return bool(self.request) or bool(self.claim) or bool(self.join)
+
+    @property
+    def has_template(self) -> bool:
+        """Its devices come from a template of its own (not a claim it joins)."""
+        return self.has_devices and not self.join
 
     def labels(self) -> dict[str, str]:
         labels = {
@@ -129,7 +141,7 @@ class KernelPodSpec:
         """The pod's: its objects' and, with a queue, Kueue's (its webhook then gates the
         pod until the queue's quota admits it; only a pod with devices waits in a queue)."""
         labels = self.labels()
-        if self.queue and self.has_devices:
+        if self.queue and self.has_template:  # a claim it joins is counted where made
             labels[kueue.QUEUE_LABEL] = self.queue
         return labels
 
@@ -205,7 +217,12 @@ def kernel_pod(spec: KernelPodSpec) -> Wire:
     }
     if spec.has_devices:
         container["resources"] = {"claims": [{"name": POD_CLAIM}]}
-        pod_spec["resourceClaims"] = [{"name": POD_CLAIM, "resourceClaimTemplateName": spec.name}]
+        source = (
+            {"resourceClaimName": spec.join}
+            if spec.join
+            else {"resourceClaimTemplateName": spec.name}
+        )
+        pod_spec["resourceClaims"] = [{"name": POD_CLAIM, **source}]
     if spec.service_account:
         pod_spec["serviceAccountName"] = spec.service_account
     if spec.node_selector:
@@ -324,6 +341,11 @@ class KernelPods:
             return []
         return [c.metadata.name for c in listed.items if c.metadata and c.metadata.name]
 
+    def claim(self, name: str) -> Wire | None:
+        """The claim ``name`` of the namespace as it is now (None: there is none)."""
+        claims = ClaimClient(self.api, self.namespace)
+        return claims.get(name, f"kernel pod joining claim {name}")
+
     def own_pod(self, name: str) -> Wire | None:
         """The pod ``name`` (this server's own), or None when it cannot be read."""
         try:
@@ -353,8 +375,8 @@ class KernelPods:
         cwd = spec.working_dir or "/"
         name = claim_name(server_pod, cwd)
         files = kernel_files(server_pod, cwd, self.volume_claim(name) if name else None)
-        if isinstance(files, Unshared) or files.node is None or not spec.has_devices:
-            return files
+        if isinstance(files, Unshared) or files.node is None or not spec.has_template:
+            return files  # a claim it joins: where it is allocated decides
         try:
             inventory = ServerDevices(self.api, self.namespace).readable_devices()
         except ClusterError:  # not known now: the scheduler will say
@@ -374,7 +396,7 @@ class KernelPods:
         no right to change or delete Secrets."""
         action = f"kernel pod {spec.name}"
         templates = "resourceclaimtemplates.resource.k8s.io"
-        if spec.has_devices:
+        if spec.has_template:
             self._call(
                 action,
                 "create",
@@ -394,7 +416,7 @@ class KernelPods:
             )
             uid = str(pod.metadata.uid)
             owner = {"apiVersion": "v1", "kind": "Pod", "name": spec.name, "uid": uid}
-            if spec.has_devices:
+            if spec.has_template:
                 self._call(
                     action,
                     "patch",

@@ -25,6 +25,8 @@ connection file are deleted then (jupyter_server forgets a dead kernel).
 The claim is labelled as the server extension labels its kernels' claims: when the
 extension releases it (idle release, its user from the Devices panel) it stops the kernel
 (:attr:`DRAKernelProvisioner.devices_in_pod`), since only that frees the devices.
+With ``join`` (a claim that exists, instead of ``request``) the pod uses that claim by name,
+beside the other pods on it: stopping the kernel deletes its pod only, never the claim.
 
 The kernel's files: the volume of the notebook's folder in the server's pod is mounted in
 the kernel's where the storage lets two pods share it (on the server's node for a
@@ -62,6 +64,7 @@ from dra_jupyter.kube.kernels.pods import Ending, KernelPods, KernelPodSpec, end
 from dra_jupyter.kube.kernels.volumes import Files, Unshared
 from dra_jupyter.model.takenout import HeldDevice, evicted_for_device_taint
 from dra_jupyter.settings import Settings, default_server_id
+from dra_jupyter.sharing.joins import claim_problem, name_problem
 from dra_jupyter.types import Owner
 
 NAME = "dra-kubernetes"  # the entry point's name, a kernel spec's provisioner_name
@@ -90,6 +93,13 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         config=True,
         help="the kernel's devices as a ResourceClaim's spec, instead of request (what a "
         "kernel that moves into a pod with the claim it made gets)",
+    )
+    join = Unicode(
+        "",
+        config=True,
+        help="a claim of the namespace that exists, which the kernel's pod uses by name beside "
+        "the other pods that use it, instead of request (dra.request(join=...)); the kernel "
+        "never deletes it",
     )
     image = Unicode(
         "", config=True, help="the kernel pod's image ('': DRA_JUPYTER_IMAGE, else the server's)"
@@ -210,6 +220,12 @@ class DRAKernelProvisioner(KernelProvisionerBase):
         if self.note:  # the kernel says why it started again, at its first execution
             kept[NOTE_ENV] = self.note
             cmd = saying(cmd)
+        if self.join:  # said now, in one line, rather than waited for until start_timeout
+            problem = name_problem(self.join) or claim_problem(
+                self.join, pods.namespace, pods.claim(self.join)
+            )
+            if problem is not None:
+                raise InvalidInputError(f"kernel {self.kernel_id}: {problem}")
         spec = KernelPodSpec(
             name=f"kernel-{self.kernel_id[:8]}-{secrets.token_hex(3)}",
             namespace=pods.namespace,
@@ -217,18 +233,19 @@ class DRAKernelProvisioner(KernelProvisionerBase):
             argv=cmd,
             user=current_user(),
             kernel_id=self.kernel_id,
-            request=dict(self.request),
-            claim=dict(self.claim) or None,
+            request={} if self.join else dict(self.request),
+            claim=None if self.join else dict(self.claim) or None,
+            join=self.join,
             env=kept,
             working_dir=str(kwargs["cwd"]) if kwargs.get("cwd") else None,
             service_account=self.service_account or own_spec.get("serviceAccountName"),
             node_selector=dict(self.node_selector) or None,
-            classes=pods.device_classes() if self.request and not self.claim else (),
+            classes=pods.device_classes() if self.request and not (self.claim or self.join) else (),
             server_id=settings.server_id or default_server_id(),
             owner=Owner.current(self.kernel_id),
             queue=self.queue or settings.kueue_queue,
         )
-        if spec.queue and spec.has_devices:  # what Kueue could never admit: said now
+        if spec.queue and spec.has_template:  # what Kueue could never admit: said now
             refused = kueue.refusal(
                 f"kernel {self.kernel_id}", spec.queue, dict(kernel_claim(spec)["spec"])
             )
