@@ -1,6 +1,6 @@
 // What the panel and the status bar say: pure functions of the REST answers and the clock.
 
-import type { Claim, Device, Usage, Waiter } from './wire';
+import type { Claim, ClusterCounts, Device, ShapeCount, Usage, Waiter } from './wire';
 
 /** `12:30`, `1:02:03`; `0:00` once the time is up. */
 export function countdown(seconds: number): string {
@@ -453,4 +453,43 @@ export function gpuTime(hours: number): string {
 export function usageSeries(u: Usage): number[] {
   const most = Math.max(0, ...u.daily_gpu_hours);
   return u.daily_gpu_hours.map(h => (most > 0 ? (h / most) * 100 : 0));
+}
+
+/** A shape of the cluster's devices as people say it: `H200 141Gi`, `H200 MIG 1g.18gb`. */
+export function shapeName(shape: ShapeCount): string {
+  const model = shortModel(shape.model) || shape.kind;
+  if (shape.mig_profile) {
+    return `${model} MIG ${shape.mig_profile}`;
+  }
+  return shape.memory ? `${model} ${shape.memory}` : model;
+}
+
+/**
+ * The cluster's devices by shape, as a hub's shared view counts them (GET /devices'
+ * `cluster`): `H200 141Gi: 812 free of 1000 · 150 held · 38 taken out`, the most free
+ * first; the one line that says why there are none.
+ */
+export function clusterLines(cluster: ClusterCounts): string[] {
+  if (cluster.problem) {
+    return [cluster.problem];
+  }
+  if (cluster.shapes.length === 0) {
+    return ['no devices in the cluster'];
+  }
+  return [...cluster.shapes]
+    .sort((a, b) => b.free - a.free || shapeName(a).localeCompare(shapeName(b)))
+    .map(s => {
+      const parts = [`${s.free} free of ${s.total}`];
+      for (const [n, words] of [
+        [s.held, 'held'],
+        [s.shared, 'shared'],
+        [s.blocked, 'blocked by a partition'],
+        [s.tainted, 'taken out']
+      ] as const) {
+        if (n > 0) {
+          parts.push(`${n} ${words}`);
+        }
+      }
+      return `${shapeName(s)}: ${parts.join(' · ')}`;
+    });
 }

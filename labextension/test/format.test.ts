@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import {
   claimCountdown,
   claimTakenOutText,
+  clusterLines,
   countdown,
   deviceSummary,
   duration,
@@ -23,7 +24,7 @@ import {
   usageSeries,
   usageText
 } from '../src/format';
-import type { Usage } from '../src/wire';
+import type { ShapeCount, Usage } from '../src/wire';
 import { claim, device, GPU } from './fixtures';
 
 test('countdown: minutes and seconds, hours when there are, never below zero', () => {
@@ -286,4 +287,34 @@ test('a claim card says which of its devices are taken out, and what that means'
   );
   assert.ok(hasTaint(device('d', { taints: 'a/b=x:NoExecute, c/d:None' }), 'c/d'));
   assert.ok(!hasTaint(device('d', { taints: 'a/b=x:NoExecute' }), 'a/bc'));
+});
+
+test("the cluster's counts from a hub's shared view: by shape, the most free first, only what is there", () => {
+  const shape = (more: Partial<ShapeCount>): ShapeCount => ({
+    kind: 'gpu',
+    model: 'NVIDIA H200',
+    memory: '141Gi',
+    mig_profile: '',
+    total: 0,
+    free: 0,
+    held: 0,
+    shared: 0,
+    blocked: 0,
+    tainted: 0,
+    ...more
+  });
+  const shapes = [
+    shape({ mig_profile: '1g.18gb', memory: '16Gi', total: 7, free: 7 }),
+    shape({ total: 1000, free: 812, held: 150, tainted: 38 })
+  ];
+  assert.deepEqual(
+    clusterLines({ source: 'http://hub/services/dra-devices', shapes, problem: '' }),
+    ['H200 141Gi: 812 free of 1000 · 150 held · 38 taken out', 'H200 MIG 1g.18gb: 7 free of 7']
+  );
+  const problem =
+    'cluster device counts unavailable: the shared view at http://x cannot be reached';
+  assert.deepEqual(clusterLines({ source: 'http://x', shapes: [], problem }), [problem]);
+  assert.deepEqual(clusterLines({ source: 'http://x', shapes: [], problem: '' }), [
+    'no devices in the cluster'
+  ]);
 });

@@ -9,6 +9,7 @@ import type { DraRequestError } from '../api';
 import {
   claimCountdown,
   claimTakenOutText,
+  clusterLines,
   countdownText,
   deviceName,
   deviceSummary,
@@ -493,8 +494,18 @@ export class DevicesPanel extends Widget {
 
   private _devices(): HTMLElement {
     const section = el('section', 'dra-devices');
-    section.append(el('h3', '', 'All devices'));
     const devices = this.model.devices;
+    const cluster = devices?.cluster;
+    if (cluster !== undefined) {
+      // a hub's shared view counts the cluster's devices; the rows below are the user's
+      section.append(el('h3', '', 'The cluster'));
+      const list = el('ul', cluster.problem ? 'dra-cluster dra-error' : 'dra-cluster');
+      for (const line of clusterLines(cluster)) {
+        list.append(el('li', 'dra-cluster-shape', line));
+      }
+      section.append(list);
+    }
+    section.append(el('h3', '', cluster !== undefined ? 'Your devices' : 'All devices'));
     if (devices === null) {
       section.append(el('div', 'dra-dim', 'Loading…'));
       return section;
