@@ -44,6 +44,7 @@ __all__ = [
     "CLAIMS",
     "CLASSES",
     "JOBS",
+    "JOBSETS",
     "PODS",
     "RULES",
     "SELECTORS",
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 SYNC_WAIT_S = 10.0  # the first read of a view waits this long for its first list
-CLAIMS, PODS, JOBS = "resourceclaims", "pods", "jobs"
+CLAIMS, PODS, JOBS, JOBSETS = "resourceclaims", "pods", "jobs", "jobsets"
 SLICES, CLASSES, RULES = "resourceslices", "deviceclasses", "devicetaintrules"
 # the labels of kube.runs.jobs and kube.kernels.pods (which read these views: not imported)
 COMPONENT_LABEL, RUN_COMPONENT = "dra-jupyter/component", "run"
@@ -64,13 +65,17 @@ SELECTORS = {
     CLAIMS: USER_LABEL,
     PODS: COMPONENT_LABEL,
     JOBS: f"{COMPONENT_LABEL}={RUN_COMPONENT}",
+    JOBSETS: f"{COMPONENT_LABEL}={RUN_COMPONENT}",
 }
 # what a change of a namespace's view is news of (kernels' pods are runs' too: one topic);
 # a change of any cluster-wide view is news of the devices
 TOPICS = {CLAIMS: "claims", PODS: "runs", JOBS: "runs"}
+# views of a CRD a cluster may not serve (JobSet's): started by a read only, once discovery
+# said it is served (kube.runs), never by a listener
+OPTIONAL_TOPICS = {JOBSETS: "runs"}
 DEVICES_TOPIC = "devices"
 # what a read says is unavailable while a view is in error, by view
-UNAVAILABLE = {CLAIMS: "claims", PODS: "runs and kernels", JOBS: "runs"}
+UNAVAILABLE = {CLAIMS: "claims", PODS: "runs and kernels", JOBS: "runs", JOBSETS: "runs"}
 DEVICES_UNAVAILABLE = "device counts"
 
 
@@ -109,7 +114,7 @@ class NamespaceViews:
             return None
         self.started = True
         found = self._shared(kind)
-        self._hook(found, TOPICS[kind])
+        self._hook(found, TOPICS.get(kind) or OPTIONAL_TOPICS[kind])
         return _answering(found, UNAVAILABLE[kind])
 
     def _shared(self, kind: str) -> Reflector:

@@ -130,6 +130,8 @@ KINDS = {
         Kind("devicetaintrules", client.ResourceV1Api, None, "list_device_taint_rule"),
         Kind("pods", client.CoreV1Api, "list_namespaced_pod", "list_pod_for_all_namespaces"),
         Kind("jobs", client.BatchV1Api, "list_namespaced_job", "list_job_for_all_namespaces"),
+        # JobSet's (kube.runs.jobsets: its group and version), watched only where served
+        Kind.custom_resource("jobset.x-k8s.io", "v1alpha2", "jobsets"),
     )
 }
 

@@ -26,6 +26,7 @@ from dra_jupyter.kube.runs.jobstatus import run_status
 from dra_jupyter.model.objects import Wire
 from tests.k8s import jobset as jobset_env
 from tests.k8s.addon import OwnCluster, own_cluster
+from tests.k8s.apimetrics import open_watches, sample
 from tests.k8s.fixtures import fresh_namespace, wait_for
 from tests.k8s.test_backend import session
 from tests.k8s.test_jobs import REPORT, assert_reported, wait_running
@@ -284,6 +285,34 @@ def test_a_two_node_run_is_a_jobset_with_ranks_logs_and_is_found_and_cancelled(
         assert found[0].status.phase == "Succeeded"  # cancel cleans up; the outcome stays
         wait_for("the run's objects to be deleted", lambda: _nothing_left(api, namespace))
         assert again.runs() == []
+
+
+def test_a_watching_process_reads_its_jobsets_from_a_view_not_a_list_per_read(
+    served: OwnCluster, namespace: str
+) -> None:
+    """A long-lived process (a Jupyter server: watch on) lists the namespace's JobSets once
+    and then watches them: an open lab's GET /runs makes no LIST of JobSets, and a cancel
+    shows at once (issue 38: watch, don't list)."""
+    cluster = served.cluster
+
+    def lists() -> float:
+        return sample(cluster, "apiserver_request_total", verb="LIST", resource="jobsets")
+
+    with served.runner.serving(namespace):
+        alice = session(cluster.kubeconfig, namespace, image=IMAGE, watch=True)
+        run = alice.run([sys.executable, "-c", "print('hi')"], gpu=1, nodes=2, name="seen")
+        assert isinstance(run, JobRun) and run.status.launcher == "JobSet"
+        try:
+            wait_for("the run in the view", lambda: [r.name for r in alice.runs()] == ["seen"])
+            before = lists()
+            for _ in range(5):
+                assert [r.name for r in alice.runs()] == ["seen"]
+            assert lists() == before  # read from the view: no LIST per read
+            assert open_watches(cluster, "jobsets") >= 1
+        finally:
+            run.cancel()
+        assert alice.runs() == []  # the cancel shows at once (read-your-writes)
+        wait_for("the run's objects to be deleted", lambda: _nothing_left(served.api, namespace))
 
 
 def test_a_rank_that_exits_1_fails_the_jobset_and_cancel_leaves_nothing(

@@ -34,7 +34,7 @@ from dra_jupyter.kube.runs import gangs, gangtimeout, jobs, jobsets
 from dra_jupyter.kube.runs.jobs import COMPONENT, COMPONENT_LABEL, RUN_LABEL, JobSpec
 from dra_jupyter.kube.runs.jobstatus import generated_claim, pod_row, run_status
 from dra_jupyter.kube.runs.stopped import StoppedPods
-from dra_jupyter.kube.views import CLAIMS, JOBS, PODS
+from dra_jupyter.kube.views import CLAIMS, JOBS, JOBSETS, PODS
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import USER_ANNOTATION, label_value
 from dra_jupyter.types.runs import RunStatus, wait_for_end
@@ -548,7 +548,8 @@ class JobRun:
         for kind, call in calls:
             self._call(action, "delete", kind, _gone_is_fine(call))
         self._cancelled = True
-        for watched, names in ((JOBS, made), (PODS, pods), (CLAIMS, claims)):
+        jobset = [self.name] if self.jobset else []
+        for watched, names in ((JOBSETS, jobset), (JOBS, made), (PODS, pods), (CLAIMS, claims)):
             view = self._backend.running(watched)  # read-your-writes: gone from the views now
             if view is not None:
                 for name in names:
@@ -719,13 +720,18 @@ def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) ->
     return run
 
 
-def _listed_jobsets(backend: ClusterAccess, selector: str) -> list[Wire]:
+def _listed_jobsets(backend: ClusterAccess, selector: str, labels: dict[str, str]) -> list[Wire]:
     """The namespace's JobSets of ``selector``; none where JobSet is not installed or RBAC
     hides them (then no run of this user is one: making it needs the same rights). A
     watching process asks discovery first (:func:`.jobsets.served`): no LIST where JobSet
-    is not installed."""
-    if backend.settings.watch and not jobsets.served(backend.api):
-        return []
+    is not installed, and where it is, its view of the namespace's JobSets answers (listed
+    once, then watched)."""
+    if backend.settings.watch:
+        if not jobsets.served(backend.api):
+            return []
+        view = backend.watched(JOBSETS)  # a long-lived process: watched, not listed
+        if view is not None:
+            return view.list(labels)
     objects = client.CustomObjectsApi(backend.api)
     try:
         listed = backend.retrying(
@@ -750,9 +756,9 @@ def list_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[JobRun
     """The user's runs in the namespace (by their labels: Jobs and JobSets), oldest first."""
     batch = client.BatchV1Api(backend.api)
     selector = f"{COMPONENT_LABEL}={COMPONENT},{USER_LABEL}={label_value(backend.owner.user)}"
+    labels = {COMPONENT_LABEL: COMPONENT, USER_LABEL: label_value(backend.owner.user)}
     view = backend.watched(JOBS)
     if view is not None:
-        labels = {COMPONENT_LABEL: COMPONENT, USER_LABEL: label_value(backend.owner.user)}
         found = [(j, False) for j in view.list(labels)]
     else:
         listed = JobRun(backend, "", out)._call(
@@ -762,7 +768,7 @@ def list_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[JobRun
             lambda: batch.list_namespaced_job(backend.namespace, label_selector=selector),
         )
         found = [(to_wire(backend.api, j), False) for j in listed.items]
-    found += [(j, True) for j in _listed_jobsets(backend, selector)]
+    found += [(j, True) for j in _listed_jobsets(backend, selector, labels)]
     found = [
         (j, jobset)
         for j, jobset in found
