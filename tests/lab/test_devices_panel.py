@@ -596,6 +596,11 @@ def test_a_request_for_the_notebooks_kernel_offers_the_restart_with_its_devices(
     visible = claim["env"]["CUDA_VISIBLE_DEVICES"]
     run_cell(page, 0, f"env {visible}")
     assert [c["name"] for c in claims(lab)] == [claim["name"]]
+    # the form's answer goes with its claim, not stale after it (issue 42, item 7)
+    answer = panel.locator(".dra-request .dra-ok")
+    assert answer.evaluate("e => e.getBoundingClientRect().bottom <= window.innerHeight")
+    lab.api("DELETE", f"/dra/api/claims/{claim['name']}")
+    answer.wait_for(state="detached", timeout=WAIT_MS)
 
 
 def test_a_cell_waiting_in_line_shows_in_the_status_bar(

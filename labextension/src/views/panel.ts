@@ -134,6 +134,13 @@ export class DevicesPanel extends Widget {
       root.append(this._devices());
     }
     this.node.replaceChildren(root);
+    if (this._reveal) {
+      // the form's answer, where the claims above may have pushed it below the fold
+      this._reveal = false;
+      root.querySelector('.dra-request .dra-ok, .dra-request .dra-error')?.scrollIntoView({
+        block: 'nearest'
+      });
+    }
   }
 
   private _error(error: DraRequestError): HTMLElement {
@@ -398,6 +405,10 @@ export class DevicesPanel extends Widget {
     const submit = el('button', 'jp-Button jp-mod-styled jp-mod-accept dra-submit', 'Request');
     submit.type = 'submit';
     details.append(submit);
+    const said = this._formMessage;
+    if (said?.claim !== undefined && !this.model.claims.some(c => c.name === said.claim)) {
+      this._formMessage = null; // its claim went (released, moved): the words are stale
+    }
     if (this._formMessage) {
       const message = this._formMessage;
       const m = el('div', message.error ? 'dra-error' : 'dra-ok', message.text);
@@ -425,7 +436,11 @@ export class DevicesPanel extends Widget {
               }
               await this.model.restartWithClaims(kernel);
               await this.kernels.restarted(kernel);
-              this._formMessage = { error: false, text: `${message.claim}: the kernel ${done}.` };
+              this._formMessage = {
+                error: false,
+                claim: message.claim,
+                text: `${message.claim}: the kernel ${done}.`
+              };
             })
           )
         );
@@ -456,10 +471,12 @@ export class DevicesPanel extends Widget {
                     'started without them: restart it with them to use them.'
               }
             : { error: false, claim: claim.name, text: `Got ${what} (claim ${claim.name}).` };
+          this._reveal = true;
           this.render();
         },
         (err: unknown) => {
           this._formMessage = { error: true, text: toError(err).message };
+          this._reveal = true;
           this.render();
         }
       );
@@ -608,6 +625,7 @@ export class DevicesPanel extends Widget {
   private _formOpen = false;
   private _attach = true;
   private _formValues: Partial<Record<string, string>> = {};
+  private _reveal = false; // scroll the form's new answer into view at the next render
   private _formMessage: {
     error: boolean;
     text: string;
