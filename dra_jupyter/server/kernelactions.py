@@ -82,6 +82,18 @@ class KernelActions:
         if kernel_id in km:
             self.watcher.attach(km, kernel_id)
 
+    def _not_busy(self, kernel_id: str) -> None:
+        """A restart during a cell: jupyter_server keeps that cell's ``busy`` (it means to
+        say ``starting`` after a restart and sets it on its manager, not on the kernel), and
+        a new kernel's first status is not one it tracks; busy for ever, the kernel would
+        never be idle (its claims, a joiner's pod) and JupyterLab would say Busy. The new
+        kernel runs nothing yet: ``starting``, which jupyter_server turns into ``idle`` at
+        the kernel's next status."""
+        km: Any = self.host.server.kernel_manager  # jupyter_server's methods are untyped
+        kernel: Any = km.get_kernel(kernel_id) if kernel_id in km else None
+        if getattr(kernel, "execution_state", None) == "busy":
+            kernel.execution_state = "starting"
+
     async def kernel_claims(self, kernel_id: str) -> list[ClaimRecord]:
         records = await self.host.read(partial(self.service.live_claims, wait=False))
         return [r for r in records if r.owner.kernel_id == kernel_id]
@@ -104,6 +116,7 @@ class KernelActions:
             # a kernel in a pod has a new address after a restart: follow the new one
             self.watcher.detach(kernel_id)
             self.watch(kernel_id)
+            self._not_busy(kernel_id)
             if keeping.get(kernel_id, 0) > 0:
                 keeping[kernel_id] -= 1  # our own restart with claims
                 return

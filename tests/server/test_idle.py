@@ -104,6 +104,26 @@ async def test_a_running_cell_pauses_the_countdown_and_it_restarts_when_the_cell
         assert [r.name for r in ledger.read_claims()] == [record.name]
 
 
+async def test_a_kernel_restarted_during_a_cell_is_not_busy_after_it(
+    jp_serverapp: Any, jp_fetch: Fetch
+) -> None:
+    """A restart that cuts a cell short (a kernel that moves into a pod from its own cell,
+    dra.request(..., restart=True) or join=): the new kernel is not busy after it. Where
+    jupyter_server's own watch of the new kernel misses its first statuses (a pod's new
+    address, a loaded machine), it kept the cut cell's ``busy``: the kernel was never idle
+    (a joiner's pod stayed, once in CI). This local restart keeps jupyter_server's watch
+    connected, so it guards the outcome; it did not fail without the fix."""
+    await start_extensions(jp_serverapp)
+    km = jp_serverapp.kernel_manager
+    async with started_kernel(jp_serverapp) as kernel:
+        kernel.client.execute("import time; time.sleep(120)")
+        await eventually(lambda: km.get_kernel(kernel.id).execution_state == "busy")
+        await km.restart_kernel(kernel.id)
+        await eventually(lambda: km.get_kernel(kernel.id).execution_state != "busy")
+        model = json.loads((await jp_fetch("api", "kernels", kernel.id)).body)
+        assert model["execution_state"] != "busy", model
+
+
 async def test_comm_traffic_does_not_keep_a_claim(
     jp_serverapp: Any, ledger: Ledger, events: Events
 ) -> None:
