@@ -240,8 +240,10 @@ def test_an_error_backs_off_says_so_once_and_resumes_without_a_list(
         assert view.stats().errors == 3
         assert view.stats().lists == 1
         assert view.error is None  # well again
-    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warned) == 1
+    # ours, once (urllib3's own "Retrying ... after connection broken" lines, where the
+    # scripted server's connection broke under load, are not the view's words)
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "dra_jupyter"]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
     assert "answered 500" in warned[0].getMessage()
     assert "retrying with backoff" in warned[0].getMessage()
     assert all(c["resource_version"] == "10" for c in server.watch_calls())
