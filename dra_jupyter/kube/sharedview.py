@@ -29,6 +29,7 @@ from dra_jupyter.kube.views import CLAIMS
 from dra_jupyter.settings import Settings
 from dra_jupyter.tables import DeviceRow, device_rows
 from dra_jupyter.types import ClaimRecord, Owner
+from dra_jupyter.types.shapes import ShapeCount
 
 __all__ = [
     "DEVICES_PATH",
@@ -42,23 +43,6 @@ __all__ = [
 
 DEVICES_PATH = "api/devices"  # under the service's URL
 STATES = ("free", "held", "shared", "blocked", "tainted")  # a row's states (tables.device_rows)
-
-
-class ShapeCount(TypedDict):
-    """The devices of one shape (kind, model, memory, MIG profile) of the cluster, by
-    state: ``held`` and ``shared`` are a claim's, ``blocked`` a partition or its whole GPU
-    is, ``tainted`` a taint keeps new claims off (``free + ... + tainted == total``)."""
-
-    kind: str
-    model: str
-    memory: str
-    mig_profile: str
-    total: int
-    free: int
-    held: int
-    shared: int
-    blocked: int
-    tainted: int
 
 
 class HeldRow(TypedDict):

@@ -19,6 +19,7 @@ from dra_jupyter.errors import InvalidInputError, shown
 from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH, MAX_SUBREQUESTS
 from dra_jupyter.selectors import MAX_EXPRESSION_LENGTH
 from dra_jupyter.types.runs import Phase
+from dra_jupyter.types.shapes import ShapeCount
 
 DeviceState = Literal["free", "held", "shared", "blocked", "tainted"]
 DeviceCount = int | Literal["all"]  # a number of devices, or every device that matches
@@ -51,20 +52,8 @@ class WaiterModel(TypedDict):
     why: str  # why there ("" where the backend does not say)
 
 
-class ShapeCountModel(TypedDict):
-    """The cluster's devices of one shape, by state (``GET devices`` from a hub's shared
-    view: dra_jupyter.kube.sharedview.ShapeCount)."""
-
-    kind: str
-    model: str
-    memory: str
-    mig_profile: str
-    total: int
-    free: int
-    held: int
-    shared: int
-    blocked: int
-    tainted: int
+# the cluster's devices of one shape, by state (``GET devices`` from a hub's shared view)
+ShapeCountModel = ShapeCount
 
 
 class ClusterCountsModel(TypedDict):

@@ -2,7 +2,8 @@
 Owner and the labels), a claim as the API sees it and its place in line (:mod:`.records`:
 ClaimRecord, Waiting, Waiter), what a backend offers and what only a cluster backend does
 (:mod:`.backend`: Backend, Capabilities, ClusterOps), and ``dra.run`` on every backend: its
-request, a backend's runs, a run with its status (:mod:`.runs`).
+request, a backend's runs, a run with its status (:mod:`.runs`), and the cluster's devices
+counted per shape (:mod:`.shapes`).
 
 Both backends (:mod:`dra_jupyter.local`, :mod:`dra_jupyter.kube`) import this package and
 neither imports the other; :mod:`dra_jupyter.api` holds a :class:`Backend` and asks its
