@@ -277,9 +277,8 @@ export class DraModel {
       await this._read();
     } finally {
       this._reading -= 1;
-      if (this._again && this._reading === 0) {
+      if (this._waiting.length > 0 && this._reading === 0) {
         // something changed while the answer was on its way: it may not show it
-        this._again = false;
         const waiting = this._waiting;
         this._waiting = [];
         const wake = () => {
@@ -304,7 +303,6 @@ export class DraModel {
       return;
     }
     if (this._reading > 0) {
-      this._again = true;
       return new Promise<void>(resolve => this._waiting.push(resolve));
     }
     if (this._poll !== null) {
@@ -690,8 +688,9 @@ export class DraModel {
   private _devicesWanted = false;
   private _disposed = false;
   private _reading = 0; // refreshes on their way
-  private _again = false; // refresh once more when they are back
-  private _waiting: (() => void)[] = []; // callers of refreshSoon waiting for that read
+  // callers of refreshSoon while a read was on its way: one more read follows it, and
+  // resolves them once it is in
+  private _waiting: (() => void)[] = [];
   // claims of this caller seen (answers, own requests, events): name -> last seen
   private _known = new Map<string, Claim | undefined>();
   private _users = new Set<string>(); // the users of the claims in the answers

@@ -34,6 +34,19 @@ class Shown implements Notifier {
   }
 }
 
+/** The warnings of notebook idle.ipynb, gathered for ``gatherMs`` before one opens. */
+function idleWarnings(model: DraModel, shown: Shown, gatherMs: number): IdleWarnings {
+  return new IdleWarnings(
+    model,
+    shown,
+    () => 'idle.ipynb',
+    err => {
+      throw err;
+    },
+    gatherMs
+  );
+}
+
 function setup(claims: Claim[]) {
   const server = { claims, kept: [] as string[], released: [] as string[] };
   let now = 1000;
@@ -64,15 +77,7 @@ function setup(claims: Claim[]) {
   }) as Requester;
   const model = new DraModel({ request, now: () => now, hidden: () => false });
   const shown = new Shown();
-  const warnings = new IdleWarnings(
-    model,
-    shown,
-    () => 'idle.ipynb',
-    err => {
-      throw err;
-    },
-    0 // opened at once (the page gathers a notebook's first warnings for GATHER_MS)
-  );
+  const warnings = idleWarnings(model, shown, 0); // opened at once (the page gathers for GATHER_MS)
   const tick = (s: number) => {
     now += s;
   };
@@ -251,15 +256,7 @@ test("deadlines of a notebook's claims that differ: the first is said", () => {
 
 test("a notebook's warnings that come together open as one notification, never updated", async () => {
   const { model, shown } = setup([]);
-  const gathering = new IdleWarnings(
-    model,
-    shown,
-    () => 'idle.ipynb',
-    err => {
-      throw err;
-    },
-    20
-  );
+  const gathering = idleWarnings(model, shown, 20);
   for (const name of ['a', 'b', 'c']) {
     gathering.show(warning(name, 1045));
   }
@@ -276,15 +273,7 @@ test("a notebook's warnings that come together open as one notification, never u
 
 test("a notebook's claims released together withdraw its warning without a burst of updates", async () => {
   const { model, shown } = setup([]);
-  const gathering = new IdleWarnings(
-    model,
-    shown,
-    () => 'idle.ipynb',
-    err => {
-      throw err;
-    },
-    20
-  );
+  const gathering = idleWarnings(model, shown, 20);
   for (const name of ['a', 'b', 'c']) {
     gathering.show(warning(name, 1045));
   }
