@@ -3,7 +3,8 @@ could be met on the cluster's idle devices, answered from the server's watched v
 cluster (:mod:`dra_jupyter.kube.views`), so that a kernel's ``dra.request`` on Kubernetes
 reads no ResourceSlice where the request is possible.
 
-``POST /dra/api/kernel-asks/possible`` with ``{"request": {...}, "name": "..."}``
+``POST /dra/api/kernel-asks/possible`` (``specification/dra-rest-api.yml``) with
+``{"request": {...}, "name": "..."}``
 (``dra.request``'s keywords) answers ``{"possible": true, "classes": [...]}`` (the cluster's
 DeviceClass names, which the kernel builds the claim with) or ``{"possible": false}`` for
 every other case: never possible, a keyword that is wrong, the cluster not readable. The
@@ -29,7 +30,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from dra_jupyter.kernel.asking import POSSIBLE_PATH, SECRET_ENV, SECRET_HEADER, SERVER_URL_ENV
-from dra_jupyter.server.models import MAX_BODY_BYTES
+from dra_jupyter.server.models import MAX_BODY_BYTES, PossibleModel
 
 __all__ = ["PossibleHandler", "kernel_ask_env", "new_secret", "server_url"]
 
@@ -83,9 +84,13 @@ class PossibleHandler(ExtensionHandlerMixin, APIHandler):
         request = body.get("request") if isinstance(body, dict) else None
         name = body.get("name", "") if isinstance(body, dict) else None
         if not isinstance(request, dict) or not isinstance(name, str):
-            self.finish(json.dumps({"possible": False}))
+            self.finish(json.dumps(PossibleModel(possible=False)))
             return
         app = cast(Any, self.extensionapp)
         classes = await app.read(app.service.possible, request, name)
-        answer = {"possible": False} if classes is None else {"possible": True, "classes": classes}
+        answer = (
+            PossibleModel(possible=False)
+            if classes is None
+            else PossibleModel(possible=True, classes=list(classes))
+        )
         self.finish(json.dumps(answer))

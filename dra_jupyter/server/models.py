@@ -13,7 +13,7 @@ import codecs
 import json
 import sys
 from collections.abc import Mapping
-from typing import Literal, NotRequired, TypedDict, cast
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from dra_jupyter.errors import InvalidInputError, shown
 from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH, MAX_SUBREQUESTS
@@ -183,6 +183,22 @@ class ClaimRequest(TypedDict, total=False):
     lease: str | float
     timeout: str | float
     kernel_id: str
+
+
+class KernelAsk(TypedDict, total=False):
+    """What a kernel of this server asks (``POST kernel-asks/possible``,
+    :mod:`dra_jupyter.server.kernelasks`): ``dra.request``'s keywords and the claim's name."""
+
+    request: dict[str, Any]
+    name: str
+
+
+class PossibleModel(TypedDict):
+    """The answer to a kernel's ask: ``classes`` (the cluster's DeviceClasses) where it is
+    possible."""
+
+    possible: bool
+    classes: NotRequired[list[str]]
 
 
 class ErrorModel(TypedDict):

@@ -6,6 +6,19 @@
 // The widgets' JavaScript (dra_jupyter/widgets/*.js) is type-checked against these
 // declarations, and the JupyterLab extension (labextension/src/) is written against them.
 
+export interface KernelAsk {
+  /** dra.request's keywords, e.g. {"gpu": 1} */
+  request?: { [key: string]: unknown };
+  /** the claim's name, "" for one made up */
+  name?: string;
+}
+
+export interface Possible {
+  possible: boolean;
+  /** the cluster's DeviceClass names (only where possible) */
+  classes?: string[];
+}
+
 export interface Error {
   message: string;
   reason?: string | null;
@@ -390,6 +403,12 @@ export interface Operations {
     parameters: { kernel_id: string };
     body: null;
     answer: Restart;
+  };
+  /** Whether a kernel's request could be met now (asked by this server's kernels) */
+  "POST /kernel-asks/possible": {
+    parameters: Record<string, never>;
+    body: KernelAsk;
+    answer: Possible;
   };
   /** The caller's background runs (dra.run), oldest first (the lab panel's Runs) */
   "GET /runs": {

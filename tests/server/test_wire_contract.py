@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from dra_jupyter.api import Session
+from dra_jupyter.kernel.asking import SECRET_HEADER
 from dra_jupyter.server import models
 from dra_jupyter.server.claims import Caller
 from dra_jupyter.server.models import (
@@ -40,7 +41,9 @@ from dra_jupyter.server.models import (
     ErrorModel,
     GpuActivityModel,
     HistoryModel,
+    KernelAsk,
     MetricsResponse,
+    PossibleModel,
     ReleasedModel,
     RestartResponse,
     RunLogsResponse,
@@ -77,6 +80,8 @@ SCHEMAS: dict[str, type] = {
     "Claims": ClaimsResponse,
     "Restart": RestartResponse,
     "ClaimRequest": ClaimRequest,
+    "KernelAsk": KernelAsk,
+    "Possible": PossibleModel,
     "Usage": UsageResponse,
     "Run": RunModel,
     "Runs": RunsResponse,
@@ -273,11 +278,20 @@ class Contract:
         self.seen: set[tuple[str, int]] = set()
 
     async def call(
-        self, method: str, path: str, body: Any = None, *, status: int, **params: str
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        status: int,
+        headers: Mapping[str, str] | None = None,
+        **params: str,
     ) -> Any:
         """Make the call, check the answer, and return its JSON (None: no body)."""
         operation, spec = operation_of(method, path)
         kwargs: dict[str, Any] = {"method": method, "raise_error": False, "params": params}
+        if headers:
+            kwargs["headers"] = dict(headers)
         if method in ("POST", "PUT", "PATCH"):  # tornado sends a body with these only
             kwargs["body"] = "" if body is None else json.dumps(body)
         if body is not None and "requestBody" in spec and 200 <= status < 300:
@@ -307,6 +321,19 @@ class Contract:
             f"{e.json_path}: {e.message}" for e in errors
         )
         return document
+
+
+async def kernel_asks(api: Contract, secret: str) -> None:
+    """What the server's kernels ask: with the kernels' secret, without it (the user's token
+    that every call carries is not enough)."""
+    ask = {"request": {"gpu": 1}, "name": ""}
+    path = "/kernel-asks/possible"
+    said = await api.call("POST", path, ask, status=200, headers={SECRET_HEADER: secret})
+    assert said["possible"] is True and said["classes"], said
+    never = {"request": {"gpu": 999}, "name": ""}
+    said = await api.call("POST", path, never, status=200, headers={SECRET_HEADER: secret})
+    assert said == {"possible": False}
+    await api.call("POST", path, ask, status=403, headers={SECRET_HEADER: "guessed"})
 
 
 async def every_error(api: Contract, mine: str, theirs: str) -> None:
@@ -388,6 +415,7 @@ async def test_every_operation_answers_as_the_spec_says(jp_fetch: Fetch, jp_serv
         await api.call("POST", f"/claims/{mine['name']}/move", status=400)  # of no kernel
         await api.call("DELETE", f"/claims/{mine['name']}", status=204)
         await a_run(api, app)
+        await kernel_asks(api, app.kernel_secret)
 
         await every_error(api, mine["name"], theirs.name)
 

@@ -720,38 +720,6 @@ def submit(backend: ClusterAccess, spec: JobSpec, out: IO[str] | None = None) ->
     return run
 
 
-def _listed_jobsets(backend: ClusterAccess, selector: str, labels: dict[str, str]) -> list[Wire]:
-    """The namespace's JobSets of ``selector``; none where JobSet is not installed or RBAC
-    hides them (then no run of this user is one: making it needs the same rights). A
-    watching process asks discovery first (:func:`.jobsets.served`): no LIST where JobSet
-    is not installed, and where it is, its view of the namespace's JobSets answers (listed
-    once, then watched)."""
-    if backend.settings.watch:
-        if not jobsets.served(backend.api):
-            return []
-        view = backend.watched(JOBSETS)  # a long-lived process: watched, not listed
-        if view is not None:
-            return view.list(labels)
-    objects = client.CustomObjectsApi(backend.api)
-    try:
-        listed = backend.retrying(
-            lambda: objects.list_namespaced_custom_object(
-                jobsets.GROUP,
-                jobsets.VERSION,
-                backend.namespace,
-                jobsets.PLURAL,
-                label_selector=selector,
-            )
-        )
-    except ApiException as error:
-        if error.status in (403, 404):
-            return []
-        raise cluster_error(error, "dra.runs", backend.api) from error
-    except urllib3.exceptions.HTTPError as error:
-        raise cluster_error(error, "dra.runs", backend.api) from error
-    return list(listed.get("items") or ()) if isinstance(listed, dict) else []
-
-
 def list_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[JobRun]:
     """The user's runs in the namespace (by their labels: Jobs and JobSets), oldest first."""
     batch = client.BatchV1Api(backend.api)
@@ -768,7 +736,7 @@ def list_runs(backend: ClusterAccess, out: IO[str] | None = None) -> list[JobRun
             lambda: batch.list_namespaced_job(backend.namespace, label_selector=selector),
         )
         found = [(to_wire(backend.api, j), False) for j in listed.items]
-    found += [(j, True) for j in _listed_jobsets(backend, selector, labels)]
+    found += [(j, True) for j in jobsets.listed(backend, selector, labels)]
     found = [
         (j, jobset)
         for j, jobset in found

@@ -1,5 +1,6 @@
 """``dra.run(..., nodes=N)`` through JobSet (``jobset.x-k8s.io``), when the cluster serves
-its API: the run's JobSet, and the view of it that :mod:`.jobstatus` reads (pure).
+its API: the run's JobSet, and the view of it that :mod:`.jobstatus` reads (pure); whether
+the cluster serves it (:func:`served`) and the namespace's JobSets of a user (:func:`listed`).
 
 The JobSet has one replicated Job (``replicas: 1``) named :data:`REPLICATED_JOB`, whose
 template is the Indexed Job of :func:`.jobs.job`: the same pods, ranks, per-pod
@@ -27,14 +28,20 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_jupyter.kube.connect import cluster_error
 from dra_jupyter.kube.runs import jobs
 from dra_jupyter.kube.runs.jobs import LAUNCHER_ANNOTATION, REPLICATED_JOB, TTL_S, JobSpec
+from dra_jupyter.kube.views import JOBSETS
 from dra_jupyter.model.objects import Wire
+
+if TYPE_CHECKING:
+    from dra_jupyter.kube.access import ClusterAccess
 
 GROUP = "jobset.x-k8s.io"
 VERSION = "v1alpha2"
@@ -156,3 +163,35 @@ def served(api: client.ApiClient) -> bool:
     with _served_lock:
         _served[api] = (now, found)
     return found
+
+
+def listed(backend: ClusterAccess, selector: str, labels: dict[str, str]) -> list[Wire]:
+    """The namespace's JobSets of ``selector``; none where JobSet is not installed or RBAC
+    hides them (then no run of this user is one: making it needs the same rights). A
+    watching process asks discovery first (:func:`served`): no LIST where JobSet
+    is not installed, and where it is, its view of the namespace's JobSets answers (listed
+    once, then watched)."""
+    if backend.settings.watch:
+        if not served(backend.api):
+            return []
+        view = backend.watched(JOBSETS)  # a long-lived process: watched, not listed
+        if view is not None:
+            return view.list(labels)
+    objects = client.CustomObjectsApi(backend.api)
+    try:
+        listed = backend.retrying(
+            lambda: objects.list_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                backend.namespace,
+                PLURAL,
+                label_selector=selector,
+            )
+        )
+    except ApiException as error:
+        if error.status in (403, 404):
+            return []
+        raise cluster_error(error, "dra.runs", backend.api) from error
+    except urllib3.exceptions.HTTPError as error:
+        raise cluster_error(error, "dra.runs", backend.api) from error
+    return list(listed.get("items") or ()) if isinstance(listed, dict) else []
