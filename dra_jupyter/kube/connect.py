@@ -3,6 +3,13 @@
 Credentials are looked up in this order: an explicit kubeconfig file; the pod's service
 account when running in a cluster (``KUBERNETES_SERVICE_HOST`` set); ``$KUBECONFIG``;
 ``~/.kube/config``.
+
+Request bodies go as Go writes JSON (keys sorted, no spaces: :func:`_canonical_dumps`), not
+as the client's ``json.dumps`` does: the API server keeps a claim's opaque config
+(``spec.devices.config[].opaque.parameters``, a RawExtension) byte for byte as sent, while
+a patch of the claim re-encodes it in Go's form, so that a claim created with any other
+bytes cannot be patched at all afterwards (422 "spec: field is immutable", even for an
+annotation: a shared claim marked joined, a claim kept).
 """
 
 from __future__ import annotations
@@ -15,12 +22,28 @@ from typing import Any, Protocol, Self, TypeVar
 
 import urllib3
 from kubernetes import client, config
+from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.errors import ClusterError
 from dra_jupyter.model.objects import Wire
 
 MAX_MESSAGE = 300  # characters of the server's message kept in ours
+
+
+def _canonical_dumps(obj: Any, **_: Any) -> str:
+    """JSON as Go's encoding/json writes it: keys sorted, compact (see the module)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+class _GoJSON:
+    """What the client's REST layer calls ``json`` (it dumps every request body with it)."""
+
+    dumps = staticmethod(_canonical_dumps)
+    loads = staticmethod(json.loads)
+
+
+setattr(rest, "json", _GoJSON)  # noqa: B010  (the attribute is the module json to the type checker)
 _NO_NAMESPACE = re.compile(r'namespaces "(?P<namespace>[^"]+)" not found')
 
 

@@ -68,6 +68,20 @@ def test_a_shared_gpus_claim_in_the_api_server_is_the_drivers_config(
     assert sliced.release() is True
 
 
+def test_a_shared_gpus_claim_can_be_annotated_after_it_is_made(
+    kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    """The server marks a claim's activity with an annotation (the idle release reads it),
+    and a hub's shared claim is marked joined the same way. The API server keeps the opaque
+    config as the client sent it and a patch re-encodes it in Go's form: sent as the client's
+    json.dumps writes it, every patch of the claim was refused (422 "spec: field is
+    immutable"); sent in Go's form (dra_jupyter.kube.connect), it is taken."""
+    alice = session(kubeconfig, namespace)
+    mps = alice.request(gpu=1, share="mps", threads=50, pinned_memory="10Gi", name="nb-mps")
+    assert alice.backend.touch("nb-mps", 1_700_000_000.0) is True
+    assert mps.release() is True
+
+
 def test_a_gpu_kernels_claim_template_carries_its_sharing(
     api: client.ApiClient, namespace: str
 ) -> None:
