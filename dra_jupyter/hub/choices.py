@@ -34,6 +34,14 @@ from dra_jupyter.durations import parse_duration, parse_lease
 from dra_jupyter.errors import DraJupyterError, InvalidInputError, shown
 from dra_jupyter.hub.counting import ChoiceCache, Count, Counting, World, count
 from dra_jupyter.hub.layout import shape_claim
+from dra_jupyter.sharing.gpushare import (
+    NVIDIA_DRIVER,
+    SHARING_KEYS,
+    parse_sharing,
+    strategy_name,
+    unknown_strategy,
+)
+from dra_jupyter.sharing.joins import shared_claim_name
 from dra_jupyter.tables import human_bytes
 
 __all__ = [
@@ -76,6 +84,7 @@ class Choice:
     idle_timeout: str | None = None  # from the admin's rules: idle release
     default: bool = False  # the one chosen unless the user picks another (see restrict)
     kernels_only: bool = False  # from the admin's rules: the devices go to kernel pods
+    shared: bool = False  # one claim for everyone who chooses it (a rule's share)
 
 
 def choices(
@@ -216,7 +225,10 @@ _SINGULAR = {"are": "is", "match": "matches", "have": "has"}
 Allow = Callable[[str, frozenset[str], Choice], bool]
 """An admin's test: ``allow(user, groups, choice)``; False leaves the choice out."""
 
-RULE_KEYS = ("match", "users", "groups", "lease", "idle_timeout", "default", "kernels_only")
+RULE_KEYS = (
+    "match", "users", "groups", "lease", "idle_timeout", "default", "kernels_only", "share",
+)  # fmt: skip
+SHARE_KEYS = ("share", *SHARING_KEYS)  # a rule's share: how the shared choice shares its GPU
 KERNELS_ONLY_NOTE = "GPU kernels only: the server runs without devices, its kernels get them"
 
 
@@ -227,7 +239,13 @@ class Rule:
     rule that matches it and has that setting: ``users`` / ``groups`` (together: who may
     choose it; a rule with neither says nothing of who), ``lease``, ``idle_timeout``,
     ``default``, ``kernels_only`` ("GPU kernels only": on Kubernetes the server pod gets no
-    device and its kernels, in pods of their own, get the choice's)."""
+    device and its kernels, in pods of their own, get the choice's).
+
+    A rule with ``share`` (``{"share": "mps", "threads": 25}``: ``dra.request``'s sharing
+    keywords) adds, beside each one-device choice it matches, a shared choice ("Shared
+    NVIDIA H100 (MPS, 25%)", slug ``<slug>-mps-25``) whose servers all use one claim with
+    that sharing (DRAKubeSpawner's ``dra_shared``); the rule's other settings are the shared
+    choice's, not the matched one's."""
 
     match: str = "*"
     users: frozenset[str] | None = None
@@ -236,6 +254,7 @@ class Rule:
     idle_timeout: str | None = None
     default: bool | None = None
     kernels_only: bool | None = None
+    share: tuple[tuple[str, object], ...] = ()  # the sharing keywords, in SHARE_KEYS' order
 
     def matches(self, slug: str) -> bool:
         return fnmatch.fnmatchcase(slug, self.match)
@@ -278,6 +297,7 @@ def _rule(i: int, row: Any) -> Rule:
         parse_lease(lease, what=f"{where}: lease")
     if idle is not None:
         parse_duration(idle, what=f"{where}: idle_timeout")
+    share = _share(row.get("share"), where)
     default, kernels_only = row.get("default"), row.get("kernels_only")
     for key, flag in (("default", default), ("kernels_only", kernels_only)):
         if flag is not None and not isinstance(flag, bool):
@@ -290,6 +310,69 @@ def _rule(i: int, row: Any) -> Rule:
         idle_timeout=None if idle is None else str(idle),
         default=default,
         kernels_only=kernels_only,
+        share=share,
+    )
+
+
+def _share(value: Any, where: str) -> tuple[tuple[str, object], ...]:
+    """A rule's ``share`` as keywords (checked as ``dra.request`` checks them), or ()."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping) or "share" not in value:
+        raise InvalidInputError(
+            f"{where}: share must be a table of sharing keywords such as "
+            f"{{'share': 'mps', 'threads': 25}}, not {shown(value)}"
+        )
+    unknown = sorted(set(value) - set(SHARE_KEYS))
+    if unknown:
+        raise InvalidInputError(
+            f"{where}: share: unknown key {shown(unknown[0])}; use {', '.join(SHARE_KEYS)}"
+        )
+    if strategy_name(value["share"]) is None:
+        raise unknown_strategy(value["share"], f"{where}: share")
+    parse_sharing(value, device_class=NVIDIA_DRIVER, mig=False, at=f"{where}: share")
+    return tuple((k, value[k]) for k in SHARE_KEYS if value.get(k) is not None)
+
+
+def _one_device(choice: Choice) -> bool:
+    return choice.request.get("gpu") == 1 or (
+        "mig" in choice.request and choice.request.get("count", 1) == 1
+    )
+
+
+def shared_choice(choice: Choice, rule: Rule, users: int | None) -> Choice | None:
+    """The shared choice ``rule`` makes of ``choice`` (None where its sharing does not apply:
+    more than one device, time-slicing of a MIG partition); ``users``: the servers that use
+    its claim now (None: no such claim now)."""
+    keywords = dict(rule.share)
+    mig = "mig" in choice.request
+    if not _one_device(choice) or (mig and strategy_name(keywords["share"]) != "mps"):
+        return None
+    sharing = parse_sharing(keywords, device_class=NVIDIA_DRIVER, mig=mig)
+    assert sharing is not None  # a rule's share names a strategy (_share)
+    if sharing.strategy == "mps":
+        words = "MPS" + (f", {sharing.threads}%" if sharing.threads else "")
+        slug = "mps" + (f"-{sharing.threads}" if sharing.threads else "")
+        shown_as = f"Shared {choice.display_name} ({words})"
+    else:
+        words = "time-sliced" + (f", {sharing.interval} turns" if sharing.interval else "")
+        slug = "time-sliced" + (f"-{sharing.interval}" if sharing.interval else "")
+        shown_as = f"Time-sliced {choice.display_name}"
+    if users:
+        description = f"shared by {users} now ({words})"
+        available, reason = UNLIMITED, None
+    else:
+        description = f"no one shares it now: {choice.description}"
+        available, reason = choice.available, choice.reason
+    return replace(
+        choice,
+        slug=f"{choice.slug}-{slug}",
+        display_name=shown_as,
+        description=description,
+        request={**choice.request, **keywords},
+        available=available,
+        reason=reason,
+        shared=True,
     )
 
 
@@ -304,21 +387,45 @@ def _names(row: Mapping[str, Any], key: str, where: str) -> frozenset[str] | Non
     return frozenset(value)
 
 
+def _with_shared(
+    offered: Sequence[Choice], policy: ChoicePolicy, sharing: Mapping[str, int] | None
+) -> list[tuple[Choice, list[Rule]]]:
+    """Each choice with the rules that settle it: the rules without ``share`` that match it,
+    and after it the shared choices its ``share`` rules make (where ``sharing``, the users of
+    each shared claim now by name, is given: a cluster's), each settled by the rule that made
+    it first."""
+    plain = [r for r in policy.rules if not r.share]
+    out: list[tuple[Choice, list[Rule]]] = []
+    for choice in offered:
+        out.append((choice, [r for r in plain if r.matches(choice.slug)]))
+        if sharing is None:
+            continue
+        for rule in (r for r in policy.rules if r.share and r.matches(choice.slug)):
+            made = shared_choice(choice, rule, None)
+            if made is None:
+                continue
+            made = shared_choice(choice, rule, sharing.get(shared_claim_name(made.slug)))
+            assert made is not None
+            out.append((made, [rule, *(r for r in plain if r.matches(made.slug))]))
+    return out
+
+
 def restrict(
     offered: Sequence[Choice],
     user: str,
     groups: Collection[str] = (),
     policy: ChoicePolicy | None = None,
+    sharing: Mapping[str, int] | None = None,
 ) -> list[Choice]:
     """The choices ``user`` (in ``groups``) may make, with the policy's lease, idle timeout,
-    default and "GPU kernels only" (only of a choice with devices); exactly one is the
-    default: the first a rule makes default, else "no GPU", else the first that can start
-    now, else the first."""
+    default and "GPU kernels only" (only of a choice with devices), and the shared choices of
+    its ``share`` rules where ``sharing`` (the servers that use each shared claim now, by
+    its name) is given; exactly one is the default: the first a rule makes default, else
+    "no GPU", else the first that can start now, else the first."""
     policy = policy or ChoicePolicy()
     member_of = frozenset(groups)
     out: list[Choice] = []
-    for choice in offered:
-        rules = [r for r in policy.rules if r.matches(choice.slug)]
+    for choice, rules in _with_shared(offered, policy, sharing):
         who = next((r for r in rules if r.users is not None or r.groups is not None), None)
         if who is not None and not (
             user in (who.users or ()) or member_of.intersection(who.groups or ())
@@ -352,8 +459,8 @@ def find(offered: Sequence[Choice], slug: str) -> Choice | None:
 def kubespawner_profiles(offered: Sequence[Choice]) -> list[dict[str, Any]]:
     """KubeSpawner ``profile_list`` entries, one per choice: ``display_name``, ``slug``,
     ``description``, ``default`` and ``kubespawner_override`` with ``dra_request`` (the
-    ``dra.request`` keywords; {} for no devices), ``dra_lease``, ``dra_idle_timeout`` and
-    ``dra_kernels_only`` (the description then says so)."""
+    ``dra.request`` keywords; {} for no devices), ``dra_lease``, ``dra_idle_timeout``,
+    ``dra_kernels_only`` (the description then says so) and ``dra_shared``."""
     return [
         {
             "display_name": c.display_name,
@@ -367,6 +474,7 @@ def kubespawner_profiles(offered: Sequence[Choice]) -> list[dict[str, Any]]:
                 "dra_lease": c.lease,
                 "dra_idle_timeout": c.idle_timeout,
                 "dra_kernels_only": c.kernels_only,
+                "dra_shared": c.shared,
             },
         }
         for c in offered
@@ -384,12 +492,14 @@ def kernel_spec(
     display: str = "Python 3",
     argv: Sequence[str] = PYTHON_ARGV,
     language: str = "python",
+    join: str = "",
 ) -> dict[str, Any]:
     """The kernel spec (``kernel.json``) that runs a kernel in a pod of its own with the
     devices of ``request`` (``dra.request`` keywords; the ``dra-kubernetes`` provisioner),
     shown as ``Python 3 · <shown_as>``. Interrupts go as messages (no signal reaches
     another pod). ``slug``, ``description``, ``lease`` and ``idle_timeout`` are kept in
-    ``metadata.dra_jupyter`` for those who list the specs."""
+    ``metadata.dra_jupyter`` for those who list the specs. ``join``: the kernels use that
+    claim (a profile's shared claim) instead of making one of ``request``."""
     return {
         "argv": list(argv),
         "display_name": f"{display} \u00b7 {shown_as}",
@@ -398,7 +508,7 @@ def kernel_spec(
         "metadata": {
             "kernel_provisioner": {
                 "provisioner_name": KERNEL_PROVISIONER,
-                "config": {"request": dict(request)},
+                "config": {"join": join} if join else {"request": dict(request)},
             },
             "dra_jupyter": {
                 "slug": slug,
@@ -433,5 +543,5 @@ def kernel_specs(
             language=language,
         )
         for c in offered
-        if c.request
+        if c.request and not c.shared  # a shared choice's claim is the hub's to make
     }

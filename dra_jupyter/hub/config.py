@@ -5,6 +5,7 @@
         {"match": "h200-*", "lease": "8h", "idle_timeout": "1h"},
         {"match": "mig-*", "idle_timeout": "30m"},
         {"match": "h200-x1", "kernels_only": True},   # on Kubernetes: the GPU in kernel pods
+        {"match": "h200-x1", "share": {"share": "mps", "threads": 25}},  # and a shared one
         {"match": "none", "default": True},
     ]
     c.DRAProfiles.allow = lambda user, groups, choice: ...    # and/or a test of your own
@@ -35,10 +36,15 @@ class DRAProfiles(Configurable):
         patterns: h200-*): each a dict of match (the pattern, default '*'), users and
         groups (who may choose the matching choices; a rule with neither does not restrict),
         lease ('8h': the devices' lease), idle_timeout ('30m'), default (true: the
-        choice the form starts with) and kernels_only (true: "GPU kernels only", for
+        choice the form starts with), kernels_only (true: "GPU kernels only", for
         DRAKubeSpawner: the server pod gets no device, its kernels get the choice's, each in
-        a pod of its own, stopped on idle). Each setting comes from the first matching rule
-        that has it. Default: no rules (everyone may choose everything, no lease or timeout).""",
+        a pod of its own, stopped on idle) and share (a table of dra.request's sharing
+        keywords, {"share": "mps", "threads": 25}: for DRAKubeSpawner, beside each
+        one-device choice it matches, a shared choice whose servers all use one claim with
+        that sharing, "Shared 1x NVIDIA H200 (MPS, 25%)", with how many share it now; the
+        rule's other settings are the shared choice's). Each setting comes from the first
+        matching rule that has it. Default: no rules (everyone may choose everything, no
+        lease or timeout).""",
     )
     allow = Callable(
         None,

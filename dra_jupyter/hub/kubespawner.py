@@ -66,7 +66,7 @@ from typing import Any
 from kubespawner import KubeSpawner
 from traitlets import Bool, Dict, Float, List, Unicode, default
 
-from dra_jupyter.claimspec import CLAIM_KEYS
+from dra_jupyter.claimspec import CLAIM_KEYS, build_claim
 from dra_jupyter.durations import parse_duration, parse_lease
 from dra_jupyter.errors import AllocationError, DraJupyterError, InvalidInputError, shown
 from dra_jupyter.hub.choices import (
@@ -82,6 +82,7 @@ from dra_jupyter.hub.form import read_at_start, service_world
 from dra_jupyter.hub.pod import add_claim
 from dra_jupyter.hub.progress import DeviceProgress, Event, event, interleave, never_back
 from dra_jupyter.kube import kueue
+from dra_jupyter.kube.sharedclaims import SHARED_LABEL, SharedClaims
 from dra_jupyter.kube.spawn import (
     POD_CLAIM,
     ServerDevices,
@@ -90,6 +91,7 @@ from dra_jupyter.kube.spawn import (
     hub_devices,
 )
 from dra_jupyter.settings import check_server_id, default_server_id
+from dra_jupyter.sharing.joins import SHARED_PREFIX, shared_claim_name
 from dra_jupyter.verdicts import describe
 
 DRA_TRAITS = (
@@ -98,6 +100,7 @@ DRA_TRAITS = (
     "dra_idle_timeout",
     "dra_kueue_queue",
     "dra_kernels_only",
+    "dra_shared",
 )
 # The server extension's (dra_jupyter.server.givenspecs; the hub does not import the server)
 KERNEL_SPECS_ENV = "DRA_JUPYTER_KERNEL_SPECS"
@@ -147,7 +150,12 @@ def _cluster_profiles(spawner: Any) -> list[dict[str, Any]]:
         offered = choices(service_world(inventory, holders), cache=_Counted.cache)
     policy = DRAProfiles(parent=spawner).policy()
     groups = {g.name for g in getattr(spawner.user, "groups", ()) or ()}
-    return kubespawner_profiles(restrict(offered, spawner.user.name, groups, policy))
+    sharing = {  # the servers that use each profile's shared claim now (dra_shared)
+        h.name: len(h.users)
+        for h in holders
+        if h.namespace == spawner.namespace and h.name.startswith(SHARED_PREFIX)
+    }
+    return kubespawner_profiles(restrict(offered, spawner.user.name, groups, policy, sharing))
 
 
 def template_name(pod_name: str) -> str:
@@ -161,6 +169,7 @@ def profile_kernel_specs(
     *,
     lease: str | None = None,
     idle_timeout: str | None = None,
+    join: str = "",
 ) -> dict[str, dict[str, Any]]:
     """The kernel spec of a "GPU kernels only" profile, by its name ``dra-<slug>`` (as a
     kernel's name: lower case, ``[a-z0-9._-]``): a kernel in a pod of its own with
@@ -174,6 +183,7 @@ def profile_kernel_specs(
         description=f"{describe(dict(request))} in a pod of its own",
         lease=lease,
         idle_timeout=idle_timeout,
+        join=join,
     )
     return {name: spec}
 
@@ -232,6 +242,18 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         release (dra_idle_timeout) then stops such a kernel, which frees its devices at once;
         a server pod's own claim is freed only when the server stops. dra_lease is not the
         server pod's deadline then. Set per profile in kubespawner_override.""",
+    )
+    dra_shared = Bool(
+        False,
+        config=True,
+        help="""One claim shared by everyone who chooses the profile: the hub makes the
+        claim dra-shared-<profile slug> of dra_request (with its sharing keywords, e.g.
+        {"gpu": 1, "share": "mps", "threads": 25}: each server's processes get a quarter of
+        the GPU's threads through MPS) when the first such server starts, every such
+        server's pod (or, with dra_kernels_only, every GPU kernel's) uses it by name, and
+        the hub deletes it when the last such server stops. The users' servers must be in
+        one namespace (a claim is used from its own namespace only). Set per profile in
+        kubespawner_override.""",
     )
     dra_kueue_queue = Unicode(
         "",
@@ -297,6 +319,8 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         self._dra_progress: DeviceProgress | None = None
         self._dra_events: list[Event] = []
         self._dra_profile: tuple[str, str] = ("", "")  # the chosen profile's slug and name
+        self._dra_shared_claim = ""  # the shared claim the server uses (kept in its state)
+        self._dra_rejoin: dict[str, Any] | None = None  # joined again once the pod exists
 
     # --- options -----------------------------------------------------------------------------
 
@@ -336,7 +360,8 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         self._dra_profile = (str(profile.get("slug") or ""), str(profile["display_name"]))
 
     def dra_kernel_specs(self) -> dict[str, dict[str, Any]]:
-        """The kernel spec of a GPU kernels only profile ({} for any other)."""
+        """The kernel spec of a GPU kernels only profile ({} for any other); with
+        ``dra_shared``, its kernels use the profile's shared claim."""
         if not (self.dra_kernels_only and self.dra_request):
             return {}
         slug, shown_as = self._dra_profile
@@ -346,7 +371,25 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
             shown_as or describe(dict(self.dra_request)),
             lease=self.dra_lease,
             idle_timeout=self.dra_idle_timeout,
+            join=self.dra_shared_claim_name() if self.dra_shared else "",
         )
+
+    def dra_shared_claim_name(self) -> str:
+        return shared_claim_name(self._dra_profile[0] or self._dra_profile[1] or "profile")
+
+    def get_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = super().get_state()
+        if self._dra_shared_claim:  # left when the server stops, also after a hub restart
+            state["dra_shared_claim"] = self._dra_shared_claim
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self._dra_shared_claim = str(state.get("dra_shared_claim") or "")
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self._dra_shared_claim = ""
 
     @property
     def _dra(self) -> ServerDevices:
@@ -381,6 +424,10 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         pod = await super().get_pod_manifest()
         lease = parse_lease(self.dra_lease, what="dra_lease")
         labels = {kueue.QUEUE_LABEL: self.dra_kueue_queue} if self.dra_kueue_queue else {}
+        shared = ""
+        if self.dra_shared and self.dra_request:
+            shared = await self._dra_join()
+            labels[SHARED_LABEL] = shared
         if self.dra_kernels_only and self.dra_request:
             [name] = self.dra_kernel_specs()
             text = f"GPU kernels only: {describe(dict(self.dra_request))} in kernel pods"
@@ -396,6 +443,8 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
             return add_claim(pod, None, labels=labels)
         if not self.dra_request:
             return add_claim(pod, None, labels=labels, active_deadline=lease)
+        if shared:
+            return add_claim(pod, None, claim=shared, labels=labels, active_deadline=lease)
         name = template_name(self.pod_name)
         request = dict(self.dra_request)
         self._dra_progress = DeviceProgress(describe(request), name)
@@ -415,11 +464,47 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         self.log.info("dra: %s asks for %s (template %s)", self._log_name, describe(request), name)
         return add_claim(pod, name, labels=labels, active_deadline=lease)
 
+    async def _dra_join(self) -> str:
+        """Join the profile's shared claim (made here if there is none; see
+        :mod:`dra_jupyter.kube.sharedclaims`) and say so; its name."""
+        name = self.dra_shared_claim_name()
+        request = dict(self.dra_request)
+        dra = self._dra
+        classes = await asyncio.to_thread(dra.device_classes)
+        shared = SharedClaims(dra.api, self.namespace)
+        try:
+            claim = build_claim(name, request, namespace=self.namespace, classes=classes)
+            await asyncio.to_thread(shared.join, claim, self._dra_profile[0])
+            others = await asyncio.to_thread(shared.users, name, leaving=self.pod_name)
+        except DraJupyterError as err:
+            message = f"spawn {self._log_name}: {err}"
+            raise SpawnDevicesError(message, status=err.http_status) from None
+        self._dra_shared_claim = name
+        self._dra_rejoin = claim
+        who = f"with {len(others)} other server(s) now" if others else "the first to use it"
+        text = f"{describe(request)}, shared: claim {name}, {who}"
+        self._dra_events.append(event(None, text, html.escape(text)))
+        self.log.info("dra: %s uses the shared claim %s (%s)", self._log_name, name, who)
+        return name
+
+    async def _dra_rejoined(self) -> None:
+        """Join the shared claim again once the pod exists (made anew if the last server
+        of the profile stopped and deleted it between the join and the pod)."""
+        claim, reflector = self._dra_rejoin, self.pod_reflector
+        if claim is None or reflector is None:
+            return
+        if reflector.pods.get(f"{self.namespace}/{self.pod_name}") is None:
+            return
+        self._dra_rejoin = None
+        shared = SharedClaims(self._dra.api, self.namespace)
+        await asyncio.to_thread(shared.join, claim, self._dra_profile[0])
+
     # --- start, stop -------------------------------------------------------------------------
 
     def start(self) -> asyncio.Future[Any]:
         self._dra_progress = None
         self._dra_events = []
+        self._dra_rejoin = None
         self._start_future = asyncio.ensure_future(self._dra_start())
         return self._start_future
 
@@ -446,6 +531,7 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         owned = False
         while True:
             await asyncio.sleep(POLL_S)
+            await self._dra_rejoined()
             owned = await self._dra_observe(fail=True, owned=owned)
 
     async def _dra_observe(self, *, fail: bool, owned: bool = False) -> bool:
@@ -503,6 +589,12 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
             self.log.info("dra: deleted template %s of %s", name, self._log_name)
         for claim in await asyncio.to_thread(dra.delete_claims_of, self.pod_name):
             self.log.info("dra: deleted claim %s of %s", claim, self._log_name)
+        shared = self._dra_shared_claim
+        if not shared:
+            return
+        leave = SharedClaims(dra.api, self.namespace).leave
+        if await asyncio.to_thread(leave, shared, self.pod_name):
+            self.log.info("dra: deleted shared claim %s: %s was its last", shared, self._log_name)
 
     # --- progress ----------------------------------------------------------------------------
 

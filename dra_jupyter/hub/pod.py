@@ -32,20 +32,23 @@ def add_claim(
     pod: Any,
     template: str | None,
     *,
+    claim: str = "",
     pod_claim: str = POD_CLAIM,
     labels: Mapping[str, str] | None = None,
     active_deadline: float | None = None,
 ) -> Any:
-    """``pod`` with the claim of ``template`` (None: no devices), ``labels`` added and
+    """``pod`` with the claim of ``template`` (None: no devices), or the existing claim
+    ``claim`` used by name (a profile's shared claim), ``labels`` added and
     ``active_deadline`` seconds as ``activeDeadlineSeconds``; returned for chaining."""
     if labels:
         pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
     if active_deadline is not None:
         pod.spec.active_deadline_seconds = max(1, int(active_deadline))
-    if template is None:
+    if template is None and not claim:
         return pod
     claims = [c for c in (pod.spec.resource_claims or []) if _name(c) != pod_claim]
-    claims.append({"name": pod_claim, "resourceClaimTemplateName": template})
+    source = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": template}
+    claims.append({"name": pod_claim, **source})
     pod.spec.resource_claims = claims
     container = notebook_container(pod)
     ref = {"name": pod_claim}

@@ -20,6 +20,14 @@ from dra_jupyter.errors import shown
 JOIN = "join"
 CLAIM_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS subdomain
 LIST_CLAIMS = "kubectl get resourceclaims -n {namespace} lists them (dra.claims() yours)"
+SHARED_PREFIX = "dra-shared-"  # a hub profile's shared claim (dra_jupyter.kube.sharedclaims)
+
+
+def shared_claim_name(slug: str) -> str:
+    """The shared claim of the hub profile ``slug`` (the servers of everyone who chooses it
+    join it): ``dra-shared-<slug>`` as a DNS label."""
+    tail = re.sub(r"[^a-z0-9-]+", "-", slug.lower()).strip("-")
+    return (SHARED_PREFIX + (tail or "profile"))[:63].rstrip("-")
 
 
 def with_keywords(join: object, given: Iterable[str]) -> str | None:

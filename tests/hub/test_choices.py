@@ -473,11 +473,58 @@ def test_exactly_one_choice_is_the_default() -> None:
         ({"idle_timeout": -1}, "idle_timeout: must not be negative"),
         ({"default": "yes"}, "default must be true or false"),
         ({"kernels_only": 1}, "kernels_only must be true or false"),
+        ({"share": "mps"}, "profile rule 1: share must be a table of sharing keywords"),
+        ({"share": {"share": "mps", "thread": 25}}, "share: unknown key 'thread'"),
+        ({"share": {"share": "spread"}}, "share='spread' is not a way to share a GPU"),
+        ({"share": {"share": "20Gi"}}, "share='20Gi' is not a way to share a GPU"),
+        ({"share": {"share": "mps", "threads": 250}}, "threads"),
+        ({"share": {"share": "time-slicing", "threads": 25}}, "threads= is a limit of"),
     ],
 )
 def test_a_rule_that_is_not_one_is_refused_saying_where(row: Any, message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         ChoicePolicy.from_table([row])
+
+
+def test_a_share_rule_adds_a_shared_choice_beside_each_single_device_it_matches() -> None:
+    """#40 item 4: "Shared NVIDIA H200 (MPS, 25%)" and "Time-sliced NVIDIA H200" beside the
+    whole H200; the rule's settings are the shared choices', and the live count says how
+    many servers share each claim now."""
+    policy = ChoicePolicy.from_table(
+        [
+            {"match": "h200-x1", "share": {"share": "mps", "threads": 25}, "groups": ["team"]},
+            {"match": "h200-*", "share": {"share": "time-slicing"}, "idle_timeout": "2h"},
+            {"match": "mig-3g-*", "share": {"share": "mps"}},
+            {"match": "mig-1g-*", "share": {"share": "time-slicing"}},  # not a MIG's: none
+            {"match": "h200-x1", "lease": "8h"},
+        ]
+    )
+    sharing = {"dra-shared-h200-x1-mps-25": 3}
+    mine = {c.slug: c for c in restrict(offered(), "bob", {"team"}, policy, sharing)}
+    mps, sliced = mine["h200-x1-mps-25"], mine["h200-x1-time-sliced"]
+    whole = mine["h200-x1"].display_name  # 1x NVIDIA H200 (140 GiB)
+    assert mps.display_name == f"Shared {whole} (MPS, 25%)"
+    assert sliced.display_name == f"Time-sliced {whole}"
+    assert mps.request == {"gpu": 1, "model": "NVIDIA H200", "share": "mps", "threads": 25}
+    assert sliced.request == {"gpu": 1, "model": "NVIDIA H200", "share": "time-slicing"}
+    assert mps.shared and sliced.shared and not mine["h200-x1"].shared
+    assert mps.description == "shared by 3 now (MPS, 25%)"
+    assert sliced.description.startswith("no one shares it now: ")
+    # the rule's settings go to what it made, not to what it matched; other rules by slug
+    assert (mps.lease, mps.idle_timeout) == (None, None)
+    assert (sliced.idle_timeout, mine["h200-x1"].idle_timeout) == ("2h", None)
+    assert mine["h200-x1"].lease == "8h"
+    assert "h200-x2-time-sliced" not in mine  # one device only
+    assert "mig-3g-71gb-x1-mps" in mine
+    assert not any(slug.startswith("mig-1g-18gb-x1-") for slug in mine)
+    # who: the rule's groups
+    others = {c.slug for c in restrict(offered(), "eve", (), policy, sharing)}
+    assert "h200-x1-mps-25" not in others and "h200-x1-time-sliced" in others
+    # without a count of the cluster's shared claims (one machine): no shared choice
+    assert not any(c.shared for c in restrict(offered(), "bob", {"team"}, policy))
+    profile = next(p for p in kubespawner_profiles([mps]))
+    assert profile["kubespawner_override"]["dra_shared"] is True
+    assert kernel_specs([mps]) == {}  # its claim is the hub's to make
 
 
 # --- KubeSpawner ---------------------------------------------------------------------------
@@ -496,6 +543,7 @@ def test_kubespawner_profiles_carry_the_request_lease_and_idle_timeout() -> None
             "dra_lease": None,
             "dra_idle_timeout": None,
             "dra_kernels_only": False,
+            "dra_shared": False,
         },
     }
     mig = next(p for p in profiles if p["slug"] == "mig-3g-71gb-x1")
@@ -504,6 +552,7 @@ def test_kubespawner_profiles_carry_the_request_lease_and_idle_timeout() -> None
         "dra_lease": "8h",
         "dra_idle_timeout": "1h",
         "dra_kernels_only": False,
+        "dra_shared": False,
     }
     assert all(
         set(p) == {"display_name", "slug", "description", "default", "kubespawner_override"}

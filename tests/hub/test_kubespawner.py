@@ -69,6 +69,10 @@ GPU_PROFILES = [
     {"display_name": "One H200 in each kernel", "slug": "h200-kernels",
      "kubespawner_override": {"dra_request": {"gpu": 1, "model": "H200"},
                               "dra_kernels_only": True, "dra_lease": "8h"}},
+    {"display_name": "Shared H200 (MPS, 25%)", "slug": "h200-mps",
+     "kubespawner_override": {"dra_request": {"gpu": 1, "model": "H200", "share": "mps",
+                                              "threads": 25},
+                              "dra_shared": True}},
 ]
 CPU_PROFILE = {"display_name": "No GPU", "slug": "cpu",
                "kubespawner_override": {"dra_request": {}}}
@@ -78,6 +82,11 @@ def profiles(spawner):
         from dra_jupyter.hub.kubespawner import cluster_profiles
         return cluster_profiles(spawner)
     groups = {g.name for g in spawner.user.groups}
+    if spawner.user.name == "carol":  # a server beside alice's (one stand-in kubelet): its port
+        return [
+            {**p, "kubespawner_override": {**p["kubespawner_override"], "port": CAROL_PORT}}
+            for p in GPU_PROFILES
+        ]
     return [*GPU_PROFILES, CPU_PROFILE] if "gpu-users" in groups else [CPU_PROFILE]
 """
 
@@ -289,7 +298,8 @@ c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0}}
 c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = "{PASSWORD}"
 c.Authenticator.allow_all = True
-c.JupyterHub.load_groups = {{"gpu-users": {{"users": ["alice"]}}}}
+c.JupyterHub.load_groups = {{"gpu-users": {{"users": ["alice", "carol"]}}}}
+CAROL_PORT = {ports["singleuser-carol"]}
 c.JupyterHub.services = [{{"name": "test", "api_token": "{token}"}}]
 c.JupyterHub.load_roles = [{{"name": "test", "services": ["test"],
     "scopes": ["admin:users", "admin:servers", "access:servers", "read:users", "tokens"]}}]
@@ -305,7 +315,10 @@ c.KubeSpawner.start_timeout = 120
 c.KubeSpawner.http_timeout = 90
 c.KubeSpawner.delete_grace_period = 1
 c.KubeSpawner.profile_list = profiles
-c.DRAProfiles.rules = [{{"match": "*-x2", "users": ["alice"]}}]  # two GPUs: alice's only
+c.DRAProfiles.rules = [
+    {{"match": "*-x2", "users": ["alice"]}},  # two GPUs: alice's only
+    {{"match": "counted-*-x1", "share": {{"share": "mps", "threads": 25}}}},  # and shared
+]
 c.KubeSpawner.environment = {{"DRA_JUPYTER_KUBECONFIG": "{singleuser_kubeconfig}",
     # the kernel pods' image: a server pod's own, which the provisioner reads in a cluster
     "DRA_JUPYTER_IMAGE": "dra-jupyter-test/never-pulled:0"}}
@@ -373,7 +386,9 @@ def running_hub(  # one hub: its namespace, RBAC, proxy, process, kubelet
         api, cluster, namespace, "dra-singleuser", tmp / "singleuser.kubeconfig"
     )
     wait_for("the hub's Role to take effect", lambda: _rbac_in_effect(hub_config, namespace))
-    ports = {k: free_port() for k in ("proxy", "proxy-api", "hub", "singleuser")}
+    ports = {
+        k: free_port() for k in ("proxy", "proxy-api", "hub", "singleuser", "singleuser-carol")
+    }
     token = secrets.token_hex(16)
     (tmp / "jupyterhub_config.py").write_text(
         _config(tmp, namespace, ports, token, singleuser_config, spawner)
@@ -413,7 +428,7 @@ def running_hub(  # one hub: its namespace, RBAC, proxy, process, kubelet
 
             wait_for("the hub to answer", up, timeout=START_S)
             yield running
-            for user in ("alice", "bob"):
+            for user in ("alice", "bob", "carol"):
                 with contextlib.suppress(Exception):
                     running.stop(user)
             assert not kubelet.problems, kubelet.problems
@@ -509,6 +524,43 @@ def test_a_gpu_server_gets_its_claim_allocated_bound_and_cleaned_up(hub: Hub) ->
     wait_for("no claim left", lambda: not hub.claims())
     # the profile is ours to read: JupyterHub does not log it as an unhandled option
     assert "unhandled user_options" not in (hub.dir / "hub.log").read_text()
+
+
+def test_a_shared_profile_is_one_claim_for_every_server_that_chooses_it(hub: Hub) -> None:
+    """dra_shared (#40 item 4): "Shared H200 (MPS, 25%)" chosen by alice, then by carol, is
+    one claim, made by alice's spawn with the profile's MPS config and used by both servers'
+    pods by name, on its one device; it stays while one of them runs and goes with the last."""
+    name = "dra-shared-h200-mps"
+    said = {}
+    for user in ("alice", "carol"):
+        status, body = hub.request("POST", f"/hub/api/users/{user}/server", {"profile": "h200-mps"})
+        assert status in (201, 202), body
+        events = hub.progress(user, deadline_s=150)
+        said[user] = _texts(events)
+        assert events[-1].get("ready"), said[user] + (hub.dir / "hub.log").read_text()[-4000:]
+        pod = hub.pod(f"jupyter-{user}")
+        assert pod is not None
+        assert pod["spec"]["resourceClaims"] == [{"name": "dra", "resourceClaimName": name}]
+        assert pod["metadata"]["labels"]["dra-jupyter/shared-claim"] == name
+    assert f"shared: claim {name}, the first to use it" in said["alice"]
+    assert f"shared: claim {name}, with 1 other server(s) now" in said["carol"]
+    [claim] = [c for c in hub.claims() if c["metadata"]["name"] == name]
+    assert {r["name"] for r in claim["status"]["reservedFor"]} == {"jupyter-alice", "jupyter-carol"}
+    [result] = claim["status"]["allocation"]["devices"]["results"]  # one GPU for both
+    [config] = claim["spec"]["devices"]["config"]
+    assert config["opaque"]["parameters"]["sharing"] == {
+        "strategy": "MPS",
+        "mpsConfig": {"defaultActiveThreadPercentage": 25},
+    }
+    assert hub.templates() == []  # no claim of their own
+
+    hub.stop("alice")
+    wait_for("alice's pod to go", lambda: hub.pod("jupyter-alice") is None)
+    assert [c["metadata"]["name"] for c in hub.claims()] == [name]  # carol's server uses it
+    hub.stop("carol")
+    wait_for("carol's pod to go", lambda: hub.pod("jupyter-carol") is None)
+    wait_for("the shared claim to go with its last server", lambda: not hub.claims())
+    assert result["device"].startswith("gpu-")
 
 
 def start_kernel(hub: Hub, user: str, name: str, token: str) -> dict[str, Any]:
@@ -794,6 +846,9 @@ def test_profiles_from_the_cluster_count_what_could_start_now(
     held = None
     try:
         wait_for("2 can start now", lambda: shows("2 can start now"))
+        # the admin's share rule: a shared choice beside the whole GPU (no one on it yet)
+        assert f"Shared 1\u00d7 {model}" in offered() and "(MPS, 25%)" in offered()
+        assert "no one shares it now" in offered()
         held = session(kubeconfig, hub.namespace, "bob").request(gpu=1, model=tag, reserve=True)
         wait_for("1 can start now", lambda: shows("1 can start now"))
         held.release()

@@ -71,6 +71,7 @@ from dra_jupyter.kube.kernels.volumes import (
 )
 from dra_jupyter.kube.pods import scheduler_reason
 from dra_jupyter.kube.records import holder_annotation
+from dra_jupyter.kube.sharedclaims import SHARED_LABEL
 from dra_jupyter.kube.spawn import ServerDevices, explain_pending, generated_claim
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import USER_ANNOTATION, Owner, label_value
@@ -139,10 +140,13 @@ class KernelPodSpec:
 
     def pod_labels(self) -> dict[str, str]:
         """The pod's: its objects' and, with a queue, Kueue's (its webhook then gates the
-        pod until the queue's quota admits it; only a pod with devices waits in a queue)."""
+        pod until the queue's quota admits it; only a pod with devices waits in a queue);
+        with ``join``, the claim it uses (:data:`~dra_jupyter.kube.sharedclaims.SHARED_LABEL`)."""
         labels = self.labels()
         if self.queue and self.has_template:  # a claim it joins is counted where made
             labels[kueue.QUEUE_LABEL] = self.queue
+        if self.join:  # a user of that claim, as a hub profile's shared claim counts them
+            labels[SHARED_LABEL] = label_value(self.join)
         return labels
 
 
