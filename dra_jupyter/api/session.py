@@ -53,7 +53,7 @@ from dra_jupyter.errors import (
 )
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_device
-from dra_jupyter.kernel.asking import classes_if_possible
+from dra_jupyter.kernel.asking import ask_server
 from dra_jupyter.kernel.environment import ProcessEnvironment
 from dra_jupyter.kernel.restarts import ask_restart, in_servers_kernel
 from dra_jupyter.settings import Settings
@@ -335,12 +335,15 @@ class Session:
         """The claim of ``spec``, refused here if it could never be met. Where a scheduler
         allocates it later (Kubernetes, without ``reserve``) the kernel's server is asked
         first (:mod:`dra_jupyter.kernel.asking`): what it says is possible is made without
-        reading the cluster; anything else is checked here, reading the cluster's devices,
-        so that a refusal says why as it always did."""
+        reading the cluster, what it says could never be met is refused with its line; anything
+        else is checked here, reading the cluster's devices, so that a refusal says why as it
+        always did."""
         if self.backend.capabilities.allocates_later and not reserve:
-            classes = classes_if_possible(spec, name)
+            classes, never = ask_server(spec, name)
             if classes is not None:
                 return self.build(spec, name, REQUEST_KEYS, classes=classes)
+            if never:  # the server's word (a hub's shared view's, where it reads one)
+                raise NeverPossibleError(never).said_by(REQUEST)
         claim = self.build(spec, name, REQUEST_KEYS)
         self.check_possible(spec, claim)
         return claim

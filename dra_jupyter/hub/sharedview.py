@@ -6,7 +6,9 @@ It keeps the cluster's ResourceSlices, DeviceClasses, DeviceTaintRules and every
 namespace's claims by watching them (:class:`~dra_jupyter.kube.sharedview.ClusterCounts`,
 on the hub's service account: the cluster-wide reads of deploy/hub-rbac.yaml) and answers
 ``GET <prefix>api/devices`` with, for the caller, the cluster's devices counted per shape
-(free, held, shared, blocked, tainted) and the rows of the devices the caller's claims hold.
+(free, held, shared, blocked, tainted) and the rows of the devices the caller's claims hold,
+and ``POST <prefix>api/possible`` (a kernel's question, passed on by its server: whether a
+request could be met on the cluster's idle devices, :func:`dra_jupyter.api.asked.asked`).
 
 Who calls is the hub's word, never the caller's: each request carries a hub API token
 (``Authorization: token ...``; a user's server presents its own ``$JUPYTERHUB_API_TOKEN``),
@@ -36,8 +38,10 @@ from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from dra_jupyter.api import Session
+from dra_jupyter.api.asked import asked
 from dra_jupyter.errors import UnavailableError
-from dra_jupyter.kube.sharedview import DEVICES_PATH, ClusterCounts
+from dra_jupyter.kube.sharedview import DEVICES_PATH, POSSIBLE_PATH, ClusterCounts
 
 __all__ = [
     "AUTH_CACHE_S",
@@ -59,6 +63,9 @@ HUB_TIMEOUT_S = 10.0
 KUBE_ENV = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 
 Identify = Callable[[str], "str | None"]  # a token -> its user's name, None: not a user's
+# a kernel's question: (its request's keywords, the claim's name) -> (classes, never)
+Ask = Callable[[Mapping[str, Any], str], "tuple[list[str] | None, str]"]
+MAX_ASK_BYTES = 64 * 1024  # a question's body at most
 
 
 class HubIdentity:
@@ -113,29 +120,67 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:
+    def _path(self) -> str:
         path = urllib.parse.urlsplit(self.path).path
         prefix = self.server.prefix
-        if path.startswith(prefix):
-            path = "/" + path[len(prefix) :]
+        return "/" + path[len(prefix) :] if path.startswith(prefix) else path
+
+    def _user(self) -> str | None:
+        """The caller, as the hub says (None: refused here, with 401 or 403)."""
+        token = _token_of(self.headers.get("Authorization") or "")
+        if not token:
+            self._reply(401, {"message": "a hub API token is needed (Authorization: token ...)"})
+            return None
+        user = self.server.identify(token)
+        if user is None:
+            self._reply(403, {"message": "the hub knows this token as no user's"})
+        return user
+
+    def do_GET(self) -> None:
+        path = self._path()
         if path.rstrip("/") in ("", "/health"):
             self._reply(200, {"ok": True})
             return
         if path != "/" + DEVICES_PATH:
             self._reply(404, {"message": f"no such path: {self.path[:100]}"})
             return
-        token = _token_of(self.headers.get("Authorization") or "")
-        if not token:
-            self._reply(401, {"message": "a hub API token is needed (Authorization: token ...)"})
-            return
         try:
-            user = self.server.identify(token)
-            if user is None:
-                self._reply(403, {"message": "the hub knows this token as no user's"})
-                return
-            self._reply(200, dict(self.server.counts.answer(user)))
+            user = self._user()
+            if user is not None:
+                self._reply(200, dict(self.server.counts.answer(user)))
         except UnavailableError as error:
             self._reply(503, {"message": error.message})
+
+    def do_POST(self) -> None:
+        if self._path() != "/" + POSSIBLE_PATH:
+            self._reply(404, {"message": f"no such path: {self.path[:100]}"})
+            return
+        try:
+            if self._user() is None:
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if not 0 < length <= MAX_ASK_BYTES:
+                self._reply(413 if length else 400, {"message": "a question of 1 B to 64 KiB"})
+                return
+            try:
+                body = json.loads(self.rfile.read(length))
+            except ValueError:
+                body = None
+            spec = body.get("request") if isinstance(body, dict) else None
+            name = body.get("name", "") if isinstance(body, dict) else None
+            if not isinstance(spec, dict) or not isinstance(name, str):
+                self._reply(400, {"message": 'expected {"request": {...}, "name": "..."}'})
+                return
+            classes, never = self.server.ask(spec, name)
+        except UnavailableError as error:
+            self._reply(503, {"message": error.message})
+            return
+        answer: dict[str, Any] = {"possible": classes is not None}
+        if classes is not None:
+            answer["classes"] = classes
+        elif never:
+            answer["never"] = never
+        self._reply(200, answer)
 
     def _reply(self, status: int, body: Mapping[str, Any]) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
@@ -154,12 +199,18 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
-        self, address: tuple[str, int], counts: ClusterCounts, identify: Identify, prefix: str
+        self,
+        address: tuple[str, int],
+        counts: ClusterCounts,
+        identify: Identify,
+        prefix: str,
+        ask: Ask,
     ) -> None:
         super().__init__(address, _Handler)
         self.counts = counts
         self.identify = identify
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
+        self.ask = ask
 
 
 def _token_of(header: str) -> str:
@@ -168,11 +219,26 @@ def _token_of(header: str) -> str:
 
 
 def make_server(
-    address: tuple[str, int], counts: ClusterCounts, identify: Identify, prefix: str = "/"
+    address: tuple[str, int],
+    counts: ClusterCounts,
+    identify: Identify,
+    prefix: str = "/",
+    ask: Ask | None = None,
 ) -> ThreadingHTTPServer:
     """The service's HTTP server on ``address``, answering under ``prefix`` (the hub's
-    ``$JUPYTERHUB_SERVICE_PREFIX``: the proxy passes the whole path) and at the root."""
-    return _Server(address, counts, identify, prefix)
+    ``$JUPYTERHUB_SERVICE_PREFIX``: the proxy passes the whole path) and at the root;
+    ``ask``: how a kernel's question is answered (by default, on the views of ``counts``)."""
+    return _Server(address, counts, identify, prefix, ask or asking(counts))
+
+
+def asking(counts: ClusterCounts) -> Ask:
+    """A kernel's question answered on the views of ``counts`` (the service's reader)."""
+
+    def ask(spec: Mapping[str, Any], name: str) -> tuple[list[str] | None, str]:
+        reader = counts.reader
+        return asked(Session(reader.settings, backend=reader), spec, name)
+
+    return ask
 
 
 def shared_view_service(

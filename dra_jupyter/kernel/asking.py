@@ -9,11 +9,12 @@ in the environment of the kernels it starts (:data:`SERVER_URL_ENV`, :data:`SECR
 the secret lets a kernel ask this one question and nothing else, so a notebook that shows
 its environment gives away no more than that (the server's token never goes to kernels).
 
-The answer is one bit and the cluster's DeviceClass names: "possible, with these classes"
-(the kernel builds and makes the claim without reading the cluster), or anything else: no
-server to ask, no answer, "not possible", "cannot say". Then the kernel checks the
-request itself as it always did, so that a refusal says why in the same words, from the
-slices it reads then: the cluster is read only where a request is refused.
+The answer is "possible, with the cluster's DeviceClass names" (the kernel builds and makes
+the claim without reading the cluster), "never, because ..." (one line: the kernel refuses
+the request with it; a server under a hub's shared view can say so although neither it nor
+its kernels may read the cluster's devices), or anything else: no server to ask, no answer,
+"cannot say". Then the kernel checks the request itself as it always did, so that a refusal
+says why in the same words, from the slices it reads then.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ __all__ = [
     "SECRET_ENV",
     "SECRET_HEADER",
     "SERVER_URL_ENV",
-    "classes_if_possible",
+    "ask_server",
 ]
 
 SERVER_URL_ENV = "DRA_JUPYTER_SERVER_URL"  # the server's own address, with its base URL
@@ -40,20 +41,25 @@ POSSIBLE_PATH = "dra/api/kernel-asks/possible"  # relative to the server's base 
 TIMEOUT_S = 20.0  # the server may wait for its first list of the cluster (10 s at most)
 
 
-def classes_if_possible(
+NOT_SAID: tuple[list[str] | None, str] = (None, "")
+MAX_NEVER = 2000  # characters of a "never" line kept
+
+
+def ask_server(
     spec: Mapping[str, Any], name: str = "", env: Mapping[str, str] | None = None
-) -> list[str] | None:
-    """The cluster's DeviceClass names when this kernel's server says the request ``spec``
-    (``dra.request``'s keywords, named ``name``) could be met on the cluster's idle
-    devices; None in every other case (see the module): the caller checks it itself."""
+) -> tuple[list[str] | None, str]:
+    """``(classes, never)``: the cluster's DeviceClass names when this kernel's server says
+    the request ``spec`` (``dra.request``'s keywords, named ``name``) could be met on the
+    cluster's idle devices; else None and the one line that says why it could never be
+    met where the server says so, else "" (see the module: the caller checks it itself)."""
     env = os.environ if env is None else env
     url, secret = env.get(SERVER_URL_ENV, ""), env.get(SECRET_ENV, "")
     if not url.startswith(("http://", "https://")) or not secret:
-        return None
+        return NOT_SAID
     try:
         body = json.dumps({"request": dict(spec), "name": name}, allow_nan=False).encode()
     except (TypeError, ValueError):  # a keyword no JSON can carry: the kernel checks it
-        return None
+        return NOT_SAID
     request = urllib.request.Request(
         url.rstrip("/") + "/" + POSSIBLE_PATH,
         data=body,
@@ -66,10 +72,14 @@ def classes_if_possible(
         with opener.open(request, timeout=TIMEOUT_S) as answer:
             said = json.loads(answer.read())
     except (OSError, ValueError, urllib.error.HTTPError):
-        return None
-    if not isinstance(said, dict) or said.get("possible") is not True:
-        return None
+        return NOT_SAID
+    if not isinstance(said, dict):
+        return NOT_SAID
+    if said.get("possible") is not True:
+        never = said.get("never")
+        line = " ".join(never.split())[:MAX_NEVER] if isinstance(never, str) else ""
+        return None, line
     classes = said.get("classes")
     if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
-        return None
-    return classes
+        return NOT_SAID
+    return classes, ""

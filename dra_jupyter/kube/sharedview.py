@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 DEVICES_PATH = "api/devices"  # under the service's URL
+POSSIBLE_PATH = "api/possible"  # a kernel's question (dra_jupyter.api.asked), there too
 STATES = ("free", "held", "shared", "blocked", "tainted")  # a row's states (tables.device_rows)
 
 

@@ -34,12 +34,12 @@ from typing import Any
 
 from dra_jupyter.accounting.book import Book, Totals
 from dra_jupyter.api import Session
-from dra_jupyter.claimspec import REQUEST_KEYS, requested_devices
+from dra_jupyter.api.asked import asked
+from dra_jupyter.claimspec import requested_devices
 from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.errors import (
     AllocationError,
     ClaimNotFoundError,
-    DraJupyterError,
     ForbiddenError,
     InvalidInputError,
     KernelNotFoundError,
@@ -397,18 +397,16 @@ class ClaimService:
             )
         return record
 
-    def possible(self, spec: dict[str, Any], name: str) -> list[str] | None:
-        """The cluster's DeviceClass names where ``spec`` (``dra.request``'s keywords, named
-        ``name``) could be met on idle devices, checked on what the server reads of the
-        cluster (its watched views, on Kubernetes); None where it could not, or the check
-        says anything else (:mod:`.kernelasks`: the asking kernel checks it itself)."""
-        session = Session(self.session.settings, backend=self.backend)
-        try:
-            claim = session.build(spec, name, REQUEST_KEYS)
-            session.check_possible(spec, claim)
-            return session.class_names()
-        except DraJupyterError:
-            return None
+    def possible(self, spec: dict[str, Any], name: str) -> tuple[list[str] | None, str]:
+        """``(classes, never)`` for a kernel's question (:func:`dra_jupyter.api.asked.asked`),
+        checked on what the server reads of the cluster (its watched views, on Kubernetes;
+        never said: the kernel reads the devices to explain a refusal in full), or asked of
+        the hub's shared view where the server reads one (it has no view of the cluster's
+        devices of its own then, nor its kernels: the view's line is the refusal)."""
+        if self.shared is not None:  # neither the server nor its kernels read the devices
+            return self.shared.possible(spec, name)
+        classes, _ = asked(Session(self.session.settings, backend=self.backend), spec, name)
+        return classes, ""  # never: the kernel, which may read the devices, explains it itself
 
     @staticmethod
     def _check_possible(session: Session, spec: dict[str, Any], claim: dict[str, Any]) -> None:

@@ -6,10 +6,12 @@ reads no ResourceSlice where the request is possible.
 ``POST /dra/api/kernel-asks/possible`` (``specification/dra-rest-api.yml``) with
 ``{"request": {...}, "name": "..."}``
 (``dra.request``'s keywords) answers ``{"possible": true, "classes": [...]}`` (the cluster's
-DeviceClass names, which the kernel builds the claim with) or ``{"possible": false}`` for
-every other case: never possible, a keyword that is wrong, the cluster not readable. The
-kernel then checks the request itself, so that what it says of a refusal is what it always
-said. It answers only a request that carries the secret the server gave its kernels
+DeviceClass names, which the kernel builds the claim with), ``{"possible": false, "never":
+"..."}`` where it could never be met (the one line that says why: the kernel refuses the
+request with it), or ``{"possible": false}`` for every other case (a keyword that is wrong,
+the cluster not readable): the kernel then checks the request itself. A server under a
+hub's shared view asks the view (it reads none of the cluster's devices itself). It
+answers only a request that carries the secret the server gave its kernels
 (:data:`~dra_jupyter.kernel.asking.SECRET_HEADER`; anything else is a 403) and changes
 nothing: no claim is made or read.
 
@@ -87,10 +89,13 @@ class PossibleHandler(ExtensionHandlerMixin, APIHandler):
             self.finish(json.dumps(PossibleModel(possible=False)))
             return
         app = cast(Any, self.extensionapp)
-        classes = await app.read(app.service.possible, request, name)
-        answer = (
-            PossibleModel(possible=False)
-            if classes is None
-            else PossibleModel(possible=True, classes=list(classes))
-        )
+        classes, never = await app.read(app.service.possible, request, name)
+        if classes is not None:
+            answer = PossibleModel(possible=True, classes=list(classes))
+        else:
+            answer = (
+                PossibleModel(possible=False, never=never)
+                if never
+                else PossibleModel(possible=False)
+            )
         self.finish(json.dumps(answer))

@@ -195,10 +195,11 @@ class KernelAsk(TypedDict, total=False):
 
 class PossibleModel(TypedDict):
     """The answer to a kernel's ask: ``classes`` (the cluster's DeviceClasses) where it is
-    possible."""
+    possible; ``never`` where it could never be met."""
 
     possible: bool
     classes: NotRequired[list[str]]
+    never: NotRequired[str]  # why it could never be met, in one line
 
 
 class ErrorModel(TypedDict):

@@ -33,6 +33,8 @@ UNAVAILABLE = "cluster device counts unavailable"
 # the service's path under its URL (dra_jupyter.kube.sharedview.DEVICES_PATH: the server
 # reaches the backends only through the API, so it does not import it)
 DEVICES_PATH = "api/devices"
+POSSIBLE_PATH = "api/possible"  # a kernel's question (kernelasks), asked of the view
+MAX_ASK_BYTES = 64 * 1024  # a question larger than this is not sent (the kernel checks it)
 CLIENT_TIMEOUT_S = 5.0  # a read of the shared view: never longer
 
 
@@ -71,6 +73,19 @@ class SharedCounts:
             waiting=[],
             cluster=ClusterCountsModel(source=self.url, shapes=shapes, problem=""),
         )
+
+    def possible(self, spec: dict[str, Any], name: str) -> tuple[list[str] | None, str]:
+        """A kernel's question (:func:`dra_jupyter.api.asked.asked`) asked of the shared
+        view; ``(None, "")`` where it does not answer (the kernel checks it itself)."""
+        try:
+            said = self.client.possible(spec, name)
+        except UnavailableError as error:
+            self._said(f"{UNAVAILABLE}: {error.message}")
+            return None, ""
+        classes, never = said.get("classes"), said.get("never")
+        if said.get("possible") is True and isinstance(classes, list):
+            return [str(c) for c in classes], ""
+        return None, never if isinstance(never, str) else ""
 
     def _said(self, problem: str | None) -> None:
         """One log line when the view stops answering (or says another problem), one when
@@ -123,12 +138,40 @@ class SharedViewClient:
     def devices(self) -> dict[str, Any]:
         """The counts per shape and this user's held devices; :class:`UnavailableError`, in
         one line, where the view does not answer."""
+        body = self._call(DEVICES_PATH)
+        if not all(isinstance(body.get(k), list) for k in ("shapes", "held")):
+            raise self._not_json()
+        return body
+
+    def possible(self, spec: dict[str, Any], name: str) -> dict[str, Any]:
+        """The view's answer to a kernel's question (``possible``, ``classes``, ``never``);
+        :class:`UnavailableError` where it does not answer."""
+        try:
+            data = json.dumps({"request": spec, "name": name}, allow_nan=False).encode()
+        except (TypeError, ValueError) as error:
+            raise UnavailableError(f"a question no JSON can carry: {error}") from error
+        if len(data) > MAX_ASK_BYTES:
+            raise UnavailableError(f"a question of {len(data)} bytes is not sent")
+        body = self._call(POSSIBLE_PATH, data)
+        if not isinstance(body.get("possible"), bool):
+            raise self._not_json()
+        return body
+
+    def _not_json(self) -> UnavailableError:
+        return UnavailableError(
+            f"the shared view at {self.url} answered something that is not its JSON"
+        )
+
+    def _call(self, path: str, data: bytes | None = None) -> dict[str, Any]:
+        """``GET`` (``POST`` ``data``) ``path`` of the view, its JSON object."""
         where = f"the shared view at {self.url}"
         if not self.token:
             raise UnavailableError(f"{where}: this server has no hub API token to present")
+        headers = {"Authorization": f"token {self.token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
         request = urllib.request.Request(
-            urllib.parse.urljoin(self.url, DEVICES_PATH),
-            headers={"Authorization": f"token {self.token}", "Accept": "application/json"},
+            urllib.parse.urljoin(self.url, path), data=data, headers=headers
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as answer:
@@ -144,10 +187,8 @@ class SharedViewClient:
             body = json.loads(raw)
         except ValueError:
             body = None
-        if not isinstance(body, dict) or not all(
-            isinstance(body.get(k), list) for k in ("shapes", "held")
-        ):
-            raise UnavailableError(f"{where} answered something that is not its JSON")
+        if not isinstance(body, dict):
+            raise self._not_json()
         return body
 
 

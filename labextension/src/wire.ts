@@ -17,6 +17,8 @@ export interface Possible {
   possible: boolean;
   /** the cluster's DeviceClass names (only where possible) */
   classes?: string[];
+  /** where it could never be met: why, in one line (the kernel refuses with it) */
+  never?: string;
 }
 
 export interface Error {

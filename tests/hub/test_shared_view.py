@@ -15,6 +15,7 @@ the real control plane of tests/k8s:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -33,6 +34,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import api_client, to_wire
 from dra_jupyter.kube.records import to_record
 from dra_jupyter.kube.sharedview import shape_counts
@@ -51,6 +53,7 @@ from tests.hub.test_kubespawner import (
 from tests.k8s import testenv
 from tests.k8s.apimetrics import counted_account
 from tests.k8s.fixtures import wait_for
+from tests.k8s.kernelserver import execute, running_server
 from tests.k8s.podrunner import PodRunner
 from tests.k8s.test_backend import session
 
@@ -96,12 +99,14 @@ def admin_counts(api: client.ApiClient) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def service_process(kubeconfig: Path, tmp: Path) -> Iterator[tuple[str, int]]:
+def service_process(
+    kubeconfig: Path, tmp: Path, port: int | None = None
+) -> Iterator[tuple[str, int]]:
     """``python -m dra_jupyter.hub.sharedview`` on ``kubeconfig``, with the stand-in hub
     API (tokens: :data:`TOKENS`); its URL (with the prefix the proxy would pass) and pid."""
     hub_api = HTTPServer(("127.0.0.1", 0), _FakeHubAPI)
     threading.Thread(target=hub_api.serve_forever, daemon=True).start()
-    port = free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     log = (tmp / "sharedview.log").open("wb")
     env = {
@@ -154,7 +159,12 @@ def test_the_service_counts_the_cluster_by_watching_and_answers_each_user_their_
         hub_config = service_account_kubeconfig(api, cluster, namespace, "hub", tmp_path / "kc")
         with (
             counted_account(
-                cluster, api, namespace, "hub", verbs=("list",), groups=["resource.k8s.io"]
+                cluster,
+                api,
+                namespace,
+                "hub",
+                verbs=("list",),
+                resources=["resourceclaimtemplates"],
             ) as counted,
             service_process(hub_config, tmp_path) as (url, _),
         ):
@@ -196,6 +206,70 @@ def test_the_service_counts_the_cluster_by_watching_and_answers_each_user_their_
                 held.release()
     finally:
         delete_rbac(api, cluster_wide)
+
+
+ASKED = """
+import dra_jupyter as dra
+claim = dra.request(gpu=1, name="from-a-kernel")
+print("made", claim.name, claim.state)
+try:
+    dra.request(gpu=9, name="nine")
+except dra.AllocationError as error:
+    print("refused", type(error).__name__)
+    print(error)
+"""
+
+
+def test_a_kernels_request_under_the_shared_view_is_checked_by_the_view(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    published: SimulatedCluster,
+    namespace: str,
+    tmp_path: Path,
+    pod_runner: PodRunner,
+) -> None:
+    """#38: a server on exactly deploy/hub-rbac.yaml (it and its kernels may read no
+    ResourceSlice) passes its kernel's question to the shared view: a request that could be
+    met is made with the cluster's classes, one that never could is refused before anything
+    is made, in the view's one line; the kernel lists nothing cluster-wide."""
+    port = free_port()
+    config = f"c.DRAExtensionApp.shared_view_url = 'http://127.0.0.1:{port}{PREFIX}'\n"
+    with (
+        running_server(
+            cluster,
+            api,
+            namespace,
+            tmp_path,
+            pod_runner,
+            idle_timeout=0,
+            rbac=(RBAC,),
+            config=config,
+            env={"JUPYTERHUB_API_TOKEN": "alice-token"},
+        ) as server,
+        counted_account(
+            cluster,
+            api,
+            namespace,
+            "dra-singleuser",
+            verbs=("list",),
+            resources=["devicetaintrules"],
+        ) as counted,
+    ):
+        hub_config = service_account_kubeconfig(api, cluster, namespace, "hub", tmp_path / "kc")
+        with service_process(hub_config, tmp_path, port):
+            kernel = str(server.call("POST", "/api/kernels", {"name": "python3"})["id"])
+            before = counted.count("list", "cluster")
+            printed = asyncio.run(execute(server, kernel, ASKED))
+            listed = counted.count("list", "cluster") - before
+        assert "made from-a-kernel pending" in printed, printed
+        claim = ClaimClient(api, namespace).get("from-a-kernel")
+        assert claim is not None
+        [request] = claim["spec"]["devices"]["requests"]
+        assert request["exactly"]["deviceClassName"] == "gpu.nvidia.com"
+        assert "refused NeverPossibleError" in printed, printed
+        assert "dra.request: " in printed and "9" in printed.split("refused", 1)[1]
+        assert ClaimClient(api, namespace).get("nine") is None
+        assert listed == 0  # the kernel's requests read nothing of the cluster's devices
 
 
 SHARED_VIEW = (

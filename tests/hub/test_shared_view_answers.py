@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -79,9 +81,16 @@ class Counts:
 USERS = {"alice-token": "alice", "bob-token": "bob"}
 
 
+def ask(spec: Mapping[str, Any], name: str) -> tuple[list[str] | None, str]:
+    """A kernel's question, answered as on a cluster of 8 GPUs (:func:`asked`'s shape)."""
+    if spec.get("gpu", 1) > 8:
+        return None, f"gpu={spec['gpu']} can never be met: only 8 GPUs here"
+    return (["gpu.nvidia.com"], "") if name != "unreadable" else (None, "")
+
+
 @contextlib.contextmanager
 def serving(counts: Counts) -> Iterator[str]:
-    server = make_server(("127.0.0.1", 0), counts, USERS.get, PREFIX)  # type: ignore[arg-type]
+    server = make_server(("127.0.0.1", 0), counts, USERS.get, PREFIX, ask)  # type: ignore[arg-type]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}{PREFIX}"
@@ -188,6 +197,32 @@ def test_an_answer_that_is_not_the_services_is_one_line(body: bytes, said: str) 
         server.shutdown()
         server.server_close()
     assert problem.startswith(UNAVAILABLE) and said in problem and "\n" not in problem
+
+
+def test_a_kernels_question_is_passed_to_the_view_and_its_answer_back() -> None:
+    """A server under the shared view asks the view what its kernels ask (#38): possible
+    with the classes, never with the view's line, or nothing said; and only for a user's
+    token, with the body bounded."""
+    with serving(Counts()) as url:
+        server = SharedCounts(url, "alice-token")
+        assert server.possible({"gpu": 1}, "") == (["gpu.nvidia.com"], "")
+        assert server.possible({"gpu": 9}, "") == (None, "gpu=9 can never be met: only 8 GPUs here")
+        assert server.possible({"gpu": 1}, "unreadable") == (None, "")
+        assert SharedCounts(url, "nobody").possible({"gpu": 1}, "") == (None, "")
+        assert server.possible({"gpu": 1, "model": "x" * 70_000}, "") == (None, "")
+        for body, status in ((b"[]", 400), (b"{}", 400), (b"x" * 70_000, 413)):
+            request = urllib.request.Request(
+                url + "api/possible",
+                data=body,
+                headers={"Authorization": "token alice-token"},
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            with refused.value:
+                assert refused.value.code == status
+    with serving(Counts()) as url:  # nothing listens where the view was: not said
+        pass
+    assert SharedCounts(url, "alice-token").possible({"gpu": 1}, "") == (None, "")
 
 
 def test_the_hubs_answer_on_a_token_is_kept_a_while() -> None:
