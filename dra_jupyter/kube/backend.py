@@ -436,9 +436,12 @@ class KubernetesBackend:
         # the label selects; the full name in the annotation decides (types.label_value)
         return [(r, state) for r, state in found if all_users or r.owner.user == self.owner.user]
 
-    def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
+    def release(
+        self, name: str, reason: str = "user", *, any_owner: bool = False, by: str | None = None
+    ) -> bool:
         """Delete the claim; False if it was gone. Only its owner may, unless
-        ``any_owner``. Any ``reason`` but ``user`` is recorded as an Event on the claim."""
+        ``any_owner``. Any ``reason`` but ``user`` is recorded as an Event on the claim
+        (``by``: who released it, an admin's name)."""
         got = self.get(name)
         if got is None:
             return False
@@ -448,14 +451,14 @@ class KubernetesBackend:
                 f"claim {name} belongs to user {user or '(not dra-jupyter)'}; only its owner "
                 "can release it"
             )
-        return self._delete(got, reason)
+        return self._delete(got, reason, by)
 
-    def _delete(self, claim: Wire, reason: str) -> bool:
+    def _delete(self, claim: Wire, reason: str, by: str | None = None) -> bool:
         name = claim["metadata"]["name"]
         if not self.retrying(lambda: self.claim_client.delete(name)):
             return False
         if reason != "user":  # the user knows why; the server's decisions are explained
-            self.events.deleted(claim, reason)
+            self.events.deleted(claim, reason, by)
         return True
 
     # --- what a Jupyter server does -----------------------------------------------------
