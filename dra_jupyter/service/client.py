@@ -59,6 +59,7 @@ CAPABILITIES = Capabilities(
     leases=True,
     allocates_later=False,
     claim_states=False,
+    releases_taken_out=True,
 )
 CONNECT_TIMEOUT = 5.0  # seconds to connect to the daemon
 ANSWER_TIMEOUT = 60.0  # seconds an answer may take; a request in line: its timeout and this

@@ -57,6 +57,10 @@ class Capabilities:
     # sees the claims of every user of its devices (the service, a cluster); False: only
     # those of its ledger's (each user's own embedded ledger)
     every_user: bool = True
+    # a daemon that always runs releases the claims on a device tainted NoExecute once its
+    # grace is over (the service); False: a Jupyter server or ``health --watch`` does, while
+    # one runs on the machine (else at its start)
+    releases_taken_out: bool = False
 
 
 OnWait = Callable[[Waiting], None]
