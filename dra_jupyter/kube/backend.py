@@ -39,6 +39,7 @@ from dra_jupyter.kube.claims import (
 )
 from dra_jupyter.kube.cluster import KubeCluster
 from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
+from dra_jupyter.kube.deletions import release_note
 from dra_jupyter.kube.events import ClaimEvents
 from dra_jupyter.kube.records import claim_state, holder_annotation, to_record
 from dra_jupyter.kube.taints import read_taint_rules
@@ -454,7 +455,16 @@ class KubernetesBackend:
         return self._delete(got, reason, by)
 
     def _delete(self, claim: Wire, reason: str, by: str | None = None) -> bool:
+        """Delete ``claim``, having noted on it why and who (:mod:`.deletions`: what the
+        servers watching it announce); a note refused (a role without patch) leaves the
+        deletion to read as made in the cluster."""
         name = claim["metadata"]["name"]
+        note = release_note(reason, by or self.owner.user)
+        try:
+            if not self.claim_client.annotate(name, note, action="release"):
+                return False
+        except ClusterError as error:
+            log.debug("dra_jupyter: noting why claim %s is released: %s", name, error)
         if not self.retrying(lambda: self.claim_client.delete(name)):
             return False
         if reason != "user":  # the user knows why; the server's decisions are explained
@@ -520,8 +530,10 @@ class KubernetesBackend:
         return None
 
     def ended(self, name: str) -> Ended | None:
-        """Unknown: a deleted claim leaves nothing in the cluster."""
-        return None
+        """Why the claim went, where the namespace's watched claims view heard its deletion
+        (:mod:`.deletions`: the reason dra-jupyter noted on it, else ``deleted`` in the
+        cluster); None where unknown (nothing watched: a deleted claim leaves nothing)."""
+        return self.views.deleted_claim(name)
 
     def metrics_source(self) -> None:
         """None: the caller reads the inventory's own source."""

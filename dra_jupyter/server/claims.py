@@ -101,6 +101,7 @@ _REASONS = {
     "device-moved": "its kernel moved to an equivalent device, off one taken out of service",
     "fair-share": "another user waited for its devices while it was idle (reclaim under "
     "pressure: dra-jupyter claims shows the warning, dra-jupyter waiting the line)",
+    "deleted": "deleted in the cluster, outside dra-jupyter (kubectl, an admin or a script)",
 }
 
 
@@ -428,9 +429,7 @@ class ClaimService:
         return sum(self.counted(r) for r in held)
 
     def release(self, caller: Caller, name: str) -> ClaimRecord:
-        """The caller's release of a claim: ``user``, by the caller; an admin's of another
-        user's claim is ``admin``, by that admin (the holder is told; the usage book and
-        the claim's words name the admin)."""
+        """The caller's (``user``); an admin's of another user's claim: ``admin``, named."""
         record = self.claim(caller, name)
         reason = "admin" if caller.admin and record.owner.user != caller.user else "user"
         if not self.backend.release(name, reason, any_owner=True, by=caller.user):
