@@ -72,8 +72,6 @@ def ended_of(obj: Wire, when: float) -> Ended | None:
     said = (meta.get("annotations") or {}).get(RELEASE_ANNOTATION)
     if said:
         reason, _, by = str(said).partition(" ")
-        if reason == "user" and by and by != record.owner.user:
-            reason = "admin"  # another user's claim: only an admin may
         return Ended(record, reason, when, admin_words(reason, by))
     if meta.get("ownerReferences"):
         return None  # it went with its owner (a pod's claim from its template)

@@ -52,7 +52,7 @@ async def test_a_claim_deleted_in_the_cluster_is_announced_once_with_why(
     assert isinstance(backend, KubernetesBackend)
     settings = replace(backend.settings, watch=False)
     admin = KubernetesBackend(settings, Owner("an-admin", socket.gethostname(), os.getpid()))
-    assert admin.release(made["admin"], any_owner=True)
+    assert admin.release(made["admin"], "admin", any_owner=True)  # as the REST API's
     own = KubernetesBackend(settings, Owner(user, socket.gethostname(), os.getpid()))
     assert own.release(made["its-user"])
 
