@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import time
 from pathlib import Path
 
 import pytest
 
+from dra_jupyter.api import Session
+from dra_jupyter.local.backend import LocalBackend
 from dra_jupyter.outofservice import clock
 from tests.test_cli_local import run
 
@@ -67,7 +70,9 @@ def test_noexecute_tells_the_holder_when_its_claim_is_released(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """What the CLI says of a NoExecute taint's holders is what happens (the grace, then a
-    release) and what JupyterLab and the notebook say: the same words, the same clock time."""
+    release) and what JupyterLab and the notebook say: the same words, the same clock time,
+    and who releases it: without the service, a Jupyter server or ``health --watch``; with
+    neither running the claim is held past its grace until one starts (issue 42, item 1)."""
     monkeypatch.setenv("DRA_JUPYTER_HEALTH_GRACE", "600")
     assert run("request", "gpu=8", "--name", "big").code == 0
     made = run("taint", "gpu-0", "--effect", "NoExecute", "--reason", "test")
@@ -76,9 +81,28 @@ def test_noexecute_tells_the_holder_when_its_claim_is_released(
     at = clock(taint["added"] + 600)
     assert made.out.endswith(
         f"held now by claim big ({ME}): it cannot be used: save what you can now, the claim "
-        f"will be released at {at}\n"
+        f"will be released at {at} (by this machine's Jupyter server or dra-jupyter health "
+        "--watch; with neither running, when one starts)\n"
     )
+    assert len(made.out.splitlines()) == 2
     assert "keeps the device" not in made.out
+
+
+def test_noexecute_with_nothing_running_releases_when_a_watcher_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The grace over, no server, service or watcher running: the claim is still held
+    (what the CLI says), and the first check of one that starts releases it."""
+    monkeypatch.setenv("DRA_JUPYTER_HEALTH_GRACE", "0")
+    assert run("request", "gpu=8", "--name", "big").code == 0
+    made = run("taint", "gpu-0", "--effect", "NoExecute", "--reason", "test")
+    assert "with neither running, when one starts" in made.out
+    time.sleep(0.1)
+    assert [c["claim"] for c in json.loads(run("claims", "-o", "json").out)] == ["big"]
+    backend = Session().backend  # what a server's first health check does at its start
+    assert isinstance(backend, LocalBackend)
+    assert [r.name for r, _ in backend.release_taken_out(0.0)] == ["big"]
+    assert json.loads(run("claims", "-o", "json").out) == []
 
 
 @pytest.mark.parametrize(

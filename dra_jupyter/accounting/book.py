@@ -278,6 +278,12 @@ def releaser(reason: str, user: str) -> str | None:
     return None if reason in RULE_REASONS else user
 
 
+def admin_words(reason: str, by: str | None) -> str | None:
+    """The words of an admin's release of another user's claim (``released by admin
+    alice``): the reason ``admin`` with the admin's name; else None (the reason says it)."""
+    return f"released by admin {by}" if reason == "admin" and by else None
+
+
 def released_by(interval: Interval) -> str:
     """Who ended the interval, as a report says it: the user who released the claim (its
     holder or an admin), ``(held)`` while it is held, else the reason in parentheses where

@@ -18,6 +18,14 @@ from dra_jupyter.model.admintaints import DEFAULT_KEY, EFFECTS, partitions_of
 from dra_jupyter.outofservice import means, release_at
 from dra_jupyter.types import DeviceTaint
 
+# Who releases the claims on a device tainted NoExecute on this machine without the service
+# (which releases them itself): a Jupyter server's checks or ``health --watch``, while one
+# runs; none runs in the background for it (a taint made with neither waits for one).
+WHO_RELEASES = (
+    "by this machine's Jupyter server or dra-jupyter health --watch; with neither running, "
+    "when one starts"
+)
+
 
 def add_commands(sub: Subparsers) -> None:
     def common(p: argparse.ArgumentParser) -> None:
@@ -34,6 +42,7 @@ def add_commands(sub: Subparsers) -> None:
         description="Taint a device by hand, as a DeviceTaintRule would: no new claim gets "
         "it (NoSchedule: claims that hold it now keep it until moved or released; NoExecute: "
         "on this machine they are released after the grace, DRA_JUPYTER_HEALTH_GRACE, 300 s, "
+        "by the service, a Jupyter server or health --watch, or when one starts if none runs; "
         "on a cluster its pods are evicted). Recorded with who and when. --list shows the "
         "taints.",
     )
@@ -103,8 +112,12 @@ def run_taint(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"{'them' if parts else 'it'}\n"
     )
     # what the holders read in JupyterLab, the notebook and the server's log, the same words
-    grace = session.settings.health_grace if session.backend.capabilities.devices_here else None
-    said = means(made, release_at(made, grace))
+    capabilities = session.backend.capabilities
+    grace = session.settings.health_grace if capabilities.devices_here else None
+    at = release_at(made, grace)
+    said = means(made, at)
+    if at is not None and not capabilities.releases_taken_out:  # nothing here runs for it
+        said += f" ({WHO_RELEASES})"
     for r in holders:
         out.write(f"held now by claim {r.name} ({r.owner.user}): {said}\n")
     return 0

@@ -39,6 +39,7 @@ from dra_jupyter.kube.claims import (
 )
 from dra_jupyter.kube.cluster import KubeCluster
 from dra_jupyter.kube.connect import api_client, cluster_error, to_wire
+from dra_jupyter.kube.deletions import release_note
 from dra_jupyter.kube.events import ClaimEvents
 from dra_jupyter.kube.records import claim_state, holder_annotation, to_record
 from dra_jupyter.kube.taints import read_taint_rules
@@ -436,9 +437,12 @@ class KubernetesBackend:
         # the label selects; the full name in the annotation decides (types.label_value)
         return [(r, state) for r, state in found if all_users or r.owner.user == self.owner.user]
 
-    def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
+    def release(
+        self, name: str, reason: str = "user", *, any_owner: bool = False, by: str | None = None
+    ) -> bool:
         """Delete the claim; False if it was gone. Only its owner may, unless
-        ``any_owner``. Any ``reason`` but ``user`` is recorded as an Event on the claim."""
+        ``any_owner``. Any ``reason`` but ``user`` is recorded as an Event on the claim
+        (``by``: who released it, an admin's name)."""
         got = self.get(name)
         if got is None:
             return False
@@ -448,14 +452,23 @@ class KubernetesBackend:
                 f"claim {name} belongs to user {user or '(not dra-jupyter)'}; only its owner "
                 "can release it"
             )
-        return self._delete(got, reason)
+        return self._delete(got, reason, by)
 
-    def _delete(self, claim: Wire, reason: str) -> bool:
+    def _delete(self, claim: Wire, reason: str, by: str | None = None) -> bool:
+        """Delete ``claim``, having noted on it why and who (:mod:`.deletions`: what the
+        servers watching it announce); a note refused (a role without patch) leaves the
+        deletion to read as made in the cluster."""
         name = claim["metadata"]["name"]
+        note = release_note(reason, by or self.owner.user)
+        try:
+            if not self.claim_client.annotate(name, note, action="release"):
+                return False
+        except ClusterError as error:
+            log.debug("dra_jupyter: noting why claim %s is released: %s", name, error)
         if not self.retrying(lambda: self.claim_client.delete(name)):
             return False
         if reason != "user":  # the user knows why; the server's decisions are explained
-            self.events.deleted(claim, reason)
+            self.events.deleted(claim, reason, by)
         return True
 
     # --- what a Jupyter server does -----------------------------------------------------
@@ -517,8 +530,10 @@ class KubernetesBackend:
         return None
 
     def ended(self, name: str) -> Ended | None:
-        """Unknown: a deleted claim leaves nothing in the cluster."""
-        return None
+        """Why the claim went, where the namespace's watched claims view heard its deletion
+        (:mod:`.deletions`: the reason dra-jupyter noted on it, else ``deleted`` in the
+        cluster); None where unknown (nothing watched: a deleted claim leaves nothing)."""
+        return self.views.deleted_claim(name)
 
     def metrics_source(self) -> None:
         """None: the caller reads the inventory's own source."""

@@ -31,14 +31,18 @@ REASONS = {
     "server-stop": ("DraJupyterServerStop", "the Jupyter server stopped"),
     "reclaimed": ("DraJupyterHolderGone", "the process that held it ({holder}) is gone"),
     "limit": ("DraJupyterLimit", "it would take user {user} over the per-user device limit"),
+    "admin": ("DraJupyterAdmin", "released by admin {by}"),
 }
 FALLBACK = ("DraJupyterReleased", "released for {reason}")
 
 log = logging.getLogger("dra_jupyter")
 
 
-def event_for(claim: Wire, reason: str, instance: str, now: dt.datetime) -> Wire:
-    """The Event that says why ``claim`` (as read before its deletion) was deleted."""
+def event_for(
+    claim: Wire, reason: str, instance: str, now: dt.datetime, by: str | None = None
+) -> Wire:
+    """The Event that says why ``claim`` (as read before its deletion) was deleted (``by``:
+    the user who released it, where not the server's: an admin)."""
     meta = claim["metadata"]
     labels = meta.get("labels") or {}
     kind, why = REASONS.get(reason, FALLBACK)
@@ -48,6 +52,7 @@ def event_for(claim: Wire, reason: str, instance: str, now: dt.datetime) -> Wire
         user=annotations.get(USER_ANNOTATION) or labels.get(USER_LABEL, "(unknown)"),
         holder=annotations.get(HOLDER_ANNOTATION, "unknown"),
         reason=reason,
+        by=by or "(unknown)",
     )
     stamp = now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
@@ -85,9 +90,10 @@ class ClaimEvents:
         self.instance = instance or COMPONENT
         self.problems: set[str] = set()  # what was logged already
 
-    def deleted(self, claim: Wire, reason: str) -> None:
-        """Record that ``claim`` was deleted for ``reason``; never raises for the API."""
-        body = event_for(claim, reason, self.instance, dt.datetime.now(dt.UTC))
+    def deleted(self, claim: Wire, reason: str, by: str | None = None) -> None:
+        """Record that ``claim`` was deleted for ``reason`` (``by``: see :func:`event_for`);
+        never raises for the API."""
+        body = event_for(claim, reason, self.instance, dt.datetime.now(dt.UTC), by)
         namespace = claim["metadata"]["namespace"]
         try:
             client.CoreV1Api(self.api).create_namespaced_event(

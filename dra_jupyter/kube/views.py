@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from dra_jupyter.errors import ClusterError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.kube import watching
+from dra_jupyter.kube.deletions import Deletions
 from dra_jupyter.kube.watching import Reflector
 from dra_jupyter.types import USER_LABEL
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
     from dra_jupyter.accounting.prometheus import ViewCounts
+    from dra_jupyter.types import Ended
 
 __all__ = [
     "CLAIMS",
@@ -104,6 +106,9 @@ class NamespaceViews:
         self._listeners: list[Callable[[str], None]] = []  # on_change's
         self._hooked: weakref.WeakSet[Reflector] = weakref.WeakSet()  # views told of
         self._listen_lock = threading.Lock()
+        # the last state of the claims the claims view heard deleted (:mod:`.deletions`)
+        self.deletions = Deletions()
+        self._kept: weakref.WeakSet[Reflector] = weakref.WeakSet()  # views it hears
 
     def view(self, kind: str) -> Reflector | None:
         """The namespace's view of ``kind`` (:data:`SELECTORS`), started on first use, once
@@ -114,8 +119,24 @@ class NamespaceViews:
             return None
         self.started = True
         found = self._shared(kind)
+        if kind == CLAIMS:
+            self._keep_deletions(found)
         self._hook(found, TOPICS.get(kind) or OPTIONAL_TOPICS[kind])
         return _answering(found, UNAVAILABLE[kind])
+
+    def _keep_deletions(self, view: Reflector) -> None:
+        with self._listen_lock:
+            if view in self._kept:
+                return
+            self._kept.add(view)
+        view.add_handler(self.deletions.hear)
+
+    def deleted_claim(self, name: str) -> Ended | None:
+        """Why the claim ``name`` of the namespace went, as the claims view heard it
+        (:mod:`.deletions`); None where it heard nothing of it, or nothing is watched."""
+        if not self._kept:
+            return None
+        return self.deletions.ended(name)
 
     def _shared(self, kind: str) -> Reflector:
         return watching.shared(

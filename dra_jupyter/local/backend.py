@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dra_jupyter import outofservice
-from dra_jupyter.accounting.book import Book, releaser
+from dra_jupyter.accounting.book import Book, admin_words, releaser
 from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
@@ -325,9 +325,11 @@ class LocalBackend:
             self.check_possible(claim)
         return waits.allocate(self, claim, timeout=timeout, lease=lease, on_wait=on_wait)
 
-    def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
+    def release(
+        self, name: str, reason: str = "user", *, any_owner: bool = False, by: str | None = None
+    ) -> bool:
         """Release a claim; False if it did not exist. Only the owner's user may release it
-        unless ``any_owner``."""
+        unless ``any_owner``; ``by``: who releases it, where not this backend's user."""
         with self.ledger.transaction() as conn:
             for record in Ledger.claims(conn):
                 if record.name != name:
@@ -337,8 +339,9 @@ class LocalBackend:
                         f"claim {name} belongs to user {record.owner.user}; "
                         "only its owner can release it"
                     )
-                by = releaser(reason, self.owner.user)
-                Ledger.delete(conn, record, reason, self.clock(), by=by)
+                who = releaser(reason, by or self.owner.user)
+                message = admin_words(reason, by)
+                Ledger.delete(conn, record, reason, self.clock(), message, by=who)
                 return True
         return False
 

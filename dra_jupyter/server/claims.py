@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from dra_jupyter.accounting.book import Book, Totals
+from dra_jupyter.accounting.book import Book, Totals, admin_words
 from dra_jupyter.api import Session
 from dra_jupyter.api.asked import asked
 from dra_jupyter.claimspec import requested_devices
@@ -101,6 +101,7 @@ _REASONS = {
     "device-moved": "its kernel moved to an equivalent device, off one taken out of service",
     "fair-share": "another user waited for its devices while it was idle (reclaim under "
     "pressure: dra-jupyter claims shows the warning, dra-jupyter waiting the line)",
+    "deleted": "deleted in the cluster, outside dra-jupyter (kubectl, an admin or a script)",
 }
 
 
@@ -426,10 +427,12 @@ class ClaimService:
         return sum(self.counted(r) for r in held)
 
     def release(self, caller: Caller, name: str) -> ClaimRecord:
+        """The caller's (``user``); an admin's of another user's claim: ``admin``, named."""
         record = self.claim(caller, name)
-        if not self.backend.release(name, "user", any_owner=True):
+        reason = "admin" if caller.admin and record.owner.user != caller.user else "user"
+        if not self.backend.release(name, reason, any_owner=True, by=caller.user):
             raise ClaimNotFoundError(f"claim {name} does not exist (it may have been released)")
-        self._note_release(record, "user")
+        self._note_release(record, reason, message=admin_words(reason, caller.user))
         return record
 
     def keep(self, caller: Caller, name: str, now: float | None = None) -> ClaimRecord:
@@ -526,14 +529,19 @@ class ClaimService:
         return swept
 
     def _note_release(
-        self, record: ClaimRecord, reason: str, now: float | None = None, ended: Ended | None = None
+        self,
+        record: ClaimRecord,
+        reason: str,
+        now: float | None = None,
+        ended: Ended | None = None,
+        message: str | None = None,
     ) -> None:
         """Announce a release (:attr:`released`) and remember it for a while
         (:data:`RELEASED_KEPT`, at most :data:`RELEASED_MAX` claims): with the time and
         words of ``ended``, the account of the process that released it, if another did."""
         now = time.time() if now is None else now
         self._announce(record, reason)
-        gone = Released(record, reason, now)
+        gone = Released(record, reason, now, message)
         if ended is not None:
             gone = Released(record, reason, ended.time, ended.message)
         with self._recent_lock:

@@ -59,6 +59,7 @@ CAPABILITIES = Capabilities(
     leases=True,
     allocates_later=False,
     claim_states=False,
+    releases_taken_out=True,
 )
 CONNECT_TIMEOUT = 5.0  # seconds to connect to the daemon
 ANSWER_TIMEOUT = 60.0  # seconds an answer may take; a request in line: its timeout and this
@@ -308,9 +309,14 @@ class ServiceBackend:
         finally:
             line.close()
 
-    def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
+    def release(
+        self, name: str, reason: str = "user", *, any_owner: bool = False, by: str | None = None
+    ) -> bool:
         """Give the claim back; the daemon decides whether this user may (its owner, or an
-        admin): ``any_owner`` adds nothing a caller could not do anyway."""
+        admin): ``any_owner`` adds nothing a caller could not do anyway, nor ``by`` (the
+        daemon records an admin's release by its peer, this process's user)."""
+        if by is not None and reason == "admin":
+            reason = "user"  # the daemon's words: it says ``admin`` where its peer is one
         done = bool(self._call("release", {"name": name, "reason": reason}))
         if done:
             self._watched.released_here(name)

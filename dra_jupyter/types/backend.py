@@ -57,6 +57,10 @@ class Capabilities:
     # sees the claims of every user of its devices (the service, a cluster); False: only
     # those of its ledger's (each user's own embedded ledger)
     every_user: bool = True
+    # a daemon that always runs releases the claims on a device tainted NoExecute once its
+    # grace is over (the service); False: a Jupyter server or ``health --watch`` does, while
+    # one runs on the machine (else at its start)
+    releases_taken_out: bool = False
 
 
 OnWait = Callable[[Waiting], None]
@@ -304,9 +308,13 @@ class Backend(Protocol):
     ) -> ClaimRecord:
         """Make the claim (the local backend allocates it at once, or waits in line)."""
 
-    def release(self, name: str, reason: str = "user", *, any_owner: bool = False) -> bool:
+    def release(
+        self, name: str, reason: str = "user", *, any_owner: bool = False, by: str | None = None
+    ) -> bool:
         """Give the claim back; False when it was gone already. Only the owner's user may,
-        unless ``any_owner`` (the server's own decisions: idle, kernel gone)."""
+        unless ``any_owner`` (the server's own decisions: idle, kernel gone). ``by``: the
+        user who releases it where not this backend's (a server's REST caller; with reason
+        ``admin``, the admin, whose name the release's words and the usage book keep)."""
 
     def record(self, name: str) -> ClaimRecord | None:
         """The live claim of that name, read now; None when it is gone."""

@@ -322,6 +322,8 @@ export function releaseReason(reason: string): string {
       return 'another user waited for its devices while it was idle (fair share)';
     case 'admin':
       return 'an admin released it';
+    case 'deleted':
+      return 'it was deleted in the cluster, outside this notebook (kubectl, an admin or a script)';
     case 'limit':
       return 'it was over a per-user limit of the shared machine';
     case 'expired':

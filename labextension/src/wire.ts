@@ -154,7 +154,7 @@ export interface GpuActivity {
 }
 
 export interface Released {
-  /** idle, gpu-idle, kernel-shutdown, user, admin, expired, reclaimed, server-stop, limit, moved, device-moved, device-failed, fair-share */
+  /** idle, gpu-idle, kernel-shutdown, user, admin, expired, reclaimed, server-stop, limit, moved, device-moved, device-failed, fair-share, deleted */
   reason: string;
   /** seconds since the epoch */
   time: number;

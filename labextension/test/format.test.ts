@@ -173,7 +173,16 @@ test('gpu-idle has its words', () => {
 });
 
 test('every release reason of the claim_released event has its words', () => {
-  for (const reason of ['idle', 'kernel-shutdown', 'user', 'server-stop', 'expired', 'reclaimed']) {
+  for (const reason of [
+    'idle',
+    'kernel-shutdown',
+    'user',
+    'server-stop',
+    'expired',
+    'reclaimed',
+    'admin',
+    'deleted'
+  ]) {
     assert.doesNotMatch(releaseReason(reason), /reason:/, reason);
   }
   assert.equal(releaseReason('new-one'), 'reason: new-one');

@@ -91,6 +91,7 @@ test('a release is told by its reason: what the user did not do, and how', () =>
     'gpu-idle',
     'expired',
     'admin',
+    'deleted',
     'device-failed',
     'fair-share',
     'limit',
