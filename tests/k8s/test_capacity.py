@@ -18,7 +18,9 @@ from kubernetes import client
 
 from dra_jupyter.allocator import Allocator
 from dra_jupyter.cli import main as cli_main
+from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory import nvidia
+from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
 from tests.k8s.conftest import wait_for
@@ -30,15 +32,17 @@ Wire = dict[str, Any]
 NODE = "shared-node-1"  # one H200 (143771Mi) that up to 4 claims share by memory
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def shared_node(kubeconfig: Path, api: client.ApiClient, tmp_path_factory: Any) -> Iterator[None]:
     """A node whose one GPU is published as NVIDIA's driver does with consumable shares; gone
-    after the module (the session's cluster is shared)."""
+    after the test (the session's cluster is shared: other tests see none)."""
     [gpu] = nvidia.hgx_node(NODE, nvidia.H200, shares=4)["spec"]["devices"][:1]
     one = nvidia.gpu_slice(NODE, [gpu])
     path = tmp_path_factory.mktemp("shared") / "slices.yaml"
     path.write_text(yaml.safe_dump_all([one, *nvidia.device_classes()]))
-    assert cli_main(["publish-slices", "--inventory", str(path), "--kubeconfig", str(kubeconfig)]) == 0
+    assert (
+        cli_main(["publish-slices", "--inventory", str(path), "--kubeconfig", str(kubeconfig)]) == 0
+    )
     yield
     unpublish(api, {NODE})
 
@@ -123,3 +127,25 @@ def test_two_shares_land_on_one_gpu_and_a_third_past_its_memory_waits(
 
     for name in ("pod-share-a", "pod-share-b", "pod-share-c"):
         k.delete_pod(name)
+
+
+def test_a_share_is_refused_where_no_device_allows_several_claims(
+    api: client.ApiClient, kubeconfig: Path, namespace: str, published: SimulatedCluster
+) -> None:
+    """The published H200s are whole devices only: kube-scheduler would give a whole one to
+    ``share="20Gi"`` (a capacity request is a filter there), so it is refused first."""
+    alice = session(kubeconfig, namespace)
+    with pytest.raises(InvalidInputError) as caught:
+        alice.request(share="20Gi", name="share-x")
+    message = str(caught.value)
+    assert message.startswith(
+        "dra.request: share='20Gi' asks for part of a device that several claims hold at once "
+        "(allowMultipleAllocations), and no gpu.nvidia.com device on the cluster at "
+    ), message
+    assert message.endswith(
+        "leave share= out for a whole device, or ask the driver to share "
+        "one (share='time-slicing' or share='mps')"
+    ), message
+    assert "\n" not in message
+    assert ClaimClient(api, namespace).get("share-x") is None  # nothing was made
+    assert alice.request(gpu=1, name="whole").state == "pending"  # a whole one still is
