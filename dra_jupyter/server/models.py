@@ -122,6 +122,7 @@ class ClaimModel(TypedDict):
     gpu: GpuActivityModel  # its GPU's activity; state unknown where there is no GPU signal
     released: ReleasedModel | None  # None: live
     in_kernel_env: bool  # its kernel has the devices in its environment (made or restarted)
+    used_by: list[str]  # the pods that use it now (Kubernetes: its reservedFor); none here
 
 
 class ClaimsResponse(TypedDict):

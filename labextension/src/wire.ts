@@ -120,6 +120,13 @@ export interface Claim {
    * gives, and on Kubernetes (the devices go to a pod)
    */
   in_kernel_env: boolean;
+  /**
+   * the pods that use the claim now, by name (a Kubernetes claim's
+   * status.reservedFor: kernel-<kernel id>-... for a GPU kernel's pod, also those
+   * of kernels that joined it with dra.request(join=...)); empty while none does,
+   * and on one machine
+   */
+  used_by: string[];
 }
 
 /**
