@@ -299,6 +299,22 @@ export function gpuText(claims: readonly Claim[]): string {
   return claims.find(c => c.gpu.state === 'idle')?.gpu.text ?? '';
 }
 
+/**
+ * Who uses a claim now, for its card: the pods of its `used_by` (a Kubernetes claim's
+ * reservedFor: its own kernel's pod, and those of kernels that joined it), at most `shown`
+ * by name; empty when none does.
+ */
+export function usedByText(pods: readonly string[], shown = 3): string {
+  if (pods.length === 0) {
+    return '';
+  }
+  const named = pods.slice(0, shown).join(', ');
+  const more = pods.length > shown ? ` and ${pods.length - shown} more` : '';
+  return pods.length === 1
+    ? `used by pod ${named}`
+    : `shared by ${pods.length} pods: ${named}${more}`;
+}
+
 /** Why a claim was released, for its notification (the claim_released event's reasons). */
 export function releaseReason(reason: string): string {
   switch (reason) {

@@ -22,7 +22,8 @@ import {
   shortModel,
   statusText,
   usageSeries,
-  usageText
+  usageText,
+  usedByText
 } from '../src/format';
 import type { ShapeCount, Usage } from '../src/wire';
 import { claim, device, GPU } from './fixtures';
@@ -317,4 +318,11 @@ test("the cluster's counts from a hub's shared view: by shape, the most free fir
   assert.deepEqual(clusterLines({ source: 'http://x', shapes: [], problem: '' }), [
     'no devices in the cluster'
   ]);
+});
+
+test('usedByText: the pods that use a claim, a few by name', () => {
+  assert.equal(usedByText([]), '');
+  assert.equal(usedByText(['kernel-1a2b-x']), 'used by pod kernel-1a2b-x');
+  assert.equal(usedByText(['a', 'b']), 'shared by 2 pods: a, b');
+  assert.equal(usedByText(['a', 'b', 'c', 'd', 'e']), 'shared by 5 pods: a, b, c and 2 more');
 });

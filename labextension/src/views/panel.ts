@@ -20,7 +20,8 @@ import {
   shortModel,
   takenOut,
   usageSeries,
-  usageText
+  usageText,
+  usedByText
 } from '../format';
 import {
   memoryText,
@@ -224,6 +225,13 @@ export class DevicesPanel extends Widget {
         ? `run ${claim.run} (Your runs)`
         : 'no kernel (REST API)';
     row.append(el('div', 'dra-claim-where', where));
+    const users = usedByText(claim.used_by);
+    if (users) {
+      // who else has its devices: the pods of kernels that joined it (dra.request(join=...))
+      const line = el('div', 'dra-dim dra-claim-users', users);
+      line.title = claim.used_by.join('\n');
+      row.append(line);
+    }
     row.append(el('div', 'dra-dim dra-claim-keys', claim.devices.map(deviceName).join(', ')));
     row.append(el('div', 'dra-claim-times'));
     this._fillTimes(row, claim, this.model.now());
