@@ -92,6 +92,16 @@ def test_two_kernels_that_join_one_claim_share_its_device_and_one_ending_leaves_
         )
     )
     assert sorted(listed.strip().split(", ")) == sorted([first_pod, second_pod]), listed
+    # the server's REST answer: bob's claim is not the server user's, but its kernels joined it
+    said = server.call("GET", "/dra/api/claims")["joined"]
+    assert sorted((j["kernel_id"], j["claim"], j["user"]) for j in said) == sorted(
+        [(first, SHARED, "bob"), (second, SHARED, "bob")]
+    )
+    for one in said:
+        assert sorted(one["used_by"]) == sorted([first_pod, second_pod])
+        assert len(one["devices"]) == 1
+    of_first = server.call("GET", f"/dra/api/kernels/{first}/claims")["joined"]
+    assert [j["kernel_id"] for j in of_first] == [first]
     # and %dra status --all, in the state of the claim's row
     status = asyncio.run(
         execute(

@@ -16,6 +16,7 @@ import {
   duration,
   groupDevices,
   groupState,
+  joinedText,
   queueLines,
   shortModel,
   takenOut,
@@ -155,7 +156,8 @@ export class DevicesPanel extends Widget {
     const section = el('section', 'dra-claims');
     section.append(el('h3', '', 'Your claims'));
     const claims = this.model.claims;
-    if (claims.length === 0) {
+    const joined = this._joined();
+    if (claims.length === 0 && joined === null) {
       section.append(
         el(
           'div',
@@ -167,12 +169,33 @@ export class DevicesPanel extends Widget {
       );
       return section;
     }
-    const list = el('ul', 'dra-claim-list');
-    for (const claim of claims) {
-      list.append(this._claim(claim));
+    if (claims.length > 0) {
+      const list = el('ul', 'dra-claim-list');
+      for (const claim of claims) {
+        list.append(this._claim(claim));
+      }
+      section.append(list);
     }
-    section.append(list);
+    if (joined !== null) {
+      section.append(joined); // a teammate's claim that a kernel here uses
+    }
     return section;
+  }
+
+  /** The claims this server's kernels joined, not the caller's: whose, and who uses them. */
+  private _joined(): HTMLElement | null {
+    const joined = this.model.joined;
+    if (joined.length === 0) {
+      return null;
+    }
+    const list = el('ul', 'dra-joined-list');
+    for (const j of joined) {
+      const line = el('li', 'dra-joined', joinedText(j, this.kernels.label(j.kernel_id)));
+      line.dataset.claim = j.claim;
+      line.title = j.used_by.join('\n');
+      list.append(line);
+    }
+    return list;
   }
 
   /** The caller's GPU-hours this week and their idle share (none: no section). */
