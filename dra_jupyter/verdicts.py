@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from dra_jupyter.allocator import Allocator
 from dra_jupyter.errors import shown
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.model.attributes import Version
@@ -188,6 +189,73 @@ def no_sharing_driver(
         f"share={shown(_shared(spec))} asks a cluster's GPU driver (NVIDIA's DRA driver) to "
         f"share the device, and {where} has none; leave share= out, or use a quantity such "
         "as share='20Gi' where a device allows several claims"
+    )
+
+
+SHAREABLE = "device.allowMultipleAllocations"  # CEL: a device several claims may hold at once
+# how a driver shares a device of its class where none is shared by capacity
+DRIVER_SHARES = {
+    "gpu.nvidia.com": "share='time-slicing' or share='mps'",
+    "mig.nvidia.com": "share='mps'",
+}
+
+
+def _capacity_requests(claim: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """The bodies (``exactly`` or each ``firstAvailable`` one) of a claim that ask for part
+    of a device's capacity (``share="20Gi"``)."""
+    for request in claim.get("spec", {}).get("devices", {}).get("requests") or ():
+        for body in [request["exactly"]] if "exactly" in request else request["firstAvailable"]:
+            if body.get("capacity"):
+                yield body
+
+
+def no_shared_device(
+    spec: Mapping[str, Any], claim: Mapping[str, Any], inventory: Inventory
+) -> str | None:
+    """Why ``share="20Gi"`` (part of a device's memory) cannot be had: no device of the
+    request's class allows several claims at once (``allowMultipleAllocations``), where the
+    scheduler would give a whole device instead (a capacity request is only a filter on a
+    device that one claim holds). With alternatives, only where none of those that ask for
+    a share could have one. None where some device allows it, or no slices are seen."""
+    classes = {c["metadata"]["name"] for c in inventory.device_classes}
+    bodies = list(_capacity_requests(claim))
+    if (
+        not inventory.slices
+        or not bodies
+        or any(b["deviceClassName"] not in classes for b in bodies)
+    ):
+        return None  # a class the cluster lacks: the allocator's check says so
+    allocator = Allocator(list(inventory.slices), list(inventory.device_classes), [], "first-fit")
+    for body in bodies:
+        probe = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": PROBE, "namespace": "default"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "probe",
+                            "exactly": {
+                                "deviceClassName": body["deviceClassName"],
+                                "selectors": [{"cel": {"expression": SHAREABLE}}],
+                            },
+                        }
+                    ]
+                }
+            },
+        }
+        if allocator.allocate([probe]) is not None:
+            return None
+    cls = str(bodies[0]["deviceClassName"])
+    where = inventory.description + (" (simulated)" if inventory.simulated else "")
+    instead = (
+        f", or ask the driver to share one ({DRIVER_SHARES[cls]})" if cls in DRIVER_SHARES else ""
+    )
+    return (
+        f"share={shown(_shared(spec))} asks for part of a device that several claims hold at "
+        f"once (allowMultipleAllocations), and no {cls} device on {where} allows it; leave "
+        f"share= out for a whole device{instead}"
     )
 
 

@@ -89,7 +89,12 @@ from dra_jupyter.types import (
     watched_views_of,
 )
 from dra_jupyter.types import runs as runstatus
-from dra_jupyter.verdicts import impossible_hint, no_sharing_driver, sharing_hint
+from dra_jupyter.verdicts import (
+    impossible_hint,
+    no_shared_device,
+    no_sharing_driver,
+    sharing_hint,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -373,10 +378,13 @@ class Session:
         """Raise :class:`NeverPossibleError`, in the user's terms where we can (``no device
         with memory >= 200Gi; the largest is ...``, said by ``caller``), when the claim
         could never be met; InvalidInputError where a shared GPU's limit cannot be met (a
-        pinned memory limit above the devices' memory) or this backend has no driver that
-        shares a GPU (``share="mps"`` on one machine)."""
+        pinned memory limit above the devices' memory), this backend has no driver that
+        shares a GPU (``share="mps"`` on one machine), or a cluster has no device of the
+        class that several claims may hold (``share="20Gi"``)."""
         where = None if self.backend.cluster is not None else self.backend.capabilities.where
         hint = sharing_hint(spec, self.inventory) or no_sharing_driver(spec, claim, where)
+        if hint is None and where is None:  # a cluster's slices, from its watched views
+            hint = no_shared_device(spec, claim, self.inventory)
         if hint is not None:
             raise InvalidInputError(hint).said_by(caller)
         try:

@@ -321,6 +321,7 @@ class ClaimService:
             gpu=gpu or NO_GPU_SIGNAL,
             released=released,
             in_kernel_env=(self.backend.capabilities.devices_here and self.kernel_envs.has(record)),
+            used_by=list(record.users),
         )
 
     def usage(self, caller: Caller, since: str) -> UsageResponse:

@@ -52,6 +52,7 @@ from dra_jupyter.server.models import (
     ErrorModel,
     GpuActivityModel,
     HistoryModel,
+    JoinedModel,
     MetricsResponse,
     ReleasedModel,
     RestartResponse,
@@ -313,6 +314,25 @@ class _DRAHandler(ExtensionHandlerMixin, APIHandler):
         model["idle_deadline"] = _finite(model["idle_deadline"])
         return model
 
+    async def joined(self, kernel_id: str | None = None) -> list[JoinedModel]:
+        """The claims this server's kernels (or that one) joined, each as the cluster has
+        it now (:meth:`KernelActions.joiners`)."""
+        found = []
+        for kernel, devices in sorted(self.dra.kernel_actions.joiners().items()):
+            if kernel_id is not None and kernel != kernel_id:
+                continue
+            record = await self.dra.read(self.dra.service.backend.record, devices.join)
+            found.append(
+                JoinedModel(
+                    kernel_id=kernel,
+                    claim=devices.join,
+                    user=record.owner.user if record is not None else "",
+                    devices=list(record.device_keys) if record is not None else [],
+                    used_by=list(record.users) if record is not None else [],
+                )
+            )
+        return found
+
     def reply(self, body: Any, status: int = 200) -> None:
         self.set_status(status)
         self.finish(json.dumps(body, allow_nan=False))  # strict JSON, or a bug (a 500)
@@ -336,6 +356,7 @@ class ClaimsHandler(_DRAHandler):
             self.reply(
                 ClaimsResponse(
                     claims=[self.claim_model(r) for r in records],
+                    joined=await self.joined(),
                     pushed=self.dra.pushes.pushing,
                 )
             )
@@ -398,6 +419,7 @@ class KernelClaimsHandler(_DRAHandler):
             self.reply(
                 ClaimsResponse(
                     claims=[self.claim_model(r) for r in records],
+                    joined=await self.joined(kernel_id),
                     pushed=self.dra.pushes.pushing,
                 )
             )

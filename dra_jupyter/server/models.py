@@ -111,10 +111,22 @@ class ClaimModel(TypedDict):
     gpu: GpuActivityModel  # its GPU's activity; state unknown where there is no GPU signal
     released: ReleasedModel | None  # None: live
     in_kernel_env: bool  # its kernel has the devices in its environment (made or restarted)
+    used_by: list[str]  # the pods that use it now (Kubernetes: its reservedFor); none here
+
+
+class JoinedModel(TypedDict):
+    """A claim that a kernel of this server joined (``dra.request(join=...)``)."""
+
+    kernel_id: str
+    claim: str  # its name, in the server's namespace
+    user: str  # who made it; "" where it is gone or not readable
+    devices: list[str]  # driver/pool/device; none while it is pending
+    used_by: list[str]  # the pods that use it now (its reservedFor), the kernel's among them
 
 
 class ClaimsResponse(TypedDict):
     claims: list[ClaimModel]
+    joined: list[JoinedModel]  # the claims this server's kernels joined: not the caller's
     pushed: bool  # changes come as `changed` events (server/pushes.py): poll slowly
 
 

@@ -1,6 +1,6 @@
 // What the panel and the status bar say: pure functions of the REST answers and the clock.
 
-import type { Claim, ClusterCounts, Device, ShapeCount, Usage, Waiter } from './wire';
+import type { Claim, ClusterCounts, Device, Joined, ShapeCount, Usage, Waiter } from './wire';
 
 /** `12:30`, `1:02:03`; `0:00` once the time is up. */
 export function countdown(seconds: number): string {
@@ -297,6 +297,35 @@ export function gpuText(claims: readonly Claim[]): string {
       .gpu.text;
   }
   return claims.find(c => c.gpu.state === 'idle')?.gpu.text ?? '';
+}
+
+/**
+ * Who uses a claim now, for its card: the pods of its `used_by` (a Kubernetes claim's
+ * reservedFor: its own kernel's pod, and those of kernels that joined it), at most `shown`
+ * by name; empty when none does.
+ */
+export function usedByText(pods: readonly string[], shown = 3): string {
+  if (pods.length === 0) {
+    return '';
+  }
+  const named = pods.slice(0, shown).join(', ');
+  const more = pods.length > shown ? ` and ${pods.length - shown} more` : '';
+  return pods.length === 1
+    ? `used by pod ${named}`
+    : `shared by ${pods.length} pods: ${named}${more}`;
+}
+
+/**
+ * A claim a kernel joined, for the panel: whose it is and who uses it (`team-gpu, bob's claim,
+ * joined by Untitled.ipynb · shared by 2 pods: ...`); `kernel`: the kernel's label in this
+ * page, null where it is not open here.
+ */
+export function joinedText(joined: Joined, kernel: string | null): string {
+  const whose = joined.user ? `${joined.user}'s claim` : 'a claim that is gone';
+  const by = `joined by ${kernel ?? 'a kernel not open in this page'}`;
+  const users = usedByText(joined.used_by);
+  const more = users ? ` · ${users}` : '';
+  return `${joined.claim}, ${whose}, ${by}${more}`;
 }
 
 /** Why a claim was released, for its notification (the claim_released event's reasons). */

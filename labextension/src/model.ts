@@ -25,6 +25,7 @@ import type {
   Device,
   DeviceMetrics,
   Devices,
+  Joined,
   Metrics,
   Restart,
   Run,
@@ -149,6 +150,11 @@ export class DraModel {
   /** The caller's live claims, as of the last refresh. */
   get claims(): readonly Claim[] {
     return this._claims;
+  }
+
+  /** The claims that the server's kernels joined (dra.request(join=...)): not the caller's. */
+  get joined(): readonly Joined[] {
+    return this._joined;
   }
 
   /** The inventory, as of the last refresh that read it; null before. */
@@ -319,7 +325,8 @@ export class DraModel {
     this._since ??= started;
     let vanished: Claim[] = [];
     try {
-      const { claims, pushed } = await this._request('GET /claims');
+      const { claims, pushed, joined } = await this._request('GET /claims');
+      this._joined = joined;
       if (pushed !== this._pushed) {
         this._pushed = pushed;
         this._setFrequency();
@@ -675,6 +682,7 @@ export class DraModel {
   private _hidden: () => boolean;
   private _poll: Poll | null = null;
   private _claims: Claim[] = [];
+  private _joined: Joined[] = [];
   private _devices: Devices | null = null;
   private _deviceMap = new Map<string, Device>();
   private _metrics: Metrics | null = null;

@@ -135,6 +135,13 @@ export interface Claim {
    * gives, and on Kubernetes (the devices go to a pod)
    */
   in_kernel_env: boolean;
+  /**
+   * the pods that use the claim now, by name (a Kubernetes claim's
+   * status.reservedFor: kernel-<kernel id>-... for a GPU kernel's pod, also those
+   * of kernels that joined it with dra.request(join=...)); empty while none does,
+   * and on one machine
+   */
+  used_by: string[];
 }
 
 /**
@@ -228,12 +235,31 @@ export interface Usage {
 export interface Claims {
   claims: Claim[];
   /**
+   * the claims that this server's kernels joined (dra.request(join=...)), one per
+   * kernel (of that kernel only under /kernels/{kernel_id}/claims): not the caller's
+   * claims, so not in `claims`; empty where no kernel joined one (always on one machine)
+   */
+  joined: Joined[];
+  /**
    * whether the server pushes changes of the claims, runs and devices as `changed`
    * events (https://events.dra-jupyter.dev/dra_jupyter/changed/v1) on jupyter_server's
    * event stream (Kubernetes, where the server watches): a client then reads again
    * when one comes, and polls only slowly, for a lost connection
    */
   pushed: boolean;
+}
+
+/** a claim that a kernel of this server joined, its pod among those that use it */
+export interface Joined {
+  kernel_id: string;
+  /** the claim's name, in the server's namespace */
+  claim: string;
+  /** who made it ('' where it is gone, or not readable) */
+  user: string;
+  /** driver/pool/device; empty while it is pending */
+  devices: string[];
+  /** the pods that use it now (its status.reservedFor), the kernel's among them */
+  used_by: string[];
 }
 
 export interface Restart {

@@ -38,6 +38,7 @@ export function claim(name: string, more: Partial<Claim> = {}): Claim {
     gpu: { state: 'unknown', utilization: null, since: null, text: 'no GPU signal' },
     released: null,
     in_kernel_env: false,
+    used_by: [],
     ...more
   };
 }

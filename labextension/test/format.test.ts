@@ -13,6 +13,7 @@ import {
   groupDevices,
   groupState,
   hasTaint,
+  joinedText,
   migParent,
   nearest,
   queueLines,
@@ -22,7 +23,8 @@ import {
   shortModel,
   statusText,
   usageSeries,
-  usageText
+  usageText,
+  usedByText
 } from '../src/format';
 import type { ShapeCount, Usage } from '../src/wire';
 import { claim, device, GPU } from './fixtures';
@@ -326,4 +328,29 @@ test("the cluster's counts from a hub's shared view: by shape, the most free fir
   assert.deepEqual(clusterLines({ source: 'http://x', shapes: [], problem: '' }), [
     'no devices in the cluster'
   ]);
+});
+
+test('usedByText: the pods that use a claim, a few by name', () => {
+  assert.equal(usedByText([]), '');
+  assert.equal(usedByText(['kernel-1a2b-x']), 'used by pod kernel-1a2b-x');
+  assert.equal(usedByText(['a', 'b']), 'shared by 2 pods: a, b');
+  assert.equal(usedByText(['a', 'b', 'c', 'd', 'e']), 'shared by 5 pods: a, b, c and 2 more');
+});
+
+test('joinedText: a claim a kernel joined, whose, by which kernel, who else uses it', () => {
+  const joined = {
+    kernel_id: 'k-1',
+    claim: 'team-gpu',
+    user: 'bob',
+    devices: [`${GPU}0`],
+    used_by: ['kernel-k-1-x', 'kernel-k-2-y']
+  };
+  assert.equal(
+    joinedText(joined, 'Untitled.ipynb'),
+    "team-gpu, bob's claim, joined by Untitled.ipynb · shared by 2 pods: kernel-k-1-x, kernel-k-2-y"
+  );
+  assert.equal(
+    joinedText({ ...joined, user: '', used_by: [] }, null),
+    'team-gpu, a claim that is gone, joined by a kernel not open in this page'
+  );
 });

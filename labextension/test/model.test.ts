@@ -5,7 +5,7 @@ import { DraRequestError, type Requester } from '../src/api';
 import { SPARK_SAMPLES } from '../src/metrics';
 import { DraModel, PUSHED_POLL_S, type Release } from '../src/model';
 import { EVENTS, type IdleWarningEvent } from '../src/tokens';
-import type { Claim, Metrics } from '../src/wire';
+import type { Claim, Joined, Metrics } from '../src/wire';
 import { claim, device, GPU } from './fixtures';
 
 /** Wait until ``check`` holds, up to ``ms``. */
@@ -26,6 +26,7 @@ class FakeServer {
   calls: string[] = [];
   down: DraRequestError | null = null;
   pushed = false; // GET /claims says the server pushes its changes
+  joined: Joined[] = []; // the claims its kernels joined (not the caller's)
   gate: Promise<void> | null = null; // GET claims waits for it (an answer on its way)
   metrics: Metrics | DraRequestError = {
     source: 'simulated',
@@ -54,7 +55,7 @@ class FakeServer {
     }
     switch (operation) {
       case 'GET /claims': {
-        const answer = { claims: [...this.claims], pushed: this.pushed }; // as when asked
+        const answer = { claims: [...this.claims], joined: [...this.joined], pushed: this.pushed };
         if (this.gate !== null) {
           await this.gate;
         }
@@ -433,4 +434,22 @@ test("a process of the server's user on a GPU no claim holds is announced, once 
     'Your process 4242 (python, 1.0 GiB) uses gpu-1, which none of your claims holds'
   ]);
   assert.deepEqual(m.claims, []); // nothing of the claims changed
+});
+
+test("the claims the server's kernels joined are the model's, apart from the caller's", async () => {
+  const server = new FakeServer();
+  const m = model(server);
+  await m.refresh();
+  assert.deepEqual(m.joined, []);
+  const joined = {
+    kernel_id: 'k-1',
+    claim: 'team-gpu',
+    user: 'bob',
+    devices: [`${GPU}0`],
+    used_by: ['kernel-k-1-x']
+  };
+  server.joined = [joined];
+  await m.refresh();
+  assert.deepEqual(m.joined, [joined]);
+  assert.deepEqual(m.claims, []); // bob's claim is not the caller's
 });

@@ -21,6 +21,7 @@ from tests.k8s.conftest import wait_for
 from tests.k8s.kernelserver import Server, execute, gone, kernel_pods
 from tests.k8s.test_backend import session
 from tests.k8s.test_kernel_moves import moved, running_kernel_pod, start_cpu_kernel
+from tests.k8s.test_scheduling import Cluster, pod
 
 UUID = re.compile(r"GPU-[0-9a-f-]+")
 SHARED = "team-gpu"
@@ -91,6 +92,16 @@ def test_two_kernels_that_join_one_claim_share_its_device_and_one_ending_leaves_
         )
     )
     assert sorted(listed.strip().split(", ")) == sorted([first_pod, second_pod]), listed
+    # the server's REST answer: bob's claim is not the server user's, but its kernels joined it
+    said = server.call("GET", "/dra/api/claims")["joined"]
+    assert sorted((j["kernel_id"], j["claim"], j["user"]) for j in said) == sorted(
+        [(first, SHARED, "bob"), (second, SHARED, "bob")]
+    )
+    for one in said:
+        assert sorted(one["used_by"]) == sorted([first_pod, second_pod])
+        assert len(one["devices"]) == 1
+    of_first = server.call("GET", f"/dra/api/kernels/{first}/claims")["joined"]
+    assert [j["kernel_id"] for j in of_first] == [first]
     # and %dra status --all, in the state of the claim's row
     status = asyncio.run(
         execute(
@@ -191,3 +202,33 @@ def test_an_idle_joiner_leaves_its_pod_and_the_claim_stays(
     ), printed
     assert rest == "next\n"
     server.call("DELETE", f"/api/kernels/{kernel}")
+
+
+def test_the_rest_answer_says_which_pods_use_a_claim(
+    api: client.ApiClient,
+    namespace: str,
+    published: SimulatedCluster,
+    server: Server,
+) -> None:
+    """``GET /dra/api/claims``: ``used_by`` lists the pods that use each claim now (its
+    ``reservedFor``), as ``dra.claims()`` does; the lab's claim card shows them."""
+    made = server.call("POST", "/dra/api/claims", {"gpu": 1})
+    assert made["used_by"] == []
+    k = Cluster(api, namespace)
+    for name in ("notebook-a", "notebook-b"):
+        k.create_pod(pod(name, {"resourceClaimName": made["name"]}))
+
+    def listed() -> list[str] | None:
+        [claim] = server.call("GET", "/dra/api/claims")["claims"]
+        return sorted(claim["used_by"]) if len(claim["used_by"]) == 2 else None
+
+    assert wait_for("both pods in used_by", listed) == ["notebook-a", "notebook-b"]
+    assert reserved_for_claim(api, namespace, made["name"]) == ["notebook-a", "notebook-b"]
+    for name in ("notebook-a", "notebook-b"):
+        k.delete_pod(name)
+
+
+def reserved_for_claim(api: client.ApiClient, namespace: str, name: str) -> list[str]:
+    resource = client.ResourceV1Api(api)
+    claim = to_wire(api, resource.read_namespaced_resource_claim(name, namespace))
+    return sorted(r["name"] for r in (claim.get("status") or {}).get("reservedFor") or ())

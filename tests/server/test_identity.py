@@ -94,7 +94,11 @@ async def test_the_hub_user_owns_kernel_and_rest_claims_and_no_one_else_reaches_
         assert sorted(c["name"] for c in mine) == names
 
         # bob's server (REST): his list has neither; named, each is refused, not released
-        assert bobs_server.api("GET", "/dra/api/claims") == {"claims": [], "pushed": False}
+        assert bobs_server.api("GET", "/dra/api/claims") == {
+            "claims": [],
+            "joined": [],
+            "pushed": False,
+        }
         for name in names:
             for method in ("GET", "DELETE"):
                 status, problem = refused(bobs_server, method, f"/dra/api/claims/{name}")

@@ -19,7 +19,7 @@ from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory import simulated
 from dra_jupyter.settings import Settings
 from dra_jupyter.sharing.gpushare import GpuSharing, pinned_memory_problem
-from dra_jupyter.verdicts import sharing_hint
+from dra_jupyter.verdicts import no_shared_device, sharing_hint
 
 Wire = dict[str, Any]
 CLASSES = ("gpu.nvidia.com", "mig.nvidia.com")
@@ -303,3 +303,28 @@ def test_one_machine_refuses_a_driver_shared_gpu_before_anything_is_made(tmp_pat
     assert len(session.claims()) == 0  # nothing was made
     with pytest.raises(InvalidInputError, match=r"pinned_memory='1Ti' is more than"):
         session.request(gpu=1, share="mps", pinned_memory="1Ti")
+
+
+def test_a_share_of_memory_where_no_device_allows_several_claims_is_one_line() -> None:
+    """``share="20Gi"`` asks for a part of a device that several claims hold at once
+    (``allowMultipleAllocations``); where no device of the request's class allows it (the
+    scheduler would give a whole device), it is refused, naming share= and what to do."""
+    h200, shared = simulated.load("h200-8x"), simulated.load("h200-shared")
+    spec: Wire = {"share": "20Gi"}
+    claim = build_claim("c", spec, classes=CLASSES)
+    assert no_shared_device(spec, claim, shared) is None
+    said = no_shared_device(spec, claim, h200)
+    assert said == (
+        "share='20Gi' asks for part of a device that several claims hold at once "
+        "(allowMultipleAllocations), and no gpu.nvidia.com device on "
+        f"{h200.description} (simulated) allows it; leave share= out for a whole device, or "
+        "ask the driver to share one (share='time-slicing' or share='mps')"
+    )
+    mig: Wire = {"mig": "1g.18gb", "share": "5Gi"}  # no MIG device is shared by capacity
+    assert no_shared_device(mig, build_claim("c", mig, classes=CLASSES), shared) is not None
+    alternatives: Wire = {"alternatives": [{"gpu": 2}, {"gpu": 1, "share": "20Gi"}]}
+    either = build_claim("c", alternatives, classes=CLASSES)
+    assert no_shared_device(alternatives, either, shared) is None
+    assert no_shared_device(alternatives, either, h200) is not None
+    whole: Wire = {"gpu": 1}
+    assert no_shared_device(whole, build_claim("c", whole, classes=CLASSES), h200) is None

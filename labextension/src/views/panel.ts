@@ -16,11 +16,13 @@ import {
   duration,
   groupDevices,
   groupState,
+  joinedText,
   queueLines,
   shortModel,
   takenOut,
   usageSeries,
-  usageText
+  usageText,
+  usedByText
 } from '../format';
 import {
   memoryText,
@@ -154,7 +156,8 @@ export class DevicesPanel extends Widget {
     const section = el('section', 'dra-claims');
     section.append(el('h3', '', 'Your claims'));
     const claims = this.model.claims;
-    if (claims.length === 0) {
+    const joined = this._joined();
+    if (claims.length === 0 && joined === null) {
       section.append(
         el(
           'div',
@@ -166,12 +169,33 @@ export class DevicesPanel extends Widget {
       );
       return section;
     }
-    const list = el('ul', 'dra-claim-list');
-    for (const claim of claims) {
-      list.append(this._claim(claim));
+    if (claims.length > 0) {
+      const list = el('ul', 'dra-claim-list');
+      for (const claim of claims) {
+        list.append(this._claim(claim));
+      }
+      section.append(list);
     }
-    section.append(list);
+    if (joined !== null) {
+      section.append(joined); // a teammate's claim that a kernel here uses
+    }
     return section;
+  }
+
+  /** The claims this server's kernels joined, not the caller's: whose, and who uses them. */
+  private _joined(): HTMLElement | null {
+    const joined = this.model.joined;
+    if (joined.length === 0) {
+      return null;
+    }
+    const list = el('ul', 'dra-joined-list');
+    for (const j of joined) {
+      const line = el('li', 'dra-joined', joinedText(j, this.kernels.label(j.kernel_id)));
+      line.dataset.claim = j.claim;
+      line.title = j.used_by.join('\n');
+      list.append(line);
+    }
+    return list;
   }
 
   /** The caller's GPU-hours this week and their idle share (none: no section). */
@@ -224,6 +248,13 @@ export class DevicesPanel extends Widget {
         ? `run ${claim.run} (Your runs)`
         : 'no kernel (REST API)';
     row.append(el('div', 'dra-claim-where', where));
+    const users = usedByText(claim.used_by);
+    if (users) {
+      // who else has its devices: the pods of kernels that joined it (dra.request(join=...))
+      const line = el('div', 'dra-dim dra-claim-users', users);
+      line.title = claim.used_by.join('\n');
+      row.append(line);
+    }
     row.append(el('div', 'dra-dim dra-claim-keys', claim.devices.map(deviceName).join(', ')));
     row.append(el('div', 'dra-claim-times'));
     this._fillTimes(row, claim, this.model.now());
