@@ -10,17 +10,27 @@ machine at a time, so the two modules' nodes run one after the other).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import ipaddress
 import json
 import os
 import subprocess
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kubernetes import client
 from packaging.utils import canonicalize_name
 
-from tests.k8s import kernelimage
+from dra_jupyter.kube.connect import api_client, to_wire
+from tests.k8s import kernelimage, nodebuild, testenv
+from tests.k8s import node as real_node
+from tests.k8s.fixtures import fresh_namespace, wait_for
+from tests.k8s.kernelserver import Server, execute, gone, kernel_pods, running_server
+from tests.k8s.test_real_node import device_uuids
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="a real node needs root (mounts, cgroups, iptables, chroot)"
@@ -30,6 +40,54 @@ needs_root = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def kernel_archive() -> Path:
     return kernelimage.archive()
+
+
+@pytest.fixture(scope="module")
+def kernel_node(
+    tmp_path_factory: pytest.TempPathFactory, kernel_archive: Path
+) -> Iterator[real_node.Node]:
+    nodebuild.build()
+    with testenv.started(tmp_path_factory.mktemp("k8s-kernel-node")) as cluster:
+        running = real_node.start(cluster, tmp_path_factory.mktemp("node"))
+        try:
+            real_node.import_image(running, kernel_archive)
+            yield running
+        finally:
+            real_node.stop(running)
+        assert real_node.leftovers(running.before, running.state_dir) == []
+
+
+@pytest.fixture(scope="module")
+def kernel_api(kernel_node: real_node.Node) -> Iterator[client.ApiClient]:
+    with api_client(str(kernel_node.cluster.kubeconfig)) as api:
+        yield api
+
+
+@pytest.fixture
+def kernel_namespace(kernel_api: client.ApiClient) -> Iterator[str]:
+    with fresh_namespace(kernel_api) as name:
+        yield name
+
+
+@pytest.fixture
+def node_server(
+    kernel_node: real_node.Node,
+    kernel_api: client.ApiClient,
+    kernel_namespace: str,
+    tmp_path: Path,
+) -> Iterator[Server]:
+    """A jupyter_server as tests/k8s/kernelserver.py starts it, on the node's control plane,
+    its kernel pods of the kernel image; no stand-in kubelet."""
+    with running_server(
+        kernel_node.cluster,
+        kernel_api,
+        kernel_namespace,
+        tmp_path,
+        None,
+        idle_timeout=0,
+        env={"DRA_JUPYTER_IMAGE": kernelimage.KERNEL},
+    ) as up:
+        yield up
 
 
 def _layer(archive: Path, into: Path) -> Path:
@@ -100,3 +158,72 @@ def test_the_kernel_images_python_runs_ipykernel_with_nothing_of_this_machine(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"/{kernelimage.site_packages()}/dra_jupyter/__init__.py"
+
+
+def claim_uuids(api: client.ApiClient, node: real_node.Node, namespace: str, pod: Any) -> list[str]:
+    """The UUIDs, as the driver published them, of the devices allocated to ``pod``'s claim."""
+    [status] = pod["status"]["resourceClaimStatuses"]
+    claim = to_wire(
+        api,
+        client.ResourceV1Api(api).read_namespaced_resource_claim(
+            status["resourceClaimName"], namespace
+        ),
+    )
+    published = device_uuids(node)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert all(r["driver"] == real_node.DRIVER for r in results)
+    return [published[f"{r['pool']}/{r['device']}"] for r in results]
+
+
+@needs_root
+def test_a_gpu_kernel_runs_on_the_real_node_from_the_kernel_image(
+    kernel_node: real_node.Node,
+    kernel_api: client.ApiClient,
+    kernel_namespace: str,
+    node_server: Server,
+) -> None:
+    server, api, namespace = node_server, kernel_api, kernel_namespace
+    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
+    [pod] = kernel_pods(api, namespace, kernel)
+    name = pod["metadata"]["name"]
+    assert pod["status"]["phase"] == "Running"
+    assert pod["spec"]["nodeName"] == kernel_node.name  # the kubelet's, not a stand-in
+    [container] = pod["spec"]["containers"]
+    assert container["image"] == kernelimage.KERNEL
+    [status] = pod["status"]["containerStatuses"]
+    assert status["imageID"].startswith("sha256:")  # containerd ran it from the image
+    address = ipaddress.ip_address(pod["status"]["podIP"])
+    assert address in ipaddress.ip_network(real_node.POD_SUBNET)
+    # the server reaches the kernel's ZMQ ports at that address, over the bridge
+    connection = json.loads((server.runtime / f"kernel-{kernel}.json").read_text())
+    assert connection["ip"] == str(address)
+    code = (
+        "import os, sys; e = os.environ\n"
+        "print(e['CUDA_VISIBLE_DEVICES'], e['NVIDIA_VISIBLE_DEVICES'], e['HOSTNAME'], "
+        "os.path.realpath(sys.executable), os.getcwd())"
+    )
+    printed = asyncio.run(execute(server, kernel, code)).split()
+    uuids = ",".join(claim_uuids(api, kernel_node, namespace, pod))
+    python = f"/{kernelimage.image_path(kernelimage.interpreter())}"
+    assert printed == [uuids, uuids, name, python, str(server.root / "work")]
+    # ... and the variables came from the driver's CDI spec of the claim
+    claim_uid = to_wire(
+        api,
+        client.ResourceV1Api(api).read_namespaced_resource_claim(
+            pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"], namespace
+        ),
+    )["metadata"]["uid"]
+    [cdi] = kernel_node.cdi_dir.glob(f"*{claim_uid}*.json")
+    assert f"NVIDIA_VISIBLE_DEVICES={uuids}" in cdi.read_text()
+    # shut down: the pod, its claim, the Secret and the template are deleted (by the kubelet)
+    server.call("DELETE", f"/api/kernels/{kernel}")
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    wait_for("the kernel pod's deletion", lambda: gone(core.read_namespaced_pod, name, namespace))
+    claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    wait_for(
+        "the claim's deletion",
+        lambda: gone(resource.read_namespaced_resource_claim, claim_name, namespace),
+    )
+    assert gone(resource.read_namespaced_resource_claim_template, name, namespace)
+    wait_for("the Secret's deletion", lambda: gone(core.read_namespaced_secret, name, namespace))
+    wait_for("the claim's CDI spec removed", lambda: not cdi.exists())
