@@ -15,6 +15,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import re
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -25,11 +26,20 @@ import pytest
 from kubernetes import client
 from packaging.utils import canonicalize_name
 
+from dra_jupyter.hub.kernelspecs import cluster_kernel_specs
 from dra_jupyter.kube.connect import api_client, to_wire
-from tests.k8s import kernelimage, nodebuild, testenv
+from tests.k8s import images, kernelimage, nodebuild, testenv
 from tests.k8s import node as real_node
 from tests.k8s.fixtures import fresh_namespace, wait_for
-from tests.k8s.kernelserver import Server, execute, gone, kernel_pods, running_server
+from tests.k8s.kernelserver import (
+    RefusedError,
+    Server,
+    execute,
+    gone,
+    kernel_pods,
+    running_server,
+)
+from tests.k8s.test_kernels import FAILING, FAILING_ARGV
 from tests.k8s.test_real_node import device_uuids
 
 needs_root = pytest.mark.skipif(
@@ -227,3 +237,88 @@ def test_a_gpu_kernel_runs_on_the_real_node_from_the_kernel_image(
     assert gone(resource.read_namespaced_resource_claim_template, name, namespace)
     wait_for("the Secret's deletion", lambda: gone(core.read_namespaced_secret, name, namespace))
     wait_for("the claim's CDI spec removed", lambda: not cdi.exists())
+
+
+def _nothing_left(server: Server, api: client.ApiClient, namespace: str) -> None:
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    kernel_objects = "dra-jupyter/component=kernel"
+    wait_for(
+        "no kernel pod left",
+        lambda: core.list_namespaced_pod(namespace, label_selector=kernel_objects).items == [],
+    )
+    wait_for(
+        "no claim template left",
+        lambda: resource.list_namespaced_resource_claim_template(namespace).items == [],
+    )
+    wait_for(
+        "no connection Secret left",
+        lambda: core.list_namespaced_secret(namespace, label_selector=kernel_objects).items == [],
+    )
+    wait_for("no connection file left", lambda: not list(server.runtime.glob("kernel-*.json")))
+
+
+@needs_root
+def test_a_kernel_that_fails_on_the_real_node_says_the_kubelets_last_lines(
+    kernel_node: real_node.Node,
+    kernel_api: client.ApiClient,
+    kernel_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """A kernel whose command fails at once, in the kernel image on the real node: what it
+    printed, as the kubelet logged it and the API server serves it, is in the kernel's error
+    and the server's log; once given up, nothing of the kernel is left."""
+    with running_server(
+        kernel_node.cluster,
+        kernel_api,
+        kernel_namespace,
+        tmp_path,
+        None,
+        idle_timeout=0,
+        env={"DRA_JUPYTER_IMAGE": kernelimage.KERNEL},
+        argvs={"dra-failing": FAILING_ARGV},
+        config="c.KernelRestarter.restart_limit = 1\n",
+    ) as server:
+        log = server.root.parent / "server.log"
+        try:
+            server.call("POST", "/api/kernels", {"name": "dra-failing", "path": "work"})
+        except RefusedError as refused:  # its pod ended before it ran: the start says why
+            assert f"its last lines:\n  starting\n  {FAILING}" in refused.message, refused.message
+            assert "Error (exit code 1)" in refused.message, refused.message
+        else:  # it ran for a moment: the restarter starts it again, then gives up
+            wait_for("the restarter to give up", lambda: "restart failed" in log.read_text())
+        text = log.read_text()
+        assert re.search(r"pod kernel-\S+ ended.*: Error \(exit code 1\)", text), text[-3000:]
+        assert FAILING in text, text[-3000:]
+        _nothing_left(server, kernel_api, kernel_namespace)
+
+
+@needs_root
+def test_a_kernel_pod_of_an_image_without_python_says_so(
+    kernel_node: real_node.Node,
+    kernel_api: client.ApiClient,
+    kernel_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The busybox image has no python3: the container cannot start, and the start's error
+    carries what the kubelet said (runc's), not a bare exit code."""
+    specs = cluster_kernel_specs(str(kernel_node.cluster.kubeconfig), kernel_namespace, "root")
+    config = dict(specs["dra-h200-x1"]["metadata"]["kernel_provisioner"]["config"])
+    with running_server(
+        kernel_node.cluster,
+        kernel_api,
+        kernel_namespace,
+        tmp_path,
+        None,
+        idle_timeout=0,
+        env={"DRA_JUPYTER_IMAGE": kernelimage.KERNEL},
+        configs={"dra-no-python": {**config, "image": images.BUSYBOX}},
+        config="c.KernelRestarter.restart_limit = 1\n",
+    ) as server:
+        with pytest.raises(RefusedError) as raised:
+            server.call("POST", "/api/kernels", {"name": "dra-no-python", "path": "work"})
+        message = raised.value.message
+        assert "ended before the kernel started" in message, message
+        assert "StartError: " in message, message  # the kubelet's reason, runc's message
+        assert 'exec: "python3": executable file not found' in message, message
+        assert message.endswith("(exit code 128)"), message
+        _nothing_left(server, kernel_api, kernel_namespace)
