@@ -2,7 +2,9 @@
 (:mod:`tests.k8s.kernelimage`, written from this machine's interpreter and the venv's
 ipykernel, no registry), and a real jupyter_server whose ``dra-kubernetes`` provisioner starts
 a kernel in a pod there: run by the kubelet from that image, its devices prepared by the
-simulated driver through CDI, its ZMQ ports reached at its address on the bridge.
+simulated driver through CDI, its ZMQ ports reached at its address on the bridge. A kernel
+that fails there says what the kubelet logged; a ``NoExecute`` DeviceTaintRule on its GPU
+has the real kubelet stop its pod.
 
 The module has a control plane and a node of its own (as test_real_node.py: one node on a
 machine at a time, so the two modules' nodes run one after the other).
@@ -27,6 +29,7 @@ from kubernetes import client
 from packaging.utils import canonicalize_name
 
 from dra_jupyter.hub.kernelspecs import cluster_kernel_specs
+from dra_jupyter.kube import taints
 from dra_jupyter.kube.connect import api_client, to_wire
 from tests.k8s import images, kernelimage, nodebuild, testenv
 from tests.k8s import node as real_node
@@ -37,10 +40,14 @@ from tests.k8s.kernelserver import (
     execute,
     gone,
     kernel_pods,
+    running_pod,
     running_server,
 )
 from tests.k8s.test_kernels import FAILING, FAILING_ARGV
 from tests.k8s.test_real_node import device_uuids
+from tests.k8s.test_taken_out import KEY as TAINT_KEY
+from tests.k8s.test_taken_out import REASON as TAINT_REASON
+from tests.k8s.test_taken_out import held
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="a real node needs root (mounts, cgroups, iptables, chroot)"
@@ -322,3 +329,52 @@ def test_a_kernel_pod_of_an_image_without_python_says_so(
         assert 'exec: "python3": executable file not found' in message, message
         assert message.endswith("(exit code 128)"), message
         _nothing_left(server, kernel_api, kernel_namespace)
+
+
+@needs_root
+def test_a_noexecute_taint_on_the_kernels_gpu_has_the_real_kubelet_stop_its_pod(
+    kernel_node: real_node.Node,
+    kernel_api: client.ApiClient,
+    kernel_namespace: str,
+    node_server: Server,
+) -> None:
+    """An admin's ``NoExecute`` DeviceTaintRule on the kernel's GPU: kube-controller-manager's
+    device taint eviction controller deletes its pod, the real kubelet stops its container
+    and unprepares the claim (the driver removes its CDI spec), and jupyter_server's
+    restarter starts the kernel again in a new pod on another GPU of the node, whose first
+    cell says why."""
+    server, api, namespace = node_server, kernel_api, kernel_namespace
+    kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
+    first = wait_for("the kernel in a pod", lambda: running_pod(api, namespace, kernel, not_=""))
+    device, node = held(api, namespace, first)
+    assert node == kernel_node.name
+    assert asyncio.run(execute(server, kernel, "x = 41; print(x + 1)")) == "42\n"
+    [cdi] = kernel_node.cdi_dir.glob("*.json")  # the first claim's, prepared by the driver
+    where = f"{device.driver}/{device.pool}/{device.device}"
+    taints.create(api, where, TAINT_KEY, "NoExecute", TAINT_REASON, "admin")
+    try:
+        second = wait_for(
+            "the kernel in a new pod", lambda: running_pod(api, namespace, kernel, not_=first)
+        )
+        again, node_again = held(api, namespace, second)
+        assert (again != device, node_again) == (True, kernel_node.name)
+        wait_for(  # the kubelet stopped the first pod's container and unprepared its claim
+            "the first pod gone",
+            lambda: gone(client.CoreV1Api(api).read_namespaced_pod, first, namespace),
+        )
+        wait_for("the first claim's CDI spec removed", lambda: not cdi.exists())
+        printed = asyncio.run(execute(server, kernel, "import os; print(globals().get('x'))"))
+        note, rest = printed.split("\n", 1)
+        assert note == (
+            f"dra: this kernel's pod was stopped because {device.device} on {node} was taken "
+            f"out ({TAINT_KEY}: {TAINT_REASON}), so its variables are gone; it runs again in a "
+            "new pod with devices of the same request"
+        ), printed
+        assert rest == "None\n"
+        uuids = device_uuids(kernel_node)
+        printed = asyncio.run(execute(server, kernel, "print(os.environ['CUDA_VISIBLE_DEVICES'])"))
+        assert printed == uuids[f"{again.pool}/{again.device}"] + "\n"
+    finally:
+        taints.delete(api, where, TAINT_KEY)
+        server.call("DELETE", f"/api/kernels/{kernel}")
+    wait_for("no kernel pod left", lambda: kernel_pods(api, namespace, kernel) == [])
