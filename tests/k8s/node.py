@@ -505,6 +505,16 @@ def _start_containerd(node: Node, deadline: float) -> None:
         _run(*ctr, "images", "import", str(archive))
 
 
+def import_image(node: Node, archive: Path) -> None:
+    """An image archive more (:mod:`.kernelimage`'s), imported into the node's containerd:
+    the images every node has are imported at its start, this one where a test needs it."""
+    binaries = nodebuild.bin_dir()
+    ctr = [str(binaries / "ctr"), "--address", str(node.containerd_socket), "-n", "k8s.io"]
+    started = time.monotonic()
+    _run(*ctr, "images", "import", str(archive))
+    node.timings[f"import_{archive.stem}_s"] = time.monotonic() - started
+
+
 KUBELET_API_ADMIN = {
     "metadata": {"name": "dra-jupyter-testenv-kubelet-api-admin"},
     "roleRef": {
