@@ -15,6 +15,7 @@ from tests.browser.conftest import WAIT_MS, Lab, run_all_cells
 from tests.lab.test_devices_panel import (
     TOAST,
     X,
+    cell_output,
     claims,
     cli_env,
     idle_lab,
@@ -102,3 +103,63 @@ def test_a_notebooks_three_claims_get_one_idle_warning_whose_keep_keeps_all(
     page.wait_for_timeout(SETTLE_MS)
     assert page.locator(TOAST).filter(has_text="Released").count() == 1
     assert warnings.count() == 0  # withdrawn as they went
+
+
+# What the page ever showed as a notification, counted as each appears (a toast that is
+# withdrawn is counted all the same): issue 42's measure of a session.
+COUNT_TOASTS = """
+window.__draToasts = [];
+new MutationObserver(changes => {
+  for (const change of changes) {
+    for (const node of change.addedNodes) {
+      if (node.nodeType !== 1) continue;
+      const found = node.matches('.Toastify__toast') ? [node]
+        : Array.from(node.querySelectorAll('.Toastify__toast'));
+      for (const toast of found) window.__draToasts.push(toast.innerText);
+    }
+  }
+}).observe(document, {childList: true, subtree: true});
+"""
+
+SESSION = [
+    "%load_ext dra_jupyter\na = dra.request(gpu=1)\nb = dra.request(gpu=2)\nc = dra.request(gpu=1)",
+    "a.release()",
+    "%dra release --all",
+]
+
+
+def test_a_session_like_the_issues_shows_only_what_the_user_did_not_do(
+    lab: Lab, page: Any, released: None
+) -> None:
+    """Issue 42, item 4's session, shortened: the user releases claims from a notebook
+    (``c.release()``, ``%dra release --all``), the panel and a terminal; an admin releases
+    one of the user's; a lease runs out. Every notification the page ever shows is counted:
+    the two that the user did not do, each once (the issue's 20 minutes showed 12, 9 of them
+    releases the user had just made)."""
+    page.add_init_script(COUNT_TOASTS)
+    notebook(page, lab, "session.ipynb", SESSION)
+    run_all_cells(page)
+    until("the notebook's release --all", lambda: "dra: released" in cell_output(page, 2), 180)
+    until("the notebook's claims released", lambda: not _held(lab))
+    panel = open_panel(page)
+    for name in ("from-the-panel", "from-the-terminal", "by-an-admin"):
+        lab.api("POST", "/dra/api/claims", {"gpu": 1, "name": name})
+    lab.api("POST", "/dra/api/claims", {"gpu": 1, "name": "short-lease", "lease": 8})
+    card = panel.locator('.dra-claim[data-claim="from-the-panel"]')
+    card.wait_for(timeout=WAIT_MS)
+    card.locator("button.dra-release").click()
+    until("released from the panel", lambda: "from-the-panel" not in _held(lab))
+    cli = [sys.executable, "-m", "dra_jupyter.cli", "release", "from-the-terminal"]
+    subprocess.run(cli, env=cli_env(lab), capture_output=True, check=True, timeout=120)
+    admin_release(lab, "by-an-admin")
+    toast(page, "(claim by-an-admin)")
+    toast(page, "(claim short-lease)")  # its lease ran out: the server released it
+    page.wait_for_timeout(SETTLE_MS)
+    shown: list[str] = page.evaluate("window.__draToasts")
+    assert len(shown) == 2, shown
+    assert any("an admin released it" in text for text in shown), shown
+    assert any("short-lease" in text for text in shown), shown
+
+
+def _held(lab: Lab) -> set[str]:
+    return {c["name"] for c in claims(lab)}
