@@ -157,6 +157,44 @@ def test_the_driver_publishes_the_simulated_inventory_for_the_real_node() -> Non
 
 
 @pytest.mark.pure
+def test_the_node_cache_is_keyed_by_the_binaries_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache built before upstream's test driver joined the node's binaries is not this one:
+    the node is built anew once (the Go build cache makes that cheap), never half-used."""
+    now = nodebuild.cache_dir()
+    assert nodebuild.TEST_DRIVER in nodebuild.BINARIES
+    assert now.name.startswith(
+        f"node-kubernetes-v1.37.2-containerd-{nodebuild.CONTAINERD_VERSION}-"
+    )
+    without = tuple(b for b in nodebuild.BINARIES if b != nodebuild.TEST_DRIVER)
+    monkeypatch.setattr(nodebuild, "BINARIES", without)
+    assert nodebuild.cache_dir() != now
+    assert nodebuild.cache_dir().parent == now.parent
+
+
+@needs_root
+def test_upstreams_dra_test_driver_is_built_with_the_node() -> None:
+    """``k8s.io/kubernetes/test/e2e/dra/test-driver`` of the pinned module, built beside the
+    kubelet: its kubelet plugin command has the flags the node starts it with."""
+    nodebuild.build()  # a no-op once built
+    binary = nodebuild.bin_dir() / nodebuild.TEST_DRIVER
+    assert nodebuild.TEST_DRIVER_PACKAGE == "k8s.io/kubernetes/test/e2e/dra/test-driver"
+
+    def usage(*args: str) -> str:
+        done = subprocess.run([str(binary), *args], check=True, capture_output=True, text=True)
+        return done.stdout
+
+    plugin = usage("kubelet-plugin", "--help")
+    for flag in ("--node-name", "--num-devices", "--cdi-dir", "--datadir"):
+        assert f"{flag} " in plugin, flag
+    assert "--plugin-registration-path " in plugin
+    shared = usage("--help")
+    assert '--drivername string   Resource driver name. (default "test-driver.cdi.k8s.io")' in (
+        shared
+    )
+    assert "--kubeconfig string" in shared
+
+
+@pytest.mark.pure
 def test_the_pod_network_stays_on_this_machine() -> None:
     (bridge,) = real_node.cni_conflist(Path("/ipam"))["plugins"]
     assert bridge["ipMasq"] is False  # no masquerade: nothing leaves through the host
