@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.kube.connect import api_client
-from tests.k8s import images, nodebuild, testenv
+from tests.k8s import images, nodebuild, nodeplugins, testenv
 from tests.k8s import node as real_node
 from tests.k8s.fixtures import fresh_namespace, wait_for
 
@@ -46,7 +46,7 @@ def node(
     node_cluster: testenv.Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[real_node.Node]:
     nodebuild.build()
-    running = real_node.start(node_cluster, tmp_path_factory.mktemp("node"))
+    running = real_node.start(node_cluster, tmp_path_factory.mktemp("node"), test_driver=True)
     STATE["node"] = running
     yield running
     if not STATE.get("stopped"):
@@ -79,7 +79,7 @@ def claim(name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": real_node.DRIVER}}]
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": nodeplugins.DRIVER}}]
             }
         },
     }
@@ -110,7 +110,7 @@ def busybox_pod(name: str, claim_name: str, script: str) -> dict[str, Any]:
 
 def device_uuids(node: real_node.Node) -> dict[str, str]:
     """``pool/device`` → the ``uuid`` attribute the driver published."""
-    resources, _ = real_node.plugin_resources(node.name)
+    resources, _ = nodeplugins.plugin_resources(node.name)
     return {
         f"{pool}/{device['name']}": device["attributes"]["uuid"]["string"]
         for pool, spec in resources["pools"].items()
@@ -145,7 +145,7 @@ def test_an_image_archive_is_an_oci_layout_naming_its_image(tmp_path: Path) -> N
 
 @pytest.mark.pure
 def test_the_driver_publishes_the_simulated_inventory_for_the_real_node() -> None:
-    resources, classes = real_node.plugin_resources("node-x")
+    resources, classes = nodeplugins.plugin_resources("node-x")
     (pool,) = resources["pools"]
     assert pool == "node-x"  # the simulated node's pool, renamed after the real one
     (slice_,) = resources["pools"][pool]["slices"]
@@ -153,7 +153,7 @@ def test_the_driver_publishes_the_simulated_inventory_for_the_real_node() -> Non
     assert len(uuids) == 8
     assert len(set(uuids)) == 8
     assert all(u.startswith("GPU-") for u in uuids)
-    assert real_node.DRIVER in {c["metadata"]["name"] for c in classes}
+    assert nodeplugins.DRIVER in {c["metadata"]["name"] for c in classes}
 
 
 @pytest.mark.pure
@@ -227,7 +227,7 @@ def test_a_pod_with_a_claim_runs_on_the_real_node_with_the_drivers_environment(
     # the device the scheduler allocated, and its UUID as the driver published it
     allocation = resource.read_namespaced_resource_claim("gpu", node_namespace).status.allocation
     (result,) = allocation.devices.results
-    assert result.driver == real_node.DRIVER
+    assert result.driver == nodeplugins.DRIVER
     uuid = device_uuids(node)[f"{result.pool}/{result.device}"]
 
     # the log, served by the kubelet through the API server (pods/log)
@@ -319,7 +319,7 @@ def test_an_mps_claims_limits_reach_the_container_through_the_drivers_cdi_spec(
     variables, through the CDI spec of the claim."""
     core, resource = _apis(node_api)
     keywords = {"gpu": 1, "share": "mps", "threads": 25, "pinned_memory": "10Gi"}
-    made = build_claim("mps", keywords, namespace=node_namespace, classes=[real_node.DRIVER])
+    made = build_claim("mps", keywords, namespace=node_namespace, classes=[nodeplugins.DRIVER])
     resource.create_namespaced_resource_claim(node_namespace, made)
     core.create_namespaced_pod(
         node_namespace, busybox_pod("mps", "mps", "env | sort; echo READY; sleep 600")
@@ -347,7 +347,7 @@ def test_a_time_sliced_claims_interval_reaches_the_container_as_the_simulated_va
     simulated one says what it was told in variables of its own (documented as simulated)."""
     core, resource = _apis(node_api)
     keywords = {"gpu": 1, "share": "time-slicing", "interval": "short"}
-    made = build_claim("ts", keywords, namespace=node_namespace, classes=[real_node.DRIVER])
+    made = build_claim("ts", keywords, namespace=node_namespace, classes=[nodeplugins.DRIVER])
     resource.create_namespaced_resource_claim(node_namespace, made)
     core.create_namespaced_pod(
         node_namespace, busybox_pod("ts", "ts", "env | sort; echo READY; sleep 600")
@@ -373,7 +373,7 @@ def test_a_claim_with_an_unknown_gpuconfig_field_fails_the_start_with_the_driver
         "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercent": 50}},
     }
     bad["spec"]["devices"]["config"] = [
-        {"requests": ["gpu"], "opaque": {"driver": real_node.DRIVER, "parameters": parameters}}
+        {"requests": ["gpu"], "opaque": {"driver": nodeplugins.DRIVER, "parameters": parameters}}
     ]
     resource.create_namespaced_resource_claim(node_namespace, bad)
     core.create_namespaced_pod(node_namespace, busybox_pod("typo", "typo", "echo started"))
@@ -403,6 +403,8 @@ def test_stopping_the_node_leaves_nothing_behind(
     """Runs last in the module: stops the module's node while a pod with a claim runs there,
     then looks for anything it changed on this machine."""
     core, resource = _apis(node_api)
+    drivers = {s.spec.driver for s in resource.list_resource_slice().items}
+    assert drivers == {nodeplugins.DRIVER, nodeplugins.TEST_DRIVER}  # both plugins run
     resource.create_namespaced_resource_claim(node_namespace, claim("gpu"))
     core.create_namespaced_pod(node_namespace, busybox_pod("sleeps", "gpu", "sleep 600"))
 
@@ -416,3 +418,7 @@ def test_stopping_the_node_leaves_nothing_behind(
     STATE["stopped"] = True
     assert real_node.leftovers(node.before, node.state_dir) == []
     assert node.timings["stop_s"] < real_node.STOP_TIMEOUT_S
+    # both drivers' slices of the node are gone with it (the test driver's process too:
+    # leftovers() looks for any process of the node's binaries)
+    slices = resource.list_resource_slice(field_selector=f"spec.nodeName={node.name}").items
+    assert slices == []
