@@ -9,6 +9,7 @@ count their devices and pods); it and the node start once for the module.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -394,6 +395,83 @@ def test_a_claim_with_an_unknown_gpuconfig_field_fails_the_start_with_the_driver
     assert all(c.state.running is None for c in pod.status.container_statuses or ())
     uid = str(resource.read_namespaced_resource_claim("typo", node_namespace).metadata.uid)
     assert not any(uid in spec.name for spec in node.cdi_dir.glob("*.json"))  # nothing prepared
+
+
+@needs_root
+def test_upstreams_test_driver_prepares_its_claim_beside_ours_in_one_pod(
+    node: real_node.Node, node_api: client.ApiClient, node_namespace: str
+) -> None:
+    """Upstream's DRA test driver, a second driver registered with the same kubelet: it
+    published its own slice; a pod with a claim of each driver runs; the test driver turned
+    its claim's opaque parameters into variables of its CDI spec, ours set the GPU's UUID in
+    its own; deleting the pod unprepares both."""
+    core, resource = _apis(node_api)
+    upstream = nodeplugins.TEST_DRIVER
+    with contextlib.suppress(ApiException):  # the class of its devices, the test's to make
+        resource.delete_device_class(upstream)
+    resource.create_device_class(nodeplugins.upstream_device_class())
+
+    # the slice of its devices, published by the driver (owned by the node), not by us
+    slices = resource.list_resource_slice(field_selector=f"spec.nodeName={node.name}").items
+    (published,) = [s for s in slices if s.spec.driver == upstream]
+    assert published.spec.pool.name == node.name
+    names = [f"device-{i:02d}" for i in range(nodeplugins.TEST_DRIVER_DEVICES)]
+    assert sorted(d.name for d in published.spec.devices) == names
+    (owner,) = published.metadata.owner_references
+    assert (owner.kind, owner.name) == ("Node", node.name)
+
+    theirs = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "upstream"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "dev", "exactly": {"deviceClassName": upstream}}],
+                "config": [
+                    {
+                        "requests": ["dev"],
+                        "opaque": {
+                            "driver": upstream,
+                            "parameters": {"greeting": "hello from upstream", "answer": "42"},
+                        },
+                    }
+                ],
+            }
+        },
+    }
+    resource.create_namespaced_resource_claim(node_namespace, theirs)
+    resource.create_namespaced_resource_claim(node_namespace, claim("gpu"))
+    pod = busybox_pod("both", "gpu", "env | sort; echo READY; sleep 600")
+    pod["spec"]["resourceClaims"].append({"name": "upstream", "resourceClaimName": "upstream"})
+    pod["spec"]["containers"][0]["resources"]["claims"].append({"name": "upstream"})
+    core.create_namespaced_pod(node_namespace, pod)
+    env = logged_env(core, "both", node_namespace)
+
+    read = resource.read_namespaced_resource_claim
+    ours, their = read("gpu", node_namespace), read("upstream", node_namespace)
+    (result,) = their.status.allocation.devices.results
+    assert (result.driver, result.pool) == (upstream, node.name)
+    assert result.device in names
+    # what the test driver injected, through its CDI spec
+    assert env["user_greeting"] == "hello from upstream"
+    assert env["user_answer"] == "42"
+    assert env[nodeplugins.upstream_claim_variable("upstream", "dev")] == "true"
+    spec = node.cdi_dir / nodeplugins.upstream_cdi_spec_name(their.metadata.uid, "dev")
+    edits = json.loads(spec.read_text())["devices"][0]["containerEdits"]
+    assert "user_greeting=hello from upstream" in edits["env"]
+    # ... and what ours did, for the other claim, in its own spec
+    (gpu,) = ours.status.allocation.devices.results
+    assert gpu.driver == nodeplugins.DRIVER
+    assert env["NVIDIA_VISIBLE_DEVICES"] == device_uuids(node)[f"{gpu.pool}/{gpu.device}"]
+    (our_spec,) = [p for p in node.cdi_dir.glob(f"*{ours.metadata.uid}*.json") if p != spec]
+    assert "user_greeting" not in our_spec.read_text()
+    assert "NVIDIA_VISIBLE_DEVICES" not in spec.read_text()
+
+    # deleting the pod unprepares both claims: each driver removes its spec
+    core.delete_namespaced_pod("both", node_namespace, grace_period_seconds=1)
+    wait_for("the test driver's CDI spec removed", lambda: not spec.exists())
+    wait_for("our driver's CDI spec removed", lambda: not our_spec.exists())
+    resource.delete_device_class(upstream)
 
 
 @needs_root
