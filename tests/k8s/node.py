@@ -1,5 +1,6 @@
 """A real node beside the test control plane: containerd, runc, the CNI bridge, the kubelet and
-the project's simulated GPU driver (``tools/dra-sim-plugin``), built by :mod:`.nodebuild`.
+the project's simulated GPU driver (``tools/dra-sim-plugin``), and on request upstream's DRA
+test driver as a second one (:mod:`.nodeplugins`), built by :mod:`.nodebuild`.
 
     node = start(cluster, state_dir)   # returns once the node is Ready and its slices published
     ...                                # pods with imagePullPolicy: Never of images.BUSYBOX
@@ -39,12 +40,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tests.helpers import free_port
-from tests.k8s import images, nodebuild, testenv
+from tests.k8s import images, nodebuild, nodeplugins, testenv
 from tests.k8s.k8sbuild import TestenvError
 
 NODE_NAME = "dra-node-1"
-INVENTORY = "h200-8x"
-DRIVER = "gpu.nvidia.com"
 BRIDGE = "drajup0"
 POD_SUBNET = "10.244.0.0/24"  # private; no route or masquerade off this machine
 START_TIMEOUT_S = 120.0
@@ -313,26 +312,6 @@ def kubelet_config(
     }
 
 
-def plugin_resources(node: str, inventory: str = INVENTORY) -> tuple[dict[str, Any], list[Any]]:
-    """The simulated driver's pools (its ``--resources`` file) for ``node``, from the
-    simulated inventory's slices of driver :data:`DRIVER`; and the inventory's DeviceClasses."""
-    from dra_jupyter.inventory import simulated  # noqa: PLC0415
-    from dra_jupyter.kube.simulate import simulate, slice_for_node  # noqa: PLC0415
-
-    cluster = simulate(simulated.load(inventory), 1)
-    pools: dict[str, Any] = {}
-    for original in cluster.slices:
-        spec = original["spec"]
-        if spec["driver"] != DRIVER or not spec.get("nodeName"):
-            continue
-        spec = slice_for_node(original, spec["nodeName"], node)["spec"]
-        slice_ = {"devices": spec.get("devices", [])}
-        if spec.get("sharedCounters"):
-            slice_["sharedCounters"] = spec["sharedCounters"]
-        pools.setdefault(spec["pool"]["name"], {"slices": []})["slices"].append(slice_)
-    return {"pools": pools}, list(cluster.device_classes)
-
-
 # --- running ----------------------------------------------------------------------------------
 
 
@@ -374,12 +353,14 @@ def start(
     state_dir: Path,
     *,
     name: str = NODE_NAME,
-    inventory: str = INVENTORY,
+    inventory: str = nodeplugins.INVENTORY,
+    test_driver: bool = False,
     timeout: float = START_TIMEOUT_S,
 ) -> Node:
     """Start a real node registered to ``cluster`` (see the module); its state in
-    ``state_dir``. Returns once the node is Ready, untainted, and its driver's slices are
-    published. On failure, everything started is undone before the error is raised."""
+    ``state_dir``; with ``test_driver``, upstream's DRA test driver runs there too
+    (:mod:`.nodeplugins`). Returns once the node is Ready, untainted, and its drivers' slices
+    are published. On failure, everything started is undone before the error is raised."""
     if os.geteuid() != 0:
         raise TestenvError("k8s-testenv node: a real node needs root (mounts, cgroups, iptables)")
     if not nodebuild.is_built():
@@ -397,7 +378,7 @@ def start(
     node = Node(name, node_ip(), state_dir, Before.now(), procs, cluster, lock=lock)
     node.save()
     try:
-        _start(node, inventory, time.monotonic() + timeout)
+        _start(node, inventory, test_driver, time.monotonic() + timeout)
     except BaseException:
         stop(node)
         raise
@@ -453,7 +434,7 @@ def _pki(node: Node) -> Path:
     return out
 
 
-def _start(node: Node, inventory: str, deadline: float) -> None:
+def _start(node: Node, inventory: str, test_driver: bool, deadline: float) -> None:
     from kubernetes import client  # noqa: PLC0415
 
     pki = _pki(node)
@@ -467,7 +448,8 @@ def _start(node: Node, inventory: str, deadline: float) -> None:
         _start_kubelet(node, pki, api, core, deadline)
         node.timings["kubelet_s"] = time.monotonic() - t0
         t0 = time.monotonic()
-        _start_plugin(node, inventory, client.ResourceV1Api(api), deadline)
+        resource = client.ResourceV1Api(api)
+        nodeplugins.start(node, inventory, resource, deadline, test_driver=test_driver)
         node.timings["plugin_s"] = time.monotonic() - t0
 
 
@@ -582,41 +564,6 @@ def _start_kubelet(node: Node, pki: Path, api: Any, core: Any, deadline: float) 
     core.patch_node(node.name, {"spec": {"taints": taints or None}})
 
 
-def _start_plugin(node: Node, inventory: str, resource: Any, deadline: float) -> None:
-    """The simulated GPU driver, until the kubelet's node has its slices."""
-    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-    resources, classes = plugin_resources(node.name, inventory)
-    resources_file = node.state_dir / "resources.json"
-    resources_file.write_text(json.dumps(resources))
-    for device_class in classes:
-        with contextlib.suppress(ApiException):  # already there
-            resource.create_device_class(device_class)
-    kubelet_root = node.state_dir / "kubelet"
-    testenv._spawn(
-        node.procs,
-        "dra-sim-plugin",
-        [
-            f"--kubeconfig={node.cluster.kubeconfig}",
-            f"--node-name={node.name}",
-            f"--driver-name={DRIVER}",
-            f"--resources={resources_file}",
-            f"--cdi-dir={node.cdi_dir}",
-            f"--plugin-dir={kubelet_root / 'plugins' / DRIVER}",
-            f"--registrar-dir={kubelet_root / 'plugins_registry'}",
-        ],
-        program=[str(nodebuild.plugin_binary())],
-    )
-    wanted = sum(len(s["devices"]) for p in resources["pools"].values() for s in p["slices"])
-
-    def published() -> tuple[bool, str]:
-        slices = resource.list_resource_slice(field_selector=f"spec.nodeName={node.name}")
-        count = sum(len(s.spec.devices or ()) for s in slices.items if s.spec.driver == DRIVER)
-        return count == wanted, f"{count} of {wanted} devices published"
-
-    testenv._wait(node.procs, f"the slices of {DRIVER} on {node.name}", published, deadline)
-
-
 def _drain(node: Node, timeout: float) -> None:
     """Delete the pods bound to the node, gracefully, so the kubelet stops their containers and
     tears down their sandboxes (the CNI's veths, the netns mounts); wait until they are gone."""
@@ -693,7 +640,7 @@ def stop(node: Node, timeout: float = STOP_TIMEOUT_S) -> None:
         with contextlib.suppress(Exception):  # best effort: what is left is killed below
             _drain(node, timeout / 2)
     try:
-        node.procs.stop()  # the plugin, the kubelet, containerd: newest first
+        node.procs.stop()  # the plugins, the kubelet, containerd: newest first
         stop_machine(node.state_dir, node.before)
         with contextlib.suppress(Exception):  # best effort: the control plane may be gone
             _forget(node)

@@ -2,6 +2,8 @@
 repository like the control plane (:mod:`.k8sbuild`):
 
 * the kubelet of ``k8s.io/kubernetes`` (the control plane's module, flags and ldflags);
+* upstream's DRA test driver, ``k8s.io/kubernetes/test/e2e/dra/test-driver`` of the same
+  module (its ``kubelet-plugin`` command: a second, independent DRA driver on the node);
 * containerd, its runc shim and ``ctr`` from ``github.com/containerd/containerd/v2`` (CDI on
   by default; tag ``no_btrfs``: no btrfs headers needed);
 * the project's simulated GPU driver, ``tools/dra-sim-plugin`` (a DRA kubelet plugin, pinned by
@@ -11,8 +13,10 @@ repository like the control plane (:mod:`.k8sbuild`):
 runc, the CNI plugins, iptables, conntrack and the test image's busybox are Debian's packages
 (:data:`DEBIAN_PACKAGES`), installed with apt-get when missing and this is root.
 
-Everything lives in ``${XDG_CACHE_HOME:-~/.cache}/dra-jupyter/k8s/node-<versions>/`` with a
-stamp of the versions: a second build is a no-op. Standard library only.
+Everything lives in ``${XDG_CACHE_HOME:-~/.cache}/dra-jupyter/k8s/node-<versions>-<key>/``
+(``key``: a digest of the stamp, the versions and the binaries built, so that a cache of
+another set of binaries is built anew once) with the stamp: a second build is a no-op.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from tests.k8s.k8sbuild import (
     GO_DIRECTIVE,
@@ -41,7 +45,9 @@ from tests.k8s.k8sbuild import cache_dir as control_plane_cache
 CONTAINERD_VERSION = "v2.4.2"  # the newest containerd the Go module proxy serves; CDI on
 CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
 CONTAINERD_COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr")
-BINARIES = ("kubelet", *CONTAINERD_COMMANDS, "pause")
+TEST_DRIVER_PACKAGE = "k8s.io/kubernetes/test/e2e/dra/test-driver"  # upstream's DRA test driver
+TEST_DRIVER = "test-driver"  # its binary, named after its package
+BINARIES = ("kubelet", TEST_DRIVER, *CONTAINERD_COMMANDS, "pause")
 PLUGIN_SOURCE = Path(__file__).resolve().parents[2] / "tools" / "dra-sim-plugin"
 PLUGIN_FILES = ("go.mod", "go.sum", "main.go", "sharing.go")
 PLUGIN = "dra-sim-plugin"
@@ -63,7 +69,8 @@ BUSYBOX = DEBIAN_PACKAGES["busybox-static"]
 def cache_dir() -> Path:
     """Where the node's binaries of the pinned versions are built and kept."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    name = f"node-kubernetes-{KUBERNETES_VERSION}-containerd-{CONTAINERD_VERSION}"
+    key = hashlib.sha256(json.dumps(_stamp(), sort_keys=True).encode()).hexdigest()[:8]
+    name = f"node-kubernetes-{KUBERNETES_VERSION}-containerd-{CONTAINERD_VERSION}-{key}"
     return base / "dra-jupyter" / "k8s" / name
 
 
@@ -83,8 +90,12 @@ def plugin_binary() -> Path:
     return cache_dir() / f"plugin-{plugin_digest()}" / PLUGIN
 
 
-def _stamp() -> dict[str, str]:
-    return {"kubernetes": KUBERNETES_VERSION, "containerd": CONTAINERD_VERSION}
+def _stamp() -> dict[str, Any]:
+    return {
+        "kubernetes": KUBERNETES_VERSION,
+        "containerd": CONTAINERD_VERSION,
+        "binaries": list(BINARIES),
+    }
 
 
 def missing_packages() -> list[str]:
@@ -144,6 +155,60 @@ def _build_plugin(go: _Go) -> None:
     partial.rename(out)
 
 
+def _build_from_kubernetes(go: _Go, root: Path, out: Path) -> None:
+    """The kubelet, upstream's DRA test driver and the pause program, from the kubernetes
+    module at :data:`KUBERNETES_VERSION`, into ``out``."""
+    kube = root / "kubelet"
+    kube.mkdir(exist_ok=True)
+    # the control plane's module resolved already: its go.sum saves a download round
+    built = control_plane_cache() / "kubernetes" / "go.sum"
+    if built.is_file():
+        shutil.copy(built, kube / "go.sum")
+    (kube / "go.mod").write_text(
+        f"module k8snode\n\ngo {GO_DIRECTIVE}\n\nrequire k8s.io/kubernetes {KUBERNETES_VERSION}\n"
+    )
+    info = json.loads(
+        go.run(
+            ["mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
+            kube,
+            f"downloading k8s.io/kubernetes {KUBERNETES_VERSION}",
+        )
+    )
+    module = kubernetes_module(Path(info["GoMod"]).read_text())
+    (kube / "go.mod").write_text(module.replace("module k8stestenv", "module k8snode", 1))
+    (kube / "tools.go").write_text(
+        _tools_go(["k8s.io/kubernetes/cmd/kubelet", TEST_DRIVER_PACKAGE])
+    )
+    go.run(["mod", "tidy"], kube, "resolving the kubelet's modules (go mod tidy)")
+    major, minor = KUBERNETES_VERSION.removeprefix("v").split(".")[:2]
+    ldflags = (
+        f"-s -w -X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION} "
+        f"-X k8s.io/component-base/version.gitMajor={major} "
+        f"-X k8s.io/component-base/version.gitMinor={minor}"
+    )
+    go.run(
+        ["build", "-ldflags", ldflags, "-o", f"{out}/", "k8s.io/kubernetes/cmd/kubelet"],
+        kube,
+        "building the kubelet",
+    )
+    t0 = time.monotonic()
+    go.run(
+        ["build", "-ldflags", ldflags, "-o", f"{out}/", TEST_DRIVER_PACKAGE],
+        kube,
+        "building upstream's DRA test driver",
+    )
+    go.log.write(f"k8s-testenv: built {TEST_DRIVER_PACKAGE} in {time.monotonic() - t0:.0f} s\n")
+    pause_c = Path(info["Dir"]) / "build" / "pause" / "linux" / "pause.c"
+    done = subprocess.run(
+        ["gcc", "-Os", "-static", "-o", str(out / "pause"), str(pause_c)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise TestenvError(f"k8s-testenv build: gcc -static {pause_c} failed:\n{done.stderr}")
+
+
 def build(*, force: bool = False, log: TextIO = sys.stderr) -> Path:
     """Build the node's binaries into :func:`bin_dir` unless they are there already."""
     root = cache_dir()
@@ -160,55 +225,16 @@ def build(*, force: bool = False, log: TextIO = sys.stderr) -> Path:
         log_path = root / "build.log"
         log_path.write_text("")
         log.write(
-            f"k8s-testenv: building the node (kubelet {KUBERNETES_VERSION}, containerd "
-            f"{CONTAINERD_VERSION}, {PLUGIN}) into {root} (once per machine; log: {log_path})\n"
+            f"k8s-testenv: building the node (kubelet and DRA test driver {KUBERNETES_VERSION}, "
+            f"containerd {CONTAINERD_VERSION}, {PLUGIN}) into {root} (once per machine; log: "
+            f"{log_path})\n"
         )
         log.flush()
         go = _Go(log, log_path)
         out = bin_dir()
         out.mkdir(exist_ok=True)
 
-        kube = root / "kubelet"
-        kube.mkdir(exist_ok=True)
-        # the control plane's module resolved already: its go.sum saves a download round
-        built = control_plane_cache() / "kubernetes" / "go.sum"
-        if built.is_file():
-            shutil.copy(built, kube / "go.sum")
-        (kube / "go.mod").write_text(
-            f"module k8snode\n\ngo {GO_DIRECTIVE}\n\nrequire k8s.io/kubernetes "
-            f"{KUBERNETES_VERSION}\n"
-        )
-        info = json.loads(
-            go.run(
-                ["mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
-                kube,
-                f"downloading k8s.io/kubernetes {KUBERNETES_VERSION}",
-            )
-        )
-        module = kubernetes_module(Path(info["GoMod"]).read_text())
-        (kube / "go.mod").write_text(module.replace("module k8stestenv", "module k8snode", 1))
-        (kube / "tools.go").write_text(_tools_go(["k8s.io/kubernetes/cmd/kubelet"]))
-        go.run(["mod", "tidy"], kube, "resolving the kubelet's modules (go mod tidy)")
-        major, minor = KUBERNETES_VERSION.removeprefix("v").split(".")[:2]
-        ldflags = (
-            f"-s -w -X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION} "
-            f"-X k8s.io/component-base/version.gitMajor={major} "
-            f"-X k8s.io/component-base/version.gitMinor={minor}"
-        )
-        go.run(
-            ["build", "-ldflags", ldflags, "-o", f"{out}/", "k8s.io/kubernetes/cmd/kubelet"],
-            kube,
-            "building the kubelet",
-        )
-        pause_c = Path(info["Dir"]) / "build" / "pause" / "linux" / "pause.c"
-        done = subprocess.run(
-            ["gcc", "-Os", "-static", "-o", str(out / "pause"), str(pause_c)],
-            check=False,
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            raise TestenvError(f"k8s-testenv build: gcc -static {pause_c} failed:\n{done.stderr}")
+        _build_from_kubernetes(go, root, out)
 
         containerd = root / "containerd"
         containerd.mkdir(exist_ok=True)

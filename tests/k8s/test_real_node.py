@@ -9,6 +9,7 @@ count their devices and pods); it and the node start once for the module.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -24,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.kube.connect import api_client
-from tests.k8s import images, nodebuild, testenv
+from tests.k8s import images, nodebuild, nodeplugins, testenv
 from tests.k8s import node as real_node
 from tests.k8s.fixtures import fresh_namespace, wait_for
 
@@ -46,7 +47,7 @@ def node(
     node_cluster: testenv.Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[real_node.Node]:
     nodebuild.build()
-    running = real_node.start(node_cluster, tmp_path_factory.mktemp("node"))
+    running = real_node.start(node_cluster, tmp_path_factory.mktemp("node"), test_driver=True)
     STATE["node"] = running
     yield running
     if not STATE.get("stopped"):
@@ -79,7 +80,7 @@ def claim(name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": real_node.DRIVER}}]
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": nodeplugins.DRIVER}}]
             }
         },
     }
@@ -110,7 +111,7 @@ def busybox_pod(name: str, claim_name: str, script: str) -> dict[str, Any]:
 
 def device_uuids(node: real_node.Node) -> dict[str, str]:
     """``pool/device`` → the ``uuid`` attribute the driver published."""
-    resources, _ = real_node.plugin_resources(node.name)
+    resources, _ = nodeplugins.plugin_resources(node.name)
     return {
         f"{pool}/{device['name']}": device["attributes"]["uuid"]["string"]
         for pool, spec in resources["pools"].items()
@@ -145,7 +146,7 @@ def test_an_image_archive_is_an_oci_layout_naming_its_image(tmp_path: Path) -> N
 
 @pytest.mark.pure
 def test_the_driver_publishes_the_simulated_inventory_for_the_real_node() -> None:
-    resources, classes = real_node.plugin_resources("node-x")
+    resources, classes = nodeplugins.plugin_resources("node-x")
     (pool,) = resources["pools"]
     assert pool == "node-x"  # the simulated node's pool, renamed after the real one
     (slice_,) = resources["pools"][pool]["slices"]
@@ -153,7 +154,45 @@ def test_the_driver_publishes_the_simulated_inventory_for_the_real_node() -> Non
     assert len(uuids) == 8
     assert len(set(uuids)) == 8
     assert all(u.startswith("GPU-") for u in uuids)
-    assert real_node.DRIVER in {c["metadata"]["name"] for c in classes}
+    assert nodeplugins.DRIVER in {c["metadata"]["name"] for c in classes}
+
+
+@pytest.mark.pure
+def test_the_node_cache_is_keyed_by_the_binaries_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache built before upstream's test driver joined the node's binaries is not this one:
+    the node is built anew once (the Go build cache makes that cheap), never half-used."""
+    now = nodebuild.cache_dir()
+    assert nodebuild.TEST_DRIVER in nodebuild.BINARIES
+    assert now.name.startswith(
+        f"node-kubernetes-v1.37.2-containerd-{nodebuild.CONTAINERD_VERSION}-"
+    )
+    without = tuple(b for b in nodebuild.BINARIES if b != nodebuild.TEST_DRIVER)
+    monkeypatch.setattr(nodebuild, "BINARIES", without)
+    assert nodebuild.cache_dir() != now
+    assert nodebuild.cache_dir().parent == now.parent
+
+
+@needs_root
+def test_upstreams_dra_test_driver_is_built_with_the_node() -> None:
+    """``k8s.io/kubernetes/test/e2e/dra/test-driver`` of the pinned module, built beside the
+    kubelet: its kubelet plugin command has the flags the node starts it with."""
+    nodebuild.build()  # a no-op once built
+    binary = nodebuild.bin_dir() / nodebuild.TEST_DRIVER
+    assert nodebuild.TEST_DRIVER_PACKAGE == "k8s.io/kubernetes/test/e2e/dra/test-driver"
+
+    def usage(*args: str) -> str:
+        done = subprocess.run([str(binary), *args], check=True, capture_output=True, text=True)
+        return done.stdout
+
+    plugin = usage("kubelet-plugin", "--help")
+    for flag in ("--node-name", "--num-devices", "--cdi-dir", "--datadir"):
+        assert f"{flag} " in plugin, flag
+    assert "--plugin-registration-path " in plugin
+    shared = usage("--help")
+    assert '--drivername string   Resource driver name. (default "test-driver.cdi.k8s.io")' in (
+        shared
+    )
+    assert "--kubeconfig string" in shared
 
 
 @pytest.mark.pure
@@ -189,7 +228,7 @@ def test_a_pod_with_a_claim_runs_on_the_real_node_with_the_drivers_environment(
     # the device the scheduler allocated, and its UUID as the driver published it
     allocation = resource.read_namespaced_resource_claim("gpu", node_namespace).status.allocation
     (result,) = allocation.devices.results
-    assert result.driver == real_node.DRIVER
+    assert result.driver == nodeplugins.DRIVER
     uuid = device_uuids(node)[f"{result.pool}/{result.device}"]
 
     # the log, served by the kubelet through the API server (pods/log)
@@ -281,7 +320,7 @@ def test_an_mps_claims_limits_reach_the_container_through_the_drivers_cdi_spec(
     variables, through the CDI spec of the claim."""
     core, resource = _apis(node_api)
     keywords = {"gpu": 1, "share": "mps", "threads": 25, "pinned_memory": "10Gi"}
-    made = build_claim("mps", keywords, namespace=node_namespace, classes=[real_node.DRIVER])
+    made = build_claim("mps", keywords, namespace=node_namespace, classes=[nodeplugins.DRIVER])
     resource.create_namespaced_resource_claim(node_namespace, made)
     core.create_namespaced_pod(
         node_namespace, busybox_pod("mps", "mps", "env | sort; echo READY; sleep 600")
@@ -309,7 +348,7 @@ def test_a_time_sliced_claims_interval_reaches_the_container_as_the_simulated_va
     simulated one says what it was told in variables of its own (documented as simulated)."""
     core, resource = _apis(node_api)
     keywords = {"gpu": 1, "share": "time-slicing", "interval": "short"}
-    made = build_claim("ts", keywords, namespace=node_namespace, classes=[real_node.DRIVER])
+    made = build_claim("ts", keywords, namespace=node_namespace, classes=[nodeplugins.DRIVER])
     resource.create_namespaced_resource_claim(node_namespace, made)
     core.create_namespaced_pod(
         node_namespace, busybox_pod("ts", "ts", "env | sort; echo READY; sleep 600")
@@ -335,7 +374,7 @@ def test_a_claim_with_an_unknown_gpuconfig_field_fails_the_start_with_the_driver
         "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercent": 50}},
     }
     bad["spec"]["devices"]["config"] = [
-        {"requests": ["gpu"], "opaque": {"driver": real_node.DRIVER, "parameters": parameters}}
+        {"requests": ["gpu"], "opaque": {"driver": nodeplugins.DRIVER, "parameters": parameters}}
     ]
     resource.create_namespaced_resource_claim(node_namespace, bad)
     core.create_namespaced_pod(node_namespace, busybox_pod("typo", "typo", "echo started"))
@@ -359,12 +398,91 @@ def test_a_claim_with_an_unknown_gpuconfig_field_fails_the_start_with_the_driver
 
 
 @needs_root
+def test_upstreams_test_driver_prepares_its_claim_beside_ours_in_one_pod(
+    node: real_node.Node, node_api: client.ApiClient, node_namespace: str
+) -> None:
+    """Upstream's DRA test driver, a second driver registered with the same kubelet: it
+    published its own slice; a pod with a claim of each driver runs; the test driver turned
+    its claim's opaque parameters into variables of its CDI spec, ours set the GPU's UUID in
+    its own; deleting the pod unprepares both."""
+    core, resource = _apis(node_api)
+    upstream = nodeplugins.TEST_DRIVER
+    with contextlib.suppress(ApiException):  # the class of its devices, the test's to make
+        resource.delete_device_class(upstream)
+    resource.create_device_class(nodeplugins.upstream_device_class())
+
+    # the slice of its devices, published by the driver (owned by the node), not by us
+    slices = resource.list_resource_slice(field_selector=f"spec.nodeName={node.name}").items
+    (published,) = [s for s in slices if s.spec.driver == upstream]
+    assert published.spec.pool.name == node.name
+    names = [f"device-{i:02d}" for i in range(nodeplugins.TEST_DRIVER_DEVICES)]
+    assert sorted(d.name for d in published.spec.devices) == names
+    (owner,) = published.metadata.owner_references
+    assert (owner.kind, owner.name) == ("Node", node.name)
+
+    theirs = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "upstream"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "dev", "exactly": {"deviceClassName": upstream}}],
+                "config": [
+                    {
+                        "requests": ["dev"],
+                        "opaque": {
+                            "driver": upstream,
+                            "parameters": {"greeting": "hello from upstream", "answer": "42"},
+                        },
+                    }
+                ],
+            }
+        },
+    }
+    resource.create_namespaced_resource_claim(node_namespace, theirs)
+    resource.create_namespaced_resource_claim(node_namespace, claim("gpu"))
+    pod = busybox_pod("both", "gpu", "env | sort; echo READY; sleep 600")
+    pod["spec"]["resourceClaims"].append({"name": "upstream", "resourceClaimName": "upstream"})
+    pod["spec"]["containers"][0]["resources"]["claims"].append({"name": "upstream"})
+    core.create_namespaced_pod(node_namespace, pod)
+    env = logged_env(core, "both", node_namespace)
+
+    read = resource.read_namespaced_resource_claim
+    ours, their = read("gpu", node_namespace), read("upstream", node_namespace)
+    (result,) = their.status.allocation.devices.results
+    assert (result.driver, result.pool) == (upstream, node.name)
+    assert result.device in names
+    # what the test driver injected, through its CDI spec
+    assert env["user_greeting"] == "hello from upstream"
+    assert env["user_answer"] == "42"
+    assert env[nodeplugins.upstream_claim_variable("upstream", "dev")] == "true"
+    spec = node.cdi_dir / nodeplugins.upstream_cdi_spec_name(their.metadata.uid, "dev")
+    edits = json.loads(spec.read_text())["devices"][0]["containerEdits"]
+    assert "user_greeting=hello from upstream" in edits["env"]
+    # ... and what ours did, for the other claim, in its own spec
+    (gpu,) = ours.status.allocation.devices.results
+    assert gpu.driver == nodeplugins.DRIVER
+    assert env["NVIDIA_VISIBLE_DEVICES"] == device_uuids(node)[f"{gpu.pool}/{gpu.device}"]
+    (our_spec,) = [p for p in node.cdi_dir.glob(f"*{ours.metadata.uid}*.json") if p != spec]
+    assert "user_greeting" not in our_spec.read_text()
+    assert "NVIDIA_VISIBLE_DEVICES" not in spec.read_text()
+
+    # deleting the pod unprepares both claims: each driver removes its spec
+    core.delete_namespaced_pod("both", node_namespace, grace_period_seconds=1)
+    wait_for("the test driver's CDI spec removed", lambda: not spec.exists())
+    wait_for("our driver's CDI spec removed", lambda: not our_spec.exists())
+    resource.delete_device_class(upstream)
+
+
+@needs_root
 def test_stopping_the_node_leaves_nothing_behind(
     node: real_node.Node, node_api: client.ApiClient, node_namespace: str
 ) -> None:
     """Runs last in the module: stops the module's node while a pod with a claim runs there,
     then looks for anything it changed on this machine."""
     core, resource = _apis(node_api)
+    drivers = {s.spec.driver for s in resource.list_resource_slice().items}
+    assert drivers == {nodeplugins.DRIVER, nodeplugins.TEST_DRIVER}  # both plugins run
     resource.create_namespaced_resource_claim(node_namespace, claim("gpu"))
     core.create_namespaced_pod(node_namespace, busybox_pod("sleeps", "gpu", "sleep 600"))
 
@@ -378,3 +496,7 @@ def test_stopping_the_node_leaves_nothing_behind(
     STATE["stopped"] = True
     assert real_node.leftovers(node.before, node.state_dir) == []
     assert node.timings["stop_s"] < real_node.STOP_TIMEOUT_S
+    # both drivers' slices of the node are gone with it (the test driver's process too:
+    # leftovers() looks for any process of the node's binaries)
+    slices = resource.list_resource_slice(field_selector=f"spec.nodeName={node.name}").items
+    assert slices == []
