@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 from dra_jupyter.hub.kernelspecs import cluster_kernel_specs
 from dra_jupyter.kube import taints
 from dra_jupyter.kube.connect import api_client, to_wire
-from tests.k8s import images, kernelimage, nodebuild, testenv
+from tests.k8s import images, kernelimage, nodebuild, nodeplugins, testenv
 from tests.k8s import node as real_node
 from tests.k8s.fixtures import fresh_namespace, wait_for
 from tests.k8s.kernelserver import (
@@ -188,7 +188,7 @@ def claim_uuids(api: client.ApiClient, node: real_node.Node, namespace: str, pod
     )
     published = device_uuids(node)
     results = claim["status"]["allocation"]["devices"]["results"]
-    assert all(r["driver"] == real_node.DRIVER for r in results)
+    assert all(r["driver"] == nodeplugins.DRIVER for r in results)
     return [published[f"{r['pool']}/{r['device']}"] for r in results]
 
 
