@@ -84,7 +84,7 @@ test('one notification per waiting request, not repeated on each read', async ()
   }
   assert.equal(shown.count, 1);
   assert.deepEqual(opened(shown), [
-    `bob waits for 4 GPUs since ${clockTime(1200)}: your train.ipynb (4× H200) hold what it needs.`
+    `bob waits for 4 GPUs since ${clockTime(1200)}: your train.ipynb (4× H200) holds what it needs.`
   ]);
   state.waiting = [waiter(), waiter({ user: 'carol', kernel_id: null, since: 1250 })];
   await model.refresh();

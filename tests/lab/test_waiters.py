@@ -39,7 +39,7 @@ def test_the_holder_is_told_who_waits_once_and_the_notice_goes_when_the_wait_end
         took = time.monotonic() - start
         text = notices.first.inner_text()
         assert text.startswith("bob waits for 2 GPUs since "), text
-        assert f"your busy.ipynb (8{X} H200) hold what it needs." in text, text
+        assert f"your busy.ipynb (8{X} H200) holds what it needs." in text, text
         assert took < BOUND
         page.wait_for_timeout(SETTLE_MS)
         assert notices.count() == 1  # not repeated on each read

@@ -30,8 +30,8 @@ export function waitWords(what: string): string {
   return `${n} ${noun}${n === 1 ? '' : 's'}${rest ? ` (${rest})` : ''}`;
 }
 
-/** Which of the user's claims it waits on, by notebook: `train.ipynb (4× H200)`, `claim c2
- * (1× H200)`, joined with `and`. */
+/** Which of the user's claims it waits on, by notebook, and the verb: `train.ipynb (4× H200)
+ * holds`, `train.ipynb (4× H200) and claim c2 (1× H200) hold`. */
 export function heldWords(
   claims: readonly Claim[],
   label: (kernelId: string) => string | null,
@@ -43,7 +43,9 @@ export function heldWords(
     groups.set(name, [...(groups.get(name) ?? []), ...c.devices]);
   }
   const parts = [...groups].map(([name, keys]) => `${name} (${deviceSummary(keys, devices)})`);
-  return parts.length > 1 ? `${parts.slice(0, -1).join(', ')} and ${parts.at(-1)}` : parts[0];
+  return parts.length > 1
+    ? `${parts.slice(0, -1).join(', ')} and ${parts.at(-1)} hold`
+    : `${parts[0]} holds`;
 }
 
 /** The notification's text: who waits, for what, since when, on which of your notebooks. */
@@ -55,7 +57,7 @@ export function waiterText(
 ): string {
   return (
     `${waiter.user} waits for ${waitWords(waiter.what)} since ${clockTime(waiter.since)}: ` +
-    `your ${heldWords(held, label, devices)} hold what it needs.`
+    `your ${heldWords(held, label, devices)} what it needs.`
   );
 }
 
