@@ -34,7 +34,7 @@ from dra_jupyter.local import notices as _notices
 from dra_jupyter.local import pressure, sweeps, waits
 from dra_jupyter.local import taints as _taints
 from dra_jupyter.local.ledger import Ledger, LedgerBusyError
-from dra_jupyter.local.shapes import shape_of, shape_words
+from dra_jupyter.local.shapes import shape_classes, shape_of, shape_words
 from dra_jupyter.model.admintaints import check_key, check_taint
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.sharing.reclaim import ReclaimSettings
@@ -383,7 +383,8 @@ class LocalBackend:
                 why = f"behind {who.user}'s same request, made earlier{more}"
             else:
                 why = "first in line for this request: it waits for devices to be released"
-            out.append(Waiter(owner, what, since, position=len(before) + 1, why=why))
+            place = len(before) + 1
+            out.append(Waiter(owner, what, since, place, why, shape_classes(shape)))
             before.append((owner, what))
         return out
 

@@ -50,6 +50,21 @@ def shape_summary(shape: str) -> str:
     return ", ".join(parts) or "devices"
 
 
+def shape_classes(shape: str) -> tuple[str, ...]:
+    """The device classes ``shape`` asks for, each once (``()`` where it cannot be read)."""
+    try:
+        requests = json.loads(shape).get("devices", {}).get("requests", [])
+    except (ValueError, AttributeError):
+        return ()
+    classes: list[str] = []
+    for request in requests if isinstance(requests, list) else []:
+        for exactly in [request.get("exactly"), *(request.get("firstAvailable") or [])]:
+            cls = exactly.get("deviceClassName") if isinstance(exactly, dict) else None
+            if isinstance(cls, str) and cls not in classes:
+                classes.append(cls)
+    return tuple(classes)
+
+
 def shape_words(shape: str) -> str:
     """The request of ``shape`` as ``dra.request``'s keywords, one request's after the
     other's (``; ``); ``devices`` where the shape cannot be read."""

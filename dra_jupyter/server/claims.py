@@ -35,7 +35,7 @@ from typing import Any
 from dra_jupyter.accounting.book import Book, Totals, admin_words
 from dra_jupyter.api import Session
 from dra_jupyter.api.asked import asked
-from dra_jupyter.claimspec import requested_devices
+from dra_jupyter.claimspec import class_driver, requested_devices
 from dra_jupyter.durations import parse_lease, parse_timeout
 from dra_jupyter.errors import (
     AllocationError,
@@ -71,6 +71,7 @@ from dra_jupyter.types import (
     Owner,
     Select,
     Sweep,
+    Waiter,
     process_start_time,
     run_of,
     taking_out_of,
@@ -245,6 +246,7 @@ class ClaimService:
                 since=w.since,
                 position=w.position,
                 why=w.why,
+                holders=waited_on(w, held),
             )
             for w in self.backend.waiting()
         ]
@@ -627,3 +629,14 @@ def usage_of(book: Book, user: str, since: str) -> UsageResponse:
         idle_share=None if math.isnan(share) else share,
         daily_gpu_hours=daily(book.intervals, user, days, book.now),
     )
+
+
+def waited_on(waiter: Waiter, held: Collection[ClaimRecord]) -> list[str]:
+    """The live claims a waiting request waits on: those that hold devices of the drivers
+    it asks for (every claim that holds devices where the backend does not say)."""
+    drivers = {class_driver(c) for c in waiter.classes}
+    return [
+        r.name
+        for r in held
+        if any(not drivers or key.split("/", 1)[0] in drivers for key in r.device_keys)
+    ]

@@ -50,6 +50,7 @@ class WaiterModel(TypedDict):
     since: float  # seconds since the epoch
     position: int  # its place in the line, 1 first (0: the backend does not say)
     why: str  # why there ("" where the backend does not say)
+    holders: list[str]  # the live claims holding devices of the drivers it asks for
 
 
 # the cluster's devices of one shape, by state (``GET devices`` from a hub's shared view)

@@ -462,6 +462,7 @@ class ServiceBackend:
                     float(w["since"]),
                     int(w.get("position", 0)),
                     str(w.get("why", "")),
+                    summary_classes(str(w["what"])),
                 )
                 for w in self._call("waiting")
             ]
@@ -606,3 +607,10 @@ class ServiceMetrics:
 
     def close(self) -> None:
         return None
+
+
+def summary_classes(what: str) -> tuple[str, ...]:
+    """The device classes of a waiting request in the daemon's words (``8 gpu.nvidia.com,
+    1 mig.nvidia.com + selectors``: :func:`~dra_jupyter.local.shapes.shape_summary`)."""
+    words = (part.split(" ") for part in what.split(", "))
+    return tuple(dict.fromkeys(w[1] for w in words if len(w) > 1 and "." in w[1]))

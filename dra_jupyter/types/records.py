@@ -67,6 +67,7 @@ class Waiter:
     since: float  # seconds since the epoch
     position: int = 0  # its place in the line, 1 first (0: the backend does not say)
     why: str = ""  # why there: "behind carol, who has used less of their share (...)"
+    classes: tuple[str, ...] = ()  # the device classes it asks for; () where not said
 
 
 @dataclass(frozen=True)

@@ -333,7 +333,12 @@ export class DraModel {
       }
       const missing = claims.some(c => c.devices.some(d => !this._deviceMap.has(d)));
       const stale = this._devicesStale;
-      if (stale || this._devicesWanted || this.waitingWanted() || missing || !this._devices) {
+      // while the caller holds devices, each refresh reads who waits for them too (the
+      // line is in GET /devices: notifications/waiters.ts; none where the server pushes,
+      // on Kubernetes)
+      const holding = !pushed && claims.some(c => c.devices.length > 0);
+      const wanted = this._devicesWanted || this.waitingWanted() || holding;
+      if (stale || wanted || missing || !this._devices) {
         this._devicesStale = false;
         this._setDevices(await this._request('GET /devices'));
         this._devicesRead = started;

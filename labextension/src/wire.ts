@@ -90,6 +90,8 @@ export interface Waiter {
   position: number;
   /** why there, e.g. behind carol, who has used less of their share ('' where the backend does not say) */
   why: string;
+  /** the live claims (names) that hold devices of the drivers it asks for: what it waits on (every claim that holds devices where the backend does not say what it asks for) */
+  holders: string[];
 }
 
 export interface Claim {

@@ -200,7 +200,8 @@ test('the line: who waits for what and since when; your own say their place', ()
       what: '2 gpu.nvidia.com',
       since: now - 125,
       position: 0,
-      why: ''
+      why: '',
+      holders: []
     },
     {
       user: 'me',
@@ -208,7 +209,8 @@ test('the line: who waits for what and since when; your own say their place', ()
       what: '8 gpu.nvidia.com',
       since: now - 30,
       position: 0,
-      why: ''
+      why: '',
+      holders: []
     }
   ];
   assert.deepEqual(

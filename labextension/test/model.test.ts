@@ -112,11 +112,16 @@ test('a refresh reads the claims, and the devices the first time', async () => {
     ['a']
   );
   assert.equal(m.deviceMap.get(`${GPU}0`)?.model, 'NVIDIA H200');
-  await m.refresh(); // the devices again only when wanted or a claim names an unknown one
-  assert.deepEqual(server.calls.slice(2), ['GET /claims']);
+  await m.refresh(); // a claim holds devices: each refresh reads who waits for them
+  assert.deepEqual(server.calls.slice(2), ['GET /claims', 'GET /devices']);
+  server.claims = [claim('b', { kernel_id: 'k2' })];
+  await m.refresh(); // none held: the devices again only when wanted or a claim names an unknown one
+  await m.refresh();
+  const reads = () => server.calls.filter(c => !c.startsWith('GET /claims/'));
+  assert.deepEqual(reads().slice(4), ['GET /claims', 'GET /claims']);
   server.claims.push(claim('c', { devices: [`${GPU}7`] }));
   await m.refresh();
-  assert.deepEqual(server.calls.slice(3), ['GET /claims', 'GET /devices']);
+  assert.deepEqual(reads().slice(6), ['GET /claims', 'GET /devices']);
 });
 
 test('a failed refresh keeps the error (and the last claims) and throws it', async () => {

@@ -25,6 +25,13 @@ export const notifier: Notifier = {
   dismiss: id => Notification.dismiss(id)
 };
 
+/** Someone waits for the user's devices: a note that stays until the wait ends. */
+export const waiterNotifier: Notifier = {
+  warn: message => Notification.info(message, { autoClose: false }),
+  update: (id, message) => Notification.update({ id, message, type: 'info' }),
+  dismiss: id => Notification.dismiss(id)
+};
+
 /** The kernel moves as JupyterLab's notifications (a kernel back on the server: a warning
  * that stays, with its restart; one into its pod, and a restart done: notes that go). */
 export const moveNotifier: MoveNotifier = {

@@ -1,7 +1,8 @@
 // The notifications (while the settings' notify is on): idle warnings (one per notebook),
-// a process on a GPU none of the user's claims holds, kernel moves, reclaims, devices taken
-// out of service, and the releases of the user's devices that the user did not make, with
-// their reason (docs/labextension.md, "The notification rules").
+// a process on a GPU none of the user's claims holds, kernel moves, reclaims, who waits in
+// line for the user's devices, devices taken out of service, and the releases of the
+// user's devices that the user did not make, with their reason (docs/labextension.md, "The
+// notification rules").
 
 import type { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { Notification } from '@jupyterlab/apputils';
@@ -15,11 +16,13 @@ import {
   moveNotifier,
   notifier,
   releaseNotifier,
-  runEndNotifier
+  runEndNotifier,
+  waiterNotifier
 } from '../notifications/notifiers';
 import { ReclaimWarnings } from '../notifications/reclaims';
 import { ReleaseNotices } from '../notifications/releases';
 import { RunEnds } from '../notifications/runends';
+import { WaiterNotices } from '../notifications/waiters';
 import { IdleWarnings } from '../notifications/warnings';
 import { IDRAKernels, IDRAModel, IDRASettings, type Kernels, RUN_OUTPUT } from '../tokens';
 import { moveAsked } from '../views/ask';
@@ -70,6 +73,8 @@ export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
     // a device of the user's claim taken out of service: Move or Release, until done
     const health = new DeviceHealth(model, moveNotifier, kernels, fail, moveAsked);
     model.deviceUnhealthy.connect(shown(event => health.show(event)));
+    // another user waits in line for devices the user's claims hold: until the wait ends
+    new WaiterNotices(model, waiterNotifier, kernels.label, () => settings.current.notify);
     // a release the user did not make (idle, a lease, an admin, ...): once, one per kernel
     const releases = new ReleaseNotices(model, releaseNotifier, kernels.label);
     model.released.connect(shown(release => releases.add(release)));
