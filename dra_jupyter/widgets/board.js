@@ -31,6 +31,7 @@
  *   simulated: boolean,
  *   inventory: string,
  *   waiting: Waiter[],
+ *   notebooks: Map<string, string>,
  *   warning: number,
  *   error: string,
  * }} BoardView
@@ -194,7 +195,7 @@ function draRender(el, model, view) {
   }
   table.append(body);
   el.append(table);
-  const queue = view.rows !== null ? draQueue(view.waiting) : null;
+  const queue = view.rows !== null ? draQueue(view.waiting, view.notebooks) : null;
   if (queue) el.append(queue);
   draTick(el);
 }
@@ -210,6 +211,7 @@ export default {
       simulated: false,
       inventory: "",
       waiting: [],
+      notebooks: new Map(),
       warning: 0,
       error: "",
     };
@@ -233,6 +235,7 @@ export default {
           view.simulated = devices.simulated;
           view.inventory = devices.inventory;
           view.waiting = devices.waiting;
+          view.notebooks = notebooks;
           view.warning = metrics.idle_warning || 0;
           view.error = "";
           redraw();

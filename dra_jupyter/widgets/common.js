@@ -275,18 +275,22 @@ function draDuration(seconds) {
 }
 
 // The queue, for those who hold devices: who waits, for what, since when (null: nobody).
+// Who waits: the user, and the notebook where this server runs the waiting kernel (never
+// a kernel id: another server's kernel is the user alone).
 /**
  * @param {Waiter[]} waiting
+ * @param {Map<string, string>} [notebooks] this server's notebooks by kernel id
  * @returns {HTMLElement | null}
  */
-function draQueue(waiting) {
+function draQueue(waiting, notebooks) {
   if (!waiting.length) return null;
   const box = draEl("div", "dra-queue");
   box.append(draEl("span", "dra-dim", `waiting in line (${waiting.length}): `));
   waiting.forEach((w, i) => {
     const since = new Date(w.since * 1000);
     const at = since.toLocaleTimeString([], draClock);
-    const who = w.user + (w.kernel_id ? " (kernel " + w.kernel_id.slice(0, 8) + ")" : "");
+    const notebook = w.kernel_id && notebooks ? notebooks.get(w.kernel_id) : undefined;
+    const who = w.user + (notebook ? ` (${notebook})` : "");
     const item = draEl("span", "dra-waiter", `${who}: ${w.what}, since ${at}`);
     item.title = since.toLocaleString();
     box.append(i ? "; " : "", item);
