@@ -377,7 +377,11 @@ export class DevicesPanel extends Widget {
     const details = el('details', 'dra-request-details');
     details.open = this._formOpen;
     details.addEventListener('toggle', () => (this._formOpen = details.open));
-    details.append(el('summary', '', 'Request devices'));
+    const summary = el('summary', '', 'Request devices');
+    // kept at the click, not at 'toggle' (a task later): a render in between would make
+    // the form again from the state before the click, closed under the user's hand
+    summary.addEventListener('click', () => (this._formOpen = !details.open));
+    details.append(summary);
     const fields: [keyof ClaimRequest, string, string][] = [
       ['gpu', 'GPUs', 'how many, e.g. 2'],
       ['model', 'Model', 'e.g. H200'],
