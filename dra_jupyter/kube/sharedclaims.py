@@ -183,7 +183,3 @@ class SharedClaims:
                 raise self._error(error, "delete", "resourceclaims", action) from error
             return True
         return False
-
-    def count(self, name: str) -> int:
-        """How many pods share the claim ``name`` now (0: none, or no such claim)."""
-        return len(self.users(name))
