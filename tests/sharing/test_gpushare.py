@@ -328,3 +328,29 @@ def test_a_share_of_memory_where_no_device_allows_several_claims_is_one_line() -
     assert no_shared_device(alternatives, either, h200) is not None
     whole: Wire = {"gpu": 1}
     assert no_shared_device(whole, build_claim("c", whole, classes=CLASSES), h200) is None
+
+
+def test_one_machine_shares_a_gpus_memory_only_where_a_device_allows_several_claims(
+    tmp_path: Path,
+) -> None:
+    """On one machine as on Kubernetes: ``share="20Gi"`` is a part of a device that several
+    claims hold at once; where the inventory has such devices, several claims land on one
+    device by its memory; where it has none, the request is refused in the cluster's one
+    line (less the driver's strategies, which one machine has no driver for), never given a
+    whole GPU without saying so."""
+    shared = Session(
+        Settings(ledger=tmp_path / "shared.sqlite"), inventory=simulated.load("h200-shared")
+    )
+    first, second = shared.request(share="20Gi"), shared.request(share="20Gi")
+    assert [r.device for r in first.devices] == [r.device for r in second.devices]
+    whole = simulated.load("h200-8x")
+    session = Session(Settings(ledger=tmp_path / "whole.sqlite"), inventory=whole)
+    with pytest.raises(InvalidInputError) as caught:
+        session.request(gpu=1, share="20Gi")
+    assert str(caught.value) == (
+        "dra.request: share='20Gi' asks for part of a device that several claims hold at "
+        "once (allowMultipleAllocations), and no gpu.nvidia.com device on "
+        f"{whole.description} (simulated) allows it; leave share= out for a whole device"
+    )
+    assert len(session.claims()) == 0  # nothing was made
+    assert len(session.request(gpu=1).devices) == 1  # a whole GPU, asked as one
