@@ -22,7 +22,7 @@ from dra_jupyter.model.attributes import Version
 from dra_jupyter.model.objects import Device, ResourceSlice
 from dra_jupyter.model.parse import parse_many, parse_resource_slice
 from dra_jupyter.model.quantity import Quantity
-from dra_jupyter.sharing.gpushare import GpuSharing, pinned_memory_problem
+from dra_jupyter.sharing.gpushare import SHAREABLE, GpuSharing, pinned_memory_problem
 from dra_jupyter.tables import human_bytes
 
 if TYPE_CHECKING:
@@ -192,7 +192,6 @@ def no_sharing_driver(
     )
 
 
-SHAREABLE = "device.allowMultipleAllocations"  # CEL: a device several claims may hold at once
 # how a driver shares a device of its class where none is shared by capacity
 DRIVER_SHARES = {
     "gpu.nvidia.com": "share='time-slicing' or share='mps'",

@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
+from dra_jupyter.allocator import Allocator
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory import simulated
+from dra_jupyter.inventory.nvidia import consumable_shares, device_classes, hgx_node
 from dra_jupyter.settings import Settings
 from dra_jupyter.sharing.gpushare import GpuSharing, pinned_memory_problem
 from dra_jupyter.verdicts import no_shared_device, sharing_hint
@@ -354,3 +356,26 @@ def test_one_machine_shares_a_gpus_memory_only_where_a_device_allows_several_cla
     )
     assert len(session.claims()) == 0  # nothing was made
     assert len(session.request(gpu=1).devices) == 1  # a whole GPU, asked as one
+
+
+def test_a_share_of_memory_never_gets_a_whole_ordinary_gpu_beside_shareable_ones() -> None:
+    """Where some GPUs allow several claims and others do not, ``share="20Gi"`` carries the
+    selector ``device.allowMultipleAllocations`` (upstream's CEL: false where a device does
+    not say it), so neither kube-scheduler nor our allocator gives it a whole ordinary GPU
+    (a capacity request alone is only a filter on a device that one claim holds)."""
+    node = hgx_node("gpu-mixed-1")
+    devices = node["spec"]["devices"]
+    devices[4:] = [consumable_shares(d, 4) for d in devices[4:]]  # gpu-0..3 ordinary
+    spec: Wire = {"share": "20Gi"}
+    claims = [build_claim(f"c{i}", spec, classes=CLASSES) for i in range(3)]
+    [request] = claims[0]["spec"]["devices"]["requests"]
+    assert {"cel": {"expression": "device.allowMultipleAllocations"}} in request["exactly"][
+        "selectors"
+    ]
+    allocator = Allocator([node], device_classes(), [], "first-fit")
+    found = allocator.allocate(claims)
+    assert found is not None
+    assert {r.device.device for a in found for r in a.results} == {"gpu-4"}  # one shared GPU
+    plain = allocator.allocate([build_claim("p", {"gpu": 1}, classes=CLASSES)])
+    assert plain is not None
+    assert plain[0].results[0].device.device == "gpu-0"  # a whole GPU is still any GPU
