@@ -14,7 +14,8 @@ keyword                   ResourceClaim
 ``model="H200"``          selector: the product name contains it (case-insensitive)
 ``selector="<CEL>"``      a CEL selector of your own
 ``share="20Gi"``          ``capacity.requests.memory``: a share of a device that allows
-                          multiple allocations
+                          multiple allocations (and the selector
+                          ``device.allowMultipleAllocations``: never a whole device)
 ``share="mps"``           the devices shared by their driver (``share="time-slicing"``
                           too), with ``threads=``, ``pinned_memory=`` or ``interval=``:
                           the request's opaque ``config`` (see
@@ -44,6 +45,7 @@ from dra_jupyter.model.limits import MAX_ATTRIBUTE_STRING_LENGTH, label_name_pro
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.model.quantity import Quantity
 from dra_jupyter.sharing.gpushare import (
+    SHAREABLE,
     SHARING_KEYS,
     GpuSharing,
     names_a_strategy,
@@ -451,6 +453,12 @@ def device_request(
         cls = str(spec["device_class"])
         count = _count(spec.get("count", 1), "count", at)
     selectors.extend(_selectors(spec, cls, at))
+    share = spec.get("share")
+    shared_by_capacity = share is not None and strategy_name(share) is None
+    if shared_by_capacity:
+        if names_a_strategy(share):
+            raise unknown_strategy(share, at)
+        selectors.append(SHAREABLE)  # never a whole ordinary device beside shareable ones
     body: Wire = {"deviceClassName": cls}
     if count == "all":
         body["allocationMode"] = "All"
@@ -458,10 +466,7 @@ def device_request(
         body["count"] = count
     if selectors:
         body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
-    share = spec.get("share")
-    if share is not None and strategy_name(share) is None:
-        if names_a_strategy(share):
-            raise unknown_strategy(share, at)
+    if shared_by_capacity:
         body["capacity"] = {"requests": {"memory": _quantity(share, "share", at)}}
     return kind, body
 

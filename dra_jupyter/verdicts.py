@@ -22,7 +22,7 @@ from dra_jupyter.model.attributes import Version
 from dra_jupyter.model.objects import Device, ResourceSlice
 from dra_jupyter.model.parse import parse_many, parse_resource_slice
 from dra_jupyter.model.quantity import Quantity
-from dra_jupyter.sharing.gpushare import GpuSharing, pinned_memory_problem
+from dra_jupyter.sharing.gpushare import SHAREABLE, GpuSharing, pinned_memory_problem
 from dra_jupyter.tables import human_bytes
 
 if TYPE_CHECKING:
@@ -192,7 +192,6 @@ def no_sharing_driver(
     )
 
 
-SHAREABLE = "device.allowMultipleAllocations"  # CEL: a device several claims may hold at once
 # how a driver shares a device of its class where none is shared by capacity
 DRIVER_SHARES = {
     "gpu.nvidia.com": "share='time-slicing' or share='mps'",
@@ -210,13 +209,19 @@ def _capacity_requests(claim: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
 
 
 def no_shared_device(
-    spec: Mapping[str, Any], claim: Mapping[str, Any], inventory: Inventory
+    spec: Mapping[str, Any],
+    claim: Mapping[str, Any],
+    inventory: Inventory,
+    *,
+    drivers: bool = True,
 ) -> str | None:
     """Why ``share="20Gi"`` (part of a device's memory) cannot be had: no device of the
     request's class allows several claims at once (``allowMultipleAllocations``), where the
-    scheduler would give a whole device instead (a capacity request is only a filter on a
-    device that one claim holds). With alternatives, only where none of those that ask for
-    a share could have one. None where some device allows it, or no slices are seen."""
+    scheduler (or our allocator, on one machine) would give a whole device instead (a
+    capacity request is only a filter on a device that one claim holds). With alternatives,
+    only where none of those that ask for a share could have one. None where some device
+    allows it, or no slices are seen. ``drivers``: the backend has drivers that share a GPU
+    themselves (a cluster), so the line offers their strategies; one machine has none."""
     classes = {c["metadata"]["name"] for c in inventory.device_classes}
     bodies = list(_capacity_requests(claim))
     if (
@@ -250,7 +255,9 @@ def no_shared_device(
     cls = str(bodies[0]["deviceClassName"])
     where = inventory.description + (" (simulated)" if inventory.simulated else "")
     instead = (
-        f", or ask the driver to share one ({DRIVER_SHARES[cls]})" if cls in DRIVER_SHARES else ""
+        f", or ask the driver to share one ({DRIVER_SHARES[cls]})"
+        if drivers and cls in DRIVER_SHARES
+        else ""
     )
     return (
         f"share={shown(_shared(spec))} asks for part of a device that several claims hold at "

@@ -191,10 +191,19 @@ KEYWORD_CASES: list[tuple[str, Wire, tuple[str, ...], Wire]] = [
         ),
     ),
     (
-        "share: capacity.requests.memory",
+        "share: capacity.requests.memory, on a device that allows several claims",
         {"gpu": 1, "share": "20Gi"},
         NVIDIA_CLASSES,
-        claim([exactly("gpu", NV, capacity={"requests": {"memory": "20Gi"}})]),
+        claim(
+            [
+                exactly(
+                    "gpu",
+                    NV,
+                    selectors=[{"cel": {"expression": "device.allowMultipleAllocations"}}],
+                    capacity={"requests": {"memory": "20Gi"}},
+                )
+            ]
+        ),
     ),
     (
         "same=pcieRoot",

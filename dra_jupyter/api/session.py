@@ -379,12 +379,12 @@ class Session:
         with memory >= 200Gi; the largest is ...``, said by ``caller``), when the claim
         could never be met; InvalidInputError where a shared GPU's limit cannot be met (a
         pinned memory limit above the devices' memory), this backend has no driver that
-        shares a GPU (``share="mps"`` on one machine), or a cluster has no device of the
-        class that several claims may hold (``share="20Gi"``)."""
+        shares a GPU (``share="mps"`` on one machine), or no device of the class allows
+        several claims (``share="20Gi"``; on one machine as on a cluster)."""
         where = None if self.backend.cluster is not None else self.backend.capabilities.where
         hint = sharing_hint(spec, self.inventory) or no_sharing_driver(spec, claim, where)
-        if hint is None and where is None:  # a cluster's slices, from its watched views
-            hint = no_shared_device(spec, claim, self.inventory)
+        if hint is None:  # a cluster's slices from its watched views, or this machine's
+            hint = no_shared_device(spec, claim, self.inventory, drivers=where is None)
         if hint is not None:
             raise InvalidInputError(hint).said_by(caller)
         try:

@@ -194,25 +194,34 @@ class Checks:
         """Kernels in pods of a claim they joined own no claim for idle release to delete:
         an idle one leaves its pod (:meth:`KernelActions.leave_joined`), and the claim stays.
         One that holds claims of its own (the maker of the claim it joined, say) leaves with
-        their release instead (:meth:`KernelActions.on_claim_released`). Their deadlines,
-        for the next pass."""
+        their release instead (:meth:`KernelActions.on_claim_released`). Each is warned
+        ``idle_warning`` before, as a holder is, that its pod stops and the claim stays.
+        Their warnings' and deadlines' moments, for the next pass."""
         due = []
         policy = self.idling.policy
+        warned = self.claim_events.joiner_warned
         for kernel_id, devices in self.kernels.joiners().items():
             execution = self.watcher.execution(kernel_id)
             if execution is None or kernel_id in holders:
                 continue
             deadline = policy.deadline(execution.last_execute, 0.0)
             decision = policy.decide(
-                now=now, busy=execution.busy, deadline=deadline, warned_for=deadline
+                now=now, busy=execution.busy, deadline=deadline, warned_for=warned.get(kernel_id)
             )
             if decision is Decision.RELEASE:
+                warned.pop(kernel_id, None)
                 self.kernels.leaving.add(kernel_id)  # once: the move takes a while
                 IOLoop.current().spawn_callback(
                     self.kernels.leave_joined, kernel_id, devices, "idle"
                 )
-            elif deadline is not None and not execution.busy:
-                due.append(deadline)
+                continue
+            if decision is Decision.WARN and deadline is not None:
+                user = self.service.server_owner.user
+                self.claim_events.emit_joiner_idle_warning(
+                    kernel_id, devices.join, user, deadline, now
+                )
+            if deadline is not None and not execution.busy:
+                due += [deadline - policy.warning, deadline]
         return due
 
     async def check_health(self) -> None:

@@ -85,6 +85,7 @@ class ClaimEvents:
         self.seen: dict[str, float] = {}  # claims announced allocated -> their creation time
         self.warned: dict[str, float] = {}  # claim -> the idle deadline it was warned of
         self.gpu_warned: dict[str, float] = {}  # claim -> the GPU-idle deadline warned of
+        self.joiner_warned: dict[str, float] = {}  # joiner's kernel -> its deadline warned of
         self.strays: set[tuple[int, float | None, str]] = set()  # (pid, start, device) said
         # claims announced released -> their creation time: a check pass that read the
         # live claims before a release (passes overlap; the writer ran them back to back)
@@ -111,6 +112,24 @@ class ClaimEvents:
         data = {**_claim_data(record), "deadline": deadline, "seconds_left": deadline - now}
         if gpu:
             data["gpu_idle"] = True
+        self._emit(IDLE_WARNING, data)
+
+    def emit_joiner_idle_warning(
+        self, kernel_id: str, claim: str, user: str, deadline: float, now: float
+    ) -> None:
+        """A kernel in a pod of a claim it joined (``dra.request(join=...)``) is idle: at
+        ``deadline`` its own pod is stopped and the claim stays, its maker's (``joined``;
+        ``devices`` empty: they are the claim's, listed by ``GET /claims``' ``joined``)."""
+        self.joiner_warned[kernel_id] = deadline
+        data = {
+            "claim": claim,
+            "user": user,
+            "kernel_id": kernel_id,
+            "devices": [],
+            "deadline": deadline,
+            "seconds_left": deadline - now,
+            "joined": True,
+        }
         self._emit(IDLE_WARNING, data)
 
     def emit_gpu_processes(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -20,7 +20,8 @@ keyword                    the driver's field
 =========================  ==================================================================
 
 ``share="20Gi"`` (a quantity) is a different thing: a share of the capacity of a device that
-allows several allocations (``capacity.requests``, see :mod:`dra_jupyter.claimspec`).
+allows several allocations (``capacity.requests`` and the selector :data:`SHAREABLE`, see
+:mod:`dra_jupyter.claimspec`).
 
 The driver decodes strictly (a field it does not know fails the node's prepare), so only the
 fields above are ever written. Every refusal is one line that names the keyword and what is
@@ -49,6 +50,10 @@ _SPELLINGS = {"timeslicing": "time-slicing", "timeslice": "time-slicing", "mps":
 INTERVALS = {"default": "Default", "short": "Short", "medium": "Medium", "long": "Long"}
 SHARING_KEYS = ("interval", "threads", "pinned_memory")  # the limits of a strategy
 MEBIBYTE = 2**20  # the driver sets pinned limits in whole MiB, at least one
+# CEL (upstream's environment, DRAConsumableCapacity on): a device several claims may hold at
+# once; false where a device does not say so. ``share="20Gi"`` carries it, so that a share is
+# never given a whole ordinary GPU (a capacity request alone filters, it does not share).
+SHAREABLE = "device.allowMultipleAllocations"
 
 
 @dataclass(frozen=True)

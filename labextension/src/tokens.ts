@@ -59,6 +59,8 @@ export interface ClaimEvent {
 export interface IdleWarningEvent extends ClaimEvent {
   deadline: number;
   seconds_left: number;
+  /** true: the kernel joined the claim; its own pod stops at the deadline, the claim stays */
+  joined?: boolean;
 }
 
 /** dra_jupyter/server/events/claim_released.json */

@@ -5,8 +5,8 @@ import type { Requester } from '../src/api';
 import { clockTime } from '../src/format';
 import { DraModel } from '../src/model';
 import { IdleWarnings, type Notifier, type WarningAction } from '../src/notifications/warnings';
-import { EVENTS, type IdleWarningEvent } from '../src/tokens';
-import type { Claim } from '../src/wire';
+import { EVENTS, type IdleWarningEvent, type KernelMovedEvent } from '../src/tokens';
+import type { Claim, Joined } from '../src/wire';
 import { claim, GPU } from './fixtures';
 
 /** The notifications shown, by id: their text and buttons. */
@@ -48,12 +48,12 @@ function idleWarnings(model: DraModel, shown: Shown, gatherMs: number): IdleWarn
 }
 
 function setup(claims: Claim[]) {
-  const server = { claims, kept: [] as string[], released: [] as string[] };
+  const server = { claims, joined: [] as Joined[], kept: [] as string[], released: [] as string[] };
   let now = 1000;
   const request = (async (operation: string, parameters?: Record<string, string>) => {
     switch (operation) {
       case 'GET /claims':
-        return { claims: [...server.claims] };
+        return { claims: [...server.claims], joined: [...server.joined] };
       case 'GET /devices':
         return { inventory: 'h200-8x', simulated: true, devices: [] };
       case 'GET /claims/{name}':
@@ -296,4 +296,60 @@ test("a notebook's claims released together withdraw its warning without a burst
   await new Promise(resolve => setTimeout(resolve, 60));
   assert.equal(shown.updates, 1);
   assert.ok(only(shown).message.startsWith('2 claims'), only(shown).message);
+});
+
+test('a joiner is warned that its pod stops and the claim stays, until a cell, a move or a refresh', async () => {
+  const { model, shown, warnings, server, tick } = setup([]);
+  model.ownKernel = id => id === 'k1';
+  const team: Joined = {
+    kernel_id: 'k1',
+    claim: 'team-gpu',
+    user: 'bob',
+    devices: [`${GPU}0`],
+    used_by: ['kernel-k1-abc']
+  };
+  server.joined = [team];
+  await model.refresh();
+  model.idleWarning.connect((_, event) => warnings.show(event));
+  const joined = (deadline: number) =>
+    model.handleEvent({ ...warning('team-gpu', deadline, { joined: true, devices: [] }) });
+  joined(1045); // the model passes on a warning of its page's kernel, of a claim not its user's
+  const { message, actions } = only(shown);
+  assert.equal(
+    message,
+    `idle.ipynb: its pod on the shared claim team-gpu will be stopped as idle at ${clockTime(1045)} ` +
+      'unless a cell runs; the claim stays.'
+  );
+  assert.deepEqual(actions, []); // no Keep or Release: the claim is bob's
+  assert.deepEqual(warnings.claims, []);
+  joined(1050); // a deadline that moved: its one warning, said again
+  assert.ok(only(shown).message.includes(clockTime(1050)));
+  assert.equal(shown.open.size, 1);
+  tick(1);
+  await model.refresh(); // still joined: still warned of
+  assert.deepEqual(warnings.joiners, ['k1']);
+
+  warnings.withdrawKernel('k1'); // a cell started
+  assert.equal(shown.open.size, 0);
+
+  joined(1100);
+  const back: KernelMovedEvent = {
+    schema_id: EVENTS.kernelMoved,
+    kernel_id: 'k1',
+    user: 'alice',
+    where: 'server',
+    devices: 'team-gpu',
+    again: "dra.request(join='team-gpu')",
+    message: 'its pod was stopped'
+  };
+  model.handleEvent({ ...back }); // its pod stopped: the move says so instead
+  assert.deepEqual(warnings.joiners, []);
+  assert.equal(shown.open.size, 0);
+
+  joined(1200);
+  tick(1);
+  server.joined = []; // gone from a refresh that started after the warning
+  await model.refresh();
+  assert.deepEqual(warnings.joiners, []);
+  assert.equal(shown.open.size, 0);
 });

@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 DEADLINE = 120.0
 IMAGE = "dra-jupyter-test/never-pulled:0"  # the stand-in runs the command, pulls nothing
+EVENTS = "events.jsonl"  # beside server.log: the server's events (jupyter_events' JSON)
 
 
 def entry_point_registered() -> bool:
@@ -201,7 +202,10 @@ def running_server(
     port, token = free_port(), secrets.token_hex(16)
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "jupyter_server_config.py").write_text(
+        "import logging\n"
         "c = get_config()  # noqa\n"
+        # the server's events, one JSON line each (read by events_of_server)
+        f"c.EventLogger.handlers = [logging.FileHandler({str(tmp_path / EVENTS)!r})]\n"
         'c.DRAExtensionApp.backend = "kubernetes"\n'
         f"c.DRAExtensionApp.namespace = {namespace!r}\n"
         f"c.DRAExtensionApp.kubeconfig = {str(kubeconfig)!r}\n"
@@ -256,6 +260,15 @@ def running_server(
             process.wait(timeout=10)
         log.close()
         delete_rbac(api, cluster_wide)
+
+
+def server_events(server: Server, kind: str) -> list[dict[str, Any]]:
+    """The events of ``kind`` (``idle_warning``, ``kernel_moved``, ...) the server emitted
+    so far, in order."""
+    path = server.root.parent / EVENTS
+    lines = path.read_text().splitlines() if path.exists() else []
+    found = [json.loads(line) for line in lines if line.strip()]
+    return [e for e in found if e.get("__schema__", "").endswith(f"/{kind}/v1")]
 
 
 async def execute(server: Server, kernel: str, code: str, *, answer: bool = True) -> str:

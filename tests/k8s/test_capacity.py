@@ -1,10 +1,12 @@
 """``dra.request(share="20Gi")`` on Kubernetes (#40, item 5): a claim asking a device that
 allows several allocations (``allowMultipleAllocations``, NVIDIA's consumable shares) for
-part of its memory (``capacity.requests.memory``). The real kube-scheduler puts two such
-claims on one GPU, each result with its ``shareID`` and ``consumedCapacity``, and leaves a
-third that would pass the GPU's memory pending; our own allocator, given the same slices and
-claims, answers the same. Where no device of the class allows several claims, the request
-is refused in one line before anything is made."""
+part of its memory (``capacity.requests.memory``), and only such a device (the selector
+``device.allowMultipleAllocations``). The real kube-scheduler puts two such claims on the
+shared GPU, each result with its ``shareID`` and ``consumedCapacity``, and leaves a third
+that would pass the GPU's memory pending, though a whole ordinary GPU beside it is free;
+our own allocator, given the same slices and claims, answers the same. Where no device of
+the class allows several claims, the request is refused in one line before anything is
+made."""
 
 from __future__ import annotations
 
@@ -29,15 +31,17 @@ from tests.k8s.test_publish import unpublish
 from tests.k8s.test_scheduling import Cluster, pod
 
 Wire = dict[str, Any]
-NODE = "shared-node-1"  # one H200 (143771Mi) that up to 4 claims share by memory
+NODE = "shared-node-1"  # an ordinary H200, and one (143771Mi) that up to 4 claims share
+SHARED = "gpu-1"
 
 
 @pytest.fixture
 def shared_node(kubeconfig: Path, api: client.ApiClient, tmp_path_factory: Any) -> Iterator[None]:
-    """A node whose one GPU is published as NVIDIA's driver does with consumable shares; gone
-    after the test (the session's cluster is shared: other tests see none)."""
-    [gpu] = nvidia.hgx_node(NODE, nvidia.H200, shares=4)["spec"]["devices"][:1]
-    one = nvidia.gpu_slice(NODE, [gpu])
+    """A node with two GPUs: ``gpu-0`` a whole one only, ``gpu-1`` published as NVIDIA's
+    driver does with consumable shares; gone after the test (the session's cluster is
+    shared: other tests see none)."""
+    ordinary, gpu = nvidia.hgx_node(NODE, nvidia.H200)["spec"]["devices"][:2]
+    one = nvidia.gpu_slice(NODE, [ordinary, nvidia.consumable_shares(gpu, 4)])
     path = tmp_path_factory.mktemp("shared") / "slices.yaml"
     path.write_text(yaml.safe_dump_all([one, *nvidia.device_classes()]))
     assert (
@@ -89,14 +93,16 @@ def test_two_shares_land_on_one_gpu_and_a_third_past_its_memory_waits(
     for name, share in (("share-a", "20Gi"), ("share-b", "10G")):
         claim = k.claim(name)
         assert claim is not None
-        assert claim["spec"]["devices"]["requests"][0]["exactly"]["capacity"] == {
-            "requests": {"memory": share}
-        }
+        [request] = claim["spec"]["devices"]["requests"]
+        assert request["exactly"]["capacity"] == {"requests": {"memory": share}}
+        assert request["exactly"]["selectors"] == [
+            {"cel": {"expression": "device.allowMultipleAllocations"}}
+        ]
         expected.append(ours(api, claim))
         k.create_pod(on_node(f"pod-{name}", name))
         [result] = k.allocated(name)["devices"]["results"]
         results.append(result)
-    assert [(r["pool"], r["device"]) for r in results] == [(NODE, "gpu-0")] * 2
+    assert [(r["pool"], r["device"]) for r in results] == [(NODE, SHARED)] * 2
     # memory as asked, rounded up to the 1Mi step (10G is 9536.7Mi); one of the 4 shares
     assert [r["consumedCapacity"] for r in results] == [
         {"memory": "20Gi", "shares": "1"},
@@ -112,7 +118,8 @@ def test_two_shares_land_on_one_gpu_and_a_third_past_its_memory_waits(
         assert mine["consumedCapacity"] == got["consumedCapacity"]
         assert mine["shareID"]
 
-    # 120Gi more would pass the GPU's 140.4Gi: kube-scheduler leaves it pending, as ours does
+    # 120Gi more would pass the GPU's 140.4Gi: kube-scheduler leaves it pending, as ours does,
+    # and does not give it the whole gpu-0 (whose 140.4Gi a capacity filter alone would pass)
     third = alice.request(share="120Gi", name="share-c")
     claim = k.claim("share-c")
     assert claim is not None

@@ -18,7 +18,7 @@ from kubernetes import client
 from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
 from tests.k8s.conftest import wait_for
-from tests.k8s.kernelserver import Server, execute, gone, kernel_pods
+from tests.k8s.kernelserver import Server, execute, gone, kernel_pods, server_events
 from tests.k8s.test_backend import session
 from tests.k8s.test_kernel_moves import moved, running_kernel_pod, start_cpu_kernel
 from tests.k8s.test_scheduling import Cluster, pod
@@ -182,15 +182,31 @@ def test_an_idle_joiner_leaves_its_pod_and_the_claim_stays(
     published: SimulatedCluster,
     idle_server: Server,
 ) -> None:
-    """Idle release of a kernel that joined: its pod is stopped, the claim (bob's) is not
-    deleted; the kernel is back on the server, and its next cell says so and how to join
-    again."""
+    """Idle release of a kernel that joined: warned before, as a holder is (the idle
+    warning, ``joined``: its pod stops, the claim stays), its pod is stopped, the claim
+    (bob's) is not deleted; the kernel is back on the server, and its next cell says so and
+    how to join again."""
     server = idle_server
     teammates_claim(kubeconfig, namespace)
     kernel, pod = joined(server, api, namespace, idle=True)
     core = client.CoreV1Api(api)
     wait_for("the idle joiner's pod to go", lambda: gone(core.read_namespaced_pod, pod, namespace))
     moved(server, kernel, "is back on the server")
+    # once per deadline: one that moved later (the kernel's start in its pod moves it) is
+    # warned of again, as a holder's is
+    warnings = [w for w in server_events(server, "idle_warning") if w["kernel_id"] == kernel]
+    assert warnings
+    assert {(w["claim"], w["joined"], str(w["devices"])) for w in warnings} == {
+        (SHARED, True, "[]")
+    }
+    assert all(w["seconds_left"] > 0 for w in warnings)
+    assert len({w["deadline"] for w in warnings}) == len(warnings)
+    [back] = [
+        m
+        for m in server_events(server, "kernel_moved")
+        if m["kernel_id"] == kernel and m["where"] == "server"
+    ]
+    assert back["__timestamp__"] >= warnings[-1]["__timestamp__"]  # the warning came first
     wait_for("no pod to use the claim", lambda: reserved_for(api, namespace) == [])
     assert read_claim(api, namespace)["metadata"].get("deletionTimestamp") is None
     printed = asyncio.run(execute(server, kernel, "print('next')"))

@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
+from dra_jupyter.allocator import Allocator
 from dra_jupyter.api import Session
 from dra_jupyter.claimspec import build_claim
 from dra_jupyter.errors import InvalidInputError
 from dra_jupyter.inventory import simulated
+from dra_jupyter.inventory.nvidia import consumable_shares, device_classes, hgx_node
 from dra_jupyter.settings import Settings
 from dra_jupyter.sharing.gpushare import GpuSharing, pinned_memory_problem
 from dra_jupyter.verdicts import no_shared_device, sharing_hint
@@ -328,3 +330,52 @@ def test_a_share_of_memory_where_no_device_allows_several_claims_is_one_line() -
     assert no_shared_device(alternatives, either, h200) is not None
     whole: Wire = {"gpu": 1}
     assert no_shared_device(whole, build_claim("c", whole, classes=CLASSES), h200) is None
+
+
+def test_one_machine_shares_a_gpus_memory_only_where_a_device_allows_several_claims(
+    tmp_path: Path,
+) -> None:
+    """On one machine as on Kubernetes: ``share="20Gi"`` is a part of a device that several
+    claims hold at once; where the inventory has such devices, several claims land on one
+    device by its memory; where it has none, the request is refused in the cluster's one
+    line (less the driver's strategies, which one machine has no driver for), never given a
+    whole GPU without saying so."""
+    shared = Session(
+        Settings(ledger=tmp_path / "shared.sqlite"), inventory=simulated.load("h200-shared")
+    )
+    first, second = shared.request(share="20Gi"), shared.request(share="20Gi")
+    assert [r.device for r in first.devices] == [r.device for r in second.devices]
+    whole = simulated.load("h200-8x")
+    session = Session(Settings(ledger=tmp_path / "whole.sqlite"), inventory=whole)
+    with pytest.raises(InvalidInputError) as caught:
+        session.request(gpu=1, share="20Gi")
+    assert str(caught.value) == (
+        "dra.request: share='20Gi' asks for part of a device that several claims hold at "
+        "once (allowMultipleAllocations), and no gpu.nvidia.com device on "
+        f"{whole.description} (simulated) allows it; leave share= out for a whole device"
+    )
+    assert len(session.claims()) == 0  # nothing was made
+    assert len(session.request(gpu=1).devices) == 1  # a whole GPU, asked as one
+
+
+def test_a_share_of_memory_never_gets_a_whole_ordinary_gpu_beside_shareable_ones() -> None:
+    """Where some GPUs allow several claims and others do not, ``share="20Gi"`` carries the
+    selector ``device.allowMultipleAllocations`` (upstream's CEL: false where a device does
+    not say it), so neither kube-scheduler nor our allocator gives it a whole ordinary GPU
+    (a capacity request alone is only a filter on a device that one claim holds)."""
+    node = hgx_node("gpu-mixed-1")
+    devices = node["spec"]["devices"]
+    devices[4:] = [consumable_shares(d, 4) for d in devices[4:]]  # gpu-0..3 ordinary
+    spec: Wire = {"share": "20Gi"}
+    claims = [build_claim(f"c{i}", spec, classes=CLASSES) for i in range(3)]
+    [request] = claims[0]["spec"]["devices"]["requests"]
+    assert {"cel": {"expression": "device.allowMultipleAllocations"}} in request["exactly"][
+        "selectors"
+    ]
+    allocator = Allocator([node], device_classes(), [], "first-fit")
+    found = allocator.allocate(claims)
+    assert found is not None
+    assert {r.device.device for a in found for r in a.results} == {"gpu-4"}  # one shared GPU
+    plain = allocator.allocate([build_claim("p", {"gpu": 1}, classes=CLASSES)])
+    assert plain is not None
+    assert plain[0].results[0].device.device == "gpu-0"  # a whole GPU is still any GPU

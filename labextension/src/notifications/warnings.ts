@@ -3,7 +3,10 @@
 // (true until the deadline moves: no frozen countdown), whose Keep keeps all that kernel's
 // claims; a claim leaves it once its warning no longer holds (released here or anywhere,
 // kept from the panel, a notebook's card or `%dra keep`), and it is withdrawn when none is
-// left or its kernel runs a cell.
+// left or its kernel runs a cell. A kernel that joined a claim (`dra.request(join=...)`,
+// the event's `joined`) is warned apart: its own pod stops, the claim stays (no Keep or
+// Release: the claim is its maker's; a cell keeps the pod), withdrawn when a cell runs, the
+// kernel moves, or a refresh no longer lists it as joined.
 
 import { clockTime, deviceSummary } from '../format';
 import type { DraModel } from '../model';
@@ -93,6 +96,41 @@ export class IdleWarnings {
   ) {
     model.changed.connect(this.check, this);
     model.released.connect((_, { event }) => this.withdraw(event.claim));
+    model.kernelMoved.connect((_, event) => this._dismissJoiner(event.kernel_id));
+  }
+
+  /** The kernels warned now that their pod on a joined claim stops. */
+  get joiners(): string[] {
+    return [...this._joiners.keys()];
+  }
+
+  /** The text of a joiner's warning: `idle.ipynb: its pod on the shared claim team-gpu will
+   * be stopped as idle at 14:05:00 unless a cell runs; the claim stays.` */
+  joinedText(kernel: string, claim: string, deadline: number): string {
+    const label = this.label(kernel) ?? `Kernel ${kernel.slice(0, 8)}`;
+    return (
+      `${label}: its pod on the shared claim ${claim} will be stopped as idle at ` +
+      `${clockTime(deadline)} unless a cell runs; the claim stays.`
+    );
+  }
+
+  /** Warn that a joiner's pod stops (one warning per kernel: a moved deadline replaces it). */
+  private _showJoined(event: IdleWarningEvent): void {
+    const kernel = event.kernel_id;
+    if (kernel === null) {
+      return; // a joiner is always a kernel
+    }
+    this._dismissJoiner(kernel);
+    const id = this.notifier.warn(this.joinedText(kernel, event.claim, event.deadline), []);
+    this._joiners.set(kernel, { id, claim: event.claim, shown: this.model.now() });
+  }
+
+  private _dismissJoiner(kernel: string): void {
+    const warned = this._joiners.get(kernel);
+    if (warned !== undefined) {
+      this._joiners.delete(kernel);
+      this.notifier.dismiss(warned.id);
+    }
   }
 
   /** The claims warned of now. */
@@ -139,6 +177,10 @@ export class IdleWarnings {
   /** Warn of a claim's idle deadline in its notebook's one warning: a second claim of the
    * kernel, or a second deadline of a claim, changes its text; never a second warning. */
   show(event: IdleWarningEvent): void {
+    if (event.joined) {
+      this._showJoined(event);
+      return;
+    }
     const kernel = event.kernel_id;
     const key = kernel ?? `claim ${event.claim}`;
     const now = this.model.now();
@@ -276,6 +318,7 @@ export class IdleWarnings {
   /** Withdraw the warning of a kernel (a cell of it was started: not idle). */
   withdrawKernel(kernelId: string): void {
     this._dismiss(kernelId);
+    this._dismissJoiner(kernelId);
   }
 
   /**
@@ -285,6 +328,14 @@ export class IdleWarnings {
    * about to go.
    */
   check(): void {
+    for (const [kernel, warned] of [...this._joiners]) {
+      const joined = (this.model.joined ?? []).some(
+        j => j.kernel_id === kernel && j.claim === warned.claim
+      );
+      if (!joined && this.model.lastRead >= warned.shown) {
+        this._dismissJoiner(kernel); // its pod stopped, or it left the claim
+      }
+    }
     for (const shown of [...this._shown.values()]) {
       for (const [name, warned] of [...shown.claims]) {
         const claim = this.model.claims.find(c => c.name === name);
@@ -308,4 +359,6 @@ export class IdleWarnings {
   }
 
   private _shown = new Map<string, Shown>(); // by kernel id (or `claim NAME`)
+  // by kernel id: the joined claim warned of, and when (by the model's clock)
+  private _joiners = new Map<string, { id: string; claim: string; shown: number }>();
 }
