@@ -150,8 +150,12 @@ async def cluster_profiles(spawner: Any) -> list[dict[str, Any]]:
 
 
 def _form_view(spawner: Any) -> FormView | None:
+    """The form's reader of the hub's shared view, None where the hub runs none (in its
+    ``c.JupyterHub.services``: a list, or appended to without one, as traitlets keeps it)."""
     config = getattr(spawner, "config", None)
-    services = config.JupyterHub.get("services") if config is not None else None
+    services: Any = config.JupyterHub.get("services") if config is not None else None
+    if hasattr(services, "get_value"):  # c.JupyterHub.services.append(...) alone
+        services = services.get_value([])
     return form_view(services, str(getattr(spawner, "dra_shared_view_service", "") or ""))
 
 

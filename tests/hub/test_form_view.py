@@ -236,9 +236,10 @@ def test_cluster_profiles_with_a_view_down_render_and_read_no_cluster(
 
     monkeypatch.setattr(kubespawner, "_devices", no_cluster)
     config = Config()
-    config.JupyterHub.services = [
+    # appended to, as the docs' setup does (traitlets keeps it as a lazy value then)
+    config.JupyterHub.services.append(
         shared_view_service(f"http://127.0.0.1:{free_port()}", environ={}, api_token="x" * 16)
-    ]
+    )
     spawner = SimpleNamespace(
         config=config,
         dra_shared_view_service="dra-devices",
