@@ -52,6 +52,7 @@ TIERS = {
     "hub/test_kubespawner.py": "k8s",  # a real JupyterHub with DRAKubeSpawner on tests/k8s
     "hub/test_spawn_form_calls.py": "k8s",  # the same hub, its API calls counted
     "hub/test_shared_view.py": "k8s",  # the hub's shared view of the devices, a real hub
+    "hub/test_spawn_form_view.py": "k8s",  # the spawn form from the shared view, a real hub
     "hub/test_spawn_progress.py": "pure",  # the spawn's device events, the pod edit
     "local": "pure",  # ledgers on temporary files, worker processes of plain Python
     "magics": "kernel",

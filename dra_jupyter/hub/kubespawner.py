@@ -79,6 +79,7 @@ from dra_jupyter.hub.choices import (
 from dra_jupyter.hub.config import DRAProfiles
 from dra_jupyter.hub.failures import SpawnFailure
 from dra_jupyter.hub.form import read_at_start, service_world
+from dra_jupyter.hub.formview import FormView, form_view
 from dra_jupyter.hub.pod import add_claim
 from dra_jupyter.hub.progress import DeviceProgress, Event, event, interleave, never_back
 from dra_jupyter.kube import kueue
@@ -119,10 +120,11 @@ class SpawnDevicesError(SpawnFailure):
         )
 
 
-def _devices(kubeconfig: str, namespace: str) -> ServerDevices:
+def _devices(kubeconfig: str, namespace: str, *, watch: bool = True) -> ServerDevices:
     """The hub's, for the life of the process (:func:`.hub_devices`: the cluster read from
-    one watched view per kind, shared by every render of the spawn form and every spawn)."""
-    return hub_devices(kubeconfig, namespace)
+    one watched view per kind, shared by every render of the spawn form and every spawn;
+    without ``watch``, where the shared view serves the form, read on each explanation)."""
+    return hub_devices(kubeconfig, namespace, watch=watch)
 
 
 class _Counted:
@@ -139,22 +141,40 @@ async def cluster_profiles(spawner: Any) -> list[dict[str, Any]]:
     now", or why none can and since when; never-possible ones left out), those the admin's
     ``c.DRAProfiles`` rules and test give the spawner's user and groups, as KubeSpawner
     profiles whose ``kubespawner_override`` carries ``dra_request``, ``dra_lease`` and
-    ``dra_idle_timeout``. The cluster is read in a thread (the official client blocks)."""
+    ``dra_idle_timeout``. The cluster is read in a thread (the official client blocks).
+
+    Where the hub runs the shared view (``dra_shared_view_service``), the choices are the
+    view's, counted on its watched state (:mod:`dra_jupyter.hub.formview`: one local call,
+    no call to the API server); if it does not answer, the choices say so in one line."""
     return await asyncio.to_thread(_cluster_profiles, spawner)
 
 
+def _form_view(spawner: Any) -> FormView | None:
+    """The form's reader of the hub's shared view, None where the hub runs none (in its
+    ``c.JupyterHub.services``: a list, or appended to without one, as traitlets keeps it)."""
+    config = getattr(spawner, "config", None)
+    services: Any = config.JupyterHub.get("services") if config is not None else None
+    if hasattr(services, "get_value"):  # c.JupyterHub.services.append(...) alone
+        services = services.get_value([])
+    return form_view(services, str(getattr(spawner, "dra_shared_view_service", "") or ""))
+
+
 def _cluster_profiles(spawner: Any) -> list[dict[str, Any]]:
-    devices = _devices(getattr(spawner, "dra_kubeconfig", ""), spawner.namespace)
-    inventory, holders = devices.devices()
-    with _Counted.lock:
-        offered = choices(service_world(inventory, holders), cache=_Counted.cache)
+    view = _form_view(spawner)
+    if view is not None:
+        offered, sharing, _ = view.choices(spawner.namespace)
+    else:
+        devices = _devices(getattr(spawner, "dra_kubeconfig", ""), spawner.namespace)
+        inventory, holders = devices.devices()
+        with _Counted.lock:
+            offered = choices(service_world(inventory, holders), cache=_Counted.cache)
+        sharing = {  # the servers that use each profile's shared claim now (dra_shared)
+            h.name: len(h.users)
+            for h in holders
+            if h.namespace == spawner.namespace and h.name.startswith(SHARED_PREFIX)
+        }
     policy = DRAProfiles(parent=spawner).policy()
     groups = {g.name for g in getattr(spawner.user, "groups", ()) or ()}
-    sharing = {  # the servers that use each profile's shared claim now (dra_shared)
-        h.name: len(h.users)
-        for h in holders
-        if h.namespace == spawner.namespace and h.name.startswith(SHARED_PREFIX)
-    }
     return kubespawner_profiles(restrict(offered, spawner.user.name, groups, policy, sharing))
 
 
@@ -281,6 +301,15 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         service account needs no cluster-wide RBAC. Empty: each server watches the cluster
         itself (deploy/singleuser-cluster-rbac.yaml).""",
     )
+    dra_shared_view_service = Unicode(
+        "dra-devices",
+        config=True,
+        help="""The service of c.JupyterHub.services that is the hub's shared view of the
+        cluster's devices (dra_jupyter.hub.sharedview.shared_view_service's name): where
+        there is one with a URL, cluster_profiles reads the spawn form's choices from it (at
+        its URL, with its api_token), and the hub itself watches no ResourceSlice or claim.
+        Empty, or no such service: the hub watches the cluster itself.""",
+    )
     dra_kubeconfig = Unicode(
         "",
         config=True,
@@ -393,7 +422,7 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
 
     @property
     def _dra(self) -> ServerDevices:
-        return _devices(self.dra_kubeconfig, self.namespace)
+        return _devices(self.dra_kubeconfig, self.namespace, watch=_form_view(self) is None)
 
     def dra_server_id(self) -> str:
         return check_server_id(default_server_id(self.pod_name), "DRAKubeSpawner server id")

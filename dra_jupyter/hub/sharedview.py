@@ -7,14 +7,20 @@ namespace's claims by watching them (:class:`~dra_jupyter.kube.sharedview.Cluste
 on the hub's service account: the cluster-wide reads of deploy/hub-rbac.yaml) and answers
 ``GET <prefix>api/devices`` with, for the caller, the cluster's devices counted per shape
 (free, held, shared, blocked, tainted) and the rows of the devices the caller's claims hold,
-and ``POST <prefix>api/possible`` (a kernel's question, passed on by its server: whether a
-request could be met on the cluster's idle devices, :func:`dra_jupyter.api.asked.asked`).
+``POST <prefix>api/possible`` (a kernel's question, passed on by its server: whether a
+request could be met on the cluster's idle devices, :func:`dra_jupyter.api.asked.asked`),
+and ``GET <prefix>api/choices?namespace=...`` (the hub's spawn form: every choice counted
+with our allocator, :func:`dra_jupyter.hub.choices.choices`, and the users of the
+namespace's shared claims; :mod:`dra_jupyter.hub.formview` reads it), each made again only
+when a watch saw a change. The endpoints: specification/shared-view-api.yml.
 
 Who calls is the hub's word, never the caller's: each request carries a hub API token
 (``Authorization: token ...``; a user's server presents its own ``$JUPYTERHUB_API_TOKEN``),
 which the service asks the hub to identify (``GET $JUPYTERHUB_API_URL/user``, as
 ``jupyterhub.services.auth.HubAuth`` does; the answer kept :data:`AUTH_CACHE_S`). A token
-the hub does not know, or of no user, is refused (403); no token, 401.
+the hub does not know, or of no user, is refused (403); no token, 401. ``api/choices`` also
+takes the service's own token (``$JUPYTERHUB_API_TOKEN``, the ``api_token`` of its entry in
+``c.JupyterHub.services``): the hub's spawner presents it, no user being at hand.
 
 One process per hub: its memory is the cluster's slices once, whatever the number of users;
 a user's server that reads it (``c.DRAExtensionApp.shared_view_url``) holds none of them.
@@ -24,10 +30,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import hmac
 import ipaddress
 import json
 import logging
 import os
+import secrets
 import sys
 import threading
 import time
@@ -41,11 +49,17 @@ from typing import Any
 from dra_jupyter.api import Session
 from dra_jupyter.api.asked import asked
 from dra_jupyter.errors import UnavailableError
+from dra_jupyter.hub.choices import Choice, ChoiceCache, choices
+from dra_jupyter.hub.form import service_world
+from dra_jupyter.hub.formwire import CHOICES_PATH, SharedChoices, choices_answer
 from dra_jupyter.kube.sharedview import DEVICES_PATH, POSSIBLE_PATH, ClusterCounts
+from dra_jupyter.sharing.joins import SHARED_PREFIX
 
 __all__ = [
     "AUTH_CACHE_S",
     "SERVICE_NAME",
+    "THE_HUB",
+    "Choosing",
     "HubIdentity",
     "main",
     "make_server",
@@ -65,6 +79,8 @@ KUBE_ENV = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 Identify = Callable[[str], "str | None"]  # a token -> its user's name, None: not a user's
 # a kernel's question: (its request's keywords, the claim's name) -> (classes, never)
 Ask = Callable[[Mapping[str, Any], str], "tuple[list[str] | None, str]"]
+Choose = Callable[[str], SharedChoices]  # the spawn form's choices, for a namespace
+THE_HUB = "(the hub)"  # the caller that presented the service's own token
 MAX_ASK_BYTES = 64 * 1024  # a question's body at most
 
 
@@ -125,12 +141,16 @@ class _Handler(BaseHTTPRequestHandler):
         prefix = self.server.prefix
         return "/" + path[len(prefix) :] if path.startswith(prefix) else path
 
-    def _user(self) -> str | None:
-        """The caller, as the hub says (None: refused here, with 401 or 403)."""
+    def _user(self, *, the_hub: bool = False) -> str | None:
+        """The caller, as the hub says (None: refused here, with 401 or 403); with
+        ``the_hub``, :data:`THE_HUB` for the service's own token."""
         token = _token_of(self.headers.get("Authorization") or "")
         if not token:
             self._reply(401, {"message": "a hub API token is needed (Authorization: token ...)"})
             return None
+        own = self.server.own_token
+        if the_hub and own and hmac.compare_digest(token.encode(), own.encode()):
+            return THE_HUB
         user = self.server.identify(token)
         if user is None:
             self._reply(403, {"message": "the hub knows this token as no user's"})
@@ -141,10 +161,16 @@ class _Handler(BaseHTTPRequestHandler):
         if path.rstrip("/") in ("", "/health"):
             self._reply(200, {"ok": True})
             return
-        if path != "/" + DEVICES_PATH:
+        if path not in ("/" + DEVICES_PATH, "/" + CHOICES_PATH):
             self._reply(404, {"message": f"no such path: {self.path[:100]}"})
             return
         try:
+            if path == "/" + CHOICES_PATH:
+                if self._user(the_hub=True) is not None:
+                    query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                    namespace = (query.get("namespace") or [""])[0][:253]
+                    self._reply(200, dict(self.server.choose(namespace)))
+                return
             user = self._user()
             if user is not None:
                 self._reply(200, dict(self.server.counts.answer(user)))
@@ -205,12 +231,16 @@ class _Server(ThreadingHTTPServer):
         identify: Identify,
         prefix: str,
         ask: Ask,
+        choose: Choose,
+        own_token: str,
     ) -> None:
         super().__init__(address, _Handler)
         self.counts = counts
         self.identify = identify
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
         self.ask = ask
+        self.choose = choose
+        self.own_token = own_token
 
 
 def _token_of(header: str) -> str:
@@ -224,11 +254,24 @@ def make_server(
     identify: Identify,
     prefix: str = "/",
     ask: Ask | None = None,
+    *,
+    choose: Choose | None = None,
+    own_token: str = "",
 ) -> ThreadingHTTPServer:
     """The service's HTTP server on ``address``, answering under ``prefix`` (the hub's
     ``$JUPYTERHUB_SERVICE_PREFIX``: the proxy passes the whole path) and at the root;
-    ``ask``: how a kernel's question is answered (by default, on the views of ``counts``)."""
-    return _Server(address, counts, identify, prefix, ask or asking(counts))
+    ``ask``: how a kernel's question is answered, ``choose``: what the spawn form is offered
+    (by default, both on the views of ``counts``); ``own_token``: the service's own hub API
+    token, which ``api/choices`` takes as the hub's."""
+    return _Server(
+        address,
+        counts,
+        identify,
+        prefix,
+        ask or asking(counts),
+        choose or Choosing(counts),
+        own_token,
+    )
 
 
 def asking(counts: ClusterCounts) -> Ask:
@@ -241,20 +284,52 @@ def asking(counts: ClusterCounts) -> Ask:
     return ask
 
 
+class Choosing:
+    """The spawn form's choices counted on the views of ``counts`` (:data:`Choose`), made
+    again only when a view changed (one at a time: the counting keeps its cache)."""
+
+    def __init__(self, counts: ClusterCounts) -> None:
+        self.counts = counts
+        self._lock = threading.Lock()
+        self._cache = ChoiceCache()
+        self._made: tuple[tuple[object, ...], list[Choice], list[tuple[str, str, int]]] | None
+        self._made = None
+
+    def __call__(self, namespace: str) -> SharedChoices:
+        versions, inventory = self.counts.synced()
+        with self._lock:
+            made = self._made
+            if made is None or made[0] != versions:
+                holders = self.counts.reader.holders()
+                offered = choices(service_world(inventory, holders), cache=self._cache)
+                shared = [
+                    (h.namespace, h.name, len(h.users))
+                    for h in holders
+                    if h.name.startswith(SHARED_PREFIX)
+                ]
+                made = self._made = (versions, offered, shared)
+        sharing = {name: n for ns, name, n in made[2] if ns == namespace}
+        return choices_answer(inventory.description, made[1], sharing)
+
+
 def shared_view_service(
     url: str = "http://127.0.0.1:8181",
     *,
     name: str = SERVICE_NAME,
     environ: Mapping[str, str] | None = None,
+    api_token: str = "",
 ) -> dict[str, Any]:
     """The entry of ``c.JupyterHub.services`` that runs the shared view as a hub-managed
     service at ``url`` (where it listens, and where the proxy sends
     ``/services/<name>/``), on the hub's own Kubernetes credentials (its kubeconfig or
-    in-cluster service account, from ``environ``: the hub's environment)."""
+    in-cluster service account, from ``environ``: the hub's environment). Its ``api_token``
+    (by default a new random one, each time the hub reads its config) is how the hub's
+    spawner asks it for the spawn form's choices (:mod:`dra_jupyter.hub.formview`)."""
     env = os.environ if environ is None else environ
     return {
         "name": name,
         "url": url,
+        "api_token": api_token or secrets.token_hex(32),
         "command": [sys.executable, "-m", "dra_jupyter.hub.sharedview"],
         "environment": {k: env[k] for k in KUBE_ENV if env.get(k)},
     }
@@ -293,7 +368,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # start the watches now: the first user's read then finds them synced
     threading.Thread(target=_warm, args=(counts,), daemon=True).start()
     server = make_server(
-        (args.ip or _bind_host(args.url), port), counts, HubIdentity(args.hub_api_url), args.prefix
+        (args.ip or _bind_host(args.url), port),
+        counts,
+        HubIdentity(args.hub_api_url),
+        args.prefix,
+        own_token=env.get("JUPYTERHUB_API_TOKEN", ""),
     )
     log.info("dra_jupyter: the shared view of the cluster's devices listens at %s", args.url)
     try:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from dra_jupyter.errors import UnavailableError
+from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.kube.backend import KubernetesBackend
 from dra_jupyter.kube.views import CLAIMS
 from dra_jupyter.settings import Settings
@@ -123,9 +124,10 @@ class ClusterCounts:
         )
         return cls(KubernetesBackend(settings, Owner(user="", host="", pid=0)))
 
-    def _current(
-        self,
-    ) -> tuple[str, list[ShapeCount], dict[str, DeviceRow], list[ClaimRecord]]:
+    def synced(self) -> tuple[tuple[object, ...], Inventory]:
+        """The views' versions now (equal while nothing changed) and the inventory (the
+        claims that hold devices: ``reader.holders()``); :class:`UnavailableError` while
+        the views are not synced or in error."""
         views = self.reader.views
         inventory = views.inventory()
         claims = views.cluster(CLAIMS)
@@ -134,7 +136,12 @@ class ClusterCounts:
                 "the shared view's watches of the cluster are not synced (or in error: see "
                 "the service's log)"
             )
-        versions = (id(inventory), claims.resource_version)
+        return (id(inventory), claims.resource_version), inventory
+
+    def _current(
+        self,
+    ) -> tuple[str, list[ShapeCount], dict[str, DeviceRow], list[ClaimRecord]]:
+        versions, inventory = self.synced()
         with self._lock:
             made = self._made
             if made is not None and made[0] == versions:

@@ -325,14 +325,20 @@ def _hub_api(kubeconfig: str) -> client.ApiClient:
     return api_client(kubeconfig or None)
 
 
-@functools.cache
-def hub_devices(kubeconfig: str, namespace: str) -> ServerDevices:
+def hub_devices(kubeconfig: str, namespace: str, *, watch: bool = True) -> ServerDevices:
     """The hub's :class:`ServerDevices` of ``namespace``, one for the life of the process,
     through one API client per kubeconfig ("": in-cluster, else ``$KUBECONFIG``): the
     cluster's watched views are per client (:func:`dra_jupyter.kube.watching.shared`), so
     every namespace's spawns and every render of the spawn form share one view of each
-    kind, and a render makes no API call once they are synced."""
-    return ServerDevices(_hub_api(kubeconfig), namespace, watch=True)
+    kind, and a render makes no API call once they are synced. Without ``watch`` (the hub
+    whose shared view serves the form): no view kept, the cluster read on each
+    explanation."""
+    return _hub_devices(kubeconfig, namespace, watch)
+
+
+@functools.cache
+def _hub_devices(kubeconfig: str, namespace: str, watch: bool) -> ServerDevices:
+    return ServerDevices(_hub_api(kubeconfig), namespace, watch=watch)
 
 
 def explain_pending(

@@ -143,22 +143,24 @@ def spec_shape(schema: Mapping[str, Any], where: str) -> Shape:
 PLAIN = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
 
-def python_shape(annotation: Any, where: str) -> Shape:
-    """The shape of the values a (resolved) annotation of a TypedDict allows."""
+def python_shape(annotation: Any, where: str, schemas: Mapping[str, type] | None = None) -> Shape:
+    """The shape of the values a (resolved) annotation of a TypedDict allows (the
+    TypedDicts of ``schemas``, by default :data:`SCHEMAS`, named by their schema)."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
-    names = {cls: name for name, cls in SCHEMAS.items()}
+    schemas = SCHEMAS if schemas is None else schemas
+    names = {cls: name for name, cls in schemas.items()}
     if origin in (Required, NotRequired):
-        return python_shape(args[0], where)
+        return python_shape(args[0], where, schemas)
     if origin in (Union, types.UnionType):
-        return frozenset().union(*(python_shape(a, where) for a in args))
+        return frozenset().union(*(python_shape(a, where, schemas) for a in args))
     if origin is Literal:
         return frozenset({("enum", frozenset(args))})
     if origin is list:
-        return frozenset({("array", python_shape(args[0], f"{where}[]"))})
+        return frozenset({("array", python_shape(args[0], f"{where}[]", schemas))})
     if origin is dict:
         assert args[0] is str, f"{where}: JSON object keys are strings"
-        return frozenset({("map", python_shape(args[1], f"{where}{{}}"))})
+        return frozenset({("map", python_shape(args[1], f"{where}{{}}", schemas))})
     if annotation in (object, Any):
         return frozenset({"any"})
     if annotation in PLAIN:
@@ -255,8 +257,13 @@ def json_schema(schema: Any, *, closed: bool) -> Any:
     return out
 
 
-def validator(schema: Mapping[str, Any], *, closed: bool = True) -> jsonschema.Draft202012Validator:
-    defs = {n: json_schema(s, closed=closed) for n, s in SPEC["components"]["schemas"].items()}
+def validator(
+    schema: Mapping[str, Any], *, closed: bool = True, spec: Mapping[str, Any] | None = None
+) -> jsonschema.Draft202012Validator:
+    """A validator of ``schema`` with the component schemas of ``spec`` (by default
+    :data:`SPEC`)."""
+    components = (SPEC if spec is None else spec)["components"]["schemas"]
+    defs = {n: json_schema(s, closed=closed) for n, s in components.items()}
     root = {"$defs": defs, **json_schema(dict(schema), closed=closed)}
     jsonschema.Draft202012Validator.check_schema(root)
     return jsonschema.Draft202012Validator(root)

@@ -1,0 +1,147 @@
+"""The spawn form served from the hub's shared view (issue #38: "The spawn form is served
+from it: no API call per render"), with a real JupyterHub running the view as a hub-managed
+service on the hub's service account of exactly deploy/hub-rbac.yaml, and the real control
+plane counting what that account asks (:mod:`tests.k8s.apimetrics`).
+
+dave's profiles are ``cluster_profiles``: the hub asks the view (one local call per render,
+:mod:`dra_jupyter.hub.formview`), so that once the view has synced, his renders, the first
+included, make no request of the DRA API at all: the hub's process lists and watches no
+slice or claim of its own. frank's spawner names a service where nothing listens: his form
+still renders, "no GPU" saying in one line that the device counts are unavailable and why.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from dra_jupyter.kube.connect import to_model
+from dra_jupyter.kube.simulate import SimulatedCluster
+from tests.helpers import free_port
+from tests.hub.test_kubespawner import RBAC, SUBCLASS, Hub, login, own_model_slice, running_hub
+from tests.k8s import testenv
+from tests.k8s.apimetrics import counted_account
+from tests.k8s.fixtures import wait_for
+from tests.k8s.podrunner import PodRunner
+
+RENDERS = 5
+DRA_GROUP = "resource.k8s.io"  # slices, classes, taint rules, claims, templates
+DEAD = "dra-dead"  # a service of the hub where nothing listens
+
+CONFIG = (
+    SUBCLASS
+    + """
+from dra_jupyter.hub.sharedview import shared_view_service
+c.JupyterHub.services = [
+    *c.JupyterHub.services,
+    shared_view_service("http://127.0.0.1:{port}"),
+    {"name": "{dead}", "url": "http://127.0.0.1:{dead_port}", "api_token": "{dead_token}"},
+]
+
+def form_profiles(spawner):
+    if spawner.user.name == "frank":  # a view that does not answer
+        from dra_jupyter.hub.kubespawner import cluster_profiles
+        spawner.dra_shared_view_service = "{dead}"
+        return cluster_profiles(spawner)
+    return profiles(spawner)
+
+c.KubeSpawner.profile_list = form_profiles
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def form_hub(
+    cluster: testenv.Cluster,
+    api: client.ApiClient,
+    published: SimulatedCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+    pod_runner: PodRunner,
+) -> Iterator[Hub]:
+    config = (
+        CONFIG.replace("{port}", str(free_port()))
+        .replace("{dead_port}", str(free_port()))
+        .replace("{dead_token}", uuid.uuid4().hex)
+        .replace("{dead}", DEAD)
+    )
+    with running_hub(cluster, api, tmp_path_factory, pod_runner, config, (RBAC,)) as running:
+        yield running
+
+
+def render(hub: Hub, user: str) -> str:
+    """``user``'s spawn page, as a browser gets it (a 200: urllib raises on any other)."""
+    page: str = login(hub.url, user).open(f"{hub.url}/hub/spawn", timeout=60).read().decode()
+    assert "No GPU" in page, page[-2000:]
+    assert "Traceback" not in page
+    return page
+
+
+def view_synced(hub: Hub, user: str) -> None:
+    """Wait for the view's watches to sync: it answers ``api/choices`` (through the proxy,
+    with a token of ``user``'s), without a render of the spawn form."""
+    login(hub.url, user)  # the user exists
+    status, token = hub.request("POST", f"/hub/api/users/{user}/tokens", {})
+    assert status == 201, token
+
+    def answers() -> bool:
+        request = urllib.request.Request(
+            f"{hub.url}/services/dra-devices/api/choices",
+            headers={"Authorization": f"token {token['token']}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return bool(answer.status == 200)
+        except urllib.error.HTTPError as error:
+            error.close()
+            return False
+
+    wait_for("the shared view to sync", answers)
+
+
+def test_renders_of_the_spawn_form_from_the_shared_view_make_no_api_call(
+    form_hub: Hub, cluster: testenv.Cluster, kubeconfig: Path, published: SimulatedCluster
+) -> None:
+    """The hub's account (the view's too) is counted from before dave's first render: no
+    LIST and no GET of the DRA API by any render, the first included (the hub's process
+    keeps no view of its own, which it would list to start); a slice added meanwhile shows
+    on his form all the same, by the view's watch."""
+    hub = form_hub
+    view_synced(hub, "dave")
+    with counted_account(
+        cluster, hub.api, hub.namespace, "hub", verbs=("list", "get"), groups=[DRA_GROUP]
+    ) as counted:
+        first = render(hub, "dave")
+        assert "can start now" in first, first[-3000:]  # counted, by the view
+        for _ in range(RENDERS):
+            render(hub, "dave")
+        assert counted.count("list") == 0, "a render listed the DRA API"
+        assert counted.count("get") == 0, "a render read the DRA API"
+        tag = uuid.uuid4().hex[:8]
+        model, node = f"Viewed {tag}", f"viewed-{tag}"
+        resource = client.ResourceV1Api(hub.api)
+        resource.create_resource_slice(
+            to_model(client.V1ResourceSlice, own_model_slice(model, node, tag))
+        )
+        try:
+            wait_for(
+                "the new model on the spawn form",
+                lambda: f"1\u00d7 {model}" in render(hub, "dave"),
+            )
+            assert counted.count("list") == 0 and counted.count("get") == 0
+        finally:
+            resource.delete_resource_slice(f"{node}-gpus")
+
+
+def test_with_the_view_down_the_form_renders_and_says_why_in_one_line(form_hub: Hub) -> None:
+    page = render(form_hub, "frank")
+    said = "device counts unavailable: the shared view at http://127.0.0.1:"
+    assert said in page, page[-3000:]
+    line = page[page.index(said) :].split("<", 1)[0]
+    assert "cannot be reached" in line and "\n" not in line.strip()
+    assert "can start now" not in page  # no count it cannot vouch for
