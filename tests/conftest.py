@@ -98,6 +98,7 @@ STARTERS = {
     "kernel": "kernel",  # tests/widgets, tests/magics
     "module_kernel": "kernel",  # tests/magics
     "kube_kernel": "k8s",  # tests/k8s/test_run_magic.py
+    "node_kernel": "k8s",  # tests/k8s/test_run_magic.py, on the real node
     "jp_serverapp": "server",  # pytest-jupyter, under jp_fetch too
     "browser": "browser",
     "page": "browser",
