@@ -10,6 +10,8 @@ of its own, stopped at the end of the session, when nothing may be left of it).
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import io
 import ipaddress
 import json
 import subprocess
@@ -132,6 +134,44 @@ def test_the_node_cache_is_keyed_by_the_binaries_it_holds(monkeypatch: pytest.Mo
     monkeypatch.setattr(nodebuild, "BINARIES", without)
     assert nodebuild.cache_dir() != now
     assert nodebuild.cache_dir().parent == now.parent
+
+
+@pytest.mark.pure
+def test_a_build_removes_the_node_caches_it_supersedes_and_nothing_else(tmp_path: Path) -> None:
+    """The unkeyed cache of before and caches of other keys or versions go, with their lock
+    files; the current one, another key's that a build holds (its lock), and everything not
+    named as a node cache stay."""
+    base = "node-kubernetes-v1.37.2-containerd-v2.4.2"
+    current = tmp_path / f"{base}-6a75bb5d"
+    old = [f"{base}", f"{base}.lock", f"{base}-0123abcd", f"{base}-0123abcd.lock"]
+    old += ["node-kubernetes-v1.36.0-containerd-v2.1.0-89abcdef"]
+    kept = [
+        current.name,
+        f"{current.name}.lock",
+        f"{base}-feedbeef",  # a build of another checkout holds its lock
+        f"{base}-feedbeef.lock",
+        "kubernetes-v1.37.2-etcd-v3.6.16",
+        "kubernetes-v1.37.2-etcd-v3.6.16.lock",
+        "node-running.lock",
+        f"{base}-6a75bb5d-copy",
+        "jobset-v0.11.1",
+    ]
+    for name in old + kept:
+        path = tmp_path / name
+        if name.endswith(".lock"):
+            path.write_text("")
+        else:
+            (path / "bin").mkdir(parents=True)
+            (path / "bin" / "kubelet").write_text("")
+    with (tmp_path / f"{base}-feedbeef.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        removed = nodebuild.prune(current, io.StringIO())
+        assert sorted(p.name for p in removed) == sorted(old)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
+        assert nodebuild.prune(current, io.StringIO()) == []  # nothing more: once was enough
+    assert (current / "bin" / "kubelet").is_file()
+    # its build done (the lock free), the other key's cache is superseded too
+    assert [p.name for p in nodebuild.prune(current, io.StringIO())] == kept[2:4]
 
 
 @needs_root
