@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 # the control plane's fixtures (cluster, kubeconfig, api, published, namespace), for tests/k8s
-# and tests/hub alike: one control plane a run
-pytest_plugins = ["tests.k8s.fixtures"]
+# and tests/hub alike: one control plane a run; the real node's (node, node_api, node_namespace,
+# node_kubeconfig): one node a run, on a control plane of its own
+pytest_plugins = ["tests.k8s.fixtures", "tests.k8s.nodefixtures"]
 
 TESTS = Path(__file__).resolve().parent
 TIER_NAMES = ("pure", "kernel", "server", "service", "browser", "k8s", "gpu")
@@ -98,6 +99,7 @@ STARTERS = {
     "kernel": "kernel",  # tests/widgets, tests/magics
     "module_kernel": "kernel",  # tests/magics
     "kube_kernel": "k8s",  # tests/k8s/test_run_magic.py
+    "node_kernel": "k8s",  # tests/k8s/test_run_magic.py, on the real node
     "jp_serverapp": "server",  # pytest-jupyter, under jp_fetch too
     "browser": "browser",
     "page": "browser",
@@ -106,6 +108,7 @@ STARTERS = {
     "idle_lab": "browser",  # tests/lab
     "built_extension": "browser",
     "cluster": "k8s",  # under kubeconfig, api, namespace, published
+    "node": "k8s",  # the real node, under node_api, node_kubeconfig, node_namespace
 }
 
 

@@ -8,7 +8,9 @@ cluster itself; tests/hub/test_shared_view.py runs the hub's shared view instead
 The one stand-in is the kubelet (:mod:`tests.k8s.podrunner`, the ``pod_runner`` fixture):
 kube-scheduler allocates the claim and binds the pod for real; the stand-in then runs the
 pod's ``jupyterhub-singleuser`` as a local process on 127.0.0.1 and reports the pod Running,
-so that the spawn completes.
+so that the spawn completes. Why not the real node: a hub's spawn needs a single-user server
+image (``jupyterhub-singleuser`` with the extension and its dependencies), and the test
+environment's kernel image holds only ipykernel's closure.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ the real control plane of tests/k8s:
   deploy/hub-rbac.yaml (no cluster-wide right), answers ``GET /dra/api/devices`` from the
   shared view (her pod's H200 and the cluster's counts), and makes no cluster-wide request
   of the API server at all.
+
+Its servers run on the stand-in kubelet (``pod_runner``), not the real node: a hub's spawn
+needs a single-user server image, and the test environment's kernel image holds only
+ipykernel's closure.
 """
 
 from __future__ import annotations

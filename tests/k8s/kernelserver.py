@@ -3,7 +3,9 @@ cluster's choices, the dra_jupyter extension on the Kubernetes backend with the
 ``dra-singleuser`` service account of deploy/hub-rbac.yaml, the stand-in kubelet serving its
 namespace; a websocket client that runs a cell; the kernel pods. The fixtures ``server``
 and ``idle_server`` (registered by tests/k8s/conftest.py) are used
-by test_kernels.py, test_kernel_moves.py and test_kernel_files.py; benchmarks/ start it too."""
+by test_kernels.py, test_kernel_moves.py and test_kernel_files.py; benchmarks/ start it too.
+``running_server(..., None, env={"DRA_JUPYTER_IMAGE": kernelimage.KERNEL})`` on the real
+node's control plane runs its kernels there instead (tests/k8s/test_node_kernels.py)."""
 
 from __future__ import annotations
 

@@ -21,9 +21,11 @@ Standard library only.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -210,59 +212,124 @@ def _build_from_kubernetes(go: _Go, root: Path, out: Path) -> None:
 
 
 def build(*, force: bool = False, log: TextIO = sys.stderr) -> Path:
-    """Build the node's binaries into :func:`bin_dir` unless they are there already."""
+    """Build the node's binaries into :func:`bin_dir` unless they are there already; then
+    remove the node caches it supersedes (:func:`prune`)."""
     root = cache_dir()
     with locked(root.parent / f"{root.name}.lock"):
-        install_packages(log)
-        if is_built() and not force:
-            return bin_dir()
-        if _binaries_built() and not force:  # only the plugin's source changed
-            root.mkdir(parents=True, exist_ok=True)
-            _build_plugin(_Go(log, root / "build.log"))
-            return bin_dir()
-        start = time.monotonic()
+        out = _build(root, force, log)
+    prune(root, log)
+    return out
+
+
+# a node cache's name, as cache_dir() gives it now or gave it before it was keyed
+NODE_CACHE = re.compile(r"node-kubernetes-v[0-9][0-9.]*-containerd-v[0-9][0-9.]*(-[0-9a-f]{8})?")
+
+
+def superseded(current: Path) -> list[Path]:
+    """The node caches beside ``current`` of other versions or keys, and their lock files:
+    only names :data:`NODE_CACHE` matches, never ``current`` or its lock."""
+    if not current.parent.is_dir():
+        return []
+    return sorted(
+        entry
+        for entry in current.parent.iterdir()
+        if entry.name.removesuffix(".lock") != current.name
+        and NODE_CACHE.fullmatch(entry.name.removesuffix(".lock"))
+    )
+
+
+def _in_use(cache: Path) -> bool:
+    """A build holds its lock, or a process runs one of its programs (a node of it runs)."""
+    lock = cache.parent / f"{cache.name}.lock"
+    if lock.is_file():
+        with lock.open("a") as held:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(held, fcntl.LOCK_UN)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "exe").readlink().is_relative_to(cache):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def prune(current: Path, log: TextIO = sys.stderr) -> list[Path]:
+    """Remove the node caches that ``current`` supersedes (:func:`superseded`), less any in
+    use (:func:`_in_use`); what was removed."""
+    removed = []
+    for path in superseded(current):
+        if path.is_dir() and not path.is_symlink():
+            if _in_use(path):
+                continue
+            shutil.rmtree(path)
+        elif path.name.endswith(".lock") and (path.parent / path.name[: -len(".lock")]).is_dir():
+            continue  # its cache was kept (in use): so is its lock
+        else:
+            path.unlink()
+        removed.append(path)
+    if removed:
+        log.write(f"k8s-testenv: removed {len(removed)} superseded node cache entries: ")
+        log.write(", ".join(p.name for p in removed) + "\n")
+    return removed
+
+
+def _build(root: Path, force: bool, log: TextIO) -> Path:
+    """:func:`build`'s work, its lock held."""
+    install_packages(log)
+    if is_built() and not force:
+        return bin_dir()
+    if _binaries_built() and not force:  # only the plugin's source changed
         root.mkdir(parents=True, exist_ok=True)
-        log_path = root / "build.log"
-        log_path.write_text("")
-        log.write(
-            f"k8s-testenv: building the node (kubelet and DRA test driver {KUBERNETES_VERSION}, "
-            f"containerd {CONTAINERD_VERSION}, {PLUGIN}) into {root} (once per machine; log: "
-            f"{log_path})\n"
-        )
-        log.flush()
-        go = _Go(log, log_path)
-        out = bin_dir()
-        out.mkdir(exist_ok=True)
+        _build_plugin(_Go(log, root / "build.log"))
+        return bin_dir()
+    start = time.monotonic()
+    root.mkdir(parents=True, exist_ok=True)
+    log_path = root / "build.log"
+    log_path.write_text("")
+    log.write(
+        f"k8s-testenv: building the node (kubelet and DRA test driver {KUBERNETES_VERSION}, "
+        f"containerd {CONTAINERD_VERSION}, {PLUGIN}) into {root} (once per machine; log: "
+        f"{log_path})\n"
+    )
+    log.flush()
+    go = _Go(log, log_path)
+    out = bin_dir()
+    out.mkdir(exist_ok=True)
 
-        _build_from_kubernetes(go, root, out)
+    _build_from_kubernetes(go, root, out)
 
-        containerd = root / "containerd"
-        containerd.mkdir(exist_ok=True)
-        (containerd / "go.mod").write_text(
-            f"module containerdnode\n\ngo {GO_DIRECTIVE}\n\nrequire {CONTAINERD_MODULE} "
-            f"{CONTAINERD_VERSION}\n"
-        )
-        commands = [f"{CONTAINERD_MODULE}/cmd/{c}" for c in CONTAINERD_COMMANDS]
-        (containerd / "tools.go").write_text(_tools_go(commands))
-        go.run(["mod", "tidy"], containerd, "resolving containerd's modules (go mod tidy)")
-        go.run(
-            [
-                "build",
-                "-tags",
-                "no_btrfs",
-                "-ldflags",
-                f"-s -w -X {CONTAINERD_MODULE}/version.Version={CONTAINERD_VERSION}",
-                "-o",
-                f"{out}/",
-                *commands,
-            ],
-            containerd,
-            "building containerd",
-        )
-        _build_plugin(go)
-        missing = [b for b in BINARIES if not (out / b).is_file()]
-        if missing:
-            raise TestenvError(f"k8s-testenv build: the node's build left no {', '.join(missing)}")
-        (root / "stamp.json").write_text(json.dumps(_stamp()))
-        log.write(f"k8s-testenv: built the node in {time.monotonic() - start:.0f} s\n")
-        return out
+    containerd = root / "containerd"
+    containerd.mkdir(exist_ok=True)
+    (containerd / "go.mod").write_text(
+        f"module containerdnode\n\ngo {GO_DIRECTIVE}\n\nrequire {CONTAINERD_MODULE} "
+        f"{CONTAINERD_VERSION}\n"
+    )
+    commands = [f"{CONTAINERD_MODULE}/cmd/{c}" for c in CONTAINERD_COMMANDS]
+    (containerd / "tools.go").write_text(_tools_go(commands))
+    go.run(["mod", "tidy"], containerd, "resolving containerd's modules (go mod tidy)")
+    go.run(
+        [
+            "build",
+            "-tags",
+            "no_btrfs",
+            "-ldflags",
+            f"-s -w -X {CONTAINERD_MODULE}/version.Version={CONTAINERD_VERSION}",
+            "-o",
+            f"{out}/",
+            *commands,
+        ],
+        containerd,
+        "building containerd",
+    )
+    _build_plugin(go)
+    missing = [b for b in BINARIES if not (out / b).is_file()]
+    if missing:
+        raise TestenvError(f"k8s-testenv build: the node's build left no {', '.join(missing)}")
+    (root / "stamp.json").write_text(json.dumps(_stamp()))
+    log.write(f"k8s-testenv: built the node in {time.monotonic() - start:.0f} s\n")
+    return out

@@ -29,7 +29,6 @@ from tests.k8s import testenv
 from tests.k8s.apimetrics import sample
 from tests.k8s.fixtures import wait_for
 from tests.k8s.kernelserver import ROOT, Server, gone, running_server
-from tests.k8s.podrunner import PodRunner
 
 FLOW_CONTROL = ROOT / "deploy" / "flowcontrol.yaml"
 NAME = "dra-jupyter"  # the FlowSchema's and the priority level's
@@ -99,12 +98,11 @@ def test_a_servers_requests_go_to_the_priority_level_of_deploy_flowcontrol(
     api: client.ApiClient,
     namespace: str,
     tmp_path: Path,
-    pod_runner: PodRunner,
     published: SimulatedCluster,
 ) -> None:
     with (
         flow_control(api, namespace),
-        running_server(cluster, api, namespace, tmp_path, pod_runner, idle_timeout=3600) as server,
+        running_server(cluster, api, namespace, tmp_path, None, idle_timeout=3600) as server,
     ):
         before = dispatched(cluster)  # the test's own checks as dra-singleuser: before this
         made = server.call("POST", "/dra/api/claims", {"gpu": 1})  # the server creates it

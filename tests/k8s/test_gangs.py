@@ -2,7 +2,11 @@
 cluster serves the Workload API (the session's control plane does: tests/k8s/testenv.py),
 the run's pods join a PodGroup of ``minCount = N`` and the real kube-scheduler places all
 of them or none, so that a run that cannot start holds no node and no device; where it
-does not (our discovery answering no), the run is as before, pod by pod, and says so."""
+does not (our discovery answering no), the run is as before, pod by pod, and says so.
+
+Why on the stand-in kubelet, not the real node: a gang's pods (nodes>=2) find rank 0 by its
+cluster DNS name (``MASTER_ADDR=<run>-0.<run>``), and the test environment has one node and no
+cluster DNS."""
 
 from __future__ import annotations
 

@@ -2,7 +2,11 @@
 kube-controller-manager's Job, resourceclaim and garbage-collector controllers,
 kube-scheduler), whose pods the stand-in kubelet really runs: their ranks and rendezvous
 environment, their logs by rank, a failing rank that fails the Job at once, cancel, and
-the runs found again from a new session."""
+the runs found again from a new session.
+
+Why on the stand-in kubelet, not the real node: the ranks of a run of several pods find rank 0
+by its cluster DNS name (``MASTER_ADDR=<run>-0.<run>``), and the test environment has one node
+and no cluster DNS."""
 
 from __future__ import annotations
 

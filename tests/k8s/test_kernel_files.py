@@ -4,7 +4,8 @@ storage allows two pods (a ReadWriteMany claim anywhere, a ReadWriteOnce claim o
 server's node), and a start that cannot see it is refused in one line before anything is
 made. The decision is pure (a table below); on the real control plane, a PersistentVolume
 and its claim bound by kube-controller-manager, a stand-in "server pod" bound to a node, and
-kernels started through a real jupyter_server."""
+kernels started through a real jupyter_server. Its kernels run on the stand-in kubelet (see
+test_kernels.py), which mounts no volume: the real node's mounted folders are not tested yet."""
 
 from __future__ import annotations
 

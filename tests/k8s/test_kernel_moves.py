@@ -2,7 +2,10 @@
 with devices (``dra.request(..., restart=True)``, the Devices panel's restart with its
 claims), keeping its kernel id, and back onto the server when its devices are released for
 idleness, its next cell saying so in one line. A real jupyter_server, real kernels, the
-real kube-scheduler; the stand-in kubelet runs the pods (see test_kernels.py)."""
+real kube-scheduler; the stand-in kubelet runs the pods (see test_kernels.py). Not on the
+real node yet: its kernels are placed on the session's simulated nodes, and a moved kernel
+keeps using ``dra`` in its pod, whose calls there reach neither the API server nor its server
+(see test_kernel_requests.py); not tried in this slice."""
 
 from __future__ import annotations
 

@@ -5,7 +5,12 @@ its watched views (:mod:`dra_jupyter.server.kernelasks`), and makes the claim wi
 reading a ResourceSlice; a request that could never be met is still refused before anything
 is made, in the same words, from the slices the kernel reads then. Every count is the API
 server's own, of that account's LISTs of ResourceSlices
-(:func:`tests.k8s.apimetrics.counted_account`)."""
+(:func:`tests.k8s.apimetrics.counted_account`).
+
+Why on the stand-in kubelet, not the real node: the kernel talks to its server and to the API
+server from inside its pod, and a pod of the real node reaches neither (the API server listens
+on 127.0.0.1 and the ``kubernetes`` Service has no kube-proxy; the kernel image has no
+Kubernetes client)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,11 @@ API. The kernel runs in a pod of its own with a claim made from a ResourceClaimT
 allocated by the real kube-scheduler and run by the test environment's stand-in kubelet (the
 ``pod_runner`` fixture), which gives it the devices' environment as the DRA driver would; the
 server reaches it at the pod's IP. Shutting the kernel down deletes the pod, and with it the
-claim, the Secret of its connection and the template."""
+claim, the Secret of its connection and the template.
+
+Why on the stand-in kubelet, not the real node: these kernels are placed on the session's two
+simulated nodes (gpu-node-1/2 of h200-8x: their names, devices and counts), which no real
+kubelet serves; the same kernel on the real node is tests/k8s/test_node_kernels.py's."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ simulated driver through CDI, its ZMQ ports reached at its address on the bridge
 that fails there says what the kubelet logged; a ``NoExecute`` DeviceTaintRule on its GPU
 has the real kubelet stop its pod.
 
-The module has a control plane and a node of its own (as test_real_node.py: one node on a
-machine at a time, so the two modules' nodes run one after the other).
+The node is the test run's (:mod:`tests.k8s.nodefixtures`), the kernel image imported there
+at its start.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import asyncio
 import hashlib
 import ipaddress
 import json
-import os
 import re
 import subprocess
 import tarfile
@@ -30,10 +29,10 @@ from packaging.utils import canonicalize_name
 
 from dra_jupyter.hub.kernelspecs import cluster_kernel_specs
 from dra_jupyter.kube import taints
-from dra_jupyter.kube.connect import api_client, to_wire
-from tests.k8s import images, kernelimage, nodebuild, nodeplugins, testenv
+from dra_jupyter.kube.connect import to_wire
+from tests.k8s import images, kernelimage, nodeplugins
 from tests.k8s import node as real_node
-from tests.k8s.fixtures import fresh_namespace, wait_for
+from tests.k8s.fixtures import wait_for
 from tests.k8s.kernelserver import (
     RefusedError,
     Server,
@@ -43,62 +42,27 @@ from tests.k8s.kernelserver import (
     running_pod,
     running_server,
 )
+from tests.k8s.nodefixtures import needs_root
 from tests.k8s.test_kernels import FAILING, FAILING_ARGV
 from tests.k8s.test_real_node import device_uuids
 from tests.k8s.test_taken_out import KEY as TAINT_KEY
 from tests.k8s.test_taken_out import REASON as TAINT_REASON
 from tests.k8s.test_taken_out import held
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0, reason="a real node needs root (mounts, cgroups, iptables, chroot)"
-)
-
-
-@pytest.fixture(scope="module")
-def kernel_archive() -> Path:
-    return kernelimage.archive()
-
-
-@pytest.fixture(scope="module")
-def kernel_node(
-    tmp_path_factory: pytest.TempPathFactory, kernel_archive: Path
-) -> Iterator[real_node.Node]:
-    nodebuild.build()
-    with testenv.started(tmp_path_factory.mktemp("k8s-kernel-node")) as cluster:
-        running = real_node.start(cluster, tmp_path_factory.mktemp("node"))
-        try:
-            real_node.import_image(running, kernel_archive)
-            yield running
-        finally:
-            real_node.stop(running)
-        assert real_node.leftovers(running.before, running.state_dir) == []
-
-
-@pytest.fixture(scope="module")
-def kernel_api(kernel_node: real_node.Node) -> Iterator[client.ApiClient]:
-    with api_client(str(kernel_node.cluster.kubeconfig)) as api:
-        yield api
-
-
-@pytest.fixture
-def kernel_namespace(kernel_api: client.ApiClient) -> Iterator[str]:
-    with fresh_namespace(kernel_api) as name:
-        yield name
-
 
 @pytest.fixture
 def node_server(
-    kernel_node: real_node.Node,
-    kernel_api: client.ApiClient,
-    kernel_namespace: str,
+    node: real_node.Node,
+    node_api: client.ApiClient,
+    node_namespace: str,
     tmp_path: Path,
 ) -> Iterator[Server]:
     """A jupyter_server as tests/k8s/kernelserver.py starts it, on the node's control plane,
     its kernel pods of the kernel image; no stand-in kubelet."""
     with running_server(
-        kernel_node.cluster,
-        kernel_api,
-        kernel_namespace,
+        node.cluster,
+        node_api,
+        node_namespace,
         tmp_path,
         None,
         idle_timeout=0,
@@ -136,9 +100,8 @@ def test_the_kernel_image_holds_ipykernels_closure_and_nothing_of_the_venv_else(
     assert "lib64/ld-linux-x86-64.so.2" in paths  # what ldd named
 
 
-def test_the_kernel_image_is_written_once_from_the_same_files(
-    kernel_archive: Path, tmp_path: Path
-) -> None:
+def test_the_kernel_image_is_written_once_from_the_same_files(tmp_path: Path) -> None:
+    kernel_archive = kernelimage.archive()
     written = kernel_archive.stat().st_mtime_ns
     again = kernelimage.archive()
     assert again == kernel_archive
@@ -160,11 +123,11 @@ def _sha256(path: Path) -> str:
 
 @needs_root
 def test_the_kernel_images_python_runs_ipykernel_with_nothing_of_this_machine(
-    kernel_archive: Path, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     """The layer alone, as the root of a process (chroot, an environment of the image's):
     the interpreter, its libraries and the kernel's packages are all there."""
-    root = _layer(kernel_archive, tmp_path / "root")
+    root = _layer(kernelimage.archive(), tmp_path / "root")
     code = "import ipykernel.kernelapp, dra_jupyter, sys; print(dra_jupyter.__file__)"
     done = subprocess.run(
         ["/usr/sbin/chroot", str(root), "python3", "-c", code],
@@ -194,17 +157,17 @@ def claim_uuids(api: client.ApiClient, node: real_node.Node, namespace: str, pod
 
 @needs_root
 def test_a_gpu_kernel_runs_on_the_real_node_from_the_kernel_image(
-    kernel_node: real_node.Node,
-    kernel_api: client.ApiClient,
-    kernel_namespace: str,
+    node: real_node.Node,
+    node_api: client.ApiClient,
+    node_namespace: str,
     node_server: Server,
 ) -> None:
-    server, api, namespace = node_server, kernel_api, kernel_namespace
+    server, api, namespace = node_server, node_api, node_namespace
     kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
     [pod] = kernel_pods(api, namespace, kernel)
     name = pod["metadata"]["name"]
     assert pod["status"]["phase"] == "Running"
-    assert pod["spec"]["nodeName"] == kernel_node.name  # the kubelet's, not a stand-in
+    assert pod["spec"]["nodeName"] == node.name  # the kubelet's, not a stand-in
     [container] = pod["spec"]["containers"]
     assert container["image"] == kernelimage.KERNEL
     [status] = pod["status"]["containerStatuses"]
@@ -220,7 +183,7 @@ def test_a_gpu_kernel_runs_on_the_real_node_from_the_kernel_image(
         "os.path.realpath(sys.executable), os.getcwd())"
     )
     printed = asyncio.run(execute(server, kernel, code)).split()
-    uuids = ",".join(claim_uuids(api, kernel_node, namespace, pod))
+    uuids = ",".join(claim_uuids(api, node, namespace, pod))
     python = f"/{kernelimage.image_path(kernelimage.interpreter())}"
     assert printed == [uuids, uuids, name, python, str(server.root / "work")]
     # ... and the variables came from the driver's CDI spec of the claim
@@ -230,7 +193,7 @@ def test_a_gpu_kernel_runs_on_the_real_node_from_the_kernel_image(
             pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"], namespace
         ),
     )["metadata"]["uid"]
-    [cdi] = kernel_node.cdi_dir.glob(f"*{claim_uid}*.json")
+    [cdi] = node.cdi_dir.glob(f"*{claim_uid}*.json")
     assert f"NVIDIA_VISIBLE_DEVICES={uuids}" in cdi.read_text()
     # shut down: the pod, its claim, the Secret and the template are deleted (by the kubelet)
     server.call("DELETE", f"/api/kernels/{kernel}")
@@ -266,18 +229,18 @@ def _nothing_left(server: Server, api: client.ApiClient, namespace: str) -> None
 
 @needs_root
 def test_a_kernel_that_fails_on_the_real_node_says_the_kubelets_last_lines(
-    kernel_node: real_node.Node,
-    kernel_api: client.ApiClient,
-    kernel_namespace: str,
+    node: real_node.Node,
+    node_api: client.ApiClient,
+    node_namespace: str,
     tmp_path: Path,
 ) -> None:
     """A kernel whose command fails at once, in the kernel image on the real node: what it
     printed, as the kubelet logged it and the API server serves it, is in the kernel's error
     and the server's log; once given up, nothing of the kernel is left."""
     with running_server(
-        kernel_node.cluster,
-        kernel_api,
-        kernel_namespace,
+        node.cluster,
+        node_api,
+        node_namespace,
         tmp_path,
         None,
         idle_timeout=0,
@@ -296,24 +259,24 @@ def test_a_kernel_that_fails_on_the_real_node_says_the_kubelets_last_lines(
         text = log.read_text()
         assert re.search(r"pod kernel-\S+ ended.*: Error \(exit code 1\)", text), text[-3000:]
         assert FAILING in text, text[-3000:]
-        _nothing_left(server, kernel_api, kernel_namespace)
+        _nothing_left(server, node_api, node_namespace)
 
 
 @needs_root
 def test_a_kernel_pod_of_an_image_without_python_says_so(
-    kernel_node: real_node.Node,
-    kernel_api: client.ApiClient,
-    kernel_namespace: str,
+    node: real_node.Node,
+    node_api: client.ApiClient,
+    node_namespace: str,
     tmp_path: Path,
 ) -> None:
     """The busybox image has no python3: the container cannot start, and the start's error
     carries what the kubelet said (runc's), not a bare exit code."""
-    specs = cluster_kernel_specs(str(kernel_node.cluster.kubeconfig), kernel_namespace, "root")
+    specs = cluster_kernel_specs(str(node.cluster.kubeconfig), node_namespace, "root")
     config = dict(specs["dra-h200-x1"]["metadata"]["kernel_provisioner"]["config"])
     with running_server(
-        kernel_node.cluster,
-        kernel_api,
-        kernel_namespace,
+        node.cluster,
+        node_api,
+        node_namespace,
         tmp_path,
         None,
         idle_timeout=0,
@@ -328,14 +291,14 @@ def test_a_kernel_pod_of_an_image_without_python_says_so(
         assert "StartError: " in message, message  # the kubelet's reason, runc's message
         assert 'exec: "python3": executable file not found' in message, message
         assert message.endswith("(exit code 128)"), message
-        _nothing_left(server, kernel_api, kernel_namespace)
+        _nothing_left(server, node_api, node_namespace)
 
 
 @needs_root
 def test_a_noexecute_taint_on_the_kernels_gpu_has_the_real_kubelet_stop_its_pod(
-    kernel_node: real_node.Node,
-    kernel_api: client.ApiClient,
-    kernel_namespace: str,
+    node: real_node.Node,
+    node_api: client.ApiClient,
+    node_namespace: str,
     node_server: Server,
 ) -> None:
     """An admin's ``NoExecute`` DeviceTaintRule on the kernel's GPU: kube-controller-manager's
@@ -343,13 +306,20 @@ def test_a_noexecute_taint_on_the_kernels_gpu_has_the_real_kubelet_stop_its_pod(
     and unprepares the claim (the driver removes its CDI spec), and jupyter_server's
     restarter starts the kernel again in a new pod on another GPU of the node, whose first
     cell says why."""
-    server, api, namespace = node_server, kernel_api, kernel_namespace
+    server, api, namespace = node_server, node_api, node_namespace
     kernel = server.call("POST", "/api/kernels", {"name": "dra-h200-x1", "path": "work"})["id"]
     first = wait_for("the kernel in a pod", lambda: running_pod(api, namespace, kernel, not_=""))
-    device, node = held(api, namespace, first)
-    assert node == kernel_node.name
+    device, held_on = held(api, namespace, first)
+    assert held_on == node.name
     assert asyncio.run(execute(server, kernel, "x = 41; print(x + 1)")) == "42\n"
-    [cdi] = kernel_node.cdi_dir.glob("*.json")  # the first claim's, prepared by the driver
+    [first_claim] = to_wire(api, client.CoreV1Api(api).read_namespaced_pod(first, namespace))[
+        "status"
+    ]["resourceClaimStatuses"]
+    read_claim = client.ResourceV1Api(api).read_namespaced_resource_claim
+    first_uid = to_wire(api, read_claim(first_claim["resourceClaimName"], namespace))["metadata"][
+        "uid"
+    ]
+    [cdi] = node.cdi_dir.glob(f"*{first_uid}*.json")  # the first claim's, by the driver
     where = f"{device.driver}/{device.pool}/{device.device}"
     taints.create(api, where, TAINT_KEY, "NoExecute", TAINT_REASON, "admin")
     try:
@@ -357,7 +327,7 @@ def test_a_noexecute_taint_on_the_kernels_gpu_has_the_real_kubelet_stop_its_pod(
             "the kernel in a new pod", lambda: running_pod(api, namespace, kernel, not_=first)
         )
         again, node_again = held(api, namespace, second)
-        assert (again != device, node_again) == (True, kernel_node.name)
+        assert (again != device, node_again) == (True, node.name)
         wait_for(  # the kubelet stopped the first pod's container and unprepared its claim
             "the first pod gone",
             lambda: gone(client.CoreV1Api(api).read_namespaced_pod, first, namespace),
@@ -366,12 +336,12 @@ def test_a_noexecute_taint_on_the_kernels_gpu_has_the_real_kubelet_stop_its_pod(
         printed = asyncio.run(execute(server, kernel, "import os; print(globals().get('x'))"))
         note, rest = printed.split("\n", 1)
         assert note == (
-            f"dra: this kernel's pod was stopped because {device.device} on {node} was taken "
+            f"dra: this kernel's pod was stopped because {device.device} on {held_on} was taken "
             f"out ({TAINT_KEY}: {TAINT_REASON}), so its variables are gone; it runs again in a "
             "new pod with devices of the same request"
         ), printed
         assert rest == "None\n"
-        uuids = device_uuids(kernel_node)
+        uuids = device_uuids(node)
         printed = asyncio.run(execute(server, kernel, "print(os.environ['CUDA_VISIBLE_DEVICES'])"))
         assert printed == uuids[f"{again.pool}/{again.device}"] + "\n"
     finally:

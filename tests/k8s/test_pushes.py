@@ -19,7 +19,6 @@ from dra_jupyter.server.claim_events import CHANGED
 from tests import kernelws
 from tests.k8s import testenv
 from tests.k8s.kernelserver import DEADLINE, Server, running_server
-from tests.k8s.podrunner import PodRunner
 from tests.k8s.test_backend import session
 
 
@@ -53,11 +52,10 @@ def test_a_claim_made_and_released_elsewhere_is_pushed_as_a_changed_event(
     kubeconfig: Path,
     namespace: str,
     tmp_path: Path,
-    pod_runner: PodRunner,
     published: SimulatedCluster,
 ) -> None:
     with running_server(
-        cluster, api, namespace, tmp_path, pod_runner, idle_timeout=0, check_interval=3600
+        cluster, api, namespace, tmp_path, None, idle_timeout=0, check_interval=3600
     ) as server:
         assert server.call("GET", "/dra/api/claims")["pushed"] is True
         events = asyncio.run(pushed_changes(server, kubeconfig, namespace))

@@ -3,19 +3,20 @@ project's simulated GPU driver speaking the kubelet plugin protocol. A pod with 
 the busybox image there; its environment comes from the driver's CDI spec, its log through the
 API server, its address from the bridge; stopping the node leaves nothing behind.
 
-The node has a control plane of its own (the session's serves simulated nodes whose tests
-count their devices and pods); it and the node start once for the module.
+The node is the test run's (:mod:`tests.k8s.nodefixtures`: started once, on a control plane
+of its own, stopped at the end of the session, when nothing may be left of it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import io
 import ipaddress
 import json
-import os
 import subprocess
 import tarfile
-from collections.abc import Iterator
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,47 +25,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.claimspec import build_claim
-from dra_jupyter.kube.connect import api_client
-from tests.k8s import images, nodebuild, nodeplugins, testenv
+from tests.k8s import images, nodebuild, nodeplugins
 from tests.k8s import node as real_node
-from tests.k8s.fixtures import fresh_namespace, wait_for
-
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0, reason="a real node needs root (mounts, cgroups, iptables)"
-)
-
-STATE: dict[str, Any] = {}  # the module's node, once stopped by the last test
-
-
-@pytest.fixture(scope="module")
-def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testenv.Cluster]:
-    with testenv.started(tmp_path_factory.mktemp("k8s-node")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def node(
-    node_cluster: testenv.Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[real_node.Node]:
-    nodebuild.build()
-    running = real_node.start(node_cluster, tmp_path_factory.mktemp("node"), test_driver=True)
-    STATE["node"] = running
-    yield running
-    if not STATE.get("stopped"):
-        real_node.stop(running)
-        assert real_node.leftovers(running.before, running.state_dir) == []
-
-
-@pytest.fixture(scope="module")
-def node_api(node: real_node.Node) -> Iterator[client.ApiClient]:
-    with api_client(str(node.cluster.kubeconfig)) as api:
-        yield api
-
-
-@pytest.fixture
-def node_namespace(node_api: client.ApiClient) -> Iterator[str]:
-    with fresh_namespace(node_api) as name:
-        yield name
+from tests.k8s.fixtures import wait_for
+from tests.k8s.nodefixtures import needs_root
 
 
 def _apis(api: client.ApiClient) -> tuple[Any, Any]:
@@ -170,6 +134,44 @@ def test_the_node_cache_is_keyed_by_the_binaries_it_holds(monkeypatch: pytest.Mo
     monkeypatch.setattr(nodebuild, "BINARIES", without)
     assert nodebuild.cache_dir() != now
     assert nodebuild.cache_dir().parent == now.parent
+
+
+@pytest.mark.pure
+def test_a_build_removes_the_node_caches_it_supersedes_and_nothing_else(tmp_path: Path) -> None:
+    """The unkeyed cache of before and caches of other keys or versions go, with their lock
+    files; the current one, another key's that a build holds (its lock), and everything not
+    named as a node cache stay."""
+    base = "node-kubernetes-v1.37.2-containerd-v2.4.2"
+    current = tmp_path / f"{base}-6a75bb5d"
+    old = [f"{base}", f"{base}.lock", f"{base}-0123abcd", f"{base}-0123abcd.lock"]
+    old += ["node-kubernetes-v1.36.0-containerd-v2.1.0-89abcdef"]
+    kept = [
+        current.name,
+        f"{current.name}.lock",
+        f"{base}-feedbeef",  # a build of another checkout holds its lock
+        f"{base}-feedbeef.lock",
+        "kubernetes-v1.37.2-etcd-v3.6.16",
+        "kubernetes-v1.37.2-etcd-v3.6.16.lock",
+        "node-running.lock",
+        f"{base}-6a75bb5d-copy",
+        "jobset-v0.11.1",
+    ]
+    for name in old + kept:
+        path = tmp_path / name
+        if name.endswith(".lock"):
+            path.write_text("")
+        else:
+            (path / "bin").mkdir(parents=True)
+            (path / "bin" / "kubelet").write_text("")
+    with (tmp_path / f"{base}-feedbeef.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        removed = nodebuild.prune(current, io.StringIO())
+        assert sorted(p.name for p in removed) == sorted(old)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
+        assert nodebuild.prune(current, io.StringIO()) == []  # nothing more: once was enough
+    assert (current / "bin" / "kubelet").is_file()
+    # its build done (the lock free), the other key's cache is superseded too
+    assert [p.name for p in nodebuild.prune(current, io.StringIO())] == kept[2:4]
 
 
 @needs_root
@@ -475,28 +477,32 @@ def test_upstreams_test_driver_prepares_its_claim_beside_ours_in_one_pod(
 
 
 @needs_root
-def test_stopping_the_node_leaves_nothing_behind(
-    node: real_node.Node, node_api: client.ApiClient, node_namespace: str
+def test_a_pod_running_at_the_nodes_stop_leaves_nothing(
+    node: real_node.Node, node_api: client.ApiClient
 ) -> None:
-    """Runs last in the module: stops the module's node while a pod with a claim runs there,
-    then looks for anything it changed on this machine."""
+    """Leaves a pod with a claim running, in a namespace of its own that is not deleted: the
+    node stops with it at the end of the session, and the session's fixture then asserts that
+    nothing of the node is left on this machine (:func:`tests.k8s.node.leftovers`) and that
+    both drivers' slices of it are gone (the test driver's process too: leftovers() looks for
+    any process of the node's binaries)."""
     core, resource = _apis(node_api)
     drivers = {s.spec.driver for s in resource.list_resource_slice().items}
     assert drivers == {nodeplugins.DRIVER, nodeplugins.TEST_DRIVER}  # both plugins run
-    resource.create_namespaced_resource_claim(node_namespace, claim("gpu"))
-    core.create_namespaced_pod(node_namespace, busybox_pod("sleeps", "gpu", "sleep 600"))
+    namespace = f"left-running-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    wait_for(
+        "the namespace's default service account",
+        lambda: any(
+            a.metadata.name == "default"
+            for a in core.list_namespaced_service_account(namespace).items
+        ),
+    )
+    resource.create_namespaced_resource_claim(namespace, claim("gpu"))
+    core.create_namespaced_pod(namespace, busybox_pod("sleeps", "gpu", "sleep 600"))
 
     def running() -> bool:
-        phase: str = core.read_namespaced_pod("sleeps", node_namespace).status.phase
+        phase: str = core.read_namespaced_pod("sleeps", namespace).status.phase
         return phase == "Running"
 
     wait_for("the pod Running", running, timeout=120)
     assert real_node.leftovers(node.before, node.state_dir) != []  # the node is there
-    real_node.stop(node)
-    STATE["stopped"] = True
-    assert real_node.leftovers(node.before, node.state_dir) == []
-    assert node.timings["stop_s"] < real_node.STOP_TIMEOUT_S
-    # both drivers' slices of the node are gone with it (the test driver's process too:
-    # leftovers() looks for any process of the node's binaries)
-    slices = resource.list_resource_slice(field_selector=f"spec.nodeName={node.name}").items
-    assert slices == []

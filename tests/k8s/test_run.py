@@ -1,8 +1,9 @@
 """dra.run against the real control plane: the claim is made, the pod is placed by
 kube-scheduler and reports the devices of the claim's allocation; on the simulated nodes
 no kubelet runs it, so the run stops at "waiting for the node to start the pod" (cancel
-cleans up); where the stand-in kubelet serves the namespace, it ends. An
-unschedulable pod reports the scheduler's reason and our explain, and leaves nothing behind."""
+cleans up); on the test run's real node (:mod:`tests.k8s.nodefixtures`) it runs, of the
+kernel image, and ends. An unschedulable pod reports the scheduler's reason and our explain,
+and leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ from dra_jupyter.kube.runs.run import pod_command
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.settings import Settings
 from dra_jupyter.types.runs import Run
+from tests.k8s import kernelimage
+from tests.k8s import node as real_node
 from tests.k8s.conftest import wait_for
-from tests.k8s.podrunner import PodRunner
+from tests.k8s.nodefixtures import needs_root
 from tests.k8s.test_backend import session
 from tests.k8s.test_pods import IMAGE, ON_SIMULATED
+from tests.k8s.test_real_node import device_uuids
 
 
 def pod_exists(api: client.ApiClient, namespace: str, name: str) -> bool:
@@ -159,35 +163,55 @@ def test_an_unschedulable_run_reports_the_schedulers_reason_and_leaves_nothing(
     assert ClaimClient(api, namespace).list() == []
 
 
+def report_devices() -> None:
+    import os  # noqa: PLC0415 (the function's source is the pod's program)
+
+    print("devices", os.environ["CUDA_VISIBLE_DEVICES"])
+
+
+@needs_root
 def test_an_ended_pod_run_is_kept_a_jobs_ttl_then_deleted_with_its_claim(
-    api: client.ApiClient,
-    kubeconfig: Path,
-    namespace: str,
-    published: SimulatedCluster,
-    pod_runner: PodRunner,
+    node: real_node.Node,
+    node_api: client.ApiClient,
+    node_kubeconfig: Path,
+    node_namespace: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A Job's pods go after its ``ttlSecondsAfterFinished``; a bare pod has no such field,
     so the next listing of the runs deletes an ended pod run (and its claim, where still
-    there) once it is as old: it is not left behind for ever (issue 42, item 16)."""
-    with pod_runner.serving(namespace):
-        alice = session(kubeconfig, namespace, image=IMAGE)
-        run = alice.run("true", gpu=1, name="run-ttl", start_timeout=0, node_selector=ON_SIMULATED)
-        assert isinstance(run, PodRun)
-        core = client.CoreV1Api(api)
+    there) once it is as old: it is not left behind for ever (issue 42, item 16). The pod runs
+    on the real node, of the kernel image: its output is what the kubelet logged, its devices
+    the driver's through CDI."""
+    api, kubeconfig, namespace = node_api, node_kubeconfig, node_namespace
+    alice = session(kubeconfig, namespace, image=kernelimage.KERNEL)
+    run = alice.run(report_devices, gpu=1, name="run-ttl", start_timeout=0)
+    assert isinstance(run, PodRun)
+    core = client.CoreV1Api(api)
+    pod = to_wire(api, core.read_namespaced_pod("run-ttl", namespace))
+    [container] = pod["spec"]["containers"]
+    assert (container["image"], container["imagePullPolicy"]) == (
+        kernelimage.KERNEL,
+        "IfNotPresent",
+    )
 
-        def succeeded() -> bool:
-            status = core.read_namespaced_pod("run-ttl", namespace).status
-            return status is not None and status.phase == "Succeeded"
+    def succeeded() -> bool:
+        status = core.read_namespaced_pod("run-ttl", namespace).status
+        if status is not None and status.phase == "Failed":
+            raise AssertionError(f"the run failed: {status}")
+        return status is not None and status.phase == "Succeeded"
 
-        wait_for("the pod to succeed", lambda: succeeded() or None)
-        # within the TTL: listed, with its pod (so its logs)
-        [kept] = session(kubeconfig, namespace, image=IMAGE).runs()
-        assert (kept.name, kept.status.phase) == ("run-ttl", "Succeeded")
-        assert pod_exists(api, namespace, "run-ttl")
-        monkeypatch.setattr(jobs, "TTL_S", 0)
-        assert session(kubeconfig, namespace, image=IMAGE).runs() == []
-        assert not pod_exists(api, namespace, "run-ttl")
-        wait_for(
-            "the claim's deletion", lambda: ClaimClient(api, namespace).get(run.claim_name) is None
-        )
+    wait_for("the pod to succeed on the real node", lambda: succeeded() or None, timeout=120)
+    assert run.node == node.name
+    [device] = run.devices
+    _, pool, name = device.split("/")
+    assert run.logs() == f"devices {device_uuids(node)[f'{pool}/{name}']}\n"
+    # within the TTL: listed, with its pod (so its logs)
+    [kept] = session(kubeconfig, namespace, image=kernelimage.KERNEL).runs()
+    assert (kept.name, kept.status.phase) == ("run-ttl", "Succeeded")
+    assert pod_exists(api, namespace, "run-ttl")
+    monkeypatch.setattr(jobs, "TTL_S", 0)
+    assert session(kubeconfig, namespace, image=kernelimage.KERNEL).runs() == []
+    assert not pod_exists(api, namespace, "run-ttl")
+    wait_for(
+        "the claim's deletion", lambda: ClaimClient(api, namespace).get(run.claim_name) is None
+    )

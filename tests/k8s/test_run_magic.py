@@ -1,8 +1,15 @@
 """``%%dra run`` in a real kernel configured for the Kubernetes backend by its environment:
-the cell's code becomes the pod's ``python -c``, the pod is placed and its devices shown."""
+the cell's code becomes the pod's ``python -c``, the pod is placed and its devices shown. On
+the session's simulated nodes no kubelet runs it; on the test run's real node
+(:mod:`tests.k8s.nodefixtures`) a pod of the kernel image runs it and its output comes back.
+
+The Job of ``nodes=2`` stays on the stand-in kubelet (``pod_runner``): its ranks find rank 0
+by its cluster DNS name (``MASTER_ADDR=<run>-0.<run>``), and the test environment has one node
+and no cluster DNS."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,21 +21,24 @@ from kubernetes import client
 from dra_jupyter.kube.claims import ClaimClient
 from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
+from tests.k8s import kernelimage
 from tests.k8s.conftest import wait_for
+from tests.k8s.nodefixtures import needs_root
 from tests.k8s.podrunner import PodRunner
 from tests.k8s.test_pods import IMAGE
 from tests.k8s.test_run import pod_exists
 from tests.magics.conftest import TIMEOUT, Kernel, plain
 
 
-@pytest.fixture
-def kube_kernel(kubeconfig: Path, namespace: str, tmp_path: Path) -> Iterator[Kernel]:
+@contextlib.contextmanager
+def _kube_kernel(kubeconfig: Path, namespace: str, image: str, tmp_path: Path) -> Iterator[Kernel]:
+    """A local IPython kernel with the extension loaded, its backend Kubernetes."""
     env = {
         **os.environ,
         "DRA_JUPYTER_BACKEND": "kubernetes",
         "KUBECONFIG": str(kubeconfig),
         "DRA_JUPYTER_NAMESPACE": namespace,
-        "DRA_JUPYTER_IMAGE": IMAGE,
+        "DRA_JUPYTER_IMAGE": image,
         "DRA_JUPYTER_KERNEL_ID": "kernel-1",
     }
     manager, kc = start_new_kernel(kernel_name="python3", startup_timeout=TIMEOUT, env=env)
@@ -39,6 +49,20 @@ def kube_kernel(kubeconfig: Path, namespace: str, tmp_path: Path) -> Iterator[Ke
     finally:
         kc.stop_channels()
         manager.shutdown_kernel(now=True)
+
+
+@pytest.fixture
+def kube_kernel(kubeconfig: Path, namespace: str, tmp_path: Path) -> Iterator[Kernel]:
+    """On the session's control plane (simulated nodes, where no kubelet runs pods)."""
+    with _kube_kernel(kubeconfig, namespace, IMAGE, tmp_path) as kernel:
+        yield kernel
+
+
+@pytest.fixture
+def node_kernel(node_kubeconfig: Path, node_namespace: str, tmp_path: Path) -> Iterator[Kernel]:
+    """On the real node's control plane, its pods of the kernel image."""
+    with _kube_kernel(node_kubeconfig, node_namespace, kernelimage.KERNEL, tmp_path) as kernel:
+        yield kernel
 
 
 def test_the_cell_runs_in_a_placed_pod(
@@ -63,6 +87,38 @@ def test_the_cell_runs_in_a_placed_pod(
     assert f"/{device}" in out.result
     kube_kernel.ok("_.cancel()")
     wait_for("the claim's deletion", lambda: ClaimClient(api, namespace).list() == [])
+
+
+@needs_root
+def test_a_pod_run_cell_runs_on_the_real_node_and_the_line_magics_find_it(
+    node_kernel: Kernel, node_api: client.ApiClient, node_namespace: str
+) -> None:
+    """``%%dra run`` of one pod on the real node: the kubelet runs the cell's code in a pod of
+    the kernel image, with the driver's devices; ``%dra runs`` lists it, ``%dra logs`` shows
+    what it printed, ``%dra cancel`` cleans it up once ended and says so (issue 42, item 9)."""
+    api, namespace = node_api, node_namespace
+    out = node_kernel.ok(
+        "%%dra run gpu=1 name=cell-pod start_timeout=0\n"
+        "import os\nprint('one pod on', os.environ['CUDA_VISIBLE_DEVICES'][:4])\n"
+    )
+    assert "dra.run: pod cell-pod placed on dra-node-1" in out.stderr, out.stderr
+    core = client.CoreV1Api(api)
+
+    def ended() -> str | None:
+        phase = to_wire(api, core.read_namespaced_pod("cell-pod", namespace))["status"].get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    assert wait_for("the pod's run to end on the real node", ended, timeout=120) == "Succeeded"
+    assert any(
+        "cell-pod" in line for line in plain(node_kernel.ok("%dra runs").result).splitlines()
+    )
+    assert node_kernel.ok("%dra logs cell-pod").stdout == "one pod on GPU-\n"
+    assert (
+        node_kernel.ok("%dra cancel cell-pod").stdout
+        == "dra: run cell-pod had succeeded; cleaned up\n"
+    )
+    wait_for("the run's pod to go", lambda: not pod_exists(api, namespace, "cell-pod"))
+    wait_for("the claim to go", lambda: ClaimClient(api, namespace).list() == [])
 
 
 def test_run_errors_are_one_line(kube_kernel: Kernel, published: SimulatedCluster) -> None:
@@ -127,7 +183,8 @@ def test_a_job_run_cell_is_listed_followed_and_cancelled_by_the_line_magics(
 ) -> None:
     """``%%dra run`` takes ``nodes``, ``retries`` and ``wait`` on Kubernetes (a Job), and
     ``%dra runs``, ``%dra logs NAME``, ``%dra cancel NAME`` find and drive its runs, Jobs
-    and bare pods alike, as they do on one machine."""
+    and bare pods alike, as they do on one machine. On the stand-in kubelet: two pods (see
+    the module)."""
     with pod_runner.serving(namespace):
         out = kube_kernel.ok(
             "%%dra run gpu=1 nodes=2 retries=0 wait=true name=cell-job\n"

@@ -3,7 +3,13 @@ DeviceTaintRule (``dra-jupyter taint``), kube-controller-manager's device taint 
 controller (on by default in Kubernetes 1.37) stops the kernel's pod, jupyter_server's
 restarter starts the kernel again in a new pod, whose claim (from the same template) avoids
 the tainted GPU, and the kernel's next cell says which device was taken out and why. A
-run's pod taken out the same way says why in the run's status and logs."""
+run's pod taken out the same way says why in the run's status and logs.
+
+A bare pod's run is taken out on the test run's real node (:mod:`tests.k8s.nodefixtures`),
+its pod of the kernel image stopped by the kubelet. Why the rest stays on the stand-in
+kubelet: the kernel's case takes out a device of the session's simulated nodes (its case on
+the real node is tests/k8s/test_node_kernels.py's); the Job's case is a Job (see
+tests/k8s/test_jobs.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +24,11 @@ from dra_jupyter.kube import taints
 from dra_jupyter.kube.connect import to_wire
 from dra_jupyter.kube.simulate import SimulatedCluster
 from dra_jupyter.model.takenout import HeldDevice, held_devices
+from tests.k8s import kernelimage
+from tests.k8s import node as real_node
 from tests.k8s.conftest import wait_for
 from tests.k8s.kernelserver import IMAGE, Server, execute, kernel_pods, running_pod
+from tests.k8s.nodefixtures import needs_root
 from tests.k8s.podrunner import PodRunner
 from tests.k8s.test_backend import session
 from tests.k8s.test_pods import ON_SIMULATED
@@ -122,54 +131,48 @@ def test_a_runs_pod_whose_gpu_is_taken_out_says_why_after_the_job_retried_it(
             run.cancel()
 
 
+@needs_root
 def test_a_bare_pod_runs_gpu_taken_out_says_why_in_its_status(
-    api: client.ApiClient,
-    kubeconfig: Path,
-    namespace: str,
-    published: SimulatedCluster,
-    pod_runner: PodRunner,
+    node: real_node.Node,
+    node_api: client.ApiClient,
+    node_kubeconfig: Path,
+    node_namespace: str,
 ) -> None:
     """``dra.run`` without nodes=: one pod with a claim of the session, followed by the call
     (in a thread here); the run found from another session (another kernel) watches it
-    run, then says which device was taken out when the eviction stopped it."""
+    run, then says which device was taken out when the eviction stopped it. On the real
+    node: a pod of the kernel image, stopped by the kubelet."""
+    api, kubeconfig, namespace = node_api, node_kubeconfig, node_namespace
     script = "import time\nprint('training', flush=True)\ntime.sleep(600)\n"
-    with pod_runner.serving(namespace):
-        alice = session(kubeconfig, namespace, image=IMAGE)
-        followed: list[object] = []
-        thread = threading.Thread(
-            target=lambda: followed.append(
-                alice.run(
-                    [sys.executable, "-c", script],
-                    gpu=1,
-                    name="bare",
-                    timeout=60,
-                    node_selector=ON_SIMULATED,
-                )
-            ),
-            daemon=True,
-        )
-        thread.start()
-        again = session(kubeconfig, namespace, image=IMAGE)
-        found = wait_for(
-            "the run's pod running with its device",
-            lambda: next(
-                (r for r in again.runs() if r.status.phase == "Running" and r.status.devices),
-                None,
-            ),
-        )
-        [row] = found.status.processes
-        [where] = row.devices
-        taints.create(api, where, KEY, "NoExecute", REASON, "admin")
-        try:
-            thread.join(90)
-            assert not thread.is_alive()  # the call ended with its pod
-            status = found.wait(timeout=30)
-            why = f"{where.rsplit('/', 1)[-1]} on {row.node} was taken out ({KEY}: {REASON})"
-            assert (status.phase, status.message) == ("Failed", f"pod bare was stopped: {why}")
-            assert [(p.name, p.phase, p.reason) for p in status.processes] == [
-                ("bare", "Failed", why)
-            ]
-            assert found.logs().endswith(f"dra.run: pod bare was stopped: {why}\n")
-        finally:
-            taints.delete(api, where, KEY)
-            found.cancel()
+    alice = session(kubeconfig, namespace, image=kernelimage.KERNEL)
+    followed: list[object] = []
+    thread = threading.Thread(
+        target=lambda: followed.append(
+            alice.run(["python3", "-c", script], gpu=1, name="bare", timeout=60)
+        ),
+        daemon=True,
+    )
+    thread.start()
+    again = session(kubeconfig, namespace, image=kernelimage.KERNEL)
+    found = wait_for(
+        "the run's pod running with its device",
+        lambda: next(
+            (r for r in again.runs() if r.status.phase == "Running" and r.status.devices),
+            None,
+        ),
+    )
+    [row] = found.status.processes
+    assert row.node == node.name
+    [where] = row.devices
+    taints.create(api, where, KEY, "NoExecute", REASON, "admin")
+    try:
+        thread.join(90)
+        assert not thread.is_alive()  # the call ended with its pod
+        status = found.wait(timeout=30)
+        why = f"{where.rsplit('/', 1)[-1]} on {row.node} was taken out ({KEY}: {REASON})"
+        assert (status.phase, status.message) == ("Failed", f"pod bare was stopped: {why}")
+        assert [(p.name, p.phase, p.reason) for p in status.processes] == [("bare", "Failed", why)]
+        assert found.logs().endswith(f"dra.run: pod bare was stopped: {why}\n")
+    finally:
+        taints.delete(api, where, KEY)
+        found.cancel()

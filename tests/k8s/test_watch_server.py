@@ -5,7 +5,10 @@ extension polls (labextension/src/model.ts), its periodic checks and sweeps make
 of any kind; it holds 3 watches of its namespace and, for the Devices panel, 4 of the
 cluster; a claim made or released, and a run cancelled, through it show in its reads at
 once. Every count is the API server's own, of that account's requests
-(:func:`tests.k8s.apimetrics.counted_account`)."""
+(:func:`tests.k8s.apimetrics.counted_account`).
+
+Why on the stand-in kubelet, not the real node: its run is a Job, on the session's simulated
+nodes (see tests/k8s/test_jobs.py)."""
 
 from __future__ import annotations
 
