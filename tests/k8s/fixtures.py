@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from tests.k8s.podrunner import PodRunner
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
 WAIT_S = 90.0  # bounded polling for what the controllers and the scheduler do
 INVENTORY, NODES = "h200-8x", 2  # what the session's cluster publishes
 
@@ -43,6 +45,37 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_S) 
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:.0f} s for {what}")
         time.sleep(0.2)
+
+
+# the threads of dra_jupyter.kube, by the start of their names: a watched view's reflector (it
+# retries its API server for as long as it runs), a gang run's deadline, a run's log follower
+OUR_THREADS = ("watch ", "gang-timeout-", "logs of ")
+LEFT_JOIN_S = 10.0  # how long a thread of ours that is ending (stopped, not yet gone) may take
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_watcher_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each module of tests/k8s and tests/hub (its module fixtures torn down: their
+    control planes stopped), no thread of dra_jupyter.kube that started during the module is
+    still alive. One left behind watches a control plane that stopped, or the session's,
+    for good: its retries then fill the logs of the modules after it (a backend, a session
+    with ``watch=True``, a server's extension or a shared view not closed)."""
+    path = Path(str(request.path))
+    if not any(path.is_relative_to(TESTS / tier) for tier in ("k8s", "hub")):
+        yield
+        return
+    before = set(threading.enumerate())
+    yield
+    ours = [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.name.startswith(OUR_THREADS) and t.is_alive()
+    ]
+    deadline = time.monotonic() + LEFT_JOIN_S
+    for thread in ours:  # a stopped one ends within its stop's bound; a leaked one never
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = sorted(t.name for t in ours if t.is_alive())
+    assert not left, f"{request.path}: threads of dra_jupyter.kube left running: {left}"
 
 
 @pytest.fixture(scope="session")

@@ -400,7 +400,10 @@ class JobRun:
                 if row.name in followed or row.phase == "Pending" or row.name in stopped:
                     continue
                 thread = threading.Thread(
-                    target=stream, args=(row.name, f"[rank {row.rank}] "), daemon=True
+                    target=stream,
+                    args=(row.name, f"[rank {row.rank}] "),
+                    name=f"logs of {row.name}",
+                    daemon=True,
                 )
                 followed[row.name] = thread
                 thread.start()
