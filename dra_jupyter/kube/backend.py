@@ -337,9 +337,9 @@ class KubernetesBackend:
             self.settings.strategy,
         )
 
-    def check_possible(self, claim: Wire) -> None:
-        """Refuse what could never be met on idle devices; nothing when the slices are hidden
-        (the API server and kube-scheduler will say)."""
+    def check_possible(self, claim: Wire, *, explain: bool = True) -> None:
+        """Refuse what could never be met on idle devices (why, with ``explain``); nothing
+        when the slices are hidden (the API server and kube-scheduler will say)."""
         if not self.current.slices and not self.slices_readable:
             return
         current = self.current
@@ -347,11 +347,12 @@ class KubernetesBackend:
         name = claim["metadata"].get("name") or ""
         probe = {**claim, "metadata": {**claim["metadata"], "name": name or "new-request"}}
         if idle.allocate([probe]) is None:
+            never = f"the request can never be met on {self.current.description}"
+            if not explain:
+                raise NeverPossibleError(never)
             explanation = idle.explain([probe])
             raise NeverPossibleError(
-                f"the request can never be met on {self.current.description}:\n"
-                + explanation.summary(named=bool(name)),
-                explanation,
+                f"{never}:\n" + explanation.summary(named=bool(name)), explanation
             )
 
     def holders(self, *, cluster_wide: bool = False) -> list[ClaimRecord]:

@@ -283,10 +283,12 @@ class LocalBackend:
         *,
         max_steps: int = DEFAULT_MAX_STEPS,
         kind: type[Allocator] = Allocator,
+        explain: bool = True,
     ) -> None:
         """Raise NeverPossibleError when the claim could not be met even on an idle
-        machine. A shape found possible once is not tried again (the devices here do not
-        change). ``max_steps`` and ``kind``: those of the allocator that tries."""
+        machine (why, with ``explain``). A shape found possible once is not tried again (the
+        devices here do not change). ``max_steps`` and ``kind``: those of the allocator that
+        tries."""
         shape = shape_of(claim)
         if shape in self._possible:
             return
@@ -294,10 +296,12 @@ class LocalBackend:
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
         if idle.allocate([probe]) is None:
+            never = f"the request can never be met on {self.devices.description}"
+            if not explain:
+                raise NeverPossibleError(never)
             explanation = idle.explain([probe], bare_namespace=self.namespace)
             raise NeverPossibleError(
-                f"the request can never be met on {self.devices.description}:\n"
-                + explanation.summary(named=bool(claim["metadata"].get("name"))),
+                f"{never}:\n" + explanation.summary(named=bool(claim["metadata"].get("name"))),
                 explanation,
             )
         if len(self._possible) >= _POSSIBLE_MOST:

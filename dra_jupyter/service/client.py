@@ -273,15 +273,17 @@ class ServiceBackend:
             cache=self._cache,
         )
 
-    def check_possible(self, claim: Wire) -> None:
+    def check_possible(self, claim: Wire, *, explain: bool = True) -> None:
         idle = self.allocator([])
         name = claim["metadata"].get("name") or "new-request"
         probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
         if idle.allocate([probe]) is None:
+            never = f"the request can never be met on {self.inventory().description}"
+            if not explain:
+                raise NeverPossibleError(never)
             explanation = idle.explain([probe])
             raise NeverPossibleError(
-                f"the request can never be met on {self.inventory().description}:\n"
-                + explanation.summary(named=bool(claim["metadata"].get("name"))),
+                f"{never}:\n" + explanation.summary(named=bool(claim["metadata"].get("name"))),
                 explanation,
             )
 
