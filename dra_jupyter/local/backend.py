@@ -27,7 +27,7 @@ from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.allocator.core import DEFAULT_MAX_STEPS
-from dra_jupyter.errors import ForbiddenError, InvalidInputError, NeverPossibleError
+from dra_jupyter.errors import ForbiddenError, InvalidInputError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_device
 from dra_jupyter.local import notices as _notices
@@ -293,17 +293,8 @@ class LocalBackend:
         if shape in self._possible:
             return
         idle = self.allocator([], max_steps=max_steps, kind=kind)
-        name = claim["metadata"].get("name") or "new-request"
-        probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
-        if idle.allocate([probe]) is None:
-            never = f"the request can never be met on {self.devices.description}"
-            if not explain:
-                raise NeverPossibleError(never)
-            explanation = idle.explain([probe], bare_namespace=self.namespace)
-            raise NeverPossibleError(
-                f"{never}:\n" + explanation.summary(named=bool(claim["metadata"].get("name"))),
-                explanation,
-            )
+        where = self.devices.description
+        idle.check_idle(claim, where, explain=explain, bare_namespace=self.namespace)
         if len(self._possible) >= _POSSIBLE_MOST:
             self._possible.clear()
         self._possible.add(shape)
