@@ -80,6 +80,7 @@ TIERS = {
     # the Go harness of the real allocator: built like tests/k8s's control plane
     "upstream": "k8s",
     "test_api_inventories.py": "pure",
+    "test_asked.py": "pure",  # a kernel's question, on the simulated devices
     "test_claimspec.py": "pure",
     "test_cli.py": "pure",
     "test_cli_doctor.py": "pure",

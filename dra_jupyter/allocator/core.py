@@ -25,7 +25,7 @@ from dra_jupyter.allocator.topology import (
     node_order,
     node_runs,
 )
-from dra_jupyter.errors import InvalidInputError, ObjectError
+from dra_jupyter.errors import InvalidInputError, NeverPossibleError, ObjectError
 from dra_jupyter.model.limits import MAX_RESULTS_PER_CLAIM
 from dra_jupyter.model.objects import (
     AllocationResult,
@@ -253,6 +253,27 @@ class Allocator:
         ``bare_namespace``: the claims holding devices in it are named without it (one
         machine's ledger, where the namespace means nothing)."""
         return explain(self, self._prepare(claims), node, bare_namespace=bare_namespace)
+
+    def check_idle(
+        self,
+        claim: Mapping[str, Any],
+        where: str,
+        *,
+        explain: bool = True,
+        bare_namespace: str | None = None,
+    ) -> None:
+        """Raise NeverPossibleError where ``claim`` fits nowhere on these devices (an
+        allocator of idle ones: it could never be met on ``where``), with why, unless not
+        ``explain`` (:meth:`explain`'s ``bare_namespace``)."""
+        name = claim["metadata"].get("name") or ""
+        probe = {**claim, "metadata": {**claim["metadata"], "name": name or "new-request"}}
+        if self.allocate([probe]) is not None:
+            return
+        never = f"the request can never be met on {where}"
+        if not explain:
+            raise NeverPossibleError(never)
+        explanation = self.explain([probe], bare_namespace=bare_namespace)
+        raise NeverPossibleError(f"{never}:\n" + explanation.summary(named=bool(name)), explanation)
 
     def search_on(
         self, claims: list[ResourceClaim], node_name: str | None

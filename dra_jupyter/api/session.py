@@ -373,14 +373,20 @@ class Session:
         return notes
 
     def check_possible(
-        self, spec: Mapping[str, Any], claim: dict[str, Any], caller: str = REQUEST
+        self,
+        spec: Mapping[str, Any],
+        claim: dict[str, Any],
+        caller: str = REQUEST,
+        *,
+        why: bool = True,
     ) -> None:
         """Raise :class:`NeverPossibleError`, in the user's terms where we can (``no device
-        with memory >= 200Gi; the largest is ...``, said by ``caller``), when the claim
-        could never be met; InvalidInputError where a shared GPU's limit cannot be met (a
-        pinned memory limit above the devices' memory), this backend has no driver that
-        shares a GPU (``share="mps"`` on one machine), or no device of the class allows
-        several claims (``share="20Gi"``; on one machine as on a cluster)."""
+        with memory >= 200Gi; the largest is ...``, said by ``caller``; not ``why``: the
+        backend's bare line), when the claim could never be met; InvalidInputError where a
+        shared GPU's limit cannot be met (a pinned memory limit above the devices' memory),
+        this backend has no driver that shares a GPU (``share="mps"`` on one machine), or no
+        device of the class allows several claims (``share="20Gi"``; on one machine as on a
+        cluster)."""
         where = None if self.backend.cluster is not None else self.backend.capabilities.where
         hint = sharing_hint(spec, self.inventory) or no_sharing_driver(spec, claim, where)
         if hint is None:  # a cluster's slices from its watched views, or this machine's
@@ -388,8 +394,10 @@ class Session:
         if hint is not None:
             raise InvalidInputError(hint).said_by(caller)
         try:
-            self.backend.check_possible(claim)
+            self.backend.check_possible(claim, explain=why)
         except (AllocationError, ObjectError) as err:
+            if not why:
+                raise
             # ObjectError: the inventory lacks the DeviceClass (a TPU asked of a GPU machine)
             hint = impossible_hint(spec, self.inventory)
             if hint is None:

@@ -500,7 +500,7 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         request = dict(self.dra_request)
         dra = self._dra
         classes = await asyncio.to_thread(dra.device_classes)
-        shared = SharedClaims(dra.api, self.namespace)
+        shared = SharedClaims(dra)
         try:
             claim = build_claim(name, request, namespace=self.namespace, classes=classes)
             await asyncio.to_thread(shared.join, claim, self._dra_profile[0])
@@ -525,7 +525,7 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         if reflector.pods.get(f"{self.namespace}/{self.pod_name}") is None:
             return
         self._dra_rejoin = None
-        shared = SharedClaims(self._dra.api, self.namespace)
+        shared = SharedClaims(self._dra)
         await asyncio.to_thread(shared.join, claim, self._dra_profile[0])
 
     # --- start, stop -------------------------------------------------------------------------
@@ -621,7 +621,7 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
         shared = self._dra_shared_claim
         if not shared:
             return
-        leave = SharedClaims(dra.api, self.namespace).leave
+        leave = SharedClaims(dra).leave
         if await asyncio.to_thread(leave, shared, self.pod_name):
             self.log.info("dra: deleted shared claim %s: %s was its last", shared, self._log_name)
 

@@ -26,7 +26,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.allocator import Allocator
-from dra_jupyter.errors import ClusterError, ForbiddenError, InvalidInputError, NeverPossibleError
+from dra_jupyter.errors import ClusterError, ForbiddenError, InvalidInputError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_device
 from dra_jupyter.kube import taints as _taints
@@ -337,22 +337,14 @@ class KubernetesBackend:
             self.settings.strategy,
         )
 
-    def check_possible(self, claim: Wire) -> None:
-        """Refuse what could never be met on idle devices; nothing when the slices are hidden
-        (the API server and kube-scheduler will say)."""
+    def check_possible(self, claim: Wire, *, explain: bool = True) -> None:
+        """Refuse what could never be met on idle devices (why, with ``explain``); nothing
+        when the slices are hidden (the API server and kube-scheduler will say)."""
         if not self.current.slices and not self.slices_readable:
             return
         current = self.current
         idle = Allocator(current.patched_slices, current.device_classes, [], "first-fit")
-        name = claim["metadata"].get("name") or ""
-        probe = {**claim, "metadata": {**claim["metadata"], "name": name or "new-request"}}
-        if idle.allocate([probe]) is None:
-            explanation = idle.explain([probe])
-            raise NeverPossibleError(
-                f"the request can never be met on {self.current.description}:\n"
-                + explanation.summary(named=bool(name)),
-                explanation,
-            )
+        idle.check_idle(claim, current.description, explain=explain)
 
     def holders(self, *, cluster_wide: bool = False) -> list[ClaimRecord]:
         """Every allocated claim the user may see: cluster-wide, else (unless

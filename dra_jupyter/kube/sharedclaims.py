@@ -30,15 +30,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.errors import ClusterError
-from dra_jupyter.kube.claims import forbidden
-from dra_jupyter.kube.connect import cluster_error, to_model, to_wire
+from dra_jupyter.kube.connect import to_model, to_wire
+from dra_jupyter.kube.spawn import TIMEOUT, ServerDevices
 from dra_jupyter.model.objects import Wire
 from dra_jupyter.types import label_value
 
 SHARED_LABEL = "dra-jupyter/shared-claim"  # on each pod that uses a profile's shared claim
 PROFILE_LABEL = "dra-jupyter/shared-profile"  # on the claim: the profile it is shared for
 JOINED_ANNOTATION = "dra-jupyter/joined"  # when a spawn last joined it (see the module)
-TIMEOUT = (5, 15)  # seconds to connect and to read each answer
 ATTEMPTS = 4  # reads again of a claim changed while a stop looked (by its status only)
 
 
@@ -47,18 +46,15 @@ def joined_now() -> str:
 
 
 class SharedClaims:
-    """The shared claims of one namespace (see the module)."""
+    """The shared claims of the namespace of ``devices`` (see the module), through its API
+    client: its reads of a claim and of labelled pods, and its errors, are those of the
+    hub's servers' devices."""
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.api = api
-        self.namespace = namespace
-        self.resource = client.ResourceV1Api(api)
-        self.core = client.CoreV1Api(api)
-
-    def _error(self, error: Exception, verb: str, resource: str, action: str) -> ClusterError:
-        if isinstance(error, ApiException) and error.status == 403:
-            return forbidden(error, verb, resource, self.namespace, action)
-        return cluster_error(error, action, self.api)
+    def __init__(self, devices: ServerDevices) -> None:
+        self.devices = devices
+        self.api = devices.api
+        self.namespace = devices.namespace
+        self.resource = devices.resource
 
     def join(self, claim: Wire, profile: str) -> Wire:
         """The shared claim ``claim`` (made of the profile's request) marked joined now,
@@ -74,9 +70,9 @@ class SharedClaims:
                 )
             except ApiException as error:
                 if error.status != 404:
-                    raise self._error(error, "patch", "resourceclaims", action) from error
+                    raise self.devices.error(error, "patch", "resourceclaims", action) from error
             except urllib3.exceptions.HTTPError as error:
-                raise self._error(error, "patch", "resourceclaims", action) from error
+                raise self.devices.error(error, "patch", "resourceclaims", action) from error
             else:
                 found = to_wire(self.api, got)
                 if found["metadata"].get("deletionTimestamp"):
@@ -115,47 +111,28 @@ class SharedClaims:
         except ApiException as error:
             if error.status == 409:
                 return None
-            raise self._error(error, "create", "resourceclaims", action) from error
+            raise self.devices.error(error, "create", "resourceclaims", action) from error
         except urllib3.exceptions.HTTPError as error:
-            raise self._error(error, "create", "resourceclaims", action) from error
+            raise self.devices.error(error, "create", "resourceclaims", action) from error
         return to_wire(self.api, made)
 
     def users(self, name: str, *, leaving: str = "") -> list[str]:
         """The pods that use the shared claim ``name`` now (by :data:`SHARED_LABEL`), those
         being deleted and ``leaving`` left out."""
         selector = f"{SHARED_LABEL}={label_value(name)}"
-        action = f"the pods of the shared claim {name}"
-        try:
-            listed = self.core.list_namespaced_pod(
-                self.namespace, label_selector=selector, _request_timeout=TIMEOUT
-            )
-        except (ApiException, urllib3.exceptions.HTTPError) as error:
-            raise self._error(error, "list", "pods", action) from error
+        pods = self.devices.pods(selector, f"the pods of the shared claim {name}")
         return [
-            str(p.metadata.name)
-            for p in listed.items
-            if p.metadata and p.metadata.name != leaving and not p.metadata.deletion_timestamp
+            str(meta["name"])
+            for meta in (p["metadata"] for p in pods)
+            if meta["name"] != leaving and not meta.get("deletionTimestamp")
         ]
-
-    def _read(self, name: str, action: str) -> Wire | None:
-        try:
-            got = self.resource.read_namespaced_resource_claim(
-                name, self.namespace, _request_timeout=TIMEOUT
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise self._error(error, "get", "resourceclaims", action) from error
-        except urllib3.exceptions.HTTPError as error:
-            raise self._error(error, "get", "resourceclaims", action) from error
-        return to_wire(self.api, got)
 
     def leave(self, name: str, pod: str) -> bool:
         """Pod ``pod`` (stopped) leaves the shared claim ``name``: the claim is deleted when
         no other pod uses it (see the module). True when it was deleted here."""
         action = f"stop: leaving the shared claim {name}"
         for _ in range(ATTEMPTS):
-            claim = self._read(name, action)
+            claim = self.devices.claim(name, action)
             if claim is None or claim["metadata"].get("deletionTimestamp"):
                 return False
             joined = (claim["metadata"].get("annotations") or {}).get(JOINED_ANNOTATION)
@@ -173,13 +150,13 @@ class SharedClaims:
                 if error.status == 404:
                     return False
                 if error.status != 409:
-                    raise self._error(error, "delete", "resourceclaims", action) from error
-                again = self._read(name, action)
+                    raise self.devices.error(error, "delete", "resourceclaims", action) from error
+                again = self.devices.claim(name, action)
                 now = (again or {}).get("metadata", {}).get("annotations") or {}
                 if again is None or now.get(JOINED_ANNOTATION) != joined:
                     return False  # joined meanwhile (or gone): it stays
                 continue  # its status changed: look again
             except urllib3.exceptions.HTTPError as error:
-                raise self._error(error, "delete", "resourceclaims", action) from error
+                raise self.devices.error(error, "delete", "resourceclaims", action) from error
             return True
         return False

@@ -125,7 +125,9 @@ class ServerDevices:
             self._reader = _cluster(self.api, self.namespace, watch=self.watch)
         return self._reader
 
-    def _error(self, error: Exception, verb: str, resource: str, action: str) -> ClusterError:
+    def error(self, error: Exception, verb: str, resource: str, action: str) -> ClusterError:
+        """``error`` of the request to ``verb`` ``resource`` in the namespace, for ``action``,
+        in one line: a 403 says which permission is missing."""
         if isinstance(error, ApiException) and error.status == 403:
             return forbidden(error, verb, resource, self.namespace, action)
         return cluster_error(error, action, self.api)
@@ -138,9 +140,9 @@ class ServerDevices:
         except ApiException as error:
             if error.status == 403:
                 return []
-            raise self._error(error, "list", "deviceclasses", "spawn") from error
+            raise self.error(error, "list", "deviceclasses", "spawn") from error
         except urllib3.exceptions.HTTPError as error:
-            raise self._error(error, "list", "deviceclasses", "spawn") from error
+            raise self.error(error, "list", "deviceclasses", "spawn") from error
         return [c.metadata.name for c in listed.items if c.metadata and c.metadata.name]
 
     def create_template(self, template: Wire) -> Wire:
@@ -158,9 +160,9 @@ class ServerDevices:
                 if error.status == 409 and attempt == 0:
                     self.delete_template(name)
                     continue
-                raise self._error(error, "create", TEMPLATES, action) from error
+                raise self.error(error, "create", TEMPLATES, action) from error
             except urllib3.exceptions.HTTPError as error:
-                raise self._error(error, "create", TEMPLATES, action) from error
+                raise self.error(error, "create", TEMPLATES, action) from error
             return to_wire(self.api, created)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -176,9 +178,9 @@ class ServerDevices:
         except ApiException as error:
             if error.status == 404:
                 return False
-            raise self._error(error, "patch", TEMPLATES, f"spawn: template {name}") from error
+            raise self.error(error, "patch", TEMPLATES, f"spawn: template {name}") from error
         except urllib3.exceptions.HTTPError as error:
-            raise self._error(error, "patch", TEMPLATES, f"spawn: template {name}") from error
+            raise self.error(error, "patch", TEMPLATES, f"spawn: template {name}") from error
         return True
 
     def template(self, name: str) -> Wire | None:
@@ -189,9 +191,9 @@ class ServerDevices:
         except ApiException as error:
             if error.status == 404:
                 return None
-            raise self._error(error, "get", TEMPLATES, f"template {name}") from error
+            raise self.error(error, "get", TEMPLATES, f"template {name}") from error
         except urllib3.exceptions.HTTPError as error:
-            raise self._error(error, "get", TEMPLATES, f"template {name}") from error
+            raise self.error(error, "get", TEMPLATES, f"template {name}") from error
         return to_wire(self.api, got)
 
     def delete_template(self, name: str) -> bool:
@@ -203,9 +205,9 @@ class ServerDevices:
         except ApiException as error:
             if error.status == 404:
                 return False
-            raise self._error(error, "delete", TEMPLATES, f"stop: template {name}") from error
+            raise self.error(error, "delete", TEMPLATES, f"stop: template {name}") from error
         except urllib3.exceptions.HTTPError as error:
-            raise self._error(error, "delete", TEMPLATES, f"stop: template {name}") from error
+            raise self.error(error, "delete", TEMPLATES, f"stop: template {name}") from error
         return True
 
     def pod(self, name: str) -> Wire | None:
@@ -214,9 +216,9 @@ class ServerDevices:
         except ApiException as error:
             if error.status == 404:
                 return None
-            raise self._error(error, "get", "pods", f"spawn: pod {name}") from error
+            raise self.error(error, "get", "pods", f"spawn: pod {name}") from error
         except urllib3.exceptions.HTTPError as error:
-            raise self._error(error, "get", "pods", f"spawn: pod {name}") from error
+            raise self.error(error, "get", "pods", f"spawn: pod {name}") from error
         return to_wire(self.api, got)
 
     def kueue_word(self, uid: str) -> str:
@@ -224,7 +226,10 @@ class ServerDevices:
         place, :func:`.kueue.word`); "" when it has no Workload or Kueue cannot be read."""
         return kueue.word_for(self.api, self.namespace, uid)
 
-    def claim(self, name: str) -> Wire | None:
+    def claim(self, name: str, action: str = "") -> Wire | None:
+        """The claim ``name``, or None where there is none; an error says ``action``
+        (default: ``spawn: claim NAME``)."""
+        action = action or f"spawn: claim {name}"
         try:
             got = self.resource.read_namespaced_resource_claim(
                 name, self.namespace, _request_timeout=TIMEOUT
@@ -232,10 +237,21 @@ class ServerDevices:
         except ApiException as error:
             if error.status == 404:
                 return None
-            raise self._error(error, "get", "resourceclaims", f"spawn: claim {name}") from error
+            raise self.error(error, "get", "resourceclaims", action) from error
         except urllib3.exceptions.HTTPError as error:
-            raise self._error(error, "get", "resourceclaims", f"spawn: claim {name}") from error
+            raise self.error(error, "get", "resourceclaims", action) from error
         return to_wire(self.api, got)
+
+    def pods(self, selector: str, action: str) -> list[Wire]:
+        """The namespace's pods of the label ``selector`` (one LIST); an error says
+        ``action``."""
+        try:
+            listed = self.core.list_namespaced_pod(
+                self.namespace, label_selector=selector, _request_timeout=TIMEOUT
+            )
+        except (ApiException, urllib3.exceptions.HTTPError) as error:
+            raise self.error(error, "list", "pods", action) from error
+        return [to_wire(self.api, pod) for pod in listed.items]
 
     def claims_of(self, pod: str) -> list[Wire]:
         """The claims of hub server ``pod`` (made from its template), deleted or not."""
@@ -245,7 +261,7 @@ class ServerDevices:
                 self.namespace, label_selector=selector, _request_timeout=TIMEOUT
             )
         except (ApiException, urllib3.exceptions.HTTPError) as error:
-            raise self._error(error, "list", "resourceclaims", f"stop: pod {pod}") from error
+            raise self.error(error, "list", "resourceclaims", f"stop: pod {pod}") from error
         return [to_wire(self.api, c) for c in listed.items]
 
     def delete_claims_of(self, pod: str) -> list[str]:
@@ -262,9 +278,9 @@ class ServerDevices:
             except ApiException as error:
                 if error.status == 404:
                     continue
-                raise self._error(error, "delete", "resourceclaims", f"stop: {name}") from error
+                raise self.error(error, "delete", "resourceclaims", f"stop: {name}") from error
             except urllib3.exceptions.HTTPError as error:
-                raise self._error(error, "delete", "resourceclaims", f"stop: {name}") from error
+                raise self.error(error, "delete", "resourceclaims", f"stop: {name}") from error
             deleted.append(name)
         return deleted
 
@@ -274,15 +290,9 @@ class ServerDevices:
         with them); the names deleted."""
         selector = f"{KERNEL_POD},{SERVER_LABEL}={server_id}"  # a label value (check_server_id)
         action = f"stop: the kernel pods of {server_id}"
-        try:
-            listed = self.core.list_namespaced_pod(
-                self.namespace, label_selector=selector, _request_timeout=TIMEOUT
-            )
-        except (ApiException, urllib3.exceptions.HTTPError) as error:
-            raise self._error(error, "list", "pods", action) from error
         deleted = []
-        for pod in listed.items:
-            name = str(to_wire(self.api, pod)["metadata"]["name"])
+        for pod in self.pods(selector, action):
+            name = str(pod["metadata"]["name"])
             try:
                 self.core.delete_namespaced_pod(
                     name,
@@ -293,9 +303,9 @@ class ServerDevices:
             except ApiException as error:
                 if error.status == 404:
                     continue
-                raise self._error(error, "delete", "pods", action) from error
+                raise self.error(error, "delete", "pods", action) from error
             except urllib3.exceptions.HTTPError as error:
-                raise self._error(error, "delete", "pods", action) from error
+                raise self.error(error, "delete", "pods", action) from error
             deleted.append(name)
         return deleted
 

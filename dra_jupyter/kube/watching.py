@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KINDS",
+    "THREAD_PREFIX",
     "Handler",
     "Kind",
     "Reflector",
@@ -74,6 +75,7 @@ SHORT_WATCH_S = 1.0  # a watch that ends sooner with no event is an error (clien
 CONNECT_TIMEOUT_S = 10.0
 LIST_TIMEOUT_S = 120.0  # reading one LIST (5 MB of slices on a big cluster)
 GONE = 410
+THREAD_PREFIX = "watch "  # a reflector's thread's name: this and what it watches
 
 Handler = Callable[[str, Wire], None]  # (ADDED | MODIFIED | DELETED, the object)
 Events = list[tuple[str, Wire]]
@@ -404,7 +406,7 @@ class Reflector(View):
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
-                    target=self._run, name=f"watch {self.what}", daemon=True
+                    target=self._run, name=f"{THREAD_PREFIX}{self.what}", daemon=True
                 )
                 self._thread.start()
         return self

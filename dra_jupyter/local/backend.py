@@ -27,7 +27,7 @@ from dra_jupyter.accounting.weights import Weights
 from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.allocator.core import DEFAULT_MAX_STEPS
-from dra_jupyter.errors import ForbiddenError, InvalidInputError, NeverPossibleError
+from dra_jupyter.errors import ForbiddenError, InvalidInputError
 from dra_jupyter.inventory.base import Inventory
 from dra_jupyter.inventory.resolve import resolve_device
 from dra_jupyter.local import notices as _notices
@@ -283,23 +283,18 @@ class LocalBackend:
         *,
         max_steps: int = DEFAULT_MAX_STEPS,
         kind: type[Allocator] = Allocator,
+        explain: bool = True,
     ) -> None:
         """Raise NeverPossibleError when the claim could not be met even on an idle
-        machine. A shape found possible once is not tried again (the devices here do not
-        change). ``max_steps`` and ``kind``: those of the allocator that tries."""
+        machine (why, with ``explain``). A shape found possible once is not tried again (the
+        devices here do not change). ``max_steps`` and ``kind``: those of the allocator that
+        tries."""
         shape = shape_of(claim)
         if shape in self._possible:
             return
         idle = self.allocator([], max_steps=max_steps, kind=kind)
-        name = claim["metadata"].get("name") or "new-request"
-        probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
-        if idle.allocate([probe]) is None:
-            explanation = idle.explain([probe], bare_namespace=self.namespace)
-            raise NeverPossibleError(
-                f"the request can never be met on {self.devices.description}:\n"
-                + explanation.summary(named=bool(claim["metadata"].get("name"))),
-                explanation,
-            )
+        where = self.devices.description
+        idle.check_idle(claim, where, explain=explain, bare_namespace=self.namespace)
         if len(self._possible) >= _POSSIBLE_MOST:
             self._possible.clear()
         self._possible.add(shape)

@@ -409,8 +409,8 @@ class ClaimService:
         devices of its own then, nor its kernels: the view's line is the refusal)."""
         if self.shared is not None:  # neither the server nor its kernels read the devices
             return self.shared.possible(spec, name)
-        classes, _ = asked(Session(self.session.settings, backend=self.backend), spec, name)
-        return classes, ""  # never: the kernel, which may read the devices, explains it itself
+        session = Session(self.session.settings, backend=self.backend)
+        return asked(session, spec, name, never=False)  # never: the kernel explains it
 
     @staticmethod
     def _check_possible(session: Session, spec: dict[str, Any], claim: dict[str, Any]) -> None:

@@ -30,7 +30,6 @@ from dra_jupyter.allocator import Allocator, Strategy
 from dra_jupyter.allocator.cache import AllocatorCache
 from dra_jupyter.errors import (
     InvalidInputError,
-    NeverPossibleError,
     UnavailableError,
 )
 from dra_jupyter.inventory.base import Inventory
@@ -273,17 +272,8 @@ class ServiceBackend:
             cache=self._cache,
         )
 
-    def check_possible(self, claim: Wire) -> None:
-        idle = self.allocator([])
-        name = claim["metadata"].get("name") or "new-request"
-        probe = {**claim, "metadata": {**claim["metadata"], "name": name}}
-        if idle.allocate([probe]) is None:
-            explanation = idle.explain([probe])
-            raise NeverPossibleError(
-                f"the request can never be met on {self.inventory().description}:\n"
-                + explanation.summary(named=bool(claim["metadata"].get("name"))),
-                explanation,
-            )
+    def check_possible(self, claim: Wire, *, explain: bool = True) -> None:
+        self.allocator([]).check_idle(claim, self.inventory().description, explain=explain)
 
     def _owner_args(self) -> Wire:
         return {"kernel_id": self.owner.kernel_id, "detached": self.owner.pid == 0}

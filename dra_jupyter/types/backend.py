@@ -294,8 +294,9 @@ class Backend(Protocol):
     def inventory(self, *, refresh: bool = False) -> Inventory:
         """The devices (read again from their source with ``refresh``)."""
 
-    def check_possible(self, claim: Wire) -> None:
-        """Raise NeverPossibleError when the claim could never be met on these devices."""
+    def check_possible(self, claim: Wire, *, explain: bool = True) -> None:
+        """Raise NeverPossibleError when the claim could never be met on these devices (with
+        the allocator's explanation, unless not ``explain``: then only that it never can)."""
 
     def allocate(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_jupyter.cli import main as cli_main
 from dra_jupyter.inventory import simulated
+from dra_jupyter.kube import watching
 from dra_jupyter.kube.connect import api_client
 from dra_jupyter.kube.simulate import SimulatedCluster, simulate
 from tests.k8s import testenv
@@ -29,6 +31,7 @@ from tests.k8s.podrunner import PodRunner
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
 WAIT_S = 90.0  # bounded polling for what the controllers and the scheduler do
 INVENTORY, NODES = "h200-8x", 2  # what the session's cluster publishes
 
@@ -43,6 +46,36 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_S) 
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:.0f} s for {what}")
         time.sleep(0.2)
+
+
+LEFT_JOIN_S = 10.0  # how long a reflector that is ending (stopped, not yet gone) may take
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_watcher_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each module of tests/k8s and tests/hub (its module fixtures torn down: their
+    control planes stopped), no watched view's thread (:mod:`dra_jupyter.kube.watching`'s
+    reflectors) that started during the module is still alive. One left behind watches a
+    control plane that stopped, or the session's, until the run ends: its retries then fill
+    the logs of the modules after it (a backend, a session with ``watch=True``, a server's
+    extension or a shared view not closed). Other threads of dra_jupyter.kube end by
+    themselves (a run's log followers, a gang run's deadline: on an error, at the latest)."""
+    path = Path(str(request.path))
+    if not any(path.is_relative_to(TESTS / tier) for tier in ("k8s", "hub")):
+        yield
+        return
+    before = set(threading.enumerate())
+    yield
+    ours = [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.name.startswith(watching.THREAD_PREFIX) and t.is_alive()
+    ]
+    deadline = time.monotonic() + LEFT_JOIN_S
+    for thread in ours:  # a stopped one ends within its stop's bound; a leaked one never
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = sorted(t.name for t in ours if t.is_alive())
+    assert not left, f"{request.path}: watched views left running: {left}"
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ that serves it, and the other tests expect Indexed Jobs."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -298,8 +299,9 @@ def test_a_watching_process_reads_its_jobsets_from_a_view_not_a_list_per_read(
     def lists() -> float:
         return sample(cluster, "apiserver_request_total", verb="LIST", resource="jobsets")
 
-    with served.runner.serving(namespace):
-        alice = session(cluster.kubeconfig, namespace, image=IMAGE, watch=True)
+    alice = session(cluster.kubeconfig, namespace, image=IMAGE, watch=True)
+    # its views watch this module's control plane, which stops at the module's end
+    with served.runner.serving(namespace), contextlib.closing(alice.backend):
         run = alice.run([sys.executable, "-c", "print('hi')"], gpu=1, nodes=2, name="seen")
         assert isinstance(run, JobRun) and run.status.launcher == "JobSet"
         try:

@@ -20,6 +20,7 @@ from dra_jupyter.kube.sharedclaims import (
     SHARED_LABEL,
     SharedClaims,
 )
+from dra_jupyter.kube.spawn import ServerDevices
 from dra_jupyter.sharing.joins import shared_claim_name
 from tests.k8s.fixtures import wait_for
 
@@ -61,7 +62,7 @@ def user_pod(api: client.ApiClient, namespace: str, name: str, claim: str) -> No
 def test_the_first_join_makes_the_claim_with_the_profiles_sharing(
     api: client.ApiClient, namespace: str
 ) -> None:
-    shared = SharedClaims(api, namespace)
+    shared = SharedClaims(ServerDevices(api, namespace))
     name = shared_claim_name(PROFILE)
     first = shared.join(profile_claim(namespace), PROFILE)
     assert first["metadata"]["labels"][PROFILE_LABEL] == PROFILE
@@ -82,7 +83,7 @@ def test_the_first_join_makes_the_claim_with_the_profiles_sharing(
 def test_a_leave_deletes_the_claim_only_after_its_last_user(
     api: client.ApiClient, namespace: str
 ) -> None:
-    shared = SharedClaims(api, namespace)
+    shared = SharedClaims(ServerDevices(api, namespace))
     name = shared_claim_name(PROFILE)
     shared.join(profile_claim(namespace), PROFILE)
     user_pod(api, namespace, "carols-server", name)
@@ -102,11 +103,11 @@ def test_a_join_between_a_leaves_look_and_its_delete_keeps_the_claim(
     """The interleaving a stop and a spawn can have: the stop reads the claim and finds no
     other pod; a spawn joins (marks the claim) before the stop deletes it. The delete is
     refused by its precondition, and the claim stays for the new server."""
-    shared = SharedClaims(api, namespace)
+    shared = SharedClaims(ServerDevices(api, namespace))
     name = shared_claim_name(PROFILE)
     shared.join(profile_claim(namespace), PROFILE)
     looked = SharedClaims.users
-    spawning = SharedClaims(api, namespace)
+    spawning = SharedClaims(ServerDevices(api, namespace))
 
     def users_then_a_spawn_joins(self: SharedClaims, claim: str, *, leaving: str = "") -> Any:
         found = looked(self, claim, leaving=leaving)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import random
 import threading
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -264,6 +266,29 @@ def test_a_refused_list_is_an_error_state_with_bounded_retries(
         assert 'User "nobody"' in view.error
         assert view.list() == []
     assert server.watch_calls() == []
+
+
+def test_a_dead_api_server_is_retried_after_doubling_waits_with_full_jitter(
+    api: client.ApiClient, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38, item 1: errors back off with jitter. Each wait after a refused connection is
+    drawn from 0 to a ceiling that doubles from the first backoff to the longest, never a
+    retry at once for good."""
+    broken = urllib3.exceptions.NewConnectionError(None, "Connection refused")  # type: ignore[arg-type]
+    refused = urllib3.exceptions.MaxRetryError(None, "/things", broken)  # type: ignore[arg-type]
+    server.lists.extend([refused] * 6)
+    drawn: list[tuple[float, float]] = []
+
+    def uniform(low: float, high: float) -> float:
+        drawn.append((low, high))
+        return 0.0  # no wait in the test: what matters is what it was drawn from
+
+    monkeypatch.setattr(random, "uniform", uniform)  # the stdlib's, as the reflector draws
+    with reflector(api, server, max_backoff=0.04) as view:  # the first: 0.01
+        wait_for("the list once the server answers", lambda: view.synced, WAIT_S)
+        assert view.stats().errors == 6
+        assert view.error is None  # well again once the server answers
+    assert drawn == [(0, 0.01), (0, 0.02), (0, 0.04), (0, 0.04), (0, 0.04), (0, 0.04)]
 
 
 def forbidden(verb: str) -> ApiException:

@@ -399,9 +399,8 @@ class JobRun:
                     emit(f"[rank {row.rank}] {_stopped_line(row.name, stopped[row.name])}\n")
                 if row.name in followed or row.phase == "Pending" or row.name in stopped:
                     continue
-                thread = threading.Thread(
-                    target=stream, args=(row.name, f"[rank {row.rank}] "), daemon=True
-                )
+                thread = threading.Thread(target=stream, args=(row.name, f"[rank {row.rank}] "))
+                thread.name, thread.daemon = f"logs of {row.name}", True
                 followed[row.name] = thread
                 thread.start()
             if status.done and all(not t.is_alive() for t in followed.values()):
