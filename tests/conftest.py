@@ -19,10 +19,13 @@ uses a fixture that starts something (:data:`STARTERS`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+
+from dra_jupyter.kernel.environment import ProcessEnvironment
 
 # the control plane's fixtures (cluster, kubeconfig, api, published, namespace), for tests/k8s
 # and tests/hub alike: one control plane a run; the real node's (node, node_api, node_namespace,
@@ -161,3 +164,26 @@ def pytest_make_collect_report(
             report.nodeid, "failed", "test tiers:\n  " + "\n  ".join(problems), []
         )
     return report
+
+
+DEVICE_VARIABLES = (  # what a claim's devices set in a process (dra_jupyter.kernel.environment)
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "TPU_VISIBLE_CHIPS",
+)
+
+
+@pytest.fixture(autouse=True)
+def fresh_device_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no claim held in this process's environment, and the device
+    variables a test's ``dra.request`` sets here are put back after it: a claim one test
+    left held named its devices in a later test's ``CUDA_VISIBLE_DEVICES`` (CI, once:
+    ``test_request_does_not_set_the_environment_of_the_caller``)."""
+    monkeypatch.setattr(ProcessEnvironment, "_process", None)
+    for name in DEVICE_VARIABLES:  # noted as they are (set or not), put back after the test
+        before = os.environ.get(name)
+        monkeypatch.setenv(name, before or "")
+        if before is None:
+            monkeypatch.delenv(name)
