@@ -322,7 +322,7 @@ class Session:
         result = Claim(self, record)
         if origin is not None:
             _Cells.made[origin[0]][1].append(result)
-        result.notes = self._notes_on(result, spec, apply_env=apply_env, reserve=reserve)
+        result.notes = _notes_on(self, result, spec, apply_env=apply_env, reserve=reserve)
         for note in result.notes:
             warnings.warn(note, DraJupyterWarning, stacklevel=caller_level())
         if reporter is not None:
@@ -352,25 +352,6 @@ class Session:
         claim = self.build(spec, name, REQUEST_KEYS)
         self.check_possible(spec, claim)
         return claim
-
-    def _notes_on(
-        self, result: Claim, spec: Mapping[str, Any], *, apply_env: bool, reserve: bool
-    ) -> list[str]:
-        """What the user should know of a new claim (its environment; another user on its
-        devices; on Kubernetes, that a kernel's devices are its pod's)."""
-        caps = self.backend.capabilities
-        notes = []
-        if apply_env and caps.devices_here:  # a cluster's devices go to its pods, not here
-            notes += result.apply_env()
-        if caps.devices_here and not caps.every_user and not self.inventory.simulated:
-            notes += others_on(self.metrics, result.name, {r.device for r in result.devices})
-        if (
-            self.backend.cluster is not None
-            and not reserve
-            and in_servers_kernel(self.owner.kernel_id)
-        ):
-            notes.append(waits_for_a_pod(result.name, spec))
-        return notes
 
     def check_possible(
         self,
@@ -600,3 +581,23 @@ def _join(session: Session, join: object, spec: Mapping[str, Any], **made: objec
         f"joining claim {join}: restarting this kernel in a pod that uses it, beside the "
         "other pods that do; its variables are lost: run the next cell once the kernel is back",
     )
+
+
+def _notes_on(
+    session: Session, result: Claim, spec: Mapping[str, Any], *, apply_env: bool, reserve: bool
+) -> list[str]:
+    """What the user should know of a new claim (its environment; another user on its
+    devices; on Kubernetes, that a kernel's devices are its pod's)."""
+    caps = session.backend.capabilities
+    notes = []
+    if apply_env and caps.devices_here:  # a cluster's devices go to its pods, not here
+        notes += result.apply_env()
+    if caps.devices_here and not caps.every_user and not session.inventory.simulated:
+        notes += others_on(session.metrics, result.name, {r.device for r in result.devices})
+    if (
+        session.backend.cluster is not None
+        and not reserve
+        and in_servers_kernel(session.owner.kernel_id)
+    ):
+        notes.append(waits_for_a_pod(result.name, spec))
+    return notes
