@@ -471,6 +471,9 @@ def _start_containerd(node: Node, deadline: float) -> None:
         "containerd",
         ["--config", str(config), "--log-level", "warn"],
         program=["env", path, str(binaries / "containerd")],
+        # the machine's node lock held as long as containerd runs: also once the process
+        # that started the node is gone (`scripts/k8s-testenv start`), until its stop
+        pass_fds=[node.lock.fileno()] if node.lock is not None else [],
     )
     ctr = [str(binaries / "ctr"), "--address", str(node.containerd_socket), "-n", "k8s.io"]
 

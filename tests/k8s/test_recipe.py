@@ -57,7 +57,7 @@ def user_environment(state_home: Path) -> dict[str, str]:
     """This process's environment as a user's shell has it, without the venv (not activated,
     not on PATH, no PYTHONPATH), and with the test environment's state under ``state_home``
     (its caches, the builds, stay where they are)."""
-    venv_bin = str(Path(sys.prefix) / "bin")
+    venv_bin = (Path(sys.prefix) / "bin").resolve()
     env = {
         k: v
         for k, v in os.environ.items()
@@ -65,7 +65,7 @@ def user_environment(state_home: Path) -> dict[str, str]:
         and not k.startswith("DRA_JUPYTER_")
     }
     path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(os.pathsep)
-    env["PATH"] = os.pathsep.join(p for p in path if p and Path(p).resolve() != Path(venv_bin))
+    env["PATH"] = os.pathsep.join(p for p in path if p and Path(p).resolve() != venv_bin)
     env["XDG_STATE_HOME"] = str(state_home)
     return env
 

@@ -218,9 +218,11 @@ def _spawn(
     program: Sequence[str] | None = None,
     *,
     at: int | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> None:
     """Start component ``name``: the built binary of that name (or ``program``) with ``args``,
-    at index ``at`` of the components (default: last; ``stop`` stops the last first)."""
+    at index ``at`` of the components (default: last; ``stop`` stops the last first);
+    ``pass_fds``: open files of this process it holds too."""
     log = cluster.state_dir / "logs" / f"{name}.log"
     log.parent.mkdir(exist_ok=True)
     parent = os.getpid()
@@ -231,6 +233,7 @@ def _spawn(
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop() signals the whole group
+            pass_fds=pass_fds,
             preexec_fn=(lambda: _killed_with(parent)) if cluster.die_with_parent else None,  # noqa: PLW1509
         )
     start_time = _start_time(child.pid) or ""
