@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -122,10 +123,16 @@ def test_the_node_options_of_start() -> None:
 
 
 @needs_root
-def test_the_readmes_recipe_runs_its_pod_on_a_real_node(tmp_path: Path) -> None:
+def test_the_readmes_recipe_runs_its_pod_on_a_real_node() -> None:
+    # a short path: containerd's sockets under the state directory must fit 104 characters
+    with tempfile.TemporaryDirectory(prefix="recipe-", dir="/tmp") as state_home:
+        _run_the_recipe(Path(state_home))
+
+
+def _run_the_recipe(state_home: Path) -> None:
     before = real_node.Before.now()
-    state_dir = tmp_path / "state" / "dra-jupyter" / "k8s-testenv"
-    env = user_environment(tmp_path / "state")
+    state_dir = state_home / "dra-jupyter" / "k8s-testenv"
+    env = user_environment(state_home)
     try:
         done = subprocess.run(
             ["bash", "-e", "-c", recipe()],
@@ -142,6 +149,7 @@ def test_the_readmes_recipe_runs_its_pod_on_a_real_node(tmp_path: Path) -> None:
                 [".venv/bin/python", "scripts/k8s-testenv", "stop"], cwd=ROOT, env=env, check=False
             )
     said = f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    print(f"\nthe README's recipe: {said}", file=sys.stderr)  # its timings, with -s
     assert done.returncode == 0, said
     assert f"k8s-testenv: node {real_node.NODE_NAME} (" in done.stderr, said
     assert f"images {kernelimage.KERNEL}" in done.stderr, said

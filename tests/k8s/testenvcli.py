@@ -78,6 +78,7 @@ def node_choice(asked: str | None, run_pods: bool, euid: int) -> tuple[str, str]
 
 
 def _start_command(args: argparse.Namespace) -> None:
+    began = time.monotonic()
     choice, why = node_choice(args.node, args.run_pods, os.geteuid())
     if why:
         sys.stderr.write(why + "\n")
@@ -94,7 +95,8 @@ def _start_command(args: argparse.Namespace) -> None:
         raise
     print(cluster.kubeconfig)
     sys.stderr.write(
-        f"k8s-testenv: API server {cluster.server}; export KUBECONFIG={cluster.kubeconfig}\n"
+        f"k8s-testenv: started in {time.monotonic() - began:.0f} s; API server "
+        f"{cluster.server}; export KUBECONFIG={cluster.kubeconfig}\n"
     )
 
 
@@ -146,10 +148,14 @@ def _publish_stand_in(cluster: Cluster) -> None:
 def _stop_command(state_dir: Path) -> None:
     from tests.k8s import node  # noqa: PLC0415
 
+    began = time.monotonic()
     state_dir = state_dir.resolve()
-    node.stop_saved(state_dir / "node", Cluster.load(state_dir))
+    had_node = node.stop_saved(state_dir / "node", Cluster.load(state_dir))
     if not stop(state_dir):
         sys.stderr.write(f"k8s-testenv: nothing runs from {state_dir}\n")
+        return
+    what = "the node and the control plane" if had_node else "the control plane"
+    sys.stderr.write(f"k8s-testenv: stopped {what} in {time.monotonic() - began:.0f} s\n")
 
 
 def _parser() -> argparse.ArgumentParser:
