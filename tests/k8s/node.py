@@ -471,6 +471,9 @@ def _start_containerd(node: Node, deadline: float) -> None:
         "containerd",
         ["--config", str(config), "--log-level", "warn"],
         program=["env", path, str(binaries / "containerd")],
+        # the machine's node lock held as long as containerd runs: also once the process
+        # that started the node is gone (`scripts/k8s-testenv start`), until its stop
+        pass_fds=[node.lock.fileno()] if node.lock is not None else [],
     )
     ctr = [str(binaries / "ctr"), "--address", str(node.containerd_socket), "-n", "k8s.io"]
 
@@ -690,17 +693,24 @@ def stop_machine(state_dir: Path, before: Before) -> None:
         (state_dir / "node.json").unlink()
 
 
-def stop_saved(state_dir: Path) -> bool:
+def stop_saved(state_dir: Path, cluster: testenv.Cluster | None = None) -> bool:
     """Stop the node whose state (node.json, cluster.json) is in ``state_dir``: for
-    ``scripts/k8s-testenv stop``. False when none was started from there."""
+    ``scripts/k8s-testenv stop``; its pods deleted first, as :func:`stop` does, where its
+    control plane ``cluster`` still runs. False when none was started from there."""
     try:
         saved = json.loads((state_dir / "node.json").read_text())
     except FileNotFoundError:
         return False
+    before = Before(**saved["before"])
     procs = testenv.Cluster.load(state_dir)
     if procs is not None:
+        kubelet = any(c.name == "kubelet" and testenv._ours(c) for c in procs.components)
+        if cluster is not None and kubelet:
+            node = Node(saved["name"], saved["ip"], state_dir, before, procs, cluster)
+            with contextlib.suppress(Exception):  # best effort: what is left is killed below
+                _drain(node, STOP_TIMEOUT_S / 2)
         procs.stop()
-    stop_machine(state_dir, Before(**saved["before"]))
+    stop_machine(state_dir, before)
     return True
 
 

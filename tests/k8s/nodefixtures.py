@@ -33,6 +33,16 @@ from tests.k8s.fixtures import fresh_namespace
 
 NEEDS_ROOT = "a real node needs root (mounts, cgroups, iptables)"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
+# Tests that start a node of their own (through scripts/k8s-testenv): run first, before the
+# session's node takes the machine's lock until the session's end
+OWN_NODE_TESTS = ("tests/k8s/test_recipe.py::",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """:data:`OWN_NODE_TESTS` first (see there), the others in their order."""
+    first = [i for i in items if i.nodeid.startswith(OWN_NODE_TESTS)]
+    if first:
+        items[:] = first + [i for i in items if not i.nodeid.startswith(OWN_NODE_TESTS)]
 
 
 @pytest.fixture(scope="session")

@@ -1,26 +1,21 @@
 """A real Kubernetes control plane for the tests: etcd, kube-apiserver, kube-controller-manager
 and kube-scheduler, built from the Go module proxy at pinned versions (:mod:`.k8sbuild`) and
-run on loopback.
-
-    scripts/k8s-testenv build                 # once per machine; later calls reuse the cache
-    scripts/k8s-testenv start [--state-dir D] [--node] [--run-pods] [--no-workloads]
-    scripts/k8s-testenv run-pods [--state-dir D] [--namespace NS]   # the stand-in kubelet
-    scripts/k8s-testenv stop  [--state-dir D]
+run on loopback. Its command line, ``scripts/k8s-testenv``, is :mod:`.testenvcli`'s.
 
 :func:`start` runs them on 127.0.0.1 with free ports: a CA and certificates made here
 (:mod:`.pki`), a service-account key pair, admin/scheduler/controller-manager kubeconfigs, and
 etcd with a data directory in the state directory. There is no kubelet: the node lifecycle
 controller is off, so simulated Node objects (``dra-jupyter publish-slices``) stay Ready and
 untainted and the scheduler binds pods to them. There the pods stay Pending, unless the
-stand-in kubelet of :mod:`.podrunner` runs them (``start --run-pods`` starts it with the
-control plane, as one more component that ``stop`` stops; the tests' ``pod_runner`` fixture
-runs one for the namespaces that ask). ``start --node`` also starts a real node beside it
-(:mod:`.node`: containerd, the kubelet, a CNI bridge and the simulated GPU driver; as root).
+stand-in kubelet of :mod:`.podrunner` runs them (``start(..., run_pods=True)`` starts it with
+the control plane, as one more component that ``stop`` stops; the tests' ``pod_runner``
+fixture runs one for the namespaces that ask). A real node (:mod:`.node`: containerd, the
+kubelet, a CNI bridge and the simulated GPU driver; as root) is started beside it by
+``node.start``, which ``scripts/k8s-testenv start`` calls where the machine allows it.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import json
@@ -41,8 +36,6 @@ from typing import Any
 
 from tests.helpers import free_port
 from tests.k8s.k8sbuild import (
-    ETCD_VERSION,
-    KUBERNETES_VERSION,
     TestenvError,
     bin_dir,
     build,
@@ -57,7 +50,6 @@ __all__ = [
     "cache_dir",
     "is_built",
     "kill_apiserver",
-    "main",
     "restart_apiserver",
     "start",
     "started",
@@ -226,9 +218,11 @@ def _spawn(
     program: Sequence[str] | None = None,
     *,
     at: int | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> None:
     """Start component ``name``: the built binary of that name (or ``program``) with ``args``,
-    at index ``at`` of the components (default: last; ``stop`` stops the last first)."""
+    at index ``at`` of the components (default: last; ``stop`` stops the last first);
+    ``pass_fds``: open files of this process it holds too."""
     log = cluster.state_dir / "logs" / f"{name}.log"
     log.parent.mkdir(exist_ok=True)
     parent = os.getpid()
@@ -239,6 +233,7 @@ def _spawn(
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop() signals the whole group
+            pass_fds=pass_fds,
             preexec_fn=(lambda: _killed_with(parent)) if cluster.die_with_parent else None,  # noqa: PLW1509
         )
     start_time = _start_time(child.pid) or ""
@@ -564,122 +559,3 @@ def started(state_dir: Path, *, workloads: bool = True) -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.stop()
-
-
-# --- command line -----------------------------------------------------------------------------
-
-
-def default_state_dir() -> Path:
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return base / "dra-jupyter" / "k8s-testenv"
-
-
-def _start_command(args: argparse.Namespace) -> None:
-    from tests.k8s import images, node, nodebuild  # noqa: PLC0415
-
-    build()
-    if args.node:
-        nodebuild.build()
-    cluster = start(args.state_dir, run_pods=args.run_pods, workloads=not args.no_workloads)
-    if args.node:
-        try:
-            real = node.start(cluster, args.state_dir / "node")
-        except BaseException:
-            cluster.stop()
-            raise
-        sys.stderr.write(
-            f"k8s-testenv: node {real.name} ({real.ip}) Ready in "
-            f"{real.timings['start_s']:.0f} s; images {images.BUSYBOX} and "
-            f"{images.PAUSE} (imagePullPolicy: Never)\n"
-        )
-    print(cluster.kubeconfig)
-    sys.stderr.write(
-        f"k8s-testenv: API server {cluster.server}; export KUBECONFIG={cluster.kubeconfig}\n"
-    )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="k8s-testenv",
-        description=f"A real Kubernetes {KUBERNETES_VERSION} control plane (etcd {ETCD_VERSION}) "
-        "on loopback, for tests and demos.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("build", help=f"build the binaries into {cache_dir()} (skipped if built)")
-    p.add_argument("--force", action="store_true", help="rebuild even if built")
-    for name, helptext in (
-        ("start", "start the control plane; prints the admin kubeconfig's path"),
-        ("run-pods", "run the pods bound to the simulated nodes (the stand-in kubelet)"),
-        ("stop", "stop the control plane started from the state directory"),
-    ):
-        p = sub.add_parser(name, help=helptext)
-        p.add_argument(
-            "--state-dir",
-            type=Path,
-            default=default_state_dir(),
-            help="certificates, kubeconfigs, etcd data and logs (default: %(default)s)",
-        )
-        if name == "start":
-            p.add_argument(
-                "--node",
-                action="store_true",
-                help="also a real node: containerd, the kubelet, a CNI bridge and the simulated "
-                "GPU driver (root; tests/k8s/node.py)",
-            )
-            p.add_argument(
-                "--run-pods",
-                action="store_true",
-                help="also run the pods of every namespace as local processes (run-pods)",
-            )
-            p.add_argument(
-                "--no-workloads",
-                action="store_true",
-                help=f"leave the Workload API ({WORKLOAD_API}) and gang scheduling off, "
-                "as Kubernetes' defaults do",
-            )
-        if name == "run-pods":
-            p.add_argument(
-                "--namespace",
-                action="append",
-                default=[],
-                help="run only this namespace's pods (repeatable; default: every namespace)",
-            )
-            p.add_argument(
-                "--restart-backoff",
-                type=float,
-                default=10.0,
-                help="seconds before the first restart of a failed container (doubling)",
-            )
-    sub.add_parser("where", help="print the cache directory")
-    args = parser.parse_args(argv)
-    from tests.k8s import node, nodebuild  # noqa: PLC0415
-
-    try:
-        if args.command == "build":
-            from tests.k8s import jobset, kueue  # noqa: PLC0415
-
-            build(force=args.force)
-            kueue.build(force=args.force)
-            jobset.build(force=args.force)
-            if os.geteuid() == 0:
-                nodebuild.build(force=args.force)
-            else:
-                sys.stderr.write(
-                    "k8s-testenv: the real node is not built (it needs root for apt-get, "
-                    "mounts, cgroups and iptables); the k8s tier's real-node tests skip\n"
-                )
-            print(bin_dir())
-        elif args.command == "start":
-            _start_command(args)
-        elif args.command == "run-pods":
-            run_pods(args.state_dir, args.namespace, args.restart_backoff)
-        elif args.command == "stop":
-            node.stop_saved(args.state_dir.resolve() / "node")
-            if not stop(args.state_dir):
-                sys.stderr.write(f"k8s-testenv: nothing runs from {args.state_dir}\n")
-        else:
-            print(cache_dir())
-    except TestenvError as error:
-        sys.stderr.write(f"{error}\n")
-        return 1
-    return 0
