@@ -43,11 +43,14 @@ from dra_jupyter.hub.formwire import (
 )
 from dra_jupyter.kube.spawn import ServerDevices
 
-__all__ = ["FORM_TIMEOUT_S", "FormView", "explain_waiting", "form_view"]
+__all__ = ["EXPLAIN_TIMEOUT_S", "FORM_TIMEOUT_S", "FormView", "explain_waiting", "form_view"]
 
 log = logging.getLogger("dra_jupyter")
 
 FORM_TIMEOUT_S = 5.0  # a render waits at most this for the view (then renders without counts)
+# an explanation waits at most this for the view (then the hub reads the cluster itself): the
+# allocator's account of every node of a large cluster takes longer than a count
+EXPLAIN_TIMEOUT_S = 30.0
 _VIEWS: dict[tuple[str, str], FormView] = {}
 _VIEWS_LOCK = threading.Lock()
 
@@ -89,10 +92,17 @@ class FormView:
         """Why ``claim`` (a spawn's, of ``namespace``) waits, as the view explains it;
         :class:`UnavailableError` where the view does not answer."""
         body = json.dumps(explain_ask(namespace, claim, request)).encode()
-        return explained_of(self._call(namespace, EXPLAIN_PATH, body))
+        return explained_of(self._call(namespace, EXPLAIN_PATH, body, EXPLAIN_TIMEOUT_S))
 
-    def _call(self, namespace: str, path: str = CHOICES_PATH, body: bytes | None = None) -> Any:
-        """GET ``path`` for ``namespace``, or POST ``body`` there; the answer's JSON."""
+    def _call(
+        self,
+        namespace: str,
+        path: str = CHOICES_PATH,
+        body: bytes | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """GET ``path`` for ``namespace``, or POST ``body`` there (waiting ``timeout``, by
+        default the form's); the answer's JSON."""
         where = f"the shared view at {self.url}"
         if not self.token:
             raise UnavailableError(f"{where}: the hub has no API token of the service to present")
@@ -105,7 +115,7 @@ class FormView:
             urllib.parse.urljoin(self.url, path), data=body, headers=headers
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as answer:
                 raw = answer.read()
         except urllib.error.HTTPError as error:
             with error:
