@@ -144,5 +144,6 @@ def test_with_the_view_down_the_hub_explains_it_itself_and_says_so_once(
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "cannot be reached" in said[0], said
     assert "the hub reads the cluster itself" in said[0]
-    assert explain_waiting(None, devices, claim, {"gpu": 1}) == text  # no view: the hub's  # type: ignore[arg-type]
+    # no view: the hub's own reading
+    assert explain_waiting(None, devices, claim, {"gpu": 1}) == text  # type: ignore[arg-type]
     assert devices.read == 2
