@@ -155,16 +155,21 @@ class _Handler(BaseHTTPRequestHandler):
         prefix = self.server.prefix
         return "/" + path[len(prefix) :] if path.startswith(prefix) else path
 
-    def _user(self, *, the_hub: bool = False) -> str | None:
+    def _user(self, *, the_hub: bool = False, only_the_hub: bool = False) -> str | None:
         """The caller, as the hub says (None: refused here, with 401 or 403); with
-        ``the_hub``, :data:`THE_HUB` for the service's own token."""
+        ``the_hub``, :data:`THE_HUB` for the service's own token; with ``only_the_hub``, no
+        one else (an explanation names other users' holdings: the hub shows it to the one
+        whose spawn waits, a user's token may not ask it of any claim)."""
         token = _token_of(self.headers.get("Authorization") or "")
         if not token:
             self._reply(401, {"message": "a hub API token is needed (Authorization: token ...)"})
             return None
         own = self.server.own_token
-        if the_hub and own and hmac.compare_digest(token.encode(), own.encode()):
+        if (the_hub or only_the_hub) and own and hmac.compare_digest(token.encode(), own.encode()):
             return THE_HUB
+        if only_the_hub:
+            self._reply(403, {"message": "only the hub asks this (with the service's own token)"})
+            return None
         user = self.server.identify(token)
         if user is None:
             self._reply(403, {"message": "the hub knows this token as no user's"})
@@ -197,7 +202,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(404, {"message": f"no such path: {self.path[:100]}"})
             return
         try:
-            if self._user(the_hub=path == "/" + EXPLAIN_PATH) is None:
+            if self._user(only_the_hub=path == "/" + EXPLAIN_PATH) is None:
                 return
             read, body = self._body()
             if not read:

@@ -117,7 +117,7 @@ def test_the_view_refuses_a_question_that_is_not_one_or_not_the_hubs() -> None:
         explain = url + "api/explain"
         assert post(explain, None, ask)[0] == 401
         assert post(explain, "made-up", ask)[0] == 403
-        assert post(explain, "alice-token", ask)[0] == 200  # a user's: as api/choices
+        assert post(explain, "alice-token", ask)[0] == 403  # the hub's question alone
         status, body = post(explain, OWN, ask)
         assert status == 200 and body["explanation"].startswith("devices are free now")
         for bad in (b"[]", b"{", json.dumps({"namespace": "", "claim": {}}).encode()):

@@ -170,6 +170,7 @@ def test_every_operation_answers_as_the_spec_says(view: tuple[str, Counts]) -> N
     assert call(seen, url, "POST", "api/possible", "alice-token", never) == 200
     assert call(seen, url, "POST", "api/possible", "alice-token", b"[]") == 400
     assert call(seen, url, "POST", "api/possible", "alice-token", b"x" * 70_000) == 413
+    assert call(seen, url, "POST", "api/explain", "alice-token", explain) == 403
     assert call(seen, url, "POST", "api/explain", OWN, explain) == 200
     assert call(seen, url, "POST", "api/explain", OWN, b"[]") == 400
     assert call(seen, url, "POST", "api/explain", OWN, b"x" * 70_000) == 413
