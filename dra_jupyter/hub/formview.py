@@ -12,6 +12,11 @@ memory, made again only when its watches saw a change), and a render is one loca
 Where the view does not answer, the form still renders: the choices it last had (else "no
 GPU"), saying ``device counts unavailable: <why>`` in one line (:func:`.formwire.uncounted`),
 and the hub's log says so once per change.
+
+A spawn that waits is explained by the view too (:func:`explain_waiting`: one ``POST
+<view>api/explain``, the same text as the hub's own :meth:`.ServerDevices.explain`, computed
+on the view's watched state), so that the hub's process lists nothing to explain it; where
+the view does not answer, the hub reads the cluster itself, as without a view.
 """
 
 from __future__ import annotations
@@ -27,13 +32,25 @@ from typing import Any
 
 from dra_jupyter.errors import UnavailableError
 from dra_jupyter.hub.choices import Choice
-from dra_jupyter.hub.formwire import CHOICES_PATH, UNCOUNTED, choices_of, uncounted
+from dra_jupyter.hub.formwire import (
+    CHOICES_PATH,
+    EXPLAIN_PATH,
+    UNCOUNTED,
+    choices_of,
+    explain_ask,
+    explained_of,
+    uncounted,
+)
+from dra_jupyter.kube.spawn import ServerDevices
 
-__all__ = ["FORM_TIMEOUT_S", "FormView", "form_view"]
+__all__ = ["EXPLAIN_TIMEOUT_S", "FORM_TIMEOUT_S", "FormView", "explain_waiting", "form_view"]
 
 log = logging.getLogger("dra_jupyter")
 
 FORM_TIMEOUT_S = 5.0  # a render waits at most this for the view (then renders without counts)
+# an explanation waits at most this for the view (then the hub reads the cluster itself): the
+# allocator's account of every node of a large cluster takes longer than a count
+EXPLAIN_TIMEOUT_S = 30.0
 _VIEWS: dict[tuple[str, str], FormView] = {}
 _VIEWS_LOCK = threading.Lock()
 
@@ -69,17 +86,36 @@ class FormView:
             log.info("dra_jupyter: the spawn form: the shared view at %s answers again", self.url)
         return offered, sharing, ""
 
-    def _call(self, namespace: str) -> Any:
+    def explain(
+        self, namespace: str, claim: Mapping[str, Any], request: Mapping[str, Any] | None
+    ) -> str:
+        """Why ``claim`` (a spawn's, of ``namespace``) waits, as the view explains it;
+        :class:`UnavailableError` where the view does not answer."""
+        body = json.dumps(explain_ask(namespace, claim, request)).encode()
+        return explained_of(self._call(namespace, EXPLAIN_PATH, body, EXPLAIN_TIMEOUT_S))
+
+    def _call(
+        self,
+        namespace: str,
+        path: str = CHOICES_PATH,
+        body: bytes | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """GET ``path`` for ``namespace``, or POST ``body`` there (waiting ``timeout``, by
+        default the form's); the answer's JSON."""
         where = f"the shared view at {self.url}"
         if not self.token:
             raise UnavailableError(f"{where}: the hub has no API token of the service to present")
-        query = urllib.parse.urlencode({"namespace": namespace})
+        headers = {"Authorization": f"token {self.token}", "Accept": "application/json"}
+        if body is None:
+            path += "?" + urllib.parse.urlencode({"namespace": namespace})
+        else:
+            headers["Content-Type"] = "application/json"
         request = urllib.request.Request(
-            urllib.parse.urljoin(self.url, f"{CHOICES_PATH}?{query}"),
-            headers={"Authorization": f"token {self.token}", "Accept": "application/json"},
+            urllib.parse.urljoin(self.url, path), data=body, headers=headers
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as answer:
                 raw = answer.read()
         except urllib.error.HTTPError as error:
             with error:
@@ -122,3 +158,23 @@ def form_view(services: object, name: str) -> FormView | None:
         if found is None:
             found = _VIEWS[key] = FormView(*key)
     return found
+
+
+def explain_waiting(
+    view: FormView | None,
+    devices: ServerDevices,
+    claim: Mapping[str, Any],
+    request: Mapping[str, Any] | None,
+) -> str:
+    """Why a spawn's ``claim`` waits (:meth:`.ServerDevices.explain`'s text): asked of the
+    hub's shared ``view`` where there is one (no request of the API server), else, or where
+    it does not answer (said in the hub's log), read by ``devices`` from the cluster."""
+    if view is not None:
+        try:
+            return view.explain(devices.namespace, claim, request)
+        except UnavailableError as error:
+            log.warning(
+                "dra_jupyter: explaining a spawn: %s; the hub reads the cluster itself",
+                error.message,
+            )
+    return devices.explain(dict(claim), request)

@@ -1,5 +1,6 @@
 """The spawn form's choices as the hub's shared view serves them (``GET <prefix>api/choices``,
-specification/shared-view-api.yml) and as the spawner reads them back: pure, no I/O.
+specification/shared-view-api.yml) and as the spawner reads them back, and the explanation
+of a waiting spawn it gives the hub (``POST <prefix>api/explain``): pure, no I/O.
 
 The view counts the choices on its watched state (:func:`dra_jupyter.hub.choices.choices`);
 who may choose what, the leases and the default stay the hub's (:func:`~.choices.restrict`
@@ -20,15 +21,22 @@ from dra_jupyter.hub.choices import NONE, UNLIMITED, Choice
 
 __all__ = [
     "CHOICES_PATH",
+    "EXPLAIN_PATH",
     "UNCOUNTED",
     "ChoiceModel",
+    "ExplainAsk",
+    "Explained",
     "SharedChoices",
     "choices_answer",
     "choices_of",
+    "explain_ask",
+    "explain_asked",
+    "explained_of",
     "uncounted",
 ]
 
 CHOICES_PATH = "api/choices"  # under the shared view's URL
+EXPLAIN_PATH = "api/explain"  # why a spawn waits, there too
 UNCOUNTED = "device counts unavailable"  # the form's one line where the view does not answer
 
 
@@ -51,6 +59,62 @@ class SharedChoices(TypedDict):
     inventory: str
     choices: list[ChoiceModel]
     sharing: dict[str, int]
+
+
+class ExplainAsk(TypedDict):
+    """What the hub asks the view to explain: a spawn's claim (its name and namespace, which
+    the explanation leaves out of the holders, and its spec) and the profile's
+    ``dra.request`` keywords (null where there are none: then no hint in words)."""
+
+    namespace: str
+    claim: dict[str, Any]
+    request: dict[str, Any] | None
+
+
+class Explained(TypedDict):
+    """Why the claim waits, in lines (:func:`dra_jupyter.kube.spawn.explain_on`'s text)."""
+
+    explanation: str
+
+
+def explain_ask(
+    namespace: str, claim: Mapping[str, Any], request: Mapping[str, Any] | None
+) -> ExplainAsk:
+    """The question for ``claim`` (a generated claim or a template's, of ``namespace``):
+    its name, namespace and spec only."""
+    meta = claim.get("metadata") or {}
+    kept = {k: meta[k] for k in ("name", "namespace") if isinstance(meta.get(k), str)}
+    return ExplainAsk(
+        namespace=namespace,
+        claim={"metadata": kept, "spec": claim.get("spec") or {}},
+        request=dict(request) if request is not None else None,
+    )
+
+
+def explain_asked(body: object) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+    """The namespace, claim and request of a question ``body`` (its JSON); ValueError, in
+    one line, for a body that is not one."""
+    if not isinstance(body, Mapping):
+        raise ValueError('expected {"namespace": "...", "claim": {...}, "request": {...}}')
+    namespace, claim, request = body.get("namespace"), body.get("claim"), body.get("request")
+    if not isinstance(namespace, str) or not namespace:
+        raise ValueError("the question names no namespace")
+    if not isinstance(claim, dict) or not isinstance(claim.get("spec", {}), dict):
+        raise ValueError("the question's claim is not a claim")
+    if not isinstance(claim.get("metadata", {}), dict):
+        raise ValueError("the question's claim is not a claim")
+    if request is not None and not isinstance(request, dict):
+        raise ValueError("the question's request is not dra.request's keywords")
+    return namespace, claim, request
+
+
+def explained_of(body: object) -> str:
+    """The explanation of the view's answer ``body``; :class:`UnavailableError` for an
+    answer that is not one."""
+    text = body.get("explanation") if isinstance(body, Mapping) else None
+    if not isinstance(text, str):
+        raise UnavailableError("the shared view answered an explanation that is not one")
+    return text
 
 
 def choices_answer(

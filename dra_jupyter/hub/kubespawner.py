@@ -79,7 +79,7 @@ from dra_jupyter.hub.choices import (
 from dra_jupyter.hub.config import DRAProfiles
 from dra_jupyter.hub.failures import SpawnFailure
 from dra_jupyter.hub.form import read_at_start, service_world
-from dra_jupyter.hub.formview import FormView, form_view
+from dra_jupyter.hub.formview import FormView, explain_waiting, form_view
 from dra_jupyter.hub.pod import add_claim
 from dra_jupyter.hub.progress import DeviceProgress, Event, event, interleave, never_back
 from dra_jupyter.kube import kueue
@@ -123,7 +123,8 @@ class SpawnDevicesError(SpawnFailure):
 def _devices(kubeconfig: str, namespace: str, *, watch: bool = True) -> ServerDevices:
     """The hub's, for the life of the process (:func:`.hub_devices`: the cluster read from
     one watched view per kind, shared by every render of the spawn form and every spawn;
-    without ``watch``, where the shared view serves the form, read on each explanation)."""
+    without ``watch``, where the shared view serves the form and explains a waiting spawn,
+    read only where the view does not answer)."""
     return hub_devices(kubeconfig, namespace, watch=watch)
 
 
@@ -590,7 +591,9 @@ class DRAKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner is untyp
             subject = claim or await asyncio.to_thread(dra.template, progress.template)
             if subject is not None and "devices" not in (subject.get("spec") or {}):
                 subject = {**subject, "spec": subject["spec"]["spec"]}  # a template's claim
-            text = await asyncio.to_thread(dra.explain, subject or {}, dict(self.dra_request))
+            text = await asyncio.to_thread(
+                explain_waiting, _form_view(self), dra, subject or {}, dict(self.dra_request)
+            )
             self._dra_events.append(progress.explained(text))
         limit = self.dra_fail_unschedulable_after
         since = progress.unschedulable_since

@@ -12,15 +12,18 @@ request could be met on the cluster's idle devices, :func:`dra_jupyter.api.asked
 and ``GET <prefix>api/choices?namespace=...`` (the hub's spawn form: every choice counted
 with our allocator, :func:`dra_jupyter.hub.choices.choices`, and the users of the
 namespace's shared claims; :mod:`dra_jupyter.hub.formview` reads it), each made again only
-when a watch saw a change. The endpoints: specification/shared-view-api.yml.
+when a watch saw a change, and ``POST <prefix>api/explain`` (why a spawn's claim waits, as
+:func:`dra_jupyter.kube.spawn.explain_on` says it, on the watched state: the hub's spawner
+asks it instead of listing the cluster). The endpoints: specification/shared-view-api.yml.
 
 Who calls is the hub's word, never the caller's: each request carries a hub API token
 (``Authorization: token ...``; a user's server presents its own ``$JUPYTERHUB_API_TOKEN``),
 which the service asks the hub to identify (``GET $JUPYTERHUB_API_URL/user``, as
 ``jupyterhub.services.auth.HubAuth`` does; the answer kept :data:`AUTH_CACHE_S`). A token
-the hub does not know, or of no user, is refused (403); no token, 401. ``api/choices`` also
-takes the service's own token (``$JUPYTERHUB_API_TOKEN``, the ``api_token`` of its entry in
-``c.JupyterHub.services``): the hub's spawner presents it, no user being at hand.
+the hub does not know, or of no user, is refused (403); no token, 401. ``api/choices`` and
+``api/explain`` also take the service's own token (``$JUPYTERHUB_API_TOKEN``, the
+``api_token`` of its entry in ``c.JupyterHub.services``): the hub's spawner presents it, no
+user being at hand.
 
 One process per hub: its memory is the cluster's slices once, whatever the number of users;
 a user's server that reads it (``c.DRAExtensionApp.shared_view_url``) holds none of them.
@@ -51,8 +54,16 @@ from dra_jupyter.api.asked import asked
 from dra_jupyter.errors import UnavailableError
 from dra_jupyter.hub.choices import Choice, ChoiceCache, choices
 from dra_jupyter.hub.form import service_world
-from dra_jupyter.hub.formwire import CHOICES_PATH, SharedChoices, choices_answer
+from dra_jupyter.hub.formwire import (
+    CHOICES_PATH,
+    EXPLAIN_PATH,
+    Explained,
+    SharedChoices,
+    choices_answer,
+    explain_asked,
+)
 from dra_jupyter.kube.sharedview import DEVICES_PATH, POSSIBLE_PATH, ClusterCounts
+from dra_jupyter.kube.spawn import explain_on
 from dra_jupyter.sharing.joins import SHARED_PREFIX
 
 __all__ = [
@@ -61,6 +72,7 @@ __all__ = [
     "THE_HUB",
     "Choosing",
     "HubIdentity",
+    "explaining",
     "main",
     "make_server",
     "shared_view_service",
@@ -80,6 +92,8 @@ Identify = Callable[[str], "str | None"]  # a token -> its user's name, None: no
 # a kernel's question: (its request's keywords, the claim's name) -> (classes, never)
 Ask = Callable[[Mapping[str, Any], str], "tuple[list[str] | None, str]"]
 Choose = Callable[[str], SharedChoices]  # the spawn form's choices, for a namespace
+# why a spawn waits: (namespace, its claim, its dra.request keywords or None) -> the text
+Explain = Callable[[str, Mapping[str, Any], "Mapping[str, Any] | None"], str]
 THE_HUB = "(the hub)"  # the caller that presented the service's own token
 MAX_ASK_BYTES = 64 * 1024  # a question's body at most
 
@@ -141,16 +155,21 @@ class _Handler(BaseHTTPRequestHandler):
         prefix = self.server.prefix
         return "/" + path[len(prefix) :] if path.startswith(prefix) else path
 
-    def _user(self, *, the_hub: bool = False) -> str | None:
+    def _user(self, *, the_hub: bool = False, only_the_hub: bool = False) -> str | None:
         """The caller, as the hub says (None: refused here, with 401 or 403); with
-        ``the_hub``, :data:`THE_HUB` for the service's own token."""
+        ``the_hub``, :data:`THE_HUB` for the service's own token; with ``only_the_hub``, no
+        one else (an explanation names other users' holdings: the hub shows it to the one
+        whose spawn waits, a user's token may not ask it of any claim)."""
         token = _token_of(self.headers.get("Authorization") or "")
         if not token:
             self._reply(401, {"message": "a hub API token is needed (Authorization: token ...)"})
             return None
         own = self.server.own_token
-        if the_hub and own and hmac.compare_digest(token.encode(), own.encode()):
+        if (the_hub or only_the_hub) and own and hmac.compare_digest(token.encode(), own.encode()):
             return THE_HUB
+        if only_the_hub:
+            self._reply(403, {"message": "only the hub asks this (with the service's own token)"})
+            return None
         user = self.server.identify(token)
         if user is None:
             self._reply(403, {"message": "the hub knows this token as no user's"})
@@ -178,20 +197,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(503, {"message": error.message})
 
     def do_POST(self) -> None:
-        if self._path() != "/" + POSSIBLE_PATH:
+        path = self._path()
+        if path not in ("/" + POSSIBLE_PATH, "/" + EXPLAIN_PATH):
             self._reply(404, {"message": f"no such path: {self.path[:100]}"})
             return
         try:
-            if self._user() is None:
+            if self._user(only_the_hub=path == "/" + EXPLAIN_PATH) is None:
                 return
-            length = int(self.headers.get("Content-Length") or 0)
-            if not 0 < length <= MAX_ASK_BYTES:
-                self._reply(413 if length else 400, {"message": "a question of 1 B to 64 KiB"})
+            read, body = self._body()
+            if not read:
                 return
-            try:
-                body = json.loads(self.rfile.read(length))
-            except ValueError:
-                body = None
+            if path == "/" + EXPLAIN_PATH:
+                self._explain(body)
+                return
             spec = body.get("request") if isinstance(body, dict) else None
             name = body.get("name", "") if isinstance(body, dict) else None
             if not isinstance(spec, dict) or not isinstance(name, str):
@@ -207,6 +225,27 @@ class _Handler(BaseHTTPRequestHandler):
         elif never:
             answer["never"] = never
         self._reply(200, answer)
+
+    def _body(self) -> tuple[bool, object]:
+        """Whether the body was read (False: refused here, none or over
+        :data:`MAX_ASK_BYTES`), and its JSON (None for one that is not JSON)."""
+        length = int(self.headers.get("Content-Length") or 0)
+        if not 0 < length <= MAX_ASK_BYTES:
+            self._reply(413 if length else 400, {"message": "a question of 1 B to 64 KiB"})
+            return False, None
+        try:
+            return True, json.loads(self.rfile.read(length))
+        except ValueError:
+            return True, None
+
+    def _explain(self, body: object) -> None:
+        """Why a spawn's claim waits, on the view's watched state (``api/explain``)."""
+        try:
+            namespace, claim, request = explain_asked(body)
+        except ValueError as error:
+            self._reply(400, {"message": str(error)})
+            return
+        self._reply(200, Explained(explanation=self.server.explain(namespace, claim, request)))
 
     def _reply(self, status: int, body: Mapping[str, Any]) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
@@ -233,6 +272,7 @@ class _Server(ThreadingHTTPServer):
         ask: Ask,
         choose: Choose,
         own_token: str,
+        explain: Explain,
     ) -> None:
         super().__init__(address, _Handler)
         self.counts = counts
@@ -241,6 +281,7 @@ class _Server(ThreadingHTTPServer):
         self.ask = ask
         self.choose = choose
         self.own_token = own_token
+        self.explain = explain
 
 
 def _token_of(header: str) -> str:
@@ -257,12 +298,14 @@ def make_server(
     *,
     choose: Choose | None = None,
     own_token: str = "",
+    explain: Explain | None = None,
 ) -> ThreadingHTTPServer:
     """The service's HTTP server on ``address``, answering under ``prefix`` (the hub's
     ``$JUPYTERHUB_SERVICE_PREFIX``: the proxy passes the whole path) and at the root;
-    ``ask``: how a kernel's question is answered, ``choose``: what the spawn form is offered
-    (by default, both on the views of ``counts``); ``own_token``: the service's own hub API
-    token, which ``api/choices`` takes as the hub's."""
+    ``ask``: how a kernel's question is answered, ``choose``: what the spawn form is offered,
+    ``explain``: why a spawn waits (by default, all on the views of ``counts``);
+    ``own_token``: the service's own hub API token, which ``api/choices`` and
+    ``api/explain`` take as the hub's."""
     return _Server(
         address,
         counts,
@@ -271,6 +314,7 @@ def make_server(
         ask or asking(counts),
         choose or Choosing(counts),
         own_token,
+        explain or explaining(counts),
     )
 
 
@@ -282,6 +326,17 @@ def asking(counts: ClusterCounts) -> Ask:
         return asked(Session(reader.settings, backend=reader), spec, name)
 
     return ask
+
+
+def explaining(counts: ClusterCounts) -> Explain:
+    """Why a spawn waits, explained on the views of ``counts`` (synced, else
+    :class:`UnavailableError`): no request of the API server."""
+
+    def explain(namespace: str, claim: Mapping[str, Any], request: Mapping[str, Any] | None) -> str:
+        counts.synced()
+        return explain_on(counts.reader, namespace, dict(claim), request)
+
+    return explain
 
 
 class Choosing:

@@ -341,8 +341,8 @@ def hub_devices(kubeconfig: str, namespace: str, *, watch: bool = True) -> Serve
     cluster's watched views are per client (:func:`dra_jupyter.kube.watching.shared`), so
     every namespace's spawns and every render of the spawn form share one view of each
     kind, and a render makes no API call once they are synced. Without ``watch`` (the hub
-    whose shared view serves the form): no view kept, the cluster read on each
-    explanation."""
+    whose shared view serves the form and explains its waiting spawns): no view kept,
+    the cluster read for an explanation only where the view does not answer."""
     return _hub_devices(kubeconfig, namespace, watch)
 
 
@@ -362,7 +362,18 @@ def explain_pending(
     """See :meth:`ServerDevices.explain`; the cluster's slices and claims as the Kubernetes
     backend ``reader`` reads them (every namespace where RBAC allows, else this one; by
     default one made for this call, which lists them)."""
-    backend = reader or _cluster(api, namespace)
+    return explain_on(reader or _cluster(api, namespace), namespace, claim, request)
+
+
+def explain_on(
+    backend: KubernetesBackend,
+    namespace: str,
+    claim: Wire,
+    request: Mapping[str, Any] | None = None,
+) -> str:
+    """Why ``claim`` of ``namespace`` waits (:meth:`ServerDevices.explain`'s text), on the
+    cluster as ``backend`` reads it: the hub's own reader, or the shared view's watched one
+    (:mod:`dra_jupyter.hub.sharedview`, ``POST api/explain``), which then lists nothing."""
     inventory = backend.inventory()
     meta = claim.get("metadata") or {}
     probe: Wire = {
@@ -419,6 +430,7 @@ __all__ = [
     "ServerDevices",
     "claim_state",
     "claim_template",
+    "explain_on",
     "explain_pending",
     "generated_claim",
     "hub_devices",

@@ -26,13 +26,14 @@ import pytest
 import yaml
 
 from dra_jupyter.errors import UnavailableError
-from dra_jupyter.hub.formwire import ChoiceModel, SharedChoices
+from dra_jupyter.hub.formwire import ChoiceModel, ExplainAsk, Explained, SharedChoices, explain_ask
 from dra_jupyter.hub.sharedview import Choosing, make_server
 from dra_jupyter.inventory import simulated
 from dra_jupyter.kube.sharedview import HeldRow, SharedDevices
 from dra_jupyter.server.models import ErrorModel, KernelAsk, PossibleModel
 from dra_jupyter.types.shapes import ShapeCount
 from tests.hub import test_shared_view_answers as answers
+from tests.hub.test_explain_view import reader, spawn_claim
 from tests.hub.test_form_view import Counts as ViewCounts
 from tests.server.test_wire_contract import (
     python_shape,
@@ -55,6 +56,8 @@ SCHEMAS: dict[str, type] = {
     "Possible": PossibleModel,
     "SharedChoices": SharedChoices,
     "Choice": ChoiceModel,
+    "ExplainAsk": ExplainAsk,
+    "Explained": Explained,
 }
 
 
@@ -86,6 +89,7 @@ class Counts(ViewCounts):
     def __init__(self) -> None:
         super().__init__(simulated.load("h200-8x"), [])
         self.devices = answers.Counts()
+        self.reader = reader([])  # what api/explain reads
 
     def answer(self, user: str) -> SharedDevices:
         if self.problem is not None:
@@ -153,10 +157,12 @@ def test_every_operation_answers_as_the_spec_says(view: tuple[str, Counts]) -> N
     seen: set[tuple[str, int]] = set()
     ask = json.dumps({"request": {"gpu": 1}, "name": ""}).encode()
     never = json.dumps({"request": {"gpu": 9}, "name": ""}).encode()
+    explain = json.dumps(explain_ask("team-a", spawn_claim({"gpu": 9}), {"gpu": 9})).encode()
     for token in (None, "made-up"):
         call(seen, url, "GET", "api/devices", token)
         call(seen, url, "GET", "api/choices", token)
         call(seen, url, "POST", "api/possible", token, ask)
+        call(seen, url, "POST", "api/explain", token, explain)
     assert call(seen, url, "GET", "api/devices", "alice-token") == 200
     assert call(seen, url, "GET", "api/choices?namespace=team-a", OWN) == 200
     assert call(seen, url, "GET", "api/choices", "alice-token") == 200
@@ -164,9 +170,14 @@ def test_every_operation_answers_as_the_spec_says(view: tuple[str, Counts]) -> N
     assert call(seen, url, "POST", "api/possible", "alice-token", never) == 200
     assert call(seen, url, "POST", "api/possible", "alice-token", b"[]") == 400
     assert call(seen, url, "POST", "api/possible", "alice-token", b"x" * 70_000) == 413
+    assert call(seen, url, "POST", "api/explain", "alice-token", explain) == 403
+    assert call(seen, url, "POST", "api/explain", OWN, explain) == 200
+    assert call(seen, url, "POST", "api/explain", OWN, b"[]") == 400
+    assert call(seen, url, "POST", "api/explain", OWN, b"x" * 70_000) == 413
     counts.problem = "the shared view's watches of the cluster are not synced"
     for path in ("api/devices", "api/choices"):
         assert call(seen, url, "GET", path, "alice-token") == 503
+    assert call(seen, url, "POST", "api/explain", OWN, explain) == 503
     listed = {
         (f"{method.upper()} {path}", int(code))
         for path, item in SPEC["paths"].items()
